@@ -1,0 +1,239 @@
+//! Subcommand bodies. `Ok(false)` means "ran, but found problems" (exit 1); `Err` is a usage or I/O error (exit 2).
+
+use std::io::Write;
+use std::path::{Path, PathBuf};
+
+use trainwarden_core::compile::{self, CompiledPolicy};
+use trainwarden_core::duration::Duration;
+use trainwarden_core::evaluate::{EngineConfig, Evaluator};
+use trainwarden_core::replay::{self, Replay};
+use trainwarden_core::sample::Timestamp;
+use trainwarden_core::script::{BUILTINS, ScriptEngine};
+use trainwarden_core::stream;
+use trainwarden_core::testing::{self, FileSource};
+
+use crate::read;
+
+fn config(eval_interval: &str) -> Result<EngineConfig, String> {
+    let eval_interval: Duration = eval_interval.parse().map_err(|e| format!("--eval-interval: {e}"))?;
+    if eval_interval.is_zero() {
+        return Err("--eval-interval must be longer than 0s".into());
+    }
+    Ok(EngineConfig { eval_interval, ..EngineConfig::default() })
+}
+
+/// Reads and compiles every policy document in the files; all errors of all files are reported.
+fn load_policies(files: &[PathBuf], engine: &ScriptEngine) -> Result<Vec<CompiledPolicy>, String> {
+    let mut compiled = Vec::new();
+    let mut report = Vec::new();
+    for file in files {
+        let text = read(file)?;
+        let source = file.display().to_string();
+        match compile::parse_documents(&text, &source) {
+            Ok(docs) => {
+                for doc in docs {
+                    match compile::compile(&doc, engine) {
+                        Ok(p) => compiled.push(p),
+                        Err(e) => report.push(format!("{source}: {e}")),
+                    }
+                }
+            }
+            Err(e) => report.push(e.to_string()),
+        }
+    }
+    if !report.is_empty() {
+        return Err(format!("invalid policy\n{}", report.join("\n")));
+    }
+    if compiled.is_empty() {
+        return Err("no policy documents found".into());
+    }
+    Ok(compiled)
+}
+
+pub fn replay(
+    policy_files: &[PathBuf],
+    json: bool,
+    eval_interval: &str,
+    until: Option<&str>,
+    streams: &[PathBuf],
+) -> Result<bool, String> {
+    let config = config(eval_interval)?;
+    let until = until
+        .map(|u| u.parse::<Timestamp>().map_err(|e| format!("--until: expected an RFC 3339 time: {e}")))
+        .transpose()?;
+    let engine = Evaluator::new(config.clone());
+    let policies = load_policies(policy_files, engine.scripts())?;
+    let tz = policies[0].env.calendar.time_zone().clone();
+    let mut records = Vec::new();
+    let mut errors = Vec::new();
+    for path in streams {
+        let text = read(path)?;
+        match stream::parse_stream(&text, &path.display().to_string()) {
+            Ok(r) => records.extend(r),
+            Err(es) => errors.extend(es.into_iter().map(|e| e.to_string())),
+        }
+    }
+    if !errors.is_empty() {
+        return Err(format!("invalid stream\n{}", errors.join("\n")));
+    }
+    // Several streams are merged on their clocks; the sort is stable, so each file keeps its own order.
+    records.sort_by_key(|r| r.time());
+    let mut replay = Replay::new(policies, config);
+    for r in records {
+        replay.feed(r);
+    }
+    replay.finish(until);
+    let stdout = std::io::stdout();
+    let mut out = stdout.lock();
+    let result = if json {
+        replay
+            .events
+            .iter()
+            .map(replay::event_json)
+            .chain(std::iter::once(replay::summary_json(&replay.summary)))
+            .try_for_each(|v| writeln!(out, "{v}"))
+    } else {
+        write!(out, "{}", replay::render_text(&replay.events, &replay.summary, &tz))
+    };
+    result.map_err(|e| format!("writing output: {e}"))?;
+    Ok(true)
+}
+
+struct Dir(PathBuf);
+
+impl FileSource for Dir {
+    fn read(&self, relative: &str) -> Result<String, String> {
+        let path = self.0.join(relative);
+        std::fs::read_to_string(&path).map_err(|e| format!("{}: {e}", path.display()))
+    }
+}
+
+fn collect_tests(path: &Path, out: &mut Vec<PathBuf>) -> Result<(), String> {
+    if path.is_dir() {
+        let mut entries: Vec<PathBuf> = std::fs::read_dir(path)
+            .map_err(|e| format!("{}: {e}", path.display()))?
+            .filter_map(|e| e.ok().map(|e| e.path()))
+            .collect();
+        entries.sort();
+        for e in entries {
+            if e.is_dir() || e.to_string_lossy().ends_with(".test.yaml") {
+                collect_tests(&e, out)?;
+            }
+        }
+        Ok(())
+    } else if path.exists() {
+        out.push(path.to_path_buf());
+        Ok(())
+    } else {
+        Err(format!("{}: no such file or directory", path.display()))
+    }
+}
+
+pub fn test(paths: &[PathBuf]) -> Result<bool, String> {
+    let mut files = Vec::new();
+    for p in paths {
+        collect_tests(p, &mut files)?;
+    }
+    if files.is_empty() {
+        return Err("no *.test.yaml files found".into());
+    }
+    let (mut passed, mut failed) = (0u64, 0u64);
+    for file in files {
+        let text = read(&file)?;
+        let name = file.display().to_string();
+        let parsed = match testing::parse_test_file(&text) {
+            Ok(t) => t,
+            Err(e) => {
+                println!("FAIL {name}: {e}");
+                failed += 1;
+                continue;
+            }
+        };
+        let dir = Dir(file.parent().map(Path::to_path_buf).unwrap_or_default());
+        let config = match parsed.eval_interval.as_deref().map(config).transpose() {
+            Ok(c) => c.unwrap_or_default(),
+            Err(e) => {
+                println!("FAIL {name}: {e}");
+                failed += 1;
+                continue;
+            }
+        };
+        let docs = match testing::load_policies(&parsed, &dir) {
+            Ok(d) => d,
+            Err(errors) => {
+                println!("FAIL {name}: invalid policy");
+                for e in errors {
+                    println!("    {e}");
+                }
+                failed += 1;
+                continue;
+            }
+        };
+        for case in &parsed.tests {
+            // Every case gets freshly compiled policies: no state leaks between cases.
+            let engine = Evaluator::new(config.clone());
+            let compiled: Result<Vec<_>, _> = docs.iter().map(|d| compile::compile(d, engine.scripts())).collect();
+            let result = match compiled {
+                Ok(policies) => testing::run_case(case, policies, config.clone(), &dir),
+                Err(e) => testing::CaseResult { name: case.name.clone(), failures: vec![e.to_string()] },
+            };
+            if result.failures.is_empty() {
+                passed += 1;
+                println!("ok   {name} :: {}", result.name);
+            } else {
+                failed += 1;
+                println!("FAIL {name} :: {}", result.name);
+                for f in &result.failures {
+                    for line in f.lines() {
+                        println!("    {line}");
+                    }
+                }
+            }
+        }
+    }
+    println!("{passed} passed, {failed} failed");
+    Ok(failed == 0)
+}
+
+pub fn validate(files: &[PathBuf]) -> Result<bool, String> {
+    let engine = ScriptEngine::default();
+    let mut ok = true;
+    for file in files {
+        let text = read(file)?;
+        let source = file.display().to_string();
+        match compile::parse_documents(&text, &source) {
+            Ok(docs) => {
+                for doc in docs {
+                    match compile::compile(&doc, &engine) {
+                        Ok(p) => println!("{source}: {} {} is valid ({} rules)", p.reference.kind, p.reference, p.rules.len()),
+                        Err(e) => {
+                            ok = false;
+                            println!("{source}: {e}");
+                        }
+                    }
+                }
+            }
+            Err(e) => {
+                ok = false;
+                println!("{e}");
+            }
+        }
+    }
+    Ok(ok)
+}
+
+pub fn detectors() {
+    for d in trainwarden_core::detectors::DETECTORS {
+        println!("{}\n  {}", d.name, d.summary);
+        for (name, ty, default, doc) in d.params {
+            println!("    {name:<28} {ty:<20} default {default:<10} {doc}");
+        }
+        println!("  example with: {}\n", d.example);
+    }
+}
+
+pub fn functions() {
+    for b in BUILTINS {
+        println!("{}\n  {}\n  e.g. {}  →  {}\n", b.signature, b.doc, b.example, b.expected);
+    }
+}

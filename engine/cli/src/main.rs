@@ -1,0 +1,97 @@
+//! The `trainwarden` command: offline replay and tests of progress policies (more subcommands arrive with the
+//! controller). Thin by design: argument parsing and file I/O here, everything else in `trainwarden-core`.
+
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+
+use clap::{Parser, Subcommand, ValueEnum};
+
+mod commands;
+
+#[derive(Parser)]
+#[command(name = "trainwarden", version, about = "Watch Kubeflow TrainJob progress and act on it.")]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Clone, Copy, ValueEnum)]
+enum Output {
+    Text,
+    Json,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Feed recorded progress streams (JSONL) through policies on the stream's own clock and print the timeline.
+    Replay {
+        /// Policy file (YAML, one or more ProgressPolicy / ClusterProgressPolicy documents). Repeatable.
+        #[arg(long = "policy", required = true)]
+        policies: Vec<PathBuf>,
+        /// text (a timeline and a summary) or json (one object per event, then a summary object).
+        #[arg(long, value_enum, default_value = "text")]
+        output: Output,
+        /// Timer resolution: how often jobs without new samples are re-evaluated.
+        #[arg(long, default_value = "30s")]
+        eval_interval: String,
+        /// Keep the clock running until this RFC 3339 time (default: the last record).
+        #[arg(long)]
+        until: Option<String>,
+        /// Stream files (JSONL).
+        #[arg(required = true)]
+        streams: Vec<PathBuf>,
+    },
+    /// Run policy test files (*.test.yaml); directories are searched recursively. Default: policies/.
+    Test {
+        paths: Vec<PathBuf>,
+    },
+    /// Validate policy files and report every problem with its field path.
+    Validate {
+        #[arg(required = true)]
+        files: Vec<PathBuf>,
+    },
+    /// Print the built-in detectors and their parameters.
+    Detectors,
+    /// Print the functions available to Rhai conditions.
+    Functions,
+}
+
+fn main() -> ExitCode {
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "warn".into()),
+        )
+        .with_writer(std::io::stderr)
+        .init();
+    let cli = Cli::parse();
+    let result = match cli.command {
+        Command::Replay { policies, output, eval_interval, until, streams } => {
+            commands::replay(&policies, matches!(output, Output::Json), &eval_interval, until.as_deref(), &streams)
+        }
+        Command::Test { paths } => {
+            let paths = if paths.is_empty() { vec![PathBuf::from("policies")] } else { paths };
+            commands::test(&paths)
+        }
+        Command::Validate { files } => commands::validate(&files),
+        Command::Detectors => {
+            commands::detectors();
+            Ok(true)
+        }
+        Command::Functions => {
+            commands::functions();
+            Ok(true)
+        }
+    };
+    match result {
+        Ok(true) => ExitCode::SUCCESS,
+        Ok(false) => ExitCode::from(1),
+        Err(message) => {
+            eprintln!("error: {message}");
+            ExitCode::from(2)
+        }
+    }
+}
+
+pub(crate) fn read(path: &Path) -> Result<String, String> {
+    std::fs::read_to_string(path).map_err(|e| format!("{}: {e}", path.display()))
+}

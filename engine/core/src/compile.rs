@@ -1,0 +1,570 @@
+//! validate → build: from a policy document to a [`CompiledPolicy`] the evaluator runs.
+//!
+//! Everything is checked in one pass and every problem is reported with its field path: unknown fields,
+//! durations, cron windows, the time zone, rule names, detectors and their parameters, windows shorter
+//! than the sampling interval, Rhai compile errors (with line:column), and cross-field requirements such
+//! as a cost budget without `gpuHourCost`. A policy that has any error is not compiled at all, so nothing
+//! is half-applied. Scripts are compiled here, once per policy version.
+
+use std::collections::HashSet;
+use std::sync::Arc;
+
+use serde_json::Value;
+
+use crate::calendar::{ActiveWindow, Calendar};
+use crate::detectors::{self, Detector};
+use crate::duration::Duration;
+use crate::error::{FieldError, FieldErrors};
+use crate::policy::{
+    ActionSpec, ClusterPolicySpec, KIND_CLUSTER, KIND_NAMESPACED, LabelSelector, Mode, PolicyRef, PolicyScope,
+    PolicySpec, API_VERSION,
+};
+use crate::script::{CompiledScript, PolicyEnv, ScriptEngine};
+
+/// A policy document as read from a file or the API: identity, scope and spec.
+#[derive(Clone, Debug, PartialEq)]
+pub struct PolicyDocument {
+    pub reference: PolicyRef,
+    pub scope: PolicyScope,
+    pub spec: PolicySpec,
+}
+
+/// One rule, ready to evaluate.
+#[derive(Debug)]
+pub struct CompiledRule {
+    pub name: String,
+    pub detector_name: Option<String>,
+    pub detector: Option<Box<dyn Detector>>,
+    pub script: Option<CompiledScript>,
+    /// The `when` text, for reasons.
+    pub when: Option<String>,
+    pub for_: Duration,
+    pub keep_firing_for: Duration,
+    pub cooldown: Duration,
+    pub mode: Mode,
+    pub actions: Vec<ActionSpec>,
+}
+
+/// A validated policy with compiled rules.
+#[derive(Debug)]
+pub struct CompiledPolicy {
+    pub reference: PolicyRef,
+    pub scope: PolicyScope,
+    pub selector: LabelSelector,
+    pub mode: Mode,
+    pub env: Arc<PolicyEnv>,
+    pub sampling_interval: Duration,
+    pub rules: Vec<CompiledRule>,
+}
+
+impl CompiledPolicy {
+    /// Whether a job with these labels in a namespace with these labels is selected.
+    pub fn selects(
+        &self,
+        namespace: &str,
+        job_labels: &std::collections::BTreeMap<String, String>,
+        namespace_labels: Option<&std::collections::BTreeMap<String, String>>,
+    ) -> bool {
+        let in_scope = match &self.scope {
+            PolicyScope::Namespace(ns) => ns == namespace,
+            PolicyScope::Cluster { namespace_selector } => {
+                namespace_selector.is_empty()
+                    || namespace_labels.is_some_and(|labels| namespace_selector.matches(labels))
+            }
+        };
+        in_scope && self.selector.matches(job_labels)
+    }
+}
+
+fn duration_field(errors: &mut Vec<FieldError>, path: String, text: Option<&crate::policy::DurationText>) -> Duration {
+    match text.map(|t| t.parse()) {
+        None => Duration::from_secs(0),
+        Some(Ok(d)) => d,
+        Some(Err(e)) => {
+            errors.push(FieldError::new(path, e));
+            Duration::from_secs(0)
+        }
+    }
+}
+
+/// Validates and compiles a policy. `Err` lists every problem.
+pub fn compile(doc: &PolicyDocument, engine: &ScriptEngine) -> Result<CompiledPolicy, FieldErrors> {
+    let mut errors = Vec::new();
+    let spec = &doc.spec;
+
+    let tz = match spec.timezone.as_deref() {
+        None => jiff::tz::TimeZone::UTC,
+        Some(name) => Calendar::parse_time_zone(name).unwrap_or_else(|e| {
+            errors.push(FieldError::new("spec.timezone", e.to_string()));
+            jiff::tz::TimeZone::UTC
+        }),
+    };
+    let mut windows = Vec::new();
+    for (i, w) in spec.active_windows.iter().enumerate() {
+        let path = format!("spec.activeWindows[{i}]");
+        let duration = match w.duration.parse() {
+            Ok(d) => Some(d),
+            Err(e) => {
+                errors.push(FieldError::new(format!("{path}.duration"), e));
+                None
+            }
+        };
+        match (ActiveWindow::parse(&w.start, duration.unwrap_or(Duration::from_secs(1))), duration) {
+            (Ok(window), Some(_)) => windows.push(window),
+            (Ok(_), None) => {}
+            (Err(e), _) => errors.push(FieldError::new(format!("{path}.start"), e.to_string())),
+        }
+    }
+    let sampling_interval = match spec.sampling_interval.as_ref().map(|d| d.parse()) {
+        None => Duration::from_secs(30),
+        Some(Ok(d)) if d > Duration::from_secs(0) => d,
+        Some(Ok(_)) => {
+            errors.push(FieldError::new("spec.samplingInterval", "must be longer than 0s"));
+            Duration::from_secs(30)
+        }
+        Some(Err(e)) => {
+            errors.push(FieldError::new("spec.samplingInterval", e));
+            Duration::from_secs(30)
+        }
+    };
+    if let Some(cost) = spec.gpu_hour_cost
+        && !(cost.is_finite() && cost >= 0.0)
+    {
+        errors.push(FieldError::new("spec.gpuHourCost", format!("must be a number >= 0, got {cost}")));
+    }
+    if let Some(gpus) = spec.assume_gpus
+        && !(gpus.is_finite() && gpus >= 0.0)
+    {
+        errors.push(FieldError::new("spec.assumeGpus", format!("must be a number >= 0, got {gpus}")));
+    }
+    validate_selector(&mut errors, "spec.selector", &spec.selector);
+    if let PolicyScope::Cluster { namespace_selector } = &doc.scope {
+        validate_selector(&mut errors, "spec.namespaceSelector", namespace_selector);
+    }
+    if spec.rules.is_empty() {
+        errors.push(FieldError::new("spec.rules", "a policy needs at least one rule"));
+    }
+
+    let mut names = HashSet::new();
+    let mut rules = Vec::new();
+    for (i, rule) in spec.rules.iter().enumerate() {
+        let path = format!("spec.rules[{i}]");
+        if rule.name.is_empty() {
+            errors.push(FieldError::new(format!("{path}.name"), "required"));
+        } else if !names.insert(rule.name.as_str()) {
+            errors.push(FieldError::new(format!("{path}.name"), format!("duplicate rule name {:?}", rule.name)));
+        }
+        let detector = match &rule.uses {
+            Some(name) => match detectors::build(name, rule.with.as_ref(), &format!("{path}.with")) {
+                Ok(d) => Some(d),
+                Err(e) => {
+                    errors.extend(e);
+                    None
+                }
+            },
+            None => {
+                if rule.with.is_some() {
+                    errors.push(FieldError::new(format!("{path}.with"), "`with` needs `uses` (a detector)"));
+                }
+                None
+            }
+        };
+        if let Some(d) = &detector {
+            for (param, window) in d.windows() {
+                if window < sampling_interval {
+                    errors.push(FieldError::new(
+                        format!("{path}.with.{param}"),
+                        format!(
+                            "{window} is shorter than the sampling interval {sampling_interval}: there would be no sample to judge; raise it or set spec.samplingInterval"
+                        ),
+                    ));
+                }
+            }
+            if d.needs_gpu_hour_cost() && spec.gpu_hour_cost.is_none() {
+                errors.push(FieldError::new(format!("{path}.with.maxCost"), "a cost budget needs spec.gpuHourCost"));
+            }
+        }
+        let script = match &rule.when {
+            Some(src) if src.trim().is_empty() => {
+                errors.push(FieldError::new(format!("{path}.when"), "empty condition"));
+                None
+            }
+            Some(src) => match engine.compile(&rule.name, src) {
+                Ok(s) => Some(s),
+                Err(e) => {
+                    errors.push(FieldError::new(
+                        format!("{path}.when"),
+                        format!("line {}:{}: {}", e.line, e.column, e.message),
+                    ));
+                    None
+                }
+            },
+            None => None,
+        };
+        if rule.uses.is_none() && rule.when.is_none() {
+            errors.push(FieldError::new(path.clone(), "a rule needs `uses` (a detector), `when` (a Rhai condition), or both"));
+        }
+        let for_ = duration_field(&mut errors, format!("{path}.for"), rule.for_.as_ref());
+        let keep_firing_for = duration_field(&mut errors, format!("{path}.keepFiringFor"), rule.keep_firing_for.as_ref());
+        let cooldown = duration_field(&mut errors, format!("{path}.cooldown"), rule.cooldown.as_ref());
+        for (j, action) in rule.actions.iter().enumerate() {
+            let apath = format!("{path}.actions[{j}]");
+            match action {
+                ActionSpec::Notify(n) if n.to.trim().is_empty() => {
+                    errors.push(FieldError::new(format!("{apath}.notify.to"), "required"))
+                }
+                ActionSpec::Annotate(a) if !valid_annotation_key(&a.key) => errors.push(FieldError::new(
+                    format!("{apath}.annotate.key"),
+                    format!("{:?} is not a valid annotation key (prefix/name, name at most 63 characters)", a.key),
+                )),
+                ActionSpec::Scale(s) if s.num_nodes == 0 => {
+                    errors.push(FieldError::new(format!("{apath}.scale.numNodes"), "must be at least 1"))
+                }
+                _ => {}
+            }
+        }
+        rules.push(CompiledRule {
+            name: rule.name.clone(),
+            detector_name: rule.uses.clone(),
+            detector,
+            script,
+            when: rule.when.clone(),
+            for_,
+            keep_firing_for,
+            cooldown,
+            mode: rule.mode.unwrap_or(spec.mode),
+            actions: rule.actions.clone(),
+        });
+    }
+
+    if !errors.is_empty() {
+        return Err(FieldErrors { document: doc.reference.to_string(), errors });
+    }
+    Ok(CompiledPolicy {
+        reference: doc.reference.clone(),
+        scope: doc.scope.clone(),
+        selector: spec.selector.clone(),
+        mode: spec.mode,
+        env: Arc::new(PolicyEnv {
+            calendar: Calendar::new(tz, windows),
+            gpu_hour_cost: spec.gpu_hour_cost,
+            assume_gpus: spec.assume_gpus,
+        }),
+        sampling_interval,
+        rules,
+    })
+}
+
+fn validate_selector(errors: &mut Vec<FieldError>, path: &str, selector: &LabelSelector) {
+    use crate::policy::SelectorOperator::*;
+    for (i, e) in selector.match_expressions.iter().enumerate() {
+        let p = format!("{path}.matchExpressions[{i}].values");
+        match e.operator {
+            In | NotIn if e.values.is_empty() => errors.push(FieldError::new(p, "In and NotIn need values")),
+            Exists | DoesNotExist if !e.values.is_empty() => {
+                errors.push(FieldError::new(p, "Exists and DoesNotExist take no values"))
+            }
+            _ => {}
+        }
+    }
+}
+
+fn valid_annotation_key(key: &str) -> bool {
+    let name = key.rsplit_once('/').map_or(key, |(_, n)| n);
+    let ok_char = |c: char| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.');
+    !name.is_empty()
+        && name.len() <= 63
+        && name.chars().all(ok_char)
+        && name.starts_with(|c: char| c.is_ascii_alphanumeric())
+        && name.ends_with(|c: char| c.is_ascii_alphanumeric())
+        && key.rsplit_once('/').is_none_or(|(prefix, _)| !prefix.is_empty() && prefix.len() <= 253)
+}
+
+/// Reads policy documents (one or more YAML documents, `---` separated) from text. `source` names the file in
+/// errors. Unknown fields are errors, with their paths; YAML syntax errors carry line:column.
+pub fn parse_documents(text: &str, source: &str) -> Result<Vec<PolicyDocument>, FieldErrors> {
+    let values: Vec<Value> = serde_saphyr::from_multiple(text).map_err(|e| FieldErrors {
+        document: source.to_string(),
+        errors: vec![FieldError::new("(yaml)", e.to_string())],
+    })?;
+    let mut docs = Vec::new();
+    let mut errors = Vec::new();
+    for (i, value) in values.into_iter().enumerate() {
+        if value.is_null() {
+            continue;
+        }
+        let prefix = if i == 0 { String::new() } else { format!("document[{i}].") };
+        match parse_document(value) {
+            Ok(doc) => docs.push(doc),
+            Err(es) => errors.extend(es.into_iter().map(|e| FieldError::new(format!("{prefix}{}", e.path), e.message))),
+        }
+    }
+    if errors.is_empty() {
+        Ok(docs)
+    } else {
+        Err(FieldErrors { document: source.to_string(), errors })
+    }
+}
+
+/// One policy object (as YAML/JSON value) to a document.
+pub fn parse_document(value: Value) -> Result<PolicyDocument, Vec<FieldError>> {
+    let mut errors = Vec::new();
+    let Value::Object(mut obj) = value else {
+        return Err(vec![FieldError::new("(document)", "expected a ProgressPolicy or ClusterProgressPolicy object")]);
+    };
+    let kind = obj.get("kind").and_then(Value::as_str).unwrap_or_default().to_string();
+    let kind: &'static str = match kind.as_str() {
+        KIND_NAMESPACED => KIND_NAMESPACED,
+        KIND_CLUSTER => KIND_CLUSTER,
+        other => {
+            errors.push(FieldError::new("kind", format!("expected {KIND_NAMESPACED} or {KIND_CLUSTER}, got {other:?}")));
+            KIND_NAMESPACED
+        }
+    };
+    match obj.get("apiVersion").and_then(Value::as_str) {
+        Some(API_VERSION) => {}
+        other => errors.push(FieldError::new("apiVersion", format!("expected {API_VERSION}, got {other:?}"))),
+    }
+    let metadata = obj.remove("metadata").unwrap_or(Value::Null);
+    let name = metadata.get("name").and_then(Value::as_str).unwrap_or_default().to_string();
+    if name.is_empty() {
+        errors.push(FieldError::new("metadata.name", "required"));
+    }
+    let namespace = metadata.get("namespace").and_then(Value::as_str).map(str::to_string);
+    let generation = metadata.get("generation").and_then(Value::as_i64).unwrap_or(0);
+    let spec_value = obj.remove("spec").unwrap_or(Value::Null);
+    for key in obj.keys() {
+        if !matches!(key.as_str(), "apiVersion" | "kind" | "status") {
+            errors.push(FieldError::new(key.clone(), "unknown field"));
+        }
+    }
+    let (scope, spec) = if kind == KIND_CLUSTER {
+        if namespace.is_some() {
+            errors.push(FieldError::new("metadata.namespace", "a ClusterProgressPolicy is cluster-scoped: remove the namespace"));
+        }
+        let parsed: Option<ClusterPolicySpec> = deserialize_reporting_unknown(spec_value, "spec", &mut errors);
+        match parsed {
+            Some(c) => (PolicyScope::Cluster { namespace_selector: c.namespace_selector }, Some(c.policy)),
+            None => (PolicyScope::Cluster { namespace_selector: LabelSelector::default() }, None),
+        }
+    } else {
+        let parsed: Option<PolicySpec> = deserialize_reporting_unknown(spec_value, "spec", &mut errors);
+        (PolicyScope::Namespace(namespace.clone().unwrap_or_else(|| "default".into())), parsed)
+    };
+    match spec {
+        Some(spec) if errors.is_empty() => Ok(PolicyDocument {
+            reference: PolicyRef {
+                kind,
+                namespace: if kind == KIND_NAMESPACED { Some(namespace.unwrap_or_else(|| "default".into())) } else { None },
+                name,
+                generation,
+            },
+            scope,
+            spec,
+        }),
+        _ => Err(errors),
+    }
+}
+
+fn deserialize_reporting_unknown<T: serde::de::DeserializeOwned>(
+    value: Value,
+    root: &str,
+    errors: &mut Vec<FieldError>,
+) -> Option<T> {
+    if value.is_null() {
+        errors.push(FieldError::new(root, "required"));
+        return None;
+    }
+    let mut unknown = Vec::new();
+    let result: Result<T, _> = serde_ignored::deserialize(value, |path| unknown.push(path.to_string()));
+    for path in unknown {
+        errors.push(FieldError::new(format!("{root}.{}", json_path(&path)), "unknown field"));
+    }
+    match result {
+        Ok(v) => Some(v),
+        Err(e) => {
+            errors.push(FieldError::new(root, e.to_string()));
+            None
+        }
+    }
+}
+
+/// serde_ignored writes `rules.0.foo`; Kubernetes users read `rules[0].foo`.
+fn json_path(path: &str) -> String {
+    let mut out = String::new();
+    for part in path.split('.') {
+        if part.parse::<usize>().is_ok() {
+            out.push_str(&format!("[{part}]"));
+        } else {
+            if !out.is_empty() {
+                out.push('.');
+            }
+            out.push_str(part);
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn compile_yaml(yaml: &str) -> Result<CompiledPolicy, Vec<String>> {
+        let docs = parse_documents(yaml, "test.yaml").map_err(|e| e.errors.iter().map(|e| e.to_string()).collect::<Vec<_>>())?;
+        compile(&docs[0], &ScriptEngine::default()).map_err(|e| e.errors.iter().map(|e| e.to_string()).collect())
+    }
+
+    const WEEKEND_SAFE: &str = r#"
+apiVersion: trainwarden.dev/v1alpha1
+kind: ProgressPolicy
+metadata: {name: weekend-safe, namespace: fraud}
+spec:
+  selector: {matchLabels: {team: fraud}}
+  mode: Enforce
+  timezone: Europe/Rome
+  activeWindows:
+    - {start: "0 18 * * FRI", duration: 62h}
+  gpuHourCost: 6.875
+  rules:
+    - name: nan-loss
+      uses: non_finite
+      with: {metric: loss}
+      actions: [{suspend: {}}]
+    - name: loss-plateau
+      uses: plateau
+      with: {metric: loss, window: 2h, minDelta: 0.001, warmup: 10%}
+      for: 15m
+      actions: [{notify: {to: team}}, {suspend: {}}]
+    - name: stalled
+      when: 'stalled("30m")'
+      actions: [{suspend: {}}]
+    - name: late
+      when: 'eta_after("2026-12-01T09:00:00+01:00")'
+      keepFiringFor: 10m
+      cooldown: 6h
+      actions: [{notify: {to: team}}]
+"#;
+
+    #[test]
+    fn the_issue_example_compiles() {
+        let p = compile_yaml(WEEKEND_SAFE).unwrap();
+        assert_eq!(p.reference.to_string(), "fraud/weekend-safe");
+        assert_eq!(p.mode, Mode::Enforce);
+        assert_eq!(p.rules.len(), 4);
+        assert_eq!(p.rules[1].for_, Duration::from_secs(900));
+        assert_eq!(p.rules[3].cooldown, Duration::from_secs(6 * 3600));
+        assert!(p.rules[2].script.is_some());
+    }
+
+    #[test]
+    fn every_validation_error_is_reported_at_once_with_its_path() {
+        let yaml = r#"
+apiVersion: trainwarden.dev/v1alpha1
+kind: ProgressPolicy
+metadata: {name: broken, namespace: ns}
+spec:
+  timezone: Mars/Olympus
+  samplingInterval: 1m
+  activeWindows:
+    - {start: "0 18 * * FRYDAY", duration: 62h}
+    - {start: "0 18 * * FRI", duration: "-5m"}
+  rules:
+    - name: a
+      uses: plato
+    - name: a
+      uses: plateau
+      with: {metric: loss, window: 30s, minDelta: -1, colour: red}
+      for: 15 minutes
+    - name: c
+      when: 'metric("loss") >'
+    - name: d
+    - name: e
+      uses: over_budget
+      with: {maxCost: 100}
+      actions: [{annotate: {key: "bad key!"}}]
+"#;
+        let errors = compile_yaml(yaml).unwrap_err();
+        let paths: Vec<&str> = errors.iter().map(|e| e.split(": ").next().unwrap()).collect();
+        assert_eq!(
+            paths,
+            vec![
+                "spec.timezone",
+                "spec.activeWindows[0].start",
+                "spec.activeWindows[1].duration",
+                "spec.rules[0].uses",
+                "spec.rules[1].name",
+                "spec.rules[1].with.minDelta",
+                "spec.rules[1].with.colour",
+                "spec.rules[1].with.window",
+                "spec.rules[1].for",
+                "spec.rules[2].when",
+                "spec.rules[3]",
+                "spec.rules[4].with.maxCost",
+                "spec.rules[4].actions[0].annotate.key",
+            ],
+            "{errors:#?}"
+        );
+        assert!(errors[8].contains("shorter than the sampling interval 1m"), "{}", errors[8]);
+        assert!(errors[9].contains("line 1:"), "{}", errors[9]);
+    }
+
+    #[test]
+    fn unknown_fields_are_errors_with_paths() {
+        let yaml = r#"
+apiVersion: trainwarden.dev/v1alpha1
+kind: ProgressPolicy
+metadata: {name: typo}
+spec:
+  mode: Audit
+  rules:
+    - name: r
+      when: "true"
+      keepFiringfor: 10m
+"#;
+        let errors = compile_yaml(yaml).unwrap_err();
+        assert_eq!(errors, vec!["spec.rules[0].keepFiringfor: unknown field"]);
+    }
+
+    #[test]
+    fn bad_enums_and_kinds_are_reported() {
+        let yaml = "apiVersion: v1\nkind: Pod\nmetadata: {name: x}\nspec: {mode: Sometimes, rules: []}\n";
+        let errors = compile_yaml(yaml).unwrap_err();
+        assert!(errors[0].starts_with("kind: expected ProgressPolicy"), "{errors:?}");
+        assert!(errors[1].starts_with("apiVersion:"), "{errors:?}");
+        assert!(errors[2].starts_with("spec: unknown variant `Sometimes`"), "{errors:?}");
+    }
+
+    #[test]
+    fn yaml_syntax_errors_carry_a_position() {
+        let e = parse_documents("spec: [unclosed", "bad.yaml").unwrap_err();
+        assert_eq!(e.document, "bad.yaml");
+        assert!(e.errors[0].message.contains("line"), "{}", e);
+    }
+
+    #[test]
+    fn cluster_policies_select_by_namespace_labels() {
+        let yaml = r#"
+apiVersion: trainwarden.dev/v1alpha1
+kind: ClusterProgressPolicy
+metadata: {name: gpu-reclaim}
+spec:
+  namespaceSelector: {matchLabels: {tier: research}}
+  selector: {matchExpressions: [{key: team, operator: Exists}]}
+  rules: [{name: stalled, uses: stalled, with: {after: 1h}}]
+"#;
+        let p = compile_yaml(yaml).unwrap();
+        let labels = |pairs: &[(&str, &str)]| pairs.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect();
+        assert!(p.selects("any", &labels(&[("team", "x")]), Some(&labels(&[("tier", "research")]))));
+        assert!(!p.selects("any", &labels(&[("team", "x")]), Some(&labels(&[("tier", "prod")]))));
+        assert!(!p.selects("any", &labels(&[]), Some(&labels(&[("tier", "research")]))));
+        assert!(p.reference.namespace.is_none());
+    }
+
+    #[test]
+    fn namespaced_policies_only_see_their_namespace() {
+        let p = compile_yaml(WEEKEND_SAFE).unwrap();
+        let labels = [("team".to_string(), "fraud".to_string())].into_iter().collect();
+        assert!(p.selects("fraud", &labels, None));
+        assert!(!p.selects("other", &labels, None));
+    }
+}

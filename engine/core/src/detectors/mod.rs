@@ -1,0 +1,382 @@
+//! Built-in detectors.
+//!
+//! A detector answers one question about one job ("has the loss stopped improving?"). Each is a pure
+//! function of its parameters, the job's bounded history ([`JobSeries`]), the job's snapshot and the
+//! evaluation time, plus — for the few that follow the Lightning/Keras "wait counter" semantics — a small
+//! per-(rule, job) [`DetectorState`] that [`Detector::observe`] advances on every new sample. No detector does
+//! I/O or reads a clock: `now` is an input, so replay and tests are exact.
+//!
+//! Each detector lives in its own module with its documentation, an example and its tests, VRL style.
+//! [`DETECTORS`] is the catalog; [`build`] turns a rule's `uses` + `with` into a [`Detector`], reporting every
+//! parameter problem with its field path.
+
+use std::fmt;
+
+use crate::calendar::Calendar;
+use crate::error::FieldError;
+use crate::sample::{JobPhase, JobSnapshot, ProgressSample, Timestamp};
+use crate::series::JobSeries;
+
+mod budget;
+mod diverging;
+mod eta;
+mod non_finite;
+mod params;
+mod plateau;
+mod sagemaker;
+mod stalled;
+
+pub use budget::OverBudget;
+pub use diverging::Diverging;
+pub use eta::{EtaAfter, EtaExceeds, parse_deadline};
+pub use non_finite::NonFinite;
+pub use params::{DirectionParam, Params};
+pub use plateau::{Plateau, PlateauState};
+pub use sagemaker::{LossNotDecreasing, Overtraining, OvertrainingState};
+pub use stalled::Stalled;
+
+/// Everything a detector may look at for one job at one instant.
+#[derive(Clone, Copy)]
+pub struct JobView<'a> {
+    pub snapshot: &'a JobSnapshot,
+    pub series: &'a JobSeries,
+    pub now: Timestamp,
+    /// When the engine first saw the job (fallback for runtime and stall clocks).
+    pub first_seen: Timestamp,
+    /// GPUs held: the job's own figure, else the policy's `assumeGpus`.
+    pub gpus: Option<f64>,
+    /// The policy's `gpuHourCost`.
+    pub gpu_hour_cost: Option<f64>,
+    pub calendar: &'a Calendar,
+}
+
+impl JobView<'_> {
+    /// The job's runtime since it last started running, in seconds.
+    pub fn runtime_seconds(&self) -> f64 {
+        let since = self.snapshot.running_since.unwrap_or(self.first_seen);
+        seconds(since, self.now).max(0.0)
+    }
+
+    /// The last sign of life: the latest sample, or the (re)start of the job if that is later.
+    pub fn last_activity(&self) -> Timestamp {
+        let started = self.snapshot.running_since.unwrap_or(self.first_seen);
+        match self.series.last_sample_at {
+            Some(t) if t > started => t,
+            _ => started,
+        }
+    }
+
+    /// Estimated end as reported by the latest sample: its time plus its ETA.
+    pub fn estimated_end(&self) -> Option<Timestamp> {
+        let at = self.series.last_sample_at?;
+        let eta = self.series.last?.eta_seconds?;
+        add_seconds(at, eta)
+    }
+
+    pub fn progress_percent(&self) -> Option<f64> {
+        self.series.last.and_then(|l| l.progress_percent)
+    }
+
+    pub fn is_running(&self) -> bool {
+        self.snapshot.phase == JobPhase::Running
+    }
+}
+
+/// Why a detector fired: a sentence for humans and the values behind it for machines.
+#[derive(Clone, Debug, PartialEq, serde::Serialize)]
+pub struct Finding {
+    pub summary: String,
+    pub values: Vec<(String, f64)>,
+    /// What kind of waste this finding signals; savings accounting uses it.
+    pub kind: FindingKind,
+}
+
+/// Savings are counted to the job's estimated end, except for a stall: a hung job never reaches its ETA, so
+/// the time saved runs to the end of the unattended window.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "camelCase")]
+pub enum FindingKind {
+    Progress,
+    Stall,
+}
+
+impl Finding {
+    pub fn new(summary: impl Into<String>) -> Self {
+        Finding { summary: summary.into(), values: Vec::new(), kind: FindingKind::Progress }
+    }
+
+    pub fn value(mut self, name: &str, v: f64) -> Self {
+        self.values.push((name.to_string(), v));
+        self
+    }
+
+    pub fn stall(mut self) -> Self {
+        self.kind = FindingKind::Stall;
+        self
+    }
+}
+
+/// Per-(rule, job) memory of the stateful detectors.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub enum DetectorState {
+    #[default]
+    None,
+    Plateau(PlateauState),
+    Overtraining(OvertrainingState),
+}
+
+/// A configured detector.
+pub trait Detector: fmt::Debug + Send + Sync {
+    /// Advances per-job state with a new (deduplicated) sample, after it was recorded in `series`.
+    fn observe(&self, _state: &mut DetectorState, _series: &JobSeries, _sample: &ProgressSample) {}
+
+    /// Whether the detector fires now, and why.
+    fn check(&self, state: &DetectorState, view: &JobView<'_>) -> Option<Finding>;
+
+    /// Durations the detector waits on, checked against the policy's sampling interval.
+    fn windows(&self) -> Vec<(&'static str, crate::duration::Duration)> {
+        Vec::new()
+    }
+
+    /// Whether the detector needs the policy's gpuHourCost (validation checks that it is set).
+    fn needs_gpu_hour_cost(&self) -> bool {
+        false
+    }
+}
+
+/// One catalog entry: name, what it does, its parameters, an example `with`.
+pub struct DetectorInfo {
+    pub name: &'static str,
+    pub summary: &'static str,
+    /// `(name, type, default, meaning)`
+    pub params: &'static [(&'static str, &'static str, &'static str, &'static str)],
+    pub example: &'static str,
+    build: fn(&mut Params<'_>) -> Option<Box<dyn Detector>>,
+}
+
+/// The detector catalog, in documentation order.
+pub const DETECTORS: &[DetectorInfo] = &[
+    plateau::INFO,
+    diverging::INFO,
+    non_finite::INFO,
+    stalled::INFO,
+    eta::INFO_AFTER,
+    eta::INFO_EXCEEDS,
+    budget::INFO,
+    sagemaker::INFO_LOSS_NOT_DECREASING,
+    sagemaker::INFO_OVERTRAINING,
+    stalled::INFO_STALLED_TRAINING,
+];
+
+/// Looks up a detector by name.
+pub fn info(name: &str) -> Option<&'static DetectorInfo> {
+    DETECTORS.iter().find(|d| d.name == name)
+}
+
+/// Builds the detector `name` from its `with` parameters. All problems are returned, each with its path
+/// under `path` (for example `spec.rules[0].with`).
+pub fn build(
+    name: &str,
+    with: Option<&serde_json::Map<String, serde_json::Value>>,
+    path: &str,
+) -> Result<Box<dyn Detector>, Vec<FieldError>> {
+    let Some(info) = info(name) else {
+        return Err(vec![FieldError::new(
+            path.trim_end_matches(".with").to_string() + ".uses",
+            format!(
+                "unknown detector {name:?}; known detectors: {}",
+                DETECTORS.iter().map(|d| d.name).collect::<Vec<_>>().join(", ")
+            ),
+        )]);
+    };
+    let empty = serde_json::Map::new();
+    let mut params = Params::new(with.unwrap_or(&empty), path);
+    let detector = (info.build)(&mut params);
+    let errors = params.finish();
+    match detector {
+        Some(d) if errors.is_empty() => Ok(d),
+        _ => Err(errors),
+    }
+}
+
+pub(crate) fn seconds(from: Timestamp, to: Timestamp) -> f64 {
+    (to.as_nanosecond() - from.as_nanosecond()) as f64 / 1e9
+}
+
+pub(crate) fn add_seconds(at: Timestamp, secs: f64) -> Option<Timestamp> {
+    if !secs.is_finite() {
+        return None;
+    }
+    let nanos = at.as_nanosecond().checked_add((secs * 1e9) as i128)?;
+    Timestamp::from_nanosecond(nanos).ok()
+}
+
+/// Formats a number for reasons: compact, no float noise.
+pub fn fmt_num(v: f64) -> String {
+    if !v.is_finite() {
+        return format!("{v}");
+    }
+    if v != 0.0 && (v.abs() < 1e-3 || v.abs() >= 1e7) {
+        return format!("{v:.3e}");
+    }
+    let s = format!("{v:.4}");
+    let s = s.trim_end_matches('0').trim_end_matches('.');
+    if s == "-0" { "0".to_string() } else { s.to_string() }
+}
+
+/// Formats seconds as a short human duration (`2h15m`, `45s`).
+pub fn fmt_secs(secs: f64) -> String {
+    if !secs.is_finite() || secs < 0.0 {
+        return format!("{secs}s");
+    }
+    let total = secs.round() as u64;
+    let (d, h, m, s) = (total / 86400, total / 3600 % 24, total / 60 % 60, total % 60);
+    let mut out = String::new();
+    if d > 0 {
+        out += &format!("{d}d");
+    }
+    if h > 0 {
+        out += &format!("{h}h");
+    }
+    if m > 0 {
+        out += &format!("{m}m");
+    }
+    if s > 0 || out.is_empty() {
+        out += &format!("{s}s");
+    }
+    out
+}
+
+#[cfg(test)]
+pub(crate) mod testkit {
+    //! Builders for detector tests: a job, a series fed from plain values, a view at a time.
+    use super::*;
+    use crate::calendar::Calendar;
+    use crate::sample::{JobKey, Metric, SampleSource};
+
+    pub fn t(secs: i64) -> Timestamp {
+        Timestamp::from_second(1_767_225_600 + secs).unwrap() // 2026-01-01T00:00:00Z
+    }
+
+    pub struct Job {
+        pub snapshot: JobSnapshot,
+        pub series: JobSeries,
+        pub state: DetectorState,
+        pub calendar: Calendar,
+        pub gpus: Option<f64>,
+        pub cost: Option<f64>,
+    }
+
+    impl Job {
+        pub fn new() -> Self {
+            Job {
+                snapshot: JobSnapshot::new(JobKey::new("ns", "job")),
+                series: JobSeries::new(t(0)),
+                state: DetectorState::None,
+                calendar: Calendar::new(jiff::tz::TimeZone::UTC, Vec::new()),
+                gpus: None,
+                cost: None,
+            }
+        }
+
+        /// Records a sample at `secs` with the given metrics and progress fields, running `detector.observe`.
+        pub fn sample(
+            &mut self,
+            detector: &dyn Detector,
+            secs: i64,
+            metrics: &[(&'static str, f64)],
+            progress: Option<f64>,
+            eta: Option<f64>,
+        ) {
+            let mut s = ProgressSample::empty(t(secs), SampleSource::TrainerStatus);
+            s.metrics = metrics.iter().map(|(n, v)| Metric { name: (*n).into(), value: *v }).collect();
+            s.progress_percent = progress;
+            s.eta_seconds = eta;
+            if self.series.record(&s) == crate::series::Recorded::New {
+                detector.observe(&mut self.state, &self.series, &s);
+            }
+        }
+
+        /// Feeds `values` of `metric` one every `every` seconds starting at 0; returns the last time.
+        pub fn feed(&mut self, detector: &dyn Detector, metric: &'static str, every: i64, values: &[f64]) -> i64 {
+            let mut last = 0;
+            for (i, v) in values.iter().enumerate() {
+                last = i as i64 * every;
+                self.sample(detector, last, &[(metric, *v)], None, None);
+            }
+            last
+        }
+
+        pub fn check(&self, detector: &dyn Detector, now_secs: i64) -> Option<Finding> {
+            let view = JobView {
+                snapshot: &self.snapshot,
+                series: &self.series,
+                now: t(now_secs),
+                first_seen: t(0),
+                gpus: self.gpus.or(self.snapshot.gpus),
+                gpu_hour_cost: self.cost,
+                calendar: &self.calendar,
+            };
+            detector.check(&self.state, &view)
+        }
+    }
+
+    /// Builds a detector from a JSON `with` object, panicking with the errors (tests only).
+    pub fn detector(name: &str, with: serde_json::Value) -> Box<dyn Detector> {
+        let map = with.as_object().cloned().unwrap_or_default();
+        match build(name, Some(&map), "with") {
+            Ok(d) => d,
+            Err(e) => panic!("{name}: {e:?}"),
+        }
+    }
+
+    /// The errors building a detector produces.
+    pub fn errors(name: &str, with: serde_json::Value) -> Vec<String> {
+        let map = with.as_object().cloned().unwrap_or_default();
+        match build(name, Some(&map), "with") {
+            Ok(d) => panic!("expected errors, got {d:?}"),
+            Err(e) => e.into_iter().map(|e| e.to_string()).collect(),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn catalog_matches_the_names_the_crd_schema_accepts() {
+        let names: Vec<&str> = DETECTORS.iter().map(|d| d.name).collect();
+        assert_eq!(names, crate::policy::DETECTOR_NAMES.to_vec());
+    }
+
+    #[test]
+    fn every_catalog_example_builds() {
+        for d in DETECTORS {
+            let with: serde_json::Value = serde_json::from_str(d.example).unwrap_or_else(|e| panic!("{}: {e}", d.name));
+            let map = with.as_object().cloned().unwrap();
+            if let Err(e) = build(d.name, Some(&map), "with") {
+                panic!("example of {} does not build: {e:?}", d.name);
+            }
+        }
+    }
+
+    #[test]
+    fn unknown_detector_lists_the_known_ones() {
+        let e = build("plato", None, "spec.rules[2].with").unwrap_err();
+        assert_eq!(e[0].path, "spec.rules[2].uses");
+        assert!(e[0].message.contains("unknown detector \"plato\""));
+        assert!(e[0].message.contains("plateau"));
+    }
+
+    #[test]
+    fn numbers_and_durations_format_compactly() {
+        assert_eq!(fmt_num(0.25), "0.25");
+        assert_eq!(fmt_num(2.0), "2");
+        assert_eq!(fmt_num(1e-5), "1.000e-5");
+        assert_eq!(fmt_num(f64::NAN), "NaN");
+        assert_eq!(fmt_secs(8100.0), "2h15m");
+        assert_eq!(fmt_secs(0.0), "0s");
+        assert_eq!(fmt_secs(90061.0), "1d1h1m1s");
+    }
+}

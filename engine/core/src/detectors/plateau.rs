@@ -1,0 +1,314 @@
+//! `plateau`: the metric stopped improving.
+//!
+//! Semantics follow PyTorch Lightning / Keras `EarlyStopping`: a reference best value moves only on a
+//! *significant* improvement — more than `minDelta` (absolute) and more than `minDeltaPct` percent of the
+//! reference (relative, SageMaker's `diff_percent`, W&B's RELATIVE). The rule fires once `window` (alias
+//! `patience`) has passed without one, counted in reported samples (`window: 10`) or in wall-clock time
+//! between samples (`window: 2h`); wall-clock patience is measured between samples, so a job that simply
+//! stops reporting is `stalled`, not a plateau. With `std`, it also fires when the standard deviation over
+//! the window drops below `std` (Ray Tune's TrialPlateauStopper). Nothing fires during `warmup` (a sample
+//! count, or a progress percentage such as `10%`).
+//!
+//! Example: `uses: plateau`, `with: {metric: loss, window: 2h, minDelta: 0.001, warmup: 10%}`.
+
+use super::{Detector, DetectorInfo, DetectorState, DirectionParam, Finding, JobView, Params, fmt_num, fmt_secs, seconds};
+use crate::duration::{Duration, Warmup, Window};
+use crate::sample::{ProgressSample, Timestamp};
+use crate::series::{JobSeries, WINDOW};
+
+pub const INFO: DetectorInfo = DetectorInfo {
+    name: "plateau",
+    summary: "The metric has not improved by more than minDelta / minDeltaPct for `window` (samples or time), or its std over the window fell below `std`.",
+    params: &[
+        ("metric", "string", "required", "Canonical metric name, e.g. loss or eval_loss."),
+        ("mode", "min|max|auto", "auto", "Which way is better; auto infers it from the name (accuracy-like names are max)."),
+        ("window", "samples or duration", "10", "Patience: samples (10) or wall-clock time between samples (2h). Alias: patience."),
+        ("minDelta", "number", "0", "Absolute improvement that counts (Lightning min_delta)."),
+        ("minDeltaPct", "number", "0", "Relative improvement in percent of the best value that counts."),
+        ("std", "number", "none", "Also fire when the std over the window is below this (Ray Tune)."),
+        ("warmup", "samples or percent", "0", "Samples (5) or progress (\"10%\") before the rule may fire."),
+    ],
+    example: r#"{"metric": "loss", "window": "2h", "minDelta": 0.001, "warmup": "10%"}"#,
+    build,
+};
+
+#[derive(Debug, Clone)]
+pub struct Plateau {
+    pub metric: String,
+    pub mode: DirectionParam,
+    pub window: Window,
+    pub min_delta: f64,
+    pub min_delta_pct: f64,
+    pub std: Option<f64>,
+    pub warmup: Warmup,
+}
+
+/// The reference best and the metric's own sample clock.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct PlateauState {
+    /// Finite observations of the metric.
+    pub samples: u64,
+    pub first_at: Option<Timestamp>,
+    pub last_at: Option<Timestamp>,
+    /// Reference best: value, time and sample number of the last significant improvement.
+    pub reference: Option<(f64, Timestamp, u64)>,
+}
+
+fn build(p: &mut Params<'_>) -> Option<Box<dyn Detector>> {
+    let metric = p.required_string("metric");
+    let mode = p.direction("mode");
+    let window = match (p.raw("window").is_some(), p.raw("patience").is_some()) {
+        (true, true) => {
+            p.error("patience", "give either window or patience (they are the same), not both");
+            None
+        }
+        (false, true) => p.window("patience"),
+        _ => p.window("window"),
+    };
+    let window = window.unwrap_or(Window::Samples(10));
+    let min_delta = p.positive("minDelta", true).unwrap_or(0.0);
+    let min_delta_pct = p.positive("minDeltaPct", true).unwrap_or(0.0);
+    let std = p.positive("std", false);
+    let warmup = p.warmup("warmup").unwrap_or(Warmup::Samples(0));
+    match window {
+        Window::Samples(0) => p.error("window", "must be at least 1 sample"),
+        Window::Samples(n) if std.is_some() && (n < 2 || n as usize > WINDOW) => {
+            p.error("window", format!("with std, a sample window must be between 2 and {WINDOW} samples"))
+        }
+        _ => {}
+    }
+    Some(Box::new(Plateau {
+        metric: metric?.to_string(),
+        mode,
+        window,
+        min_delta,
+        min_delta_pct,
+        std,
+        warmup,
+    }))
+}
+
+impl Plateau {
+    fn significant(&self, reference: f64, candidate: f64) -> bool {
+        let direction = self.mode.resolve(&self.metric);
+        let improvement = match direction {
+            crate::series::Direction::Min => reference - candidate,
+            crate::series::Direction::Max => candidate - reference,
+        };
+        let needed = self.min_delta.max(reference.abs() * self.min_delta_pct / 100.0);
+        improvement > needed
+    }
+}
+
+impl Detector for Plateau {
+    fn observe(&self, state: &mut DetectorState, _series: &JobSeries, sample: &ProgressSample) {
+        let Some(v) = sample.metric(&self.metric).filter(|v| v.is_finite()) else { return };
+        if !matches!(state, DetectorState::Plateau(_)) {
+            *state = DetectorState::Plateau(PlateauState::default());
+        }
+        let DetectorState::Plateau(s) = state else { return };
+        s.samples += 1;
+        s.first_at.get_or_insert(sample.updated_at);
+        s.last_at = Some(sample.updated_at);
+        match s.reference {
+            Some((best, _, _)) if !self.significant(best, v) => {}
+            _ => s.reference = Some((v, sample.updated_at, s.samples)),
+        }
+    }
+
+    fn check(&self, state: &DetectorState, view: &JobView<'_>) -> Option<Finding> {
+        let DetectorState::Plateau(s) = state else { return None };
+        match self.warmup {
+            Warmup::Samples(n) if s.samples < n => return None,
+            Warmup::ProgressPercent(p) if view.progress_percent().is_none_or(|x| x < p) => return None,
+            _ => {}
+        }
+        let (best, best_at, best_sample) = s.reference?;
+        let last_at = s.last_at?;
+        let last = view.series.metric(&self.metric).and_then(|m| m.last()).map(|(_, v)| v).unwrap_or(best);
+        let since_samples = s.samples - best_sample;
+        let since_secs = seconds(best_at, last_at);
+        let stalled_improvement = match self.window {
+            Window::Samples(n) => since_samples >= n,
+            Window::Time(d) => since_secs >= d.as_secs_f64(),
+        };
+        let threshold = if self.min_delta_pct > 0.0 {
+            format!("{} ({}%)", fmt_num(self.min_delta.max(best.abs() * self.min_delta_pct / 100.0)), fmt_num(self.min_delta_pct))
+        } else {
+            fmt_num(self.min_delta)
+        };
+        if stalled_improvement {
+            return Some(
+                Finding::new(format!(
+                    "{} has not improved by more than {} for {} samples / {} (best {} at sample {}, last {})",
+                    self.metric,
+                    threshold,
+                    since_samples,
+                    fmt_secs(since_secs),
+                    fmt_num(best),
+                    best_sample,
+                    fmt_num(last)
+                ))
+                .value("best", best)
+                .value("last", last)
+                .value("samplesSinceImprovement", since_samples as f64)
+                .value("secondsSinceImprovement", since_secs),
+            );
+        }
+        let std_limit = self.std?;
+        let series = view.series.metric(&self.metric)?;
+        let stats = match self.window {
+            Window::Samples(n) if series.window_len() >= n as usize => series.stats_last(n as usize)?,
+            Window::Time(d) if s.first_at.is_some_and(|f| seconds(f, last_at) >= d.as_secs_f64()) => {
+                series.stats_since(add(last_at, -d.as_secs_f64()))?
+            }
+            _ => return None,
+        };
+        (stats.count >= 2 && stats.std < std_limit).then(|| {
+            Finding::new(format!(
+                "{} std over the last {} samples is {} < {} (mean {})",
+                self.metric,
+                stats.count,
+                fmt_num(stats.std),
+                fmt_num(std_limit),
+                fmt_num(stats.mean)
+            ))
+            .value("std", stats.std)
+            .value("mean", stats.mean)
+        })
+    }
+
+    fn windows(&self) -> Vec<(&'static str, Duration)> {
+        match self.window {
+            Window::Time(d) => vec![("window", d)],
+            Window::Samples(_) => Vec::new(),
+        }
+    }
+}
+
+fn add(t: Timestamp, secs: f64) -> Timestamp {
+    super::add_seconds(t, secs).unwrap_or(t)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::testkit::{Job, detector, errors};
+    use serde_json::json;
+
+    #[test]
+    fn fires_after_patience_samples_without_improvement() {
+        let d = detector("plateau", json!({"metric": "loss", "window": 5}));
+        let mut job = Job::new();
+        // Improves for 10 samples, then flat.
+        let mut values: Vec<f64> = (0..10).map(|i| 2.0 - 0.1 * i as f64).collect();
+        values.extend([1.1; 4]);
+        let last = job.feed(d.as_ref(), "loss", 60, &values);
+        assert!(job.check(d.as_ref(), last).is_none(), "4 flat samples < patience 5");
+        job.sample(d.as_ref(), last + 60, &[("loss", 1.1)], None, None);
+        let f = job.check(d.as_ref(), last + 60).expect("5 flat samples");
+        assert!(f.summary.starts_with("loss has not improved by more than 0 for 5 samples"), "{}", f.summary);
+    }
+
+    #[test]
+    fn min_delta_ignores_tiny_improvements() {
+        let d = detector("plateau", json!({"metric": "loss", "window": 3, "minDelta": 0.01}));
+        let mut job = Job::new();
+        // Improves by 0.001 per sample: never significant.
+        let last = job.feed(d.as_ref(), "loss", 60, &[1.0, 0.999, 0.998, 0.997]);
+        assert!(job.check(d.as_ref(), last).is_some());
+        // Cumulative improvement beyond min_delta relative to the reference counts (Lightning semantics).
+        let d = detector("plateau", json!({"metric": "loss", "window": 3, "minDelta": 0.0025}));
+        let mut job = Job::new();
+        let last = job.feed(d.as_ref(), "loss", 60, &[1.0, 0.999, 0.998, 0.997]);
+        assert!(job.check(d.as_ref(), last).is_none(), "0.003 total > 0.0025 resets the reference");
+    }
+
+    #[test]
+    fn min_delta_pct_is_relative_to_the_best() {
+        let d = detector("plateau", json!({"metric": "loss", "window": 2, "minDeltaPct": 1.0}));
+        let mut job = Job::new();
+        // 100 -> 99.5 is 0.5 %: not significant; -> 98 is 2 % of 100: significant.
+        let last = job.feed(d.as_ref(), "loss", 60, &[100.0, 99.5, 98.0]);
+        assert!(job.check(d.as_ref(), last).is_none());
+        let mut job = Job::new();
+        let last = job.feed(d.as_ref(), "loss", 60, &[100.0, 99.5, 98.0, 97.5, 97.3]);
+        let f = job.check(d.as_ref(), last).expect("0.5 and 0.7 below 1% of 98");
+        assert!(f.summary.contains("best 98 at sample 3"), "{}", f.summary);
+    }
+
+    #[test]
+    fn wall_clock_window_counts_time_between_samples_not_silence() {
+        let d = detector("plateau", json!({"metric": "loss", "window": "2h"}));
+        let mut job = Job::new();
+        let values = vec![1.0; 100];
+        // One sample a minute: 99 minutes of flat values < 2h.
+        let last = job.feed(d.as_ref(), "loss", 60, &values);
+        assert!(job.check(d.as_ref(), last).is_none());
+        // Long silence afterwards is a stall, not a plateau.
+        assert!(job.check(d.as_ref(), last + 10 * 3600).is_none());
+        job.sample(d.as_ref(), 2 * 3600, &[("loss", 1.0)], None, None);
+        assert!(job.check(d.as_ref(), 2 * 3600).is_some());
+    }
+
+    #[test]
+    fn max_mode_and_auto_direction() {
+        let d = detector("plateau", json!({"metric": "eval_accuracy", "window": 3}));
+        let mut job = Job::new();
+        let last = job.feed(d.as_ref(), "eval_accuracy", 60, &[0.5, 0.6, 0.7, 0.8]);
+        assert!(job.check(d.as_ref(), last).is_none(), "accuracy rising is improvement");
+        let d = detector("plateau", json!({"metric": "eval_accuracy", "window": 3, "mode": "min"}));
+        let mut job = Job::new();
+        let last = job.feed(d.as_ref(), "eval_accuracy", 60, &[0.5, 0.6, 0.7, 0.8]);
+        assert!(job.check(d.as_ref(), last).is_some(), "in min mode rising is no improvement");
+    }
+
+    #[test]
+    fn warmup_in_samples_and_progress() {
+        let d = detector("plateau", json!({"metric": "loss", "window": 2, "warmup": 10}));
+        let mut job = Job::new();
+        let last = job.feed(d.as_ref(), "loss", 60, &[1.0; 5]);
+        assert!(job.check(d.as_ref(), last).is_none(), "5 samples < warmup 10");
+        let d = detector("plateau", json!({"metric": "loss", "window": 2, "warmup": "50%"}));
+        let mut job = Job::new();
+        for i in 0..5 {
+            job.sample(d.as_ref(), i * 60, &[("loss", 1.0)], Some(10.0 * i as f64), None);
+        }
+        assert!(job.check(d.as_ref(), 240).is_none(), "progress 40% < 50%");
+        job.sample(d.as_ref(), 300, &[("loss", 1.0)], Some(50.0), None);
+        assert!(job.check(d.as_ref(), 300).is_some());
+    }
+
+    #[test]
+    fn std_below_threshold_fires_even_with_tiny_improvements() {
+        let d = detector("plateau", json!({"metric": "loss", "window": 4, "std": 0.01}));
+        let mut job = Job::new();
+        let last = job.feed(d.as_ref(), "loss", 60, &[1.0, 0.999, 0.998, 0.997, 0.996]);
+        let f = job.check(d.as_ref(), last).expect("std of 0.001 steps is below 0.01");
+        assert!(f.summary.contains("std over the last 4 samples"), "{}", f.summary);
+    }
+
+    #[test]
+    fn nan_does_not_reset_or_poison_the_reference() {
+        let d = detector("plateau", json!({"metric": "loss", "window": 3}));
+        let mut job = Job::new();
+        let last = job.feed(d.as_ref(), "loss", 60, &[1.0, f64::NAN, 1.0, f64::NAN, 1.0, 1.0]);
+        let f = job.check(d.as_ref(), last).expect("4 finite flat samples");
+        assert!(f.summary.contains("best 1 at sample 1"), "{}", f.summary);
+    }
+
+    #[test]
+    fn parameter_errors_are_reported_together() {
+        let e = errors("plateau", json!({"window": 0, "minDelta": -1, "foo": 1}));
+        assert_eq!(
+            e,
+            vec![
+                "with.metric: required",
+                "with.minDelta: must be >= 0, got -1",
+                "with.window: must be at least 1 sample",
+                "with.foo: unknown parameter",
+            ]
+        );
+        let e = errors("plateau", json!({"metric": "loss", "window": 3, "patience": 3}));
+        assert!(e[0].contains("either window or patience"));
+    }
+}

@@ -1,0 +1,645 @@
+//! The evaluator: per-job history, per-(job, rule) firing lifecycle, and action intents.
+//!
+//! ```text
+//!   JobSnapshot ──observe──▶ JobSeries (history) ──▶ rules of every selecting policy ──▶ Events
+//!   time ────────tick─────▶ (timers: stalled, for, keepFiringFor, calendar windows) ──┘
+//! ```
+//!
+//! Lifecycle per job × rule, as Prometheus alerting rules: inactive → pending (while `for` has not elapsed)
+//! → firing → resolved after the condition has been false for `keepFiringFor`. Entering firing issues one
+//! [`ActionIntent`] per action, unless the same action was issued for the same job and rule less than
+//! `cooldown` ago. Intents are descriptions; the executor performs them, or in Audit mode only reports them.
+//!
+//! The evaluator is sans-IO and clock-free: every call takes `now`, so the controller (wall clock), replay
+//! and `trainwarden test` (the stream's clock) share this exact code path. Callers drive time with
+//! [`Evaluator::tick`] at [`Evaluator::next_tick`]; the replay driver does so between samples, which is how a
+//! stall fires with no new sample arriving.
+
+use std::collections::{BTreeMap, HashMap};
+
+use crate::compile::{CompiledPolicy, CompiledRule};
+use crate::detectors::{self, DetectorState, Finding, FindingKind};
+use crate::duration::Duration;
+use crate::policy::{ActionSpec, Mode, PolicyRef};
+use crate::sample::{JobKey, JobPhase, JobSnapshot, Timestamp};
+use crate::script::{JobData, Limits, ScriptEngine};
+use crate::series::{JobSeries, Recorded};
+
+/// Engine settings shared by every policy.
+#[derive(Clone, Debug)]
+pub struct EngineConfig {
+    /// How often jobs without new samples are re-evaluated (timers' resolution).
+    pub eval_interval: Duration,
+    pub limits: Limits,
+}
+
+impl Default for EngineConfig {
+    fn default() -> Self {
+        EngineConfig { eval_interval: Duration::from_secs(30), limits: Limits::default() }
+    }
+}
+
+/// Where a rule is for a job.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "camelCase")]
+pub enum RuleState {
+    Inactive,
+    Pending,
+    Firing,
+}
+
+/// The name a transition is reported under.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "camelCase")]
+pub enum TransitionKind {
+    /// Condition became true, waiting for `for`.
+    Pending,
+    Firing,
+    /// Firing → inactive.
+    Resolved,
+    /// Pending → inactive before firing.
+    Cleared,
+}
+
+impl TransitionKind {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            TransitionKind::Pending => "pending",
+            TransitionKind::Firing => "firing",
+            TransitionKind::Resolved => "resolved",
+            TransitionKind::Cleared => "cleared",
+        }
+    }
+}
+
+/// Why a rule fired: one sentence and the values behind it.
+#[derive(Clone, Debug, Default, PartialEq, serde::Serialize)]
+pub struct Reason {
+    pub summary: String,
+    pub values: BTreeMap<String, f64>,
+    #[serde(skip)]
+    pub kind: Option<FindingKind>,
+}
+
+impl Reason {
+    fn from_findings(findings: Vec<Finding>, when: Option<&str>) -> Reason {
+        let mut reason = Reason::default();
+        let mut parts = Vec::new();
+        for f in findings {
+            parts.push(f.summary);
+            if f.kind == FindingKind::Stall || reason.kind.is_none() {
+                reason.kind = Some(f.kind);
+            }
+            reason.values.extend(f.values);
+        }
+        if parts.is_empty()
+            && let Some(w) = when
+        {
+            let w = w.split_whitespace().collect::<Vec<_>>().join(" ");
+            parts.push(format!("`{}` is true", if w.len() > 120 { format!("{}…", &w[..w.floor_char_boundary(120)]) } else { w }));
+        }
+        reason.summary = parts.join("; ");
+        reason
+    }
+}
+
+/// GPU time an action frees.
+#[derive(Clone, Debug, PartialEq, serde::Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Savings {
+    /// Until when the job would otherwise have held its GPUs.
+    pub until: Timestamp,
+    /// `estimatedEnd` (the job's ETA) or `windowEnd` (a stall inside an unattended window).
+    pub basis: &'static str,
+    pub gpus: f64,
+    pub gpu_hours: f64,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub dollars: Option<f64>,
+}
+
+/// What the engine wants done. The executor performs it (Enforce) or reports it (Audit).
+#[derive(Clone, Debug, PartialEq, serde::Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ActionIntent {
+    /// Stable within one firing: `policy/rule/job/firing#/action#`, for idempotent execution.
+    pub id: String,
+    pub at: Timestamp,
+    pub job: JobKey,
+    pub policy: PolicyRef,
+    pub rule: String,
+    pub action: ActionSpec,
+    pub mode: Mode,
+    pub reason: Reason,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub savings: Option<Savings>,
+}
+
+/// Everything evaluation reports.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Event {
+    Transition { at: Timestamp, job: JobKey, policy: PolicyRef, rule: String, kind: TransitionKind, reason: Reason, mode: Mode },
+    Intent(ActionIntent),
+    /// An action skipped because the same one was issued less than `cooldown` ago.
+    Suppressed { at: Timestamp, job: JobKey, policy: PolicyRef, rule: String, action: &'static str, until: Timestamp },
+    /// A rule could not be evaluated (script error); its state is left as it was.
+    RuleError { at: Timestamp, job: JobKey, policy: PolicyRef, rule: String, message: String },
+}
+
+#[derive(Clone, Debug, Default)]
+struct RuleTrack {
+    state: Option<RuleState>,
+    /// Pending since / firing since.
+    since: Option<Timestamp>,
+    /// While firing: when the condition last turned false (for keepFiringFor).
+    cleared_at: Option<Timestamp>,
+    detector_state: DetectorState,
+    firings: u64,
+    last_issued: Vec<Option<Timestamp>>,
+    last_error: Option<String>,
+    last_reason: Reason,
+}
+
+struct JobEntry {
+    data: Option<Box<JobData>>,
+    last_evaluated: Option<Timestamp>,
+    /// Keyed by (policy index, rule index); reset when a policy is replaced.
+    rules: HashMap<(usize, usize), RuleTrack>,
+    /// Policies that selected this job at the last evaluation (so a label change resolves their rules).
+    selected_by: Vec<usize>,
+}
+
+struct PolicySlot {
+    policy: CompiledPolicy,
+    /// Cached next calendar change after the last tick, so `next_tick` is cheap.
+    next_calendar_change: Option<Timestamp>,
+}
+
+/// The evaluation engine.
+pub struct Evaluator {
+    config: EngineConfig,
+    scripts: ScriptEngine,
+    /// `None` marks a removed policy (indices stay stable for the job tracks).
+    policies: Vec<Option<PolicySlot>>,
+    jobs: HashMap<JobKey, JobEntry>,
+    namespace_labels: HashMap<String, BTreeMap<String, String>>,
+    last_tick: Option<Timestamp>,
+}
+
+/// Counters for status and metrics.
+#[derive(Clone, Copy, Debug, Default, PartialEq, serde::Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct RuleCounts {
+    pub matched_jobs: usize,
+    pub firing: usize,
+    pub pending: usize,
+}
+
+impl Evaluator {
+    pub fn new(config: EngineConfig) -> Self {
+        let scripts = ScriptEngine::new(config.limits.clone());
+        Evaluator { config, scripts, policies: Vec::new(), jobs: HashMap::new(), namespace_labels: HashMap::new(), last_tick: None }
+    }
+
+    /// The script engine policies must be compiled with.
+    pub fn scripts(&self) -> &ScriptEngine {
+        &self.scripts
+    }
+
+    pub fn config(&self) -> &EngineConfig {
+        &self.config
+    }
+
+    /// Adds or replaces (same kind, namespace and name) a policy. Rules of a replaced policy start over: their
+    /// firing rules are resolved first, so nothing is left firing under a definition that no longer exists.
+    pub fn upsert_policy(&mut self, policy: CompiledPolicy, now: Timestamp, out: &mut Vec<Event>) {
+        if let Some(index) = self.find_policy(&policy.reference) {
+            self.retire_policy(index, now, out);
+            self.policies[index] = Some(PolicySlot { policy, next_calendar_change: None });
+        } else {
+            self.policies.push(Some(PolicySlot { policy, next_calendar_change: None }));
+        }
+        self.refresh_calendar(now);
+    }
+
+    /// Removes a policy, resolving its firing rules.
+    pub fn remove_policy(&mut self, reference: &PolicyRef, now: Timestamp, out: &mut Vec<Event>) {
+        if let Some(index) = self.find_policy(reference) {
+            self.retire_policy(index, now, out);
+            self.policies[index] = None;
+        }
+    }
+
+    fn find_policy(&self, r: &PolicyRef) -> Option<usize> {
+        self.policies.iter().position(|p| {
+            p.as_ref().is_some_and(|p| {
+                let q = &p.policy.reference;
+                q.kind == r.kind && q.namespace == r.namespace && q.name == r.name
+            })
+        })
+    }
+
+    fn retire_policy(&mut self, index: usize, now: Timestamp, out: &mut Vec<Event>) {
+        let Some(slot) = &self.policies[index] else { return };
+        for (key, job) in self.jobs.iter_mut() {
+            job.selected_by.retain(|&p| p != index);
+            let tracks: Vec<(usize, usize)> = job.rules.keys().filter(|(p, _)| *p == index).copied().collect();
+            for k in tracks {
+                if let Some(track) = job.rules.remove(&k) {
+                    let rule = &slot.policy.rules[k.1];
+                    resolve_track(track, key, &slot.policy, rule, now, out);
+                }
+            }
+        }
+    }
+
+    pub fn policies(&self) -> impl Iterator<Item = &CompiledPolicy> {
+        self.policies.iter().flatten().map(|s| &s.policy)
+    }
+
+    /// Namespace labels, for ClusterProgressPolicy namespace selectors.
+    pub fn set_namespace_labels(&mut self, namespace: &str, labels: BTreeMap<String, String>) {
+        self.namespace_labels.insert(namespace.to_string(), labels);
+    }
+
+    /// A job appeared or changed (new sample, phase or labels). Records its sample (duplicates are dropped)
+    /// and evaluates the rules of every policy that selects it.
+    pub fn observe(&mut self, mut snapshot: JobSnapshot, now: Timestamp, out: &mut Vec<Event>) {
+        let sample = snapshot.sample.take();
+        let key = snapshot.key.clone();
+        let entry = self.jobs.entry(key.clone()).or_insert_with(|| JobEntry {
+            data: Some(Box::new(JobData { series: JobSeries::new(now), snapshot: JobSnapshot::new(key.clone()), first_seen: now })),
+            last_evaluated: None,
+            rules: HashMap::new(),
+            selected_by: Vec::new(),
+        });
+        let Some(data) = entry.data.as_mut() else { return };
+        data.snapshot = snapshot;
+        let recorded = match &sample {
+            Some(s) => data.series.record(s),
+            None => Recorded::Duplicate,
+        };
+        if recorded == Recorded::New
+            && let Some(s) = &sample
+        {
+            // Stateful detectors advance on every new sample, whether or not their policy is active.
+            for (p_index, slot) in self.policies.iter().enumerate() {
+                let Some(slot) = slot else { continue };
+                if !slot.policy.selects(&key.namespace, &data.snapshot.labels, self.namespace_labels.get(&key.namespace)) {
+                    continue;
+                }
+                for (r_index, rule) in slot.policy.rules.iter().enumerate() {
+                    if let Some(d) = &rule.detector {
+                        let track = entry.rules.entry((p_index, r_index)).or_default();
+                        d.observe(&mut track.detector_state, &data.series, s);
+                    }
+                }
+            }
+        }
+        self.evaluate_job(&key, now, out);
+    }
+
+    /// A job was deleted: its firing rules resolve and its history is dropped.
+    pub fn forget_job(&mut self, key: &JobKey, now: Timestamp, out: &mut Vec<Event>) {
+        if let Some(job) = self.jobs.remove(key) {
+            let mut tracks: Vec<_> = job.rules.into_iter().collect();
+            tracks.sort_by_key(|(k, _)| *k);
+            for ((p, r), track) in tracks {
+                if let Some(Some(slot)) = self.policies.get(p) {
+                    resolve_track(track, key, &slot.policy, &slot.policy.rules[r], now, out);
+                }
+            }
+        }
+    }
+
+    /// When the next timer evaluation is due.
+    pub fn next_tick(&self) -> Option<Timestamp> {
+        let interval = self.config.eval_interval.as_secs_f64();
+        let cadence = self.last_tick.and_then(|t| detectors::add_seconds(t, interval));
+        let calendar = self.policies.iter().flatten().filter_map(|s| s.next_calendar_change).min();
+        match (cadence, calendar) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        }
+    }
+
+    /// Evaluates jobs not evaluated within the last interval (and every job when a calendar window opens
+    /// or closes). Call it at [`Evaluator::next_tick`].
+    pub fn tick(&mut self, now: Timestamp, out: &mut Vec<Event>) {
+        let calendar_changed = self.policies.iter().flatten().any(|s| s.next_calendar_change.is_some_and(|c| c <= now));
+        let interval = self.config.eval_interval.as_secs_f64();
+        let mut due: Vec<JobKey> = self
+            .jobs
+            .iter()
+            .filter(|(_, j)| calendar_changed || j.last_evaluated.is_none_or(|t| detectors::seconds(t, now) >= interval))
+            .map(|(k, _)| k.clone())
+            .collect();
+        due.sort();
+        for key in due {
+            self.evaluate_job(&key, now, out);
+        }
+        self.last_tick = Some(now);
+        if calendar_changed {
+            self.refresh_calendar(now);
+        }
+    }
+
+    fn refresh_calendar(&mut self, now: Timestamp) {
+        for slot in self.policies.iter_mut().flatten() {
+            slot.next_calendar_change = slot.policy.env.calendar.next_change_after(now);
+        }
+        if self.last_tick.is_none() {
+            self.last_tick = Some(now);
+        }
+    }
+
+    fn evaluate_job(&mut self, key: &JobKey, now: Timestamp, out: &mut Vec<Event>) {
+        let Some(entry) = self.jobs.get_mut(key) else { return };
+        entry.last_evaluated = Some(now);
+        let Some(data) = entry.data.as_ref() else { return };
+        let running = data.snapshot.phase == JobPhase::Running;
+        let labels = data.snapshot.labels.clone();
+        let mut selected = Vec::new();
+        for (p_index, slot) in self.policies.iter().enumerate() {
+            let Some(slot) = slot else { continue };
+            let policy = &slot.policy;
+            if !policy.selects(&key.namespace, &labels, self.namespace_labels.get(&key.namespace)) {
+                continue;
+            }
+            selected.push(p_index);
+            let active = running && policy.env.calendar.is_active(now);
+            for (r_index, rule) in policy.rules.iter().enumerate() {
+                let track = entry.rules.entry((p_index, r_index)).or_default();
+                let verdict = if active {
+                    condition(&self.scripts, policy, rule, track, &mut entry.data, now)
+                } else {
+                    Ok(None)
+                };
+                match verdict {
+                    Ok(reason) => {
+                        track.last_error = None;
+                        let data = entry.data.as_deref();
+                        advance(track, key, policy, rule, reason, now, data, out);
+                    }
+                    Err(message) => {
+                        if track.last_error.as_deref() != Some(message.as_str()) {
+                            out.push(Event::RuleError {
+                                at: now,
+                                job: key.clone(),
+                                policy: policy.reference.clone(),
+                                rule: rule.name.clone(),
+                                message: message.clone(),
+                            });
+                            track.last_error = Some(message);
+                        }
+                    }
+                }
+            }
+        }
+        // Policies that no longer select the job (labels changed): their rules resolve.
+        let dropped: Vec<usize> = entry.selected_by.iter().copied().filter(|p| !selected.contains(p)).collect();
+        for p in dropped {
+            let keys: Vec<(usize, usize)> = entry.rules.keys().filter(|(pp, _)| *pp == p).copied().collect();
+            for k in keys {
+                if let (Some(track), Some(Some(slot))) = (entry.rules.remove(&k), self.policies.get(p)) {
+                    resolve_track(track, key, &slot.policy, &slot.policy.rules[k.1], now, out);
+                }
+            }
+        }
+        entry.selected_by = selected;
+    }
+
+    /// Rule state of one job, for status and tests.
+    pub fn rule_state(&self, job: &JobKey, policy: &PolicyRef, rule: &str) -> Option<RuleState> {
+        let p = self.find_policy(policy)?;
+        let slot = self.policies[p].as_ref()?;
+        let r = slot.policy.rules.iter().position(|x| x.name == rule)?;
+        let track = self.jobs.get(job)?.rules.get(&(p, r))?;
+        Some(track.state.unwrap_or(RuleState::Inactive))
+    }
+
+    /// Jobs selected and rules firing/pending per policy.
+    pub fn counts(&self, policy: &PolicyRef) -> RuleCounts {
+        let Some(p) = self.find_policy(policy) else { return RuleCounts::default() };
+        let mut counts = RuleCounts::default();
+        for job in self.jobs.values() {
+            if job.selected_by.contains(&p) {
+                counts.matched_jobs += 1;
+            }
+            for ((pp, _), t) in &job.rules {
+                if *pp == p {
+                    match t.state {
+                        Some(RuleState::Firing) => counts.firing += 1,
+                        Some(RuleState::Pending) => counts.pending += 1,
+                        _ => {}
+                    }
+                }
+            }
+        }
+        counts
+    }
+
+    pub fn job_count(&self) -> usize {
+        self.jobs.len()
+    }
+
+    /// The job's history, for status and reports.
+    pub fn job(&self, key: &JobKey) -> Option<&JobData> {
+        self.jobs.get(key).and_then(|j| j.data.as_deref())
+    }
+
+    /// Approximate bytes held per job: history plus rule tracks.
+    pub fn job_bytes(&self, key: &JobKey) -> Option<usize> {
+        let j = self.jobs.get(key)?;
+        let data = j.data.as_ref()?;
+        Some(
+            data.series.approx_bytes()
+                + std::mem::size_of::<JobData>()
+                + j.rules.capacity() * (std::mem::size_of::<RuleTrack>() + 16)
+                + j.rules.values().map(|t| t.last_issued.capacity() * 16).sum::<usize>(),
+        )
+    }
+}
+
+/// Evaluates the rule's condition: `Ok(Some(reason))` when it holds.
+fn condition(
+    scripts: &ScriptEngine,
+    policy: &CompiledPolicy,
+    rule: &CompiledRule,
+    track: &RuleTrack,
+    data: &mut Option<Box<JobData>>,
+    now: Timestamp,
+) -> Result<Option<Reason>, String> {
+    let mut findings = Vec::new();
+    if let Some(detector) = &rule.detector {
+        let Some(job) = data.as_deref() else { return Ok(None) };
+        match detector.check(&track.detector_state, &job.view(&policy.env, now)) {
+            Some(f) => findings.push(f),
+            None => return Ok(None),
+        }
+    }
+    if let Some(script) = &rule.script {
+        let outcome = scripts.eval_condition(script, data, &policy.env, now).map_err(|e| e.to_string())?;
+        if !outcome.value {
+            return Ok(None);
+        }
+        findings.extend(outcome.evidence);
+    }
+    Ok(Some(Reason::from_findings(findings, rule.when.as_deref())))
+}
+
+#[allow(clippy::too_many_arguments)]
+fn advance(
+    track: &mut RuleTrack,
+    key: &JobKey,
+    policy: &CompiledPolicy,
+    rule: &CompiledRule,
+    reason: Option<Reason>,
+    now: Timestamp,
+    data: Option<&JobData>,
+    out: &mut Vec<Event>,
+) {
+    let state = track.state.unwrap_or(RuleState::Inactive);
+    let transition = |kind: TransitionKind, reason: Reason, out: &mut Vec<Event>| {
+        out.push(Event::Transition {
+            at: now,
+            job: key.clone(),
+            policy: policy.reference.clone(),
+            rule: rule.name.clone(),
+            kind,
+            reason,
+            mode: rule.mode,
+        });
+    };
+    match (state, reason) {
+        (RuleState::Inactive, Some(reason)) => {
+            if rule.for_.is_zero() {
+                fire(track, key, policy, rule, reason, now, data, out);
+            } else {
+                track.state = Some(RuleState::Pending);
+                track.since = Some(now);
+                track.last_reason = reason.clone();
+                transition(TransitionKind::Pending, reason, out);
+            }
+        }
+        (RuleState::Pending, Some(reason)) => {
+            let since = track.since.unwrap_or(now);
+            track.last_reason = reason.clone();
+            if detectors::seconds(since, now) >= rule.for_.as_secs_f64() {
+                fire(track, key, policy, rule, reason, now, data, out);
+            }
+        }
+        (RuleState::Pending, None) => {
+            track.state = Some(RuleState::Inactive);
+            track.since = None;
+            transition(TransitionKind::Cleared, std::mem::take(&mut track.last_reason), out);
+        }
+        (RuleState::Firing, Some(reason)) => {
+            track.cleared_at = None;
+            track.last_reason = reason;
+        }
+        (RuleState::Firing, None) => {
+            let cleared = *track.cleared_at.get_or_insert(now);
+            if detectors::seconds(cleared, now) >= rule.keep_firing_for.as_secs_f64() {
+                track.state = Some(RuleState::Inactive);
+                track.since = None;
+                track.cleared_at = None;
+                transition(TransitionKind::Resolved, std::mem::take(&mut track.last_reason), out);
+            }
+        }
+        (RuleState::Inactive, None) => {}
+    }
+}
+
+#[allow(clippy::too_many_arguments)]
+fn fire(
+    track: &mut RuleTrack,
+    key: &JobKey,
+    policy: &CompiledPolicy,
+    rule: &CompiledRule,
+    reason: Reason,
+    now: Timestamp,
+    data: Option<&JobData>,
+    out: &mut Vec<Event>,
+) {
+    track.state = Some(RuleState::Firing);
+    track.since = Some(now);
+    track.cleared_at = None;
+    track.firings += 1;
+    track.last_reason = reason.clone();
+    out.push(Event::Transition {
+        at: now,
+        job: key.clone(),
+        policy: policy.reference.clone(),
+        rule: rule.name.clone(),
+        kind: TransitionKind::Firing,
+        reason: reason.clone(),
+        mode: rule.mode,
+    });
+    track.last_issued.resize(rule.actions.len(), None);
+    for (i, action) in rule.actions.iter().enumerate() {
+        if let Some(last) = track.last_issued[i] {
+            let until = detectors::add_seconds(last, rule.cooldown.as_secs_f64()).unwrap_or(last);
+            if until > now {
+                out.push(Event::Suppressed {
+                    at: now,
+                    job: key.clone(),
+                    policy: policy.reference.clone(),
+                    rule: rule.name.clone(),
+                    action: action.kind(),
+                    until,
+                });
+                continue;
+            }
+        }
+        track.last_issued[i] = Some(now);
+        let savings = match action {
+            ActionSpec::Suspend(_) => data.and_then(|d| savings(d, policy, &reason, now)),
+            _ => None,
+        };
+        out.push(Event::Intent(ActionIntent {
+            id: format!("{}/{}/{}/{}/{}", policy.reference, rule.name, key, track.firings, i),
+            at: now,
+            job: key.clone(),
+            policy: policy.reference.clone(),
+            rule: rule.name.clone(),
+            action: action.clone(),
+            mode: rule.mode,
+            reason: reason.clone(),
+            savings,
+        }));
+    }
+}
+
+/// GPU time freed by stopping the job now: until its estimated end, or — for a stall inside an unattended
+/// window — until the window ends, when someone would have noticed.
+fn savings(data: &JobData, policy: &CompiledPolicy, reason: &Reason, now: Timestamp) -> Option<Savings> {
+    let view = data.view(&policy.env, now);
+    let gpus = view.gpus?;
+    let (until, basis) = match (reason.kind, policy.env.calendar.active_until(now)) {
+        (Some(FindingKind::Stall), Some(end)) => (end, "windowEnd"),
+        _ => (view.estimated_end()?, "estimatedEnd"),
+    };
+    let hours = detectors::seconds(now, until) / 3600.0;
+    if hours <= 0.0 {
+        return None;
+    }
+    let gpu_hours = hours * gpus;
+    Some(Savings { until, basis, gpus, gpu_hours, dollars: policy.env.gpu_hour_cost.map(|c| c * gpu_hours) })
+}
+
+fn resolve_track(track: RuleTrack, key: &JobKey, policy: &CompiledPolicy, rule: &CompiledRule, now: Timestamp, out: &mut Vec<Event>) {
+    let kind = match track.state {
+        Some(RuleState::Firing) => TransitionKind::Resolved,
+        Some(RuleState::Pending) => TransitionKind::Cleared,
+        _ => return,
+    };
+    out.push(Event::Transition {
+        at: now,
+        job: key.clone(),
+        policy: policy.reference.clone(),
+        rule: rule.name.clone(),
+        kind,
+        reason: track.last_reason,
+        mode: rule.mode,
+    });
+}

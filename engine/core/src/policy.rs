@@ -1,0 +1,413 @@
+//! The policy document: the `spec` of `ProgressPolicy` and `ClusterProgressPolicy`.
+//!
+//! These types are the CRD types (the kube crate wraps them with `CustomResource`), so every field carries a
+//! doc comment that becomes its `kubectl explain` text, and the schema attributes are what the API server
+//! enforces. Everything the schema cannot express (cron syntax, time zones, Rhai, detector parameters) is
+//! checked by [`crate::validate`], which reports all problems at once with their field paths.
+
+use std::collections::BTreeMap;
+
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+
+use crate::duration::Duration;
+
+/// What a policy does when a rule fires.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize, JsonSchema)]
+pub enum Mode {
+    /// Report what would be done (Events, status, notifications marked as audit) and never act on jobs.
+    #[default]
+    Audit,
+    /// Perform the rule's actions.
+    Enforce,
+}
+
+impl Mode {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Mode::Audit => "Audit",
+            Mode::Enforce => "Enforce",
+        }
+    }
+}
+
+/// A progress policy: which TrainJobs it watches, when it is active, and its rules.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct PolicySpec {
+    /// Label selector for the TrainJobs this policy applies to. An empty selector selects every TrainJob in
+    /// scope (the policy's namespace for a ProgressPolicy).
+    #[serde(default, skip_serializing_if = "LabelSelector::is_empty")]
+    pub selector: LabelSelector,
+
+    /// Audit (the default) only reports what the rules would do; Enforce performs the actions.
+    #[serde(default)]
+    pub mode: Mode,
+
+    /// IANA time zone (for example Europe/Rome) for activeWindows and the calendar functions weekday() and
+    /// hour(). Defaults to UTC.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(min = 1, max = 64))]
+    pub timezone: Option<String>,
+
+    /// Calendar windows during which the policy is active. Outside every window the policy is inactive and its
+    /// rules resolve. Empty means always active.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(max = 32))]
+    pub active_windows: Vec<ActiveWindowSpec>,
+
+    /// Price of one GPU-hour in dollars, used for cost budgets and savings figures.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 0.0))]
+    pub gpu_hour_cost: Option<f64>,
+
+    /// GPUs to assume for a TrainJob whose spec does not say (no GPU resource in resourcesPerNode).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 0.0))]
+    pub assume_gpus: Option<f64>,
+
+    /// How often the selected jobs are expected to report progress (RHOAI polls every 30s by default, the
+    /// upstream callback at most every 5s). Windows and durations shorter than this are rejected. Default 30s.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sampling_interval: Option<DurationText>,
+
+    /// The rules, evaluated independently for every selected TrainJob.
+    #[schemars(length(min = 1, max = 64))]
+    pub rules: Vec<RuleSpec>,
+}
+
+impl PolicySpec {
+    /// The sampling interval, defaulted.
+    pub fn sampling_interval(&self) -> Duration {
+        self.sampling_interval.as_ref().and_then(|d| d.parse().ok()).unwrap_or(Duration::from_secs(30))
+    }
+}
+
+/// A duration as written in the document (`15m`, `1h30m`). Kept as text so that validation can report every
+/// malformed duration at once with its path; the CRD schema enforces the same pattern server-side.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(transparent)]
+pub struct DurationText(pub String);
+
+impl DurationText {
+    pub fn parse(&self) -> Result<Duration, String> {
+        self.0.parse::<Duration>().map_err(|e| e.to_string())
+    }
+}
+
+impl From<&str> for DurationText {
+    fn from(s: &str) -> Self {
+        DurationText(s.to_string())
+    }
+}
+
+impl JsonSchema for DurationText {
+    fn schema_name() -> std::borrow::Cow<'static, str> {
+        "Duration".into()
+    }
+
+    fn json_schema(generator: &mut schemars::SchemaGenerator) -> schemars::Schema {
+        <Duration as JsonSchema>::json_schema(generator)
+    }
+}
+
+/// A recurring calendar window.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ActiveWindowSpec {
+    /// Five-field cron expression for the window's start, in the policy's time zone (for example
+    /// "0 18 * * FRI" for Friday 18:00).
+    #[schemars(length(min = 9, max = 128))]
+    pub start: String,
+    /// How long each window lasts, for example 62h (Friday 18:00 to Monday 08:00).
+    pub duration: DurationText,
+}
+
+/// A Kubernetes-style label selector.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct LabelSelector {
+    /// Labels that must all be present with these values.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub match_labels: BTreeMap<String, String>,
+    /// Set-based requirements, all of which must hold.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub match_expressions: Vec<LabelSelectorRequirement>,
+}
+
+impl LabelSelector {
+    pub fn is_empty(&self) -> bool {
+        self.match_labels.is_empty() && self.match_expressions.is_empty()
+    }
+
+    /// Whether a set of labels satisfies the selector (Kubernetes semantics).
+    pub fn matches(&self, labels: &BTreeMap<String, String>) -> bool {
+        self.match_labels.iter().all(|(k, v)| labels.get(k) == Some(v))
+            && self.match_expressions.iter().all(|e| e.matches(labels))
+    }
+}
+
+/// One set-based label requirement.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct LabelSelectorRequirement {
+    /// The label key.
+    pub key: String,
+    /// In, NotIn, Exists or DoesNotExist.
+    pub operator: SelectorOperator,
+    /// Values for In and NotIn; must be empty for Exists and DoesNotExist.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub values: Vec<String>,
+}
+
+impl LabelSelectorRequirement {
+    fn matches(&self, labels: &BTreeMap<String, String>) -> bool {
+        let value = labels.get(&self.key);
+        match self.operator {
+            SelectorOperator::In => value.is_some_and(|v| self.values.contains(v)),
+            SelectorOperator::NotIn => value.is_none_or(|v| !self.values.contains(v)),
+            SelectorOperator::Exists => value.is_some(),
+            SelectorOperator::DoesNotExist => value.is_none(),
+        }
+    }
+}
+
+/// Label selector operators.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+pub enum SelectorOperator {
+    In,
+    NotIn,
+    Exists,
+    DoesNotExist,
+}
+
+/// The detectors a rule can use. Kept in sync with [`crate::detectors::DETECTORS`] by a test.
+pub const DETECTOR_NAMES: [&str; 10] = [
+    "plateau",
+    "diverging",
+    "non_finite",
+    "stalled",
+    "eta_after",
+    "eta_exceeds",
+    "over_budget",
+    "loss_not_decreasing",
+    "overtraining",
+    "stalled_training",
+];
+
+fn detector_name_schema(generator: &mut schemars::SchemaGenerator) -> schemars::Schema {
+    let mut schema = <String as JsonSchema>::json_schema(generator);
+    schema.insert("enum".into(), serde_json::json!(DETECTOR_NAMES));
+    schema
+}
+
+fn free_form_object(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
+    schemars::json_schema!({
+        "type": "object",
+        "x-kubernetes-preserve-unknown-fields": true,
+    })
+}
+
+/// One rule: a condition (a built-in detector, a Rhai expression, or both) and what to do when it fires.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct RuleSpec {
+    /// Rule name, unique within the policy; it appears in Events, reasons and status.
+    #[schemars(length(min = 1, max = 63), regex(pattern = r"^[a-z0-9]([-a-z0-9_.]*[a-z0-9])?$"))]
+    pub name: String,
+
+    /// A built-in detector: plateau, diverging, non_finite, stalled, eta_after, eta_exceeds, over_budget, or the
+    /// SageMaker Debugger ports loss_not_decreasing, overtraining, stalled_training.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(schema_with = "detector_name_schema_opt")]
+    pub uses: Option<String>,
+
+    /// Parameters of the detector named in `uses` (see the detector catalog).
+    #[serde(default, rename = "with", skip_serializing_if = "Option::is_none")]
+    #[schemars(schema_with = "free_form_object_opt")]
+    pub with: Option<serde_json::Map<String, serde_json::Value>>,
+
+    /// A Rhai expression that must be true for the rule to fire, for example
+    /// `metric("loss") > 2 * best("loss") && progress() > 20`. With `uses`, both must hold.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(min = 1, max = 16384))]
+    pub when: Option<String>,
+
+    /// How long the condition must hold before the rule fires (the rule is pending meanwhile). Default 0s.
+    #[serde(default, rename = "for", skip_serializing_if = "Option::is_none")]
+    pub for_: Option<DurationText>,
+
+    /// How long the rule keeps firing after its condition stops holding, so a flapping signal does not
+    /// resolve and re-fire. Default 0s.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub keep_firing_for: Option<DurationText>,
+
+    /// Minimum time before the same action is issued again for the same job, across firings. Default 0s.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cooldown: Option<DurationText>,
+
+    /// Overrides the policy's mode for this rule.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub mode: Option<Mode>,
+
+    /// What to do, in order, once per firing. A rule without actions only reports.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(max = 16))]
+    pub actions: Vec<ActionSpec>,
+}
+
+fn detector_name_schema_opt(generator: &mut schemars::SchemaGenerator) -> schemars::Schema {
+    detector_name_schema(generator)
+}
+
+fn free_form_object_opt(generator: &mut schemars::SchemaGenerator) -> schemars::Schema {
+    free_form_object(generator)
+}
+
+/// One action. Exactly one key is set.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub enum ActionSpec {
+    /// Suspend the TrainJob (`spec.suspend: true`). Pods get SIGTERM, which makes RHOAI's just-in-time
+    /// checkpointing save a checkpoint; a later resume continues from it. For Kueue-managed jobs the executor
+    /// deactivates the Kueue Workload instead of fighting Kueue over `spec.suspend`.
+    Suspend(SuspendAction),
+    /// Send a notification to a receiver configured in the controller (Slack, email or webhook).
+    Notify(NotifyAction),
+    /// Set an annotation on the TrainJob.
+    Annotate(AnnotateAction),
+    /// Emit a Kubernetes Event on the TrainJob.
+    Event(EventAction),
+    /// Change the number of training nodes (suspend, patch `spec.trainer.numNodes`, resume) where the
+    /// TrainJob API allows it (RHOAI 3.4; upstream Trainer makes `spec.trainer` immutable).
+    Scale(ScaleAction),
+}
+
+impl ActionSpec {
+    /// Short name of the action kind (`suspend`, `notify`, ...).
+    pub fn kind(&self) -> &'static str {
+        match self {
+            ActionSpec::Suspend(_) => "suspend",
+            ActionSpec::Notify(_) => "notify",
+            ActionSpec::Annotate(_) => "annotate",
+            ActionSpec::Event(_) => "event",
+            ActionSpec::Scale(_) => "scale",
+        }
+    }
+
+    /// Whether the action changes the TrainJob (Audit mode never performs these).
+    pub fn mutates_job(&self) -> bool {
+        matches!(self, ActionSpec::Suspend(_) | ActionSpec::Annotate(_) | ActionSpec::Scale(_))
+    }
+}
+
+/// Parameters of the suspend action.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct SuspendAction {
+    /// Extra text for the Event and annotation that record the suspension.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(max = 1024))]
+    pub message: Option<String>,
+}
+
+/// Parameters of the notify action.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct NotifyAction {
+    /// Receiver name, as configured in the controller (for example `team` or `oncall`).
+    #[schemars(length(min = 1, max = 253))]
+    pub to: String,
+    /// Extra text added to the generated message.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(max = 4096))]
+    pub message: Option<String>,
+}
+
+/// Parameters of the annotate action.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct AnnotateAction {
+    /// Annotation key, for example trainwarden.dev/verdict.
+    #[schemars(length(min = 1, max = 317))]
+    pub key: String,
+    /// Annotation value. Defaults to the rule's reason.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub value: Option<String>,
+}
+
+/// Parameters of the event action.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct EventAction {
+    /// Event type. Default Warning.
+    #[serde(default, rename = "type", skip_serializing_if = "Option::is_none")]
+    pub type_: Option<EventType>,
+    /// Event reason (CamelCase). Defaults to ProgressRuleFiring.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(min = 1, max = 128), regex(pattern = r"^[A-Za-z][A-Za-z0-9]*$"))]
+    pub reason: Option<String>,
+}
+
+/// Kubernetes Event types.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+pub enum EventType {
+    Normal,
+    Warning,
+}
+
+/// Parameters of the scale action.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ScaleAction {
+    /// The new `spec.trainer.numNodes`.
+    #[schemars(range(min = 1, max = 10000))]
+    pub num_nodes: u32,
+}
+
+/// The spec of a ClusterProgressPolicy: a policy plus the namespaces it reaches.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ClusterPolicySpec {
+    /// Namespaces whose TrainJobs this policy applies to, by namespace labels. Empty selects every namespace.
+    #[serde(default, skip_serializing_if = "LabelSelector::is_empty")]
+    pub namespace_selector: LabelSelector,
+    #[serde(flatten)]
+    pub policy: PolicySpec,
+}
+
+/// Where a policy applies.
+#[derive(Clone, Debug, PartialEq)]
+pub enum PolicyScope {
+    /// A ProgressPolicy: jobs in its own namespace.
+    Namespace(String),
+    /// A ClusterProgressPolicy: jobs in namespaces whose labels match.
+    Cluster { namespace_selector: LabelSelector },
+}
+
+/// Identifies a policy in reasons, intents and status.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct PolicyRef {
+    /// ProgressPolicy or ClusterProgressPolicy.
+    pub kind: &'static str,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub namespace: Option<String>,
+    pub name: String,
+    /// metadata.generation the rules were compiled from (0 for files).
+    pub generation: i64,
+}
+
+impl std::fmt::Display for PolicyRef {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match &self.namespace {
+            Some(ns) => write!(f, "{}/{}", ns, self.name),
+            None => write!(f, "{}", self.name),
+        }
+    }
+}
+
+pub const KIND_NAMESPACED: &str = "ProgressPolicy";
+pub const KIND_CLUSTER: &str = "ClusterProgressPolicy";
+pub const API_GROUP: &str = "trainwarden.dev";
+pub const API_VERSION: &str = "trainwarden.dev/v1alpha1";
