@@ -172,7 +172,8 @@ pub fn test(paths: &[PathBuf]) -> Result<bool, String> {
         for case in &parsed.tests {
             // Every case gets freshly compiled policies: no state leaks between cases.
             let engine = Evaluator::new(config.clone());
-            let compiled: Result<Vec<_>, _> = docs.iter().map(|d| compile::compile(d, engine.scripts())).collect();
+            let compiled: Result<Vec<_>, _> =
+                docs.iter().map(|d| compile::compile(d, engine.scripts())).collect();
             let result = match compiled {
                 Ok(policies) => testing::run_case(case, policies, config.clone(), &dir),
                 Err(e) => testing::CaseResult { name: case.name.clone(), failures: vec![e.to_string()] },
@@ -205,7 +206,12 @@ pub fn validate(files: &[PathBuf]) -> Result<bool, String> {
             Ok(docs) => {
                 for doc in docs {
                     match compile::compile(&doc, &engine) {
-                        Ok(p) => println!("{source}: {} {} is valid ({} rules)", p.reference.kind, p.reference, p.rules.len()),
+                        Ok(p) => println!(
+                            "{source}: {} {} is valid ({} rules)",
+                            p.reference.kind,
+                            p.reference,
+                            p.rules.len()
+                        ),
                         Err(e) => {
                             ok = false;
                             println!("{source}: {e}");

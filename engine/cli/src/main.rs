@@ -42,9 +42,7 @@ enum Command {
         streams: Vec<PathBuf>,
     },
     /// Run policy test files (*.test.yaml); directories are searched recursively. Default: policies/.
-    Test {
-        paths: Vec<PathBuf>,
-    },
+    Test { paths: Vec<PathBuf> },
     /// Validate policy files and report every problem with its field path.
     Validate {
         #[arg(required = true)]
@@ -65,9 +63,13 @@ fn main() -> ExitCode {
         .init();
     let cli = Cli::parse();
     let result = match cli.command {
-        Command::Replay { policies, output, eval_interval, until, streams } => {
-            commands::replay(&policies, matches!(output, Output::Json), &eval_interval, until.as_deref(), &streams)
-        }
+        Command::Replay { policies, output, eval_interval, until, streams } => commands::replay(
+            &policies,
+            matches!(output, Output::Json),
+            &eval_interval,
+            until.as_deref(),
+            &streams,
+        ),
         Command::Test { paths } => {
             let paths = if paths.is_empty() { vec![PathBuf::from("policies")] } else { paths };
             commands::test(&paths)

@@ -125,26 +125,17 @@ impl ActiveWindow {
         let fields = source.split_whitespace().count();
         let nickname = fields == 1 && source.starts_with('@');
         if fields > 5 {
-            return Err(CalendarError::SecondsField {
-                cron: source.to_owned(),
-                fields,
-            });
+            return Err(CalendarError::SecondsField { cron: source.to_owned(), fields });
         }
         if fields < 5 && !nickname {
-            return Err(CalendarError::TooFewFields {
-                cron: source.to_owned(),
-                fields,
-            });
+            return Err(CalendarError::TooFewFields { cron: source.to_owned(), fields });
         }
         let parsed = CronParser::builder()
             .seconds(Seconds::Disallowed)
             .year(Year::Disallowed)
             .build()
             .parse(source)
-            .map_err(|e| CalendarError::InvalidCron {
-                cron: source.to_owned(),
-                reason: e.to_string(),
-            })?;
+            .map_err(|e| CalendarError::InvalidCron { cron: source.to_owned(), reason: e.to_string() })?;
         // croner accepts e.g. "0 0 30 2 *"; searching for it fails (after a
         // few milliseconds) instead. Every 5-field expression that matches at
         // all matches within a few years of any date.
@@ -152,20 +143,12 @@ impl ActiveWindow {
             .expect("a valid timestamp")
             .to_zoned(TimeZone::UTC);
         if parsed.find_next_occurrence(&probe, true).is_err() {
-            return Err(CalendarError::NeverMatches {
-                cron: source.to_owned(),
-            });
+            return Err(CalendarError::NeverMatches { cron: source.to_owned() });
         }
         if duration.is_zero() {
-            return Err(CalendarError::ZeroDuration {
-                cron: source.to_owned(),
-            });
+            return Err(CalendarError::ZeroDuration { cron: source.to_owned() });
         }
-        Ok(ActiveWindow {
-            source: source.to_owned(),
-            cron: parsed,
-            duration,
-        })
+        Ok(ActiveWindow { source: source.to_owned(), cron: parsed, duration })
     }
 
     /// The cron expression as written (trimmed).
@@ -182,15 +165,9 @@ impl ActiveWindow {
     /// `[start, end)`. When several occurrences contain `at` (a duration
     /// longer than the gap between starts), the one that started last, which
     /// also ends last.
-    pub fn occurrence_containing(
-        &self,
-        at: Timestamp,
-        tz: &TimeZone,
-    ) -> Option<(Timestamp, Timestamp)> {
+    pub fn occurrence_containing(&self, at: Timestamp, tz: &TimeZone) -> Option<(Timestamp, Timestamp)> {
         let start = self.latest_start_at_or_before(at, tz)?;
-        let end = start
-            .checked_add(self.duration.to_signed_duration())
-            .unwrap_or(Timestamp::MAX);
+        let end = start.checked_add(self.duration.to_signed_duration()).unwrap_or(Timestamp::MAX);
         (at < end).then_some((start, end))
     }
 
@@ -209,10 +186,7 @@ impl ActiveWindow {
         // 18:00:00 forwards too. Starts are whole minutes: flooring `at` finds
         // the same latest start.
         let origin = floor_to_second(at).to_zoned(tz.clone());
-        self.cron
-            .find_previous_occurrence(&origin, true)
-            .ok()
-            .map(|z| z.timestamp())
+        self.cron.find_previous_occurrence(&origin, true).ok().map(|z| z.timestamp())
     }
 
     /// The first start strictly after `at`.
@@ -221,10 +195,7 @@ impl ActiveWindow {
         // floored origin, which for whole-second starts is the same as
         // strictly after `at`.
         let origin = floor_to_second(at).to_zoned(tz.clone());
-        self.cron
-            .find_next_occurrence(&origin, false)
-            .ok()
-            .map(|z| z.timestamp())
+        self.cron.find_next_occurrence(&origin, false).ok().map(|z| z.timestamp())
     }
 }
 
@@ -235,16 +206,8 @@ fn floor_to_second(at: Timestamp) -> Timestamp {
 }
 
 /// The latest end among the occurrences of `windows` that contain `at`.
-fn latest_end_containing(
-    windows: &[ActiveWindow],
-    at: Timestamp,
-    tz: &TimeZone,
-) -> Option<Timestamp> {
-    windows
-        .iter()
-        .filter_map(|w| w.occurrence_containing(at, tz))
-        .map(|(_, end)| end)
-        .max()
+fn latest_end_containing(windows: &[ActiveWindow], at: Timestamp, tz: &TimeZone) -> Option<Timestamp> {
+    windows.iter().filter_map(|w| w.occurrence_containing(at, tz)).map(|(_, end)| end).max()
 }
 
 /// The end of the stretch of (possibly overlapping or back-to-back)
@@ -270,16 +233,10 @@ fn stretch_end(windows: &[ActiveWindow], at: Timestamp, tz: &TimeZone) -> Option
 /// The next instant strictly after `at` at which being inside the union of
 /// `windows` changes.
 fn next_change(windows: &[ActiveWindow], at: Timestamp, tz: &TimeZone) -> Option<Timestamp> {
-    if windows
-        .iter()
-        .any(|w| w.occurrence_containing(at, tz).is_some())
-    {
+    if windows.iter().any(|w| w.occurrence_containing(at, tz).is_some()) {
         stretch_end(windows, at, tz)
     } else {
-        windows
-            .iter()
-            .filter_map(|w| w.first_start_after(at, tz))
-            .min()
+        windows.iter().filter_map(|w| w.first_start_after(at, tz)).min()
     }
 }
 
@@ -303,10 +260,8 @@ impl Calendar {
         if name.trim().is_empty() {
             return Err(CalendarError::EmptyTimeZone);
         }
-        TimeZone::get(name).map_err(|e| CalendarError::UnknownTimeZone {
-            name: name.to_owned(),
-            reason: e.to_string(),
-        })
+        TimeZone::get(name)
+            .map_err(|e| CalendarError::UnknownTimeZone { name: name.to_owned(), reason: e.to_string() })
     }
 
     /// The time zone the windows are read in.
@@ -322,10 +277,7 @@ impl Calendar {
     /// Whether `at` is inside any window (always true without windows).
     pub fn is_active(&self, at: Timestamp) -> bool {
         self.windows.is_empty()
-            || self
-                .windows
-                .iter()
-                .any(|w| w.occurrence_containing(at, &self.tz).is_some())
+            || self.windows.iter().any(|w| w.occurrence_containing(at, &self.tz).is_some())
     }
 
     /// When the active stretch containing `at` ends: the latest end of the
@@ -351,11 +303,7 @@ impl Calendar {
     /// `at` in the calendar's time zone.
     pub fn weekday_hour(&self, at: Timestamp) -> (i8, i8, i8) {
         let local = at.to_zoned(self.tz.clone());
-        (
-            local.weekday().to_monday_one_offset(),
-            local.hour(),
-            local.minute(),
-        )
+        (local.weekday().to_monday_one_offset(), local.hour(), local.minute())
     }
 }
 
@@ -376,21 +324,13 @@ mod tests {
     }
 
     fn calendar(zone: &str, windows: &[(&str, &str)]) -> Calendar {
-        Calendar::new(
-            tz(zone),
-            windows.iter().map(|(c, d)| window(c, d)).collect(),
-        )
+        Calendar::new(tz(zone), windows.iter().map(|(c, d)| window(c, d)).collect())
     }
 
     /// A local wall-clock time ("2025-01-10T18:00") in `zone`; in a
     /// fall-back overlap the earlier instant.
     fn local(zone: &str, civil: &str) -> Timestamp {
-        civil
-            .parse::<jiff::civil::DateTime>()
-            .unwrap()
-            .to_zoned(tz(zone))
-            .unwrap()
-            .timestamp()
+        civil.parse::<jiff::civil::DateTime>().unwrap().to_zoned(tz(zone)).unwrap().timestamp()
     }
 
     fn ts(s: &str) -> Timestamp {
@@ -399,9 +339,7 @@ mod tests {
 
     /// `t` as local wall-clock time with offset, for readable assertions.
     fn show(t: Timestamp, zone: &str) -> String {
-        t.to_zoned(tz(zone))
-            .strftime("%a %Y-%m-%d %H:%M %:z")
-            .to_string()
+        t.to_zoned(tz(zone)).strftime("%a %Y-%m-%d %H:%M %:z").to_string()
     }
 
     const ROME: &str = "Europe/Rome";
@@ -427,27 +365,12 @@ mod tests {
             w.occurrence_containing(l("2025-01-12T12:00"), cal.time_zone()),
             Some((l("2025-01-10T18:00"), l("2025-01-13T08:00")))
         );
-        assert_eq!(
-            w.occurrence_containing(l("2025-01-13T08:00"), cal.time_zone()),
-            None
-        );
-        assert_eq!(
-            cal.active_until(l("2025-01-12T12:00")),
-            Some(l("2025-01-13T08:00"))
-        );
+        assert_eq!(w.occurrence_containing(l("2025-01-13T08:00"), cal.time_zone()), None);
+        assert_eq!(cal.active_until(l("2025-01-12T12:00")), Some(l("2025-01-13T08:00")));
         assert_eq!(cal.active_until(l("2025-01-14T12:00")), None);
-        assert_eq!(
-            cal.next_change_after(l("2025-01-10T17:59")),
-            Some(l("2025-01-10T18:00"))
-        );
-        assert_eq!(
-            cal.next_change_after(l("2025-01-10T18:00")),
-            Some(l("2025-01-13T08:00"))
-        );
-        assert_eq!(
-            cal.next_change_after(l("2025-01-13T08:00")),
-            Some(l("2025-01-17T18:00"))
-        );
+        assert_eq!(cal.next_change_after(l("2025-01-10T17:59")), Some(l("2025-01-10T18:00")));
+        assert_eq!(cal.next_change_after(l("2025-01-10T18:00")), Some(l("2025-01-13T08:00")));
+        assert_eq!(cal.next_change_after(l("2025-01-13T08:00")), Some(l("2025-01-17T18:00")));
     }
 
     #[test]
@@ -465,10 +388,7 @@ mod tests {
         assert!(!cal.is_active(l("2025-10-27T07:59")));
         let end = cal.active_until(l("2025-10-26T12:00")).unwrap();
         assert_eq!(show(end, ROME), "Mon 2025-10-27 07:00 +01:00");
-        assert_eq!(
-            l("2025-10-24T18:00").duration_until(end),
-            SignedDuration::from_hours(62)
-        );
+        assert_eq!(l("2025-10-24T18:00").duration_until(end), SignedDuration::from_hours(62));
     }
 
     #[test]
@@ -499,10 +419,7 @@ mod tests {
         assert!(!cal.is_active(l("2025-01-10T21:00"))); // no Friday night
         assert!(!cal.is_active(l("2025-01-11T21:00")));
         assert!(!cal.is_active(l("2025-01-12T21:00"))); // nor Sunday night
-        assert_eq!(
-            cal.next_change_after(l("2025-01-10T08:00")),
-            Some(l("2025-01-13T20:00"))
-        );
+        assert_eq!(cal.next_change_after(l("2025-01-10T08:00")), Some(l("2025-01-13T20:00")));
         // Across the fall-back change (Sunday 2025-11-02 02:00 EDT -> 01:00
         // EST) a nightly window ends an hour earlier in local time.
         let nightly = calendar(NY, &[("0 20 * * *", "12h")]);
@@ -520,27 +437,12 @@ mod tests {
         assert!(cal.is_active(ts("2025-05-05T11:00:00Z")));
         assert!(cal.is_active(ts("2025-05-05T13:59:59Z")));
         assert!(!cal.is_active(ts("2025-05-05T14:00:00Z")));
-        assert_eq!(
-            cal.active_until(ts("2025-05-05T09:00:00Z")),
-            Some(ts("2025-05-05T14:00:00Z"))
-        );
-        assert_eq!(
-            cal.active_until(ts("2025-05-05T12:30:00Z")),
-            Some(ts("2025-05-05T14:00:00Z"))
-        );
-        assert_eq!(
-            cal.next_change_after(ts("2025-05-05T07:00:00Z")),
-            Some(ts("2025-05-05T08:00:00Z"))
-        );
+        assert_eq!(cal.active_until(ts("2025-05-05T09:00:00Z")), Some(ts("2025-05-05T14:00:00Z")));
+        assert_eq!(cal.active_until(ts("2025-05-05T12:30:00Z")), Some(ts("2025-05-05T14:00:00Z")));
+        assert_eq!(cal.next_change_after(ts("2025-05-05T07:00:00Z")), Some(ts("2025-05-05T08:00:00Z")));
         // No change at 10:00 or 12:00, only at 14:00.
-        assert_eq!(
-            cal.next_change_after(ts("2025-05-05T09:00:00Z")),
-            Some(ts("2025-05-05T14:00:00Z"))
-        );
-        assert_eq!(
-            cal.next_change_after(ts("2025-05-05T14:00:00Z")),
-            Some(ts("2025-05-06T08:00:00Z"))
-        );
+        assert_eq!(cal.next_change_after(ts("2025-05-05T09:00:00Z")), Some(ts("2025-05-05T14:00:00Z")));
+        assert_eq!(cal.next_change_after(ts("2025-05-05T14:00:00Z")), Some(ts("2025-05-06T08:00:00Z")));
         // Each window alone reports its own occurrence.
         let utc = cal.time_zone();
         assert_eq!(
@@ -557,14 +459,7 @@ mod tests {
     fn chained_windows_active_until_follows_the_chain() {
         // Weekend (Fri 18:00 -> Mon 08:00), then Monday daytime (08:00 ->
         // 18:00) back to back, plus a window nested inside the weekend.
-        let cal = calendar(
-            ROME,
-            &[
-                ("0 18 * * FRI", "62h"),
-                ("0 8 * * MON", "10h"),
-                ("0 0 * * SAT", "1h"),
-            ],
-        );
+        let cal = calendar(ROME, &[("0 18 * * FRI", "62h"), ("0 8 * * MON", "10h"), ("0 0 * * SAT", "1h")]);
         let l = |s| local(ROME, s);
         let end = l("2025-01-13T18:00");
         assert_eq!(cal.active_until(l("2025-01-11T12:00")), Some(end));
@@ -581,10 +476,7 @@ mod tests {
         // A chain through a different window and back: 08-12, 12-16 via the
         // other window, 16-20 via the first again.
         let cal = calendar("UTC", &[("0 8,16 * * *", "4h"), ("0 12 * * *", "4h")]);
-        assert_eq!(
-            cal.active_until(ts("2025-05-05T09:00:00Z")),
-            Some(ts("2025-05-05T20:00:00Z"))
-        );
+        assert_eq!(cal.active_until(ts("2025-05-05T09:00:00Z")), Some(ts("2025-05-05T20:00:00Z")));
     }
 
     #[test]
@@ -611,26 +503,17 @@ mod tests {
         assert!(cal.is_active(t));
         let end = cal.active_until(t).unwrap();
         assert_eq!(show(end, ROME), "Sun 2025-10-26 23:00 +01:00");
-        assert_eq!(
-            show(cal.next_change_after(end).unwrap(), ROME),
-            "Mon 2025-10-27 00:00 +01:00"
-        );
+        assert_eq!(show(cal.next_change_after(end).unwrap(), ROME), "Mon 2025-10-27 00:00 +01:00");
         // Starts every 2 hours, lasts 90 minutes: regular gaps.
         let cal = calendar("UTC", &[("0 */2 * * *", "90m")]);
         assert_eq!(cal.active_until(t), None); // 09:30 is in a gap
         assert_eq!(cal.next_change_after(t), Some(ts("2025-05-05T10:00:00Z")));
-        assert_eq!(
-            cal.active_until(ts("2025-05-05T10:00:00Z")),
-            Some(ts("2025-05-05T11:30:00Z"))
-        );
+        assert_eq!(cal.active_until(ts("2025-05-05T10:00:00Z")), Some(ts("2025-05-05T11:30:00Z")));
     }
 
     #[test]
     fn next_change_after_sequences() {
-        let cal = calendar(
-            ROME,
-            &[("0 18 * * FRI", "62h"), ("0 20 * * MON-THU", "12h")],
-        );
+        let cal = calendar(ROME, &[("0 18 * * FRI", "62h"), ("0 20 * * MON-THU", "12h")]);
         let mut at = local(ROME, "2025-10-20T12:00"); // Monday
         let mut changes = Vec::new();
         for _ in 0..12 {
@@ -661,12 +544,7 @@ mod tests {
             let next = cal.next_change_after(at).unwrap();
             let before = cal.is_active(next - NS);
             assert_eq!(cal.is_active(at), before);
-            assert_ne!(
-                cal.is_active(next),
-                before,
-                "no flip at {}",
-                show(next, ROME)
-            );
+            assert_ne!(cal.is_active(next), before, "no flip at {}", show(next, ROME));
             at = next;
         }
     }
@@ -679,26 +557,17 @@ mod tests {
         assert!(cal.is_active(start));
         assert!(cal.is_active(start + NS));
         assert_eq!(cal.next_change_after(start - NS), Some(start));
-        assert_eq!(
-            cal.next_change_after(ts("2025-05-05T17:59:59.5Z")),
-            Some(start)
-        );
+        assert_eq!(cal.next_change_after(ts("2025-05-05T17:59:59.5Z")), Some(start));
         assert_eq!(
             cal.next_change_after(start + SignedDuration::from_millis(500)),
             Some(ts("2025-05-05T19:00:00Z"))
         );
-        assert_eq!(
-            cal.next_change_after(ts("2025-05-05T19:00:00.5Z")),
-            Some(ts("2025-05-06T18:00:00Z"))
-        );
+        assert_eq!(cal.next_change_after(ts("2025-05-05T19:00:00.5Z")), Some(ts("2025-05-06T18:00:00Z")));
         // Before 1970, where the fraction of a second is negative.
         let old = ts("1969-12-31T18:00:00Z");
         assert!(!cal.is_active(old - NS));
         assert!(cal.is_active(old));
-        assert_eq!(
-            cal.next_change_after(old - SignedDuration::from_millis(500)),
-            Some(old)
-        );
+        assert_eq!(cal.next_change_after(old - SignedDuration::from_millis(500)), Some(old));
     }
 
     #[test]
@@ -708,10 +577,7 @@ mod tests {
         // 02:30 does not exist on 2025-03-30: the window starts at 03:00.
         let start = cal.next_change_after(l("2025-03-30T00:00")).unwrap();
         assert_eq!(show(start, ROME), "Sun 2025-03-30 03:00 +02:00");
-        assert_eq!(
-            show(cal.active_until(start).unwrap(), ROME),
-            "Sun 2025-03-30 04:00 +02:00"
-        );
+        assert_eq!(show(cal.active_until(start).unwrap(), ROME), "Sun 2025-03-30 04:00 +02:00");
         // 02:30 happens twice on 2025-10-26: the window starts once, at the
         // first, and lasts one real hour (to the second 02:30).
         let first = ts("2025-10-26T02:30:00+02:00");
@@ -719,10 +585,7 @@ mod tests {
         assert_eq!(cal.next_change_after(l("2025-10-26T00:00")), Some(first));
         assert_eq!(cal.active_until(first), Some(second));
         assert!(!cal.is_active(second));
-        assert_eq!(
-            show(cal.next_change_after(second).unwrap(), ROME),
-            "Mon 2025-10-27 02:30 +01:00"
-        );
+        assert_eq!(show(cal.next_change_after(second).unwrap(), ROME), "Mon 2025-10-27 02:30 +01:00");
         // A stepped pattern starts at both 02:00s.
         let cal = calendar(ROME, &[("0 * * * *", "10m")]);
         assert!(cal.is_active(ts("2025-10-26T02:05:00+02:00")));
@@ -778,11 +641,7 @@ mod tests {
                     while t < to {
                         let next = cal.next_change_after(t).unwrap();
                         assert!(next > t);
-                        assert_eq!(
-                            naive(next - NS),
-                            naive(t),
-                            "{zone} {cron} {d}: {t} -> {next}"
-                        );
+                        assert_eq!(naive(next - NS), naive(t), "{zone} {cron} {d}: {t} -> {next}");
                         assert_ne!(naive(next), naive(t), "{zone} {cron} {d}: {t} -> {next}");
                         t = next;
                     }
@@ -803,23 +662,14 @@ mod tests {
     #[test]
     fn weekday_hour_in_zone() {
         let cal = calendar(ROME, &[]);
-        assert_eq!(
-            cal.weekday_hour(local(ROME, "2025-01-12T12:34")),
-            (7, 12, 34)
-        );
+        assert_eq!(cal.weekday_hour(local(ROME, "2025-01-12T12:34")), (7, 12, 34));
         assert_eq!(cal.weekday_hour(local(ROME, "2025-01-13T00:00")), (1, 0, 0));
         // 23:30 UTC on a Sunday is already Monday in Rome.
         assert_eq!(cal.weekday_hour(ts("2025-01-12T23:30:00Z")), (1, 0, 30));
         assert_eq!(cal.weekday_hour(ts("2025-07-13T23:30:00Z")), (1, 1, 30));
         // Both 02:15s of the fall-back night.
-        assert_eq!(
-            cal.weekday_hour(ts("2025-10-26T02:15:00+02:00")),
-            (7, 2, 15)
-        );
-        assert_eq!(
-            cal.weekday_hour(ts("2025-10-26T02:15:00+01:00")),
-            (7, 2, 15)
-        );
+        assert_eq!(cal.weekday_hour(ts("2025-10-26T02:15:00+02:00")), (7, 2, 15));
+        assert_eq!(cal.weekday_hour(ts("2025-10-26T02:15:00+01:00")), (7, 2, 15));
         let utc = Calendar::new(TimeZone::UTC, vec![]);
         assert_eq!(utc.weekday_hour(ts("2025-01-12T23:30:00Z")), (7, 23, 30));
     }
@@ -828,19 +678,14 @@ mod tests {
     fn time_zone_parsing() {
         assert_eq!(Calendar::parse_time_zone("UTC").unwrap(), TimeZone::UTC);
         assert_eq!(Calendar::parse_time_zone("utc").unwrap(), TimeZone::UTC);
-        assert_eq!(
-            Calendar::parse_time_zone(ROME).unwrap().iana_name(),
-            Some(ROME)
-        );
+        assert_eq!(Calendar::parse_time_zone(ROME).unwrap().iana_name(), Some(ROME));
         assert!(Calendar::parse_time_zone(NY).is_ok());
         assert_eq!(
             Calendar::parse_time_zone("").unwrap_err().to_string(),
             "time zone name is empty: use an IANA name such as \"Europe/Rome\", or \"UTC\""
         );
         let e = Calendar::parse_time_zone("Europe/Atlantis").unwrap_err();
-        assert!(
-            matches!(&e, CalendarError::UnknownTimeZone { name, .. } if name == "Europe/Atlantis")
-        );
+        assert!(matches!(&e, CalendarError::UnknownTimeZone { name, .. } if name == "Europe/Atlantis"));
         assert!(
             e.to_string().starts_with(
                 "unknown time zone \"Europe/Atlantis\": use an IANA name such as \"Europe/Rome\" \
@@ -881,19 +726,14 @@ mod tests {
         assert!(e("a b c d e", "1h").starts_with("invalid cron expression \"a b c d e\": "));
         assert!(e("0 18 * * FUNDAY", "1h").starts_with("invalid cron expression"));
         assert!(e("@reboot", "1h").starts_with("invalid cron expression \"@reboot\": "));
-        assert_eq!(
-            e("0 0 30 2 *", "1h"),
-            "cron expression \"0 0 30 2 *\" never matches any date"
-        );
+        assert_eq!(e("0 0 30 2 *", "1h"), "cron expression \"0 0 30 2 *\" never matches any date");
         assert_eq!(
             e("0 18 * * FRI", "0s"),
             "window \"0 18 * * FRI\" has a zero duration, so it would never be active"
         );
         assert_eq!(
             ActiveWindow::parse("0 18 * * FRI", Duration::ZERO),
-            Err(CalendarError::ZeroDuration {
-                cron: "0 18 * * FRI".into()
-            })
+            Err(CalendarError::ZeroDuration { cron: "0 18 * * FRI".into() })
         );
     }
 
@@ -902,15 +742,9 @@ mod tests {
         let w = window(" 0 18 * * fri ", "62h");
         assert_eq!(w.cron(), "0 18 * * fri");
         assert_eq!(w.duration(), dur("62h"));
-        for cron in [
-            "@daily",
-            "@weekly",
-            "0 0 * * 7",
-            "0 0 * * SUN",
-            "0 0 L * *",
-            "0 9-17/2 * * 1-5",
-            "0 0 29 2 *",
-        ] {
+        for cron in
+            ["@daily", "@weekly", "0 0 * * 7", "0 0 * * SUN", "0 0 L * *", "0 9-17/2 * * 1-5", "0 0 29 2 *"]
+        {
             window(cron, "1h");
         }
         // Sunday as 0 and 7 and SUN.

@@ -16,8 +16,8 @@ use crate::detectors::{self, Detector};
 use crate::duration::Duration;
 use crate::error::{FieldError, FieldErrors};
 use crate::policy::{
-    ActionSpec, ClusterPolicySpec, KIND_CLUSTER, KIND_NAMESPACED, LabelSelector, Mode, PolicyRef, PolicyScope,
-    PolicySpec, API_VERSION,
+    API_VERSION, ActionSpec, ClusterPolicySpec, KIND_CLUSTER, KIND_NAMESPACED, LabelSelector, Mode,
+    PolicyRef, PolicyScope, PolicySpec,
 };
 use crate::script::{CompiledScript, PolicyEnv, ScriptEngine};
 
@@ -76,7 +76,11 @@ impl CompiledPolicy {
     }
 }
 
-fn duration_field(errors: &mut Vec<FieldError>, path: String, text: Option<&crate::policy::DurationText>) -> Duration {
+fn duration_field(
+    errors: &mut Vec<FieldError>,
+    path: String,
+    text: Option<&crate::policy::DurationText>,
+) -> Duration {
     match text.map(|t| t.parse()) {
         None => Duration::from_secs(0),
         Some(Ok(d)) => d,
@@ -152,7 +156,10 @@ pub fn compile(doc: &PolicyDocument, engine: &ScriptEngine) -> Result<CompiledPo
         if rule.name.is_empty() {
             errors.push(FieldError::new(format!("{path}.name"), "required"));
         } else if !names.insert(rule.name.as_str()) {
-            errors.push(FieldError::new(format!("{path}.name"), format!("duplicate rule name {:?}", rule.name)));
+            errors.push(FieldError::new(
+                format!("{path}.name"),
+                format!("duplicate rule name {:?}", rule.name),
+            ));
         }
         let detector = match &rule.uses {
             Some(name) => match detectors::build(name, rule.with.as_ref(), &format!("{path}.with")) {
@@ -181,7 +188,10 @@ pub fn compile(doc: &PolicyDocument, engine: &ScriptEngine) -> Result<CompiledPo
                 }
             }
             if d.needs_gpu_hour_cost() && spec.gpu_hour_cost.is_none() {
-                errors.push(FieldError::new(format!("{path}.with.maxCost"), "a cost budget needs spec.gpuHourCost"));
+                errors.push(FieldError::new(
+                    format!("{path}.with.maxCost"),
+                    "a cost budget needs spec.gpuHourCost",
+                ));
             }
         }
         let script = match &rule.when {
@@ -202,10 +212,14 @@ pub fn compile(doc: &PolicyDocument, engine: &ScriptEngine) -> Result<CompiledPo
             None => None,
         };
         if rule.uses.is_none() && rule.when.is_none() {
-            errors.push(FieldError::new(path.clone(), "a rule needs `uses` (a detector), `when` (a Rhai condition), or both"));
+            errors.push(FieldError::new(
+                path.clone(),
+                "a rule needs `uses` (a detector), `when` (a Rhai condition), or both",
+            ));
         }
         let for_ = duration_field(&mut errors, format!("{path}.for"), rule.for_.as_ref());
-        let keep_firing_for = duration_field(&mut errors, format!("{path}.keepFiringFor"), rule.keep_firing_for.as_ref());
+        let keep_firing_for =
+            duration_field(&mut errors, format!("{path}.keepFiringFor"), rule.keep_firing_for.as_ref());
         let cooldown = duration_field(&mut errors, format!("{path}.cooldown"), rule.cooldown.as_ref());
         for (j, action) in rule.actions.iter().enumerate() {
             let apath = format!("{path}.actions[{j}]");
@@ -215,7 +229,10 @@ pub fn compile(doc: &PolicyDocument, engine: &ScriptEngine) -> Result<CompiledPo
                 }
                 ActionSpec::Annotate(a) if !valid_annotation_key(&a.key) => errors.push(FieldError::new(
                     format!("{apath}.annotate.key"),
-                    format!("{:?} is not a valid annotation key (prefix/name, name at most 63 characters)", a.key),
+                    format!(
+                        "{:?} is not a valid annotation key (prefix/name, name at most 63 characters)",
+                        a.key
+                    ),
                 )),
                 ActionSpec::Scale(s) if s.num_nodes == 0 => {
                     errors.push(FieldError::new(format!("{apath}.scale.numNodes"), "must be at least 1"))
@@ -296,28 +313,31 @@ pub fn parse_documents(text: &str, source: &str) -> Result<Vec<PolicyDocument>, 
         let prefix = if i == 0 { String::new() } else { format!("document[{i}].") };
         match parse_document(value) {
             Ok(doc) => docs.push(doc),
-            Err(es) => errors.extend(es.into_iter().map(|e| FieldError::new(format!("{prefix}{}", e.path), e.message))),
+            Err(es) => errors
+                .extend(es.into_iter().map(|e| FieldError::new(format!("{prefix}{}", e.path), e.message))),
         }
     }
-    if errors.is_empty() {
-        Ok(docs)
-    } else {
-        Err(FieldErrors { document: source.to_string(), errors })
-    }
+    if errors.is_empty() { Ok(docs) } else { Err(FieldErrors { document: source.to_string(), errors }) }
 }
 
 /// One policy object (as YAML/JSON value) to a document.
 pub fn parse_document(value: Value) -> Result<PolicyDocument, Vec<FieldError>> {
     let mut errors = Vec::new();
     let Value::Object(mut obj) = value else {
-        return Err(vec![FieldError::new("(document)", "expected a ProgressPolicy or ClusterProgressPolicy object")]);
+        return Err(vec![FieldError::new(
+            "(document)",
+            "expected a ProgressPolicy or ClusterProgressPolicy object",
+        )]);
     };
     let kind = obj.get("kind").and_then(Value::as_str).unwrap_or_default().to_string();
     let kind: &'static str = match kind.as_str() {
         KIND_NAMESPACED => KIND_NAMESPACED,
         KIND_CLUSTER => KIND_CLUSTER,
         other => {
-            errors.push(FieldError::new("kind", format!("expected {KIND_NAMESPACED} or {KIND_CLUSTER}, got {other:?}")));
+            errors.push(FieldError::new(
+                "kind",
+                format!("expected {KIND_NAMESPACED} or {KIND_CLUSTER}, got {other:?}"),
+            ));
             KIND_NAMESPACED
         }
     };
@@ -340,9 +360,13 @@ pub fn parse_document(value: Value) -> Result<PolicyDocument, Vec<FieldError>> {
     }
     let (scope, spec) = if kind == KIND_CLUSTER {
         if namespace.is_some() {
-            errors.push(FieldError::new("metadata.namespace", "a ClusterProgressPolicy is cluster-scoped: remove the namespace"));
+            errors.push(FieldError::new(
+                "metadata.namespace",
+                "a ClusterProgressPolicy is cluster-scoped: remove the namespace",
+            ));
         }
-        let parsed: Option<ClusterPolicySpec> = deserialize_reporting_unknown(spec_value, "spec", &mut errors);
+        let parsed: Option<ClusterPolicySpec> =
+            deserialize_reporting_unknown(spec_value, "spec", &mut errors);
         match parsed {
             Some(c) => (PolicyScope::Cluster { namespace_selector: c.namespace_selector }, Some(c.policy)),
             None => (PolicyScope::Cluster { namespace_selector: LabelSelector::default() }, None),
@@ -355,7 +379,11 @@ pub fn parse_document(value: Value) -> Result<PolicyDocument, Vec<FieldError>> {
         Some(spec) if errors.is_empty() => Ok(PolicyDocument {
             reference: PolicyRef {
                 kind,
-                namespace: if kind == KIND_NAMESPACED { Some(namespace.unwrap_or_else(|| "default".into())) } else { None },
+                namespace: if kind == KIND_NAMESPACED {
+                    Some(namespace.unwrap_or_else(|| "default".into()))
+                } else {
+                    None
+                },
                 name,
                 generation,
             },
@@ -410,8 +438,10 @@ mod tests {
     use super::*;
 
     fn compile_yaml(yaml: &str) -> Result<CompiledPolicy, Vec<String>> {
-        let docs = parse_documents(yaml, "test.yaml").map_err(|e| e.errors.iter().map(|e| e.to_string()).collect::<Vec<_>>())?;
-        compile(&docs[0], &ScriptEngine::default()).map_err(|e| e.errors.iter().map(|e| e.to_string()).collect())
+        let docs = parse_documents(yaml, "test.yaml")
+            .map_err(|e| e.errors.iter().map(|e| e.to_string()).collect::<Vec<_>>())?;
+        compile(&docs[0], &ScriptEngine::default())
+            .map_err(|e| e.errors.iter().map(|e| e.to_string()).collect())
     }
 
     const WEEKEND_SAFE: &str = r#"
@@ -482,6 +512,9 @@ spec:
       uses: over_budget
       with: {maxCost: 100}
       actions: [{annotate: {key: "bad key!"}}]
+    - name: w
+      uses: stalled
+      with: {after: 30s}
 "#;
         let errors = compile_yaml(yaml).unwrap_err();
         let paths: Vec<&str> = errors.iter().map(|e| e.split(": ").next().unwrap()).collect();
@@ -495,17 +528,17 @@ spec:
                 "spec.rules[1].name",
                 "spec.rules[1].with.minDelta",
                 "spec.rules[1].with.colour",
-                "spec.rules[1].with.window",
                 "spec.rules[1].for",
                 "spec.rules[2].when",
                 "spec.rules[3]",
                 "spec.rules[4].with.maxCost",
                 "spec.rules[4].actions[0].annotate.key",
+                "spec.rules[5].with.after",
             ],
             "{errors:#?}"
         );
-        assert!(errors[8].contains("shorter than the sampling interval 1m"), "{}", errors[8]);
-        assert!(errors[9].contains("line 1:"), "{}", errors[9]);
+        assert!(errors[12].contains("30s is shorter than the sampling interval 1m"), "{}", errors[12]);
+        assert!(errors[8].contains("line 1:17"), "{}", errors[8]);
     }
 
     #[test]
@@ -553,7 +586,8 @@ spec:
   rules: [{name: stalled, uses: stalled, with: {after: 1h}}]
 "#;
         let p = compile_yaml(yaml).unwrap();
-        let labels = |pairs: &[(&str, &str)]| pairs.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect();
+        let labels =
+            |pairs: &[(&str, &str)]| pairs.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect();
         assert!(p.selects("any", &labels(&[("team", "x")]), Some(&labels(&[("tier", "research")]))));
         assert!(!p.selects("any", &labels(&[("team", "x")]), Some(&labels(&[("tier", "prod")]))));
         assert!(!p.selects("any", &labels(&[]), Some(&labels(&[("tier", "research")]))));

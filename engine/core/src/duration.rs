@@ -29,8 +29,7 @@ use serde::{Deserialize, Deserializer, Serialize, Serializer};
 /// the strings [`Duration::from_str`] accepts, apart from values too large to
 /// represent, when it is combined with a minimum length of 1: units appear
 /// from the largest to the smallest, each at most once.
-pub const DURATION_PATTERN: &str =
-    "^([0-9]+w)?([0-9]+d)?([0-9]+h)?([0-9]+m)?([0-9]+s)?([0-9]+ms)?$";
+pub const DURATION_PATTERN: &str = "^([0-9]+w)?([0-9]+d)?([0-9]+h)?([0-9]+m)?([0-9]+s)?([0-9]+ms)?$";
 
 /// The units a [`Duration`] may use, from the largest to the smallest, with
 /// their length in milliseconds.
@@ -62,9 +61,7 @@ impl Duration {
 
     /// The largest duration: `i64::MAX` milliseconds (about 292 million
     /// years), so that every duration converts to a [`jiff::SignedDuration`].
-    pub const MAX: Duration = Duration {
-        millis: i64::MAX as u64,
-    };
+    pub const MAX: Duration = Duration { millis: i64::MAX as u64 };
 
     /// A duration of `secs` seconds, saturating at [`Duration::MAX`].
     pub const fn from_secs(secs: u64) -> Duration {
@@ -73,11 +70,7 @@ impl Duration {
 
     /// A duration of `millis` milliseconds, saturating at [`Duration::MAX`].
     pub const fn from_millis(millis: u64) -> Duration {
-        if millis > Duration::MAX.millis {
-            Duration::MAX
-        } else {
-            Duration { millis }
-        }
+        if millis > Duration::MAX.millis { Duration::MAX } else { Duration { millis } }
     }
 
     /// The length in whole milliseconds.
@@ -142,9 +135,7 @@ pub enum DurationError {
         unit: String,
     },
     /// A number was not followed by a unit.
-    #[error(
-        "invalid duration {input:?}: the number {number:?} has no unit (valid units: {UNIT_LIST})"
-    )]
+    #[error("invalid duration {input:?}: the number {number:?} has no unit (valid units: {UNIT_LIST})")]
     MissingUnit {
         /// The rejected string.
         input: String,
@@ -204,13 +195,9 @@ impl FromStr for Duration {
             return Err(DurationError::Empty);
         }
         if input.starts_with('-') {
-            return Err(DurationError::Negative {
-                input: input.to_owned(),
-            });
+            return Err(DurationError::Negative { input: input.to_owned() });
         }
-        let overflow = || DurationError::Overflow {
-            input: input.to_owned(),
-        };
+        let overflow = || DurationError::Overflow { input: input.to_owned() };
         let bytes = input.as_bytes();
         let mut pos = 0;
         let mut total: u64 = 0;
@@ -230,24 +217,15 @@ impl FromStr for Duration {
             if number.is_empty() && unit.is_empty() {
                 // Neither a digit nor a letter: report the character itself.
                 let ch = input[pos..].chars().next().unwrap_or_default();
-                return Err(DurationError::InvalidCharacter {
-                    input: input.to_owned(),
-                    ch,
-                });
+                return Err(DurationError::InvalidCharacter { input: input.to_owned(), ch });
             }
             if number.is_empty() {
-                return Err(DurationError::MissingNumber {
-                    input: input.to_owned(),
-                    unit: unit.to_owned(),
-                });
+                return Err(DurationError::MissingNumber { input: input.to_owned(), unit: unit.to_owned() });
             }
             if unit.is_empty() {
                 if pos < bytes.len() {
                     let ch = input[pos..].chars().next().unwrap_or_default();
-                    return Err(DurationError::InvalidCharacter {
-                        input: input.to_owned(),
-                        ch,
-                    });
+                    return Err(DurationError::InvalidCharacter { input: input.to_owned(), ch });
                 }
                 return Err(DurationError::MissingUnit {
                     input: input.to_owned(),
@@ -255,10 +233,7 @@ impl FromStr for Duration {
                 });
             }
             let Some(index) = UNITS.iter().position(|(name, _)| *name == unit) else {
-                return Err(DurationError::UnknownUnit {
-                    input: input.to_owned(),
-                    unit: unit.to_owned(),
-                });
+                return Err(DurationError::UnknownUnit { input: input.to_owned(), unit: unit.to_owned() });
             };
             if let Some(prev) = previous
                 && index <= prev
@@ -443,19 +418,14 @@ impl FromStr for Warmup {
             if !valid {
                 return Err(WarmupError::Invalid { input: owned() });
             }
-            let percent: f64 = number
-                .parse()
-                .map_err(|_| WarmupError::Invalid { input: owned() })?;
+            let percent: f64 = number.parse().map_err(|_| WarmupError::Invalid { input: owned() })?;
             if percent > 100.0 {
                 return Err(WarmupError::OverHundredPercent { input: owned() });
             }
             return Ok(Warmup::ProgressPercent(percent));
         }
         if is_digits(input) {
-            return input
-                .parse()
-                .map(Warmup::Samples)
-                .map_err(|_| WarmupError::Invalid { input: owned() });
+            return input.parse().map(Warmup::Samples).map_err(|_| WarmupError::Invalid { input: owned() });
         }
         if let Some((int, frac)) = input.split_once('.')
             && is_digits(int)
@@ -498,11 +468,9 @@ impl<'de> Deserialize<'de> for Warmup {
                 Ok(Warmup::Samples(v))
             }
             fn visit_i64<E: de::Error>(self, v: i64) -> Result<Warmup, E> {
-                u64::try_from(v).map(Warmup::Samples).map_err(|_| {
-                    E::custom(WarmupError::Negative {
-                        input: v.to_string(),
-                    })
-                })
+                u64::try_from(v)
+                    .map(Warmup::Samples)
+                    .map_err(|_| E::custom(WarmupError::Negative { input: v.to_string() }))
             }
             fn visit_f64<E: de::Error>(self, v: f64) -> Result<Warmup, E> {
                 if let Some(n) = whole_f64(v) {
@@ -588,22 +556,15 @@ impl FromStr for Window {
 
     fn from_str(input: &str) -> Result<Self, Self::Err> {
         if input.starts_with('-') {
-            return Err(WindowError::Negative {
-                input: input.to_owned(),
-            });
+            return Err(WindowError::Negative { input: input.to_owned() });
         }
         if is_digits(input) {
             return input
                 .parse()
                 .map(Window::Samples)
-                .map_err(|_| WindowError::TooManySamples {
-                    input: input.to_owned(),
-                });
+                .map_err(|_| WindowError::TooManySamples { input: input.to_owned() });
         }
-        input
-            .parse()
-            .map(Window::Time)
-            .map_err(|source| WindowError::Invalid { source })
+        input.parse().map(Window::Time).map_err(|source| WindowError::Invalid { source })
     }
 }
 
@@ -638,20 +599,16 @@ impl<'de> Deserialize<'de> for Window {
                 Ok(Window::Samples(v))
             }
             fn visit_i64<E: de::Error>(self, v: i64) -> Result<Window, E> {
-                u64::try_from(v).map(Window::Samples).map_err(|_| {
-                    E::custom(WindowError::Negative {
-                        input: v.to_string(),
-                    })
-                })
+                u64::try_from(v)
+                    .map(Window::Samples)
+                    .map_err(|_| E::custom(WindowError::Negative { input: v.to_string() }))
             }
             fn visit_f64<E: de::Error>(self, v: f64) -> Result<Window, E> {
                 if let Some(n) = whole_f64(v) {
                     return Ok(Window::Samples(n));
                 }
                 if v < 0.0 {
-                    return Err(E::custom(WindowError::Negative {
-                        input: v.to_string(),
-                    }));
+                    return Err(E::custom(WindowError::Negative { input: v.to_string() }));
                 }
                 Err(E::custom(format_args!(
                     "invalid window {v}: a number of samples must be a whole number; \
@@ -716,10 +673,7 @@ mod tests {
     #[test]
     fn parses_compound_durations() {
         assert_eq!(d("1h30m"), Duration::from_secs(5400));
-        assert_eq!(
-            d("1w2d3h4m5s6ms").as_millis(),
-            ((((9 * 24 + 3) * 60 + 4) * 60 + 5) * 1000) + 6
-        );
+        assert_eq!(d("1w2d3h4m5s6ms").as_millis(), ((((9 * 24 + 3) * 60 + 4) * 60 + 5) * 1000) + 6);
         assert_eq!(d("1m500ms").as_millis(), 60_500);
         assert_eq!(d("62h"), Duration::from_secs(62 * 3600));
         // Non-normalised groups are fine as long as the units are ordered.
@@ -745,66 +699,37 @@ mod tests {
             assert_eq!(parsed.to_string(), canonical, "{input}");
             assert_eq!(d(canonical), parsed, "{input}");
         }
-        assert_eq!(
-            Duration::MAX.to_string().parse::<Duration>(),
-            Ok(Duration::MAX)
-        );
+        assert_eq!(Duration::MAX.to_string().parse::<Duration>(), Ok(Duration::MAX));
     }
 
     #[test]
     fn conversions() {
         let x = d("1m30s500ms");
         assert_eq!(x.as_secs_f64(), 90.5);
-        assert_eq!(
-            x.to_signed_duration(),
-            jiff::SignedDuration::from_millis(90_500)
-        );
-        assert_eq!(
-            jiff::SignedDuration::from(x),
-            jiff::SignedDuration::from_millis(90_500)
-        );
+        assert_eq!(x.to_signed_duration(), jiff::SignedDuration::from_millis(90_500));
+        assert_eq!(jiff::SignedDuration::from(x), jiff::SignedDuration::from_millis(90_500));
         assert_eq!(x.to_std(), std::time::Duration::from_millis(90_500));
         assert_eq!(Duration::from_secs(90), d("90s"));
         assert_eq!(Duration::from_millis(u64::MAX), Duration::MAX);
         assert_eq!(Duration::from_secs(u64::MAX), Duration::MAX);
-        assert_eq!(
-            Duration::MAX.to_signed_duration(),
-            jiff::SignedDuration::from_millis(i64::MAX)
-        );
+        assert_eq!(Duration::MAX.to_signed_duration(), jiff::SignedDuration::from_millis(i64::MAX));
         assert!(Duration::ZERO.is_zero());
         assert!(!x.is_zero());
         assert!(d("59m") < d("1h"));
         let ts: jiff::Timestamp = "2025-01-01T00:00:00Z".parse().unwrap();
-        assert_eq!(
-            ts.checked_add(d("1d").to_signed_duration())
-                .unwrap()
-                .to_string(),
-            "2025-01-02T00:00:00Z"
-        );
+        assert_eq!(ts.checked_add(d("1d").to_signed_duration()).unwrap().to_string(), "2025-01-02T00:00:00Z");
     }
 
     #[test]
     fn error_messages() {
-        assert_eq!(
-            err(""),
-            "duration is empty: expected a duration such as \"30s\", \"15m\" or \"1h30m\""
-        );
-        assert_eq!(
-            err("-5m"),
-            "invalid duration \"-5m\": durations cannot be negative"
-        );
-        assert_eq!(
-            err("5y"),
-            "invalid duration \"5y\": unknown unit \"y\" (valid units: w, d, h, m, s, ms)"
-        );
+        assert_eq!(err(""), "duration is empty: expected a duration such as \"30s\", \"15m\" or \"1h30m\"");
+        assert_eq!(err("-5m"), "invalid duration \"-5m\": durations cannot be negative");
+        assert_eq!(err("5y"), "invalid duration \"5y\": unknown unit \"y\" (valid units: w, d, h, m, s, ms)");
         assert_eq!(
             err("5mins"),
             "invalid duration \"5mins\": unknown unit \"mins\" (valid units: w, d, h, m, s, ms)"
         );
-        assert_eq!(
-            err("5M"),
-            "invalid duration \"5M\": unknown unit \"M\" (valid units: w, d, h, m, s, ms)"
-        );
+        assert_eq!(err("5M"), "invalid duration \"5M\": unknown unit \"M\" (valid units: w, d, h, m, s, ms)");
         assert_eq!(
             err("30"),
             "invalid duration \"30\": the number \"30\" has no unit (valid units: w, d, h, m, s, ms)"
@@ -813,10 +738,7 @@ mod tests {
             err("1h30"),
             "invalid duration \"1h30\": the number \"30\" has no unit (valid units: w, d, h, m, s, ms)"
         );
-        assert_eq!(
-            err("h"),
-            "invalid duration \"h\": expected a number before \"h\""
-        );
+        assert_eq!(err("h"), "invalid duration \"h\": expected a number before \"h\"");
         assert_eq!(
             err("30m1h"),
             "invalid duration \"30m1h\": unit \"h\" cannot follow \"m\"; write units from the \
@@ -832,40 +754,14 @@ mod tests {
             "invalid duration \"1.5h\": unexpected character '.'; fractions are not supported, \
              use a smaller unit (e.g. \"1h30m\" instead of \"1.5h\")"
         );
-        assert_eq!(
-            err(" 5m"),
-            "invalid duration \" 5m\": unexpected character ' '"
-        );
-        assert_eq!(
-            err("5m "),
-            "invalid duration \"5m \": unexpected character ' '"
-        );
-        assert_eq!(
-            err("5 m"),
-            "invalid duration \"5 m\": unexpected character ' '"
-        );
-        assert_eq!(
-            err("+5m"),
-            "invalid duration \"+5m\": unexpected character '+'"
-        );
-        assert_eq!(
-            err("5µs"),
-            "invalid duration \"5µs\": unexpected character 'µ'"
-        );
-        assert_eq!(
-            err("99999999999999999999s"),
-            "invalid duration \"99999999999999999999s\": too large"
-        );
-        assert_eq!(
-            err("9223372036854776w"),
-            "invalid duration \"9223372036854776w\": too large"
-        );
-        assert_eq!(
-            "-5m".parse::<Duration>(),
-            Err(DurationError::Negative {
-                input: "-5m".into()
-            })
-        );
+        assert_eq!(err(" 5m"), "invalid duration \" 5m\": unexpected character ' '");
+        assert_eq!(err("5m "), "invalid duration \"5m \": unexpected character ' '");
+        assert_eq!(err("5 m"), "invalid duration \"5 m\": unexpected character ' '");
+        assert_eq!(err("+5m"), "invalid duration \"+5m\": unexpected character '+'");
+        assert_eq!(err("5µs"), "invalid duration \"5µs\": unexpected character 'µ'");
+        assert_eq!(err("99999999999999999999s"), "invalid duration \"99999999999999999999s\": too large");
+        assert_eq!(err("9223372036854776w"), "invalid duration \"9223372036854776w\": too large");
+        assert_eq!("-5m".parse::<Duration>(), Err(DurationError::Negative { input: "-5m".into() }));
     }
 
     #[test]
@@ -887,10 +783,7 @@ mod tests {
             }
             rest.is_empty() && !s.is_empty()
         }
-        assert_eq!(
-            DURATION_PATTERN,
-            "^([0-9]+w)?([0-9]+d)?([0-9]+h)?([0-9]+m)?([0-9]+s)?([0-9]+ms)?$"
-        );
+        assert_eq!(DURATION_PATTERN, "^([0-9]+w)?([0-9]+d)?([0-9]+h)?([0-9]+m)?([0-9]+s)?([0-9]+ms)?$");
         for s in [
             "30s",
             "15m",
@@ -923,32 +816,18 @@ mod tests {
     #[test]
     fn duration_serde() {
         assert_eq!(serde_json::to_value(d("90m")).unwrap(), json!("1h30m"));
-        assert_eq!(
-            serde_json::from_value::<Duration>(json!("2h")).unwrap(),
-            d("2h")
-        );
+        assert_eq!(serde_json::from_value::<Duration>(json!("2h")).unwrap(), d("2h"));
         let e = serde_json::from_value::<Duration>(json!("-5m")).unwrap_err();
-        assert_eq!(
-            e.to_string(),
-            "invalid duration \"-5m\": durations cannot be negative"
-        );
+        assert_eq!(e.to_string(), "invalid duration \"-5m\": durations cannot be negative");
         let e = serde_json::from_value::<Duration>(json!(30)).unwrap_err();
-        assert!(
-            e.to_string()
-                .contains("expected a duration string such as \"30s\""),
-            "{e}"
-        );
+        assert!(e.to_string().contains("expected a duration string such as \"30s\""), "{e}");
         #[derive(Debug, Deserialize)]
         #[allow(dead_code)]
         struct Spec {
             timeout: Duration,
         }
         let e = serde_json::from_str::<Spec>(r#"{"timeout": "30m1h"}"#).unwrap_err();
-        assert!(
-            e.to_string()
-                .starts_with("invalid duration \"30m1h\": unit \"h\" cannot follow"),
-            "{e}"
-        );
+        assert!(e.to_string().starts_with("invalid duration \"30m1h\": unit \"h\" cannot follow"), "{e}");
     }
 
     #[test]
@@ -957,12 +836,7 @@ mod tests {
         assert_eq!(schema["type"], "string");
         assert_eq!(schema["pattern"], DURATION_PATTERN);
         assert_eq!(schema["minLength"], 1);
-        assert!(
-            schema["description"]
-                .as_str()
-                .unwrap()
-                .contains("\"1h30m\"")
-        );
+        assert!(schema["description"].as_str().unwrap().contains("\"1h30m\""));
     }
 
     #[test]
@@ -986,14 +860,8 @@ mod tests {
         );
         assert_eq!(e("-5"), "invalid warmup \"-5\": cannot be negative");
         assert_eq!(e("-5%"), "invalid warmup \"-5%\": cannot be negative");
-        assert_eq!(
-            e("100.5%"),
-            "invalid warmup \"100.5%\": a percent of progress cannot exceed 100%"
-        );
-        assert_eq!(
-            e("150%"),
-            "invalid warmup \"150%\": a percent of progress cannot exceed 100%"
-        );
+        assert_eq!(e("100.5%"), "invalid warmup \"100.5%\": a percent of progress cannot exceed 100%");
+        assert_eq!(e("150%"), "invalid warmup \"150%\": a percent of progress cannot exceed 100%");
         assert_eq!(
             e("10.5"),
             "invalid warmup \"10.5\": a number of samples must be a whole number; for a percent \
@@ -1032,10 +900,7 @@ mod tests {
         assert_eq!(from(json!("10")).unwrap(), Warmup::Samples(10));
         assert_eq!(from(json!(10.0)).unwrap(), Warmup::Samples(10));
         assert_eq!(from(json!("10%")).unwrap(), Warmup::ProgressPercent(10.0));
-        assert_eq!(
-            from(json!(-3)).unwrap_err().to_string(),
-            "invalid warmup \"-3\": cannot be negative"
-        );
+        assert_eq!(from(json!(-3)).unwrap_err().to_string(), "invalid warmup \"-3\": cannot be negative");
         assert_eq!(
             from(json!(2.5)).unwrap_err().to_string(),
             "invalid warmup \"2.5\": a number of samples must be a whole number; for a percent \
@@ -1051,18 +916,9 @@ mod tests {
                 .to_string()
                 .contains("expected a number of samples (e.g. 10) or a percent of progress")
         );
-        assert_eq!(
-            serde_json::to_value(Warmup::Samples(10)).unwrap(),
-            json!(10)
-        );
-        assert_eq!(
-            serde_json::to_value(Warmup::ProgressPercent(10.0)).unwrap(),
-            json!("10%")
-        );
-        assert_eq!(
-            serde_json::to_value(Warmup::ProgressPercent(12.5)).unwrap(),
-            json!("12.5%")
-        );
+        assert_eq!(serde_json::to_value(Warmup::Samples(10)).unwrap(), json!(10));
+        assert_eq!(serde_json::to_value(Warmup::ProgressPercent(10.0)).unwrap(), json!("10%"));
+        assert_eq!(serde_json::to_value(Warmup::ProgressPercent(12.5)).unwrap(), json!("12.5%"));
         for w in [Warmup::Samples(7), Warmup::ProgressPercent(33.25)] {
             let v = serde_json::to_value(w).unwrap();
             assert_eq!(from(v).unwrap(), w);
@@ -1100,30 +956,16 @@ mod tests {
         assert_eq!(from(json!(10)).unwrap(), Window::Samples(10));
         assert_eq!(from(json!("10")).unwrap(), Window::Samples(10));
         assert_eq!(from(json!("2h")).unwrap(), Window::Time(d("2h")));
-        assert_eq!(
-            from(json!(-1)).unwrap_err().to_string(),
-            "invalid window \"-1\": cannot be negative"
-        );
+        assert_eq!(from(json!(-1)).unwrap_err().to_string(), "invalid window \"-1\": cannot be negative");
         assert!(
             from(json!(1.5))
                 .unwrap_err()
                 .to_string()
                 .starts_with("invalid window 1.5: a number of samples must be a whole number")
         );
-        assert!(
-            from(json!("30m1h"))
-                .unwrap_err()
-                .to_string()
-                .contains("cannot follow")
-        );
-        assert_eq!(
-            serde_json::to_value(Window::Samples(10)).unwrap(),
-            json!(10)
-        );
-        assert_eq!(
-            serde_json::to_value(Window::Time(d("120m"))).unwrap(),
-            json!("2h")
-        );
+        assert!(from(json!("30m1h")).unwrap_err().to_string().contains("cannot follow"));
+        assert_eq!(serde_json::to_value(Window::Samples(10)).unwrap(), json!(10));
+        assert_eq!(serde_json::to_value(Window::Time(d("120m"))).unwrap(), json!("2h"));
         assert_eq!(Window::Time(d("90m")).to_string(), "1h30m");
         assert_eq!(Window::Samples(3).to_string(), "3");
     }
@@ -1136,32 +978,21 @@ mod tests {
             warmup: Warmup,
             patience: Window,
         }
-        let spec: Spec =
-            serde_saphyr::from_str("timeout: 1h30m\nwarmup: 10%\npatience: 10\n").unwrap();
+        let spec: Spec = serde_saphyr::from_str("timeout: 1h30m\nwarmup: 10%\npatience: 10\n").unwrap();
         assert_eq!(
             spec,
-            Spec {
-                timeout: d("90m"),
-                warmup: Warmup::ProgressPercent(10.0),
-                patience: Window::Samples(10),
-            }
+            Spec { timeout: d("90m"), warmup: Warmup::ProgressPercent(10.0), patience: Window::Samples(10) }
         );
-        let spec: Spec =
-            serde_saphyr::from_str("timeout: \"30s\"\nwarmup: 25\npatience: 2h\n").unwrap();
+        let spec: Spec = serde_saphyr::from_str("timeout: \"30s\"\nwarmup: 25\npatience: 2h\n").unwrap();
         assert_eq!(spec.warmup, Warmup::Samples(25));
         assert_eq!(spec.patience, Window::Time(d("2h")));
-        let e = serde_saphyr::from_str::<Spec>("timeout: -5m\nwarmup: 1\npatience: 1\n")
-            .unwrap_err()
-            .to_string();
+        let e =
+            serde_saphyr::from_str::<Spec>("timeout: -5m\nwarmup: 1\npatience: 1\n").unwrap_err().to_string();
         assert!(e.contains("durations cannot be negative"), "{e}");
-        let e = serde_saphyr::from_str::<Spec>("timeout: 30\nwarmup: 1\npatience: 1\n")
-            .unwrap_err()
-            .to_string();
+        let e =
+            serde_saphyr::from_str::<Spec>("timeout: 30\nwarmup: 1\npatience: 1\n").unwrap_err().to_string();
         // serde-saphyr hands the plain scalar 30 to `visit_str`.
-        assert!(
-            e.contains("invalid duration \"30\": the number \"30\" has no unit"),
-            "{e}"
-        );
+        assert!(e.contains("invalid duration \"30\": the number \"30\" has no unit"), "{e}");
         let e = serde_saphyr::from_str::<Spec>("timeout: 5m\nwarmup: 150%\npatience: 1\n")
             .unwrap_err()
             .to_string();
@@ -1177,12 +1008,7 @@ mod tests {
             assert_eq!(schema["x-kubernetes-int-or-string"], true);
             assert!(schema.get("type").is_none(), "{schema}");
             assert!(schema.get("pattern").is_none(), "{schema}");
-            assert!(
-                schema["description"]
-                    .as_str()
-                    .unwrap()
-                    .starts_with("Either a number of samples")
-            );
+            assert!(schema["description"].as_str().unwrap().starts_with("Either a number of samples"));
         }
         // Inlined where used, so Kubernetes sees no $ref.
         #[derive(JsonSchema)]
@@ -1193,14 +1019,8 @@ mod tests {
             timeout: Duration,
         }
         let schema = serde_json::to_value(schemars::schema_for!(Spec)).unwrap();
-        assert_eq!(
-            schema["properties"]["warmup"]["x-kubernetes-int-or-string"],
-            true
-        );
-        assert_eq!(
-            schema["properties"]["patience"]["x-kubernetes-int-or-string"],
-            true
-        );
+        assert_eq!(schema["properties"]["warmup"]["x-kubernetes-int-or-string"], true);
+        assert_eq!(schema["properties"]["patience"]["x-kubernetes-int-or-string"], true);
         assert_eq!(schema["properties"]["timeout"]["pattern"], DURATION_PATTERN);
         assert!(schema.get("$defs").is_none(), "{schema}");
     }

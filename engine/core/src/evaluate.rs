@@ -10,6 +10,9 @@
 //! [`ActionIntent`] per action, unless the same action was issued for the same job and rule less than
 //! `cooldown` ago. Intents are descriptions; the executor performs them, or in Audit mode only reports them.
 //!
+//! A suspended job's rules are frozen (neither evaluated nor resolved); a finished job's rules resolve, and
+//! so do all rules of a policy outside its active windows.
+//!
 //! The evaluator is sans-IO and clock-free: every call takes `now`, so the controller (wall clock), replay
 //! and `trainwarden test` (the stream's clock) share this exact code path. Callers drive time with
 //! [`Evaluator::tick`] at [`Evaluator::next_tick`]; the replay driver does so between samples, which is how a
@@ -96,7 +99,10 @@ impl Reason {
             && let Some(w) = when
         {
             let w = w.split_whitespace().collect::<Vec<_>>().join(" ");
-            parts.push(format!("`{}` is true", if w.len() > 120 { format!("{}…", &w[..w.floor_char_boundary(120)]) } else { w }));
+            parts.push(format!(
+                "`{}` is true",
+                if w.len() > 120 { format!("{}…", &w[..w.floor_char_boundary(120)]) } else { w }
+            ));
         }
         reason.summary = parts.join("; ");
         reason
@@ -137,12 +143,33 @@ pub struct ActionIntent {
 /// Everything evaluation reports.
 #[derive(Clone, Debug, PartialEq)]
 pub enum Event {
-    Transition { at: Timestamp, job: JobKey, policy: PolicyRef, rule: String, kind: TransitionKind, reason: Reason, mode: Mode },
+    Transition {
+        at: Timestamp,
+        job: JobKey,
+        policy: PolicyRef,
+        rule: String,
+        kind: TransitionKind,
+        reason: Reason,
+        mode: Mode,
+    },
     Intent(ActionIntent),
     /// An action skipped because the same one was issued less than `cooldown` ago.
-    Suppressed { at: Timestamp, job: JobKey, policy: PolicyRef, rule: String, action: &'static str, until: Timestamp },
+    Suppressed {
+        at: Timestamp,
+        job: JobKey,
+        policy: PolicyRef,
+        rule: String,
+        action: &'static str,
+        until: Timestamp,
+    },
     /// A rule could not be evaluated (script error); its state is left as it was.
-    RuleError { at: Timestamp, job: JobKey, policy: PolicyRef, rule: String, message: String },
+    RuleError {
+        at: Timestamp,
+        job: JobKey,
+        policy: PolicyRef,
+        rule: String,
+        message: String,
+    },
 }
 
 #[derive(Clone, Debug, Default)]
@@ -197,7 +224,14 @@ pub struct RuleCounts {
 impl Evaluator {
     pub fn new(config: EngineConfig) -> Self {
         let scripts = ScriptEngine::new(config.limits.clone());
-        Evaluator { config, scripts, policies: Vec::new(), jobs: HashMap::new(), namespace_labels: HashMap::new(), last_tick: None }
+        Evaluator {
+            config,
+            scripts,
+            policies: Vec::new(),
+            jobs: HashMap::new(),
+            namespace_labels: HashMap::new(),
+            last_tick: None,
+        }
     }
 
     /// The script engine policies must be compiled with.
@@ -242,7 +276,8 @@ impl Evaluator {
         let Some(slot) = &self.policies[index] else { return };
         for (key, job) in self.jobs.iter_mut() {
             job.selected_by.retain(|&p| p != index);
-            let tracks: Vec<(usize, usize)> = job.rules.keys().filter(|(p, _)| *p == index).copied().collect();
+            let tracks: Vec<(usize, usize)> =
+                job.rules.keys().filter(|(p, _)| *p == index).copied().collect();
             for k in tracks {
                 if let Some(track) = job.rules.remove(&k) {
                     let rule = &slot.policy.rules[k.1];
@@ -267,7 +302,11 @@ impl Evaluator {
         let sample = snapshot.sample.take();
         let key = snapshot.key.clone();
         let entry = self.jobs.entry(key.clone()).or_insert_with(|| JobEntry {
-            data: Some(Box::new(JobData { series: JobSeries::new(now), snapshot: JobSnapshot::new(key.clone()), first_seen: now })),
+            data: Some(Box::new(JobData {
+                series: JobSeries::new(now),
+                snapshot: JobSnapshot::new(key.clone()),
+                first_seen: now,
+            })),
             last_evaluated: None,
             rules: HashMap::new(),
             selected_by: Vec::new(),
@@ -284,7 +323,11 @@ impl Evaluator {
             // Stateful detectors advance on every new sample, whether or not their policy is active.
             for (p_index, slot) in self.policies.iter().enumerate() {
                 let Some(slot) = slot else { continue };
-                if !slot.policy.selects(&key.namespace, &data.snapshot.labels, self.namespace_labels.get(&key.namespace)) {
+                if !slot.policy.selects(
+                    &key.namespace,
+                    &data.snapshot.labels,
+                    self.namespace_labels.get(&key.namespace),
+                ) {
                     continue;
                 }
                 for (r_index, rule) in slot.policy.rules.iter().enumerate() {
@@ -325,12 +368,15 @@ impl Evaluator {
     /// Evaluates jobs not evaluated within the last interval (and every job when a calendar window opens
     /// or closes). Call it at [`Evaluator::next_tick`].
     pub fn tick(&mut self, now: Timestamp, out: &mut Vec<Event>) {
-        let calendar_changed = self.policies.iter().flatten().any(|s| s.next_calendar_change.is_some_and(|c| c <= now));
+        let calendar_changed =
+            self.policies.iter().flatten().any(|s| s.next_calendar_change.is_some_and(|c| c <= now));
         let interval = self.config.eval_interval.as_secs_f64();
         let mut due: Vec<JobKey> = self
             .jobs
             .iter()
-            .filter(|(_, j)| calendar_changed || j.last_evaluated.is_none_or(|t| detectors::seconds(t, now) >= interval))
+            .filter(|(_, j)| {
+                calendar_changed || j.last_evaluated.is_none_or(|t| detectors::seconds(t, now) >= interval)
+            })
             .map(|(k, _)| k.clone())
             .collect();
         due.sort();
@@ -356,7 +402,8 @@ impl Evaluator {
         let Some(entry) = self.jobs.get_mut(key) else { return };
         entry.last_evaluated = Some(now);
         let Some(data) = entry.data.as_ref() else { return };
-        let running = data.snapshot.phase == JobPhase::Running;
+        let phase = data.snapshot.phase;
+        let running = phase == JobPhase::Running;
         let labels = data.snapshot.labels.clone();
         let mut selected = Vec::new();
         for (p_index, slot) in self.policies.iter().enumerate() {
@@ -366,6 +413,11 @@ impl Evaluator {
                 continue;
             }
             selected.push(p_index);
+            // A suspended job teaches us nothing new: its rules keep their state, so a job a person resumed on
+            // purpose is not suspended again the moment it restarts, only after its rule resolves and re-fires.
+            if phase == JobPhase::Suspended {
+                continue;
+            }
             let active = running && policy.env.calendar.is_active(now);
             for (r_index, rule) in policy.rules.iter().enumerate() {
                 let track = entry.rules.entry((p_index, r_index)).or_default();
@@ -396,7 +448,8 @@ impl Evaluator {
             }
         }
         // Policies that no longer select the job (labels changed): their rules resolve.
-        let dropped: Vec<usize> = entry.selected_by.iter().copied().filter(|p| !selected.contains(p)).collect();
+        let dropped: Vec<usize> =
+            entry.selected_by.iter().copied().filter(|p| !selected.contains(p)).collect();
         for p in dropped {
             let keys: Vec<(usize, usize)> = entry.rules.keys().filter(|(pp, _)| *pp == p).copied().collect();
             for k in keys {
@@ -627,7 +680,14 @@ fn savings(data: &JobData, policy: &CompiledPolicy, reason: &Reason, now: Timest
     Some(Savings { until, basis, gpus, gpu_hours, dollars: policy.env.gpu_hour_cost.map(|c| c * gpu_hours) })
 }
 
-fn resolve_track(track: RuleTrack, key: &JobKey, policy: &CompiledPolicy, rule: &CompiledRule, now: Timestamp, out: &mut Vec<Event>) {
+fn resolve_track(
+    track: RuleTrack,
+    key: &JobKey,
+    policy: &CompiledPolicy,
+    rule: &CompiledRule,
+    now: Timestamp,
+    out: &mut Vec<Event>,
+) {
     let kind = match track.state {
         Some(RuleState::Firing) => TransitionKind::Resolved,
         Some(RuleState::Pending) => TransitionKind::Cleared,

@@ -44,9 +44,7 @@ use std::fmt;
 use serde::de::{self, Deserialize, Deserializer, IgnoredAny, MapAccess, SeqAccess, Visitor};
 use serde_json::{Map, Value};
 
-use crate::sample::{
-    JobKey, JobPhase, JobSnapshot, Metric, ProgressSample, SampleSource, Timestamp,
-};
+use crate::sample::{JobKey, JobPhase, JobSnapshot, Metric, ProgressSample, SampleSource, Timestamp};
 
 /// A malformed input: `path` names the offending field (root errors use `$`).
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
@@ -58,10 +56,7 @@ pub struct NormalizeError {
 
 impl NormalizeError {
     fn new(path: impl Into<String>, message: impl Into<String>) -> Self {
-        NormalizeError {
-            path: path.into(),
-            message: message.into(),
-        }
+        NormalizeError { path: path.into(), message: message.into() }
     }
 }
 
@@ -147,10 +142,7 @@ pub fn canonical_metric_name(raw: &str) -> Cow<'static, str> {
 }
 
 /// Which progress field a canonical name fills, if any.
-fn progress_field<'s>(
-    sample: &'s mut ProgressSample,
-    canonical: &str,
-) -> Option<&'s mut Option<f64>> {
+fn progress_field<'s>(sample: &'s mut ProgressSample, canonical: &str) -> Option<&'s mut Option<f64>> {
     match canonical {
         CURRENT_STEP => Some(&mut sample.current_step),
         TOTAL_STEPS => Some(&mut sample.total_steps),
@@ -161,10 +153,7 @@ fn progress_field<'s>(
 }
 
 fn is_progress_name(canonical: &str) -> bool {
-    matches!(
-        canonical,
-        CURRENT_STEP | TOTAL_STEPS | CURRENT_EPOCH | TOTAL_EPOCHS
-    )
+    matches!(canonical, CURRENT_STEP | TOTAL_STEPS | CURRENT_EPOCH | TOTAL_EPOCHS)
 }
 
 /// Collects the metrics of one sample, routing progress counters to their fields and merging duplicates.
@@ -179,10 +168,7 @@ const LINEAR_DEDUP_MAX: usize = 32;
 
 impl Collector {
     fn with_capacity(n: usize) -> Self {
-        Collector {
-            metrics: Vec::with_capacity(n.min(LINEAR_DEDUP_MAX)),
-            unchecked: false,
-        }
+        Collector { metrics: Vec::with_capacity(n.min(LINEAR_DEDUP_MAX)), unchecked: false }
     }
 
     /// Adds one reported value under its canonical name. `Err` is the message for the value's path.
@@ -247,11 +233,7 @@ fn dedup_sorted(metrics: &mut Vec<Metric>) {
 // ---------------------------------------------------------------------------------------------------------
 
 fn join(base: &str, field: &str) -> String {
-    if base.is_empty() {
-        field.to_owned()
-    } else {
-        format!("{base}.{field}")
-    }
+    if base.is_empty() { field.to_owned() } else { format!("{base}.{field}") }
 }
 
 /// A string shown in an error message, cut to a readable length (inputs can be 64 KiB of garbage).
@@ -291,8 +273,7 @@ fn missing(path: String) -> NormalizeError {
 }
 
 fn parse_time(s: &str) -> Result<Timestamp, String> {
-    s.parse::<Timestamp>()
-        .map_err(|e| format!("invalid RFC 3339 timestamp {}: {e}", Snippet(s)))
+    s.parse::<Timestamp>().map_err(|e| format!("invalid RFC 3339 timestamp {}: {e}", Snippet(s)))
 }
 
 /// Parses a metric value string. Rust's float grammar already accepts `nan`, `inf`, `infinity` in any
@@ -306,19 +287,11 @@ fn parse_metric_value(s: &str) -> Option<f64> {
 }
 
 fn check_percent(v: f64) -> Result<f64, &'static str> {
-    if (0.0..=100.0).contains(&v) {
-        Ok(v)
-    } else {
-        Err("progress must be within 0..=100")
-    }
+    if (0.0..=100.0).contains(&v) { Ok(v) } else { Err("progress must be within 0..=100") }
 }
 
 fn check_eta(v: f64) -> Result<f64, &'static str> {
-    if v >= 0.0 {
-        Ok(v)
-    } else {
-        Err("estimated remaining seconds must be >= 0")
-    }
+    if v >= 0.0 { Ok(v) } else { Err("estimated remaining seconds must be >= 0") }
 }
 
 /// An optional JSON number (`null` counts as absent).
@@ -332,9 +305,7 @@ fn opt_number(
         Some(Value::Number(n)) => {
             // serde_json numbers are always finite; as_f64 only fails with arbitrary_precision.
             let x = n.as_f64().unwrap_or(f64::NAN);
-            check(x)
-                .map(Some)
-                .map_err(|m| NormalizeError::new(path(), format!("{m}, found {n}")))
+            check(x).map(Some).map_err(|m| NormalizeError::new(path(), format!("{m}, found {n}")))
         }
         Some(other) => Err(type_error(path(), "a number", json_kind(other))),
     }
@@ -351,10 +322,7 @@ fn opt_object<'v>(
     }
 }
 
-fn opt_str(
-    v: Option<&Value>,
-    path: impl FnOnce() -> String,
-) -> Result<Option<&str>, NormalizeError> {
+fn opt_str(v: Option<&Value>, path: impl FnOnce() -> String) -> Result<Option<&str>, NormalizeError> {
     match v {
         None | Some(Value::Null) => Ok(None),
         Some(Value::String(s)) => Ok(Some(s.as_str())),
@@ -362,15 +330,10 @@ fn opt_str(
     }
 }
 
-fn opt_time(
-    v: Option<&Value>,
-    path: impl Fn() -> String,
-) -> Result<Option<Timestamp>, NormalizeError> {
+fn opt_time(v: Option<&Value>, path: impl Fn() -> String) -> Result<Option<Timestamp>, NormalizeError> {
     match opt_str(v, &path)? {
         None => Ok(None),
-        Some(s) => parse_time(s)
-            .map(Some)
-            .map_err(|m| NormalizeError::new(path(), m)),
+        Some(s) => parse_time(s).map(Some).map_err(|m| NormalizeError::new(path(), m)),
     }
 }
 
@@ -387,15 +350,11 @@ pub fn from_trainer_status(v: &Value, path: &str) -> Result<ProgressSample, Norm
     };
     let time_path = || join(path, "lastUpdatedTime");
     // The CRD requires lastUpdatedTime (CEL `has(self.lastUpdatedTime)`); dedup and staleness need it.
-    let updated_at =
-        opt_time(obj.get("lastUpdatedTime"), time_path)?.ok_or_else(|| missing(time_path()))?;
+    let updated_at = opt_time(obj.get("lastUpdatedTime"), time_path)?.ok_or_else(|| missing(time_path()))?;
 
     let mut sample = ProgressSample::empty(updated_at, SampleSource::TrainerStatus);
-    sample.progress_percent = opt_number(
-        obj.get("progressPercentage"),
-        || join(path, "progressPercentage"),
-        check_percent,
-    )?;
+    sample.progress_percent =
+        opt_number(obj.get("progressPercentage"), || join(path, "progressPercentage"), check_percent)?;
     sample.eta_seconds = opt_number(
         obj.get("estimatedRemainingSeconds"),
         || join(path, "estimatedRemainingSeconds"),
@@ -406,11 +365,7 @@ pub fn from_trainer_status(v: &Value, path: &str) -> Result<ProgressSample, Norm
         None | Some(Value::Null) => return Ok(sample),
         Some(Value::Array(items)) => items,
         Some(other) => {
-            return Err(type_error(
-                join(path, "metrics"),
-                "an array",
-                json_kind(other),
-            ));
+            return Err(type_error(join(path, "metrics"), "an array", json_kind(other)));
         }
     };
     let mut collector = Collector::with_capacity(items.len());
@@ -429,9 +384,8 @@ pub fn from_trainer_status(v: &Value, path: &str) -> Result<ProgressSample, Norm
             Some(other) => return Err(type_error(at(".name"), "a string", json_kind(other))),
         };
         let value = match m.get("value") {
-            Some(Value::String(s)) => parse_metric_value(s).ok_or_else(|| {
-                NormalizeError::new(at(".value"), format!("not a number: {}", Snippet(s)))
-            })?,
+            Some(Value::String(s)) => parse_metric_value(s)
+                .ok_or_else(|| NormalizeError::new(at(".value"), format!("not a number: {}", Snippet(s))))?,
             None | Some(Value::Null) => return Err(missing(at(".value"))),
             // The CRD types value as a string; a bare number would be rejected by the API server.
             Some(other) => return Err(type_error(at(".value"), "a string", json_kind(other))),
@@ -487,24 +441,15 @@ fn parse_rhoai(
 
 /// An invalid-JSON error at `path`, with serde_json's line and column (mapped back to the caller's text when
 /// the error came from the re-quoted copy).
-fn json_error(
-    path: &str,
-    e: &serde_json::Error,
-    requoted: Option<(&str, &Requoted)>,
-) -> NormalizeError {
+fn json_error(path: &str, e: &serde_json::Error, requoted: Option<(&str, &Requoted)>) -> NormalizeError {
     let (line, col) = (e.line(), e.column());
     let full = e.to_string();
-    let what = full
-        .strip_suffix(&format!(" at line {line} column {col}"))
-        .unwrap_or(&full);
+    let what = full.strip_suffix(&format!(" at line {line} column {col}")).unwrap_or(&full);
     let col = match requoted {
         Some((original, q)) if line > 0 => q.original_column(original, line, col),
         _ => col,
     };
-    NormalizeError::new(
-        path,
-        format!("invalid JSON at line {line} column {col}: {what}"),
-    )
+    NormalizeError::new(path, format!("invalid JSON at line {line} column {col}: {what}"))
 }
 
 /// The caller's text with bare `NaN`/`Infinity`/`-Infinity` quoted, plus where (original byte offsets and
@@ -525,11 +470,8 @@ impl Requoted {
                 .nth(line.wrapping_sub(2))
                 .map_or(0, |(i, _)| i + 1)
         };
-        let (orig_start, new_start) = if line <= 1 {
-            (0, 0)
-        } else {
-            (line_start(original), line_start(&self.text))
-        };
+        let (orig_start, new_start) =
+            if line <= 1 { (0, 0) } else { (line_start(original), line_start(&self.text)) };
         let new_pos = new_start + col.saturating_sub(1);
         let mut shift = 0;
         let mut orig_pos = None;
@@ -582,8 +524,7 @@ fn quote_bare_nonfinite(text: &str) -> Option<Requoted> {
         }
         let boundary_before = i == 0 || !is_word(bytes[i - 1]);
         let token = TOKENS.iter().find(|t| {
-            bytes[i..].starts_with(t.as_bytes())
-                && bytes.get(i + t.len()).is_none_or(|&next| !is_word(next))
+            bytes[i..].starts_with(t.as_bytes()) && bytes.get(i + t.len()).is_none_or(|&next| !is_word(next))
         });
         match token {
             Some(t) if boundary_before => {
@@ -722,9 +663,9 @@ fn node_number(
 ) -> Result<Option<f64>, NormalizeError> {
     match node {
         Node::Null => Ok(None),
-        Node::Num(x) => check(*x)
-            .map(Some)
-            .map_err(|m| NormalizeError::new(path(), format!("{m}, found {x}"))),
+        Node::Num(x) => {
+            check(*x).map(Some).map_err(|m| NormalizeError::new(path(), format!("{m}, found {x}")))
+        }
         other => Err(type_error(path(), "a number", other.kind())),
     }
 }
@@ -748,15 +689,10 @@ fn build_rhoai(
                 updated_at = match value {
                     Node::Null => None,
                     Node::Str(s) => Some(
-                        parse_time(&s)
-                            .map_err(|m| NormalizeError::new(join(path, "lastUpdatedTime"), m))?,
+                        parse_time(&s).map_err(|m| NormalizeError::new(join(path, "lastUpdatedTime"), m))?,
                     ),
                     other => {
-                        return Err(type_error(
-                            join(path, "lastUpdatedTime"),
-                            "a string",
-                            other.kind(),
-                        ));
+                        return Err(type_error(join(path, "lastUpdatedTime"), "a string", other.kind()));
                     }
                 }
             }
@@ -785,11 +721,7 @@ fn build_rhoai(
                     if name.is_empty() {
                         return Err(NormalizeError::new(at(), "empty metric name"));
                     }
-                    let canonical = if eval {
-                        eval_name(&name)
-                    } else {
-                        plain_name(&name)
-                    };
+                    let canonical = if eval { eval_name(&name) } else { plain_name(&name) };
                     let value = match v {
                         // The RHOAI controller writes NaN/±Inf as null; which one is lost.
                         Node::Null if is_progress_name(&canonical) => continue,
@@ -820,19 +752,13 @@ fn build_rhoai(
                     &value,
                     || join(path, other),
                     |x| {
-                        if x >= 0.0 {
-                            Ok(x)
-                        } else {
-                            Err("a step or epoch count must be >= 0")
-                        }
+                        if x >= 0.0 { Ok(x) } else { Err("a step or epoch count must be >= 0") }
                     },
                 )?;
             }
         }
     }
-    sample.updated_at = updated_at
-        .or(fallback_time)
-        .ok_or_else(|| missing(join(path, "lastUpdatedTime")))?;
+    sample.updated_at = updated_at.or(fallback_time).ok_or_else(|| missing(join(path, "lastUpdatedTime")))?;
     sample.metrics = collector.finish();
     Ok(sample)
 }
@@ -858,27 +784,20 @@ pub fn from_trainjob(obj: &Value) -> Result<JobSnapshot, NormalizeError> {
     let root = match obj {
         Value::Object(o) => o,
         other => {
-            return Err(type_error(
-                "$".to_owned(),
-                "a TrainJob object",
-                json_kind(other),
-            ));
+            return Err(type_error("$".to_owned(), "a TrainJob object", json_kind(other)));
         }
     };
     for (field, want) in [("apiVersion", API_VERSION), ("kind", KIND)] {
         match opt_str(root.get(field), || field.to_owned())? {
             Some(got) if got != want => {
-                return Err(NormalizeError::new(
-                    field,
-                    format!("expected {want:?}, found {}", Snippet(got)),
-                ));
+                return Err(NormalizeError::new(field, format!("expected {want:?}, found {}", Snippet(got))));
             }
             _ => {}
         }
     }
 
-    let meta = opt_object(root.get("metadata"), "metadata")?
-        .ok_or_else(|| missing("metadata.name".to_owned()))?;
+    let meta =
+        opt_object(root.get("metadata"), "metadata")?.ok_or_else(|| missing("metadata.name".to_owned()))?;
     let name = match opt_str(meta.get("name"), || "metadata.name".to_owned())? {
         Some("") => return Err(NormalizeError::new("metadata.name", "empty name")),
         Some(n) => n,
@@ -889,14 +808,9 @@ pub fn from_trainjob(obj: &Value) -> Result<JobSnapshot, NormalizeError> {
         Some(ns) => ns,
     };
     let labels = string_map(meta.get("labels"), "metadata.labels", None)?;
-    let annotations = string_map(
-        meta.get("annotations"),
-        "metadata.annotations",
-        Some(TRAINER_STATUS_ANNOTATION),
-    )?;
-    let created_at = opt_time(meta.get("creationTimestamp"), || {
-        "metadata.creationTimestamp".to_owned()
-    })?;
+    let annotations =
+        string_map(meta.get("annotations"), "metadata.annotations", Some(TRAINER_STATUS_ANNOTATION))?;
+    let created_at = opt_time(meta.get("creationTimestamp"), || "metadata.creationTimestamp".to_owned())?;
 
     let spec = opt_object(root.get("spec"), "spec")?;
     let status = opt_object(root.get("status"), "status")?;
@@ -905,11 +819,7 @@ pub fn from_trainjob(obj: &Value) -> Result<JobSnapshot, NormalizeError> {
         None | Some(None) | Some(Some(Value::Null)) => false,
         Some(Some(Value::Bool(b))) => *b,
         Some(Some(other)) => {
-            return Err(type_error(
-                "spec.suspend".to_owned(),
-                "a boolean",
-                json_kind(other),
-            ));
+            return Err(type_error("spec.suspend".to_owned(), "a boolean", json_kind(other)));
         }
     };
     let conditions = Conditions::read(status)?;
@@ -925,18 +835,13 @@ pub fn from_trainjob(obj: &Value) -> Result<JobSnapshot, NormalizeError> {
     let running_since = conditions.resumed_at.or(created_at);
 
     let gpus = gpus(spec)?;
-    let kueue_queue = labels
-        .get(KUEUE_QUEUE_LABEL)
-        .filter(|q| !q.is_empty())
-        .cloned();
+    let kueue_queue = labels.get(KUEUE_QUEUE_LABEL).filter(|q| !q.is_empty()).cloned();
 
     let sample = match status.and_then(|s| s.get("trainerStatus")) {
         Some(ts) if !ts.is_null() => Some(from_trainer_status(ts, "status.trainerStatus")?),
-        _ => match opt_str(
-            meta.get("annotations")
-                .and_then(|a| a.get(TRAINER_STATUS_ANNOTATION)),
-            || ANNOTATION_PATH.to_owned(),
-        )? {
+        _ => match opt_str(meta.get("annotations").and_then(|a| a.get(TRAINER_STATUS_ANNOTATION)), || {
+            ANNOTATION_PATH.to_owned()
+        })? {
             Some(json) => Some(from_annotation(json, ANNOTATION_PATH)?),
             None => None,
         },
@@ -974,11 +879,7 @@ fn string_map(
                 out.insert(k.clone(), s.clone());
             }
             other => {
-                return Err(type_error(
-                    format!("{path}[{k:?}]"),
-                    "a string",
-                    json_kind(other),
-                ));
+                return Err(type_error(format!("{path}[{k:?}]"), "a string", json_kind(other)));
             }
         }
     }
@@ -1002,11 +903,7 @@ impl Conditions {
             None | Some(Value::Null) => return Ok(out),
             Some(Value::Array(list)) => list,
             Some(other) => {
-                return Err(type_error(
-                    "status.conditions".to_owned(),
-                    "an array",
-                    json_kind(other),
-                ));
+                return Err(type_error("status.conditions".to_owned(), "an array", json_kind(other)));
             }
         };
         for (i, c) in list.iter().enumerate() {
@@ -1026,8 +923,7 @@ impl Conditions {
                 }
                 (Some("Suspended"), Some("False")) => {
                     out.suspended = false;
-                    out.resumed_at =
-                        opt_time(c.get("lastTransitionTime"), || at(".lastTransitionTime"))?;
+                    out.resumed_at = opt_time(c.get("lastTransitionTime"), || at(".lastTransitionTime"))?;
                 }
                 _ => {}
             }
@@ -1045,15 +941,9 @@ fn gpus(spec: Option<&Map<String, Value>>) -> Result<Option<f64>, NormalizeError
     let Some(resources) = opt_object(trainer.get("resourcesPerNode"), path)? else {
         return Ok(None);
     };
-    let per_node = match gpu_sum(
-        resources.get("limits"),
-        "spec.trainer.resourcesPerNode.limits",
-    )? {
+    let per_node = match gpu_sum(resources.get("limits"), "spec.trainer.resourcesPerNode.limits")? {
         Some(n) => n,
-        None => match gpu_sum(
-            resources.get("requests"),
-            "spec.trainer.resourcesPerNode.requests",
-        )? {
+        None => match gpu_sum(resources.get("requests"), "spec.trainer.resourcesPerNode.requests")? {
             Some(n) => n,
             None => return Ok(None),
         },
@@ -1062,11 +952,7 @@ fn gpus(spec: Option<&Map<String, Value>>) -> Result<Option<f64>, NormalizeError
         trainer.get("numNodes"),
         || "spec.trainer.numNodes".to_owned(),
         |x| {
-            if x >= 0.0 {
-                Ok(x)
-            } else {
-                Err("numNodes must be >= 0")
-            }
+            if x >= 0.0 { Ok(x) } else { Err("numNodes must be >= 0") }
         },
     )?
     // The runtime may set numNodes; without it here one node is the best guess.
@@ -1098,10 +984,7 @@ fn gpu_sum(v: Option<&Value>, path: &str) -> Result<Option<f64>, NormalizeError>
                     Value::String(s) => Snippet(s).to_string(),
                     other => other.to_string(),
                 };
-                return Err(NormalizeError::new(
-                    at(),
-                    format!("unsupported quantity {shown}"),
-                ));
+                return Err(NormalizeError::new(at(), format!("unsupported quantity {shown}")));
             }
         }
     }
@@ -1154,10 +1037,7 @@ mod tests {
     }
 
     fn metrics(s: &ProgressSample) -> Vec<(&str, f64)> {
-        s.metrics
-            .iter()
-            .map(|m| (m.name.as_ref(), m.value))
-            .collect()
+        s.metrics.iter().map(|m| (m.name.as_ref(), m.value)).collect()
     }
 
     /// Sample invariants that every successful parse must satisfy.
@@ -1168,24 +1048,13 @@ mod tests {
         if let Some(e) = s.eta_seconds {
             assert!(e >= 0.0, "{s:?}");
         }
-        for c in [
-            s.current_step,
-            s.total_steps,
-            s.current_epoch,
-            s.total_epochs,
-        ]
-        .into_iter()
-        .flatten()
-        {
+        for c in [s.current_step, s.total_steps, s.current_epoch, s.total_epochs].into_iter().flatten() {
             assert!(c.is_finite() && c >= 0.0, "{s:?}");
         }
         for (i, m) in s.metrics.iter().enumerate() {
             assert!(!m.name.is_empty(), "{s:?}");
             assert!(!is_progress_name(&m.name), "{s:?}");
-            assert!(
-                s.metrics[..i].iter().all(|o| o.name != m.name),
-                "duplicate in {s:?}"
-            );
+            assert!(s.metrics[..i].iter().all(|o| o.name != m.name), "duplicate in {s:?}");
         }
     }
 
@@ -1198,14 +1067,7 @@ mod tests {
         assert_eq!(s.updated_at, ts("2025-01-23T10:30:45Z"));
         assert_eq!(s.progress_percent, Some(45.0));
         assert_eq!(s.eta_seconds, Some(795649.0));
-        assert_eq!(
-            metrics(&s),
-            [
-                ("loss", 0.2347),
-                ("eval_loss", 0.2451),
-                ("accuracy", 0.9876)
-            ]
-        );
+        assert_eq!(metrics(&s), [("loss", 0.2347), ("eval_loss", 0.2451), ("accuracy", 0.9876)]);
         assert_eq!((s.current_epoch, s.total_epochs), (Some(2.0), Some(5.0)));
         assert_eq!((s.current_step, s.total_steps), (None, None));
         assert_eq!(s.summary, None);
@@ -1234,14 +1096,7 @@ mod tests {
         assert_eq!(s.total_steps, Some(3000.0));
         assert_eq!(s.current_epoch, Some(1.11));
         assert_eq!(s.total_epochs, None);
-        assert_eq!(
-            metrics(&s),
-            [
-                ("loss", 1.8412),
-                ("grad_norm", 2.7731),
-                ("learning_rate", 3.1e-5)
-            ]
-        );
+        assert_eq!(metrics(&s), [("loss", 1.8412), ("grad_norm", 2.7731), ("learning_rate", 3.1e-5)]);
         assert_sane(&s);
     }
 
@@ -1273,14 +1128,8 @@ mod tests {
         let body: Value = serde_json::from_str(INVALID_PROGRESS).unwrap();
         let e = from_trainer_status(&body["trainerStatus"], TS).unwrap_err();
         assert_eq!(e.path, "status.trainerStatus.progressPercentage");
-        assert!(
-            e.message.contains("0..=100") && e.message.contains("150"),
-            "{e}"
-        );
-        assert_eq!(
-            e.to_string(),
-            format!("status.trainerStatus.progressPercentage: {}", e.message)
-        );
+        assert!(e.message.contains("0..=100") && e.message.contains("150"), "{e}");
+        assert_eq!(e.to_string(), format!("status.trainerStatus.progressPercentage: {}", e.message));
     }
 
     #[test]
@@ -1293,10 +1142,7 @@ mod tests {
         assert_eq!(e.path, "trainerStatus.lastUpdatedTime");
         assert_eq!(e.message, "missing (required)");
         // An empty path prefix gives bare field paths.
-        assert_eq!(
-            from_trainer_status(&body, "").unwrap_err().path,
-            "lastUpdatedTime"
-        );
+        assert_eq!(from_trainer_status(&body, "").unwrap_err().path, "lastUpdatedTime");
     }
 
     #[test]
@@ -1332,22 +1178,10 @@ mod tests {
     fn upstream_error_paths() {
         let t = "2026-01-01T00:00:00Z";
         let cases: Vec<(Value, &str, &str)> = vec![
-            (
-                json!([]),
-                "status.trainerStatus",
-                "expected an object, found an array",
-            ),
-            (
-                json!(null),
-                "status.trainerStatus",
-                "expected an object, found null",
-            ),
+            (json!([]), "status.trainerStatus", "expected an object, found an array"),
+            (json!(null), "status.trainerStatus", "expected an object, found null"),
             (json!({}), "status.trainerStatus.lastUpdatedTime", "missing"),
-            (
-                json!({"lastUpdatedTime": 5}),
-                "status.trainerStatus.lastUpdatedTime",
-                "expected a string",
-            ),
+            (json!({"lastUpdatedTime": 5}), "status.trainerStatus.lastUpdatedTime", "expected a string"),
             (
                 json!({"lastUpdatedTime": "yesterday"}),
                 "status.trainerStatus.lastUpdatedTime",
@@ -1468,10 +1302,7 @@ mod tests {
         let v = json!({"lastUpdatedTime": "2026-01-01T00:00:00Z", "progressPercentage": null,
                        "estimatedRemainingSeconds": null, "metrics": null, "unknownField": [1, 2]});
         let s = from_trainer_status(&v, TS).unwrap();
-        assert_eq!(
-            s,
-            ProgressSample::empty(ts("2026-01-01T00:00:00Z"), SampleSource::TrainerStatus)
-        );
+        assert_eq!(s, ProgressSample::empty(ts("2026-01-01T00:00:00Z"), SampleSource::TrainerStatus));
     }
 
     // ----- names --------------------------------------------------------------------------------------
@@ -1497,10 +1328,7 @@ mod tests {
             ("grad_norm", "grad_norm"),
             ("throughput_samples_sec", "throughput_samples_per_second"),
             ("train_samples_per_second", "throughput_samples_per_second"),
-            (
-                "throughput_samples_per_second",
-                "throughput_samples_per_second",
-            ),
+            ("throughput_samples_per_second", "throughput_samples_per_second"),
             ("loss", "loss"),
             ("train_loss", "train_loss"),
             ("eval_loss", "eval_loss"),
@@ -1514,10 +1342,7 @@ mod tests {
             ("eval_steps_per_second", "eval_steps_per_second"),
             ("trainMetrics.loss", "loss"),
             ("trainMetrics.lr", "learning_rate"),
-            (
-                "trainMetrics.throughput_samples_sec",
-                "throughput_samples_per_second",
-            ),
+            ("trainMetrics.throughput_samples_sec", "throughput_samples_per_second"),
             ("trainMetrics.train_loss", "train_loss"),
             ("evalMetrics.eval_loss", "eval_loss"),
             ("evalMetrics.loss", "eval_loss"),
@@ -1585,19 +1410,15 @@ mod tests {
             {"name": "step", "value": "2"},
         ]});
         let s = from_trainer_status(&v, TS).unwrap();
-        assert_eq!(
-            metrics(&s),
-            [("loss", 5.0), ("grad_norm", 2.0), ("learning_rate", 4.0)]
-        );
+        assert_eq!(metrics(&s), [("loss", 5.0), ("grad_norm", 2.0), ("learning_rate", 4.0)]);
         assert_eq!(s.current_step, Some(2.0));
     }
 
     #[test]
     fn duplicates_in_long_lists() {
         // Past LINEAR_DEDUP_MAX distinct names the collector switches to the sort-based merge.
-        let mut items: Vec<Value> = (0..200)
-            .map(|i| json!({"name": format!("m{}", i % 70), "value": i.to_string()}))
-            .collect();
+        let mut items: Vec<Value> =
+            (0..200).map(|i| json!({"name": format!("m{}", i % 70), "value": i.to_string()})).collect();
         items.insert(5, json!({"name": "loss", "value": "1"}));
         items.push(json!({"name": "loss", "value": "2"}));
         let v = json!({"lastUpdatedTime": "2026-01-01T00:00:00Z", "metrics": items});
@@ -1648,10 +1469,7 @@ mod tests {
         let s = from_annotation(ANN_COMPLETED, AP).unwrap();
         assert_eq!(s.updated_at, ts("2026-04-10T15:12:03Z"));
         assert_eq!(s.summary.as_deref(), Some("complete"));
-        assert_eq!(
-            (s.progress_percent, s.eta_seconds),
-            (Some(100.0), Some(0.0))
-        );
+        assert_eq!((s.progress_percent, s.eta_seconds), (Some(100.0), Some(0.0)));
         assert_eq!((s.current_step, s.total_steps), (Some(750.0), Some(750.0)));
         assert_eq!((s.current_epoch, s.total_epochs), (Some(3.0), Some(3.0)));
         assert_eq!(
@@ -1672,10 +1490,7 @@ mod tests {
         let s = from_annotation(ANN_FAILED, AP).unwrap();
         assert_eq!(s.updated_at, ts("2026-04-10T13:40:00Z"));
         assert_eq!(s.summary.as_deref(), Some("failed at 62%"));
-        assert_eq!(
-            (s.progress_percent, s.eta_seconds),
-            (Some(62.0), Some(3120.0))
-        );
+        assert_eq!((s.progress_percent, s.eta_seconds), (Some(62.0), Some(3120.0)));
         assert_eq!((s.current_step, s.current_epoch), (Some(465.0), Some(1.86)));
         assert_eq!(metrics(&s), [("loss", 0.4311)]);
     }
@@ -1700,10 +1515,7 @@ mod tests {
         assert_eq!(s.updated_at, at);
         assert_eq!(s.source, SampleSource::Annotation);
         assert_eq!(s.summary, None);
-        assert_eq!(
-            (s.progress_percent, s.eta_seconds),
-            (Some(45.0), Some(9840.0))
-        );
+        assert_eq!((s.progress_percent, s.eta_seconds), (Some(45.0), Some(9840.0)));
         assert_eq!(
             metrics(&s),
             [
@@ -1716,10 +1528,7 @@ mod tests {
         );
         // The annotation needs the controller's timestamp.
         let e = from_annotation(ENDPOINT, "pod").unwrap_err();
-        assert_eq!(
-            (e.path.as_str(), e.message.as_str()),
-            ("pod.lastUpdatedTime", "missing (required)")
-        );
+        assert_eq!((e.path.as_str(), e.message.as_str()), ("pod.lastUpdatedTime", "missing (required)"));
         // A body timestamp wins over the receive time.
         let s = from_metrics_response(ANN_RUNNING, "pod", at).unwrap();
         assert_eq!(s.updated_at, ts("2026-04-10T12:00:30Z"));
@@ -1727,10 +1536,7 @@ mod tests {
 
     #[test]
     fn python_nan_tokens_are_accepted() {
-        assert!(
-            serde_json::from_str::<Value>(ENDPOINT_PYNAN).is_err(),
-            "fixture is not JSON"
-        );
+        assert!(serde_json::from_str::<Value>(ENDPOINT_PYNAN).is_err(), "fixture is not JSON");
         let at = ts("2026-04-10T09:47:30Z");
         let s = from_metrics_response(ENDPOINT_PYNAN, "pod", at).unwrap();
         assert_eq!(s.updated_at, at);
@@ -1741,22 +1547,15 @@ mod tests {
         assert_eq!(s.metrics.len(), 3);
         assert_eq!(s.metrics[0].name, "loss");
         assert!(s.metrics[0].value.is_nan());
-        assert_eq!(
-            metrics(&s)[1..],
-            [("learning_rate", 5.9e-5), ("grad_norm", f64::INFINITY)]
-        );
+        assert_eq!(metrics(&s)[1..], [("learning_rate", 5.9e-5), ("grad_norm", f64::INFINITY)]);
         // Through from_annotation the tokens parse too; only the timestamp is missing.
         let e = from_annotation(ENDPOINT_PYNAN, AP).unwrap_err();
         assert_eq!(e.path, format!("{AP}.lastUpdatedTime"));
-        let with_time =
-            ENDPOINT_PYNAN.replacen('{', "{\"lastUpdatedTime\": \"2026-04-10T09:47:30Z\", ", 1);
+        let with_time = ENDPOINT_PYNAN.replacen('{', "{\"lastUpdatedTime\": \"2026-04-10T09:47:30Z\", ", 1);
         let s2 = from_annotation(&with_time, AP).unwrap();
         assert_eq!(s2.metric("grad_norm"), Some(f64::INFINITY));
         let neg = with_time.replace("Infinity", "-Infinity");
-        assert_eq!(
-            from_annotation(&neg, AP).unwrap().metric("grad_norm"),
-            Some(f64::NEG_INFINITY)
-        );
+        assert_eq!(from_annotation(&neg, AP).unwrap().metric("grad_norm"), Some(f64::NEG_INFINITY));
     }
 
     #[test]
@@ -1768,10 +1567,7 @@ mod tests {
         assert_eq!(s.metric("NaN"), Some(f64::INFINITY));
         // Not a token: part of a longer word.
         let e = from_annotation(r#"{"trainMetrics":{"loss":NaNx}}"#, AP).unwrap_err();
-        assert!(
-            e.message.starts_with("invalid JSON at line 1 column 25"),
-            "{e}"
-        );
+        assert!(e.message.starts_with("invalid JSON at line 1 column 25"), "{e}");
     }
 
     #[test]
@@ -1784,10 +1580,8 @@ mod tests {
             "{\"trainMetrics\": {\"loss\": Infinity",
         ];
         for body in bodies {
-            let plain = body
-                .replace("-Infinity", "-12345678")
-                .replace("Infinity", "12345678")
-                .replace("NaN", "0.0");
+            let plain =
+                body.replace("-Infinity", "-12345678").replace("Infinity", "12345678").replace("NaN", "0.0");
             let want = from_annotation(&plain, AP).unwrap_err();
             let got = from_annotation(body, AP).unwrap_err();
             assert_eq!(got, want, "{body}");
@@ -1795,46 +1589,19 @@ mod tests {
         }
         // Errors on a quoted token itself map into the bare token.
         let e = from_annotation("{\"a\" NaN}", AP).unwrap_err();
-        assert_eq!(
-            e.message,
-            from_annotation("{\"a\" 0.0}", AP).unwrap_err().message
-        );
+        assert_eq!(e.message, from_annotation("{\"a\" 0.0}", AP).unwrap_err().message);
     }
 
     #[test]
     fn annotation_errors() {
         let t = r#""lastUpdatedTime":"2026-04-10T09:47:30Z""#;
         let cases: Vec<(String, String, &str)> = vec![
-            (
-                "".into(),
-                AP.into(),
-                "invalid JSON at line 1 column 0: EOF while parsing a value",
-            ),
-            (
-                "{\"progressPercentage\":45,}".into(),
-                AP.into(),
-                "invalid JSON at line 1 column 26",
-            ),
-            (
-                "{} trailing".into(),
-                AP.into(),
-                "invalid JSON at line 1 column 4: trailing characters",
-            ),
-            (
-                "[1,2]".into(),
-                AP.into(),
-                "expected an object, found an array",
-            ),
-            (
-                "\"str\"".into(),
-                AP.into(),
-                "expected an object, found a string",
-            ),
-            (
-                format!("{{{t},\"progressPercentage\":101}}"),
-                format!("{AP}.progressPercentage"),
-                "0..=100",
-            ),
+            ("".into(), AP.into(), "invalid JSON at line 1 column 0: EOF while parsing a value"),
+            ("{\"progressPercentage\":45,}".into(), AP.into(), "invalid JSON at line 1 column 26"),
+            ("{} trailing".into(), AP.into(), "invalid JSON at line 1 column 4: trailing characters"),
+            ("[1,2]".into(), AP.into(), "expected an object, found an array"),
+            ("\"str\"".into(), AP.into(), "expected an object, found a string"),
+            (format!("{{{t},\"progressPercentage\":101}}"), format!("{AP}.progressPercentage"), "0..=100"),
             (
                 format!("{{{t},\"progressPercentage\":\"45\"}}"),
                 format!("{AP}.progressPercentage"),
@@ -1855,16 +1622,8 @@ mod tests {
                 format!("{AP}.estimatedRemainingTimeSummary"),
                 "expected a string",
             ),
-            (
-                format!("{{{t},\"currentStep\":-2}}"),
-                format!("{AP}.currentStep"),
-                ">= 0",
-            ),
-            (
-                format!("{{{t},\"totalEpochs\":true}}"),
-                format!("{AP}.totalEpochs"),
-                "found a boolean",
-            ),
+            (format!("{{{t},\"currentStep\":-2}}"), format!("{AP}.currentStep"), ">= 0"),
+            (format!("{{{t},\"totalEpochs\":true}}"), format!("{AP}.totalEpochs"), "found a boolean"),
             (
                 format!("{{{t},\"trainMetrics\":[1]}}"),
                 format!("{AP}.trainMetrics"),
@@ -1900,16 +1659,8 @@ mod tests {
                 format!("{AP}.lastUpdatedTime"),
                 "invalid RFC 3339",
             ),
-            (
-                "{\"lastUpdatedTime\":1}".into(),
-                format!("{AP}.lastUpdatedTime"),
-                "expected a string",
-            ),
-            (
-                "{\"lastUpdatedTime\":null}".into(),
-                format!("{AP}.lastUpdatedTime"),
-                "missing",
-            ),
+            ("{\"lastUpdatedTime\":1}".into(), format!("{AP}.lastUpdatedTime"), "expected a string"),
+            ("{\"lastUpdatedTime\":null}".into(), format!("{AP}.lastUpdatedTime"), "missing"),
         ];
         for (input, path, msg) in cases {
             let e = from_annotation(&input, AP).unwrap_err();
@@ -1924,10 +1675,7 @@ mod tests {
             "estimatedRemainingTimeSummary":null,"newField":{"x":[1,{"y":2}]},"trainMetrics":{"current_step":null,
             "lr":0.1,"throughput_samples_sec":12.5,"l\u006fss":2},"evalMetrics":{"loss":1,"eval_f1":0.5,"f1":0.25},"evalMetrics2":5}"#;
         let s = from_annotation(json, AP).unwrap();
-        assert_eq!(
-            (s.eta_seconds, s.summary.clone(), s.current_step),
-            (None, None, None)
-        );
+        assert_eq!((s.eta_seconds, s.summary.clone(), s.current_step), (None, None, None));
         assert_eq!(
             metrics(&s),
             [
@@ -1993,19 +1741,14 @@ mod tests {
     fn rhoai_yaml_annotation() -> String {
         let line = RHOAI_JOB_YAML
             .lines()
-            .find_map(|l| {
-                l.trim()
-                    .strip_prefix("trainer.opendatahub.io/trainerStatus: '")
-            })
+            .find_map(|l| l.trim().strip_prefix("trainer.opendatahub.io/trainerStatus: '"))
             .unwrap();
         line.strip_suffix('\'').unwrap().replace("''", "'")
     }
 
     /// `rhoai-trainjob-annotated.yaml` as JSON.
     fn rhoai_job() -> Value {
-        assert!(
-            RHOAI_JOB_YAML.contains("name: sft-llama") && RHOAI_JOB_YAML.contains("numNodes: 2")
-        );
+        assert!(RHOAI_JOB_YAML.contains("name: sft-llama") && RHOAI_JOB_YAML.contains("numNodes: 2"));
         json!({
             "apiVersion": "trainer.kubeflow.org/v1alpha1",
             "kind": "TrainJob",
@@ -2053,10 +1796,7 @@ mod tests {
         assert_eq!(snap.key, JobKey::new("team-a", "sft-llama"));
         assert!(snap.labels.is_empty());
         assert_eq!(
-            snap.annotations
-                .keys()
-                .map(String::as_str)
-                .collect::<Vec<_>>(),
+            snap.annotations.keys().map(String::as_str).collect::<Vec<_>>(),
             [
                 "trainer.opendatahub.io/metrics-poll-interval",
                 "trainer.opendatahub.io/metrics-port",
@@ -2075,17 +1815,13 @@ mod tests {
     #[test]
     fn trainer_status_is_preferred_over_the_annotation() {
         let mut job = upstream_job();
-        job["metadata"]["annotations"] =
-            json!({TRAINER_STATUS_ANNOTATION: rhoai_yaml_annotation()});
+        job["metadata"]["annotations"] = json!({TRAINER_STATUS_ANNOTATION: rhoai_yaml_annotation()});
         let snap = from_trainjob(&job).unwrap();
         assert_eq!(snap.sample.unwrap().source, SampleSource::TrainerStatus);
         assert!(snap.annotations.is_empty());
         // A null trainerStatus falls back to the annotation; neither gives no sample.
         job["status"]["trainerStatus"] = Value::Null;
-        assert_eq!(
-            from_trainjob(&job).unwrap().sample.unwrap().source,
-            SampleSource::Annotation
-        );
+        assert_eq!(from_trainjob(&job).unwrap().sample.unwrap().source, SampleSource::Annotation);
         job["metadata"]["annotations"] = json!({});
         assert_eq!(from_trainjob(&job).unwrap().sample, None);
     }
@@ -2098,23 +1834,11 @@ mod tests {
             (true, vec![], JobPhase::Suspended),
             (false, vec![cond("Suspended", "True")], JobPhase::Suspended),
             (false, vec![cond("Suspended", "False")], JobPhase::Running),
-            (
-                false,
-                vec![cond("Suspended", "False"), cond("Complete", "True")],
-                JobPhase::Complete,
-            ),
+            (false, vec![cond("Suspended", "False"), cond("Complete", "True")], JobPhase::Complete),
             (true, vec![cond("Complete", "True")], JobPhase::Complete),
             (false, vec![cond("Failed", "True")], JobPhase::Failed),
-            (
-                false,
-                vec![cond("Complete", "True"), cond("Failed", "True")],
-                JobPhase::Failed,
-            ),
-            (
-                false,
-                vec![cond("Complete", "False"), cond("Failed", "Unknown")],
-                JobPhase::Running,
-            ),
+            (false, vec![cond("Complete", "True"), cond("Failed", "True")], JobPhase::Failed),
+            (false, vec![cond("Complete", "False"), cond("Failed", "Unknown")], JobPhase::Running),
         ];
         for (suspend, conditions, want) in cases {
             let job = json!({"metadata": {"name": "j"}, "spec": {"suspend": suspend}, "status": {"conditions": conditions}});
@@ -2127,25 +1851,15 @@ mod tests {
         let created = "2026-01-01T00:00:00Z";
         let job = |conds: Value| json!({"metadata": {"name": "j", "creationTimestamp": created}, "status": {"conditions": conds}});
         let snap = from_trainjob(&job(json!([]))).unwrap();
-        assert_eq!(
-            (snap.created_at, snap.running_since),
-            (Some(ts(created)), Some(ts(created)))
-        );
-        let resumed = json!([{"type": "Suspended", "status": "False", "lastTransitionTime": "2026-01-03T00:00:00Z"}]);
-        assert_eq!(
-            from_trainjob(&job(resumed)).unwrap().running_since,
-            Some(ts("2026-01-03T00:00:00Z"))
-        );
-        let suspended = json!([{"type": "Suspended", "status": "True", "lastTransitionTime": "2026-01-03T00:00:00Z"}]);
-        assert_eq!(
-            from_trainjob(&job(suspended)).unwrap().running_since,
-            Some(ts(created))
-        );
+        assert_eq!((snap.created_at, snap.running_since), (Some(ts(created)), Some(ts(created))));
+        let resumed =
+            json!([{"type": "Suspended", "status": "False", "lastTransitionTime": "2026-01-03T00:00:00Z"}]);
+        assert_eq!(from_trainjob(&job(resumed)).unwrap().running_since, Some(ts("2026-01-03T00:00:00Z")));
+        let suspended =
+            json!([{"type": "Suspended", "status": "True", "lastTransitionTime": "2026-01-03T00:00:00Z"}]);
+        assert_eq!(from_trainjob(&job(suspended)).unwrap().running_since, Some(ts(created)));
         let no_time = json!([{"type": "Suspended", "status": "False"}]);
-        assert_eq!(
-            from_trainjob(&job(no_time)).unwrap().running_since,
-            Some(ts(created))
-        );
+        assert_eq!(from_trainjob(&job(no_time)).unwrap().running_since, Some(ts(created)));
         let no_created = json!({"metadata": {"name": "j"}});
         assert_eq!(from_trainjob(&no_created).unwrap().running_since, None);
     }
@@ -2158,10 +1872,7 @@ mod tests {
             gpus(json!({"numNodes": 4, "resourcesPerNode": {"limits": {"nvidia.com/gpu": 2}}})),
             Some(8.0)
         );
-        assert_eq!(
-            gpus(json!({"resourcesPerNode": {"limits": {"nvidia.com/gpu": "8"}}})),
-            Some(8.0)
-        );
+        assert_eq!(gpus(json!({"resourcesPerNode": {"limits": {"nvidia.com/gpu": "8"}}})), Some(8.0));
         assert_eq!(
             gpus(
                 json!({"numNodes": 2, "resourcesPerNode": {"limits": {"nvidia.com/gpu": "1", "amd.com/gpu": "2", "cpu": "4"}}})
@@ -2179,9 +1890,7 @@ mod tests {
             Some(2.0)
         );
         assert_eq!(
-            gpus(
-                json!({"numNodes": 2, "resourcesPerNode": {"limits": {"cpu": "4", "memory": "8Gi"}}})
-            ),
+            gpus(json!({"numNodes": 2, "resourcesPerNode": {"limits": {"cpu": "4", "memory": "8Gi"}}})),
             None
         );
         assert_eq!(gpus(json!({"numNodes": 2})), None);
@@ -2189,17 +1898,13 @@ mod tests {
             gpus(json!({"numNodes": 0, "resourcesPerNode": {"limits": {"nvidia.com/gpu": "1"}}})),
             Some(0.0)
         );
-        assert_eq!(
-            from_trainjob(&json!({"metadata": {"name": "j"}}))
-                .unwrap()
-                .gpus,
-            None
-        );
+        assert_eq!(from_trainjob(&json!({"metadata": {"name": "j"}})).unwrap().gpus, None);
     }
 
     #[test]
     fn trainjob_defaults_and_kueue() {
-        let job = json!({"metadata": {"name": "j", "labels": {"kueue.x-k8s.io/queue-name": "q", "team": "a"}}});
+        let job =
+            json!({"metadata": {"name": "j", "labels": {"kueue.x-k8s.io/queue-name": "q", "team": "a"}}});
         let snap = from_trainjob(&job).unwrap();
         assert_eq!(snap.key, JobKey::new("default", "j"));
         assert_eq!(snap.kueue_queue.as_deref(), Some("q"));
@@ -2214,19 +1919,12 @@ mod tests {
 
     #[test]
     fn trainjob_error_paths() {
-        let ann = |v: Value| json!({"metadata": {"name": "j", "annotations": {TRAINER_STATUS_ANNOTATION: v}}});
+        let ann =
+            |v: Value| json!({"metadata": {"name": "j", "annotations": {TRAINER_STATUS_ANNOTATION: v}}});
         let cases: Vec<(Value, String, &str)> = vec![
             (json!([]), "$".into(), "expected a TrainJob object"),
-            (
-                json!({"kind": "JobSet", "metadata": {"name": "j"}}),
-                "kind".into(),
-                "expected \"TrainJob\"",
-            ),
-            (
-                json!({"kind": 1, "metadata": {"name": "j"}}),
-                "kind".into(),
-                "expected a string",
-            ),
+            (json!({"kind": "JobSet", "metadata": {"name": "j"}}), "kind".into(), "expected \"TrainJob\""),
+            (json!({"kind": 1, "metadata": {"name": "j"}}), "kind".into(), "expected a string"),
             (
                 json!({"apiVersion": "trainer.kubeflow.org/v2", "metadata": {"name": "j"}}),
                 "apiVersion".into(),
@@ -2234,21 +1932,9 @@ mod tests {
             ),
             (json!({}), "metadata.name".into(), "missing"),
             (json!({"metadata": {}}), "metadata.name".into(), "missing"),
-            (
-                json!({"metadata": {"name": ""}}),
-                "metadata.name".into(),
-                "empty",
-            ),
-            (
-                json!({"metadata": {"name": 7}}),
-                "metadata.name".into(),
-                "expected a string",
-            ),
-            (
-                json!({"metadata": []}),
-                "metadata".into(),
-                "expected an object",
-            ),
+            (json!({"metadata": {"name": ""}}), "metadata.name".into(), "empty"),
+            (json!({"metadata": {"name": 7}}), "metadata.name".into(), "expected a string"),
+            (json!({"metadata": []}), "metadata".into(), "expected an object"),
             (
                 json!({"metadata": {"name": "j", "namespace": 1}}),
                 "metadata.namespace".into(),
@@ -2274,11 +1960,7 @@ mod tests {
                 "spec.suspend".into(),
                 "expected a boolean",
             ),
-            (
-                json!({"metadata": {"name": "j"}, "spec": 3}),
-                "spec".into(),
-                "expected an object",
-            ),
+            (json!({"metadata": {"name": "j"}, "spec": 3}), "spec".into(), "expected an object"),
             (
                 json!({"metadata": {"name": "j"}, "status": {"conditions": {}}}),
                 "status.conditions".into(),
@@ -2334,17 +2016,10 @@ mod tests {
                 format!("metadata.annotations[{:?}]", TRAINER_STATUS_ANNOTATION),
                 "expected a string",
             ),
+            (ann(json!("{not json")), ANNOTATION_PATH.into(), "invalid JSON at line 1 column 2"),
             (
-                ann(json!("{not json")),
-                ANNOTATION_PATH.into(),
-                "invalid JSON at line 1 column 2",
-            ),
-            (
-                ann(json!(
-                    r#"{"lastUpdatedTime":"2026-04-10T09:47:30Z","trainMetrics":{"loss":"x"}}"#
-                )),
-                r#"metadata.annotations["trainer.opendatahub.io/trainerStatus"].trainMetrics.loss"#
-                    .into(),
+                ann(json!(r#"{"lastUpdatedTime":"2026-04-10T09:47:30Z","trainMetrics":{"loss":"x"}}"#)),
+                r#"metadata.annotations["trainer.opendatahub.io/trainerStatus"].trainMetrics.loss"#.into(),
                 "expected a number or null",
             ),
         ];
@@ -2455,9 +2130,7 @@ mod tests {
             5 => Value::String(rng.pick(STRINGS).to_owned()),
             6 => (0..rng.below(5)).map(|_| garbage(rng, depth + 1)).collect(),
             7 => Value::Object(
-                (0..rng.below(6))
-                    .map(|_| (rng.pick(KEYS).to_owned(), garbage(rng, depth + 1)))
-                    .collect(),
+                (0..rng.below(6)).map(|_| (rng.pick(KEYS).to_owned(), garbage(rng, depth + 1))).collect(),
             ),
             _ => json!({"name": rng.pick(KEYS), "value": rng.pick(STRINGS)}),
         }
@@ -2471,11 +2144,7 @@ mod tests {
         }
         match v {
             Value::Object(m) if !m.is_empty() => {
-                let key = m
-                    .keys()
-                    .nth(rng.below(m.len()))
-                    .cloned()
-                    .unwrap_or_default();
+                let key = m.keys().nth(rng.below(m.len())).cloned().unwrap_or_default();
                 if let Some(child) = m.get_mut(&key) {
                     mutate(child, rng);
                 }
@@ -2535,13 +2204,7 @@ mod tests {
             .iter()
             .map(|t| serde_json::from_str::<Value>(t).unwrap()["trainerStatus"].clone())
             .collect();
-        let text_bases = [
-            ANN_RUNNING,
-            ANN_COMPLETED,
-            ANN_NAN,
-            ENDPOINT_PYNAN,
-            ENDPOINT,
-        ];
+        let text_bases = [ANN_RUNNING, ANN_COMPLETED, ANN_NAN, ENDPOINT_PYNAN, ENDPOINT];
         let (mut ok, mut err) = (0, 0);
         let mut tally = |r: Result<ProgressSample, NormalizeError>, prefix: &str| match r {
             Ok(s) => {
@@ -2587,20 +2250,13 @@ mod tests {
                 mangle(&garbage(&mut rng, 0).to_string(), &mut rng)
             };
             tally(from_annotation(&text, "a"), "a");
-            tally(
-                from_metrics_response(&text, "a", Timestamp::UNIX_EPOCH),
-                "a",
-            );
+            tally(from_metrics_response(&text, "a", Timestamp::UNIX_EPOCH), "a");
             let _ = canonical_metric_name(&text);
         }
         // Deep nesting is refused by serde_json's recursion limit, not by a stack overflow.
         let deep = format!("{}{}", "[".repeat(100_000), "]".repeat(100_000));
         assert!(from_annotation(&deep, "a").is_err());
-        let deep_obj = format!(
-            "{{\"trainMetrics\":{}1{}}}",
-            "{\"a\":".repeat(10_000),
-            "}".repeat(10_000)
-        );
+        let deep_obj = format!("{{\"trainMetrics\":{}1{}}}", "{\"a\":".repeat(10_000), "}".repeat(10_000));
         assert!(from_annotation(&deep_obj, "a").is_err());
         assert!(ok > 100 && err > 100, "ok {ok}, err {err}");
     }

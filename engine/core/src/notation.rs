@@ -72,12 +72,7 @@ enum Token {
     Gaps(u64),
     /// `start + sign·i·increment` for `i` in `0..=repeat`.
     /// Values are rounded to `decimals` places.
-    Values {
-        start: f64,
-        increment: f64,
-        repeat: u64,
-        decimals: u32,
-    },
+    Values { start: f64, increment: f64, repeat: u64, decimals: u32 },
 }
 
 impl Token {
@@ -109,20 +104,11 @@ pub fn expand(series: &str) -> Result<Vec<Step>, NotationError> {
             .and_then(|n| n.checked_add(steps.len()))
             .is_some_and(|total| total <= MAX_STEPS);
         if !fits {
-            return Err(NotationError::TooLong {
-                index,
-                token: text.to_owned(),
-                limit: MAX_STEPS,
-            });
+            return Err(NotationError::TooLong { index, token: text.to_owned(), limit: MAX_STEPS });
         }
         match token {
             Token::Gaps(n) => steps.extend((0..n).map(|_| Step::Gap)),
-            Token::Values {
-                start,
-                increment,
-                repeat,
-                decimals,
-            } => {
+            Token::Values { start, increment, repeat, decimals } => {
                 steps.push(Step::Value(start));
                 steps.extend((1..=repeat).map(|i| {
                     if increment == 0.0 {
@@ -150,10 +136,9 @@ fn parse_token(text: &str) -> Result<Token, String> {
     if let Some(rest) = text.strip_prefix('_') {
         return match rest.strip_prefix('x') {
             Some(count) => parse_count(count).map(Token::Gaps),
-            None => Err(
-                "a gap \"_\" cannot have a value or an increment; write \"_xN\" for N gaps"
-                    .to_owned(),
-            ),
+            None => {
+                Err("a gap \"_\" cannot have a value or an increment; write \"_xN\" for N gaps".to_owned())
+            }
         };
     }
     if text.eq_ignore_ascii_case("stale") {
@@ -161,12 +146,7 @@ fn parse_token(text: &str) -> Result<Token, String> {
     }
     let Some((head, count)) = text.rsplit_once('x') else {
         return parse_value(text)
-            .map(|start| Token::Values {
-                start,
-                increment: 0.0,
-                repeat: 0,
-                decimals: 0,
-            })
+            .map(|start| Token::Values { start, increment: 0.0, repeat: 0, decimals: 0 })
             .ok_or_else(|| EXPECTED.to_owned());
     };
     let repeat = parse_count(count)?;
@@ -177,9 +157,8 @@ fn parse_token(text: &str) -> Result<Token, String> {
         }
         None => (head, 0.0, 0),
     };
-    let start = parse_value(start_text).ok_or_else(|| {
-        format!("the start value {start_text:?} is not a number, nan, inf or -inf")
-    })?;
+    let start = parse_value(start_text)
+        .ok_or_else(|| format!("the start value {start_text:?} is not a number, nan, inf or -inf"))?;
     Ok(Token::Values {
         start,
         increment,
@@ -192,9 +171,8 @@ fn parse_token(text: &str) -> Result<Token, String> {
 /// point, less the exponent (`2.50` has 2, `1e-9` has 9, `1.5e3` has 0).
 /// Zero for `nan` and `inf`.
 fn decimal_places(literal: &str) -> u32 {
-    let (mantissa, exponent) = literal
-        .split_once(['e', 'E'])
-        .map_or((literal, 0), |(m, e)| (m, e.parse::<i64>().unwrap_or(0)));
+    let (mantissa, exponent) =
+        literal.split_once(['e', 'E']).map_or((literal, 0), |(m, e)| (m, e.parse::<i64>().unwrap_or(0)));
     let fraction = mantissa.split_once('.').map_or(0, |(_, f)| f.len() as i64);
     u32::try_from(fraction.saturating_sub(exponent).max(0)).unwrap_or(u32::MAX)
 }
@@ -215,12 +193,12 @@ fn parse_count(count: &str) -> Result<u64, String> {
 /// sign of an exponent (`1e-3`).
 fn split_increment(head: &str) -> Option<(&str, f64, &str)> {
     let bytes = head.as_bytes();
-    (1..bytes.len())
-        .find(|&i| matches!(bytes[i], b'+' | b'-') && !matches!(bytes[i - 1], b'e' | b'E'))
-        .map(|i| {
+    (1..bytes.len()).find(|&i| matches!(bytes[i], b'+' | b'-') && !matches!(bytes[i - 1], b'e' | b'E')).map(
+        |i| {
             let sign = if bytes[i] == b'+' { 1.0 } else { -1.0 };
             (&head[..i], sign, &head[i + 1..])
-        })
+        },
+    )
 }
 
 /// Parses the increment `b` of `a+bxn`: an unsigned finite number.
@@ -228,9 +206,7 @@ fn parse_increment(text: &str) -> Result<f64, String> {
     let unsigned = !text.starts_with(['+', '-']);
     match parse_value(text) {
         Some(b) if unsigned && b.is_finite() => Ok(b),
-        _ => Err(format!(
-            "the increment {text:?} must be an unsigned finite number (e.g. \"1+0.5x3\")"
-        )),
+        _ => Err(format!("the increment {text:?} must be an unsigned finite number (e.g. \"1+0.5x3\")")),
     }
 }
 
@@ -244,8 +220,8 @@ fn parse_value(text: &str) -> Option<f64> {
 
 /// Powers of ten that an `f64` represents exactly.
 const POW10: [f64; 23] = [
-    1e0, 1e1, 1e2, 1e3, 1e4, 1e5, 1e6, 1e7, 1e8, 1e9, 1e10, 1e11, 1e12, 1e13, 1e14, 1e15, 1e16,
-    1e17, 1e18, 1e19, 1e20, 1e21, 1e22,
+    1e0, 1e1, 1e2, 1e3, 1e4, 1e5, 1e6, 1e7, 1e8, 1e9, 1e10, 1e11, 1e12, 1e13, 1e14, 1e15, 1e16, 1e17, 1e18,
+    1e19, 1e20, 1e21, 1e22,
 ];
 
 /// Rounds `v`, computed as `a ± i·b` from operands of at most `magnitude`,
@@ -288,10 +264,7 @@ mod tests {
 
     #[test]
     fn single_values() {
-        assert_eq!(
-            values("1 2.0 -3 .5 5. -1e-3 1E3 +4"),
-            [1.0, 2.0, -3.0, 0.5, 5.0, -0.001, 1000.0, 4.0]
-        );
+        assert_eq!(values("1 2.0 -3 .5 5. -1e-3 1E3 +4"), [1.0, 2.0, -3.0, 0.5, 5.0, -0.001, 1000.0, 4.0]);
     }
 
     #[test]
@@ -322,13 +295,7 @@ mod tests {
         assert_eq!(values("1+0x4"), [1.0; 5]);
         assert_eq!(
             expand("1 _x3 2").unwrap(),
-            [
-                Step::Value(1.0),
-                Step::Gap,
-                Step::Gap,
-                Step::Gap,
-                Step::Value(2.0)
-            ]
+            [Step::Value(1.0), Step::Gap, Step::Gap, Step::Gap, Step::Value(2.0)]
         );
     }
 
@@ -349,10 +316,7 @@ mod tests {
     #[test]
     fn no_floating_point_artefacts() {
         assert_eq!(values("0+0.1x3"), [0.0, 0.1, 0.2, 0.3]);
-        assert_eq!(
-            values("1-0.1x10"),
-            [1.0, 0.9, 0.8, 0.7, 0.6, 0.5, 0.4, 0.3, 0.2, 0.1, 0.0]
-        );
+        assert_eq!(values("1-0.1x10"), [1.0, 0.9, 0.8, 0.7, 0.6, 0.5, 0.4, 0.3, 0.2, 0.1, 0.0]);
         assert_eq!(values("0.1+0.2x1"), [0.1, 0.3]);
         assert_eq!(values("-0.3+0.1x3"), [-0.3, -0.2, -0.1, 0.0]);
         assert_eq!(values("1e-9+1e-9x2"), [1e-9, 2e-9, 3e-9]);
@@ -380,11 +344,7 @@ mod tests {
         let steps = expand("inf+1x2 -infx1 nanx2").unwrap();
         assert_eq!(steps[..3], [Step::Value(f64::INFINITY); 3]);
         assert_eq!(steps[3..5], [Step::Value(f64::NEG_INFINITY); 2]);
-        assert!(
-            steps[5..]
-                .iter()
-                .all(|s| matches!(s, Step::Value(v) if v.is_nan()))
-        );
+        assert!(steps[5..].iter().all(|s| matches!(s, Step::Value(v) if v.is_nan())));
         assert_eq!(steps.len(), 8);
     }
 
@@ -396,10 +356,7 @@ mod tests {
         assert_eq!(expand("").unwrap(), []);
         assert_eq!(expand("  \n\t ").unwrap(), []);
         assert_eq!(values(" 1\t2\n3 "), [1.0, 2.0, 3.0]);
-        assert_eq!(
-            expand("_ 1 _x2").unwrap(),
-            [Step::Gap, Step::Value(1.0), Step::Gap, Step::Gap]
-        );
+        assert_eq!(expand("_ 1 _x2").unwrap(), [Step::Gap, Step::Value(1.0), Step::Gap, Step::Gap]);
     }
 
     #[test]
@@ -471,11 +428,7 @@ mod tests {
         );
         assert_eq!(
             expand("1 2,"),
-            Err(NotationError::InvalidToken {
-                index: 2,
-                token: "2,".into(),
-                reason: EXPECTED.into()
-            })
+            Err(NotationError::InvalidToken { index: 2, token: "2,".into(), reason: EXPECTED.into() })
         );
     }
 

@@ -126,7 +126,8 @@ impl Replay {
                     self.jobs.remove(&key);
                     self.evaluator.forget_job(&key, time, &mut self.scratch);
                 } else {
-                    let snapshot = self.jobs.entry(key.clone()).or_insert_with(|| JobSnapshot::new(key.clone()));
+                    let snapshot =
+                        self.jobs.entry(key.clone()).or_insert_with(|| JobSnapshot::new(key.clone()));
                     if let Some(phase) = u.phase {
                         if phase == JobPhase::Running && snapshot.phase != JobPhase::Running {
                             snapshot.running_since = Some(time);
@@ -165,10 +166,16 @@ impl Replay {
         let mut suspend_now = Vec::new();
         for event in self.scratch.drain(..) {
             match &event {
-                Event::Transition { kind, .. } if *kind == crate::evaluate::TransitionKind::Firing => self.summary.firings += 1,
+                Event::Transition { kind, .. } if *kind == crate::evaluate::TransitionKind::Firing => {
+                    self.summary.firings += 1
+                }
                 Event::RuleError { .. } => self.summary.rule_errors += 1,
                 Event::Intent(intent) => {
-                    *self.summary.intents.entry(format!("{}/{}", intent.action.kind(), intent.mode.as_str())).or_default() += 1;
+                    *self
+                        .summary
+                        .intents
+                        .entry(format!("{}/{}", intent.action.kind(), intent.mode.as_str()))
+                        .or_default() += 1;
                     if let ActionSpec::Suspend(_) = intent.action {
                         if self.saved_for.insert(intent.job.clone())
                             && let Some(s) = &intent.savings
@@ -247,7 +254,12 @@ fn local(t: Timestamp, tz: &jiff::tz::TimeZone) -> String {
 
 fn savings_text(s: &Savings) -> String {
     let basis = if s.basis == "windowEnd" { "the end of the unattended window" } else { "its estimated end" };
-    let mut out = format!("frees {} GPUs × {} until {basis} = {} GPU-hours", fmt_num(s.gpus), fmt_secs(s.gpu_hours / s.gpus * 3600.0), fmt_num(s.gpu_hours));
+    let mut out = format!(
+        "frees {} GPUs × {} until {basis} = {} GPU-hours",
+        fmt_num(s.gpus),
+        fmt_secs(s.gpu_hours / s.gpus * 3600.0),
+        fmt_num(s.gpu_hours)
+    );
     if let Some(d) = s.dollars {
         out += &format!(" (${})", money(d));
     }
@@ -297,10 +309,15 @@ pub fn render_text(events: &[Event], summary: &Summary, tz: &jiff::tz::TimeZone)
                 );
             }
             Event::Intent(i) => {
-                out += &format!("{}  {}  {:<16}           {}\n", local(i.at, tz), i.job, i.rule, intent_line(i));
+                out +=
+                    &format!("{}  {}  {:<16}           {}\n", local(i.at, tz), i.job, i.rule, intent_line(i));
             }
             Event::Suppressed { at, job, rule, action, until, .. } => {
-                out += &format!("{}  {job}  {rule:<16}           ✗ {action} suppressed by cooldown until {}\n", local(*at, tz), local(*until, tz));
+                out += &format!(
+                    "{}  {job}  {rule:<16}           ✗ {action} suppressed by cooldown until {}\n",
+                    local(*at, tz),
+                    local(*until, tz)
+                );
             }
             Event::RuleError { at, job, rule, message, .. } => {
                 out += &format!("{}  {job}  {rule:<16} ERROR     {message}\n", local(*at, tz));
@@ -309,15 +326,26 @@ pub fn render_text(events: &[Event], summary: &Summary, tz: &jiff::tz::TimeZone)
     }
     out += "\nSummary\n";
     if let (Some(a), Some(b)) = (summary.first_record, summary.last_time) {
-        out += &format!("  stream       {} → {} ({})\n", local(a, tz), local(b, tz), fmt_secs(crate::detectors::seconds(a, b)));
+        out += &format!(
+            "  stream       {} → {} ({})\n",
+            local(a, tz),
+            local(b, tz),
+            fmt_secs(crate::detectors::seconds(a, b))
+        );
     }
     out += &format!(
         "  input        {} records, {} job(s), {} ignored after an enforced suspension\n",
         summary.records, summary.jobs, summary.ignored_after_suspend
     );
-    out += &format!("  rules        {} firing(s), {} evaluation error(s)\n", summary.firings, summary.rule_errors);
+    out += &format!(
+        "  rules        {} firing(s), {} evaluation error(s)\n",
+        summary.firings, summary.rule_errors
+    );
     let intents: Vec<String> = summary.intents.iter().map(|(k, v)| format!("{v} {k}")).collect();
-    out += &format!("  actions      {}\n", if intents.is_empty() { "none".to_string() } else { intents.join(", ") });
+    out += &format!(
+        "  actions      {}\n",
+        if intents.is_empty() { "none".to_string() } else { intents.join(", ") }
+    );
     for (label, total) in [("saved", &summary.saved), ("would save", &summary.would_save)] {
         if total.jobs > 0 {
             out += &format!(

@@ -17,14 +17,15 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use rhai::packages::{
-    BasicArrayPackage, BasicMapPackage, BasicMathPackage, CorePackage, LogicPackage, MoreStringPackage, Package,
+    BasicArrayPackage, BasicMapPackage, BasicMathPackage, CorePackage, LogicPackage, MoreStringPackage,
+    Package,
 };
 use rhai::{Dynamic, Engine, EvalAltResult, ImmutableString, Map, Position, Scope};
 
 use crate::calendar::Calendar;
 use crate::detectors::{
-    self, Detector, DetectorState, Diverging, DirectionParam, EtaAfter, EtaExceeds, Finding, JobView, NonFinite,
-    Stalled,
+    self, Detector, DetectorState, DirectionParam, Diverging, EtaAfter, EtaExceeds, Finding, JobView,
+    NonFinite, Stalled,
 };
 use crate::duration::Duration;
 use crate::sample::{JobPhase, JobSnapshot, Timestamp};
@@ -192,7 +193,10 @@ fn window_stat(name: &str, n: i64, pick: fn(&crate::series::WindowStats) -> f64)
         return Err(format!("the sample count must be at least 1, got {n}").into());
     }
     with_frame(|frame| {
-        metric_series(frame, name).and_then(|s| s.stats_last(n as usize)).map(|st| pick(&st)).unwrap_or(f64::NAN)
+        metric_series(frame, name)
+            .and_then(|s| s.stats_last(n as usize))
+            .map(|st| pick(&st))
+            .unwrap_or(f64::NAN)
     })
 }
 
@@ -230,7 +234,8 @@ fn plateau_fn(name: &str, window: PlateauWindow, min_delta: f64) -> HostResult<b
                 stats.count
             }
         };
-        let (Some(before), Some(recent)) = (series.best_before_last(n, direction), series.best_of_last(n, direction))
+        let (Some(before), Some(recent)) =
+            (series.best_before_last(n, direction), series.best_of_last(n, direction))
         else {
             return Ok(None);
         };
@@ -302,7 +307,9 @@ pub const BUILTINS: &[Builtin] = &[
         register: |e| {
             e.register_fn("best", |name: &str| -> HostResult<f64> {
                 with_frame(|f| {
-                    metric_series(f, name).and_then(|s| s.best(Direction::infer(name))).map_or(f64::NAN, |b| b.value)
+                    metric_series(f, name)
+                        .and_then(|s| s.best(Direction::infer(name)))
+                        .map_or(f64::NAN, |b| b.value)
                 })
             });
             e.register_fn("best", |name: &str, mode: &str| -> HostResult<f64> {
@@ -314,7 +321,7 @@ pub const BUILTINS: &[Builtin] = &[
     Builtin {
         signature: "window_mean(name, n) / window_min / window_max / window_std -> float",
         doc: "Mean, minimum, maximum or standard deviation of the last n finite values (at most 64 are kept).",
-        example: r#"window_mean("loss", 3)"#,
+        example: r#"window_mean("loss", 2)"#,
         expected: "1.2",
         register: |e| {
             e.register_fn("window_mean", |name: &str, n: i64| window_stat(name, n, |s| s.mean));
@@ -329,7 +336,9 @@ pub const BUILTINS: &[Builtin] = &[
         example: r#"slope("loss", 4) < 0"#,
         expected: "true",
         register: |e| {
-            e.register_fn("slope", |name: &str, n: i64| window_stat(name, n, |s| s.slope_per_second * 3600.0));
+            e.register_fn("slope", |name: &str, n: i64| {
+                window_stat(name, n, |s| s.slope_per_second * 3600.0)
+            });
         },
     },
     Builtin {
@@ -358,7 +367,7 @@ pub const BUILTINS: &[Builtin] = &[
         signature: "since_improvement(name) -> float",
         doc: "Seconds from the time the metric reached its best value to now.",
         example: r#"since_improvement("loss")"#,
-        expected: "300.0",
+        expected: "180.0",
         register: |e| {
             e.register_fn("since_improvement", |name: &str| -> HostResult<f64> {
                 with_frame(|f| {
@@ -462,7 +471,9 @@ pub const BUILTINS: &[Builtin] = &[
         example: "cost()",
         expected: "110.0",
         register: |e| {
-            e.register_fn("gpus", || -> HostResult<f64> { with_frame(|f| view_of(f).gpus.unwrap_or(f64::NAN)) });
+            e.register_fn("gpus", || -> HostResult<f64> {
+                with_frame(|f| view_of(f).gpus.unwrap_or(f64::NAN))
+            });
             e.register_fn("gpu_hours", || -> HostResult<f64> {
                 with_frame(|f| {
                     let v = view_of(f);
@@ -509,7 +520,9 @@ pub const BUILTINS: &[Builtin] = &[
                 with_frame(|f| f.job.snapshot.labels.get(k).map(|v| v.as_str().into()).unwrap_or_default())
             });
             e.register_fn("annotation", |k: &str| -> HostResult<ImmutableString> {
-                with_frame(|f| f.job.snapshot.annotations.get(k).map(|v| v.as_str().into()).unwrap_or_default())
+                with_frame(|f| {
+                    f.job.snapshot.annotations.get(k).map(|v| v.as_str().into()).unwrap_or_default()
+                })
             });
         },
     },
@@ -519,9 +532,15 @@ pub const BUILTINS: &[Builtin] = &[
         example: "weekday() == 4 && hour() == 2",
         expected: "true",
         register: |e| {
-            e.register_fn("weekday", || -> HostResult<i64> { with_frame(|f| f.env.calendar.weekday_hour(f.now).0 as i64) });
-            e.register_fn("hour", || -> HostResult<i64> { with_frame(|f| f.env.calendar.weekday_hour(f.now).1 as i64) });
-            e.register_fn("minute", || -> HostResult<i64> { with_frame(|f| f.env.calendar.weekday_hour(f.now).2 as i64) });
+            e.register_fn("weekday", || -> HostResult<i64> {
+                with_frame(|f| f.env.calendar.weekday_hour(f.now).0 as i64)
+            });
+            e.register_fn("hour", || -> HostResult<i64> {
+                with_frame(|f| f.env.calendar.weekday_hour(f.now).1 as i64)
+            });
+            e.register_fn("minute", || -> HostResult<i64> {
+                with_frame(|f| f.env.calendar.weekday_hour(f.now).2 as i64)
+            });
         },
     },
     Builtin {
@@ -553,7 +572,8 @@ pub const BUILTINS: &[Builtin] = &[
         expected: "true",
         register: |e| {
             e.register_fn("eta_after", |deadline: &str| {
-                let deadline = detectors::parse_deadline(deadline).map_err(|m| -> Box<EvalAltResult> { m.into() })?;
+                let deadline =
+                    detectors::parse_deadline(deadline).map_err(|m| -> Box<EvalAltResult> { m.into() })?;
                 detect(&EtaAfter { deadline })
             });
             e.register_fn("eta_exceeds", |d: &str| detect(&EtaExceeds { duration: parse_duration(d)? }));
@@ -595,8 +615,12 @@ pub const BUILTINS: &[Builtin] = &[
         expected: "true",
         register: |e| {
             e.register_fn("plateau", |m: &str, n: i64| plateau_fn(m, PlateauWindow::Samples(n.max(1)), 0.0));
-            e.register_fn("plateau", |m: &str, n: i64, d: f64| plateau_fn(m, PlateauWindow::Samples(n.max(1)), d));
-            e.register_fn("plateau", |m: &str, w: &str| plateau_fn(m, PlateauWindow::Time(parse_duration(w)?), 0.0));
+            e.register_fn("plateau", |m: &str, n: i64, d: f64| {
+                plateau_fn(m, PlateauWindow::Samples(n.max(1)), d)
+            });
+            e.register_fn("plateau", |m: &str, w: &str| {
+                plateau_fn(m, PlateauWindow::Time(parse_duration(w)?), 0.0)
+            });
             e.register_fn("plateau", |m: &str, w: &str, d: f64| {
                 plateau_fn(m, PlateauWindow::Time(parse_duration(w)?), d)
             });
@@ -610,10 +634,11 @@ pub const BUILTINS: &[Builtin] = &[
         register: |e| {
             e.register_fn("over_budget", |params: Map| -> HostResult<bool> {
                 let json = map_to_json(&params)?;
-                let detector = detectors::build("over_budget", Some(&json), "over_budget()")
-                    .map_err(|errs| -> Box<EvalAltResult> {
+                let detector = detectors::build("over_budget", Some(&json), "over_budget()").map_err(
+                    |errs| -> Box<EvalAltResult> {
                         errs.iter().map(|e| e.to_string()).collect::<Vec<_>>().join("; ").into()
-                    })?;
+                    },
+                )?;
                 detect(detector.as_ref())
             });
         },
@@ -679,15 +704,21 @@ impl ScriptEngine {
             .set_max_modules(0)
             .set_strict_variables(true)
             .set_fail_on_invalid_map_property(true);
+        // Modules are off (no resolver, max 0); rejecting the keywords makes that a compile error with a position.
+        engine.disable_symbol("import").disable_symbol("export");
         engine.on_print(|s| tracing::info!(target: "trainwarden::script", "{s}"));
-        engine.on_debug(|s, source, pos| tracing::debug!(target: "trainwarden::script", ?source, %pos, "{s}"));
+        engine
+            .on_debug(|s, source, pos| tracing::debug!(target: "trainwarden::script", ?source, %pos, "{s}"));
         engine.on_progress(|ops| {
             // Reading the clock on every operation would dominate cheap scripts; every 256 is plenty.
             if ops % 256 != 0 {
                 return None;
             }
             let expired = FRAME.with(|cell| {
-                cell.try_borrow().ok().and_then(|f| f.as_ref().map(|f| Instant::now() > f.deadline)).unwrap_or(false)
+                cell.try_borrow()
+                    .ok()
+                    .and_then(|f| f.as_ref().map(|f| Instant::now() > f.deadline))
+                    .unwrap_or(false)
             });
             expired.then(|| Dynamic::from("deadline"))
         });
@@ -701,16 +732,24 @@ impl ScriptEngine {
         &self.limits
     }
 
-    fn scope(&self, labels: &BTreeMap<String, String>, annotations: &BTreeMap<String, String>, which: (bool, bool)) -> Scope<'static> {
+    fn scope(
+        &self,
+        labels: &BTreeMap<String, String>,
+        annotations: &BTreeMap<String, String>,
+        which: (bool, bool),
+    ) -> Scope<'static> {
+        // Plain variables, not constants: the optimizer would fold compile-time constants into the AST.
         let mut scope = Scope::new();
         let to_map = |m: &BTreeMap<String, String>| -> Map {
-            m.iter().map(|(k, v)| (k.as_str().into(), Dynamic::from(ImmutableString::from(v.as_str())))).collect()
+            m.iter()
+                .map(|(k, v)| (k.as_str().into(), Dynamic::from(ImmutableString::from(v.as_str()))))
+                .collect()
         };
         if which.0 {
-            scope.push_constant("labels", to_map(labels));
+            scope.push("labels", to_map(labels));
         }
         if which.1 {
-            scope.push_constant("annotations", to_map(annotations));
+            scope.push("annotations", to_map(annotations));
         }
         scope
     }
@@ -721,7 +760,13 @@ impl ScriptEngine {
         let scope = self.scope(&empty, &empty, (true, true));
         let ast = self.engine.compile_with_scope(&scope, source).map_err(|e| {
             let (line, column) = line_column(e.position());
-            ScriptError { rule: rule.to_string(), line, column, message: e.err_type().to_string(), kind: ScriptErrorKind::Compile }
+            ScriptError {
+                rule: rule.to_string(),
+                line,
+                column,
+                message: e.err_type().to_string(),
+                kind: ScriptErrorKind::Compile,
+            }
         })?;
         Ok(CompiledScript {
             rule: rule.to_string(),
@@ -788,22 +833,35 @@ fn classify(rule: &str, err: &EvalAltResult) -> ScriptError {
     let pos = err.position();
     let (line, column) = line_column(pos);
     let (kind, message) = match err {
-        EvalAltResult::ErrorTerminated(..) => (ScriptErrorKind::Limit, "exceeded the evaluation deadline".to_string()),
-        EvalAltResult::ErrorTooManyOperations(..) => (ScriptErrorKind::Limit, "exceeded the operations limit".to_string()),
-        EvalAltResult::ErrorStackOverflow(..) => (ScriptErrorKind::Limit, "exceeded the call depth limit".to_string()),
-        EvalAltResult::ErrorDataTooLarge(what, ..) => (ScriptErrorKind::Limit, format!("{what} exceeds its size limit")),
-        EvalAltResult::ErrorTooManyVariables(..) => (ScriptErrorKind::Limit, "exceeded the variables limit".to_string()),
+        EvalAltResult::ErrorTerminated(..) => {
+            (ScriptErrorKind::Limit, "exceeded the evaluation deadline".to_string())
+        }
+        EvalAltResult::ErrorTooManyOperations(..) => {
+            (ScriptErrorKind::Limit, "exceeded the operations limit".to_string())
+        }
+        EvalAltResult::ErrorStackOverflow(..) => {
+            (ScriptErrorKind::Limit, "exceeded the call depth limit".to_string())
+        }
+        EvalAltResult::ErrorDataTooLarge(what, ..) => {
+            (ScriptErrorKind::Limit, format!("{what} exceeds its size limit"))
+        }
+        EvalAltResult::ErrorTooManyVariables(..) => {
+            (ScriptErrorKind::Limit, "exceeded the variables limit".to_string())
+        }
         EvalAltResult::ErrorInFunctionCall(name, _, inner, _) => {
             let inner = classify(rule, inner);
             (inner.kind, format!("in {name}(): {}", inner.message))
         }
-        other => (ScriptErrorKind::Runtime, other.to_string().split(" (line ").next().unwrap_or_default().to_string()),
+        other => (
+            ScriptErrorKind::Runtime,
+            other.to_string().split(" (line ").next().unwrap_or_default().to_string(),
+        ),
     };
     ScriptError { rule: rule.to_string(), line, column, message, kind }
 }
 
 /// The job every builtin example runs against: loss 1.5, 1.3, 1.1, 1.2, 1.2 one per minute from
-/// 2026-01-01T01:56Z, grad_norm ended in Inf, progress 42 %, step 420 of 1000, ETA 10 h, 10 GPUs at $5.5,
+/// 2026-01-01T01:55Z, grad_norm ended in Inf, progress 42 %, step 420 of 1000, ETA 10 h, 10 GPUs at $5.5,
 /// running since 00:00Z, evaluated at 02:00Z (a Thursday), label team=fraud.
 pub fn doc_fixture() -> (Box<JobData>, Arc<PolicyEnv>, Timestamp) {
     use crate::sample::{JobKey, Metric, ProgressSample, SampleSource};
@@ -815,7 +873,7 @@ pub fn doc_fixture() -> (Box<JobData>, Arc<PolicyEnv>, Timestamp) {
     snapshot.running_since = Some(t0);
     let mut series = JobSeries::new(t0);
     for (i, loss) in [1.5, 1.3, 1.1, 1.2, 1.2].iter().enumerate() {
-        let mut s = ProgressSample::empty(at(116 + i as i64), SampleSource::TrainerStatus);
+        let mut s = ProgressSample::empty(at(115 + i as i64), SampleSource::TrainerStatus);
         s.metrics.push(Metric { name: "loss".into(), value: *loss });
         s.metrics.push(Metric { name: "grad_norm".into(), value: if i == 4 { f64::INFINITY } else { 2.0 } });
         s.progress_percent = Some(42.0);
@@ -824,7 +882,11 @@ pub fn doc_fixture() -> (Box<JobData>, Arc<PolicyEnv>, Timestamp) {
         s.eta_seconds = Some(36_000.0);
         series.record(&s);
     }
-    let env = PolicyEnv { calendar: Calendar::new(jiff::tz::TimeZone::UTC, Vec::new()), gpu_hour_cost: Some(5.5), assume_gpus: None };
+    let env = PolicyEnv {
+        calendar: Calendar::new(jiff::tz::TimeZone::UTC, Vec::new()),
+        gpu_hour_cost: Some(5.5),
+        assume_gpus: None,
+    };
     (Box::new(JobData { snapshot, series, first_seen: t0 }), Arc::new(env), at(120))
 }
 
@@ -917,7 +979,10 @@ mod tests {
             ..Limits::default()
         });
         let e = eval(&engine, "let x = 0; loop { x += 1; }").unwrap_err();
-        assert_eq!((e.kind, e.message.as_str()), (ScriptErrorKind::Limit, "exceeded the evaluation deadline"));
+        assert_eq!(
+            (e.kind, e.message.as_str()),
+            (ScriptErrorKind::Limit, "exceeded the evaluation deadline")
+        );
 
         let engine = ScriptEngine::default();
         let e = eval(&engine, "fn f(n) { f(n + 1) } f(0)").unwrap_err();

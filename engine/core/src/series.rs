@@ -27,7 +27,9 @@ pub const MAX_METRICS_PER_JOB: usize = 32;
 pub const EMA_ALPHA: f64 = 0.1;
 
 /// Which way is better for a metric.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize, schemars::JsonSchema)]
+#[derive(
+    Clone, Copy, Debug, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize, schemars::JsonSchema,
+)]
 #[serde(rename_all = "lowercase")]
 pub enum Direction {
     /// Lower is better (losses, perplexity).
@@ -40,7 +42,17 @@ impl Direction {
     /// Keras' `mode="auto"`: metrics whose name says accuracy-like are maximized, everything else minimized.
     pub fn infer(metric: &str) -> Direction {
         const HIGHER_IS_BETTER: [&str; 12] = [
-            "acc", "accuracy", "f1", "precision", "recall", "auc", "bleu", "rouge", "score", "map", "throughput",
+            "acc",
+            "accuracy",
+            "f1",
+            "precision",
+            "recall",
+            "auc",
+            "bleu",
+            "rouge",
+            "score",
+            "map",
+            "throughput",
             "samples_per_second",
         ];
         let lower = metric.to_ascii_lowercase();
@@ -531,7 +543,8 @@ mod tests {
     #[test]
     fn window_stats_match_a_naive_computation_after_many_evictions() {
         // A wavy series long enough to wrap the ring many times and the u8 sequence numbers too.
-        let values: Vec<f64> = (0..1000).map(|i| 2.0 + ((i * 37 % 101) as f64 / 50.0) - i as f64 * 1e-3).collect();
+        let values: Vec<f64> =
+            (0..1000).map(|i| 2.0 + ((i * 37 % 101) as f64 / 50.0) - i as f64 * 1e-3).collect();
         let s = series_of(&values);
         let window = &values[values.len() - WINDOW..];
         let (mean, std, min, max) = naive_stats(window);
@@ -542,7 +555,10 @@ mod tests {
         assert_eq!(got.min, min);
         assert_eq!(got.max, max);
         assert_eq!(s.count(), 1000);
-        assert_eq!(s.best(Direction::Min).unwrap().value, values.iter().cloned().fold(f64::INFINITY, f64::min));
+        assert_eq!(
+            s.best(Direction::Min).unwrap().value,
+            values.iter().cloned().fold(f64::INFINITY, f64::min)
+        );
     }
 
     #[test]
@@ -641,7 +657,16 @@ mod tests {
     #[test]
     fn series_memory_for_eight_metrics_is_within_16_kib() {
         let mut j = JobSeries::new(t(0));
-        let names = ["loss", "eval_loss", "grad_norm", "learning_rate", "eval_accuracy", "epoch", "train_loss", "throughput_samples_per_second"];
+        let names = [
+            "loss",
+            "eval_loss",
+            "grad_norm",
+            "learning_rate",
+            "eval_accuracy",
+            "epoch",
+            "train_loss",
+            "throughput_samples_per_second",
+        ];
         for i in 0..500 {
             let metrics: Vec<(&'static str, f64)> =
                 names.iter().map(|n| (*n, ((i * 7919) % 113) as f64)).collect();

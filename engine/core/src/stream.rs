@@ -65,26 +65,49 @@ pub struct RecordError {
 }
 
 /// Parses one non-empty line. `previous` is the time of the line before (for objects without a time).
-pub fn parse_line(line: &str, source: &str, line_no: usize, previous: Option<Timestamp>) -> Result<StreamRecord, RecordError> {
-    let err = |column: Option<usize>, message: String| RecordError { file: source.to_string(), line: line_no, column, message };
-    let value: Value = serde_json::from_str(line).map_err(|e| err(Some(e.column()), format!("invalid JSON: {e}")))?;
+pub fn parse_line(
+    line: &str,
+    source: &str,
+    line_no: usize,
+    previous: Option<Timestamp>,
+) -> Result<StreamRecord, RecordError> {
+    let err = |column: Option<usize>, message: String| RecordError {
+        file: source.to_string(),
+        line: line_no,
+        column,
+        message,
+    };
+    let value: Value =
+        serde_json::from_str(line).map_err(|e| err(Some(e.column()), format!("invalid JSON: {e}")))?;
     let Value::Object(obj) = &value else {
         return Err(err(None, "expected a JSON object".into()));
     };
     if obj.contains_key("apiVersion") || obj.contains_key("kind") {
-        let snapshot = normalize::from_trainjob(&value).map_err(|e: NormalizeError| err(None, e.to_string()))?;
-        let time = snapshot
-            .sample
-            .as_ref()
-            .map(|s| s.updated_at)
-            .or(snapshot.created_at)
-            .or(previous)
-            .ok_or_else(|| err(None, "a TrainJob line needs a progress sample or a creationTimestamp to place it in time".into()))?;
+        let snapshot =
+            normalize::from_trainjob(&value).map_err(|e: NormalizeError| err(None, e.to_string()))?;
+        let time =
+            snapshot.sample.as_ref().map(|s| s.updated_at).or(snapshot.created_at).or(previous).ok_or_else(
+                || {
+                    err(
+                        None,
+                        "a TrainJob line needs a progress sample or a creationTimestamp to place it in time"
+                            .into(),
+                    )
+                },
+            )?;
         return Ok(StreamRecord::Object { time, snapshot });
     }
     for key in obj.keys() {
-        if !matches!(key.as_str(), "time" | "job" | "trainerStatus" | "annotation" | "phase" | "labels" | "gpus" | "deleted") {
-            return Err(err(None, format!("unknown field {key:?} (expected time, job, trainerStatus, annotation, phase, labels, gpus, deleted)")));
+        if !matches!(
+            key.as_str(),
+            "time" | "job" | "trainerStatus" | "annotation" | "phase" | "labels" | "gpus" | "deleted"
+        ) {
+            return Err(err(
+                None,
+                format!(
+                    "unknown field {key:?} (expected time, job, trainerStatus, annotation, phase, labels, gpus, deleted)"
+                ),
+            ));
         }
     }
     let time = match obj.get("time") {
@@ -93,14 +116,21 @@ pub fn parse_line(line: &str, source: &str, line_no: usize, previous: Option<Tim
         None => return Err(err(None, "time: required".into())),
     };
     let job = match obj.get("job") {
-        Some(Value::String(s)) => JobKey::parse(s).ok_or_else(|| err(None, format!("job: expected \"namespace/name\", got {s:?}")))?,
+        Some(Value::String(s)) => JobKey::parse(s)
+            .ok_or_else(|| err(None, format!("job: expected \"namespace/name\", got {s:?}")))?,
         _ => return Err(err(None, "job: required (\"namespace/name\")".into())),
     };
     let sample = match (obj.get("trainerStatus"), obj.get("annotation")) {
         (Some(_), Some(_)) => return Err(err(None, "give trainerStatus or annotation, not both".into())),
-        (Some(ts), None) => Some(normalize::from_trainer_status(ts, "trainerStatus").map_err(|e| err(None, e.to_string()))?),
-        (None, Some(Value::String(a))) => Some(normalize::from_annotation(a, "annotation").map_err(|e| err(None, e.to_string()))?),
-        (None, Some(other)) => return Err(err(None, format!("annotation: expected the annotation's JSON string, got {other}"))),
+        (Some(ts), None) => {
+            Some(normalize::from_trainer_status(ts, "trainerStatus").map_err(|e| err(None, e.to_string()))?)
+        }
+        (None, Some(Value::String(a))) => {
+            Some(normalize::from_annotation(a, "annotation").map_err(|e| err(None, e.to_string()))?)
+        }
+        (None, Some(other)) => {
+            return Err(err(None, format!("annotation: expected the annotation's JSON string, got {other}")));
+        }
         (None, None) => None,
     };
     let phase = match obj.get("phase") {
@@ -110,7 +140,12 @@ pub fn parse_line(line: &str, source: &str, line_no: usize, previous: Option<Tim
             "Suspended" => JobPhase::Suspended,
             "Complete" => JobPhase::Complete,
             "Failed" => JobPhase::Failed,
-            other => return Err(err(None, format!("phase: expected Running, Suspended, Complete or Failed, got {other:?}"))),
+            other => {
+                return Err(err(
+                    None,
+                    format!("phase: expected Running, Suspended, Complete or Failed, got {other:?}"),
+                ));
+            }
         }),
         Some(other) => return Err(err(None, format!("phase: expected a string, got {other}"))),
     };
@@ -196,7 +231,8 @@ mod tests {
 
     #[test]
     fn heartbeats_and_phase_changes() {
-        let r = parse_line(r#"{"time":"2026-11-30T07:00:00Z","job":"a/b","phase":"Complete"}"#, "s", 3, None).unwrap();
+        let r = parse_line(r#"{"time":"2026-11-30T07:00:00Z","job":"a/b","phase":"Complete"}"#, "s", 3, None)
+            .unwrap();
         let StreamRecord::Update(u) = r else { panic!() };
         assert_eq!((u.sample, u.phase), (None, Some(JobPhase::Complete)));
     }
@@ -206,8 +242,9 @@ mod tests {
         let e = parse_line(r#"{"time":"2026-11-30T07:00:00Z","job":"ab"}"#, "s.jsonl", 7, None).unwrap_err();
         assert_eq!(e.to_string(), "s.jsonl:7: job: expected \"namespace/name\", got \"ab\"");
         let e = parse_line(r#"{"time": 5,"#, "s.jsonl", 8, None).unwrap_err();
-        assert!(e.to_string().starts_with("s.jsonl:8:12: invalid JSON"), "{e}");
-        let e = parse_line(r#"{"time":"2026-11-30T07:00:00Z","job":"a/b","colour":1}"#, "s", 9, None).unwrap_err();
+        assert!(e.to_string().starts_with("s.jsonl:8:11: invalid JSON"), "{e}");
+        let e = parse_line(r#"{"time":"2026-11-30T07:00:00Z","job":"a/b","colour":1}"#, "s", 9, None)
+            .unwrap_err();
         assert!(e.message.contains("unknown field \"colour\""));
         let errors = parse_stream("# comment\n\n{}\n[1]\n", "s").unwrap_err();
         assert_eq!(errors.iter().map(|e| e.line).collect::<Vec<_>>(), vec![3, 4]);

@@ -158,7 +158,8 @@ fn parse_time_or_offset(s: &str, start: Timestamp) -> Result<Timestamp, String> 
     if let Ok(t) = s.parse::<Timestamp>() {
         return Ok(t);
     }
-    let d: Duration = s.parse().map_err(|e| format!("{s:?} is neither an RFC 3339 time nor a duration: {e}"))?;
+    let d: Duration =
+        s.parse().map_err(|e| format!("{s:?} is neither an RFC 3339 time nor a duration: {e}"))?;
     crate::detectors::add_seconds(start, d.as_secs_f64()).ok_or_else(|| format!("{s:?} is out of range"))
 }
 
@@ -213,7 +214,9 @@ fn build_input(case: &TestCase, start: Timestamp, files: &dyn FileSource) -> Res
         }
         let len = expanded.iter().map(|(_, s)| s.len()).max().unwrap_or(0);
         for i in 0..len {
-            let Some(t) = crate::detectors::add_seconds(start, interval.as_secs_f64() * i as f64) else { break };
+            let Some(t) = crate::detectors::add_seconds(start, interval.as_secs_f64() * i as f64) else {
+                break;
+            };
             let mut sample = ProgressSample::empty(t, SampleSource::TrainerStatus);
             let mut any = false;
             for (name, steps) in &expanded {
@@ -225,7 +228,9 @@ fn build_input(case: &TestCase, start: Timestamp, files: &dyn FileSource) -> Res
                     "step" => sample.current_step = Some(*v),
                     "totalSteps" => sample.total_steps = Some(*v),
                     "epoch" => sample.current_epoch = Some(*v),
-                    metric => sample.metrics.push(Metric { name: crate::normalize::canonical_metric_name(metric), value: *v }),
+                    metric => sample
+                        .metrics
+                        .push(Metric { name: crate::normalize::canonical_metric_name(metric), value: *v }),
                 }
             }
             let first = records.is_empty();
@@ -252,8 +257,17 @@ fn build_input(case: &TestCase, start: Timestamp, files: &dyn FileSource) -> Res
                 deleted: false,
             }));
         }
-        let end = crate::detectors::add_seconds(start, interval.as_secs_f64() * len.saturating_sub(1) as f64).unwrap_or(start);
-        records.push(StreamRecord::Update(Update { time: end, job: key.clone(), sample: None, phase: None, labels: None, gpus: None, deleted: false }));
+        let end = crate::detectors::add_seconds(start, interval.as_secs_f64() * len.saturating_sub(1) as f64)
+            .unwrap_or(start);
+        records.push(StreamRecord::Update(Update {
+            time: end,
+            job: key.clone(),
+            sample: None,
+            phase: None,
+            labels: None,
+            gpus: None,
+            deleted: false,
+        }));
     }
     for (i, p) in case.phases.iter().enumerate() {
         let phase = match p.phase.as_str() {
@@ -262,12 +276,22 @@ fn build_input(case: &TestCase, start: Timestamp, files: &dyn FileSource) -> Res
             "Complete" => JobPhase::Complete,
             "Failed" => JobPhase::Failed,
             other => {
-                errors.push(format!("phases[{i}].phase: expected Running, Suspended, Complete or Failed, got {other:?}"));
+                errors.push(format!(
+                    "phases[{i}].phase: expected Running, Suspended, Complete or Failed, got {other:?}"
+                ));
                 continue;
             }
         };
         match parse_time_or_offset(&p.at, start) {
-            Ok(t) => records.push(StreamRecord::Update(Update { time: t, job: key.clone(), sample: None, phase: Some(phase), labels: None, gpus: None, deleted: false })),
+            Ok(t) => records.push(StreamRecord::Update(Update {
+                time: t,
+                job: key.clone(),
+                sample: None,
+                phase: Some(phase),
+                labels: None,
+                gpus: None,
+                deleted: false,
+            })),
             Err(e) => errors.push(format!("phases[{i}].at: {e}")),
         }
     }
@@ -289,7 +313,12 @@ fn find_policy<'a>(policies: &'a [PolicyRef], rule_policy: Option<&str>) -> Vec<
 }
 
 /// Runs one case against freshly compiled policies.
-pub fn run_case(case: &TestCase, policies: Vec<CompiledPolicy>, config: EngineConfig, files: &dyn FileSource) -> CaseResult {
+pub fn run_case(
+    case: &TestCase,
+    policies: Vec<CompiledPolicy>,
+    config: EngineConfig,
+    files: &dyn FileSource,
+) -> CaseResult {
     let mut failures = Vec::new();
     let start = match case.start.as_deref().unwrap_or("2026-01-05T00:00:00Z").parse::<Timestamp>() {
         Ok(t) => t,
@@ -312,9 +341,13 @@ pub fn run_case(case: &TestCase, policies: Vec<CompiledPolicy>, config: EngineCo
             Err(err) => failures.push(format!("expect[{i}].at: {err}")),
         }
         if !matches!(e.state.as_str(), "inactive" | "pending" | "firing") {
-            failures.push(format!("expect[{i}].state: expected inactive, pending or firing, got {:?}", e.state));
+            failures
+                .push(format!("expect[{i}].state: expected inactive, pending or firing, got {:?}", e.state));
         }
-        if !rules_of.iter().any(|(p, rules)| e.policy.as_deref().is_none_or(|n| n == p) && rules.contains(&e.rule)) {
+        if !rules_of
+            .iter()
+            .any(|(p, rules)| e.policy.as_deref().is_none_or(|n| n == p) && rules.contains(&e.rule))
+        {
             failures.push(format!("expect[{i}].rule: no rule {:?} in the tested policies", e.rule));
         }
     }
@@ -383,21 +416,38 @@ pub fn run_case(case: &TestCase, policies: Vec<CompiledPolicy>, config: EngineCo
                 _ => None,
             })
             .collect();
-        let normalize = |e: &ActionExpectation| -> Option<(Timestamp, String, String, Option<String>, String)> {
-            let at = parse_time_or_offset(&e.at, start).ok()?;
-            Some((at, e.rule.clone(), e.action.clone(), e.mode.clone(), e.job.clone().unwrap_or_else(|| default_job.to_string())))
-        };
+        let normalize =
+            |e: &ActionExpectation| -> Option<(Timestamp, String, String, Option<String>, String)> {
+                let at = parse_time_or_offset(&e.at, start).ok()?;
+                Some((
+                    at,
+                    e.rule.clone(),
+                    e.action.clone(),
+                    e.mode.clone(),
+                    e.job.clone().unwrap_or_else(|| default_job.to_string()),
+                ))
+            };
         let want: Vec<_> = expected.iter().map(normalize).collect();
         let have: Vec<_> = got.iter().map(normalize).collect();
         let matches = want.len() == have.len()
             && want.iter().zip(&have).all(|(w, h)| match (w, h) {
-                (Some(w), Some(h)) => w.0 == h.0 && w.1 == h.1 && w.2 == h.2 && w.4 == h.4 && (w.3.is_none() || w.3 == h.3),
+                (Some(w), Some(h)) => {
+                    w.0 == h.0 && w.1 == h.1 && w.2 == h.2 && w.4 == h.4 && (w.3.is_none() || w.3 == h.3)
+                }
                 _ => false,
             });
         if !matches {
             let fmt = |list: &[ActionExpectation]| {
                 list.iter()
-                    .map(|a| format!("    {{at: {}, rule: {}, action: {}{}}}", a.at, a.rule, a.action, a.mode.as_ref().map(|m| format!(", mode: {m}")).unwrap_or_default()))
+                    .map(|a| {
+                        format!(
+                            "    {{at: {}, rule: {}, action: {}{}}}",
+                            a.at,
+                            a.rule,
+                            a.action,
+                            a.mode.as_ref().map(|m| format!(", mode: {m}")).unwrap_or_default()
+                        )
+                    })
                     .collect::<Vec<_>>()
                     .join("\n")
             };
@@ -412,14 +462,19 @@ pub fn run_case(case: &TestCase, policies: Vec<CompiledPolicy>, config: EngineCo
 }
 
 /// Loads the policy documents a test file names. Errors are prefixed with the policy file.
-pub fn load_policies(file: &TestFile, files: &dyn FileSource) -> Result<Vec<PolicyDocument>, Vec<FieldError>> {
+pub fn load_policies(
+    file: &TestFile,
+    files: &dyn FileSource,
+) -> Result<Vec<PolicyDocument>, Vec<FieldError>> {
     let mut docs = Vec::new();
     let mut errors = Vec::new();
     for path in &file.policies {
         match files.read(path) {
             Ok(text) => match crate::compile::parse_documents(&text, path) {
                 Ok(d) => docs.extend(d),
-                Err(e) => errors.extend(e.errors.into_iter().map(|x| FieldError::new(format!("{path}: {}", x.path), x.message))),
+                Err(e) => errors.extend(
+                    e.errors.into_iter().map(|x| FieldError::new(format!("{path}: {}", x.path), x.message)),
+                ),
             },
             Err(e) => errors.push(FieldError::new(path.clone(), e)),
         }

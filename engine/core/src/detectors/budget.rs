@@ -58,8 +58,12 @@ impl Detector for OverBudget {
             && gpu_hours > max
         {
             return Some(
-                Finding::new(format!("used {} GPU-hours, over the limit of {}", fmt_num(gpu_hours), fmt_num(max)))
-                    .value("gpuHours", gpu_hours),
+                Finding::new(format!(
+                    "used {} GPU-hours, over the limit of {}",
+                    fmt_num(gpu_hours),
+                    fmt_num(max)
+                ))
+                .value("gpuHours", gpu_hours),
             );
         }
         let cost = gpu_hours * view.gpu_hour_cost?;
@@ -90,7 +94,10 @@ mod tests {
         let d = detector("over_budget", json!({"maxRuntime": "10h"}));
         let job = Job::new();
         assert!(job.check(d.as_ref(), 10 * 3600).is_none());
-        assert_eq!(job.check(d.as_ref(), 10 * 3600 + 1).unwrap().summary, "ran for 10h0m1s, over the limit of 10h");
+        assert_eq!(
+            job.check(d.as_ref(), 10 * 3600 + 1).unwrap().summary,
+            "ran for 10h1s, over the limit of 10h"
+        );
 
         let d = detector("over_budget", json!({"maxGpuHours": 80}));
         let mut job = Job::new();

@@ -17,7 +17,12 @@ pub const INFO: DetectorInfo = DetectorInfo {
         ("metric", "string", "required", "Canonical metric name."),
         ("mode", "min|max|auto", "auto", "Which way is better."),
         ("threshold", "number", "none", "Absolute limit: fire when the value is worse than this."),
-        ("factor", "number > 1", "none", "Fire when the value is worse than factor × best (min) or best ÷ factor (max)."),
+        (
+            "factor",
+            "number > 1",
+            "none",
+            "Fire when the value is worse than factor × best (min) or best ÷ factor (max).",
+        ),
         ("warmup", "samples", "0", "Samples of the metric before the rule may fire."),
     ],
     example: r#"{"metric": "loss", "factor": 3, "warmup": 20}"#,
@@ -62,9 +67,14 @@ impl Detector for Diverging {
             && direction.better(limit, last)
         {
             return Some(
-                Finding::new(format!("{} is {}, worse than the threshold {}", self.metric, fmt_num(last), fmt_num(limit)))
-                    .value("last", last)
-                    .value("threshold", limit),
+                Finding::new(format!(
+                    "{} is {}, worse than the threshold {}",
+                    self.metric,
+                    fmt_num(last),
+                    fmt_num(limit)
+                ))
+                .value("last", last)
+                .value("threshold", limit),
             );
         }
         let factor = self.factor?;
@@ -111,7 +121,9 @@ mod tests {
         let last = job.feed(d.as_ref(), "loss", 60, &[2.0, 1.0, 2.9]);
         assert!(job.check(d.as_ref(), last).is_none());
         job.sample(d.as_ref(), last + 60, &[("loss", 3.1)], None, None);
-        assert!(job.check(d.as_ref(), last + 60).unwrap().summary.contains("more than 3× worse than its best 1"));
+        assert!(
+            job.check(d.as_ref(), last + 60).unwrap().summary.contains("more than 3× worse than its best 1")
+        );
     }
 
     #[test]
@@ -142,7 +154,13 @@ mod tests {
 
     #[test]
     fn needs_a_threshold_or_a_factor() {
-        assert_eq!(errors("diverging", json!({"metric": "loss"})), vec!["with.threshold: give threshold, factor, or both"]);
-        assert_eq!(errors("diverging", json!({"metric": "loss", "factor": 0.5})), vec!["with.factor: must be > 1, got 0.5"]);
+        assert_eq!(
+            errors("diverging", json!({"metric": "loss"})),
+            vec!["with.threshold: give threshold, factor, or both"]
+        );
+        assert_eq!(
+            errors("diverging", json!({"metric": "loss", "factor": 0.5})),
+            vec!["with.factor: must be > 1, got 0.5"]
+        );
     }
 }

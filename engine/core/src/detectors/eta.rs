@@ -72,9 +72,13 @@ impl Detector for EtaAfter {
         let end = view.estimated_end()?;
         (end > self.deadline).then(|| {
             let late = seconds(self.deadline, end);
-            Finding::new(format!("estimated end {end} is {} after the deadline {}", fmt_secs(late), self.deadline))
-                .value("estimatedEnd", end.as_second() as f64)
-                .value("lateSeconds", late)
+            Finding::new(format!(
+                "estimated end {end} is {} after the deadline {}",
+                fmt_secs(late),
+                self.deadline
+            ))
+            .value("estimatedEnd", end.as_second() as f64)
+            .value("lateSeconds", late)
         })
     }
 }
@@ -86,8 +90,12 @@ impl Detector for EtaExceeds {
         }
         let remaining = seconds(view.now, view.estimated_end()?);
         (remaining > self.duration.as_secs_f64()).then(|| {
-            Finding::new(format!("estimated to need {} more, over the limit of {}", fmt_secs(remaining), self.duration))
-                .value("remainingSeconds", remaining)
+            Finding::new(format!(
+                "estimated to need {} more, over the limit of {}",
+                fmt_secs(remaining),
+                self.duration
+            ))
+            .value("remainingSeconds", remaining)
         })
     }
 }

@@ -298,7 +298,13 @@ pub(crate) mod testkit {
         }
 
         /// Feeds `values` of `metric` one every `every` seconds starting at 0; returns the last time.
-        pub fn feed(&mut self, detector: &dyn Detector, metric: &'static str, every: i64, values: &[f64]) -> i64 {
+        pub fn feed(
+            &mut self,
+            detector: &dyn Detector,
+            metric: &'static str,
+            every: i64,
+            values: &[f64],
+        ) -> i64 {
             let mut last = 0;
             for (i, v) in values.iter().enumerate() {
                 last = i as i64 * every;
@@ -353,7 +359,8 @@ mod tests {
     #[test]
     fn every_catalog_example_builds() {
         for d in DETECTORS {
-            let with: serde_json::Value = serde_json::from_str(d.example).unwrap_or_else(|e| panic!("{}: {e}", d.name));
+            let with: serde_json::Value =
+                serde_json::from_str(d.example).unwrap_or_else(|e| panic!("{}: {e}", d.name));
             let map = with.as_object().cloned().unwrap();
             if let Err(e) = build(d.name, Some(&map), "with") {
                 panic!("example of {} does not build: {e:?}", d.name);

@@ -155,7 +155,9 @@ impl<'a> Params<'a> {
         let (key, v) = self.raw(name)?;
         match v {
             Value::Number(n) => match n.as_f64() {
-                Some(x) if x.is_finite() && x > 0.0 && x < 1e12 => Some(Duration::from_millis((x * 1000.0) as u64)),
+                Some(x) if x.is_finite() && x > 0.0 && x < 1e12 => {
+                    Some(Duration::from_millis((x * 1000.0) as u64))
+                }
                 _ => {
                     self.error(key, format!("expected a number of seconds > 0, got {v}"));
                     None

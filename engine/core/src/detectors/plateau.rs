@@ -11,7 +11,10 @@
 //!
 //! Example: `uses: plateau`, `with: {metric: loss, window: 2h, minDelta: 0.001, warmup: 10%}`.
 
-use super::{Detector, DetectorInfo, DetectorState, DirectionParam, Finding, JobView, Params, fmt_num, fmt_secs, seconds};
+use super::{
+    Detector, DetectorInfo, DetectorState, DirectionParam, Finding, JobView, Params, fmt_num, fmt_secs,
+    seconds,
+};
 use crate::duration::{Duration, Warmup, Window};
 use crate::sample::{ProgressSample, Timestamp};
 use crate::series::{JobSeries, WINDOW};
@@ -21,8 +24,18 @@ pub const INFO: DetectorInfo = DetectorInfo {
     summary: "The metric has not improved by more than minDelta / minDeltaPct for `window` (samples or time), or its std over the window fell below `std`.",
     params: &[
         ("metric", "string", "required", "Canonical metric name, e.g. loss or eval_loss."),
-        ("mode", "min|max|auto", "auto", "Which way is better; auto infers it from the name (accuracy-like names are max)."),
-        ("window", "samples or duration", "10", "Patience: samples (10) or wall-clock time between samples (2h). Alias: patience."),
+        (
+            "mode",
+            "min|max|auto",
+            "auto",
+            "Which way is better; auto infers it from the name (accuracy-like names are max).",
+        ),
+        (
+            "window",
+            "samples or duration",
+            "10",
+            "Patience: samples (10) or wall-clock time between samples (2h). Alias: patience.",
+        ),
         ("minDelta", "number", "0", "Absolute improvement that counts (Lightning min_delta)."),
         ("minDeltaPct", "number", "0", "Relative improvement in percent of the best value that counts."),
         ("std", "number", "none", "Also fire when the std over the window is below this (Ray Tune)."),
@@ -133,7 +146,11 @@ impl Detector for Plateau {
             Window::Time(d) => since_secs >= d.as_secs_f64(),
         };
         let threshold = if self.min_delta_pct > 0.0 {
-            format!("{} ({}%)", fmt_num(self.min_delta.max(best.abs() * self.min_delta_pct / 100.0)), fmt_num(self.min_delta_pct))
+            format!(
+                "{} ({}%)",
+                fmt_num(self.min_delta.max(best.abs() * self.min_delta_pct / 100.0)),
+                fmt_num(self.min_delta_pct)
+            )
         } else {
             fmt_num(self.min_delta)
         };

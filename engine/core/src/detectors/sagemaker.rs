@@ -69,7 +69,12 @@ fn build_loss_not_decreasing(p: &mut Params<'_>) -> Option<Box<dyn Detector>> {
     if num_steps == 0 || num_steps >= WINDOW as u64 {
         p.error("num_steps", format!("must be between 1 and {}", WINDOW - 1));
     }
-    Some(Box::new(LossNotDecreasing { metric, num_steps: num_steps as usize, diff_percent, increase_threshold_percent }))
+    Some(Box::new(LossNotDecreasing {
+        metric,
+        num_steps: num_steps as usize,
+        diff_percent,
+        increase_threshold_percent,
+    }))
 }
 
 impl Detector for LossNotDecreasing {
@@ -146,7 +151,13 @@ fn build_overtraining(p: &mut Params<'_>) -> Option<Box<dyn Detector>> {
     if patience_validation == 0 {
         p.error("patience_validation", "must be at least 1");
     }
-    Some(Box::new(Overtraining { train_metric, validation_metric, patience_train, patience_validation, delta }))
+    Some(Box::new(Overtraining {
+        train_metric,
+        validation_metric,
+        patience_train,
+        patience_validation,
+        delta,
+    }))
 }
 
 fn advance(best: &mut Option<f64>, wait: &mut u64, value: Option<f64>, delta: f64) {
@@ -167,7 +178,12 @@ impl Detector for Overtraining {
         }
         let DetectorState::Overtraining(s) = state else { return };
         advance(&mut s.best_train, &mut s.train_wait, sample.metric(&self.train_metric), self.delta);
-        advance(&mut s.best_validation, &mut s.validation_wait, sample.metric(&self.validation_metric), self.delta);
+        advance(
+            &mut s.best_validation,
+            &mut s.validation_wait,
+            sample.metric(&self.validation_metric),
+            self.delta,
+        );
     }
 
     fn check(&self, state: &DetectorState, _view: &JobView<'_>) -> Option<Finding> {
@@ -232,7 +248,10 @@ mod tests {
         assert!(job.check(d.as_ref(), last).unwrap().summary.starts_with("eval_loss decreased by 0%"));
         assert_eq!(
             errors("loss_not_decreasing", json!({"mode": "BOTH", "num_steps": 64})),
-            vec!["with.mode: expected GLOBAL, TRAIN or EVAL, got BOTH", "with.num_steps: must be between 1 and 63"]
+            vec![
+                "with.mode: expected GLOBAL, TRAIN or EVAL, got BOTH",
+                "with.num_steps: must be between 1 and 63"
+            ]
         );
     }
 
@@ -240,7 +259,9 @@ mod tests {
     fn overtraining_counts_samples_without_validation_improvement() {
         let d = detector("overtraining", json!({"patience_validation": 3, "patience_train": 100}));
         let mut job = Job::new();
-        for (i, (train, val)) in [(2.0, 2.1), (1.8, 2.0), (1.6, 2.0), (1.4, 1.995), (1.2, 2.05)].iter().enumerate() {
+        for (i, (train, val)) in
+            [(2.0, 2.1), (1.8, 2.0), (1.6, 2.0), (1.4, 1.995), (1.2, 2.05)].iter().enumerate()
+        {
             job.sample(d.as_ref(), i as i64 * 60, &[("loss", *train), ("eval_loss", *val)], None, None);
         }
         let f = job.check(d.as_ref(), 240).unwrap();

@@ -73,7 +73,11 @@ impl Detector for Stalled {
         }
         let silent = seconds(view.last_activity(), view.now);
         (silent >= self.after.as_secs_f64()).then(|| {
-            let what = if view.series.last_sample_at.is_some() { "no progress sample" } else { "no progress sample yet" };
+            let what = if view.series.last_sample_at.is_some() {
+                "no progress sample"
+            } else {
+                "no progress sample yet"
+            };
             Finding::new(format!("{what} for {} (limit {})", fmt_secs(silent), self.after))
                 .value("secondsSilent", silent)
                 .stall()
@@ -144,7 +148,9 @@ mod tests {
         assert!(job.check(d.as_ref(), 600).is_some());
         assert_eq!(
             errors("stalled_training", json!({"stop_training_on_fire": true})),
-            vec!["with.stop_training_on_fire: not supported here: attach a suspend action to the rule instead"]
+            vec![
+                "with.stop_training_on_fire: not supported here: attach a suspend action to the rule instead"
+            ]
         );
     }
 }
