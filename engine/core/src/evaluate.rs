@@ -703,3 +703,7 @@ fn resolve_track(
         mode: rule.mode,
     });
 }
+
+#[cfg(test)]
+#[path = "evaluate_tests.rs"]
+mod tests;

@@ -1,0 +1,306 @@
+//! Lifecycle tests of the evaluator: pending → firing → resolved, `for`, `keepFiringFor`, `cooldown`,
+//! timers that fire with no new sample, calendar windows, modes, selection changes and policy updates.
+
+use std::collections::BTreeMap;
+
+use super::*;
+use crate::compile::{compile, parse_documents};
+use crate::sample::{Metric, ProgressSample, SampleSource};
+
+/// 2026-11-27T17:00:00Z, a Friday.
+fn t(minutes: i64) -> Timestamp {
+    Timestamp::from_second(1_795_798_800 + minutes * 60).unwrap()
+}
+
+struct World {
+    ev: Evaluator,
+    events: Vec<Event>,
+    clock: Timestamp,
+}
+
+impl World {
+    fn with_policy(yaml: &str) -> World {
+        let mut ev = Evaluator::new(EngineConfig::default());
+        let docs = parse_documents(yaml, "test").unwrap();
+        let mut events = Vec::new();
+        for d in docs {
+            let p = compile(&d, ev.scripts()).unwrap_or_else(|e| panic!("{e}"));
+            ev.upsert_policy(p, t(0), &mut events);
+        }
+        World { ev, events, clock: t(0) }
+    }
+
+    fn job(&self) -> JobSnapshot {
+        let mut s = JobSnapshot::new(JobKey::new("ml", "ft"));
+        s.labels = BTreeMap::from([("team".to_string(), "ml".to_string())]);
+        s.gpus = Some(8.0);
+        s.running_since = Some(t(0));
+        s
+    }
+
+    /// Runs timers up to `minute`.
+    fn advance(&mut self, minute: i64) {
+        while let Some(next) = self.ev.next_tick() {
+            if next > t(minute) {
+                break;
+            }
+            self.ev.tick(next, &mut self.events);
+            self.clock = next;
+        }
+    }
+
+    fn sample(&mut self, minute: i64, loss: f64, eta_minutes: Option<f64>) {
+        self.advance(minute);
+        let mut snap = self.job();
+        let mut s = ProgressSample::empty(t(minute), SampleSource::TrainerStatus);
+        s.metrics.push(Metric { name: "loss".into(), value: loss });
+        s.eta_seconds = eta_minutes.map(|m| m * 60.0);
+        s.progress_percent = Some(50.0);
+        snap.sample = Some(s);
+        self.ev.observe(snap, t(minute), &mut self.events);
+    }
+
+    fn phase(&mut self, minute: i64, phase: JobPhase) {
+        self.advance(minute);
+        let mut snap = self.job();
+        snap.phase = phase;
+        if phase == JobPhase::Running {
+            snap.running_since = Some(t(minute));
+        }
+        self.ev.observe(snap, t(minute), &mut self.events);
+    }
+
+    /// `(minute, "rule kind")` for transitions and `(minute, "rule → action")` for intents, in order.
+    fn log(&self) -> Vec<(i64, String)> {
+        let m = |at: &Timestamp| (at.as_second() - t(0).as_second()) / 60;
+        self.events
+            .iter()
+            .map(|e| match e {
+                Event::Transition { at, rule, kind, .. } => (m(at), format!("{rule} {}", kind.as_str())),
+                Event::Intent(i) => (m(&i.at), format!("{} → {} [{}]", i.rule, i.action.kind(), i.mode.as_str())),
+                Event::Suppressed { at, rule, action, .. } => (m(at), format!("{rule} ✗ {action}")),
+                Event::RuleError { at, rule, message, .. } => (m(at), format!("{rule} error: {message}")),
+            })
+            .collect()
+    }
+}
+
+fn policy(rules: &str, extra: &str) -> String {
+    format!(
+        "apiVersion: trainwarden.dev/v1alpha1\nkind: ProgressPolicy\nmetadata: {{name: p, namespace: ml}}\nspec:\n  mode: Enforce\n  gpuHourCost: 5\n{extra}  rules:\n{rules}"
+    )
+}
+
+fn log(entries: &[(i64, &str)]) -> Vec<(i64, String)> {
+    entries.iter().map(|(m, s)| (*m, s.to_string())).collect()
+}
+
+#[test]
+fn a_stall_fires_with_no_new_sample_arriving() {
+    let mut w = World::with_policy(&policy("    - {name: stalled, uses: stalled, with: {after: 30m}, actions: [{suspend: {}}]}\n", ""));
+    w.sample(0, 2.0, Some(600.0));
+    w.sample(1, 1.9, Some(599.0));
+    // Nothing arrives after minute 1: only timers run.
+    w.advance(30);
+    assert!(w.log().is_empty(), "{:?}", w.log());
+    w.advance(32);
+    assert_eq!(w.log(), log(&[(31, "stalled firing"), (31, "stalled → suspend [Enforce]")]));
+    let Event::Intent(i) = &w.events[1] else { panic!() };
+    assert_eq!(i.reason.summary, "no progress sample for 30m (limit 30m)");
+    let s = i.savings.as_ref().expect("savings from the ETA: no active window");
+    assert_eq!((s.basis, s.gpus), ("estimatedEnd", 8.0));
+    // Estimated end: minute 1 + 599 minutes = minute 600; suspended at 31 → 569 min × 8 GPUs.
+    assert!((s.gpu_hours - 569.0 / 60.0 * 8.0).abs() < 1e-9, "{}", s.gpu_hours);
+    assert!((s.dollars.unwrap() - s.gpu_hours * 5.0).abs() < 1e-9);
+}
+
+#[test]
+fn for_keeps_a_rule_pending_and_clearing_resets_it() {
+    let rules = "    - {name: high, when: 'metric(\"loss\") > 1.0', for: 10m, actions: [{notify: {to: team}}]}\n";
+    let mut w = World::with_policy(&policy(rules, ""));
+    w.sample(0, 2.0, None);
+    w.sample(5, 2.0, None);
+    w.sample(8, 0.5, None); // clears before `for` elapses
+    w.sample(9, 2.0, None);
+    w.sample(15, 2.0, None);
+    w.sample(19, 2.0, None);
+    w.advance(25);
+    assert_eq!(
+        w.log(),
+        log(&[
+            (0, "high pending"),
+            (8, "high cleared"),
+            (9, "high pending"),
+            (19, "high firing"),
+            (19, "high → notify [Enforce]"),
+        ])
+    );
+}
+
+#[test]
+fn keep_firing_for_bridges_a_flapping_condition() {
+    let rules = "    - {name: high, when: 'metric(\"loss\") > 1.0', keepFiringFor: 10m, actions: [{notify: {to: team}}]}\n";
+    let mut w = World::with_policy(&policy(rules, ""));
+    w.sample(0, 2.0, None);
+    w.sample(2, 0.5, None); // false for 8 minutes: still firing, no new intent
+    w.sample(10, 2.0, None);
+    w.sample(12, 0.5, None); // false from 12 → resolves once 10 minutes have passed
+    w.advance(30);
+    assert_eq!(w.log(), log(&[(0, "high firing"), (0, "high → notify [Enforce]"), (22, "high resolved")]));
+}
+
+#[test]
+fn cooldown_suppresses_a_repeat_of_the_same_action() {
+    let rules = "    - {name: high, when: 'metric(\"loss\") > 1.0', cooldown: 1h, actions: [{notify: {to: team}}]}\n";
+    let mut w = World::with_policy(&policy(rules, ""));
+    w.sample(0, 2.0, None);
+    w.sample(1, 0.5, None);
+    w.sample(20, 2.0, None); // re-fires inside the cooldown
+    w.sample(21, 0.5, None);
+    w.sample(70, 2.0, None); // after the cooldown
+    let log_ = w.log();
+    assert_eq!(
+        log_,
+        log(&[
+            (0, "high firing"),
+            (0, "high → notify [Enforce]"),
+            (1, "high resolved"),
+            (20, "high firing"),
+            (20, "high ✗ notify"),
+            (21, "high resolved"),
+            (70, "high firing"),
+            (70, "high → notify [Enforce]"),
+        ])
+    );
+}
+
+#[test]
+fn each_intent_is_issued_once_per_firing() {
+    let rules = "    - {name: high, when: 'metric(\"loss\") > 1.0', actions: [{notify: {to: team}}, {suspend: {}}]}\n";
+    let mut w = World::with_policy(&policy(rules, ""));
+    for m in 0..30 {
+        w.sample(m, 2.0, None);
+    }
+    w.advance(120);
+    let intents = w.events.iter().filter(|e| matches!(e, Event::Intent(_))).count();
+    assert_eq!(intents, 2, "{:?}", w.log());
+    let ids: Vec<&str> = w.events.iter().filter_map(|e| if let Event::Intent(i) = e { Some(i.id.as_str()) } else { None }).collect();
+    assert_eq!(ids, vec!["ml/p/high/ml/ft/1/0", "ml/p/high/ml/ft/1/1"]);
+}
+
+#[test]
+fn audit_mode_reports_what_it_would_do() {
+    let rules = "    - {name: high, when: 'metric(\"loss\") > 1.0', actions: [{suspend: {}}]}\n    - {name: enforced, mode: Enforce, when: 'metric(\"loss\") > 1.5', actions: [{suspend: {}}]}\n";
+    let yaml = policy(rules, "").replace("mode: Enforce\n  gpuHourCost", "mode: Audit\n  gpuHourCost");
+    let mut w = World::with_policy(&yaml);
+    w.sample(0, 2.0, None);
+    assert_eq!(
+        w.log(),
+        log(&[(0, "high firing"), (0, "high → suspend [Audit]"), (0, "enforced firing"), (0, "enforced → suspend [Enforce]")])
+    );
+}
+
+#[test]
+fn rules_resolve_when_the_active_window_closes_and_wake_up_when_it_opens() {
+    // Fridays 18:00–20:00 UTC; t(0) is Friday 17:00 UTC.
+    let rules = "    - {name: high, when: 'metric(\"loss\") > 1.0', actions: [{notify: {to: team}}]}\n";
+    let extra = "  activeWindows: [{start: \"0 18 * * FRI\", duration: 2h}]\n";
+    let mut w = World::with_policy(&policy(rules, extra));
+    w.sample(0, 2.0, None);
+    assert!(w.log().is_empty(), "inactive before 18:00");
+    // No sample at 18:00: the window opening alone evaluates the job.
+    w.advance(60);
+    assert_eq!(w.log(), log(&[(60, "high firing"), (60, "high → notify [Enforce]")]));
+    w.advance(180);
+    assert_eq!(w.log().last().unwrap(), &(180, "high resolved".to_string()));
+}
+
+#[test]
+fn a_stall_inside_an_unattended_window_saves_until_the_window_ends() {
+    let rules = "    - {name: stalled, when: 'stalled(\"30m\")', actions: [{suspend: {}}]}\n";
+    let extra = "  activeWindows: [{start: \"0 17 * * FRI\", duration: 63h}]\n";
+    let mut w = World::with_policy(&policy(rules, extra));
+    w.sample(0, 2.0, Some(600.0));
+    w.advance(120);
+    let Some(Event::Intent(i)) = w.events.iter().find(|e| matches!(e, Event::Intent(_))) else { panic!("{:?}", w.log()) };
+    let s = i.savings.as_ref().unwrap();
+    assert_eq!(s.basis, "windowEnd");
+    assert_eq!(s.until, t(63 * 60));
+    assert!((s.gpu_hours - (63.0 * 60.0 - 30.0) / 60.0 * 8.0).abs() < 1e-9);
+}
+
+#[test]
+fn suspended_jobs_freeze_and_finished_jobs_resolve() {
+    let rules = "    - {name: high, when: 'metric(\"loss\") > 1.0', actions: [{notify: {to: team}}]}\n    - {name: stalled, uses: stalled, with: {after: 30m}}\n";
+    let mut w = World::with_policy(&policy(rules, ""));
+    w.sample(0, 2.0, None);
+    w.phase(5, JobPhase::Suspended);
+    w.advance(300); // no stall while suspended, `high` stays firing
+    w.phase(300, JobPhase::Running); // resumed by a person: not re-notified
+    w.sample(301, 2.0, None);
+    w.phase(310, JobPhase::Complete);
+    assert_eq!(w.log(), log(&[(0, "high firing"), (0, "high → notify [Enforce]"), (310, "high resolved")]));
+}
+
+#[test]
+fn a_label_change_that_deselects_a_job_resolves_its_rules() {
+    let rules = "    - {name: high, when: 'metric(\"loss\") > 1.0'}\n";
+    let extra = "  selector: {matchLabels: {team: ml}}\n";
+    let mut w = World::with_policy(&policy(rules, extra));
+    w.sample(0, 2.0, None);
+    let mut snap = w.job();
+    snap.labels.insert("team".into(), "other".into());
+    w.ev.observe(snap, t(1), &mut w.events);
+    assert_eq!(w.log(), log(&[(0, "high firing"), (1, "high resolved")]));
+    assert_eq!(w.ev.counts(&w.ev.policies().next().unwrap().reference.clone()).matched_jobs, 0);
+}
+
+#[test]
+fn replacing_a_policy_resolves_the_old_rules_first() {
+    let rules = "    - {name: high, when: 'metric(\"loss\") > 1.0'}\n";
+    let mut w = World::with_policy(&policy(rules, ""));
+    w.sample(0, 2.0, None);
+    let docs = parse_documents(&policy("    - {name: higher, when: 'metric(\"loss\") > 5.0'}\n", ""), "v2").unwrap();
+    let p = compile(&docs[0], w.ev.scripts()).unwrap();
+    w.ev.upsert_policy(p, t(1), &mut w.events);
+    w.sample(2, 2.0, None);
+    assert_eq!(w.log(), log(&[(0, "high firing"), (1, "high resolved")]));
+    assert_eq!(w.ev.policies().count(), 1);
+}
+
+#[test]
+fn a_script_error_is_reported_once_and_leaves_other_rules_alone() {
+    let rules = "    - {name: broken, when: 'stalled(label(\"bad\"))'}\n    - {name: high, when: 'metric(\"loss\") > 1.0'}\n";
+    let mut w = World::with_policy(&policy(rules, ""));
+    w.sample(0, 2.0, None);
+    w.sample(1, 2.0, None);
+    let l = w.log();
+    assert_eq!(l.len(), 2, "{l:?}");
+    assert!(l[0].1.starts_with("broken error: rule \"broken\", line 1:"), "{l:?}");
+    assert_eq!(l[1], (0, "high firing".to_string()));
+}
+
+#[test]
+fn stateful_detectors_see_every_sample_and_duplicates_are_dropped() {
+    let rules = "    - {name: flat, uses: plateau, with: {metric: loss, window: 3}}\n";
+    let mut w = World::with_policy(&policy(rules, ""));
+    w.sample(0, 2.0, None);
+    w.sample(1, 2.0, None);
+    // The same report again (same lastUpdatedTime): not a new sample.
+    w.sample(1, 2.0, None);
+    w.sample(2, 2.0, None);
+    assert!(w.log().is_empty(), "{:?}", w.log());
+    w.sample(3, 2.0, None);
+    assert_eq!(w.log(), log(&[(3, "flat firing")]));
+    assert_eq!(w.ev.job(&JobKey::new("ml", "ft")).unwrap().series.duplicates, 1);
+}
+
+#[test]
+fn forgetting_a_job_resolves_and_frees_it() {
+    let rules = "    - {name: high, when: 'metric(\"loss\") > 1.0'}\n";
+    let mut w = World::with_policy(&policy(rules, ""));
+    w.sample(0, 2.0, None);
+    w.ev.forget_job(&JobKey::new("ml", "ft"), t(1), &mut w.events);
+    assert_eq!(w.log(), log(&[(0, "high firing"), (1, "high resolved")]));
+    assert_eq!(w.ev.job_count(), 0);
+}
