@@ -7,6 +7,7 @@ use std::process::ExitCode;
 use clap::{Parser, Subcommand, ValueEnum};
 
 mod commands;
+mod crd;
 
 #[derive(Parser)]
 #[command(name = "trainwarden", version, about = "Watch Kubeflow TrainJob progress and act on it.")]
@@ -52,6 +53,12 @@ enum Command {
     Detectors,
     /// Print the functions available to Rhai conditions.
     Functions,
+    /// Print the ProgressPolicy and ClusterProgressPolicy CRDs (YAML), or write them into a directory.
+    Crd {
+        /// Write one file per CRD into this directory (for example crds/) instead of printing.
+        #[arg(long, value_name = "DIR")]
+        write: Option<PathBuf>,
+    },
 }
 
 fn main() -> ExitCode {
@@ -83,6 +90,7 @@ fn main() -> ExitCode {
             commands::functions();
             Ok(true)
         }
+        Command::Crd { write } => crd::crd(write.as_deref()),
     };
     match result {
         Ok(true) => ExitCode::SUCCESS,

@@ -24,7 +24,7 @@ use crate::compile::{CompiledPolicy, CompiledRule};
 use crate::detectors::{self, DetectorState, Finding, FindingKind};
 use crate::duration::Duration;
 use crate::policy::{ActionSpec, Mode, PolicyRef};
-use crate::sample::{JobKey, JobPhase, JobSnapshot, Timestamp};
+use crate::sample::{JobKey, JobPhase, JobSnapshot, ProgressSample, Timestamp};
 use crate::script::{JobData, Limits, ScriptEngine};
 use crate::series::{JobSeries, Recorded};
 
@@ -189,10 +189,25 @@ struct RuleTrack {
 struct JobEntry {
     data: Option<Box<JobData>>,
     last_evaluated: Option<Timestamp>,
-    /// Keyed by (policy index, rule index); reset when a policy is replaced.
-    rules: HashMap<(usize, usize), RuleTrack>,
-    /// Policies that selected this job at the last evaluation (so a label change resolves their rules).
+    /// Rule tracks by policy index, then rule index; empty for policies that never selected the job.
+    tracks: Vec<Vec<RuleTrack>>,
+    /// Policies selecting the job, recomputed only when its labels or the policy set change (the hot path
+    /// — a new sample — never clones labels or re-matches selectors).
     selected_by: Vec<usize>,
+    selection_stale: bool,
+}
+
+impl JobEntry {
+    fn tracks_mut(&mut self, policy: usize, rules: usize) -> &mut Vec<RuleTrack> {
+        if self.tracks.len() <= policy {
+            self.tracks.resize_with(policy + 1, Vec::new);
+        }
+        let tracks = &mut self.tracks[policy];
+        if tracks.len() < rules {
+            tracks.resize_with(rules, RuleTrack::default);
+        }
+        tracks
+    }
 }
 
 struct PolicySlot {
@@ -252,6 +267,7 @@ impl Evaluator {
         } else {
             self.policies.push(Some(PolicySlot { policy, next_calendar_change: None }));
         }
+        self.mark_selection_stale();
         self.refresh_calendar(now);
     }
 
@@ -260,6 +276,13 @@ impl Evaluator {
         if let Some(index) = self.find_policy(reference) {
             self.retire_policy(index, now, out);
             self.policies[index] = None;
+            self.mark_selection_stale();
+        }
+    }
+
+    fn mark_selection_stale(&mut self) {
+        for job in self.jobs.values_mut() {
+            job.selection_stale = true;
         }
     }
 
@@ -274,14 +297,15 @@ impl Evaluator {
 
     fn retire_policy(&mut self, index: usize, now: Timestamp, out: &mut Vec<Event>) {
         let Some(slot) = &self.policies[index] else { return };
-        for (key, job) in self.jobs.iter_mut() {
+        let mut keys: Vec<&JobKey> = self.jobs.keys().collect();
+        keys.sort();
+        let keys: Vec<JobKey> = keys.into_iter().cloned().collect();
+        for key in keys {
+            let Some(job) = self.jobs.get_mut(&key) else { continue };
             job.selected_by.retain(|&p| p != index);
-            let tracks: Vec<(usize, usize)> =
-                job.rules.keys().filter(|(p, _)| *p == index).copied().collect();
-            for k in tracks {
-                if let Some(track) = job.rules.remove(&k) {
-                    let rule = &slot.policy.rules[k.1];
-                    resolve_track(track, key, &slot.policy, rule, now, out);
+            if let Some(tracks) = job.tracks.get_mut(index) {
+                for (r, track) in std::mem::take(tracks).into_iter().enumerate() {
+                    resolve_track(track, &key, &slot.policy, &slot.policy.rules[r], now, out);
                 }
             }
         }
@@ -294,61 +318,120 @@ impl Evaluator {
     /// Namespace labels, for ClusterProgressPolicy namespace selectors.
     pub fn set_namespace_labels(&mut self, namespace: &str, labels: BTreeMap<String, String>) {
         self.namespace_labels.insert(namespace.to_string(), labels);
+        for (key, job) in self.jobs.iter_mut() {
+            if key.namespace == namespace {
+                job.selection_stale = true;
+            }
+        }
     }
 
-    /// A job appeared or changed (new sample, phase or labels). Records its sample (duplicates are dropped)
-    /// and evaluates the rules of every policy that selects it.
+    /// A job appeared or changed (phase, labels, size, and possibly a new sample). Replaces what is known about
+    /// the job, records its sample (duplicates are dropped) and evaluates the rules of every selecting policy.
     pub fn observe(&mut self, mut snapshot: JobSnapshot, now: Timestamp, out: &mut Vec<Event>) {
         let sample = snapshot.sample.take();
         let key = snapshot.key.clone();
-        let entry = self.jobs.entry(key.clone()).or_insert_with(|| JobEntry {
+        let entry = self.entry(&key, now);
+        if let Some(data) = entry.data.as_mut() {
+            if data.snapshot.labels != snapshot.labels {
+                entry.selection_stale = true;
+            }
+            data.snapshot = snapshot;
+        }
+        self.record_and_evaluate(&key, sample, now, out);
+    }
+
+    /// A new progress sample of a job whose metadata did not change (the hot path of a watch or a stream).
+    /// An unknown job is created with default metadata.
+    pub fn observe_sample(
+        &mut self,
+        key: &JobKey,
+        sample: ProgressSample,
+        now: Timestamp,
+        out: &mut Vec<Event>,
+    ) {
+        self.entry(key, now);
+        self.record_and_evaluate(key, Some(sample), now, out);
+    }
+
+    fn entry(&mut self, key: &JobKey, now: Timestamp) -> &mut JobEntry {
+        self.jobs.entry(key.clone()).or_insert_with(|| JobEntry {
             data: Some(Box::new(JobData {
                 series: JobSeries::new(now),
                 snapshot: JobSnapshot::new(key.clone()),
                 first_seen: now,
             })),
             last_evaluated: None,
-            rules: HashMap::new(),
+            tracks: Vec::new(),
             selected_by: Vec::new(),
-        });
-        let Some(data) = entry.data.as_mut() else { return };
-        data.snapshot = snapshot;
-        let recorded = match &sample {
-            Some(s) => data.series.record(s),
-            None => Recorded::Duplicate,
-        };
-        if recorded == Recorded::New
-            && let Some(s) = &sample
+            selection_stale: true,
+        })
+    }
+
+    fn record_and_evaluate(
+        &mut self,
+        key: &JobKey,
+        sample: Option<ProgressSample>,
+        now: Timestamp,
+        out: &mut Vec<Event>,
+    ) {
+        self.refresh_selection(key);
+        let Some(entry) = self.jobs.get_mut(key) else { return };
+        if let (Some(sample), Some(data)) = (&sample, entry.data.as_mut())
+            && data.series.record(sample) == Recorded::New
         {
-            // Stateful detectors advance on every new sample, whether or not their policy is active.
-            for (p_index, slot) in self.policies.iter().enumerate() {
-                let Some(slot) = slot else { continue };
-                if !slot.policy.selects(
-                    &key.namespace,
-                    &data.snapshot.labels,
-                    self.namespace_labels.get(&key.namespace),
-                ) {
-                    continue;
-                }
-                for (r_index, rule) in slot.policy.rules.iter().enumerate() {
+            // Stateful detectors advance on every new sample, whether or not their policy is active now.
+            for i in 0..entry.selected_by.len() {
+                let p_index = entry.selected_by[i];
+                let Some(Some(slot)) = self.policies.get(p_index) else { continue };
+                let rules = &slot.policy.rules;
+                entry.tracks_mut(p_index, rules.len());
+                let Some(data) = entry.data.as_ref() else { continue };
+                let series = &data.series;
+                let tracks = &mut entry.tracks[p_index];
+                for (r_index, rule) in rules.iter().enumerate() {
                     if let Some(d) = &rule.detector {
-                        let track = entry.rules.entry((p_index, r_index)).or_default();
-                        d.observe(&mut track.detector_state, &data.series, s);
+                        d.observe(&mut tracks[r_index].detector_state, series, sample);
                     }
                 }
             }
         }
-        self.evaluate_job(&key, now, out);
+        self.evaluate_job(key, now, out);
+    }
+
+    /// Evaluates one job now without new information (a heartbeat: time passes).
+    pub fn tick_job(&mut self, key: &JobKey, now: Timestamp, out: &mut Vec<Event>) {
+        self.refresh_selection(key);
+        self.evaluate_job(key, now, out);
+    }
+
+    /// Recomputes which policies select a job, if its labels or the policy set changed.
+    fn refresh_selection(&mut self, key: &JobKey) {
+        let Some(entry) = self.jobs.get_mut(key) else { return };
+        if !entry.selection_stale {
+            return;
+        }
+        entry.selection_stale = false;
+        let Some(data) = entry.data.as_ref() else { return };
+        let ns_labels = self.namespace_labels.get(&key.namespace);
+        entry.selected_by = self
+            .policies
+            .iter()
+            .enumerate()
+            .filter_map(|(i, slot)| {
+                let slot = slot.as_ref()?;
+                slot.policy.selects(&key.namespace, &data.snapshot.labels, ns_labels).then_some(i)
+            })
+            .collect();
     }
 
     /// A job was deleted: its firing rules resolve and its history is dropped.
     pub fn forget_job(&mut self, key: &JobKey, now: Timestamp, out: &mut Vec<Event>) {
         if let Some(job) = self.jobs.remove(key) {
-            let mut tracks: Vec<_> = job.rules.into_iter().collect();
-            tracks.sort_by_key(|(k, _)| *k);
-            for ((p, r), track) in tracks {
+            for (p, tracks) in job.tracks.into_iter().enumerate() {
                 if let Some(Some(slot)) = self.policies.get(p) {
-                    resolve_track(track, key, &slot.policy, &slot.policy.rules[r], now, out);
+                    for (r, track) in tracks.into_iter().enumerate() {
+                        resolve_track(track, key, &slot.policy, &slot.policy.rules[r], now, out);
+                    }
                 }
             }
         }
@@ -381,6 +464,7 @@ impl Evaluator {
             .collect();
         due.sort();
         for key in due {
+            self.refresh_selection(&key);
             self.evaluate_job(&key, now, out);
         }
         self.last_tick = Some(now);
@@ -401,36 +485,31 @@ impl Evaluator {
     fn evaluate_job(&mut self, key: &JobKey, now: Timestamp, out: &mut Vec<Event>) {
         let Some(entry) = self.jobs.get_mut(key) else { return };
         entry.last_evaluated = Some(now);
-        let Some(data) = entry.data.as_ref() else { return };
-        let phase = data.snapshot.phase;
+        let Some(phase) = entry.data.as_ref().map(|d| d.snapshot.phase) else { return };
         let running = phase == JobPhase::Running;
-        let labels = data.snapshot.labels.clone();
-        let mut selected = Vec::new();
-        for (p_index, slot) in self.policies.iter().enumerate() {
-            let Some(slot) = slot else { continue };
+        for i in 0..entry.selected_by.len() {
+            let p_index = entry.selected_by[i];
+            let Some(Some(slot)) = self.policies.get(p_index) else { continue };
             let policy = &slot.policy;
-            if !policy.selects(&key.namespace, &labels, self.namespace_labels.get(&key.namespace)) {
-                continue;
-            }
-            selected.push(p_index);
             // A suspended job teaches us nothing new: its rules keep their state, so a job a person resumed on
             // purpose is not suspended again the moment it restarts, only after its rule resolves and re-fires.
             if phase == JobPhase::Suspended {
                 continue;
             }
             let active = running && policy.env.calendar.is_active(now);
+            entry.tracks_mut(p_index, policy.rules.len());
             for (r_index, rule) in policy.rules.iter().enumerate() {
-                let track = entry.rules.entry((p_index, r_index)).or_default();
+                let track = &mut entry.tracks[p_index][r_index];
                 let verdict = if active {
                     condition(&self.scripts, policy, rule, track, &mut entry.data, now)
                 } else {
                     Ok(None)
                 };
+                let track = &mut entry.tracks[p_index][r_index];
                 match verdict {
                     Ok(reason) => {
                         track.last_error = None;
-                        let data = entry.data.as_deref();
-                        advance(track, key, policy, rule, reason, now, data, out);
+                        advance(track, key, policy, rule, reason, now, entry.data.as_deref(), out);
                     }
                     Err(message) => {
                         if track.last_error.as_deref() != Some(message.as_str()) {
@@ -448,17 +527,17 @@ impl Evaluator {
             }
         }
         // Policies that no longer select the job (labels changed): their rules resolve.
-        let dropped: Vec<usize> =
-            entry.selected_by.iter().copied().filter(|p| !selected.contains(p)).collect();
-        for p in dropped {
-            let keys: Vec<(usize, usize)> = entry.rules.keys().filter(|(pp, _)| *pp == p).copied().collect();
-            for k in keys {
-                if let (Some(track), Some(Some(slot))) = (entry.rules.remove(&k), self.policies.get(p)) {
-                    resolve_track(track, key, &slot.policy, &slot.policy.rules[k.1], now, out);
+        for p in 0..entry.tracks.len() {
+            if entry.tracks[p].is_empty() || entry.selected_by.contains(&p) {
+                continue;
+            }
+            let tracks = std::mem::take(&mut entry.tracks[p]);
+            if let Some(Some(slot)) = self.policies.get(p) {
+                for (r, track) in tracks.into_iter().enumerate() {
+                    resolve_track(track, key, &slot.policy, &slot.policy.rules[r], now, out);
                 }
             }
         }
-        entry.selected_by = selected;
     }
 
     /// Rule state of one job, for status and tests.
@@ -466,7 +545,7 @@ impl Evaluator {
         let p = self.find_policy(policy)?;
         let slot = self.policies[p].as_ref()?;
         let r = slot.policy.rules.iter().position(|x| x.name == rule)?;
-        let track = self.jobs.get(job)?.rules.get(&(p, r))?;
+        let track = self.jobs.get(job)?.tracks.get(p)?.get(r)?;
         Some(track.state.unwrap_or(RuleState::Inactive))
     }
 
@@ -478,13 +557,11 @@ impl Evaluator {
             if job.selected_by.contains(&p) {
                 counts.matched_jobs += 1;
             }
-            for ((pp, _), t) in &job.rules {
-                if *pp == p {
-                    match t.state {
-                        Some(RuleState::Firing) => counts.firing += 1,
-                        Some(RuleState::Pending) => counts.pending += 1,
-                        _ => {}
-                    }
+            for t in job.tracks.get(p).into_iter().flatten() {
+                match t.state {
+                    Some(RuleState::Firing) => counts.firing += 1,
+                    Some(RuleState::Pending) => counts.pending += 1,
+                    _ => {}
                 }
             }
         }
@@ -500,15 +577,20 @@ impl Evaluator {
         self.jobs.get(key).and_then(|j| j.data.as_deref())
     }
 
-    /// Approximate bytes held per job: history plus rule tracks.
+    /// Approximate bytes held per job: history, metadata and rule tracks.
     pub fn job_bytes(&self, key: &JobKey) -> Option<usize> {
         let j = self.jobs.get(key)?;
         let data = j.data.as_ref()?;
+        let strings =
+            |m: &BTreeMap<String, String>| m.iter().map(|(k, v)| k.len() + v.len() + 48).sum::<usize>();
         Some(
-            data.series.approx_bytes()
+            std::mem::size_of::<JobEntry>()
                 + std::mem::size_of::<JobData>()
-                + j.rules.capacity() * (std::mem::size_of::<RuleTrack>() + 16)
-                + j.rules.values().map(|t| t.last_issued.capacity() * 16).sum::<usize>(),
+                + data.series.approx_bytes()
+                + strings(&data.snapshot.labels)
+                + strings(&data.snapshot.annotations)
+                + j.tracks.iter().map(|t| t.capacity() * std::mem::size_of::<RuleTrack>()).sum::<usize>()
+                + j.tracks.iter().flatten().map(|t| t.last_issued.capacity() * 16).sum::<usize>(),
         )
     }
 }

@@ -77,7 +77,9 @@ impl World {
             .iter()
             .map(|e| match e {
                 Event::Transition { at, rule, kind, .. } => (m(at), format!("{rule} {}", kind.as_str())),
-                Event::Intent(i) => (m(&i.at), format!("{} → {} [{}]", i.rule, i.action.kind(), i.mode.as_str())),
+                Event::Intent(i) => {
+                    (m(&i.at), format!("{} → {} [{}]", i.rule, i.action.kind(), i.mode.as_str()))
+                }
                 Event::Suppressed { at, rule, action, .. } => (m(at), format!("{rule} ✗ {action}")),
                 Event::RuleError { at, rule, message, .. } => (m(at), format!("{rule} error: {message}")),
             })
@@ -97,7 +99,10 @@ fn log(entries: &[(i64, &str)]) -> Vec<(i64, String)> {
 
 #[test]
 fn a_stall_fires_with_no_new_sample_arriving() {
-    let mut w = World::with_policy(&policy("    - {name: stalled, uses: stalled, with: {after: 30m}, actions: [{suspend: {}}]}\n", ""));
+    let mut w = World::with_policy(&policy(
+        "    - {name: stalled, uses: stalled, with: {after: 30m}, actions: [{suspend: {}}]}\n",
+        "",
+    ));
     w.sample(0, 2.0, Some(600.0));
     w.sample(1, 1.9, Some(599.0));
     // Nothing arrives after minute 1: only timers run.
@@ -116,7 +121,8 @@ fn a_stall_fires_with_no_new_sample_arriving() {
 
 #[test]
 fn for_keeps_a_rule_pending_and_clearing_resets_it() {
-    let rules = "    - {name: high, when: 'metric(\"loss\") > 1.0', for: 10m, actions: [{notify: {to: team}}]}\n";
+    let rules =
+        "    - {name: high, when: 'metric(\"loss\") > 1.0', for: 10m, actions: [{notify: {to: team}}]}\n";
     let mut w = World::with_policy(&policy(rules, ""));
     w.sample(0, 2.0, None);
     w.sample(5, 2.0, None);
@@ -151,7 +157,8 @@ fn keep_firing_for_bridges_a_flapping_condition() {
 
 #[test]
 fn cooldown_suppresses_a_repeat_of_the_same_action() {
-    let rules = "    - {name: high, when: 'metric(\"loss\") > 1.0', cooldown: 1h, actions: [{notify: {to: team}}]}\n";
+    let rules =
+        "    - {name: high, when: 'metric(\"loss\") > 1.0', cooldown: 1h, actions: [{notify: {to: team}}]}\n";
     let mut w = World::with_policy(&policy(rules, ""));
     w.sample(0, 2.0, None);
     w.sample(1, 0.5, None);
@@ -184,7 +191,11 @@ fn each_intent_is_issued_once_per_firing() {
     w.advance(120);
     let intents = w.events.iter().filter(|e| matches!(e, Event::Intent(_))).count();
     assert_eq!(intents, 2, "{:?}", w.log());
-    let ids: Vec<&str> = w.events.iter().filter_map(|e| if let Event::Intent(i) = e { Some(i.id.as_str()) } else { None }).collect();
+    let ids: Vec<&str> = w
+        .events
+        .iter()
+        .filter_map(|e| if let Event::Intent(i) = e { Some(i.id.as_str()) } else { None })
+        .collect();
     assert_eq!(ids, vec!["ml/p/high/ml/ft/1/0", "ml/p/high/ml/ft/1/1"]);
 }
 
@@ -196,7 +207,12 @@ fn audit_mode_reports_what_it_would_do() {
     w.sample(0, 2.0, None);
     assert_eq!(
         w.log(),
-        log(&[(0, "high firing"), (0, "high → suspend [Audit]"), (0, "enforced firing"), (0, "enforced → suspend [Enforce]")])
+        log(&[
+            (0, "high firing"),
+            (0, "high → suspend [Audit]"),
+            (0, "enforced firing"),
+            (0, "enforced → suspend [Enforce]")
+        ])
     );
 }
 
@@ -222,7 +238,9 @@ fn a_stall_inside_an_unattended_window_saves_until_the_window_ends() {
     let mut w = World::with_policy(&policy(rules, extra));
     w.sample(0, 2.0, Some(600.0));
     w.advance(120);
-    let Some(Event::Intent(i)) = w.events.iter().find(|e| matches!(e, Event::Intent(_))) else { panic!("{:?}", w.log()) };
+    let Some(Event::Intent(i)) = w.events.iter().find(|e| matches!(e, Event::Intent(_))) else {
+        panic!("{:?}", w.log())
+    };
     let s = i.savings.as_ref().unwrap();
     assert_eq!(s.basis, "windowEnd");
     assert_eq!(s.until, t(63 * 60));
@@ -260,7 +278,8 @@ fn replacing_a_policy_resolves_the_old_rules_first() {
     let rules = "    - {name: high, when: 'metric(\"loss\") > 1.0'}\n";
     let mut w = World::with_policy(&policy(rules, ""));
     w.sample(0, 2.0, None);
-    let docs = parse_documents(&policy("    - {name: higher, when: 'metric(\"loss\") > 5.0'}\n", ""), "v2").unwrap();
+    let docs =
+        parse_documents(&policy("    - {name: higher, when: 'metric(\"loss\") > 5.0'}\n", ""), "v2").unwrap();
     let p = compile(&docs[0], w.ev.scripts()).unwrap();
     w.ev.upsert_policy(p, t(1), &mut w.events);
     w.sample(2, 2.0, None);

@@ -341,6 +341,61 @@ fn opt_time(v: Option<&Value>, path: impl Fn() -> String) -> Result<Option<Times
 // Upstream: status.trainerStatus
 // ---------------------------------------------------------------------------------------------------------
 
+/// The upstream `trainerStatus` as it appears on the wire, borrowed from the input text: the fast path for
+/// streams and watch events. It accepts a subset of what [`from_trainer_status`] accepts (well-typed input);
+/// callers fall back to the `Value` path when it does not deserialize, which also produces the precise error.
+#[derive(Debug, serde::Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct TrainerStatusWire<'a> {
+    progress_percentage: Option<f64>,
+    estimated_remaining_seconds: Option<f64>,
+    #[serde(borrow)]
+    metrics: Option<Vec<MetricWire<'a>>>,
+    #[serde(borrow)]
+    last_updated_time: Option<Cow<'a, str>>,
+}
+
+#[derive(Debug, serde::Deserialize)]
+struct MetricWire<'a> {
+    #[serde(borrow)]
+    name: Cow<'a, str>,
+    #[serde(borrow)]
+    value: Cow<'a, str>,
+}
+
+/// Same result as [`from_trainer_status`] for input that deserialized into [`TrainerStatusWire`].
+pub fn from_trainer_status_wire(
+    w: &TrainerStatusWire<'_>,
+    path: &str,
+) -> Result<ProgressSample, NormalizeError> {
+    let time_path = || join(path, "lastUpdatedTime");
+    let raw_time = w.last_updated_time.as_deref().ok_or_else(|| missing(time_path()))?;
+    let updated_at = parse_time(raw_time).map_err(|m| NormalizeError::new(time_path(), m))?;
+    let mut sample = ProgressSample::empty(updated_at, SampleSource::TrainerStatus);
+    let checked = |v: Option<f64>, field: &str, check: fn(f64) -> Result<f64, &'static str>| {
+        v.map(|x| check(x).map_err(|m| NormalizeError::new(join(path, field), format!("{m}, found {x}"))))
+            .transpose()
+    };
+    sample.progress_percent = checked(w.progress_percentage, "progressPercentage", check_percent)?;
+    sample.eta_seconds = checked(w.estimated_remaining_seconds, "estimatedRemainingSeconds", check_eta)?;
+    let Some(items) = &w.metrics else { return Ok(sample) };
+    let mut collector = Collector::with_capacity(items.len());
+    for (i, m) in items.iter().enumerate() {
+        let at = |field: &str| format!("{}[{i}]{field}", join(path, "metrics"));
+        if m.name.is_empty() {
+            return Err(NormalizeError::new(at(".name"), "empty metric name"));
+        }
+        let value = parse_metric_value(&m.value).ok_or_else(|| {
+            NormalizeError::new(at(".value"), format!("not a number: {}", Snippet(&m.value)))
+        })?;
+        collector
+            .add(&mut sample, canonical_metric_name(&m.name), value)
+            .map_err(|msg| NormalizeError::new(at(".value"), format!("{msg}, found {value}")))?;
+    }
+    sample.metrics = collector.finish();
+    Ok(sample)
+}
+
 /// Normalizes an upstream `status.trainerStatus` object (the value of that field, not the request body).
 /// `path` prefixes error paths, e.g. `"status.trainerStatus"`.
 pub fn from_trainer_status(v: &Value, path: &str) -> Result<ProgressSample, NormalizeError> {

@@ -125,6 +125,16 @@ impl Replay {
                 if u.deleted {
                     self.jobs.remove(&key);
                     self.evaluator.forget_job(&key, time, &mut self.scratch);
+                } else if u.phase.is_none()
+                    && u.labels.is_none()
+                    && u.gpus.is_none()
+                    && self.jobs.contains_key(&key)
+                {
+                    // Only progress: the hot path, no metadata copy.
+                    match u.sample {
+                        Some(sample) => self.evaluator.observe_sample(&key, sample, time, &mut self.scratch),
+                        None => self.evaluator.tick_job(&key, time, &mut self.scratch),
+                    }
                 } else {
                     let snapshot =
                         self.jobs.entry(key.clone()).or_insert_with(|| JobSnapshot::new(key.clone()));

@@ -1,1 +1,26 @@
-//! stub
+//! trainwarden's Kubernetes surface.
+//!
+//! - [`crd`]: the `ProgressPolicy` / `ClusterProgressPolicy` custom resources (`trainwarden.dev/v1alpha1`),
+//!   generated from the core's spec types, their CRD YAML, and their conversion into the core's
+//!   [`PolicyDocument`](trainwarden_core::compile::PolicyDocument);
+//! - [`status`]: the policies' status (counts, savings, conditions, a capped per-job list);
+//! - [`trainjob`]: Kubeflow `TrainJob`s as dynamic objects and their normalization into
+//!   [`JobSnapshot`](trainwarden_core::sample::JobSnapshot)s;
+//! - [`client`]: building a client (kubeconfig, crypto provider).
+//!
+//! Evaluation stays in `trainwarden-core`, which knows nothing of Kubernetes.
+#![forbid(unsafe_code)]
+
+pub mod client;
+pub mod crd;
+pub mod status;
+pub mod trainjob;
+
+pub use crd::{
+    ClusterProgressPolicy, ClusterProgressPolicySpec, PolicyResource, ProgressPolicy, ProgressPolicySpec,
+};
+pub use status::{JobStatus, MAX_STATUS_JOBS, ProgressPolicyStatus};
+
+/// The field manager trainwarden uses for its own server-side applies (policy status, CRDs, TrainJob
+/// patches).
+pub const FIELD_MANAGER: &str = "trainwarden";

@@ -1,0 +1,150 @@
+//! The `status` of `ProgressPolicy` and `ClusterProgressPolicy`, written by the controller through the
+//! status subresource (server-side apply, field manager [`crate::FIELD_MANAGER`]).
+//!
+//! Like Gatekeeper's constraint status (which keeps at most `--constraint-violations-limit` violations and
+//! reports `totalViolations` separately), the per-job list is capped: at most [`MAX_STATUS_JOBS`] entries,
+//! while `matchedJobs` always counts every selected job. This keeps the object far below etcd's size limit
+//! however many TrainJobs a policy selects.
+
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+
+/// The most entries `status.jobs` holds. Enforced by the CRD schema (`maxItems`); [`JobStatus::cap`] sorts
+/// and truncates a list to it.
+pub const MAX_STATUS_JOBS: usize = 50;
+
+/// Condition type: the policy compiled and is being evaluated (`False` with reason `InvalidPolicy` and the
+/// field errors in the message when it does not compile).
+pub const CONDITION_READY: &str = "Ready";
+
+/// Condition type: at least one rule is firing for at least one job.
+pub const CONDITION_FIRING: &str = "Firing";
+
+/// What the controller last observed and did for a progress policy.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+#[schemars(transform = crate::crd::kubernetes_friendly)]
+pub struct ProgressPolicyStatus {
+    /// The metadata.generation of the spec this status describes. When it is lower than metadata.generation
+    /// the controller has not yet processed the latest spec.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub observed_generation: Option<i64>,
+
+    /// Number of TrainJobs the policy currently selects (all of them, also those not listed in jobs).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 0))]
+    pub matched_jobs: Option<i32>,
+
+    /// Number of (job, rule) pairs that are firing: the condition held for the rule's `for` duration.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 0))]
+    pub firing_rules: Option<i32>,
+
+    /// Number of (job, rule) pairs whose condition holds but has not yet held for the rule's `for` duration.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 0))]
+    pub pending_rules: Option<i32>,
+
+    /// The last action taken (or, in Audit mode, that would have been taken), as
+    /// "<action> <namespace>/<job> (<rule>)", for example "suspend fraud/bert-ft (loss-plateau)".
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_action: Option<String>,
+
+    /// When the last action was taken.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_action_time: Option<Time>,
+
+    /// GPU-hours saved by this policy's suspensions: for each suspended job, its GPUs times the remaining
+    /// time the job still expected to run (its ETA) when it was suspended.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 0.0))]
+    pub gpu_hours_saved: Option<f64>,
+
+    /// gpuHoursSaved priced with spec.gpuHourCost, in dollars. Absent without gpuHourCost.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 0.0))]
+    pub dollars_saved: Option<f64>,
+
+    /// Standard Kubernetes conditions: Ready (the policy compiled and is evaluated; False with reason
+    /// InvalidPolicy and the field errors as message otherwise) and Firing (some rule is firing for some job).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(extend("x-kubernetes-list-type" = "map", "x-kubernetes-list-map-keys" = ["type"]))]
+    #[schemars(length(max = 8))]
+    pub conditions: Vec<Condition>,
+
+    /// Per-job detail, at most 50 entries: jobs with firing rules first, then jobs with pending rules, then
+    /// the most recently acted on. matchedJobs counts every selected job, so the list may be shorter.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(extend("x-kubernetes-list-type" = "map", "x-kubernetes-list-map-keys" = ["name"]))]
+    #[schemars(length(max = 50))]
+    pub jobs: Vec<JobStatus>,
+}
+
+/// The state of one selected TrainJob under this policy.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct JobStatus {
+    /// The TrainJob as "<namespace>/<name>".
+    #[schemars(length(min = 3, max = 317))]
+    pub name: String,
+
+    /// Names of the rules firing for this job.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(max = 64))]
+    pub firing: Vec<String>,
+
+    /// Names of the rules pending for this job (condition holds, `for` not yet elapsed).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(max = 64))]
+    pub pending: Vec<String>,
+
+    /// Training progress in percent (0-100) from the job's last progress report.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 0.0, max = 100.0))]
+    pub progress_percent: Option<f64>,
+
+    /// The last action taken on this job (or that would have been, in Audit mode), as "<action> (<rule>)".
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_action: Option<String>,
+
+    /// When the last action on this job was taken.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_action_time: Option<Time>,
+}
+
+impl JobStatus {
+    /// Orders jobs for the status (firing first, then pending, then most recent action, then name) and keeps
+    /// the first [`MAX_STATUS_JOBS`].
+    pub fn cap(mut jobs: Vec<JobStatus>) -> Vec<JobStatus> {
+        jobs.sort_by(|a, b| {
+            (b.firing.len(), b.pending.len())
+                .cmp(&(a.firing.len(), a.pending.len()))
+                .then_with(|| {
+                    b.last_action_time.as_ref().map(|t| t.0).cmp(&a.last_action_time.as_ref().map(|t| t.0))
+                })
+                .then_with(|| a.name.cmp(&b.name))
+        });
+        jobs.truncate(MAX_STATUS_JOBS);
+        jobs
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn job(name: &str, firing: usize) -> JobStatus {
+        JobStatus { name: name.into(), firing: vec!["r".into(); firing], ..JobStatus::default() }
+    }
+
+    #[test]
+    fn cap_keeps_firing_jobs_first_and_at_most_the_limit() {
+        let mut jobs: Vec<JobStatus> = (0..120).map(|i| job(&format!("ns/j{i:03}"), 0)).collect();
+        jobs.push(job("ns/zz-firing", 2));
+        let capped = JobStatus::cap(jobs);
+        assert_eq!(capped.len(), MAX_STATUS_JOBS);
+        assert_eq!(capped[0].name, "ns/zz-firing");
+        assert_eq!(capped[1].name, "ns/j000");
+    }
+}
