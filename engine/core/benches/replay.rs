@@ -26,7 +26,8 @@ spec:
     - {name: late, when: 'progress() > 20.0 && eta() > duration("30h")', actions: [{notify: {to: team}}]}
 "#;
 
-/// A realistic stream: `jobs` jobs reporting every 30 s in the HF callback shape, interleaved in time.
+/// A realistic stream: `jobs` jobs reporting every 30 s in the HF callback shape (8 metrics besides the
+/// step and epoch counters), interleaved in time.
 fn stream(jobs: usize, samples_per_job: usize) -> Vec<String> {
     let start = 1_795_798_800i64; // 2026-11-27T17:00:00Z
     let mut lines = Vec::with_capacity(jobs * samples_per_job);
@@ -43,12 +44,19 @@ fn stream(jobs: usize, samples_per_job: usize) -> Vec<String> {
             let time = jiff::Timestamp::from_second(t).unwrap();
             let step = i * 10;
             let total = samples_per_job * 10;
-            let loss = 2.5 * (-(i as f64) / 800.0).exp() + 0.8 + 0.01 * noise();
+            // One job in ten stops learning after 400 samples, so plateau rules fire and intents flow.
+            let learning_steps = if j % 10 == 0 { i.min(400) } else { i };
+            let loss = 2.5 * (-(learning_steps as f64) / 800.0).exp() + 0.8 + 0.0002 * noise();
             let progress = (100 * step / total).min(99);
             let eta = (total - step) * 3;
             lines.push(format!(
-                r#"{{"time":"{time}","job":"bench/job-{j}","trainerStatus":{{"progressPercentage":{progress},"estimatedRemainingSeconds":{eta},"metrics":[{{"name":"loss","value":"{loss:.4}"}},{{"name":"grad_norm","value":"{:.3}"}},{{"name":"learning_rate","value":"3.1e-05"}},{{"name":"epoch","value":"{:.2}"}},{{"name":"current_step","value":"{step}"}},{{"name":"total_steps","value":"{total}"}},{{"name":"current_epoch","value":"{:.2}"}}],"lastUpdatedTime":"{time}"}}}}"#,
+                r#"{{"time":"{time}","job":"bench/job-{j}","trainerStatus":{{"progressPercentage":{progress},"estimatedRemainingSeconds":{eta},"metrics":[{{"name":"loss","value":"{loss:.4}"}},{{"name":"grad_norm","value":"{:.3}"}},{{"name":"learning_rate","value":"3.1e-05"}},{{"name":"eval_loss","value":"{:.4}"}},{{"name":"eval_accuracy","value":"{:.4}"}},{{"name":"train_samples_per_second","value":"{:.2}"}},{{"name":"train_loss","value":"{:.4}"}},{{"name":"total_flos","value":"{:.4e}"}},{{"name":"epoch","value":"{:.2}"}},{{"name":"current_step","value":"{step}"}},{{"name":"total_steps","value":"{total}"}},{{"name":"current_epoch","value":"{:.2}"}}],"lastUpdatedTime":"{time}"}}}}"#,
                 1.5 + 0.2 * noise(),
+                loss + 0.05,
+                0.6 + 0.1 * noise(),
+                28.0 + noise(),
+                loss + 0.1,
+                1.0e15 * (i as f64 + 1.0),
                 i as f64 / 600.0,
                 i as f64 / 600.0
             ));

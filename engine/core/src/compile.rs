@@ -542,6 +542,56 @@ spec:
     }
 
     #[test]
+    fn the_remaining_validation_errors() {
+        let yaml = r#"
+apiVersion: trainwarden.dev/v1alpha1
+kind: ClusterProgressPolicy
+metadata: {name: c, namespace: should-not-be-here}
+spec:
+  samplingInterval: 0s
+  gpuHourCost: -1
+  assumeGpus: -2
+  namespaceSelector: {matchExpressions: [{key: tier, operator: Exists, values: [x]}]}
+  selector: {matchExpressions: [{key: team, operator: In}]}
+  rules:
+    - name: r
+      with: {metric: loss}
+      when: "   "
+      keepFiringFor: soon
+      cooldown: 1x
+      actions: [{notify: {to: " "}}, {scale: {numNodes: 0}}]
+"#;
+        let docs = parse_documents(yaml, "c.yaml");
+        let errors = docs.unwrap_err().errors.into_iter().map(|e| e.to_string()).collect::<Vec<_>>();
+        assert_eq!(
+            errors,
+            vec!["metadata.namespace: a ClusterProgressPolicy is cluster-scoped: remove the namespace"]
+        );
+        let yaml = yaml.replace("metadata: {name: c, namespace: should-not-be-here}", "metadata: {name: c}");
+        let errors = compile_yaml(&yaml).unwrap_err();
+        let paths: Vec<&str> = errors.iter().map(|e| e.split(": ").next().unwrap()).collect();
+        assert_eq!(
+            paths,
+            vec![
+                "spec.samplingInterval",
+                "spec.gpuHourCost",
+                "spec.assumeGpus",
+                "spec.selector.matchExpressions[0].values",
+                "spec.namespaceSelector.matchExpressions[0].values",
+                "spec.rules[0].with",
+                "spec.rules[0].when",
+                "spec.rules[0].keepFiringFor",
+                "spec.rules[0].cooldown",
+                "spec.rules[0].actions[0].notify.to",
+                "spec.rules[0].actions[1].scale.numNodes",
+            ],
+            "{errors:#?}"
+        );
+        let e = compile_yaml("apiVersion: trainwarden.dev/v1alpha1\nkind: ProgressPolicy\nmetadata: {name: e}\nspec: {rules: []}\n").unwrap_err();
+        assert_eq!(e, vec!["spec.rules: a policy needs at least one rule"]);
+    }
+
+    #[test]
     fn unknown_fields_are_errors_with_paths() {
         let yaml = r#"
 apiVersion: trainwarden.dev/v1alpha1

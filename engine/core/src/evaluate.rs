@@ -101,7 +101,11 @@ impl Reason {
             let w = w.split_whitespace().collect::<Vec<_>>().join(" ");
             parts.push(format!(
                 "`{}` is true",
-                if w.len() > 120 { format!("{}…", &w[..w.floor_char_boundary(120)]) } else { w }
+                if w.chars().count() > 120 {
+                    format!("{}…", w.chars().take(120).collect::<String>())
+                } else {
+                    w
+                }
             ));
         }
         reason.summary = parts.join("; ");
