@@ -234,7 +234,7 @@ pub fn compile(doc: &PolicyDocument, engine: &ScriptEngine) -> Result<CompiledPo
                         a.key
                     ),
                 )),
-                ActionSpec::Scale(s) if s.num_nodes == 0 => {
+                ActionSpec::Scale(s) if s.num_nodes < 1 => {
                     errors.push(FieldError::new(format!("{apath}.scale.numNodes"), "must be at least 1"))
                 }
                 _ => {}

@@ -71,8 +71,10 @@ pub struct PolicySpec {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub sampling_interval: Option<DurationText>,
 
-    /// The rules, evaluated independently for every selected TrainJob.
+    /// The rules, evaluated independently for every selected TrainJob. Rule names are unique (the API server
+    /// merges rules by name).
     #[schemars(length(min = 1, max = 64))]
+    #[schemars(extend("x-kubernetes-list-type" = "map", "x-kubernetes-list-map-keys" = ["name"]))]
     pub rules: Vec<RuleSpec>,
 }
 
@@ -211,6 +213,10 @@ fn free_form_object(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
 /// One rule: a condition (a built-in detector, a Rhai expression, or both) and what to do when it fires.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
+#[schemars(extend("x-kubernetes-validations" = [
+    {"rule": "has(self.uses) || has(self.when)", "message": "a rule needs uses (a detector), when (a Rhai condition), or both"},
+    {"rule": "!has(self.with) || has(self.uses)", "message": "with needs uses (a detector)"},
+]))]
 pub struct RuleSpec {
     /// Rule name, unique within the policy; it appears in Events, reasons and status.
     #[schemars(length(min = 1, max = 63), regex(pattern = r"^[a-z0-9]([-a-z0-9_.]*[a-z0-9])?$"))]
@@ -362,7 +368,7 @@ pub enum EventType {
 pub struct ScaleAction {
     /// The new `spec.trainer.numNodes`.
     #[schemars(range(min = 1, max = 10000))]
-    pub num_nodes: u32,
+    pub num_nodes: i32,
 }
 
 /// The spec of a ClusterProgressPolicy: a policy plus the namespaces it reaches.

@@ -20,6 +20,8 @@ pub use crate::status::ProgressPolicyStatus;
 
 // The spec of a `ProgressPolicy`: exactly the core's `PolicySpec`. (A `//` comment on purpose: a doc comment
 // would replace PolicySpec's description in the schema.)
+// clippy's duplicated_attributes lint misreads repeated `type_ = ...` across printcolumn(...) entries.
+#[allow(clippy::duplicated_attributes)]
 #[derive(CustomResource, Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[kube(
     group = "trainwarden.dev",
@@ -69,6 +71,8 @@ pub struct ProgressPolicySpec {
 
 // The spec of a `ClusterProgressPolicy`: exactly the core's `ClusterPolicySpec` (a policy plus a
 // `namespaceSelector`). `//` for the same reason as above.
+// clippy's duplicated_attributes lint misreads repeated `type_ = ...` across printcolumn(...) entries.
+#[allow(clippy::duplicated_attributes)]
 #[derive(CustomResource, Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[kube(
     group = "trainwarden.dev",

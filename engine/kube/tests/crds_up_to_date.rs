@@ -25,7 +25,7 @@ fn committed_crds_match_the_code() {
                     .lines()
                     .zip(generated.lines())
                     .position(|(a, b)| a != b)
-                    .map_or_else(|| committed.lines().count().min(generated.lines().count()), |i| i)
+                    .unwrap_or_else(|| committed.lines().count().min(generated.lines().count()))
                     + 1;
                 stale.push(format!(
                     "crds/{file} differs from the generated CRD (first difference at line {line})"

@@ -136,7 +136,7 @@ fn start_plane() -> Result<Plane, String> {
     }
     if !ready {
         let log = std::fs::read_to_string(dir.join("supervisor.log")).unwrap_or_default();
-        let tail: Vec<&str> = log.lines().rev().take(40).collect::<Vec<_>>().into_iter().rev().collect();
+        let tail: Vec<&str> = log.lines().rev().take(80).collect::<Vec<_>>().into_iter().rev().collect();
         return Err(format!(
             "could not start a control plane with {} start/install-crds; last lines of its output:\n{}",
             control_plane.display(),
