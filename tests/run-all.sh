@@ -13,5 +13,5 @@ cargo build --workspace --all-targets --locked
 tests/k8s/with-control-plane.sh bash -c '
   set -euo pipefail
   cargo test --workspace --locked
-  cargo run --quiet --locked -p trainwarden -- test policies/
+  cargo run --quiet --locked -p trainwarden -- test policies/ examples/
 '

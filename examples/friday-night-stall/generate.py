@@ -37,7 +37,7 @@ The story (all times Europe/Rome, which is UTC+01:00 on these dates; the stream 
     Mon 08:05  someone finally looks: the job is killed (phase Failed), and deleted at 08:12.
 
   recsys/query-encoder-distill -- another team's job (namespace recsys, team: recsys), NOT selected by the
-    policy. 1 node x 4 GPUs, Fri 19:30 to Sat ~10:30, healthy loss curve, completes normally (final
+    policy. 1 node x 4 GPUs, Fri 19:30 to Sat ~10:45, healthy loss curve, completes normally (final
     on_train_end report with progress 100, ETA 0, train_runtime/train_loss, then phase Complete).
 
 Tuning knobs are the constants below; `trainwarden replay` with policy.yaml should show the plateau rule

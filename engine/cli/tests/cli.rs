@@ -94,8 +94,30 @@ fn a_failing_expectation_is_shown_with_a_diff() {
     assert_eq!(out.status.code(), Some(1), "{text}");
     assert!(text.contains("expected state firing, got inactive"), "{text}");
     assert!(text.contains("actions differ"), "{text}");
-    assert!(text.contains("{at: 2m, rule: high, action: suspend, mode: Enforce}"), "{text}");
+    assert!(
+        text.contains("{at: 2m, rule: high, action: suspend, mode: Enforce, job: default/job}"),
+        "{text}"
+    );
     assert!(text.trim_end().ends_with("0 passed, 1 failed"), "{text}");
+}
+
+#[test]
+fn a_rule_that_cannot_be_evaluated_fails_its_test() {
+    let dir = temp_dir("rule-error");
+    std::fs::write(
+        dir.join("p.yaml"),
+        "apiVersion: trainwarden.dev/v1alpha1\nkind: ProgressPolicy\nmetadata: {name: p}\nspec:\n  rules:\n    - {name: deadline, when: 'eta_after(annotation(\"trainwarden.dev/deadline\"))'}\n",
+    )
+    .unwrap();
+    std::fs::write(
+        dir.join("p.test.yaml"),
+        "policies: [p.yaml]\ntests:\n  - name: never fires, but only because it errors\n    series: {loss: \"1 1 1\"}\n    expectActions: []\n",
+    )
+    .unwrap();
+    let out = trainwarden(&["test", dir.to_str().unwrap()]);
+    let text = stdout(&out);
+    assert_eq!(out.status.code(), Some(1), "{text}");
+    assert!(text.contains("rule deadline on default/job could not be evaluated"), "{text}");
 }
 
 #[test]

@@ -722,6 +722,9 @@ impl ScriptEngine {
             });
             expired.then(|| Dynamic::from("deadline"))
         });
+        // Fast operators bypass registered overloads; the IEEE comparisons below must win.
+        engine.set_fast_operators(false);
+        register_ieee_comparisons(&mut engine);
         for builtin in BUILTINS {
             (builtin.register)(&mut engine);
         }
@@ -818,6 +821,29 @@ impl ScriptEngine {
             )),
         }
     }
+}
+
+/// Rhai's checked float comparisons are relative-epsilon (`(x - y) / max(|x|, |y|) > ε`), which makes every
+/// comparison with an infinite value false — `metric("loss") > 10` would miss an exploded loss — and treats
+/// values within ε as equal. Metrics need plain IEEE 754 comparisons, so the operators are registered for
+/// float/float and float/int pairs; registered functions take precedence over the built-ins once fast
+/// operators are off.
+fn register_ieee_comparisons(engine: &mut Engine) {
+    macro_rules! ops {
+        ($($op:literal => $f:expr),* $(,)?) => {$(
+            engine.register_fn($op, |x: f64, y: f64| -> bool { $f(x, y) });
+            engine.register_fn($op, |x: f64, y: i64| -> bool { $f(x, y as f64) });
+            engine.register_fn($op, |x: i64, y: f64| -> bool { $f(x as f64, y) });
+        )*};
+    }
+    ops!(
+        ">" => |x: f64, y: f64| x > y,
+        ">=" => |x: f64, y: f64| x >= y,
+        "<" => |x: f64, y: f64| x < y,
+        "<=" => |x: f64, y: f64| x <= y,
+        "==" => |x: f64, y: f64| x == y,
+        "!=" => |x: f64, y: f64| x != y,
+    );
 }
 
 fn line_column(pos: Position) -> (usize, usize) {
@@ -957,6 +983,25 @@ mod tests {
         assert!(e.message.contains("lossy"), "strict variables: {e}");
         let e = engine.compile("r", "import \"x\" as y; true").unwrap_err();
         assert_eq!(e.kind, ScriptErrorKind::Compile, "no modules: {e}");
+    }
+
+    #[test]
+    fn comparisons_follow_ieee_754_so_infinite_metrics_are_caught() {
+        let engine = ScriptEngine::default();
+        for (src, expected) in [
+            (r#"metric("grad_norm") > 0.5"#, true),
+            (r#"metric("grad_norm") >= 1"#, true),
+            (r#"1 < metric("grad_norm")"#, true),
+            (r#"metric("grad_norm") == metric("grad_norm")"#, true),
+            (r#"metric("grad_norm") < 1e300"#, false),
+            ("-1.0/0.0 < -1e308", true),
+            ("1.0000000000000002 > 1.0", true),
+            ("0.1 + 0.2 == 0.3", false),
+            (r#"metric("nothing") > 0 || metric("nothing") <= 0"#, false),
+            ("2 > 1 && 2.5 > 1 && 1 < 2.5", true),
+        ] {
+            assert_eq!(eval(&engine, src).unwrap().value, expected, "{src}");
+        }
     }
 
     #[test]

@@ -401,6 +401,15 @@ pub fn run_case(
         replay.feed(r);
     }
     replay.finish(Some(until));
+    // A rule that cannot be evaluated never fires, which would make every "must not fire" case pass.
+    for e in &replay.events {
+        if let Event::RuleError { at, job, rule, message, .. } = e {
+            failures.push(format!(
+                "at {}: rule {rule} on {job} could not be evaluated: {message}",
+                offset_text(*at, start)
+            ));
+        }
+    }
     if let Some(expected) = &case.expect_actions {
         let got: Vec<ActionExpectation> = replay
             .events
@@ -441,11 +450,12 @@ pub fn run_case(
                 list.iter()
                     .map(|a| {
                         format!(
-                            "    {{at: {}, rule: {}, action: {}{}}}",
+                            "    {{at: {}, rule: {}, action: {}{}{}}}",
                             a.at,
                             a.rule,
                             a.action,
-                            a.mode.as_ref().map(|m| format!(", mode: {m}")).unwrap_or_default()
+                            a.mode.as_ref().map(|m| format!(", mode: {m}")).unwrap_or_default(),
+                            a.job.as_ref().map(|j| format!(", job: {j}")).unwrap_or_default()
                         )
                     })
                     .collect::<Vec<_>>()
