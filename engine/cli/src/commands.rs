@@ -63,6 +63,7 @@ pub fn replay(
         .transpose()?;
     let engine = Evaluator::new(config.clone());
     let policies = load_policies(policy_files, engine.scripts())?;
+    Replay::check_unique(&policies)?;
     let tz = policies[0].env.calendar.time_zone().clone();
     let mut records = Vec::new();
     let mut errors = Vec::new();
@@ -78,6 +79,11 @@ pub fn replay(
     }
     // Several streams are merged on their clocks; the sort is stable, so each file keeps its own order.
     records.sort_by_key(|r| r.time());
+    if let (Some(until), Some(last)) = (until, records.last().map(|r| r.time()))
+        && until.duration_since(last).as_secs() > 366 * 86_400
+    {
+        return Err(format!("--until {until} is more than a year after the last record ({last})"));
+    }
     let mut replay = Replay::new(policies, config);
     for r in records {
         replay.feed(r);

@@ -43,6 +43,9 @@ pub struct CompiledRule {
     pub cooldown: Duration,
     pub mode: Mode,
     pub actions: Vec<ActionSpec>,
+    /// The rule's spec as JSON: a rule whose definition did not change keeps its state when its policy is
+    /// replaced.
+    pub fingerprint: String,
 }
 
 /// A validated policy with compiled rules.
@@ -251,6 +254,8 @@ pub fn compile(doc: &PolicyDocument, engine: &ScriptEngine) -> Result<CompiledPo
             cooldown,
             mode: rule.mode.unwrap_or(spec.mode),
             actions: rule.actions.clone(),
+            fingerprint: serde_json::to_string(&(rule, spec.mode, spec.gpu_hour_cost, spec.assume_gpus))
+                .unwrap_or_default(),
         });
     }
 

@@ -218,6 +218,19 @@ struct PolicySlot {
     policy: CompiledPolicy,
     /// Cached next calendar change after the last tick, so `next_tick` is cheap.
     next_calendar_change: Option<Timestamp>,
+    /// Whether the calendar is active, valid until `next_calendar_change` (a cron search per evaluation
+    /// would dominate the hot path).
+    active: Option<bool>,
+}
+
+impl PolicySlot {
+    fn is_active(&self, now: Timestamp) -> bool {
+        match (self.active, self.next_calendar_change) {
+            (Some(active), Some(change)) if now < change => active,
+            (Some(active), None) => active,
+            _ => self.policy.env.calendar.is_active(now),
+        }
+    }
 }
 
 /// The evaluation engine.
@@ -264,15 +277,56 @@ impl Evaluator {
 
     /// Adds or replaces (same kind, namespace and name) a policy. Rules of a replaced policy start over: their
     /// firing rules are resolved first, so nothing is left firing under a definition that no longer exists.
+    ///
+    /// Rules are matched by name: a rule whose definition is unchanged keeps its state (a re-applied or
+    /// resynced policy changes nothing); a changed rule resolves and starts over, but keeps its cooldown
+    /// history so a policy edit does not re-issue actions the cooldown would suppress. Rules that no longer
+    /// exist resolve.
     pub fn upsert_policy(&mut self, policy: CompiledPolicy, now: Timestamp, out: &mut Vec<Event>) {
-        if let Some(index) = self.find_policy(&policy.reference) {
-            self.retire_policy(index, now, out);
-            self.policies[index] = Some(PolicySlot { policy, next_calendar_change: None });
-        } else {
-            self.policies.push(Some(PolicySlot { policy, next_calendar_change: None }));
+        let slot = PolicySlot { policy, next_calendar_change: None, active: None };
+        match self.find_policy(&slot.policy.reference) {
+            Some(index) => {
+                self.carry_over(index, &slot.policy, now, out);
+                self.policies[index] = Some(slot);
+            }
+            None => match self.policies.iter().position(Option::is_none) {
+                // Removed policies' slots are reused; retiring emptied their tracks in every job.
+                Some(free) => self.policies[free] = Some(slot),
+                None => self.policies.push(Some(slot)),
+            },
         }
         self.mark_selection_stale();
         self.refresh_calendar(now);
+    }
+
+    /// Maps a replaced policy's rule tracks onto the new rules by name (see [`Evaluator::upsert_policy`]).
+    fn carry_over(&mut self, index: usize, new: &CompiledPolicy, now: Timestamp, out: &mut Vec<Event>) {
+        let Some(old) = self.policies[index].as_ref().map(|s| &s.policy) else { return };
+        let mut keys: Vec<JobKey> = self.jobs.keys().cloned().collect();
+        keys.sort();
+        for key in keys {
+            let Some(job) = self.jobs.get_mut(&key) else { continue };
+            let Some(old_tracks) = job.tracks.get_mut(index).map(std::mem::take) else { continue };
+            if old_tracks.is_empty() {
+                continue;
+            }
+            let mut new_tracks: Vec<RuleTrack> = (0..new.rules.len()).map(|_| RuleTrack::default()).collect();
+            for (r, mut track) in old_tracks.into_iter().enumerate() {
+                let Some(old_rule) = old.rules.get(r) else { continue };
+                match new.rules.iter().position(|n| n.name == old_rule.name) {
+                    Some(n) if new.rules[n].fingerprint == old_rule.fingerprint => new_tracks[n] = track,
+                    Some(n) => {
+                        let history = (std::mem::take(&mut track.last_issued), track.firings);
+                        resolve_track(track, &key, old, old_rule, now, out);
+                        let fresh = &mut new_tracks[n];
+                        (fresh.last_issued, fresh.firings) = history;
+                        fresh.last_issued.resize(new.rules[n].actions.len(), None);
+                    }
+                    None => resolve_track(track, &key, old, old_rule, now, out),
+                }
+            }
+            job.tracks[index] = new_tracks;
+        }
     }
 
     /// Removes a policy, resolving its firing rules.
@@ -335,11 +389,16 @@ impl Evaluator {
         let sample = snapshot.sample.take();
         let key = snapshot.key.clone();
         let entry = self.entry(&key, now);
+        let mut resumed = false;
         if let Some(data) = entry.data.as_mut() {
             if data.snapshot.labels != snapshot.labels {
                 entry.selection_stale = true;
             }
+            resumed = data.snapshot.phase != JobPhase::Running && snapshot.phase == JobPhase::Running;
             data.snapshot = snapshot;
+        }
+        if resumed {
+            self.restart_after_resume(&key, now, out);
         }
         self.record_and_evaluate(&key, sample, now, out);
     }
@@ -358,17 +417,27 @@ impl Evaluator {
     }
 
     fn entry(&mut self, key: &JobKey, now: Timestamp) -> &mut JobEntry {
-        self.jobs.entry(key.clone()).or_insert_with(|| JobEntry {
-            data: Some(Box::new(JobData {
-                series: JobSeries::new(now),
-                snapshot: JobSnapshot::new(key.clone()),
-                first_seen: now,
-            })),
-            last_evaluated: None,
-            tracks: Vec::new(),
-            selected_by: Vec::new(),
-            selection_stale: true,
-        })
+        if !self.jobs.contains_key(key) {
+            self.insert_job(key, now);
+        }
+        self.jobs.get_mut(key).expect("inserted above")
+    }
+
+    fn insert_job(&mut self, key: &JobKey, now: Timestamp) {
+        self.jobs.insert(
+            key.clone(),
+            JobEntry {
+                data: Some(Box::new(JobData {
+                    series: JobSeries::new(now),
+                    snapshot: JobSnapshot::new(key.clone()),
+                    first_seen: now,
+                })),
+                last_evaluated: None,
+                tracks: Vec::new(),
+                selected_by: Vec::new(),
+                selection_stale: true,
+            },
+        );
     }
 
     fn record_and_evaluate(
@@ -400,6 +469,32 @@ impl Evaluator {
             }
         }
         self.evaluate_job(key, now, out);
+    }
+
+    /// A job that runs again starts its judgement afresh: time spent suspended must not count toward `for`
+    /// or a detector's patience, or a job resumed on purpose would be suspended again the moment it restarts.
+    /// Pending rules clear and detector state resets; firing rules stay firing until they resolve.
+    fn restart_after_resume(&mut self, key: &JobKey, now: Timestamp, out: &mut Vec<Event>) {
+        let Some(entry) = self.jobs.get_mut(key) else { return };
+        for (p, tracks) in entry.tracks.iter_mut().enumerate() {
+            let Some(Some(slot)) = self.policies.get(p) else { continue };
+            for (r, track) in tracks.iter_mut().enumerate() {
+                track.detector_state = DetectorState::default();
+                if track.state == Some(RuleState::Pending) {
+                    track.state = Some(RuleState::Inactive);
+                    track.since = None;
+                    out.push(Event::Transition {
+                        at: now,
+                        job: key.clone(),
+                        policy: slot.policy.reference.clone(),
+                        rule: slot.policy.rules[r].name.clone(),
+                        kind: TransitionKind::Cleared,
+                        reason: Reason { summary: "the job was resumed".into(), ..Reason::default() },
+                        mode: slot.policy.rules[r].mode,
+                    });
+                }
+            }
+        }
     }
 
     /// Evaluates one job now without new information (a heartbeat: time passes).
@@ -480,6 +575,7 @@ impl Evaluator {
     fn refresh_calendar(&mut self, now: Timestamp) {
         for slot in self.policies.iter_mut().flatten() {
             slot.next_calendar_change = slot.policy.env.calendar.next_change_after(now);
+            slot.active = Some(slot.policy.env.calendar.is_active(now));
         }
         if self.last_tick.is_none() {
             self.last_tick = Some(now);
@@ -500,7 +596,7 @@ impl Evaluator {
             if phase == JobPhase::Suspended {
                 continue;
             }
-            let active = running && policy.env.calendar.is_active(now);
+            let active = running && slot.is_active(now);
             entry.tracks_mut(p_index, policy.rules.len());
             for (r_index, rule) in policy.rules.iter().enumerate() {
                 let track = &mut entry.tracks[p_index][r_index];
@@ -717,7 +813,8 @@ fn fire(
     track.last_issued.resize(rule.actions.len(), None);
     for (i, action) in rule.actions.iter().enumerate() {
         if let Some(last) = track.last_issued[i] {
-            let until = detectors::add_seconds(last, rule.cooldown.as_secs_f64()).unwrap_or(last);
+            // A cooldown past the representable range means "never again".
+            let until = detectors::add_seconds(last, rule.cooldown.as_secs_f64()).unwrap_or(Timestamp::MAX);
             if until > now {
                 out.push(Event::Suppressed {
                     at: now,
@@ -736,7 +833,7 @@ fn fire(
             _ => None,
         };
         out.push(Event::Intent(ActionIntent {
-            id: format!("{}/{}/{}/{}/{}", policy.reference, rule.name, key, track.firings, i),
+            id: intent_id(policy, rule, key, data, track.firings, i),
             at: now,
             job: key.clone(),
             policy: policy.reference.clone(),
@@ -749,11 +846,35 @@ fn fire(
     }
 }
 
+/// Unique per policy version, rule, job incarnation (its first-seen time: a re-created job is a new one),
+/// firing and action, so an executor can deduplicate on it across retries and restarts.
+fn intent_id(
+    policy: &CompiledPolicy,
+    rule: &CompiledRule,
+    key: &JobKey,
+    data: Option<&JobData>,
+    firing: u64,
+    action: usize,
+) -> String {
+    let p = &policy.reference;
+    let since = data.map_or(0, |d| d.first_seen.as_second());
+    format!(
+        "{}:{}:{}:{}:{}:{}:{}:{since}:{firing}:{action}",
+        p.kind,
+        p.namespace.as_deref().unwrap_or(""),
+        p.name,
+        p.generation,
+        rule.name,
+        key.namespace,
+        key.name
+    )
+}
+
 /// GPU time freed by stopping the job now: until its estimated end, or — for a stall inside an unattended
 /// window — until the window ends, when someone would have noticed.
 fn savings(data: &JobData, policy: &CompiledPolicy, reason: &Reason, now: Timestamp) -> Option<Savings> {
     let view = data.view(&policy.env, now);
-    let gpus = view.gpus?;
+    let gpus = view.gpus.filter(|g| *g > 0.0)?;
     let (until, basis) = match (reason.kind, policy.env.calendar.active_until(now)) {
         (Some(FindingKind::Stall), Some(end)) => (end, "windowEnd"),
         _ => (view.estimated_end()?, "estimatedEnd"),

@@ -16,6 +16,8 @@ struct World {
     ev: Evaluator,
     events: Vec<Event>,
     clock: Timestamp,
+    /// When the job last started running (moves on resume, as the TrainJob's Suspended condition does).
+    running_since: Timestamp,
 }
 
 impl World {
@@ -27,14 +29,14 @@ impl World {
             let p = compile(&d, ev.scripts()).unwrap_or_else(|e| panic!("{e}"));
             ev.upsert_policy(p, t(0), &mut events);
         }
-        World { ev, events, clock: t(0) }
+        World { ev, events, clock: t(0), running_since: t(0) }
     }
 
     fn job(&self) -> JobSnapshot {
         let mut s = JobSnapshot::new(JobKey::new("ml", "ft"));
         s.labels = BTreeMap::from([("team".to_string(), "ml".to_string())]);
         s.gpus = Some(8.0);
-        s.running_since = Some(t(0));
+        s.running_since = Some(self.running_since);
         s
     }
 
@@ -62,11 +64,11 @@ impl World {
 
     fn phase(&mut self, minute: i64, phase: JobPhase) {
         self.advance(minute);
+        if phase == JobPhase::Running {
+            self.running_since = t(minute);
+        }
         let mut snap = self.job();
         snap.phase = phase;
-        if phase == JobPhase::Running {
-            snap.running_since = Some(t(minute));
-        }
         self.ev.observe(snap, t(minute), &mut self.events);
     }
 
@@ -196,7 +198,115 @@ fn each_intent_is_issued_once_per_firing() {
         .iter()
         .filter_map(|e| if let Event::Intent(i) = e { Some(i.id.as_str()) } else { None })
         .collect();
-    assert_eq!(ids, vec!["ml/p/high/ml/ft/1/0", "ml/p/high/ml/ft/1/1"]);
+    let first_seen = t(0).as_second();
+    assert_eq!(
+        ids,
+        vec![
+            format!("ProgressPolicy:ml:p:0:high:ml:ft:{first_seen}:1:0"),
+            format!("ProgressPolicy:ml:p:0:high:ml:ft:{first_seen}:1:1"),
+        ]
+    );
+}
+
+#[test]
+fn a_recreated_job_gets_new_intent_ids() {
+    let rules = "    - {name: high, when: 'metric(\"loss\") > 1.0', actions: [{suspend: {}}]}\n";
+    let mut w = World::with_policy(&policy(rules, ""));
+    w.sample(0, 2.0, None);
+    w.ev.forget_job(&JobKey::new("ml", "ft"), t(1), &mut w.events);
+    w.sample(2, 2.0, None);
+    let ids: Vec<String> = w
+        .events
+        .iter()
+        .filter_map(|e| if let Event::Intent(i) = e { Some(i.id.clone()) } else { None })
+        .collect();
+    assert_eq!(ids.len(), 2);
+    assert_ne!(ids[0], ids[1]);
+}
+
+#[test]
+fn re_applying_an_unchanged_policy_changes_nothing() {
+    let rules =
+        "    - {name: high, when: 'metric(\"loss\") > 1.0', cooldown: 6h, actions: [{notify: {to: team}}]}\n";
+    let yaml = policy(rules, "");
+    let mut w = World::with_policy(&yaml);
+    w.sample(0, 2.0, None);
+    for minute in 1..5 {
+        w.advance(minute);
+        let docs = parse_documents(&yaml, "again").unwrap();
+        let p = compile(&docs[0], w.ev.scripts()).unwrap();
+        w.ev.upsert_policy(p, t(minute), &mut w.events);
+        w.sample(minute, 2.0, None);
+    }
+    assert_eq!(w.log(), log(&[(0, "high firing"), (0, "high → notify [Enforce]")]));
+}
+
+#[test]
+fn editing_a_rule_restarts_it_but_keeps_its_cooldown() {
+    let v1 =
+        "    - {name: high, when: 'metric(\"loss\") > 1.0', cooldown: 6h, actions: [{notify: {to: team}}]}\n";
+    let v2 =
+        "    - {name: high, when: 'metric(\"loss\") > 1.5', cooldown: 6h, actions: [{notify: {to: team}}]}\n";
+    let mut w = World::with_policy(&policy(v1, ""));
+    w.sample(0, 2.0, None);
+    w.advance(10);
+    let docs = parse_documents(&policy(v2, ""), "v2").unwrap();
+    let p = compile(&docs[0], w.ev.scripts()).unwrap();
+    w.ev.upsert_policy(p, t(10), &mut w.events);
+    w.sample(11, 2.0, None);
+    assert_eq!(
+        w.log(),
+        log(&[
+            (0, "high firing"),
+            (0, "high → notify [Enforce]"),
+            (10, "high resolved"),
+            (10, "high firing"),
+            (10, "high ✗ notify")
+        ])
+    );
+}
+
+#[test]
+fn time_suspended_counts_toward_neither_for_nor_patience() {
+    let rules = "    - {name: flat, uses: plateau, with: {metric: loss, window: 20m}, for: 15m, actions: [{suspend: {}}]}\n";
+    let mut w = World::with_policy(&policy(rules, ""));
+    for m in 0..=25 {
+        w.sample(m, 1.0, None);
+    }
+    assert_eq!(w.log(), log(&[(20, "flat pending")]));
+    w.phase(26, JobPhase::Suspended); // preempted while pending
+    w.phase(600, JobPhase::Running); // re-admitted ten hours later
+    w.sample(601, 1.0, None);
+    // A fresh window after the resume: nothing fires at once.
+    assert_eq!(w.log(), log(&[(20, "flat pending"), (600, "flat cleared")]));
+    for m in 602..=636 {
+        w.sample(m, 1.0, None);
+    }
+    let l = w.log();
+    assert_eq!(l[2], (621, "flat pending".to_string()), "{l:?}");
+    assert_eq!(l[3], (636, "flat firing".to_string()), "{l:?}");
+}
+
+#[test]
+fn a_hung_job_that_keeps_answering_polls_still_stalls() {
+    // RHOAI polls the rank-0 pod every 30 s and stamps each answer; a hung pod repeats its last state.
+    let rules = "    - {name: stalled, uses: stalled, with: {after: 30m}, actions: [{suspend: {}}]}\n";
+    let mut w = World::with_policy(&policy(rules, ""));
+    w.sample(0, 1.0, None);
+    for half_minutes in 1..=70 {
+        w.advance(half_minutes / 2);
+        let mut snap = w.job();
+        let mut s = ProgressSample::empty(
+            Timestamp::from_second(t(0).as_second() + half_minutes * 30).unwrap(),
+            SampleSource::Annotation,
+        );
+        s.metrics.push(Metric { name: "loss".into(), value: 1.0 });
+        s.progress_percent = Some(50.0);
+        snap.sample = Some(s);
+        let now = Timestamp::from_second(t(0).as_second() + half_minutes * 30).unwrap();
+        w.ev.observe(snap, now, &mut w.events);
+    }
+    assert_eq!(w.log(), log(&[(30, "stalled firing"), (30, "stalled → suspend [Enforce]")]));
 }
 
 #[test]

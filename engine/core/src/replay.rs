@@ -20,7 +20,9 @@ pub struct Replay {
     evaluator: Evaluator,
     jobs: HashMap<JobKey, JobSnapshot>,
     suspended: HashSet<JobKey>,
-    saved_for: HashSet<JobKey>,
+    /// Jobs whose savings were counted, per mode (an enforced suspension counts even after an audit one).
+    saved_for: [HashSet<JobKey>; 2],
+    seen: HashSet<JobKey>,
     clock: Option<Timestamp>,
     scratch: Vec<Event>,
     /// Everything that happened, in order.
@@ -33,6 +35,7 @@ pub struct Replay {
 #[serde(rename_all = "camelCase")]
 pub struct Summary {
     pub records: u64,
+    /// Distinct jobs seen.
     pub jobs: usize,
     /// Records ignored because an enforced suspension had already stopped their job.
     pub ignored_after_suspend: u64,
@@ -57,6 +60,18 @@ pub struct SavingsTotal {
 }
 
 impl Replay {
+    /// Policies with the same kind, namespace and name would replace each other silently; that is an error.
+    pub fn check_unique(policies: &[CompiledPolicy]) -> Result<(), String> {
+        let mut seen = HashSet::new();
+        for p in policies {
+            let r = &p.reference;
+            if !seen.insert((r.kind, r.namespace.clone(), r.name.clone())) {
+                return Err(format!("{} {r} is defined twice", r.kind));
+            }
+        }
+        Ok(())
+    }
+
     pub fn new(policies: Vec<CompiledPolicy>, config: EngineConfig) -> Self {
         let mut evaluator = Evaluator::new(config);
         let mut events = Vec::new();
@@ -68,7 +83,8 @@ impl Replay {
             evaluator,
             jobs: HashMap::new(),
             suspended: HashSet::new(),
-            saved_for: HashSet::new(),
+            saved_for: [HashSet::new(), HashSet::new()],
+            seen: HashSet::new(),
             clock: None,
             scratch: Vec::new(),
             events,
@@ -82,11 +98,17 @@ impl Replay {
 
     /// Runs timers up to and including `until`.
     pub fn advance_to(&mut self, until: Timestamp) {
+        self.run_timers(until, true);
+    }
+
+    /// Timers due before (or, with `inclusive`, at) `until`. A record at time T is applied after the
+    /// timers before T and before those at T, so a sample arriving exactly at a stall limit counts.
+    fn run_timers(&mut self, until: Timestamp, inclusive: bool) {
         if self.clock.is_none() {
             return; // Time starts with the first record.
         }
         while let Some(t) = self.evaluator.next_tick() {
-            if t > until {
+            if t > until || (!inclusive && t == until) {
                 break;
             }
             self.evaluator.tick(t, &mut self.scratch);
@@ -109,9 +131,12 @@ impl Replay {
             self.evaluator.tick(time, &mut self.scratch);
             self.drain(time);
         }
-        self.advance_to(time);
+        self.run_timers(time, false);
         self.summary.records += 1;
         let key = record.job().clone();
+        if !self.seen.contains(&key) {
+            self.seen.insert(key.clone());
+        }
         if self.suspended.contains(&key) {
             self.summary.ignored_after_suspend += 1;
             return;
@@ -159,8 +184,9 @@ impl Replay {
                 }
             }
         }
-        self.summary.jobs = self.summary.jobs.max(self.jobs.len());
+        self.summary.jobs = self.seen.len();
         self.drain(time);
+        self.run_timers(time, true);
     }
 
     /// Runs timers to `until` (if given) and returns the summary.
@@ -168,7 +194,7 @@ impl Replay {
         if let Some(u) = until {
             self.advance_to(u);
         }
-        self.summary.jobs = self.summary.jobs.max(self.jobs.len());
+        self.summary.jobs = self.seen.len();
         &self.summary
     }
 
@@ -187,8 +213,9 @@ impl Replay {
                         .entry(format!("{}/{}", intent.action.kind(), intent.mode.as_str()))
                         .or_default() += 1;
                     if let ActionSpec::Suspend(_) = intent.action {
-                        if self.saved_for.insert(intent.job.clone())
-                            && let Some(s) = &intent.savings
+                        let bucket = usize::from(intent.mode == Mode::Enforce);
+                        if let Some(s) = &intent.savings
+                            && self.saved_for[bucket].insert(intent.job.clone())
                         {
                             let total = match intent.mode {
                                 Mode::Enforce => &mut self.summary.saved,

@@ -59,7 +59,9 @@ impl Default for Limits {
             max_map_size: 512,
             max_variables: 128,
             max_functions: 32,
-            deadline: std::time::Duration::from_millis(20),
+            // Generous: the operations limit is the real bound; a tight wall-clock budget would make replay
+            // and `trainwarden test` results depend on machine load.
+            deadline: std::time::Duration::from_millis(250),
         }
     }
 }
@@ -222,7 +224,7 @@ fn plateau_fn(name: &str, window: PlateauWindow, min_delta: f64) -> HostResult<b
                 n as usize
             }
             PlateauWindow::Time(d) => {
-                let since = detectors::add_seconds(last_at, -d.as_secs_f64()).unwrap_or(last_at);
+                let since = detectors::add_seconds(last_at, -d.as_secs_f64()).unwrap_or(Timestamp::MIN);
                 let Some(stats) = series.stats_since(since) else { return Ok(None) };
                 if stats.count >= series.window_len() && series.count() > series.window_len() as u64 {
                     return Err(format!(
@@ -634,6 +636,9 @@ pub const BUILTINS: &[Builtin] = &[
         register: |e| {
             e.register_fn("over_budget", |params: Map| -> HostResult<bool> {
                 let json = map_to_json(&params)?;
+                if json.contains_key("maxCost") && with_frame(|f| f.env.gpu_hour_cost.is_none())? {
+                    return Err("over_budget(#{maxCost}) needs spec.gpuHourCost".into());
+                }
                 let detector = detectors::build("over_budget", Some(&json), "over_budget()").map_err(
                     |errs| -> Box<EvalAltResult> {
                         errs.iter().map(|e| e.to_string()).collect::<Vec<_>>().join("; ").into()
@@ -805,12 +810,29 @@ impl ScriptEngine {
                 evidence: Vec::new(),
             })
         });
-        let result = self.engine.eval_ast_with_scope::<Dynamic>(&mut scope, &script.ast);
-        let mut evidence = Vec::new();
-        if let Some(frame) = FRAME.with(|cell| cell.borrow_mut().take()) {
-            *job = Some(frame.job);
-            evidence = frame.evidence;
+        // The job must come back out of the frame whatever happens, even if evaluation unwinds.
+        struct Restore<'a> {
+            job: &'a mut Option<Box<JobData>>,
+            evidence: Vec<Finding>,
         }
+        impl Restore<'_> {
+            fn take_back(&mut self) {
+                if let Some(frame) = FRAME.with(|cell| cell.borrow_mut().take()) {
+                    *self.job = Some(frame.job);
+                    self.evidence = frame.evidence;
+                }
+            }
+        }
+        impl Drop for Restore<'_> {
+            fn drop(&mut self) {
+                self.take_back();
+            }
+        }
+        let mut restore = Restore { job, evidence: Vec::new() };
+        let result = self.engine.eval_ast_with_scope::<Dynamic>(&mut scope, &script.ast);
+        restore.take_back();
+        let evidence = std::mem::take(&mut restore.evidence);
+        drop(restore);
         let value = result.map_err(|e| classify(&script.rule, &e))?;
         match value.as_bool() {
             Ok(b) => Ok(ScriptOutcome { value: b, evidence }),

@@ -55,10 +55,14 @@ impl Direction {
             "throughput",
             "samples_per_second",
         ];
-        let lower = metric.to_ascii_lowercase();
-        if HIGHER_IS_BETTER.iter().any(|w| lower.split(['_', '.', '-']).any(|part| part == *w))
-            || lower.contains("accuracy")
-            || lower.contains("throughput")
+        let contains = |needle: &str| {
+            metric.as_bytes().windows(needle.len()).any(|w| w.eq_ignore_ascii_case(needle.as_bytes()))
+        };
+        if HIGHER_IS_BETTER
+            .iter()
+            .any(|w| metric.split(['_', '.', '-']).any(|part| part.eq_ignore_ascii_case(w)))
+            || contains("accuracy")
+            || contains("throughput")
         {
             Direction::Max
         } else {
@@ -258,6 +262,16 @@ impl MetricSeries {
 
     fn resum(&mut self) {
         self.evictions_since_resum = 0;
+        // Rebase times onto the oldest point so sums of t² stay small however long the job runs.
+        let shift = self.ring[self.head as usize].t;
+        if shift != 0.0 && self.len > 0 {
+            for i in 0..self.len as usize {
+                self.ring[(self.head as usize + i) % WINDOW].t -= shift;
+            }
+            if let Some(base) = crate::detectors::add_seconds(self.base, shift) {
+                self.base = base;
+            }
+        }
         let (mut st, mut sv, mut stt, mut stv, mut svv) = (0.0, 0.0, 0.0, 0.0, 0.0);
         for p in self.points() {
             st += p.t;
@@ -425,6 +439,10 @@ pub struct JobSeries {
     pub dropped_metrics: u64,
     pub first_sample_at: Option<Timestamp>,
     pub last_sample_at: Option<Timestamp>,
+    /// When a sample last differed from the one before (a new step, progress or metric value). RHOAI's
+    /// controller re-stamps `lastUpdatedTime` on every poll, and a hung pod keeps answering with its last
+    /// state, so "a new sample" alone does not mean "progress"; stall detection uses this.
+    pub last_progress_at: Option<Timestamp>,
     pub last: Option<LastProgress>,
 }
 
@@ -457,6 +475,7 @@ impl JobSeries {
             dropped_metrics: 0,
             first_sample_at: None,
             last_sample_at: None,
+            last_progress_at: None,
             last: None,
         }
     }
@@ -472,6 +491,33 @@ impl JobSeries {
         self.samples += 1;
         self.first_sample_at.get_or_insert(sample.updated_at);
         self.last_sample_at = Some(sample.updated_at);
+        let progress = LastProgress {
+            progress_percent: sample.progress_percent,
+            eta_seconds: sample.eta_seconds,
+            current_step: sample.current_step,
+            total_steps: sample.total_steps,
+            current_epoch: sample.current_epoch,
+            total_epochs: sample.total_epochs,
+        };
+        let same_counters = self.last.is_some_and(|l| {
+            l.current_step == progress.current_step
+                && l.progress_percent == progress.progress_percent
+                && l.current_epoch == progress.current_epoch
+        });
+        let same_metrics = sample.metrics.iter().all(|m| {
+            self.metric(&m.name).is_some_and(|s| {
+                let last = match (s.last(), s.last_non_finite()) {
+                    (Some((a, _)), Some((b, bad))) if b > a => Some(bad),
+                    (Some((_, v)), _) => Some(v),
+                    (None, Some((_, bad))) => Some(bad),
+                    (None, None) => None,
+                };
+                last.is_some_and(|v| v.to_bits() == m.value.to_bits())
+            })
+        });
+        if !(same_counters && same_metrics) || self.last_progress_at.is_none() {
+            self.last_progress_at = Some(sample.updated_at);
+        }
         self.last = Some(LastProgress {
             progress_percent: sample.progress_percent,
             eta_seconds: sample.eta_seconds,
@@ -641,6 +687,43 @@ mod tests {
         assert_eq!(j.samples, 1);
         assert_eq!(j.duplicates, 2);
         assert_eq!(j.metric("loss").unwrap().last(), Some((t(10), 1.0)));
+    }
+
+    #[test]
+    fn a_repeated_report_is_a_sample_but_not_progress() {
+        let mut j = JobSeries::new(t(0));
+        let mut s = sample(t(0), &[("loss", 1.0)]);
+        s.current_step = Some(90.0);
+        j.record(&s);
+        // The RHOAI controller polls a hung pod: same step, same values, a new lastUpdatedTime.
+        for i in 1..5 {
+            s.updated_at = t(i * 30);
+            assert_eq!(j.record(&s), Recorded::New);
+        }
+        assert_eq!((j.samples, j.last_progress_at), (5, Some(t(0))));
+        s.updated_at = t(200);
+        s.current_step = Some(91.0);
+        j.record(&s);
+        assert_eq!(j.last_progress_at, Some(t(200)));
+        s.updated_at = t(230);
+        s.metrics[0].value = f64::NAN;
+        j.record(&s);
+        assert_eq!(j.last_progress_at, Some(t(230)), "a new NaN is news too");
+    }
+
+    #[test]
+    fn sums_stay_precise_years_after_the_series_began() {
+        // First point at the base, then three years later a linear stretch: without rebasing, t² ≈ 1e16
+        // and the running sums lose the slope.
+        let mut s = MetricSeries::new(t(0));
+        s.push(t(0), 9.0);
+        let start = 100_000_000;
+        for i in 0..1_000i64 {
+            s.push(t(start + i * 10), 5.0 - 0.001 * i as f64);
+        }
+        let st = s.stats().unwrap();
+        assert!((st.slope_per_second + 0.0001).abs() < 1e-12, "{}", st.slope_per_second);
+        assert!((st.mean - (5.0 - 0.001 * (936.0 + 999.0) / 2.0)).abs() < 1e-9, "{}", st.mean);
     }
 
     #[test]

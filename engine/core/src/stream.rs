@@ -2,7 +2,8 @@
 //!
 //! Each line is one of:
 //! * a full TrainJob object, as a watch delivers it (`apiVersion: trainer.kubeflow.org/v1alpha1`); its time
-//!   is its progress sample's `lastUpdatedTime` (else its creation time, else the previous line's time);
+//!   is its progress sample's `lastUpdatedTime` (else its creation time), but never earlier than the line
+//!   before it, since a watch re-delivers objects with an old `trainerStatus` when anything else changes;
 //! * the compact form `{"time": RFC3339, "job": "ns/name", "trainerStatus": {...}}` or
 //!   `{"time": ..., "job": ..., "annotation": "<json>"}`, optionally with `"phase"` (Running, Suspended,
 //!   Complete, Failed), `"labels"`, `"gpus"`, or `"deleted": true`. A compact line without progress is a
@@ -118,16 +119,19 @@ pub fn parse_line(
     if obj.contains_key("apiVersion") || obj.contains_key("kind") {
         let snapshot =
             normalize::from_trainjob(&value).map_err(|e: NormalizeError| err(None, e.to_string()))?;
-        let time =
-            snapshot.sample.as_ref().map(|s| s.updated_at).or(snapshot.created_at).or(previous).ok_or_else(
-                || {
-                    err(
-                        None,
-                        "a TrainJob line needs a progress sample or a creationTimestamp to place it in time"
-                            .into(),
-                    )
-                },
-            )?;
+        // A watch delivers the object on any change (phase, suspend, labels) often with an old trainerStatus,
+        // so its sample time is only a lower bound: the line is never placed before the line above it.
+        let own = snapshot.sample.as_ref().map(|s| s.updated_at).or(snapshot.created_at);
+        let time = match (own, previous) {
+            (Some(a), Some(b)) => a.max(b),
+            (a, b) => a.or(b).ok_or_else(|| {
+                err(
+                    None,
+                    "a TrainJob line needs a progress sample or a creationTimestamp to place it in time"
+                        .into(),
+                )
+            })?,
+        };
         return Ok(StreamRecord::Object { time, snapshot });
     }
     for key in obj.keys() {

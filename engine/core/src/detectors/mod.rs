@@ -57,10 +57,11 @@ impl JobView<'_> {
         seconds(since, self.now).max(0.0)
     }
 
-    /// The last sign of life: the latest sample, or the (re)start of the job if that is later.
+    /// The last sign of progress: the latest sample that changed something (see
+    /// [`JobSeries::last_progress_at`]), or the (re)start of the job if that is later.
     pub fn last_activity(&self) -> Timestamp {
         let started = self.snapshot.running_since.unwrap_or(self.first_seen);
-        match self.series.last_sample_at {
+        match self.series.last_progress_at {
             Some(t) if t > started => t,
             _ => started,
         }
