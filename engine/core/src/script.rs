@@ -149,21 +149,6 @@ fn metric_series<'a>(frame: &'a Frame, name: &str) -> Option<&'a MetricSeries> {
     frame.job.series.metric(name)
 }
 
-fn latest_observation(series: &MetricSeries) -> f64 {
-    match (series.last(), series.last_non_finite()) {
-        (Some((good_at, good)), Some((bad_at, bad))) => {
-            if bad_at > good_at {
-                bad
-            } else {
-                good
-            }
-        }
-        (Some((_, good)), None) => good,
-        (None, Some((_, bad))) => bad,
-        (None, None) => f64::NAN,
-    }
-}
-
 fn parse_duration(s: &str) -> HostResult<Duration> {
     s.parse::<Duration>().map_err(|e| format!("invalid duration {s:?}: {e}").into())
 }
@@ -297,7 +282,9 @@ pub const BUILTINS: &[Builtin] = &[
         expected: "1.2",
         register: |e| {
             e.register_fn("metric", |name: &str| -> HostResult<f64> {
-                with_frame(|f| metric_series(f, name).map(latest_observation).unwrap_or(f64::NAN))
+                with_frame(|f| {
+                    metric_series(f, name).and_then(MetricSeries::latest_observation).unwrap_or(f64::NAN)
+                })
             });
         },
     },

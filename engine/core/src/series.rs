@@ -287,6 +287,16 @@ impl MetricSeries {
         (0..self.len as usize).map(move |i| self.ring[(self.head as usize + i) % WINDOW])
     }
 
+    /// The latest observation, finite or not.
+    pub fn latest_observation(&self) -> Option<f64> {
+        match (self.last, self.last_non_finite) {
+            (Some((good_at, _)), Some((bad_at, bad))) if bad_at > good_at => Some(bad),
+            (Some((_, good)), _) => Some(good),
+            (None, Some((_, bad))) => Some(bad),
+            (None, None) => None,
+        }
+    }
+
     /// Finite points ever observed.
     pub fn count(&self) -> u64 {
         self.count
@@ -504,38 +514,27 @@ impl JobSeries {
                 && l.progress_percent == progress.progress_percent
                 && l.current_epoch == progress.current_epoch
         });
-        let same_metrics = sample.metrics.iter().all(|m| {
-            self.metric(&m.name).is_some_and(|s| {
-                let last = match (s.last(), s.last_non_finite()) {
-                    (Some((a, _)), Some((b, bad))) if b > a => Some(bad),
-                    (Some((_, v)), _) => Some(v),
-                    (None, Some((_, bad))) => Some(bad),
-                    (None, None) => None,
-                };
-                last.is_some_and(|v| v.to_bits() == m.value.to_bits())
-            })
-        });
-        if !(same_counters && same_metrics) || self.last_progress_at.is_none() {
-            self.last_progress_at = Some(sample.updated_at);
-        }
-        self.last = Some(LastProgress {
-            progress_percent: sample.progress_percent,
-            eta_seconds: sample.eta_seconds,
-            current_step: sample.current_step,
-            total_steps: sample.total_steps,
-            current_epoch: sample.current_epoch,
-            total_epochs: sample.total_epochs,
-        });
+        self.last = Some(progress);
+        let mut same_metrics = true;
         for m in &sample.metrics {
             match self.metrics.iter().position(|(name, _)| **name == *m.name) {
-                Some(i) => self.metrics[i].1.push(sample.updated_at, m.value),
+                Some(i) => {
+                    let series = &mut self.metrics[i].1;
+                    same_metrics &=
+                        series.latest_observation().is_some_and(|v| v.to_bits() == m.value.to_bits());
+                    series.push(sample.updated_at, m.value);
+                }
                 None if self.metrics.len() < MAX_METRICS_PER_JOB => {
+                    same_metrics = false;
                     let mut series = MetricSeries::new(self.base);
                     series.push(sample.updated_at, m.value);
                     self.metrics.push((m.name.as_ref().into(), series));
                 }
                 None => self.dropped_metrics += 1,
             }
+        }
+        if !(same_counters && same_metrics) || self.last_progress_at.is_none() {
+            self.last_progress_at = Some(sample.updated_at);
         }
         Recorded::New
     }

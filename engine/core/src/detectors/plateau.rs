@@ -49,6 +49,8 @@ pub const INFO: DetectorInfo = DetectorInfo {
 pub struct Plateau {
     pub metric: String,
     pub mode: DirectionParam,
+    /// `mode` resolved against the metric name once, off the per-sample path.
+    pub direction: crate::series::Direction,
     pub window: Window,
     pub min_delta: f64,
     pub min_delta_pct: f64,
@@ -90,9 +92,11 @@ fn build(p: &mut Params<'_>) -> Option<Box<dyn Detector>> {
         }
         _ => {}
     }
+    let metric = metric?;
     Some(Box::new(Plateau {
-        metric: metric?.to_string(),
+        metric: metric.to_string(),
         mode,
+        direction: mode.resolve(metric),
         window,
         min_delta,
         min_delta_pct,
@@ -103,7 +107,7 @@ fn build(p: &mut Params<'_>) -> Option<Box<dyn Detector>> {
 
 impl Plateau {
     fn significant(&self, reference: f64, candidate: f64) -> bool {
-        let direction = self.mode.resolve(&self.metric);
+        let direction = self.direction;
         let improvement = match direction {
             crate::series::Direction::Min => reference - candidate,
             crate::series::Direction::Max => candidate - reference,
@@ -145,16 +149,17 @@ impl Detector for Plateau {
             Window::Samples(n) => since_samples >= n,
             Window::Time(d) => since_secs >= d.as_secs_f64(),
         };
-        let threshold = if self.min_delta_pct > 0.0 {
-            format!(
-                "{} ({}%)",
-                fmt_num(self.min_delta.max(best.abs() * self.min_delta_pct / 100.0)),
-                fmt_num(self.min_delta_pct)
-            )
-        } else {
-            fmt_num(self.min_delta)
-        };
         if stalled_improvement {
+            let threshold = if self.min_delta_pct > 0.0 {
+                format!(
+                    "{} ({}%)",
+                    fmt_num(self.min_delta.max(best.abs() * self.min_delta_pct / 100.0)),
+                    fmt_num(self.min_delta_pct)
+                )
+            } else {
+                fmt_num(self.min_delta)
+            };
+
             return Some(
                 Finding::new(format!(
                     "{} has not improved by more than {} for {} samples / {} (best {} at sample {}, last {})",
