@@ -180,9 +180,12 @@ pub fn test(paths: &[PathBuf]) -> Result<bool, String> {
             let engine = Evaluator::new(config.clone());
             let compiled: Result<Vec<_>, _> =
                 docs.iter().map(|d| compile::compile(d, engine.scripts())).collect();
-            let result = match compiled {
+            let result = match compiled
+                .map_err(|e| e.to_string())
+                .and_then(|p| Replay::check_unique(&p).map(|()| p))
+            {
                 Ok(policies) => testing::run_case(case, policies, config.clone(), &dir),
-                Err(e) => testing::CaseResult { name: case.name.clone(), failures: vec![e.to_string()] },
+                Err(e) => testing::CaseResult { name: case.name.clone(), failures: vec![e] },
             };
             if result.failures.is_empty() {
                 passed += 1;

@@ -6,7 +6,8 @@
 //! `patience`) has passed without one, counted in reported samples (`window: 10`) or in wall-clock time
 //! between samples (`window: 2h`); wall-clock patience is measured between samples, so a job that simply
 //! stops reporting is `stalled`, not a plateau. With `std`, it also fires when the standard deviation over
-//! the window drops below `std` (Ray Tune's TrialPlateauStopper). Nothing fires during `warmup` (a sample
+//! the window drops below `std` (Ray Tune's TrialPlateauStopper; the std uses the newest points of the
+//! window that the series keeps, at most 64). Nothing fires during `warmup` (a sample
 //! count, or a progress percentage such as `10%`).
 //!
 //! Example: `uses: plateau`, `with: {metric: loss, window: 2h, minDelta: 0.001, warmup: 10%}`.
