@@ -23,3 +23,6 @@ pub mod script;
 pub mod series;
 pub mod stream;
 pub mod testing;
+
+#[cfg(test)]
+mod robustness_tests;
