@@ -170,6 +170,38 @@ async fn trainjob_progress_through_the_status_subresource() {
     assert_eq!(again.sample.unwrap().progress_percent, Some(45.0));
 }
 
+/// The RHOAI 3.4 flavour: the RHOAI controller merge-patches the `trainer.opendatahub.io/trainerStatus`
+/// annotation (a JSON string; `null` where the loss was NaN). Annotations are metadata, so the upstream CRD
+/// carries them too; the RHOAI CRD itself has the same name and cannot be installed beside it.
+#[tokio::test]
+async fn rhoai_annotation_progress_is_read_from_the_api() {
+    let ctx = setup!("rhoai_annotation");
+    let jobs = trainjob::trainjob_api(ctx.client.clone(), Some(&ctx.ns));
+    let mut job: DynamicObject =
+        serde_saphyr::from_str(&support::fixture("fixtures/kubeflow/payloads/rhoai-trainjob-annotated.yaml"))
+            .expect("rhoai-trainjob-annotated.yaml");
+    job.metadata.namespace = Some(ctx.ns.clone());
+    job.data.as_object_mut().map(|o| o.remove("status"));
+    let name = job.name_any();
+    jobs.create(&PostParams::default(), &job).await.expect("create TrainJob");
+    let snapshot = trainjob::to_snapshot(&jobs.get(&name).await.unwrap()).expect("normalize");
+    let sample = snapshot.sample.expect("the annotation's sample");
+    assert_eq!(sample.source, trainwarden_core::sample::SampleSource::Annotation);
+    assert_eq!((sample.progress_percent, sample.current_step), (Some(45.0), Some(340.0)));
+    assert_eq!(sample.metric("loss"), Some(0.4523));
+    assert_eq!(sample.metric("eval_accuracy"), Some(0.8123));
+    assert_eq!(snapshot.gpus, Some(2.0));
+    assert!(!snapshot.annotations.contains_key(normalize::TRAINER_STATUS_ANNOTATION));
+
+    // The next poll: the loss went NaN, which the RHOAI controller writes as null.
+    let nan = support::fixture("fixtures/kubeflow/payloads/rhoai-trainerStatus-annotation.nan-loss.json");
+    let patch = json!({"metadata": {"annotations": {normalize::TRAINER_STATUS_ANNOTATION: nan.trim()}}});
+    jobs.patch(&name, &PatchParams::default(), &Patch::Merge(&patch)).await.expect("merge-patch annotation");
+    let sample = trainjob::to_snapshot(&jobs.get(&name).await.unwrap()).unwrap().sample.unwrap();
+    assert!(sample.metric("loss").is_some_and(f64::is_nan), "{sample:?}");
+    assert_eq!(sample.summary.as_deref(), Some("5 hours 41 minutes"));
+}
+
 // (c) ------------------------------------------------------------------------------------------------------
 
 #[tokio::test]
