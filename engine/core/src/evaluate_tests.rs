@@ -414,12 +414,12 @@ fn stateful_detectors_see_every_sample_and_duplicates_are_dropped() {
     let rules = "    - {name: flat, uses: plateau, with: {metric: loss, window: 3}}\n";
     let mut w = World::with_policy(&policy(rules, ""));
     w.sample(0, 2.0, None);
-    w.sample(1, 2.0, None);
+    w.sample(1, 2.01, None);
     // The same report again (same lastUpdatedTime): not a new sample.
-    w.sample(1, 2.0, None);
-    w.sample(2, 2.0, None);
+    w.sample(1, 2.01, None);
+    w.sample(2, 2.02, None);
     assert!(w.log().is_empty(), "{:?}", w.log());
-    w.sample(3, 2.0, None);
+    w.sample(3, 2.03, None);
     assert_eq!(w.log(), log(&[(3, "flat firing")]));
     assert_eq!(w.ev.job(&JobKey::new("ml", "ft")).unwrap().series.duplicates, 1);
 }

@@ -279,7 +279,7 @@ pub const BUILTINS: &[Builtin] = &[
         signature: "metric(name) -> float",
         doc: "Latest observation of a metric (canonical name); NaN/Inf if the latest report was non-finite, NaN if never reported.",
         example: r#"metric("loss")"#,
-        expected: "1.2",
+        expected: "1.25",
         register: |e| {
             e.register_fn("metric", |name: &str| -> HostResult<f64> {
                 with_frame(|f| {
@@ -311,7 +311,7 @@ pub const BUILTINS: &[Builtin] = &[
         signature: "window_mean(name, n) / window_min / window_max / window_std -> float",
         doc: "Mean, minimum, maximum or standard deviation of the last n finite values (at most 64 are kept).",
         example: r#"window_mean("loss", 2)"#,
-        expected: "1.2",
+        expected: "1.225",
         register: |e| {
             e.register_fn("window_mean", |name: &str, n: i64| window_stat(name, n, |s| s.mean));
             e.register_fn("window_min", |name: &str, n: i64| window_stat(name, n, |s| s.min));
@@ -895,7 +895,7 @@ fn classify(rule: &str, err: &EvalAltResult) -> ScriptError {
     ScriptError { rule: rule.to_string(), line, column, message, kind }
 }
 
-/// The job every builtin example runs against: loss 1.5, 1.3, 1.1, 1.2, 1.2 one per minute from
+/// The job every builtin example runs against: loss 1.5, 1.3, 1.1, 1.2, 1.25 one per minute from
 /// 2026-01-01T01:55Z, grad_norm ended in Inf, progress 42 %, step 420 of 1000, ETA 10 h, 10 GPUs at $5.5,
 /// running since 00:00Z, evaluated at 02:00Z (a Thursday), label team=fraud.
 pub fn doc_fixture() -> (Box<JobData>, Arc<PolicyEnv>, Timestamp) {
@@ -907,7 +907,7 @@ pub fn doc_fixture() -> (Box<JobData>, Arc<PolicyEnv>, Timestamp) {
     snapshot.gpus = Some(10.0);
     snapshot.running_since = Some(t0);
     let mut series = JobSeries::new(t0);
-    for (i, loss) in [1.5, 1.3, 1.1, 1.2, 1.2].iter().enumerate() {
+    for (i, loss) in [1.5, 1.3, 1.1, 1.2, 1.25].iter().enumerate() {
         let mut s = ProgressSample::empty(at(115 + i as i64), SampleSource::TrainerStatus);
         s.metrics.push(Metric { name: "loss".into(), value: *loss });
         s.metrics.push(Metric { name: "grad_norm".into(), value: if i == 4 { f64::INFINITY } else { 2.0 } });

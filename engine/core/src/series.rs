@@ -6,6 +6,9 @@
 //! slope) and monotonic queues (min, max), so every update is O(1) amortized and every windowed query over
 //! the whole ring is O(1). Sub-window queries (`mean over the last n`) scan at most `WINDOW` points.
 //!
+//! A report that repeats a metric's latest value bit for bit is a repeat of a cached value, not a new
+//! observation (see [`MetricSeries::push`]): sample counts and windows count distinct observations.
+//!
 //! NaN and ±Inf never enter the ring or any aggregate: they are counted as non-finite events with their
 //! time, so one diverged step cannot poison a mean, a slope or a best value (the Ray Tune median bug).
 //!
@@ -145,6 +148,11 @@ pub struct MetricSeries {
     last_non_finite: Option<(Timestamp, f64)>,
     /// Evictions since the sums were last recomputed exactly from the ring.
     evictions_since_resum: u32,
+    /// Reports that repeated the latest observation bit for bit (see [`MetricSeries::push`]).
+    repeats: u64,
+    last_seen_at: Option<Timestamp>,
+    /// Whether the latest push was a new observation rather than a repeat.
+    fresh: bool,
 }
 
 impl MetricSeries {
@@ -173,11 +181,27 @@ impl MetricSeries {
             non_finite_count: 0,
             last_non_finite: None,
             evictions_since_resum: 0,
+            repeats: 0,
+            last_seen_at: None,
+            fresh: false,
         }
     }
 
     /// Records one observation. Non-finite values are counted, not aggregated.
+    ///
+    /// A value bit-identical to the latest observation is a repeat, not an observation: reporters re-send
+    /// their cached values (the HF callback repeats the last logged loss in every 5-second report until the
+    /// next logging step; RHOAI re-polls every 30 s). Counting repeats would make "10 samples without
+    /// improvement" fire on a loss that was simply not logged again, and would pull a window's std to zero.
+    /// Repeats only move [`MetricSeries::last_seen_at`].
     pub fn push(&mut self, at: Timestamp, value: f64) {
+        self.last_seen_at = Some(at);
+        if self.latest_observation().is_some_and(|prev| prev.to_bits() == value.to_bits()) {
+            self.repeats += 1;
+            self.fresh = false;
+            return;
+        }
+        self.fresh = true;
         if !value.is_finite() {
             self.non_finite_count += 1;
             self.last_non_finite = Some((at, value));
@@ -285,6 +309,21 @@ impl MetricSeries {
 
     fn points(&self) -> impl DoubleEndedIterator<Item = Point> + '_ {
         (0..self.len as usize).map(move |i| self.ring[(self.head as usize + i) % WINDOW])
+    }
+
+    /// Whether the latest report brought a new value (false for a repeat).
+    pub fn is_fresh(&self) -> bool {
+        self.fresh
+    }
+
+    /// Reports that repeated the latest value.
+    pub fn repeats(&self) -> u64 {
+        self.repeats
+    }
+
+    /// When the metric was last reported, repeats included.
+    pub fn last_seen_at(&self) -> Option<Timestamp> {
+        self.last_seen_at
     }
 
     /// The latest observation, finite or not.

@@ -8,7 +8,8 @@
 //! stops reporting is `stalled`, not a plateau. With `std`, it also fires when the standard deviation over
 //! the window drops below `std` (Ray Tune's TrialPlateauStopper; the std uses the newest points of the
 //! window that the series keeps, at most 64). Nothing fires during `warmup` (a sample
-//! count, or a progress percentage such as `10%`).
+//! count, or a progress percentage such as `10%`). Samples are distinct observations: a reporter re-sending
+//! its cached value does not count (see `MetricSeries::push`).
 //!
 //! Example: `uses: plateau`, `with: {metric: loss, window: 2h, minDelta: 0.001, warmup: 10%}`.
 
@@ -119,15 +120,20 @@ impl Plateau {
 }
 
 impl Detector for Plateau {
-    fn observe(&self, state: &mut DetectorState, _series: &JobSeries, sample: &ProgressSample) {
+    fn observe(&self, state: &mut DetectorState, series: &JobSeries, sample: &ProgressSample) {
         let Some(v) = sample.metric(&self.metric).filter(|v| v.is_finite()) else { return };
         if !matches!(state, DetectorState::Plateau(_)) {
             *state = DetectorState::Plateau(PlateauState::default());
         }
         let DetectorState::Plateau(s) = state else { return };
-        s.samples += 1;
         s.first_at.get_or_insert(sample.updated_at);
         s.last_at = Some(sample.updated_at);
+        // A cached value re-sent is time passing, not a new observation (see `MetricSeries::push`); only a
+        // fresh start (no reference yet, e.g. after a resume) takes it as its first observation.
+        if s.reference.is_some() && !series.metric(&self.metric).is_none_or(|m| m.is_fresh()) {
+            return;
+        }
+        s.samples += 1;
         match s.reference {
             Some((best, _, _)) if !self.significant(best, v) => {}
             _ => s.reference = Some((v, sample.updated_at, s.samples)),
@@ -224,10 +230,10 @@ mod tests {
         let mut job = Job::new();
         // Improves for 10 samples, then flat.
         let mut values: Vec<f64> = (0..10).map(|i| 2.0 - 0.1 * i as f64).collect();
-        values.extend([1.1; 4]);
+        values.extend([1.1003, 1.1001, 1.1004, 1.1002]);
         let last = job.feed(d.as_ref(), "loss", 60, &values);
         assert!(job.check(d.as_ref(), last).is_none(), "4 flat samples < patience 5");
-        job.sample(d.as_ref(), last + 60, &[("loss", 1.1)], None, None);
+        job.sample(d.as_ref(), last + 60, &[("loss", 1.1005)], None, None);
         let f = job.check(d.as_ref(), last + 60).expect("5 flat samples");
         assert!(f.summary.starts_with("loss has not improved by more than 0 for 5 samples"), "{}", f.summary);
     }
@@ -274,6 +280,25 @@ mod tests {
     }
 
     #[test]
+    fn a_cached_value_re_sent_is_not_a_new_sample() {
+        // The HF callback repeats the last logged loss in every report until the next logging step.
+        let d = detector("plateau", json!({"metric": "loss", "window": 5}));
+        let mut job = Job::new();
+        let mut last = 0;
+        for (i, v) in [2.0, 1.9, 1.8].iter().enumerate() {
+            for r in 0..10 {
+                last = (i * 10 + r) as i64 * 5;
+                job.sample(d.as_ref(), last, &[("loss", *v)], None, None);
+            }
+        }
+        assert!(
+            job.check(d.as_ref(), last).is_none(),
+            "3 observations, each re-sent 10 times, all improving"
+        );
+        assert_eq!(job.series.metric("loss").unwrap().repeats(), 27);
+    }
+
+    #[test]
     fn max_mode_and_auto_direction() {
         let d = detector("plateau", json!({"metric": "eval_accuracy", "window": 3}));
         let mut job = Job::new();
@@ -289,15 +314,15 @@ mod tests {
     fn warmup_in_samples_and_progress() {
         let d = detector("plateau", json!({"metric": "loss", "window": 2, "warmup": 10}));
         let mut job = Job::new();
-        let last = job.feed(d.as_ref(), "loss", 60, &[1.0; 5]);
+        let last = job.feed(d.as_ref(), "loss", 60, &[1.0, 1.001, 1.002, 1.003, 1.004]);
         assert!(job.check(d.as_ref(), last).is_none(), "5 samples < warmup 10");
         let d = detector("plateau", json!({"metric": "loss", "window": 2, "warmup": "50%"}));
         let mut job = Job::new();
         for i in 0..5 {
-            job.sample(d.as_ref(), i * 60, &[("loss", 1.0)], Some(10.0 * i as f64), None);
+            job.sample(d.as_ref(), i * 60, &[("loss", 1.0 + i as f64 * 1e-3)], Some(10.0 * i as f64), None);
         }
         assert!(job.check(d.as_ref(), 240).is_none(), "progress 40% < 50%");
-        job.sample(d.as_ref(), 300, &[("loss", 1.0)], Some(50.0), None);
+        job.sample(d.as_ref(), 300, &[("loss", 1.01)], Some(50.0), None);
         assert!(job.check(d.as_ref(), 300).is_some());
     }
 
@@ -314,7 +339,7 @@ mod tests {
     fn nan_does_not_reset_or_poison_the_reference() {
         let d = detector("plateau", json!({"metric": "loss", "window": 3}));
         let mut job = Job::new();
-        let last = job.feed(d.as_ref(), "loss", 60, &[1.0, f64::NAN, 1.0, f64::NAN, 1.0, 1.0]);
+        let last = job.feed(d.as_ref(), "loss", 60, &[1.0, f64::NAN, 1.001, f64::NAN, 1.002, 1.003]);
         let f = job.check(d.as_ref(), last).expect("4 finite flat samples");
         assert!(f.summary.contains("best 1 at sample 1"), "{}", f.summary);
     }

@@ -1,5 +1,6 @@
 //! Ports of SageMaker Debugger's built-in rules, with their parameter names and defaults
-//! (awslabs/sagemaker-debugger-rulesconfig). SageMaker counts saved steps; here a step is a reported sample.
+//! (awslabs/sagemaker-debugger-rulesconfig). SageMaker counts saved steps; here a step is a reported sample
+//! that brought a new value (re-sent cached values do not count).
 //!
 //! * `loss_not_decreasing` (LossNotDecreasing): every sample, compare the loss with its value `num_steps`
 //!   samples earlier; fire when it decreased by less than `diff_percent` percent, or when it rose more than
@@ -172,18 +173,16 @@ fn advance(best: &mut Option<f64>, wait: &mut u64, value: Option<f64>, delta: f6
 }
 
 impl Detector for Overtraining {
-    fn observe(&self, state: &mut DetectorState, _series: &JobSeries, sample: &ProgressSample) {
+    fn observe(&self, state: &mut DetectorState, series: &JobSeries, sample: &ProgressSample) {
         if !matches!(state, DetectorState::Overtraining(_)) {
             *state = DetectorState::Overtraining(OvertrainingState::default());
         }
         let DetectorState::Overtraining(s) = state else { return };
-        advance(&mut s.best_train, &mut s.train_wait, sample.metric(&self.train_metric), self.delta);
-        advance(
-            &mut s.best_validation,
-            &mut s.validation_wait,
-            sample.metric(&self.validation_metric),
-            self.delta,
-        );
+        // Only new values count: the validation loss is re-sent unchanged between evaluations.
+        let fresh =
+            |name: &str| sample.metric(name).filter(|_| series.metric(name).is_none_or(|m| m.is_fresh()));
+        advance(&mut s.best_train, &mut s.train_wait, fresh(&self.train_metric), self.delta);
+        advance(&mut s.best_validation, &mut s.validation_wait, fresh(&self.validation_metric), self.delta);
     }
 
     fn check(&self, state: &DetectorState, _view: &JobView<'_>) -> Option<Finding> {
@@ -227,7 +226,7 @@ mod tests {
         assert!(job.check(d.as_ref(), last).is_none());
         // Then 1.7, 1.7, 1.69: 0.59% over 3 samples.
         let mut job = Job::new();
-        let last = job.feed(d.as_ref(), "loss", 60, &[2.0, 1.9, 1.8, 1.7, 1.7, 1.7, 1.69]);
+        let last = job.feed(d.as_ref(), "loss", 60, &[2.0, 1.9, 1.8, 1.7, 1.701, 1.699, 1.69]);
         let f = job.check(d.as_ref(), last).unwrap();
         assert!(f.summary.contains("over the last 3 samples (1.7 → 1.69), less than 1%"), "{}", f.summary);
     }
@@ -244,8 +243,9 @@ mod tests {
     fn loss_not_decreasing_eval_mode_uses_eval_loss() {
         let d = detector("loss_not_decreasing", json!({"mode": "EVAL", "num_steps": 1}));
         let mut job = Job::new();
-        let last = job.feed(d.as_ref(), "eval_loss", 60, &[1.0, 1.0]);
-        assert!(job.check(d.as_ref(), last).unwrap().summary.starts_with("eval_loss decreased by 0%"));
+        let last = job.feed(d.as_ref(), "eval_loss", 60, &[1.0, 1.0005]);
+        let summary = job.check(d.as_ref(), last).unwrap().summary;
+        assert!(summary.starts_with("eval_loss decreased by -0.05%"), "{summary}");
         assert_eq!(
             errors("loss_not_decreasing", json!({"mode": "BOTH", "num_steps": 64})),
             vec![
@@ -260,12 +260,27 @@ mod tests {
         let d = detector("overtraining", json!({"patience_validation": 3, "patience_train": 100}));
         let mut job = Job::new();
         for (i, (train, val)) in
-            [(2.0, 2.1), (1.8, 2.0), (1.6, 2.0), (1.4, 1.995), (1.2, 2.05)].iter().enumerate()
+            [(2.0, 2.1), (1.8, 2.0), (1.6, 2.001), (1.4, 1.995), (1.2, 2.05)].iter().enumerate()
         {
             job.sample(d.as_ref(), i as i64 * 60, &[("loss", *train), ("eval_loss", *val)], None, None);
         }
         let f = job.check(d.as_ref(), 240).unwrap();
         assert_eq!(f.summary, "eval_loss has not improved by more than 0.01 for 3 samples (best 2)");
+    }
+
+    #[test]
+    fn overtraining_counts_evaluations_not_reports() {
+        // eval_loss is re-sent unchanged between evaluations; only a new value is a new evaluation.
+        let d = detector("overtraining", json!({"patience_validation": 2, "patience_train": 1000}));
+        let mut job = Job::new();
+        let mut minute = 0;
+        for (train, val) in [(2.0, 2.1), (1.9, 2.0), (1.8, 2.0), (1.7, 2.0), (1.6, 2.0), (1.5, 2.005)] {
+            job.sample(d.as_ref(), minute * 60, &[("loss", train), ("eval_loss", val)], None, None);
+            minute += 1;
+        }
+        assert!(job.check(d.as_ref(), minute * 60).is_none(), "one evaluation without improvement so far");
+        job.sample(d.as_ref(), minute * 60, &[("loss", 1.4), ("eval_loss", 2.01)], None, None);
+        assert!(job.check(d.as_ref(), minute * 60).is_some());
     }
 
     #[test]
