@@ -255,12 +255,17 @@ impl Calendar {
     }
 
     /// Looks up an IANA time zone name (`"Europe/Rome"`, `"UTC"`) in the
-    /// time zone database.
+    /// time zone database compiled into the binary. The core reads no files,
+    /// and a replay gives the same answer on every host, whatever tzdata the
+    /// host has (or lacks, in a distroless image).
     pub fn parse_time_zone(name: &str) -> Result<TimeZone, CalendarError> {
+        static BUNDLED: std::sync::OnceLock<jiff::tz::TimeZoneDatabase> = std::sync::OnceLock::new();
         if name.trim().is_empty() {
             return Err(CalendarError::EmptyTimeZone);
         }
-        TimeZone::get(name)
+        BUNDLED
+            .get_or_init(jiff::tz::TimeZoneDatabase::bundled)
+            .get(name)
             .map_err(|e| CalendarError::UnknownTimeZone { name: name.to_owned(), reason: e.to_string() })
     }
 

@@ -449,36 +449,9 @@ mod tests {
             .map_err(|e| e.errors.iter().map(|e| e.to_string()).collect())
     }
 
-    const WEEKEND_SAFE: &str = r#"
-apiVersion: trainwarden.dev/v1alpha1
-kind: ProgressPolicy
-metadata: {name: weekend-safe, namespace: fraud}
-spec:
-  selector: {matchLabels: {team: fraud}}
-  mode: Enforce
-  timezone: Europe/Rome
-  activeWindows:
-    - {start: "0 18 * * FRI", duration: 62h}
-  gpuHourCost: 6.875
-  rules:
-    - name: nan-loss
-      uses: non_finite
-      with: {metric: loss}
-      actions: [{suspend: {}}]
-    - name: loss-plateau
-      uses: plateau
-      with: {metric: loss, window: 2h, minDelta: 0.001, warmup: 10%}
-      for: 15m
-      actions: [{notify: {to: team}}, {suspend: {}}]
-    - name: stalled
-      when: 'stalled("30m")'
-      actions: [{suspend: {}}]
-    - name: late
-      when: 'eta_after("2026-12-01T09:00:00+01:00")'
-      keepFiringFor: 10m
-      cooldown: 6h
-      actions: [{notify: {to: team}}]
-"#;
+    /// The issue's example policy, shared with the CRD and real-API tests.
+    const WEEKEND_SAFE: &str =
+        include_str!(concat!(env!("CARGO_MANIFEST_DIR"), "/../../tests/fixtures/weekend-safe.yaml"));
 
     #[test]
     fn the_issue_example_compiles() {

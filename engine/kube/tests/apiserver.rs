@@ -19,26 +19,16 @@ use trainwarden_kube::crd::{self, ClusterProgressPolicy, PolicyResource, Progres
 use trainwarden_kube::status::{CONDITION_READY, JobStatus, ProgressPolicyStatus};
 use trainwarden_kube::trainjob::{self, TRAINER_STATUS_FIELD_MANAGER};
 
-const WEEKEND_SAFE: &str = r#"
-apiVersion: trainwarden.dev/v1alpha1
-kind: ProgressPolicy
-metadata: {name: weekend-safe, namespace: NAMESPACE}
-spec:
-  selector: {matchLabels: {team: fraud}}
-  mode: Enforce
-  timezone: Europe/Rome
-  activeWindows:
-    - {start: "0 18 * * FRI", duration: 62h}
-  gpuHourCost: 6.875
-  rules:
-    - {name: nan-loss, uses: non_finite, with: {metric: loss}, actions: [{suspend: {}}]}
-    - {name: loss-plateau, uses: plateau, with: {metric: loss, window: 2h, minDelta: 0.001, warmup: 10%}, for: 15m, actions: [{notify: {to: team}}, {suspend: {}}]}
-    - {name: stalled, when: 'stalled("30m")', actions: [{suspend: {}}]}
-    - {name: late, when: 'eta_after("2026-12-01T09:00:00+01:00")', keepFiringFor: 10m, cooldown: 6h, actions: [{notify: {to: team}}]}
-"#;
+/// The issue's example policy, shared with the core and CRD tests.
+const WEEKEND_SAFE: &str =
+    include_str!(concat!(env!("CARGO_MANIFEST_DIR"), "/../../tests/fixtures/weekend-safe.yaml"));
 
 fn weekend_safe_value(ns: &str) -> Value {
-    serde_saphyr::from_str(&WEEKEND_SAFE.replace("NAMESPACE", ns)).expect("weekend-safe YAML")
+    serde_saphyr::from_str(
+        // The API server sets metadata.generation itself.
+        &WEEKEND_SAFE.replace("namespace: fraud, generation: 3", &format!("namespace: {ns}")),
+    )
+    .expect("weekend-safe YAML")
 }
 
 fn weekend_safe(ns: &str) -> ProgressPolicy {
