@@ -29,4 +29,7 @@ if [ "${go_minor:-0}" -lt 26 ]; then
   echo "install-prereqs: $(go env GOVERSION) is too old; the pinned etcd and kube-apiserver need Go >= 1.26." >&2
   exit 1
 fi
+# Python packages the tests use (aiosmtpd, the Kubeflow SDK, ...), in a venv of their own.
+"$(dirname "$0")/python/setup-venv.sh"
+
 echo "install-prereqs: $(cargo --version), $(go env GOVERSION), $(openssl version | cut -d' ' -f1-2)" >&2

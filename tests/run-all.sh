@@ -6,6 +6,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 tests/install-prereqs.sh
+export TRAINWARDEN_PYTHON="${TRAINWARDEN_VENV:-$HOME/.cache/trainwarden/venv}/bin/python"
 
 # Build first, outside the control plane's lifetime, so a slow cold compile does not keep it running idle.
 cargo build --workspace --all-targets --locked
