@@ -18,7 +18,7 @@
 //! [`Evaluator::tick`] at [`Evaluator::next_tick`]; the replay driver does so between samples, which is how a
 //! stall fires with no new sample arriving.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 
 use crate::compile::{CompiledPolicy, CompiledRule};
 use crate::detectors::{self, DetectorState, Finding, FindingKind};
@@ -43,8 +43,8 @@ impl Default for EngineConfig {
 }
 
 /// Where a rule is for a job.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
-#[serde(rename_all = "camelCase")]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize, schemars::JsonSchema)]
+#[serde(rename_all = "PascalCase")]
 pub enum RuleState {
     Inactive,
     Pending,
@@ -176,6 +176,62 @@ pub enum Event {
     },
 }
 
+/// What one rule remembers about one job, in a form that survives a restart (see [`Evaluator::memories`]).
+#[derive(Clone, Debug, PartialEq, serde::Serialize, serde::Deserialize, schemars::JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct RuleMemory {
+    /// The TrainJob as "<namespace>/<name>".
+    #[schemars(length(min = 3, max = 317))]
+    pub job: String,
+    /// The rule's name.
+    #[schemars(length(min = 1, max = 63))]
+    pub rule: String,
+    /// Pending (the condition holds, `for` has not elapsed), Firing, or Inactive (only remembered while an
+    /// action's cooldown runs).
+    pub state: RuleState,
+    /// Pending since or firing since.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(with = "Option<String>", extend("format" = "date-time"))]
+    pub since: Option<Timestamp>,
+    /// While firing: when the condition last turned false (for keepFiringFor).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(with = "Option<String>", extend("format" = "date-time"))]
+    pub cleared_at: Option<Timestamp>,
+    /// How often the rule has fired for this job.
+    #[serde(default)]
+    #[schemars(range(min = 0))]
+    pub firings: u64,
+    /// When each of the rule's actions was last issued (by position), for cooldowns.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(with = "Vec<Option<String>>", length(max = 16))]
+    pub last_issued: Vec<Option<Timestamp>>,
+}
+
+/// Applies the memories restored for (policy, job), if any, to the job's fresh rule tracks of that policy.
+fn claim_memories(
+    restored: &mut HashMap<(usize, JobKey), Vec<RuleMemory>>,
+    entry: &mut JobEntry,
+    key: &JobKey,
+    p_index: usize,
+    policy: &CompiledPolicy,
+) {
+    if restored.is_empty() {
+        return;
+    }
+    let Some(memories) = restored.remove(&(p_index, key.clone())) else { return };
+    let tracks = entry.tracks_mut(p_index, policy.rules.len());
+    for memory in memories {
+        let Some(r) = policy.rules.iter().position(|rule| rule.name == memory.rule) else { continue };
+        let track = &mut tracks[r];
+        track.state = Some(memory.state);
+        track.since = memory.since;
+        track.cleared_at = memory.cleared_at;
+        track.firings = memory.firings;
+        track.last_issued = memory.last_issued;
+        track.last_issued.resize(policy.rules[r].actions.len(), None);
+    }
+}
+
 #[derive(Clone, Debug, Default)]
 struct RuleTrack {
     state: Option<RuleState>,
@@ -188,11 +244,15 @@ struct RuleTrack {
     last_issued: Vec<Option<Timestamp>>,
     last_error: Option<String>,
     last_reason: Reason,
+    /// From the last evaluation of a script: when a time-driven function in it would turn true.
+    script_wake: Option<Timestamp>,
 }
 
 struct JobEntry {
     data: Option<Box<JobData>>,
     last_evaluated: Option<Timestamp>,
+    /// The job's entry in [`Evaluator::wakes`]: the earliest time its rules may change with no new sample.
+    wake: Option<Timestamp>,
     /// Rule tracks by policy index, then rule index; empty for policies that never selected the job.
     tracks: Vec<Vec<RuleTrack>>,
     /// Policies selecting the job, recomputed only when its labels or the policy set change (the hot path
@@ -241,7 +301,14 @@ pub struct Evaluator {
     policies: Vec<Option<PolicySlot>>,
     jobs: HashMap<JobKey, JobEntry>,
     namespace_labels: HashMap<String, BTreeMap<String, String>>,
+    /// The last cadence tick (every job re-evaluated at least once per `eval_interval`).
     last_tick: Option<Timestamp>,
+    /// Exact timers: `for` and `keepFiringFor` running out, stall deadlines, budgets. Ordered by time, so the
+    /// next one is the first entry; each job has at most one (its earliest, [`JobEntry::wake`]).
+    wakes: BTreeSet<(Timestamp, JobKey)>,
+    /// Rule memories restored from a previous run (see [`Evaluator::restore`]), claimed by each job the first
+    /// time a policy's rules are set up for it.
+    restored: HashMap<(usize, JobKey), Vec<RuleMemory>>,
 }
 
 /// Counters for status and metrics.
@@ -263,6 +330,8 @@ impl Evaluator {
             jobs: HashMap::new(),
             namespace_labels: HashMap::new(),
             last_tick: None,
+            wakes: BTreeSet::new(),
+            restored: HashMap::new(),
         }
     }
 
@@ -334,6 +403,7 @@ impl Evaluator {
         if let Some(index) = self.find_policy(reference) {
             self.retire_policy(index, now, out);
             self.policies[index] = None;
+            self.restored.retain(|(p, _), _| *p != index);
             self.mark_selection_stale();
         }
     }
@@ -433,6 +503,7 @@ impl Evaluator {
                     first_seen: now,
                 })),
                 last_evaluated: None,
+                wake: None,
                 tracks: Vec::new(),
                 selected_by: Vec::new(),
                 selection_stale: true,
@@ -458,6 +529,7 @@ impl Evaluator {
                 let Some(Some(slot)) = self.policies.get(p_index) else { continue };
                 let rules = &slot.policy.rules;
                 entry.tracks_mut(p_index, rules.len());
+                claim_memories(&mut self.restored, entry, key, p_index, &slot.policy);
                 let Some(data) = entry.data.as_ref() else { continue };
                 let series = &data.series;
                 let tracks = &mut entry.tracks[p_index];
@@ -526,6 +598,9 @@ impl Evaluator {
     /// A job was deleted: its firing rules resolve and its history is dropped.
     pub fn forget_job(&mut self, key: &JobKey, now: Timestamp, out: &mut Vec<Event>) {
         if let Some(job) = self.jobs.remove(key) {
+            if let Some(wake) = job.wake {
+                self.wakes.remove(&(wake, key.clone()));
+            }
             for (p, tracks) in job.tracks.into_iter().enumerate() {
                 if let Some(Some(slot)) = self.policies.get(p) {
                     for (r, track) in tracks.into_iter().enumerate() {
@@ -541,10 +616,8 @@ impl Evaluator {
         let interval = self.config.eval_interval.as_secs_f64();
         let cadence = self.last_tick.and_then(|t| detectors::add_seconds(t, interval));
         let calendar = self.policies.iter().flatten().filter_map(|s| s.next_calendar_change).min();
-        match (cadence, calendar) {
-            (Some(a), Some(b)) => Some(a.min(b)),
-            (a, b) => a.or(b),
-        }
+        let timer = self.wakes.first().map(|(t, _)| *t);
+        [cadence, calendar, timer].into_iter().flatten().min()
     }
 
     /// Evaluates jobs not evaluated within the last interval (and every job when a calendar window opens
@@ -553,20 +626,31 @@ impl Evaluator {
         let calendar_changed =
             self.policies.iter().flatten().any(|s| s.next_calendar_change.is_some_and(|c| c <= now));
         let interval = self.config.eval_interval.as_secs_f64();
-        let mut due: Vec<JobKey> = self
-            .jobs
-            .iter()
-            .filter(|(_, j)| {
-                calendar_changed || j.last_evaluated.is_none_or(|t| detectors::seconds(t, now) >= interval)
-            })
-            .map(|(k, _)| k.clone())
-            .collect();
+        let cadence = self.last_tick.is_none_or(|t| detectors::seconds(t, now) >= interval);
+        let mut due: Vec<JobKey> = if calendar_changed || cadence {
+            self.jobs
+                .iter()
+                .filter(|(_, j)| {
+                    calendar_changed
+                        || j.last_evaluated.is_none_or(|t| detectors::seconds(t, now) >= interval)
+                        || j.wake.is_some_and(|w| w <= now)
+                })
+                .map(|(k, _)| k.clone())
+                .collect()
+        } else {
+            Vec::new()
+        };
+        // Timers that ran out (the cheap path: only those jobs).
+        due.extend(self.wakes.iter().take_while(|(t, _)| *t <= now).map(|(_, k)| k.clone()));
         due.sort();
+        due.dedup();
         for key in due {
             self.refresh_selection(&key);
             self.evaluate_job(&key, now, out);
         }
-        self.last_tick = Some(now);
+        if cadence {
+            self.last_tick = Some(now);
+        }
         if calendar_changed {
             self.refresh_calendar(now);
         }
@@ -598,17 +682,19 @@ impl Evaluator {
             }
             let active = running && slot.is_active(now);
             entry.tracks_mut(p_index, policy.rules.len());
+            claim_memories(&mut self.restored, entry, key, p_index, policy);
             for (r_index, rule) in policy.rules.iter().enumerate() {
                 let track = &mut entry.tracks[p_index][r_index];
                 let verdict = if active {
                     condition(&self.scripts, policy, rule, track, &mut entry.data, now)
                 } else {
-                    Ok(None)
+                    Ok((None, None))
                 };
                 let track = &mut entry.tracks[p_index][r_index];
                 match verdict {
-                    Ok(reason) => {
+                    Ok((reason, wake)) => {
                         track.last_error = None;
+                        track.script_wake = wake;
                         advance(track, key, policy, rule, reason, now, entry.data.as_deref(), out);
                     }
                     Err(message) => {
@@ -638,6 +724,115 @@ impl Evaluator {
                 }
             }
         }
+        self.rearm(key, now);
+    }
+
+    /// Recomputes a job's timer after an evaluation: the earliest of its pending rules' `for`, its firing
+    /// rules' `keepFiringFor`, and its time-driven detectors' deadlines.
+    fn rearm(&mut self, key: &JobKey, now: Timestamp) {
+        let Some(entry) = self.jobs.get_mut(key) else { return };
+        let mut wake: Option<Timestamp> = None;
+        let mut consider = |t: Option<Timestamp>| {
+            if let Some(t) = t.filter(|t| *t > now) {
+                wake = Some(wake.map_or(t, |w| w.min(t)));
+            }
+        };
+        if let Some(data) = entry.data.as_deref()
+            && data.snapshot.phase == JobPhase::Running
+        {
+            for &p in &entry.selected_by {
+                let Some(Some(slot)) = self.policies.get(p) else { continue };
+                let Some(tracks) = entry.tracks.get(p) else { continue };
+                for (rule, track) in slot.policy.rules.iter().zip(tracks) {
+                    match track.state.unwrap_or(RuleState::Inactive) {
+                        RuleState::Pending => consider(
+                            track.since.and_then(|s| detectors::add_seconds(s, rule.for_.as_secs_f64())),
+                        ),
+                        RuleState::Firing => consider(track.cleared_at.and_then(|c| {
+                            detectors::add_seconds(c, rule.keep_firing_for.as_secs_f64())
+                        })),
+                        RuleState::Inactive => {
+                            if let Some(d) = &rule.detector {
+                                consider(d.wake_at(&track.detector_state, &data.view(&slot.policy.env, now)));
+                            }
+                            consider(track.script_wake);
+                        }
+                    }
+                }
+            }
+        }
+        if entry.wake != wake {
+            if let Some(old) = entry.wake {
+                self.wakes.remove(&(old, key.clone()));
+            }
+            if let Some(new) = wake {
+                self.wakes.insert((new, key.clone()));
+            }
+            entry.wake = wake;
+        }
+    }
+
+    /// What a policy's rules remember about each job beyond its history: pending since, firing, the
+    /// firing count and when each action was last issued (for cooldowns). Persisted by the controller (in the
+    /// policy status) and given back to [`Evaluator::restore`] after a restart, so a restart neither loses a
+    /// `for` timer nor repeats an action. Only rules that are pending, firing or cooling down are listed.
+    pub fn memories(&self, policy: &PolicyRef, now: Timestamp) -> Vec<RuleMemory> {
+        let Some(p) = self.find_policy(policy) else { return Vec::new() };
+        let Some(slot) = &self.policies[p] else { return Vec::new() };
+        let mut out = Vec::new();
+        for (key, job) in &self.jobs {
+            for (rule, track) in slot.policy.rules.iter().zip(job.tracks.get(p).into_iter().flatten()) {
+                let state = track.state.unwrap_or(RuleState::Inactive);
+                let cooling = track.last_issued.iter().flatten().any(|last| {
+                    detectors::add_seconds(*last, rule.cooldown.as_secs_f64()).is_none_or(|until| until > now)
+                });
+                if state == RuleState::Inactive && !cooling {
+                    continue;
+                }
+                out.push(RuleMemory {
+                    job: format!("{}/{}", key.namespace, key.name),
+                    rule: rule.name.clone(),
+                    state,
+                    since: track.since,
+                    cleared_at: track.cleared_at,
+                    firings: track.firings,
+                    last_issued: track.last_issued.clone(),
+                });
+            }
+        }
+        // Also what was restored but not yet claimed (its job not seen yet in this run).
+        for ((index, _), memories) in &self.restored {
+            if *index == p {
+                out.extend(memories.iter().cloned());
+            }
+        }
+        out.sort_by(|a, b| (&a.job, &a.rule).cmp(&(&b.job, &b.rule)));
+        out
+    }
+
+    /// Gives a policy back what its rules remembered before a restart (see [`Evaluator::memories`]). Call it
+    /// right after [`Evaluator::upsert_policy`] and before the jobs are observed: each memory is applied when
+    /// its job's rules are first set up, instead of starting that rule inactive. Memories of rules that no
+    /// longer exist are ignored; those of jobs never seen again are dropped by
+    /// [`Evaluator::drop_unclaimed_memories`].
+    pub fn restore(&mut self, policy: &PolicyRef, memories: Vec<RuleMemory>) {
+        let Some(p) = self.find_policy(policy) else { return };
+        for memory in memories {
+            let Some(key) = JobKey::parse(&memory.job) else { continue };
+            if let Some(entry) = self.jobs.get(&key)
+                && entry.tracks.get(p).is_some_and(|t| !t.is_empty())
+            {
+                continue; // already judged in this run: what this run knows is newer
+            }
+            self.restored.entry((p, key)).or_default().push(memory);
+        }
+    }
+
+    /// Forgets restored memories whose job has not been seen (it was deleted while nobody watched).
+    pub fn drop_unclaimed_memories(&mut self) -> usize {
+        let n = self.restored.values().map(Vec::len).sum();
+        self.restored.clear();
+        n
     }
 
     /// Rule state of one job, for status and tests.
@@ -695,7 +890,8 @@ impl Evaluator {
     }
 }
 
-/// Evaluates the rule's condition: `Ok(Some(reason))` when it holds.
+/// Evaluates the rule's condition: `Some(reason)` when it holds, and when a time-driven function of its
+/// script would turn true (see [`crate::script::Frame::wake`]).
 fn condition(
     scripts: &ScriptEngine,
     policy: &CompiledPolicy,
@@ -703,23 +899,25 @@ fn condition(
     track: &RuleTrack,
     data: &mut Option<Box<JobData>>,
     now: Timestamp,
-) -> Result<Option<Reason>, String> {
+) -> Result<(Option<Reason>, Option<Timestamp>), String> {
     let mut findings = Vec::new();
     if let Some(detector) = &rule.detector {
-        let Some(job) = data.as_deref() else { return Ok(None) };
+        let Some(job) = data.as_deref() else { return Ok((None, None)) };
         match detector.check(&track.detector_state, &job.view(&policy.env, now)) {
             Some(f) => findings.push(f),
-            None => return Ok(None),
+            None => return Ok((None, None)),
         }
     }
+    let mut wake = None;
     if let Some(script) = &rule.script {
         let outcome = scripts.eval_condition(script, data, &policy.env, now).map_err(|e| e.to_string())?;
         if !outcome.value {
-            return Ok(None);
+            return Ok((None, outcome.wake));
         }
+        wake = outcome.wake;
         findings.extend(outcome.evidence);
     }
-    Ok(Some(Reason::from_findings(findings, rule.when.as_deref())))
+    Ok((Some(Reason::from_findings(findings, rule.when.as_deref())), wake))
 }
 
 #[allow(clippy::too_many_arguments)]
@@ -857,7 +1055,8 @@ fn intent_id(
     action: usize,
 ) -> String {
     let p = &policy.reference;
-    let since = data.map_or(0, |d| d.first_seen.as_second());
+    // The job's creation time where known, so ids stay the same across controller restarts.
+    let since = data.map_or(0, |d| d.snapshot.created_at.unwrap_or(d.first_seen).as_second());
     format!(
         "{}:{}:{}:{}:{}:{}:{}:{since}:{firing}:{action}",
         p.kind,

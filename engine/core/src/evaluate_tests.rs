@@ -433,3 +433,141 @@ fn forgetting_a_job_resolves_and_frees_it() {
     assert_eq!(w.log(), log(&[(0, "high firing"), (1, "high resolved")]));
     assert_eq!(w.ev.job_count(), 0);
 }
+
+/// Ticks exactly at every timer up to `until` and returns the times ticked (seconds after t(0)).
+fn tick_times(w: &mut World, until: Timestamp) -> Vec<i64> {
+    let mut times = Vec::new();
+    while let Some(next) = w.ev.next_tick() {
+        if next > until {
+            break;
+        }
+        w.ev.tick(next, &mut w.events);
+        times.push(next.as_second() - t(0).as_second());
+    }
+    times
+}
+
+#[test]
+fn time_driven_rules_fire_at_their_deadline_not_at_the_next_interval() {
+    // A stall detector, a stall script and a `for`: all three must fire on the second they are due, with
+    // the 30s evaluation interval only as a backstop.
+    let rules = "    - {name: stall-detector, uses: stalled, with: {after: 10m}, actions: [{suspend: {}}]}\n\
+                 \x20   - {name: stall-script, when: 'stalled(\"10m\")', actions: [{event: {}}]}\n\
+                 \x20   - {name: high-for, when: 'metric(\"loss\") > 1.0', for: 7m, actions: [{annotate: {key: x, value: \"v1\"}}]}\n";
+    let mut w = World::with_policy(&policy(rules, ""));
+    let at = |s: i64| Timestamp::from_second(t(0).as_second() + s).unwrap();
+    let mut snap = w.job();
+    let mut sample = ProgressSample::empty(at(17), SampleSource::TrainerStatus);
+    sample.metrics.push(Metric { name: "loss".into(), value: 2.0 });
+    snap.sample = Some(sample);
+    w.ev.observe(snap, at(17), &mut w.events);
+    tick_times(&mut w, at(17 + 600 + 5));
+    let fired: Vec<(i64, String)> = w
+        .events
+        .iter()
+        .filter_map(|e| match e {
+            Event::Transition { at, rule, kind: TransitionKind::Firing, .. } => {
+                Some((at.as_second() - t(0).as_second(), rule.clone()))
+            }
+            _ => None,
+        })
+        .collect();
+    assert_eq!(
+        fired,
+        vec![
+            (17 + 420, "high-for".to_string()),
+            (17 + 600, "stall-detector".to_string()),
+            (17 + 600, "stall-script".to_string())
+        ]
+    );
+}
+
+#[test]
+fn the_next_tick_is_the_earliest_timer() {
+    let rules = "    - {name: stall, uses: stalled, with: {after: 10m}, actions: [{suspend: {}}]}\n";
+    let mut w = World::with_policy(&policy(rules, ""));
+    w.sample(0, 2.0, None);
+    w.ev.tick(t(0), &mut w.events);
+    // Cadence: t(0) + 30s; stall: t(10). The cadence comes first...
+    assert_eq!(w.ev.next_tick(), Some(Timestamp::from_second(t(0).as_second() + 30).unwrap()));
+    // ...and a new sample moves the stall deadline with it.
+    w.sample(3, 1.9, None);
+    let ticks = tick_times(&mut w, t(14));
+    assert!(ticks.contains(&(13 * 60)), "{ticks:?}");
+    assert_eq!(w.log(), log(&[(13, "stall firing"), (13, "stall → suspend [Enforce]")]));
+}
+
+/// A second evaluator with the same policy, given the first one's memories, as the controller does after a
+/// restart.
+fn restarted(w: &World, now: Timestamp) -> World {
+    let yaml = policy_yaml_of(w);
+    let mut fresh = World::with_policy(&yaml);
+    let reference = w.ev.policies().next().unwrap().reference.clone();
+    fresh.ev.restore(&reference, w.ev.memories(&reference, now));
+    fresh.clock = now;
+    fresh
+}
+
+thread_local! {
+    static LAST_POLICY: std::cell::RefCell<String> = const { std::cell::RefCell::new(String::new()) };
+}
+
+fn policy_yaml_of(_w: &World) -> String {
+    LAST_POLICY.with(|p| p.borrow().clone())
+}
+
+fn world(yaml: String) -> World {
+    LAST_POLICY.with(|p| *p.borrow_mut() = yaml.clone());
+    World::with_policy(&yaml)
+}
+
+#[test]
+fn a_restart_keeps_a_pending_for_timer_and_never_repeats_an_action() {
+    let rules = "    - {name: high, when: 'metric(\"loss\") > 1.0', for: 10m, actions: [{suspend: {}}]}\n\
+                 \x20   - {name: nan, when: 'metric(\"loss\") > 1.5', cooldown: 1h, actions: [{event: {}}]}\n";
+    let mut w = world(policy(rules, ""));
+    w.sample(0, 2.0, None);
+    w.sample(4, 2.0, None);
+    assert_eq!(w.log(), log(&[(0, "high pending"), (0, "nan firing"), (0, "nan → event [Enforce]")]));
+    let memories = w.ev.memories(&w.ev.policies().next().unwrap().reference.clone(), t(4));
+    assert_eq!(memories.len(), 2, "{memories:?}");
+    assert_eq!((memories[0].rule.as_str(), memories[0].state), ("high", RuleState::Pending));
+    assert_eq!(memories[0].since, Some(t(0)));
+
+    // The controller dies at minute 4 and comes back at minute 6, seeing the same loss again.
+    let mut after = restarted(&w, t(6));
+    after.sample(6, 2.0, None);
+    after.advance(11);
+    // `high` fires at the original deadline (minute 10), and `nan`, still firing, issues nothing again.
+    assert_eq!(after.log(), log(&[(10, "high firing"), (10, "high → suspend [Enforce]")]));
+    let Event::Intent(restarted_intent) = &after.events[1] else { panic!() };
+
+    // The intent id is what it would have been without the restart (the executor deduplicates on it).
+    w.advance(11);
+    let original = w.events.iter().rev().find_map(|e| if let Event::Intent(i) = e { Some(i) } else { None });
+    assert_eq!(original.unwrap().id.split(':').last(), restarted_intent.id.split(':').last());
+}
+
+#[test]
+fn memories_of_unknown_rules_and_vanished_jobs_are_dropped() {
+    let rules = "    - {name: high, when: 'metric(\"loss\") > 1.0', for: 10m, actions: [{suspend: {}}]}\n";
+    let mut w = world(policy(rules, ""));
+    let reference = w.ev.policies().next().unwrap().reference.clone();
+    let memory = |job: &str, rule: &str| RuleMemory {
+        job: job.into(),
+        rule: rule.into(),
+        state: RuleState::Pending,
+        since: Some(t(0)),
+        cleared_at: None,
+        firings: 0,
+        last_issued: vec![],
+    };
+    w.ev.restore(&reference, vec![memory("ml/ft", "gone"), memory("ml/deleted", "high"), memory("bad", "high")]);
+    w.sample(1, 0.5, None);
+    assert!(w.log().is_empty(), "{:?}", w.log());
+    // The deleted job's memory is still held (and persisted) until the controller says the initial sync is
+    // over.
+    assert_eq!(w.ev.memories(&reference, t(1)).len(), 1);
+    assert_eq!(w.ev.drop_unclaimed_memories(), 1);
+    assert!(w.ev.memories(&reference, t(1)).is_empty());
+}

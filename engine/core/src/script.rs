@@ -123,6 +123,9 @@ pub struct Frame {
     deadline: Instant,
     /// Findings of detector functions that returned true, reported as the rule's reason.
     pub evidence: Vec<Finding>,
+    /// The earliest time a time-driven detector function that returned false (`stalled`, ...) would turn
+    /// true with no new sample: the evaluator's timer for the rule.
+    pub wake: Option<Timestamp>,
 }
 
 thread_local! {
@@ -170,7 +173,12 @@ fn detect(detector: &dyn Detector) -> HostResult<bool> {
                 frame.evidence.push(f);
                 true
             }
-            None => false,
+            None => {
+                if let Some(t) = detector.wake_at(&DetectorState::None, &view_of(frame)) {
+                    frame.wake = Some(frame.wake.map_or(t, |w| w.min(t)));
+                }
+                false
+            }
         }
     })
 }
@@ -663,6 +671,8 @@ pub struct CompiledScript {
 pub struct ScriptOutcome {
     pub value: bool,
     pub evidence: Vec<Finding>,
+    /// See [`Frame::wake`].
+    pub wake: Option<Timestamp>,
 }
 
 impl Default for ScriptEngine {
@@ -795,18 +805,21 @@ impl ScriptEngine {
                 now,
                 deadline: Instant::now() + self.limits.deadline,
                 evidence: Vec::new(),
+                wake: None,
             })
         });
         // The job must come back out of the frame whatever happens, even if evaluation unwinds.
         struct Restore<'a> {
             job: &'a mut Option<Box<JobData>>,
             evidence: Vec<Finding>,
+            wake: Option<Timestamp>,
         }
         impl Restore<'_> {
             fn take_back(&mut self) {
                 if let Some(frame) = FRAME.with(|cell| cell.borrow_mut().take()) {
                     *self.job = Some(frame.job);
                     self.evidence = frame.evidence;
+                    self.wake = frame.wake;
                 }
             }
         }
@@ -815,14 +828,15 @@ impl ScriptEngine {
                 self.take_back();
             }
         }
-        let mut restore = Restore { job, evidence: Vec::new() };
+        let mut restore = Restore { job, evidence: Vec::new(), wake: None };
         let result = self.engine.eval_ast_with_scope::<Dynamic>(&mut scope, &script.ast);
         restore.take_back();
         let evidence = std::mem::take(&mut restore.evidence);
+        let wake = restore.wake;
         drop(restore);
         let value = result.map_err(|e| classify(&script.rule, &e))?;
         match value.as_bool() {
-            Ok(b) => Ok(ScriptOutcome { value: b, evidence }),
+            Ok(b) => Ok(ScriptOutcome { value: b, evidence, wake }),
             Err(type_name) => Err(runtime_error(
                 &script.rule,
                 Position::new(1, 1),
@@ -952,6 +966,7 @@ mod tests {
                 now,
                 deadline: Instant::now() + std::time::Duration::from_secs(1),
                 evidence: Vec::new(),
+                wake: None,
             })
         });
         let v = engine.engine.eval_ast_with_scope::<Dynamic>(&mut scope, &script.ast);

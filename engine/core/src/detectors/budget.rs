@@ -6,7 +6,10 @@
 //!
 //! Example: `uses: over_budget`, `with: {maxCost: 1500}` with `gpuHourCost: 6.875` on the policy.
 
-use super::{Detector, DetectorInfo, DetectorState, Finding, JobView, Params, fmt_num, fmt_secs};
+use super::{
+    Detector, DetectorInfo, DetectorState, Finding, JobView, Params, add_seconds, fmt_num, fmt_secs,
+};
+use crate::sample::Timestamp;
 use crate::duration::Duration;
 
 pub const INFO: DetectorInfo = DetectorInfo {
@@ -73,6 +76,25 @@ impl Detector for OverBudget {
                 .value("cost", cost)
                 .value("gpuHours", gpu_hours)
         })
+    }
+
+    /// When the first of the budgets runs out at the job's current size, counted from when it started running.
+    fn wake_at(&self, _state: &DetectorState, view: &JobView<'_>) -> Option<Timestamp> {
+        if !view.is_running() {
+            return None;
+        }
+        let mut limits = Vec::new();
+        limits.extend(self.max_runtime.map(|d| d.as_secs_f64()));
+        if let Some(gpus) = view.gpus.filter(|g| *g > 0.0) {
+            limits.extend(self.max_gpu_hours.map(|h| h * 3600.0 / gpus));
+            if let (Some(max), Some(price)) = (self.max_cost, view.gpu_hour_cost.filter(|p| *p > 0.0)) {
+                limits.push(max / price * 3600.0 / gpus);
+            }
+        }
+        let earliest = limits.into_iter().filter(|s| s.is_finite()).reduce(f64::min)?;
+        let started = add_seconds(view.now, -view.runtime_seconds())?;
+        // The budgets are "over the limit", strictly: wake up one second after reaching it.
+        add_seconds(started, earliest + 1.0)
     }
 
     fn needs_gpu_hour_cost(&self) -> bool {

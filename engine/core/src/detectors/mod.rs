@@ -134,6 +134,14 @@ pub trait Detector: fmt::Debug + Send + Sync {
     /// Whether the detector fires now, and why.
     fn check(&self, state: &DetectorState, view: &JobView<'_>) -> Option<Finding>;
 
+    /// For time-driven detectors: the earliest time at which [`Detector::check`] may start to fire with no
+    /// new sample arriving (a stall deadline, a runtime budget running out). The evaluator sets a timer for
+    /// it, so such rules fire on time instead of at the next evaluation interval. `None`: only new samples
+    /// can change the answer.
+    fn wake_at(&self, _state: &DetectorState, _view: &JobView<'_>) -> Option<Timestamp> {
+        None
+    }
+
     /// Durations the detector waits on, checked against the policy's sampling interval.
     fn windows(&self) -> Vec<(&'static str, crate::duration::Duration)> {
         Vec::new()

@@ -12,7 +12,10 @@
 //!
 //! Example: `uses: stalled`, `with: {after: 30m}`.
 
-use super::{Detector, DetectorInfo, DetectorState, Finding, JobView, Params, fmt_secs, seconds};
+use super::{
+    Detector, DetectorInfo, DetectorState, Finding, JobView, Params, add_seconds, fmt_secs, seconds,
+};
+use crate::sample::Timestamp;
 use crate::duration::Duration;
 
 pub const INFO: DetectorInfo = DetectorInfo {
@@ -82,6 +85,13 @@ impl Detector for Stalled {
                 .value("secondsSilent", silent)
                 .stall()
         })
+    }
+
+    fn wake_at(&self, _state: &DetectorState, view: &JobView<'_>) -> Option<Timestamp> {
+        if !view.is_running() || (self.require_first_sample && view.series.last_sample_at.is_none()) {
+            return None;
+        }
+        add_seconds(view.last_activity(), self.after.as_secs_f64())
     }
 
     fn windows(&self) -> Vec<(&'static str, Duration)> {
