@@ -7,7 +7,8 @@
 #   e.g. tests/k8s/with-control-plane.sh cargo test -p trainwarden-engine --test k8s
 #
 # CMD sees: KUBECONFIG, TRAINWARDEN_TEST_KUBECONFIG (same file),
-# TRAINWARDEN_KUBECTL (the built kubectl) and KUBECACHEDIR (per-plane cache).
+# TRAINWARDEN_KUBECTL (the built kubectl), KUBECACHEDIR (per-plane cache) and
+# TRAINWARDEN_HELM (helm built by build-helm.sh).
 # The exit code is CMD's. If CMD (or the setup) fails, the etcd and apiserver
 # logs are copied to a directory that is printed (TRAINWARDEN_K8S_LOG_DIR
 # to choose it); the temp dir is always removed.
@@ -49,6 +50,9 @@ trap 'exit 143' TERM
 
 cache="$("$SCRIPT_DIR/build-binaries.sh" | tail -n1)" || die "build-binaries.sh failed"
 export TRAINWARDEN_K8S_BIN_DIR="$cache/bin"
+# helm, for the chart test (engine/kube/tests/chart.rs).
+helm_cache="$("$SCRIPT_DIR/build-helm.sh" | tail -n1)" || die "build-helm.sh failed"
+export TRAINWARDEN_HELM="$helm_cache/bin/helm"
 
 plane_dir="$(mktemp -d "${TMPDIR:-/tmp}/trainwarden-k8s.XXXXXX")"
 "$SCRIPT_DIR/control-plane.sh" start "$plane_dir" >/dev/null
