@@ -2,8 +2,9 @@
 //!
 //! Everything is checked in one pass and every problem is reported with its field path: unknown fields,
 //! durations, cron windows, the time zone, rule names, detectors and their parameters, windows shorter
-//! than the sampling interval, Rhai compile errors (with line:column), and cross-field requirements such
-//! as a cost budget without `gpuHourCost`. A policy that has any error is not compiled at all, so nothing
+//! than the sampling interval, Rhai compile errors (with line:column), notification receivers
+//! ([`crate::receiver`]: durations, message templates, Secret namespaces, `notify.to` names), and
+//! cross-field requirements such as a cost budget without `gpuHourCost`. A policy that has any error is not compiled at all, so nothing
 //! is half-applied. Scripts are compiled here, once per policy version.
 
 use std::collections::HashSet;
@@ -19,6 +20,7 @@ use crate::policy::{
     API_VERSION, ActionSpec, ClusterPolicySpec, KIND_CLUSTER, KIND_NAMESPACED, LabelSelector, Mode,
     PolicyRef, PolicyScope, PolicySpec,
 };
+use crate::receiver::{self, CompiledReceiver};
 use crate::script::{CompiledScript, PolicyEnv, ScriptEngine};
 
 /// A policy document as read from a file or the API: identity, scope and spec.
@@ -58,6 +60,8 @@ pub struct CompiledPolicy {
     pub env: Arc<PolicyEnv>,
     pub sampling_interval: Duration,
     pub rules: Vec<CompiledRule>,
+    /// `spec.receivers`, for the notifier.
+    pub receivers: Vec<CompiledReceiver>,
 }
 
 impl CompiledPolicy {
@@ -152,6 +156,8 @@ pub fn compile(doc: &PolicyDocument, engine: &ScriptEngine) -> Result<CompiledPo
         errors.push(FieldError::new("spec.rules", "a policy needs at least one rule"));
     }
 
+    let receivers = receiver::compile_receivers(&spec.receivers, &doc.scope, &mut errors);
+
     let mut names = HashSet::new();
     let mut rules = Vec::new();
     for (i, rule) in spec.rules.iter().enumerate() {
@@ -230,6 +236,20 @@ pub fn compile(doc: &PolicyDocument, engine: &ScriptEngine) -> Result<CompiledPo
                 ActionSpec::Notify(n) if n.to.trim().is_empty() => {
                     errors.push(FieldError::new(format!("{apath}.notify.to"), "required"))
                 }
+                // A policy without receivers leaves delivery to receivers configured outside it; once it
+                // declares any, every notify must name one of them.
+                ActionSpec::Notify(n)
+                    if !spec.receivers.is_empty() && !spec.receivers.iter().any(|r| r.name == n.to) =>
+                {
+                    errors.push(FieldError::new(
+                        format!("{apath}.notify.to"),
+                        format!(
+                            "no receiver named {:?} in spec.receivers (defined: {})",
+                            n.to,
+                            spec.receivers.iter().map(|r| r.name.as_str()).collect::<Vec<_>>().join(", ")
+                        ),
+                    ))
+                }
                 ActionSpec::Annotate(a) if !valid_annotation_key(&a.key) => errors.push(FieldError::new(
                     format!("{apath}.annotate.key"),
                     format!(
@@ -274,6 +294,7 @@ pub fn compile(doc: &PolicyDocument, engine: &ScriptEngine) -> Result<CompiledPo
         }),
         sampling_interval,
         rules,
+        receivers,
     })
 }
 
@@ -620,6 +641,97 @@ spec:
         assert!(!p.selects("any", &labels(&[("team", "x")]), Some(&labels(&[("tier", "prod")]))));
         assert!(!p.selects("any", &labels(&[]), Some(&labels(&[("tier", "research")]))));
         assert!(p.reference.namespace.is_none());
+    }
+
+    #[test]
+    fn receivers_compile_with_defaults_and_settled_secret_namespaces() {
+        let yaml = r#"
+apiVersion: trainwarden.dev/v1alpha1
+kind: ProgressPolicy
+metadata: {name: p, namespace: fraud}
+spec:
+  receivers:
+    - name: team
+      slack: {urlSecret: {name: slack, key: url}, text: "{{rule}}: {{summary}}"}
+      email:
+        smarthost: smtp.example.com:587
+        from: Trainwarden <tw@example.com>
+        to: [ml@example.com]
+        username: tw
+        passwordSecret: {name: smtp, key: password, namespace: fraud}
+    - name: hook
+      groupBy: [job, rule, job]
+      groupWait: 0s
+      sendResolved: true
+      webhook: {url: "https://hooks.example.com/x", hmacSecret: {name: hook, key: hmac}}
+  rules:
+    - {name: r, when: "true", actions: [{notify: {to: team}}, {notify: {to: hook}}]}
+"#;
+        let p = compile_yaml(yaml).unwrap();
+        let team = &p.receivers[0];
+        assert_eq!(team.group_by, vec![crate::policy::GroupLabel::Policy, crate::policy::GroupLabel::Job]);
+        assert_eq!(team.group_wait, Duration::from_secs(30));
+        assert_eq!(team.repeat_interval, Duration::from_secs(4 * 3600));
+        assert_eq!(team.slack.as_ref().unwrap().url.to_string(), "fraud/slack[url]");
+        let email = team.email.as_ref().unwrap();
+        assert_eq!((email.host.as_str(), email.port), ("smtp.example.com", 587));
+        assert_eq!(email.password.as_ref().unwrap().to_string(), "fraud/smtp[password]");
+        let hook = &p.receivers[1];
+        assert_eq!(hook.group_by, vec![crate::policy::GroupLabel::Job, crate::policy::GroupLabel::Rule]);
+        assert!(hook.group_wait.is_zero() && hook.send_resolved);
+    }
+
+    #[test]
+    fn receiver_errors_have_paths() {
+        let yaml = r#"
+apiVersion: trainwarden.dev/v1alpha1
+kind: ProgressPolicy
+metadata: {name: p, namespace: fraud}
+spec:
+  receivers:
+    - name: team
+      groupInterval: 0s
+      slack: {urlSecret: {name: slack, key: url, namespace: payments}, title: "{{summary}}", text: "{{rule}"}
+    - name: team
+      email: {smarthost: smtp, tls: None, from: me, to: [], passwordSecret: {name: s, key: p}}
+    - name: hook
+      webhook: {url: "ftp://x", urlSecret: {name: h, key: u}}
+    - name: empty
+  rules:
+    - {name: r, when: "true", actions: [{notify: {to: oncall}}]}
+"#;
+        let errors = compile_yaml(yaml).unwrap_err();
+        let paths: Vec<&str> = errors.iter().map(|e| e.split(": ").next().unwrap()).collect();
+        assert_eq!(
+            paths,
+            vec![
+                "spec.receivers[0].groupInterval",
+                "spec.receivers[0].slack.urlSecret.namespace",
+                "spec.receivers[0].slack.title",
+                "spec.receivers[0].slack.text",
+                "spec.receivers[1].name",
+                "spec.receivers[1].email.smarthost",
+                "spec.receivers[1].email.from",
+                "spec.receivers[1].email.to",
+                "spec.receivers[1].email.username",
+                "spec.receivers[1].email.tls",
+                "spec.receivers[2].webhook",
+                "spec.receivers[3]",
+                "spec.rules[0].actions[0].notify.to",
+            ],
+            "{errors:#?}"
+        );
+        assert!(errors[1].contains("own namespace \"fraud\", not \"payments\""), "{}", errors[1]);
+        assert!(errors[3].contains("column 1: `{{` is not closed"), "{}", errors[3]);
+        assert!(errors[12].contains("no receiver named \"oncall\""), "{}", errors[12]);
+        let cluster = yaml
+            .replace("kind: ProgressPolicy", "kind: ClusterProgressPolicy")
+            .replace("{name: p, namespace: fraud}", "{name: p}");
+        let errors = compile_yaml(&cluster).unwrap_err();
+        assert!(
+            errors.contains(&"spec.receivers[1].email.passwordSecret.namespace: a ClusterProgressPolicy must name the Secret's namespace".to_string()),
+            "{errors:#?}"
+        );
     }
 
     #[test]

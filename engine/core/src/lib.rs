@@ -17,11 +17,13 @@ pub mod evaluate;
 pub mod normalize;
 pub mod notation;
 pub mod policy;
+pub mod receiver;
 pub mod replay;
 pub mod sample;
 pub mod script;
 pub mod series;
 pub mod stream;
+pub mod template;
 pub mod testing;
 
 #[cfg(test)]

@@ -1,0 +1,323 @@
+//! Alerts: what one rule firing on one job means to a receiver, built from the evaluator's intents.
+//!
+//! A `notify` [`ActionIntent`] becomes an [`Alert`]; the rule's other intents from the same firing (suspend,
+//! annotate, …) add what was done (or, in Audit mode, would be done) and the GPU time at stake, so a message
+//! can say "will suspend the TrainJob; frees 262 GPU-hours". Pure data, no I/O.
+
+use std::collections::BTreeMap;
+
+use trainwarden_core::evaluate::{ActionIntent, Savings};
+use trainwarden_core::policy::{ActionSpec, Mode, PolicyRef};
+use trainwarden_core::sample::{JobKey, Timestamp};
+use trainwarden_core::script::JobData;
+use trainwarden_core::template::{Field, FieldValues};
+
+/// Firing or resolved.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "camelCase")]
+pub enum AlertStatus {
+    Firing,
+    Resolved,
+}
+
+impl AlertStatus {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            AlertStatus::Firing => "firing",
+            AlertStatus::Resolved => "resolved",
+        }
+    }
+}
+
+/// The job's progress when the rule fired; the caller knows it (the evaluator's job history), the intent
+/// does not.
+#[derive(Clone, Copy, Debug, Default, PartialEq, serde::Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct JobProgress {
+    /// 0–100.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub percent: Option<f64>,
+    /// Seconds the job still needs, as it reported.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub eta_seconds: Option<f64>,
+}
+
+impl JobProgress {
+    /// The job's latest reported progress (from the evaluator's `job(key)`), if it reported any.
+    pub fn of(data: &JobData) -> Option<JobProgress> {
+        let last = data.series.last.as_ref()?;
+        let p = JobProgress { percent: last.progress_percent, eta_seconds: last.eta_seconds };
+        (p.percent.is_some() || p.eta_seconds.is_some()).then_some(p)
+    }
+}
+
+/// Identity of an alert: one rule on one job under one policy (any generation).
+#[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct AlertKey {
+    pub policy: PolicyId,
+    pub rule: String,
+    pub job: JobKey,
+}
+
+/// A policy regardless of its generation.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct PolicyId {
+    pub kind: &'static str,
+    pub namespace: Option<String>,
+    pub name: String,
+}
+
+impl From<&PolicyRef> for PolicyId {
+    fn from(p: &PolicyRef) -> Self {
+        PolicyId { kind: p.kind, namespace: p.namespace.clone(), name: p.name.clone() }
+    }
+}
+
+impl std::fmt::Display for PolicyId {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match &self.namespace {
+            Some(ns) => write!(f, "{ns}/{}", self.name),
+            None => write!(f, "{}", self.name),
+        }
+    }
+}
+
+/// One alert in a notification.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Alert {
+    pub policy: PolicyRef,
+    pub rule: String,
+    pub job: JobKey,
+    pub status: AlertStatus,
+    pub mode: Mode,
+    pub summary: String,
+    pub values: BTreeMap<String, f64>,
+    /// The rule's other actions of this firing, as `(kind, description)`.
+    pub actions: Vec<(String, String)>,
+    /// The notify action's `message`.
+    pub message: Option<String>,
+    pub fired_at: Timestamp,
+    pub resolved_at: Option<Timestamp>,
+    pub progress: Option<JobProgress>,
+    pub savings: Option<Savings>,
+    /// The notify intent's id (stable per firing), for receivers that deduplicate.
+    pub intent_id: String,
+}
+
+impl Alert {
+    /// The alert a `notify` intent raises; `None` for other actions.
+    pub fn from_intent(intent: &ActionIntent, progress: Option<JobProgress>) -> Option<(Alert, String)> {
+        let ActionSpec::Notify(notify) = &intent.action else { return None };
+        let alert = Alert {
+            policy: intent.policy.clone(),
+            rule: intent.rule.clone(),
+            job: intent.job.clone(),
+            status: AlertStatus::Firing,
+            mode: intent.mode,
+            summary: intent.reason.summary.clone(),
+            values: intent.reason.values.clone(),
+            actions: Vec::new(),
+            message: notify.message.clone(),
+            fired_at: intent.at,
+            resolved_at: None,
+            progress,
+            savings: intent.savings.clone(),
+            intent_id: intent.id.clone(),
+        };
+        Some((alert, notify.to.clone()))
+    }
+
+    pub fn key(&self) -> AlertKey {
+        AlertKey { policy: PolicyId::from(&self.policy), rule: self.rule.clone(), job: self.job.clone() }
+    }
+
+    /// `will suspend the TrainJob, will annotate …` or `would …` in Audit mode; `no other action`.
+    pub fn actions_text(&self) -> String {
+        if self.actions.is_empty() {
+            return "no other action".into();
+        }
+        let verb = if self.mode == Mode::Audit { "would" } else { "will" };
+        self.actions.iter().map(|(_, d)| format!("{verb} {d}")).collect::<Vec<_>>().join(", ")
+    }
+}
+
+impl Alert {
+    /// Progress and ETA, actions, GPU time at stake: whichever is known, `; `-joined. Empty once resolved
+    /// (the actions are history then).
+    pub fn details(&self) -> String {
+        let mut parts = Vec::new();
+        if let Some(p) = self.progress {
+            let mut progress = Vec::new();
+            if let Some(percent) = p.percent {
+                progress.push(format!("progress {}%", fmt_number(percent)));
+            }
+            if let Some(eta) = p.eta_seconds {
+                progress.push(format!("ETA {}", fmt_seconds(eta)));
+            }
+            if !progress.is_empty() {
+                parts.push(progress.join(", "));
+            }
+        }
+        if self.status == AlertStatus::Resolved {
+            return parts.join("; ");
+        }
+        if !self.actions.is_empty() {
+            parts.push(self.actions_text());
+        }
+        if let Some(s) = &self.savings {
+            let mut stake = format!("{} GPU-hours", fmt_number(s.gpu_hours));
+            if let Some(d) = s.dollars {
+                stake += &format!(" (${})", fmt_money(d));
+            }
+            parts.push(format!("{stake} at stake"));
+        }
+        parts.join("; ")
+    }
+}
+
+/// `1,803.73`.
+pub fn fmt_money(d: f64) -> String {
+    if !d.is_finite() {
+        return d.to_string();
+    }
+    let cents = (d.abs() * 100.0).round() as u64;
+    let digits = (cents / 100).to_string();
+    let mut whole = String::new();
+    for (i, c) in digits.chars().enumerate() {
+        if i > 0 && (digits.len() - i).is_multiple_of(3) {
+            whole.push(',');
+        }
+        whole.push(c);
+    }
+    format!("{}{whole}.{:02}", if d < 0.0 && cents > 0 { "-" } else { "" }, cents % 100)
+}
+
+/// What a non-notify action does, in words.
+pub fn describe_action(action: &ActionSpec) -> String {
+    match action {
+        ActionSpec::Suspend(_) => "suspend the TrainJob".into(),
+        ActionSpec::Notify(n) => format!("notify {}", n.to),
+        ActionSpec::Annotate(a) => format!("annotate the TrainJob with {}", a.key),
+        ActionSpec::Event(_) => "emit a Kubernetes Event".into(),
+        ActionSpec::Scale(s) => format!("scale the TrainJob to {} nodes", s.num_nodes),
+    }
+}
+
+/// A number for people: at most 2 decimals, no trailing zeros.
+pub fn fmt_number(v: f64) -> String {
+    if !v.is_finite() {
+        return v.to_string();
+    }
+    let s = format!("{v:.2}");
+    let s = s.trim_end_matches('0').trim_end_matches('.');
+    if s == "-0" { "0".into() } else { s.to_string() }
+}
+
+/// `1d8h47m`, `5m30s`.
+pub fn fmt_seconds(seconds: f64) -> String {
+    if !seconds.is_finite() || seconds < 0.0 {
+        return "-".into();
+    }
+    let total = seconds.round() as u64;
+    let (d, h, m, s) = (total / 86_400, total / 3600 % 24, total / 60 % 60, total % 60);
+    let mut out = String::new();
+    for (n, unit) in [(d, "d"), (h, "h"), (m, "m"), (s, "s")] {
+        if n > 0 || (out.is_empty() && unit == "s") {
+            out += &format!("{n}{unit}");
+        }
+    }
+    out
+}
+
+/// Template values of one alert inside its group.
+pub struct AlertFields<'a> {
+    pub group: &'a GroupFields<'a>,
+    pub alert: &'a Alert,
+}
+
+/// Template values of a whole group.
+pub struct GroupFields<'a> {
+    pub receiver: &'a str,
+    pub status: AlertStatus,
+    pub alerts: &'a [Alert],
+}
+
+fn distinct(values: impl Iterator<Item = String>) -> String {
+    let mut seen: Vec<String> = Vec::new();
+    for v in values {
+        if !seen.contains(&v) {
+            seen.push(v);
+        }
+    }
+    seen.join(", ")
+}
+
+impl FieldValues for GroupFields<'_> {
+    fn value(&self, field: Field) -> Option<String> {
+        let a = self.alerts;
+        Some(match field {
+            Field::Status => self.status.as_str().into(),
+            Field::Receiver => self.receiver.into(),
+            Field::Policy => distinct(a.iter().map(|x| x.policy.to_string())),
+            Field::Job => distinct(a.iter().map(|x| x.job.to_string())),
+            Field::Namespace => distinct(a.iter().map(|x| x.job.namespace.clone())),
+            Field::JobName => distinct(a.iter().map(|x| x.job.name.clone())),
+            Field::Rules => distinct(a.iter().map(|x| x.rule.clone())),
+            Field::Count => a.len().to_string(),
+            _ => return None,
+        })
+    }
+}
+
+impl FieldValues for AlertFields<'_> {
+    fn value(&self, field: Field) -> Option<String> {
+        let a = self.alert;
+        match field {
+            Field::Status => Some(a.status.as_str().into()),
+            Field::Policy => Some(a.policy.to_string()),
+            Field::Job => Some(a.job.to_string()),
+            Field::Namespace => Some(a.job.namespace.clone()),
+            Field::JobName => Some(a.job.name.clone()),
+            Field::Rule => Some(a.rule.clone()),
+            Field::Mode => Some(a.mode.as_str().into()),
+            Field::Summary => Some(a.summary.clone()),
+            Field::Values => Some(
+                a.values
+                    .iter()
+                    .map(|(k, v)| format!("{k}={}", fmt_number(*v)))
+                    .collect::<Vec<_>>()
+                    .join(", "),
+            )
+            .filter(|s| !s.is_empty()),
+            Field::Actions => Some(a.actions_text()),
+            // Optional free text: absent is empty, not `-`.
+            Field::Message => Some(a.message.clone().unwrap_or_default()),
+            Field::At => Some(a.resolved_at.unwrap_or(a.fired_at).to_string()),
+            Field::Progress => a.progress.and_then(|p| p.percent).map(|p| format!("{}%", fmt_number(p))),
+            Field::Eta => a.progress.and_then(|p| p.eta_seconds).map(fmt_seconds),
+            Field::GpuHours => a.savings.as_ref().map(|s| fmt_number(s.gpu_hours)),
+            Field::Dollars => a.savings.as_ref().and_then(|s| s.dollars).map(fmt_number),
+            Field::Details => Some(a.details()),
+            Field::Receiver | Field::Rules | Field::Count => self.group.value(field),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn numbers_and_durations_for_people() {
+        assert_eq!(fmt_number(262.3612), "262.36");
+        assert_eq!(fmt_number(3.0), "3");
+        assert_eq!(fmt_number(-0.001), "0");
+        assert_eq!(fmt_seconds(118_062.0), "1d8h47m42s");
+        assert_eq!(fmt_seconds(0.0), "0s");
+        assert_eq!(fmt_seconds(f64::NAN), "-");
+        assert_eq!(fmt_money(1803.734), "1,803.73");
+        assert_eq!(fmt_money(1234567.0), "1,234,567.00");
+        assert_eq!(fmt_money(0.5), "0.50");
+        assert_eq!(fmt_money(-1000.0), "-1,000.00");
+    }
+}

@@ -1,0 +1,187 @@
+//! Notifications on a recorded stream's clock, for `trainwarden replay`: the evaluator's events go through
+//! the same [`Grouper`] the controller uses, with the stream's time instead of the wall clock, so the
+//! output shows the messages exactly as they would have been grouped, repeated and resolved. Optionally
+//! they are then sent for real ([`send_all`]), one after the other, with retries.
+//!
+//! The grouping is pure; only [`send_all`] does I/O.
+
+use std::sync::Arc;
+
+use serde_json::{Value, json};
+use tokio::sync::watch;
+use trainwarden_core::compile::CompiledPolicy;
+use trainwarden_core::evaluate::{Event, TransitionKind};
+use trainwarden_core::receiver::CompiledReceiver;
+use trainwarden_core::sample::Timestamp;
+use trainwarden_core::template::Template;
+
+use crate::alert::JobProgress;
+use crate::delivery::{Counters, Queued, RetryPolicy, deliver};
+use crate::grouping::{GroupLimits, Grouper, Notification};
+use crate::render::{self, Rendered};
+use crate::send::{ChannelKind, SendError, Sender};
+
+/// The grouper driven by a replay.
+pub struct OfflineNotifications {
+    grouper: Grouper,
+    receivers: usize,
+    /// Every notification, in the order (and at the time) it would have been sent.
+    pub notifications: Vec<Notification>,
+    /// Intents that had nowhere to go (unknown receiver, full group), with when.
+    pub refused: Vec<(Timestamp, String)>,
+}
+
+fn event_time(event: &Event) -> Timestamp {
+    match event {
+        Event::Transition { at, .. } | Event::Suppressed { at, .. } | Event::RuleError { at, .. } => *at,
+        Event::Intent(i) => i.at,
+    }
+}
+
+impl OfflineNotifications {
+    pub fn new(policies: &[CompiledPolicy]) -> Self {
+        let mut grouper = Grouper::new(GroupLimits::default());
+        for p in policies {
+            grouper.configure(&p.reference, &p.receivers);
+        }
+        OfflineNotifications {
+            grouper,
+            receivers: policies.iter().map(|p| p.receivers.len()).sum(),
+            notifications: Vec::new(),
+            refused: Vec::new(),
+        }
+    }
+
+    /// Whether any policy declares receivers (without, there is nothing to show).
+    pub fn has_receivers(&self) -> bool {
+        self.receivers > 0
+    }
+
+    /// Flushes every group that falls due up to and including `now`, each at its own due time.
+    pub fn advance_to(&mut self, now: Timestamp) {
+        while let Some(due) = self.grouper.next_due().filter(|t| *t <= now) {
+            let sent = self.grouper.poll(due);
+            self.notifications.extend(sent);
+        }
+    }
+
+    /// One event of the replay, in order; `progress` is the job's progress at that moment.
+    pub fn observe(&mut self, event: &Event, progress: Option<JobProgress>) {
+        let at = event_time(event);
+        self.advance_to(at);
+        match event {
+            Event::Intent(intent) => {
+                if let Err(e) = self.grouper.intent(intent, progress, at) {
+                    self.refused.push((at, e.to_string()));
+                }
+            }
+            Event::Transition { kind: TransitionKind::Resolved, policy, rule, job, .. } => {
+                self.grouper.resolved(policy, rule, job, at)
+            }
+            _ => {}
+        }
+    }
+
+    /// The stream ended at `end`: what is due by then goes at its time, news still waiting in a group goes at
+    /// `end` (a replay has no later moment to show it at).
+    pub fn finish(&mut self, end: Timestamp) {
+        self.advance_to(end);
+        let pending = self.grouper.flush_pending(end);
+        self.notifications.extend(pending);
+    }
+}
+
+/// The channels a receiver has.
+pub fn channel_kinds(r: &CompiledReceiver) -> Vec<ChannelKind> {
+    let mut kinds = Vec::new();
+    if r.slack.is_some() {
+        kinds.push(ChannelKind::Slack);
+    }
+    if r.email.is_some() {
+        kinds.push(ChannelKind::Email);
+    }
+    if r.webhook.is_some() {
+        kinds.push(ChannelKind::Webhook);
+    }
+    kinds
+}
+
+/// The templates shown in the timeline: the first channel's.
+fn templates(r: &CompiledReceiver) -> Option<(&Template, &Template)> {
+    if let Some(s) = &r.slack {
+        return Some((&s.title, &s.text));
+    }
+    if let Some(e) = &r.email {
+        return Some((&e.subject, &e.text));
+    }
+    r.webhook.as_ref().map(|w| (&w.title, &w.text))
+}
+
+/// The `Notifications` section of replay's text output.
+pub fn render_text(offline: &OfflineNotifications, tz: &jiff::tz::TimeZone) -> String {
+    let mut out = format!(
+        "\nNotifications ({} message(s), grouped as they would be sent)\n",
+        offline.notifications.len()
+    );
+    for n in &offline.notifications {
+        let Some((title, text)) = templates(&n.receiver) else { continue };
+        let r = Rendered::new(n, title, text);
+        let channels: Vec<&str> = channel_kinds(&n.receiver).into_iter().map(ChannelKind::as_str).collect();
+        out += &format!(
+            "{}  → {} of {} [{}]{}  {}\n",
+            n.created_at.to_zoned(tz.clone()).strftime("%a %Y-%m-%d %H:%M:%S %:z"),
+            n.receiver.name,
+            n.policy,
+            channels.join(", "),
+            if n.repeat { " (reminder)" } else { "" },
+            r.title
+        );
+        for t in &r.alert_texts {
+            for line in t.lines() {
+                out += &format!("      {line}\n");
+            }
+        }
+    }
+    for (at, why) in &offline.refused {
+        out += &format!("{}  ✗ {why}\n", at.to_zoned(tz.clone()).strftime("%a %Y-%m-%d %H:%M:%S %:z"));
+    }
+    out
+}
+
+/// One line of replay's JSON output per notification: `{"notification": <the webhook document>}`.
+pub fn notification_json(n: &Notification) -> Value {
+    // A receiver always has a channel (validation); an empty template keeps this total anyway.
+    let empty = Template::empty();
+    let (title, text) = templates(&n.receiver).unwrap_or((&empty, &empty));
+    let r = Rendered::new(n, title, text);
+    let mut doc = render::webhook_payload(n, &r);
+    doc["channels"] = json!(channel_kinds(&n.receiver).iter().map(|c| c.as_str()).collect::<Vec<_>>());
+    json!({ "notification": doc })
+}
+
+/// The outcome of sending one notification on one channel.
+pub struct SendOutcome {
+    pub index: usize,
+    pub receiver: String,
+    pub channel: ChannelKind,
+    pub result: Result<(), SendError>,
+}
+
+/// Sends every notification on every channel of its receiver, in order, retrying as `retry` says.
+pub async fn send_all(
+    notifications: &[Notification],
+    sender: &Sender,
+    retry: &RetryPolicy,
+) -> Vec<SendOutcome> {
+    let (_deadline, never) = watch::channel(None);
+    let mut outcomes = Vec::new();
+    for (index, n) in notifications.iter().enumerate() {
+        let queued = Queued { notification: Arc::new(n.clone()), queued_at: std::time::Instant::now() };
+        for channel in channel_kinds(&n.receiver) {
+            let counters = Counters::default();
+            let result = deliver(sender, channel, &queued, retry, &counters, &never).await;
+            outcomes.push(SendOutcome { index, receiver: n.receiver.name.clone(), channel, result });
+        }
+    }
+    outcomes
+}

@@ -1,0 +1,285 @@
+//! Secret values and where they come from.
+//!
+//! Policies only *reference* Secrets ([`SecretRef`]: namespace, name, key); a [`SecretResolver`] turns a
+//! reference into a [`SecretValue`] at delivery time, so a rotated Secret is picked up by the next message.
+//! Resolvers: [`KubeSecrets`] (the Kubernetes API, for the controller), [`EnvSecrets`] and [`FileSecrets`]
+//! (replay and local use), and [`LocalSecrets`] (environment first, then files).
+//!
+//! A [`SecretValue`] prints as `[redacted]` through `Debug` and `Display`, and no error here ever contains a
+//! value: errors name the reference, never what it resolved to. This module reads the environment, files or
+//! the API; it sends nothing.
+
+use std::fmt;
+use std::future::Future;
+use std::path::PathBuf;
+use std::pin::Pin;
+
+use k8s_openapi::api::core::v1::Secret;
+use kube::Api;
+use trainwarden_core::receiver::SecretRef;
+
+/// A secret string. Only [`SecretValue::expose`] reveals it; formatting never does.
+#[derive(Clone, PartialEq, Eq)]
+pub struct SecretValue(String);
+
+impl SecretValue {
+    pub fn new(value: impl Into<String>) -> Self {
+        SecretValue(value.into())
+    }
+
+    /// The value, for the one place that must use it (a request URL, an SMTP login, an HMAC key).
+    pub fn expose(&self) -> &str {
+        &self.0
+    }
+}
+
+impl fmt::Debug for SecretValue {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("SecretValue([redacted])")
+    }
+}
+
+impl fmt::Display for SecretValue {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("[redacted]")
+    }
+}
+
+/// Why a reference could not be resolved. Messages name the reference, never a value.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum SecretError {
+    #[error("secret {reference} not found: {detail}")]
+    NotFound { reference: String, detail: String },
+    #[error("secret {reference} is not valid UTF-8 text")]
+    NotText { reference: String },
+    #[error("secret {reference} is empty")]
+    Empty { reference: String },
+    #[error("secret {reference} could not be read: {detail}")]
+    Unavailable { reference: String, detail: String },
+}
+
+pub type SecretFuture<'a> = Pin<Box<dyn Future<Output = Result<SecretValue, SecretError>> + Send + 'a>>;
+
+/// Turns a Secret reference into its value.
+pub trait SecretResolver: Send + Sync + 'static {
+    fn resolve<'a>(&'a self, reference: &'a SecretRef) -> SecretFuture<'a>;
+}
+
+fn checked(reference: &SecretRef, bytes: Vec<u8>) -> Result<SecretValue, SecretError> {
+    let text =
+        String::from_utf8(bytes).map_err(|_| SecretError::NotText { reference: reference.to_string() })?;
+    // A value written with `echo` or a text editor ends in a newline nobody meant (URLs and passwords never do).
+    let text = text.trim_end_matches(['\n', '\r']).to_string();
+    if text.is_empty() {
+        return Err(SecretError::Empty { reference: reference.to_string() });
+    }
+    Ok(SecretValue(text))
+}
+
+/// Secrets from environment variables: `TRAINWARDEN_SECRET_<NAMESPACE>_<NAME>_<KEY>`, upper-cased, every
+/// character other than A-Z and 0-9 replaced by `_` (so `fraud/slack-hook[url]` is
+/// `TRAINWARDEN_SECRET_FRAUD_SLACK_HOOK_URL`).
+#[derive(Clone, Debug, Default)]
+pub struct EnvSecrets;
+
+impl EnvSecrets {
+    pub fn variable(reference: &SecretRef) -> String {
+        let part = |s: &str| {
+            s.chars()
+                .map(|c| if c.is_ascii_alphanumeric() { c.to_ascii_uppercase() } else { '_' })
+                .collect::<String>()
+        };
+        format!(
+            "TRAINWARDEN_SECRET_{}_{}_{}",
+            part(&reference.namespace),
+            part(&reference.name),
+            part(&reference.key)
+        )
+    }
+
+    fn lookup(reference: &SecretRef) -> Result<SecretValue, SecretError> {
+        let var = Self::variable(reference);
+        match std::env::var_os(&var) {
+            None => Err(SecretError::NotFound {
+                reference: reference.to_string(),
+                detail: format!("environment variable {var} is not set"),
+            }),
+            Some(v) => checked(reference, v.into_encoded_bytes()),
+        }
+    }
+}
+
+impl SecretResolver for EnvSecrets {
+    fn resolve<'a>(&'a self, reference: &'a SecretRef) -> SecretFuture<'a> {
+        Box::pin(async move { Self::lookup(reference) })
+    }
+}
+
+/// Secrets from files laid out like mounted Secret volumes: `<root>/<namespace>/<name>/<key>`.
+#[derive(Clone, Debug)]
+pub struct FileSecrets {
+    pub root: PathBuf,
+}
+
+impl FileSecrets {
+    pub fn new(root: impl Into<PathBuf>) -> Self {
+        FileSecrets { root: root.into() }
+    }
+
+    pub fn path(&self, reference: &SecretRef) -> Option<PathBuf> {
+        // Names come from policies: refuse anything that could step out of the root.
+        let safe = |s: &str| !s.is_empty() && s != "." && s != ".." && !s.contains(['/', '\\', '\0']);
+        (safe(&reference.namespace) && safe(&reference.name) && safe(&reference.key))
+            .then(|| self.root.join(&reference.namespace).join(&reference.name).join(&reference.key))
+    }
+
+    async fn lookup(&self, reference: &SecretRef) -> Result<SecretValue, SecretError> {
+        let path = self.path(reference).ok_or_else(|| SecretError::NotFound {
+            reference: reference.to_string(),
+            detail: "not a usable file name".into(),
+        })?;
+        match tokio::fs::read(&path).await {
+            Ok(bytes) => checked(reference, bytes),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Err(SecretError::NotFound {
+                reference: reference.to_string(),
+                detail: format!("no file {}", path.display()),
+            }),
+            Err(e) => Err(SecretError::Unavailable {
+                reference: reference.to_string(),
+                detail: format!("{}: {}", path.display(), e.kind()),
+            }),
+        }
+    }
+}
+
+impl SecretResolver for FileSecrets {
+    fn resolve<'a>(&'a self, reference: &'a SecretRef) -> SecretFuture<'a> {
+        Box::pin(self.lookup(reference))
+    }
+}
+
+/// Replay and local use: the environment ([`EnvSecrets`]) first, then files ([`FileSecrets`]) if a directory
+/// is given.
+#[derive(Clone, Debug, Default)]
+pub struct LocalSecrets {
+    pub files: Option<FileSecrets>,
+}
+
+impl SecretResolver for LocalSecrets {
+    fn resolve<'a>(&'a self, reference: &'a SecretRef) -> SecretFuture<'a> {
+        Box::pin(async move {
+            match (EnvSecrets::lookup(reference), &self.files) {
+                (Err(SecretError::NotFound { detail, .. }), Some(files)) => match files
+                    .lookup(reference)
+                    .await
+                {
+                    Err(SecretError::NotFound { detail: file_detail, .. }) => Err(SecretError::NotFound {
+                        reference: reference.to_string(),
+                        detail: format!("{detail}, and {file_detail}"),
+                    }),
+                    other => other,
+                },
+                (result, _) => result,
+            }
+        })
+    }
+}
+
+/// Secrets from the Kubernetes API (`get` on `secrets` in the referenced namespace).
+#[derive(Clone)]
+pub struct KubeSecrets {
+    client: kube::Client,
+}
+
+impl KubeSecrets {
+    pub fn new(client: kube::Client) -> Self {
+        KubeSecrets { client }
+    }
+
+    async fn lookup(&self, reference: &SecretRef) -> Result<SecretValue, SecretError> {
+        let api: Api<Secret> = Api::namespaced(self.client.clone(), &reference.namespace);
+        let secret = match api.get_opt(&reference.name).await {
+            Ok(Some(s)) => s,
+            Ok(None) => {
+                return Err(SecretError::NotFound {
+                    reference: reference.to_string(),
+                    detail: format!("no Secret {}/{}", reference.namespace, reference.name),
+                });
+            }
+            // kube's errors carry the API status (reason, request path), never a Secret's data.
+            Err(e) => {
+                return Err(SecretError::Unavailable {
+                    reference: reference.to_string(),
+                    detail: e.to_string(),
+                });
+            }
+        };
+        if let Some(bytes) = secret.data.as_ref().and_then(|d| d.get(&reference.key)) {
+            return checked(reference, bytes.0.clone());
+        }
+        if let Some(text) = secret.string_data.as_ref().and_then(|d| d.get(&reference.key)) {
+            return checked(reference, text.clone().into_bytes());
+        }
+        Err(SecretError::NotFound {
+            reference: reference.to_string(),
+            detail: format!(
+                "Secret {}/{} has no key {:?}",
+                reference.namespace, reference.name, reference.key
+            ),
+        })
+    }
+}
+
+impl SecretResolver for KubeSecrets {
+    fn resolve<'a>(&'a self, reference: &'a SecretRef) -> SecretFuture<'a> {
+        Box::pin(self.lookup(reference))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn reference(ns: &str, name: &str, key: &str) -> SecretRef {
+        SecretRef { namespace: ns.into(), name: name.into(), key: key.into() }
+    }
+
+    #[test]
+    fn values_never_format() {
+        let v = SecretValue::new("hunter2");
+        assert_eq!(format!("{v}"), "[redacted]");
+        assert_eq!(format!("{v:?}"), "SecretValue([redacted])");
+        assert_eq!(format!("{:?}", Some(v.clone())), "Some(SecretValue([redacted]))");
+        assert_eq!(v.expose(), "hunter2");
+    }
+
+    #[test]
+    fn environment_variable_names() {
+        assert_eq!(
+            EnvSecrets::variable(&reference("fraud", "slack-hook", "url")),
+            "TRAINWARDEN_SECRET_FRAUD_SLACK_HOOK_URL"
+        );
+        assert_eq!(EnvSecrets::variable(&reference("a.b", "c", "d_e")), "TRAINWARDEN_SECRET_A_B_C_D_E");
+    }
+
+    #[tokio::test]
+    async fn files_are_read_trimmed_and_confined_to_the_root() {
+        let root = std::env::temp_dir().join(format!("tw-secrets-{}", std::process::id()));
+        std::fs::create_dir_all(root.join("fraud/smtp")).unwrap();
+        std::fs::write(root.join("fraud/smtp/password"), "s3cret\n").unwrap();
+        std::fs::write(root.join("fraud/smtp/empty"), "\n").unwrap();
+        let files = FileSecrets::new(&root);
+        let v = files.resolve(&reference("fraud", "smtp", "password")).await.unwrap();
+        assert_eq!(v.expose(), "s3cret");
+        let e = files.resolve(&reference("fraud", "smtp", "empty")).await.unwrap_err();
+        assert_eq!(e.to_string(), "secret fraud/smtp[empty] is empty");
+        let e = files.resolve(&reference("fraud", "..", "x")).await.unwrap_err();
+        assert!(e.to_string().contains("not a usable file name"), "{e}");
+        let e = LocalSecrets { files: Some(files) }
+            .resolve(&reference("fraud", "smtp", "nope"))
+            .await
+            .unwrap_err();
+        assert!(e.to_string().contains("TRAINWARDEN_SECRET_FRAUD_SMTP_NOPE is not set, and no file"), "{e}");
+        std::fs::remove_dir_all(&root).unwrap();
+    }
+}

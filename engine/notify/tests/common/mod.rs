@@ -1,0 +1,231 @@
+//! Test helpers: a local HTTP receiver that records requests (and can be told to fail), policies compiled by
+//! the real core, intents, secrets in a temporary directory, a self-signed certificate, the Python
+//! interpreter for the SMTP server.
+
+#![allow(dead_code)] // each test binary uses a different part
+
+use std::collections::VecDeque;
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use axum::body::Bytes;
+use axum::http::{HeaderMap, StatusCode, Uri};
+use trainwarden_core::compile::{self, CompiledPolicy};
+use trainwarden_core::evaluate::{ActionIntent, Reason, Savings};
+use trainwarden_core::policy::{ActionSpec, Mode, NotifyAction, SuspendAction};
+use trainwarden_core::sample::{JobKey, Timestamp};
+use trainwarden_core::script::ScriptEngine;
+
+/// One request the receiver got.
+#[derive(Clone, Debug)]
+pub struct Request {
+    pub path: String,
+    pub headers: HeaderMap,
+    pub body: Bytes,
+}
+
+impl Request {
+    pub fn json(&self) -> serde_json::Value {
+        serde_json::from_slice(&self.body).expect("JSON body")
+    }
+}
+
+#[derive(Default)]
+struct ReceiverState {
+    requests: Mutex<Vec<Request>>,
+    /// Answers for the next requests (then 200).
+    script: Mutex<VecDeque<StatusCode>>,
+    delay_ms: AtomicU32,
+}
+
+/// A local HTTP server on 127.0.0.1 that records every request.
+#[derive(Clone)]
+pub struct HttpReceiver {
+    pub addr: SocketAddr,
+    state: Arc<ReceiverState>,
+}
+
+impl HttpReceiver {
+    pub async fn start() -> HttpReceiver {
+        let state = Arc::new(ReceiverState::default());
+        let handler_state = state.clone();
+        let app = axum::Router::new().fallback(move |uri: Uri, headers: HeaderMap, body: Bytes| {
+            let state = handler_state.clone();
+            async move {
+                // Recorded on arrival, so a test can tell a request is in flight while its answer is delayed.
+                state.requests.lock().unwrap().push(Request { path: uri.path().to_string(), headers, body });
+                let delay = state.delay_ms.load(Ordering::Relaxed);
+                if delay > 0 {
+                    tokio::time::sleep(Duration::from_millis(u64::from(delay))).await;
+                }
+                let status = state.script.lock().unwrap().pop_front().unwrap_or(StatusCode::OK);
+                (status, if status.is_success() { "ok" } else { "scripted failure" })
+            }
+        });
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind");
+        let addr = listener.local_addr().unwrap();
+        tokio::spawn(async move { axum::serve(listener, app).await.expect("serve") });
+        HttpReceiver { addr, state }
+    }
+
+    pub fn url(&self, path: &str) -> String {
+        format!("http://{}{path}", self.addr)
+    }
+
+    /// The next answers, in order (then 200 again).
+    pub fn fail_with(&self, statuses: &[u16]) {
+        let mut script = self.state.script.lock().unwrap();
+        script.extend(statuses.iter().map(|s| StatusCode::from_u16(*s).unwrap()));
+    }
+
+    pub fn delay(&self, d: Duration) {
+        self.state.delay_ms.store(d.as_millis() as u32, Ordering::Relaxed);
+    }
+
+    pub fn requests(&self) -> Vec<Request> {
+        self.state.requests.lock().unwrap().clone()
+    }
+
+    pub fn requests_to(&self, path: &str) -> Vec<Request> {
+        self.requests().into_iter().filter(|r| r.path == path).collect()
+    }
+
+    /// Waits until at least `n` requests reached `path`, or panics after `timeout`.
+    pub async fn wait_for(&self, path: &str, n: usize, timeout: Duration) -> Vec<Request> {
+        let deadline = tokio::time::Instant::now() + timeout;
+        loop {
+            let got = self.requests_to(path);
+            if got.len() >= n {
+                return got;
+            }
+            assert!(
+                tokio::time::Instant::now() < deadline,
+                "expected {n} request(s) to {path} within {timeout:?}, got {}",
+                got.len()
+            );
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+}
+
+/// Compiles a policy document with the real validator; panics with every error.
+pub fn policy(yaml: &str) -> CompiledPolicy {
+    let docs = compile::parse_documents(yaml, "test.yaml").unwrap_or_else(|e| panic!("{e}"));
+    compile::compile(&docs[0], &ScriptEngine::default()).unwrap_or_else(|e| panic!("{e}"))
+}
+
+/// A secrets root laid out as `<root>/<namespace>/<name>/<key>`, removed on drop.
+pub struct SecretsDir(pub PathBuf);
+
+impl SecretsDir {
+    pub fn new(test: &str) -> SecretsDir {
+        static NEXT: AtomicU32 = AtomicU32::new(0);
+        let dir = std::env::temp_dir().join(format!(
+            "tw-notify-{test}-{}-{}",
+            std::process::id(),
+            NEXT.fetch_add(1, Ordering::Relaxed)
+        ));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        SecretsDir(dir)
+    }
+
+    pub fn put(&self, namespace: &str, name: &str, key: &str, value: &str) {
+        let dir = self.0.join(namespace).join(name);
+        std::fs::create_dir_all(&dir).unwrap();
+        std::fs::write(dir.join(key), value).unwrap();
+    }
+
+    pub fn path(&self) -> &Path {
+        &self.0
+    }
+}
+
+impl Drop for SecretsDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+pub fn now() -> Timestamp {
+    Timestamp::now()
+}
+
+/// An intent of rule `rule` on job `fraud/<job>` of the policy, fired at `at`.
+pub fn intent(p: &CompiledPolicy, rule: &str, job: &str, at: Timestamp, action: ActionSpec) -> ActionIntent {
+    ActionIntent {
+        id: format!("{}:{rule}:{job}:{}", p.reference, at.as_second()),
+        at,
+        job: JobKey::new("fraud", job),
+        policy: p.reference.clone(),
+        rule: rule.into(),
+        action,
+        mode: Mode::Enforce,
+        reason: Reason {
+            summary: format!("{rule}: loss has not improved by more than 0.001 for 2h"),
+            values: [("best".to_string(), 0.6117), ("last".to_string(), 0.6121)].into(),
+            kind: None,
+        },
+        savings: None,
+    }
+}
+
+pub fn notify(to: &str) -> ActionSpec {
+    ActionSpec::Notify(NotifyAction { to: to.into(), message: Some("please have a look".into()) })
+}
+
+pub fn suspend_with_savings(mut i: ActionIntent) -> ActionIntent {
+    i.action = ActionSpec::Suspend(SuspendAction::default());
+    i.savings = Some(Savings {
+        until: i.at,
+        basis: "estimatedEnd",
+        gpus: 8.0,
+        gpu_hours: 262.36,
+        dollars: Some(1803.73),
+    });
+    i
+}
+
+/// The Python with aiosmtpd: `TRAINWARDEN_PYTHON`, else ~/.cache/trainwarden/venv/bin/python. `None` (after
+/// printing why) when missing outside CI; under `CI=true` a missing interpreter or module fails the test.
+pub fn python_with_aiosmtpd() -> Option<PathBuf> {
+    let candidate =
+        std::env::var_os("TRAINWARDEN_PYTHON").filter(|v| !v.is_empty()).map(PathBuf::from).or_else(|| {
+            std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".cache/trainwarden/venv/bin/python"))
+        });
+    let problem = match &candidate {
+        None => "no TRAINWARDEN_PYTHON and no HOME".to_string(),
+        Some(p) => match std::process::Command::new(p).args(["-c", "import aiosmtpd"]).output() {
+            Ok(out) if out.status.success() => return candidate,
+            Ok(out) => format!(
+                "{} cannot import aiosmtpd: {}",
+                p.display(),
+                String::from_utf8_lossy(&out.stderr).trim()
+            ),
+            Err(e) => format!("{}: {e}", p.display()),
+        },
+    };
+    let ci = std::env::var("CI").is_ok_and(|v| v == "true" || v == "1");
+    if ci {
+        panic!(
+            "the SMTP tests need Python with aiosmtpd (CI=true, so this fails): {problem}; run tests/python/setup-venv.sh"
+        );
+    }
+    eprintln!("SKIPPED: the SMTP tests need Python with aiosmtpd: {problem}; run tests/python/setup-venv.sh");
+    None
+}
+
+/// A self-signed certificate for `localhost` and 127.0.0.1: (certificate PEM, key PEM).
+pub fn self_signed() -> (String, String) {
+    let cert = rcgen::generate_simple_self_signed(vec!["localhost".to_string(), "127.0.0.1".to_string()])
+        .expect("self-signed certificate");
+    (cert.cert.pem(), cert.signing_key.serialize_pem())
+}
+
+/// A free TCP port on 127.0.0.1 (bound and released: good enough for a test server started right after).
+pub fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
+}
