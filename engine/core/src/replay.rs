@@ -331,35 +331,41 @@ fn intent_line(i: &ActionIntent) -> String {
     line
 }
 
+/// One event as a timeline line (with its newline), as [`render_text`] prints it. Times are shown in `tz`.
+pub fn render_event(e: &Event, tz: &jiff::tz::TimeZone) -> String {
+    let mut out = String::new();
+    match e {
+        Event::Transition { at, job, rule, kind, reason, mode, .. } => {
+            out += &format!(
+                "{}  {job}  {rule:<16} {:<9} [{}] {}\n",
+                local(*at, tz),
+                kind.as_str().to_uppercase(),
+                mode.as_str(),
+                reason.summary
+            );
+        }
+        Event::Intent(i) => {
+            out += &format!("{}  {}  {:<16}           {}\n", local(i.at, tz), i.job, i.rule, intent_line(i));
+        }
+        Event::Suppressed { at, job, rule, action, until, .. } => {
+            out += &format!(
+                "{}  {job}  {rule:<16}           ✗ {action} suppressed by cooldown until {}\n",
+                local(*at, tz),
+                local(*until, tz)
+            );
+        }
+        Event::RuleError { at, job, rule, message, .. } => {
+            out += &format!("{}  {job}  {rule:<16} ERROR     {message}\n", local(*at, tz));
+        }
+    }
+    out
+}
+
 /// Renders the human timeline and summary. Times are shown in `tz` (the policy's zone).
 pub fn render_text(events: &[Event], summary: &Summary, tz: &jiff::tz::TimeZone) -> String {
     let mut out = String::new();
     for e in events {
-        match e {
-            Event::Transition { at, job, rule, kind, reason, mode, .. } => {
-                out += &format!(
-                    "{}  {job}  {rule:<16} {:<9} [{}] {}\n",
-                    local(*at, tz),
-                    kind.as_str().to_uppercase(),
-                    mode.as_str(),
-                    reason.summary
-                );
-            }
-            Event::Intent(i) => {
-                out +=
-                    &format!("{}  {}  {:<16}           {}\n", local(i.at, tz), i.job, i.rule, intent_line(i));
-            }
-            Event::Suppressed { at, job, rule, action, until, .. } => {
-                out += &format!(
-                    "{}  {job}  {rule:<16}           ✗ {action} suppressed by cooldown until {}\n",
-                    local(*at, tz),
-                    local(*until, tz)
-                );
-            }
-            Event::RuleError { at, job, rule, message, .. } => {
-                out += &format!("{}  {job}  {rule:<16} ERROR     {message}\n", local(*at, tz));
-            }
-        }
+        out += &render_event(e, tz);
     }
     out += "\nSummary\n";
     if let (Some(a), Some(b)) = (summary.first_record, summary.last_time) {

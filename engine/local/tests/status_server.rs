@@ -1,0 +1,226 @@
+//! The running endpoint of a real watch, spoken to over HTTPS by a real client (reqwest + rustls/ring, trusting
+//! only the run's CA): malformed requests get the errors Kubeflow Trainer's status server returns, and only the
+//! one valid report reaches the evaluator and the recording.
+//!
+//! The watched command is a shell script that hands its KUBEFLOW_TRAINER_SERVER_* variables to the test and
+//! waits; the test plays the training code.
+
+use std::collections::BTreeMap;
+use std::ffi::OsString;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use serde_json::{Value, json};
+use trainwarden_core::compile;
+use trainwarden_core::evaluate::{EngineConfig, Evaluator, Event};
+use trainwarden_core::sample::JobKey;
+use trainwarden_local::supervisor::Exit;
+use trainwarden_local::{Ending, ReportOnly, WatchOptions, watch};
+
+const POLICY: &str = r#"
+apiVersion: trainwarden.dev/v1alpha1
+kind: ProgressPolicy
+metadata: {name: guard, namespace: ml}
+spec:
+  mode: Enforce
+  samplingInterval: 1s
+  rules:
+    - {name: nan-loss, uses: non_finite, with: {metric: loss}, actions: [{suspend: {}}]}
+    - {name: progress-over-100, when: 'progress() > 100', actions: [{suspend: {}}]}
+"#;
+
+/// Upstream's 403 body, from the shared fixtures (shared/ sits beside the repository).
+fn forbidden() -> String {
+    let path = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../../../shared/fixtures/kubeflow/payloads/upstream-status-response.forbidden.json");
+    let text = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+    text.trim_end().to_string() + "\n"
+}
+
+/// A `metav1.Status` failure as Go encodes it: field order of the struct, a trailing newline.
+fn status_body(message: &str, reason: &str, code: u16) -> String {
+    format!(
+        "{{\"metadata\":{{}},\"status\":\"Failure\",\"message\":{},\"reason\":\"{reason}\",\"code\":{code}}}\n",
+        json!(message)
+    )
+}
+
+async fn wait_for(path: &Path) -> String {
+    for _ in 0..200 {
+        if let Ok(text) = std::fs::read_to_string(path) {
+            return text;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    panic!("{} did not appear: the command did not start", path.display());
+}
+
+struct Endpoint {
+    client: reqwest::Client,
+    url: String,
+    token: String,
+}
+
+impl Endpoint {
+    async fn post(&self, url: &str, token: Option<&str>, body: impl Into<reqwest::Body>) -> (u16, String) {
+        let mut req = self.client.post(url).header("Content-Type", "application/json").body(body);
+        if let Some(t) = token {
+            req = req.header("Authorization", format!("Bearer {t}"));
+        }
+        let resp = req.send().await.expect("the endpoint answers");
+        let status = resp.status().as_u16();
+        assert_eq!(
+            resp.headers().get("content-type").and_then(|v| v.to_str().ok()),
+            Some("application/json")
+        );
+        (status, resp.text().await.unwrap())
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn malformed_requests_get_kubeflows_errors_and_never_reach_the_evaluator() {
+    let _ = rustls::crypto::ring::default_provider().install_default();
+    let dir: PathBuf =
+        std::env::temp_dir().join(format!("trainwarden-local-endpoint-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    let (env_file, done, recording) = (dir.join("env"), dir.join("done"), dir.join("run.jsonl"));
+    let script = format!(
+        r#"printf '%s\n%s\n%s\n' "$KUBEFLOW_TRAINER_SERVER_URL" "$KUBEFLOW_TRAINER_SERVER_CA_CERT" "$KUBEFLOW_TRAINER_SERVER_TOKEN" > '{0}.tmp' && mv '{0}.tmp' '{0}'
+while [ ! -e '{1}' ]; do sleep 0.05; done"#,
+        env_file.display(),
+        done.display()
+    );
+    let engine = EngineConfig { eval_interval: "1s".parse().unwrap(), ..EngineConfig::default() };
+    let docs = compile::parse_documents(POLICY, "policy.yaml").unwrap();
+    let policies = vec![compile::compile(&docs[0], Evaluator::new(engine.clone()).scripts()).unwrap()];
+    let options = WatchOptions {
+        policies,
+        engine,
+        job: JobKey::new("ml", "train"),
+        labels: BTreeMap::new(),
+        gpus: None,
+        grace_period: Duration::from_secs(5),
+        record: Some(recording.clone()),
+        listen: "127.0.0.1:0".parse().unwrap(),
+        command: vec![OsString::from("sh"), OsString::from("-c"), OsString::from(script)],
+        replay_hint: None,
+    };
+    let watching = tokio::spawn(async move {
+        let mut log = Vec::new();
+        let outcome = watch(options, &mut ReportOnly, &mut log).await;
+        (outcome, String::from_utf8_lossy(&log).into_owned())
+    });
+
+    let env = wait_for(&env_file).await;
+    let lines: Vec<&str> = env.lines().collect();
+    let [url, ca_file, token_file] = lines[..] else { panic!("unexpected env file: {env:?}") };
+    assert!(url.starts_with("https://127.0.0.1:"), "{url}");
+    assert!(
+        url.ends_with("/apis/trainer.kubeflow.org/v1alpha1/namespaces/ml/trainjobs/train/status"),
+        "{url}"
+    );
+    let ca = std::fs::read(ca_file).expect("KUBEFLOW_TRAINER_SERVER_CA_CERT is a file");
+    let token = std::fs::read_to_string(token_file).expect("KUBEFLOW_TRAINER_SERVER_TOKEN is a file");
+    let client = reqwest::Client::builder()
+        .tls_certs_only([reqwest::Certificate::from_pem(&ca).unwrap()])
+        .build()
+        .unwrap();
+    let ep = Endpoint { client, url: url.to_string(), token };
+    let tok = Some(ep.token.as_str());
+    let root = url.split("/apis/").next().unwrap();
+
+    // Bad JSON, and trailing data after a valid object.
+    for body in ["{not json", "{} {}", r#"{"trainerStatus": {"progressPercentage": "45"}}"#] {
+        assert_eq!(
+            ep.post(&ep.url, tok, body).await,
+            (422, status_body("Invalid payload", "Invalid", 422)),
+            "{body}"
+        );
+    }
+    // Wrong, missing and malformed credentials, with a body that would otherwise fire the NaN rule.
+    let nan_report = json!({"trainerStatus": {"metrics": [{"name": "loss", "value": "nan"}], "lastUpdatedTime": "2026-11-30T10:00:00Z"}}).to_string();
+    for t in [Some("not-the-token"), None, Some("")] {
+        assert_eq!(ep.post(&ep.url, t, nan_report.clone()).await, (403, forbidden()), "token {t:?}");
+    }
+    // Oversized, declared (rejected before authorization, as upstream's middleware does) and chunked.
+    let metrics: Vec<Value> = (0..2500).map(|i| json!({"name": format!("m{i}"), "value": "nan"})).collect();
+    let huge =
+        json!({"trainerStatus": {"metrics": metrics, "lastUpdatedTime": "2026-11-30T10:00:00Z"}}).to_string();
+    assert!(huge.len() > 64 * 1024);
+    let too_large = status_body("Payload too large", "RequestEntityTooLarge", 413);
+    assert_eq!(ep.post(&ep.url, tok, huge.clone()).await, (413, too_large.clone()));
+    assert_eq!(ep.post(&ep.url, Some("wrong"), huge.clone()).await, (413, too_large.clone()));
+    let chunks: Vec<Result<Vec<u8>, std::io::Error>> =
+        huge.as_bytes().chunks(4096).map(|c| Ok(c.to_vec())).collect();
+    let chunked = reqwest::Body::wrap_stream(futures_util::stream::iter(chunks));
+    assert_eq!(ep.post(&ep.url, tok, chunked).await, (413, too_large));
+    // What the CRD schema rejects: the API server's message, word for word.
+    let over = json!({"trainerStatus": {"progressPercentage": 150, "metrics": [{"name": "loss", "value": "nan"}], "lastUpdatedTime": "2026-11-30T10:00:00Z"}});
+    assert_eq!(
+        ep.post(&ep.url, tok, over.to_string()).await,
+        (
+            422,
+            status_body(
+                "TrainJob.trainer.kubeflow.org \"train\" is invalid: status.trainerStatus.progressPercentage: Invalid value: 150: trainerStatus.progressPercentage in body should be less than or equal to 100",
+                "Invalid",
+                422
+            )
+        )
+    );
+    // Other routes, other jobs, other methods.
+    assert_eq!(
+        ep.post(&format!("{root}/healthz"), tok, "{}").await,
+        (404, status_body("Not found", "NotFound", 404))
+    );
+    let other_job = ep.url.replace("/trainjobs/train/", "/trainjobs/other/");
+    assert_eq!(
+        ep.post(&other_job, tok, nan_report.clone()).await,
+        (404, status_body("Train job not found", "NotFound", 404))
+    );
+    let get =
+        ep.client.get(&ep.url).header("Authorization", format!("Bearer {}", ep.token)).send().await.unwrap();
+    assert_eq!(
+        (get.status().as_u16(), get.text().await.unwrap()),
+        (404, status_body("Not found", "NotFound", 404))
+    );
+    // No trainerStatus: 200, nothing recorded.
+    assert_eq!(ep.post(&ep.url, tok, "{}").await, (200, "{}\n".to_string()));
+
+    // Valid for the CRD schema (a string), so Kubeflow stores it; not a number, so it is not evaluated.
+    let text_metric = json!({"trainerStatus": {"metrics": [{"name": "loss", "value": "abc"}], "lastUpdatedTime": "2026-11-30T10:00:00Z"}});
+    assert_eq!(ep.post(&ep.url, tok, text_metric.to_string()).await.0, 200);
+
+    // One valid report: echoed as stored (metav1.Time: whole seconds, UTC).
+    let valid = json!({"trainerStatus": {"lastUpdatedTime": "2026-11-30T10:00:01.532918+00:00", "progressPercentage": 3,
+        "metrics": [{"name": "loss", "value": "2.5"}]}});
+    let stored = json!({"progressPercentage": 3, "metrics": [{"name": "loss", "value": "2.5"}], "lastUpdatedTime": "2026-11-30T10:00:01Z"});
+    let (code, echo) = ep.post(&ep.url, tok, valid.to_string()).await;
+    assert_eq!(
+        (code, serde_json::from_str::<Value>(&echo).unwrap()),
+        (200, json!({"trainerStatus": stored}))
+    );
+
+    std::fs::write(&done, "").unwrap();
+    let (outcome, log) =
+        tokio::time::timeout(Duration::from_secs(30), watching).await.expect("watch ends").unwrap();
+    let outcome = outcome.unwrap_or_else(|e| panic!("watch failed: {}\n{log}", e.message));
+    assert_eq!(outcome.ending, Ending::Finished(Exit::Code(0)), "{log}");
+    assert!(log.contains("report accepted (as Kubeflow would) but not evaluated: trainerStatus.metrics[0].value: not a number"), "{log}");
+    // start, the one valid report, the end: nothing else reached the evaluator, and no rule fired.
+    assert_eq!(outcome.summary.records, 3, "{log}");
+    assert_eq!(outcome.summary.firings, 0, "{log}");
+    assert!(!outcome.events.iter().any(|e| matches!(e, Event::Intent(_))), "{log}");
+    let recorded: Vec<Value> = std::fs::read_to_string(&recording)
+        .unwrap()
+        .lines()
+        .filter(|l| !l.starts_with('#'))
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    let reports: Vec<&Value> = recorded.iter().filter_map(|r| r.get("trainerStatus")).collect();
+    assert_eq!(reports, vec![&stored], "{recorded:?}");
+    assert_eq!(recorded.last().unwrap()["phase"], "Complete");
+    // The run's CA and token files are gone with the run.
+    assert!(!Path::new(ca_file).exists() && !Path::new(token_file).exists());
+    let _ = std::fs::remove_dir_all(&dir);
+}
