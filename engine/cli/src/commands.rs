@@ -2,19 +2,24 @@
 
 use std::io::Write;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
 use trainwarden_core::compile::{self, CompiledPolicy};
 use trainwarden_core::duration::Duration;
-use trainwarden_core::evaluate::{EngineConfig, Evaluator};
+use trainwarden_core::evaluate::{EngineConfig, Evaluator, Event};
 use trainwarden_core::replay::{self, Replay};
 use trainwarden_core::sample::Timestamp;
 use trainwarden_core::script::{BUILTINS, ScriptEngine};
 use trainwarden_core::stream;
 use trainwarden_core::testing::{self, FileSource};
 
+use trainwarden_notify::delivery::RetryPolicy;
+use trainwarden_notify::offline::{self, OfflineNotifications};
+use trainwarden_notify::{FileSecrets, JobProgress, LocalSecrets, SendConfig, Sender};
+
 use crate::read;
 
-fn config(eval_interval: &str) -> Result<EngineConfig, String> {
+pub(crate) fn config(eval_interval: &str) -> Result<EngineConfig, String> {
     let eval_interval: Duration = eval_interval.parse().map_err(|e| format!("--eval-interval: {e}"))?;
     if eval_interval.is_zero() {
         return Err("--eval-interval must be longer than 0s".into());
@@ -23,7 +28,7 @@ fn config(eval_interval: &str) -> Result<EngineConfig, String> {
 }
 
 /// Reads and compiles every policy document in the files; all errors of all files are reported.
-fn load_policies(files: &[PathBuf], engine: &ScriptEngine) -> Result<Vec<CompiledPolicy>, String> {
+pub(crate) fn load_policies(files: &[PathBuf], engine: &ScriptEngine) -> Result<Vec<CompiledPolicy>, String> {
     let mut compiled = Vec::new();
     let mut report = Vec::new();
     for file in files {
@@ -50,12 +55,21 @@ fn load_policies(files: &[PathBuf], engine: &ScriptEngine) -> Result<Vec<Compile
     Ok(compiled)
 }
 
+/// What `replay` does with the notifications the policies' receivers would get.
+pub struct ReplayNotify {
+    /// `--notify`: send them for real (secrets from the environment or `secrets_dir`).
+    pub send: bool,
+    /// `--secrets-dir`: `<dir>/<namespace>/<secret>/<key>` files, after `TRAINWARDEN_SECRET_*` variables.
+    pub secrets_dir: Option<PathBuf>,
+}
+
 pub fn replay(
     policy_files: &[PathBuf],
     json: bool,
     eval_interval: &str,
     until: Option<&str>,
     streams: &[PathBuf],
+    notify: &ReplayNotify,
 ) -> Result<bool, String> {
     let config = config(eval_interval)?;
     let until = until
@@ -84,11 +98,22 @@ pub fn replay(
     {
         return Err(format!("--until {until} is more than a year after the last record ({last})"));
     }
+    // Notifications are grouped on the stream's clock, event by event, with each job's progress at the time.
+    let mut notifications = OfflineNotifications::new(&policies);
+    if notify.send && !notifications.has_receivers() {
+        return Err("--notify: no policy declares spec.receivers".into());
+    }
+    let mut seen = 0;
     let mut replay = Replay::new(policies, config);
     for r in records {
         replay.feed(r);
+        observe_notifications(&replay, &mut notifications, &mut seen);
     }
     replay.finish(until);
+    observe_notifications(&replay, &mut notifications, &mut seen);
+    if let Some(end) = replay.summary.last_time {
+        notifications.finish(end);
+    }
     let stdout = std::io::stdout();
     let mut out = stdout.lock();
     let result = if json {
@@ -96,13 +121,77 @@ pub fn replay(
             .events
             .iter()
             .map(replay::event_json)
+            .chain(notifications.notifications.iter().map(offline::notification_json))
             .chain(std::iter::once(replay::summary_json(&replay.summary)))
             .try_for_each(|v| writeln!(out, "{v}"))
     } else {
-        write!(out, "{}", replay::render_text(&replay.events, &replay.summary, &tz))
+        write!(out, "{}", replay::render_text(&replay.events, &replay.summary, &tz)).and_then(|()| {
+            if notifications.has_receivers() {
+                write!(out, "{}", offline::render_text(&notifications, &tz))
+            } else {
+                Ok(())
+            }
+        })
     };
     result.map_err(|e| format!("writing output: {e}"))?;
+    drop(out);
+    if notify.send {
+        return send_notifications(&notifications, notify.secrets_dir.as_deref());
+    }
     Ok(true)
+}
+
+/// Feeds the replay's new events to the notification grouper.
+fn observe_notifications(replay: &Replay, notifications: &mut OfflineNotifications, seen: &mut usize) {
+    for event in &replay.events[*seen..] {
+        let job = match event {
+            Event::Intent(i) => Some(&i.job),
+            Event::Transition { job, .. } => Some(job),
+            _ => None,
+        };
+        let progress = job.and_then(|k| replay.evaluator().job(k)).and_then(JobProgress::of);
+        notifications.observe(event, progress);
+    }
+    *seen = replay.events.len();
+}
+
+/// `replay --notify`: sends every notification, in order, with retries; reports each on stderr.
+fn send_notifications(
+    notifications: &OfflineNotifications,
+    secrets_dir: Option<&Path>,
+) -> Result<bool, String> {
+    let secrets = LocalSecrets { files: secrets_dir.map(FileSecrets::new) };
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .map_err(|e| format!("starting the async runtime: {e}"))?;
+    let outcomes = runtime.block_on(async {
+        let sender = Sender::new(SendConfig::default(), Arc::new(secrets))?;
+        let retry = RetryPolicy {
+            initial_backoff: std::time::Duration::from_secs(1),
+            max_backoff: std::time::Duration::from_secs(10),
+            give_up_after: std::time::Duration::from_secs(60),
+        };
+        Ok::<_, String>(offline::send_all(&notifications.notifications, &sender, &retry).await)
+    })?;
+    let mut ok = true;
+    for o in &outcomes {
+        match &o.result {
+            Ok(()) => {
+                eprintln!("notification {}: sent to {} ({})", o.index + 1, o.receiver, o.channel.as_str())
+            }
+            Err(e) => {
+                ok = false;
+                eprintln!(
+                    "notification {}: NOT sent to {} ({}): {e}",
+                    o.index + 1,
+                    o.receiver,
+                    o.channel.as_str()
+                );
+            }
+        }
+    }
+    Ok(ok)
 }
 
 struct Dir(PathBuf);

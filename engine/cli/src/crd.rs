@@ -1,17 +1,18 @@
 //! `trainwarden crd`: print or write the ProgressPolicy / ClusterProgressPolicy CRDs generated from the code.
 
-use std::path::Path;
+use std::path::PathBuf;
 
 use trainwarden_kube::crd;
 
-/// Prints both CRDs as one multi-document YAML stream, or, with `write`, writes one file per CRD into that
-/// directory (`<plural>.<group>.yaml`) and names the files on stderr.
-pub fn crd(write: Option<&Path>) -> Result<bool, String> {
-    match write {
-        None => {
-            print!("{}", crd::crds_yaml().map_err(|e| format!("serializing the CRDs: {e}"))?);
-        }
-        Some(dir) => {
+/// Prints both CRDs as one multi-document YAML stream, or writes one file per CRD into each `write`
+/// directory (`<plural>.<group>.yaml`; the repository keeps `crds/` and the chart's copy) and names the files
+/// on stderr.
+pub fn crd(write: &[PathBuf]) -> Result<bool, String> {
+    if write.is_empty() {
+        print!("{}", crd::crds_yaml().map_err(|e| format!("serializing the CRDs: {e}"))?);
+    }
+    for dir in write {
+        {
             std::fs::create_dir_all(dir).map_err(|e| format!("{}: {e}", dir.display()))?;
             for c in crd::crds() {
                 let (file, yaml) = crd::crd_file(&c).map_err(|e| format!("serializing the CRDs: {e}"))?;

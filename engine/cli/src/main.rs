@@ -7,7 +7,9 @@ use std::process::ExitCode;
 use clap::{Parser, Subcommand, ValueEnum};
 
 mod commands;
+mod controller;
 mod crd;
+mod watch;
 
 #[derive(Parser)]
 #[command(name = "trainwarden", version, about = "Watch Kubeflow TrainJob progress and act on it.")]
@@ -41,6 +43,13 @@ enum Command {
         /// Stream files (JSONL).
         #[arg(required = true)]
         streams: Vec<PathBuf>,
+        /// Send the notifications the policies' receivers would get, for real. Secrets come from
+        /// TRAINWARDEN_SECRET_<NAMESPACE>_<NAME>_<KEY> variables, then from --secrets-dir.
+        #[arg(long)]
+        notify: bool,
+        /// Secrets as files, <DIR>/<namespace>/<secret name>/<key> (a mounted Secret's layout).
+        #[arg(long, value_name = "DIR", requires = "notify")]
+        secrets_dir: Option<PathBuf>,
     },
     /// Run policy test files (*.test.yaml); directories are searched recursively. Default: policies/.
     Test { paths: Vec<PathBuf> },
@@ -53,30 +62,44 @@ enum Command {
     Detectors,
     /// Print the functions available to Rhai conditions.
     Functions,
+    /// Run a training command under policies: it reports to a Kubeflow-compatible endpoint (the SDK's
+    /// update_trainjob_status, transformers' KubeflowCallback) and is stopped (SIGTERM, then SIGKILL) when a
+    /// policy suspends it.
+    Watch(watch::WatchArgs),
+    /// Run the Kubernetes controller: watch TrainJobs and progress policies, act on firing rules.
+    Controller(controller::ControllerArgs),
     /// Print the ProgressPolicy and ClusterProgressPolicy CRDs (YAML), or write them into a directory.
     Crd {
-        /// Write one file per CRD into this directory (for example crds/) instead of printing.
+        /// Write one file per CRD into this directory instead of printing. Repeatable: the repository keeps
+        /// crds/ and the Helm chart's copy, charts/trainwarden/crds/.
         #[arg(long, value_name = "DIR")]
-        write: Option<PathBuf>,
+        write: Vec<PathBuf>,
     },
 }
 
 fn main() -> ExitCode {
+    let command = match Cli::parse().command {
+        // The controller sets up its own logging (JSON by default) and runtime.
+        Command::Controller(args) => return controller::run(args),
+        other => other,
+    };
     tracing_subscriber::fmt()
         .with_env_filter(
             tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "warn".into()),
         )
         .with_writer(std::io::stderr)
         .init();
-    let cli = Cli::parse();
-    let result = match cli.command {
-        Command::Replay { policies, output, eval_interval, until, streams } => commands::replay(
-            &policies,
-            matches!(output, Output::Json),
-            &eval_interval,
-            until.as_deref(),
-            &streams,
-        ),
+    let result = match command {
+        Command::Replay { policies, output, eval_interval, until, streams, notify, secrets_dir } => {
+            commands::replay(
+                &policies,
+                matches!(output, Output::Json),
+                &eval_interval,
+                until.as_deref(),
+                &streams,
+                &commands::ReplayNotify { send: notify, secrets_dir },
+            )
+        }
         Command::Test { paths } => {
             let paths = if paths.is_empty() { vec![PathBuf::from("policies")] } else { paths };
             commands::test(&paths)
@@ -90,7 +113,9 @@ fn main() -> ExitCode {
             commands::functions();
             Ok(true)
         }
-        Command::Crd { write } => crd::crd(write.as_deref()),
+        Command::Crd { write } => crd::crd(&write),
+        Command::Watch(args) => return watch::run(args),
+        Command::Controller(_) => unreachable!("handled before logging is set up"),
     };
     match result {
         Ok(true) => ExitCode::SUCCESS,

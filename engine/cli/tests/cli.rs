@@ -130,3 +130,127 @@ fn bad_stream_lines_name_file_and_line() {
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(err.contains("s.jsonl:2:10: invalid JSON"), "{err}");
 }
+
+/// The example policy with a `team` receiver (Slack URL from a Secret, a plain webhook URL).
+fn policy_with_receivers(dir: &Path, webhook_url: &str) -> PathBuf {
+    let policy = std::fs::read_to_string(repo().join(EXAMPLE_POLICY)).unwrap();
+    let path = dir.join("policy.yaml");
+    std::fs::write(
+        &path,
+        format!(
+            "{policy}  receivers:\n    - name: team\n      slack: {{urlSecret: {{name: slack, key: url}}}}\n      webhook: {{url: \"{webhook_url}\"}}\n"
+        ),
+    )
+    .unwrap();
+    path
+}
+
+/// A minimal HTTP server on 127.0.0.1 answering 200 to every request; returns the request heads and bodies.
+fn http_recorder() -> (String, std::sync::mpsc::Receiver<String>) {
+    use std::io::{Read, Write};
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let url = format!("http://{}", listener.local_addr().unwrap());
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        for stream in listener.incoming() {
+            let Ok(mut stream) = stream else { continue };
+            let mut request = Vec::new();
+            let mut buf = [0u8; 8192];
+            // Read the head, then as many body bytes as Content-Length says.
+            loop {
+                let n = stream.read(&mut buf).unwrap_or(0);
+                if n == 0 {
+                    break;
+                }
+                request.extend_from_slice(&buf[..n]);
+                let text = String::from_utf8_lossy(&request).to_string();
+                if let Some(head_end) = text.find("\r\n\r\n") {
+                    let length = text[..head_end]
+                        .lines()
+                        .find_map(|l| {
+                            l.to_ascii_lowercase()
+                                .strip_prefix("content-length:")
+                                .map(|v| v.trim().parse::<usize>().unwrap_or(0))
+                        })
+                        .unwrap_or(0);
+                    if request.len() >= head_end + 4 + length {
+                        break;
+                    }
+                }
+            }
+            let _ = stream.write_all(b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\nconnection: close\r\n\r\nok");
+            let _ = tx.send(String::from_utf8_lossy(&request).into_owned());
+        }
+    });
+    (url, rx)
+}
+
+#[test]
+fn replay_shows_grouped_notifications_and_notify_sends_them() {
+    let dir = temp_dir("notify");
+    let (url, requests) = http_recorder();
+    let policy = policy_with_receivers(&dir, &format!("{url}/hook"));
+    let policy = policy.to_str().unwrap();
+
+    let out = trainwarden(&["replay", "--policy", policy, EXAMPLE_STREAM]);
+    let text = stdout(&out);
+    assert!(out.status.success(), "{text}\n{}", String::from_utf8_lossy(&out.stderr));
+    let section = text.split("\nNotifications (").nth(1).expect("a Notifications section");
+    assert!(
+        section.contains(
+            "→ team of fraud/weekend-safe [slack, webhook]  [firing] loss-plateau on fraud/ft-llama-8b-fraud"
+        ),
+        "{section}"
+    );
+    assert!(section.contains("; will suspend the TrainJob; 262.4"), "{section}");
+    assert!(section.contains(" GPU-hours ($1,80"), "{section}");
+    assert!(requests.try_recv().is_err(), "nothing is sent without --notify");
+
+    let json = trainwarden(&["replay", "--output", "json", "--policy", policy, EXAMPLE_STREAM]);
+    let lines: Vec<serde_json::Value> =
+        stdout(&json).lines().map(|l| serde_json::from_str(l).unwrap()).collect();
+    let first = lines.iter().find_map(|l| l.get("notification")).expect("notification lines");
+    assert_eq!(first["version"], "trainwarden.dev/notification/v1");
+    assert_eq!(first["alerts"][0]["rule"], "loss-plateau");
+    let messages = lines.iter().filter(|l| l.get("notification").is_some()).count();
+
+    // --notify without the Slack secret: the webhook is sent, Slack is reported as not sent, exit 1.
+    let out = Command::new(env!("CARGO_BIN_EXE_trainwarden"))
+        .args([
+            "replay",
+            "--notify",
+            "--until",
+            "2026-11-28T01:00:00+01:00",
+            "--policy",
+            policy,
+            EXAMPLE_STREAM,
+        ])
+        .env("TRAINWARDEN_SECRET_FRAUD_SLACK_URL", format!("{url}/services/T0/B0/secret-path"))
+        .current_dir(repo())
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+    assert!(stderr.contains("notification 1: sent to team (slack)"), "{stderr}");
+    assert!(stderr.contains("notification 1: sent to team (webhook)"), "{stderr}");
+    let got: Vec<String> =
+        (0..2).map(|_| requests.recv_timeout(std::time::Duration::from_secs(10)).unwrap()).collect();
+    assert!(got.iter().any(|r| r.starts_with("POST /services/T0/B0/secret-path ")), "{got:?}");
+    let hook = got.iter().find(|r| r.starts_with("POST /hook ")).expect("the webhook request");
+    assert!(hook.contains("\"version\":\"trainwarden.dev/notification/v1\""), "{hook}");
+    assert!(messages >= 1);
+
+    let out = trainwarden(&[
+        "replay",
+        "--notify",
+        "--until",
+        "2026-11-28T01:00:00+01:00",
+        "--policy",
+        policy,
+        EXAMPLE_STREAM,
+    ]);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    assert!(stderr.contains("NOT sent to team (slack): secret fraud/slack[url] not found: environment variable TRAINWARDEN_SECRET_FRAUD_SLACK_URL is not set"), "{stderr}");
+    std::fs::remove_dir_all(&dir).unwrap();
+}

@@ -748,9 +748,11 @@ impl Evaluator {
                         RuleState::Pending => consider(
                             track.since.and_then(|s| detectors::add_seconds(s, rule.for_.as_secs_f64())),
                         ),
-                        RuleState::Firing => consider(track.cleared_at.and_then(|c| {
-                            detectors::add_seconds(c, rule.keep_firing_for.as_secs_f64())
-                        })),
+                        RuleState::Firing => consider(
+                            track
+                                .cleared_at
+                                .and_then(|c| detectors::add_seconds(c, rule.keep_firing_for.as_secs_f64())),
+                        ),
                         RuleState::Inactive => {
                             if let Some(d) = &rule.detector {
                                 consider(d.wake_at(&track.detector_state, &data.view(&slot.policy.env, now)));

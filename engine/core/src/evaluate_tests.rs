@@ -545,7 +545,7 @@ fn a_restart_keeps_a_pending_for_timer_and_never_repeats_an_action() {
     // The intent id is what it would have been without the restart (the executor deduplicates on it).
     w.advance(11);
     let original = w.events.iter().rev().find_map(|e| if let Event::Intent(i) = e { Some(i) } else { None });
-    assert_eq!(original.unwrap().id.split(':').last(), restarted_intent.id.split(':').last());
+    assert_eq!(original.unwrap().id.split(':').next_back(), restarted_intent.id.split(':').next_back());
 }
 
 #[test]
@@ -562,7 +562,10 @@ fn memories_of_unknown_rules_and_vanished_jobs_are_dropped() {
         firings: 0,
         last_issued: vec![],
     };
-    w.ev.restore(&reference, vec![memory("ml/ft", "gone"), memory("ml/deleted", "high"), memory("bad", "high")]);
+    w.ev.restore(
+        &reference,
+        vec![memory("ml/ft", "gone"), memory("ml/deleted", "high"), memory("bad", "high")],
+    );
     w.sample(1, 0.5, None);
     assert!(w.log().is_empty(), "{:?}", w.log());
     // The deleted job's memory is still held (and persisted) until the controller says the initial sync is

@@ -6,9 +6,12 @@
 //! while `matchedJobs` always counts every selected job. This keeps the object far below etcd's size limit
 //! however many TrainJobs a policy selects.
 
+use std::collections::BTreeMap;
+
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
+use trainwarden_core::evaluate::RuleMemory;
 
 /// The most entries `status.jobs` holds. Enforced by the CRD schema (`maxItems`); [`JobStatus::cap`] sorts
 /// and truncates a list to it.
@@ -66,6 +69,21 @@ pub struct ProgressPolicyStatus {
     #[schemars(range(min = 0.0))]
     pub dollars_saved: Option<f64>,
 
+    /// Audit mode: the GPU-hours the suspensions this policy would have made would have saved.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 0.0))]
+    pub gpu_hours_would_save: Option<f64>,
+
+    /// gpuHoursWouldSave priced with spec.gpuHourCost, in dollars.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 0.0))]
+    pub dollars_would_save: Option<f64>,
+
+    /// Actions by result since the controller started managing this policy, for example
+    /// {"suspend/done": 3, "scale/refused": 1}.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub action_counts: BTreeMap<String, i64>,
+
     /// Standard Kubernetes conditions: Ready (the policy compiled and is evaluated; False with reason
     /// InvalidPolicy and the field errors as message otherwise) and Firing (some rule is firing for some job).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
@@ -79,7 +97,17 @@ pub struct ProgressPolicyStatus {
     #[schemars(extend("x-kubernetes-list-type" = "map", "x-kubernetes-list-map-keys" = ["name"]))]
     #[schemars(length(max = 50))]
     pub jobs: Vec<JobStatus>,
+
+    /// What the rules remember per job (pending since, firing, firing count, when each action was last
+    /// issued), at most 500 entries: the controller restores it after a restart, so a restart neither loses
+    /// a `for` timer nor repeats an action. Written by the controller; not meant to be edited.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(max = 500))]
+    pub rule_states: Vec<RuleMemory>,
 }
+
+/// The most entries `status.ruleStates` holds.
+pub const MAX_RULE_STATES: usize = 500;
 
 /// The state of one selected TrainJob under this policy.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]

@@ -369,8 +369,21 @@ fn sample_status(generation: i64) -> ProgressPolicyStatus {
             pending: vec!["late".into(), "stalled".into()],
             progress_percent: Some(45.0),
             last_action: Some("suspend (loss-plateau)".into()),
-            last_action_time: Some(now),
+            last_action_time: Some(now.clone()),
         }]),
+        gpu_hours_would_save: None,
+        dollars_would_save: None,
+        action_counts: [("suspend/done".to_string(), 1)].into(),
+        // Rule memories round-trip through the API server (restart safety depends on it).
+        rule_states: vec![trainwarden_core::evaluate::RuleMemory {
+            job: "fraud/bert-ft".into(),
+            rule: "late".into(),
+            state: trainwarden_core::evaluate::RuleState::Pending,
+            since: Some(now.0),
+            cleared_at: None,
+            firings: 2,
+            last_issued: vec![None, Some(now.0)],
+        }],
     }
 }
 

@@ -4,8 +4,7 @@ use std::path::{Path, PathBuf};
 
 use trainwarden_kube::crd;
 
-const REGENERATE: &str =
-    "regenerate them with\n\n    cargo run -p trainwarden -- crd --write crds/\n\nand commit the result";
+const REGENERATE: &str = "regenerate them with\n\n    cargo run -p trainwarden -- crd --write crds/ --write charts/trainwarden/crds/\n\nand commit the result";
 
 fn crds_dir() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../../crds")

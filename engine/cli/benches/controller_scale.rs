@@ -1,0 +1,359 @@
+//! The controller at cluster scale, against a real kube-apiserver + etcd (issue 6, "Controller, real API
+//! server"): 1,000 TrainJobs whose status a load generator updates every 5 s through the status subresource
+//! (200 updates/s, server-side apply by `trainer-status`, as Kubeflow's status server writes it), 3 policies,
+//! and the real `trainwarden controller` binary in its own process. Injected: NaN losses, plateaus and stalls.
+//! Printed: update → action latency (p50, p99), stall-timer lateness, the controller's CPU and peak RSS, the API
+//! requests it made per second, writes per action and status writes per policy per second.
+//!
+//! Run: `tests/k8s/with-control-plane.sh cargo bench -p trainwarden --bench controller_scale`
+//! (`TRAINWARDEN_SCALE_JOBS`, `TRAINWARDEN_SCALE_SECONDS` change the size.)
+
+use std::collections::HashMap;
+use std::process::{Child, Command, Stdio};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use futures::{StreamExt, TryStreamExt};
+use jiff::Timestamp;
+use kube::ResourceExt;
+use kube::api::{Api, DynamicObject, Patch, PatchParams, PostParams};
+use kube::runtime::{WatchStreamExt, watcher};
+use serde_json::{Value, json};
+use std::sync::Mutex;
+use trainwarden_kube::ProgressPolicy;
+use trainwarden_kube::trainjob::{TRAINER_STATUS_FIELD_MANAGER, trainjob_api};
+
+const PERIOD: Duration = Duration::from_secs(5);
+const STALL_AFTER: i64 = 20;
+
+#[derive(Clone, Copy, PartialEq, Debug)]
+enum Fate {
+    Healthy,
+    Nan,
+    Plateau,
+    Stall,
+}
+
+fn env_usize(name: &str, default: usize) -> usize {
+    std::env::var(name).ok().and_then(|v| v.parse().ok()).unwrap_or(default)
+}
+
+fn percentile(sorted: &[f64], p: f64) -> f64 {
+    if sorted.is_empty() {
+        return f64::NAN;
+    }
+    let i = ((sorted.len() as f64 - 1.0) * p).round() as usize;
+    sorted[i]
+}
+
+/// utime + stime of a process, in seconds.
+fn cpu_seconds(pid: u32) -> f64 {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+    let after = stat.rsplit_once(')').map(|(_, r)| r).unwrap_or("");
+    let fields: Vec<&str> = after.split_whitespace().collect();
+    let ticks: f64 = fields.get(11).and_then(|v| v.parse().ok()).unwrap_or(0.0)
+        + fields.get(12).and_then(|v| v.parse().ok()).unwrap_or(0.0);
+    ticks / 100.0
+}
+
+fn peak_rss_mib(pid: u32) -> f64 {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmHWM:"))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<f64>().ok())
+        .map_or(f64::NAN, |kb| kb / 1024.0)
+}
+
+fn metric(text: &str, prefix: &str) -> f64 {
+    text.lines()
+        .filter(|l| l.starts_with(prefix))
+        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+        .sum()
+}
+
+async fn scrape(port: u16) -> String {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let Ok(mut s) = tokio::net::TcpStream::connect(("127.0.0.1", port)).await else { return String::new() };
+    let _ = s.write_all(b"GET /metrics HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n").await;
+    let mut out = String::new();
+    let _ = s.read_to_string(&mut out).await;
+    out
+}
+
+fn status_body(loss: &str, at: Timestamp, step: i64) -> Value {
+    json!({
+        "apiVersion": "trainer.kubeflow.org/v1alpha1",
+        "kind": "TrainJob",
+        "status": {"trainerStatus": {
+            "progressPercentage": (step % 100),
+            "estimatedRemainingSeconds": 36000,
+            "metrics": [{"name": "loss", "value": loss}, {"name": "learning_rate", "value": "0.0001"}],
+            "lastUpdatedTime": at.strftime("%Y-%m-%dT%H:%M:%SZ").to_string(),
+        }},
+    })
+}
+
+struct Controller(Child);
+
+impl Drop for Controller {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+#[tokio::main]
+async fn main() {
+    let Some(kubeconfig) = std::env::var_os("TRAINWARDEN_TEST_KUBECONFIG") else {
+        eprintln!(
+            "controller_scale needs a real API server: run it as\n  tests/k8s/with-control-plane.sh cargo bench -p trainwarden --bench controller_scale"
+        );
+        std::process::exit(if std::env::var("CI").is_ok_and(|v| v == "true") { 1 } else { 0 });
+    };
+    let jobs = env_usize("TRAINWARDEN_SCALE_JOBS", 1000);
+    let seconds = env_usize("TRAINWARDEN_SCALE_SECONDS", 75) as u64;
+    let client = trainwarden_kube::client::client_from_kubeconfig(std::path::Path::new(&kubeconfig))
+        .await
+        .expect("client");
+    let ns = format!("scale-{}", Timestamp::now().as_second());
+    let namespaces: Api<k8s_openapi::api::core::v1::Namespace> = Api::all(client.clone());
+    namespaces
+        .create(&PostParams::default(), &serde_json::from_value(json!({"metadata": {"name": ns}})).unwrap())
+        .await
+        .expect("namespace");
+
+    // 3 policies: NaN, plateau, stall — all Enforce, suspend.
+    let policies: Api<ProgressPolicy> = Api::namespaced(client.clone(), &ns);
+    for (name, rule) in [
+        ("nan", "{name: nan-loss, uses: non_finite, with: {metric: loss}, actions: [{suspend: {}}]}"),
+        (
+            "plateau",
+            "{name: plateau, uses: plateau, with: {metric: loss, window: 4, minDelta: 0.001}, actions: [{suspend: {}}]}",
+        ),
+        ("stall", "{name: stalled, uses: stalled, with: {after: 20s}, actions: [{suspend: {}}]}"),
+    ] {
+        let yaml = format!(
+            "apiVersion: trainwarden.dev/v1alpha1\nkind: ProgressPolicy\nmetadata: {{name: {name}}}\nspec:\n  mode: Enforce\n  samplingInterval: 5s\n  rules:\n    - {rule}\n"
+        );
+        let p: ProgressPolicy = serde_saphyr::from_str(&yaml).expect("policy");
+        policies.create(&PostParams::default(), &p).await.expect("create policy");
+    }
+
+    // The TrainJobs: 1 in 25 of each injected fate, the rest healthy.
+    let template: DynamicObject = serde_saphyr::from_str(
+        &std::fs::read_to_string(
+            std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+                .join("../../../shared/fixtures/kubeflow/upstream-trainer/examples/01-multi-node.yaml"),
+        )
+        .expect("TrainJob fixture"),
+    )
+    .expect("fixture YAML");
+    let api = trainjob_api(client.clone(), Some(&ns));
+    let fate = |i: usize| match i % 25 {
+        1 => Fate::Nan,
+        2 => Fate::Plateau,
+        3 => Fate::Stall,
+        _ => Fate::Healthy,
+    };
+    let t0 = Instant::now();
+    futures::stream::iter(0..jobs)
+        .map(|i| {
+            let (api, mut job) = (api.clone(), template.clone());
+            job.metadata.name = Some(format!("job-{i:05}"));
+            job.metadata.namespace = Some(ns.clone());
+            async move { api.create(&PostParams::default(), &job).await.map(|_| ()) }
+        })
+        .buffer_unordered(32)
+        .try_collect::<Vec<_>>()
+        .await
+        .expect("create TrainJobs");
+    println!("created {jobs} TrainJobs in {:.1}s", t0.elapsed().as_secs_f64());
+
+    // The controller, in its own process.
+    let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+    let child = Command::new(env!("CARGO_BIN_EXE_trainwarden"))
+        .args(["controller", "--leader-election=false", "--log-format=text", "--eval-interval=30s"])
+        .args(["--namespace", &ns, "--http-addr", &format!("127.0.0.1:{port}")])
+        .arg("--kubeconfig")
+        .arg(&kubeconfig)
+        .env("RUST_LOG", "warn")
+        .stdout(Stdio::null())
+        .stderr(Stdio::inherit())
+        .spawn()
+        .expect("start the controller");
+    let pid = child.id();
+    let _controller = Controller(child);
+    let ready = Instant::now();
+    loop {
+        if scrape(port).await.contains("trainwarden_jobs")
+            && metric(&scrape(port).await, "trainwarden_jobs ") >= jobs as f64
+        {
+            break;
+        }
+        assert!(ready.elapsed() < Duration::from_secs(60), "the controller did not list the TrainJobs");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    println!("controller listed {jobs} TrainJobs {:.1}s after start", ready.elapsed().as_secs_f64());
+
+    // When each job was suspended, as a watch sees it.
+    let suspended_at: Arc<Mutex<HashMap<String, Timestamp>>> = Arc::default();
+    {
+        let (api, seen) = (api.clone(), suspended_at.clone());
+        tokio::spawn(async move {
+            let mut stream = watcher(api, watcher::Config::default()).applied_objects().boxed();
+            while let Some(Ok(job)) = stream.next().await {
+                if job.data.pointer("/spec/suspend") == Some(&json!(true)) {
+                    seen.lock().unwrap().entry(job.name_any()).or_insert_with(Timestamp::now);
+                }
+            }
+        });
+    }
+
+    // The load: every job reports every 5 s, spread evenly (200 updates/s for 1,000 jobs). Injections happen
+    // after 30 s: NaN jobs report "nan", plateau jobs go flat, stalled jobs stop reporting.
+    let inject_after = Duration::from_secs(30);
+    let start = Instant::now();
+    let cpu0 = cpu_seconds(pid);
+    let metrics0 = scrape(port).await;
+    // Per injected job: when each report went out (the one before the suspension triggered it); for stalled
+    // jobs, the lastUpdatedTime of their last report.
+    let reports: Arc<Mutex<HashMap<String, Vec<Timestamp>>>> = Arc::default();
+    let mut last_stall_report: HashMap<String, Timestamp> = HashMap::new();
+    let params = PatchParams::apply(TRAINER_STATUS_FIELD_MANAGER).force();
+    let mut step: HashMap<usize, i64> = HashMap::new();
+    let slot = PERIOD / jobs as u32;
+    let mut sent = 0u64;
+    let mut late_sends = 0u64;
+    let mut tick = tokio::time::interval(Duration::from_millis(50));
+    let mut next_job = 0usize;
+    let mut pending = futures::stream::FuturesUnordered::new();
+    while start.elapsed() < Duration::from_secs(seconds) {
+        tick.tick().await;
+        let due = (start.elapsed().as_nanos() / slot.as_nanos().max(1)) as usize;
+        while next_job < due {
+            let i = next_job % jobs;
+            next_job += 1;
+            let s = step.entry(i).or_insert(0);
+            *s += 1;
+            let injecting = start.elapsed() >= inject_after;
+            let name = format!("job-{i:05}");
+            if suspended_at.lock().unwrap().contains_key(&name) {
+                continue; // its pods are gone: nothing reports any more
+            }
+            let loss = match (fate(i), injecting) {
+                (Fate::Stall, true) => continue,
+                (Fate::Nan, true) => "nan".to_string(),
+                // Flat within minDelta: the 4-sample window fills within 4 reports.
+                (Fate::Plateau, true) => format!("{:.4}", 0.5 + 0.0001 * (*s % 3) as f64),
+                _ => format!("{:.4}", 2.0 / (1.0 + *s as f64 * 0.1)),
+            };
+            let now = Timestamp::now();
+            if fate(i) == Fate::Stall {
+                last_stall_report.insert(name.clone(), now);
+            }
+            let body = status_body(&loss, now, *s);
+            let (api, params, reports) = (api.clone(), params.clone(), reports.clone());
+            let record = injecting && matches!(fate(i), Fate::Nan | Fate::Plateau);
+            pending.push(async move {
+                let r = api.patch_status(&name, &params, &Patch::Apply(&body)).await;
+                // The time the update was sent: latency counts the API server's write and watch delivery too.
+                if r.is_ok() && record {
+                    reports.lock().unwrap().entry(name).or_default().push(now);
+                }
+                r.is_ok()
+            });
+            sent += 1;
+        }
+        while pending.len() > 256 {
+            if let Some(false) = pending.next().await {
+                late_sends += 1;
+            }
+        }
+        while let Some(Some(ok)) = futures::FutureExt::now_or_never(pending.next()) {
+            late_sends += (!ok) as u64;
+        }
+    }
+    while let Some(ok) = pending.next().await {
+        late_sends += (!ok) as u64;
+    }
+    // Let the last actions land (the stalls fire 20 s after the injection, well inside the run).
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let wall = start.elapsed().as_secs_f64();
+    let cpu = cpu_seconds(pid) - cpu0;
+    let metrics1 = scrape(port).await;
+    let rss = peak_rss_mib(pid);
+
+    // Latencies: from the report that triggered the suspension (the last one before it was seen) to the
+    // suspension as a watch sees it; for stalls, from the deadline (last lastUpdatedTime + 20 s).
+    let seen = suspended_at.lock().unwrap().clone();
+    let reports = reports.lock().unwrap().clone();
+    let (mut nan, mut plateau, mut stall) = (Vec::new(), Vec::new(), Vec::new());
+    let mut missed = Vec::new();
+    let mut wrong = 0;
+    for i in 0..jobs {
+        let name = format!("job-{i:05}");
+        match (fate(i), seen.get(&name)) {
+            (Fate::Healthy, Some(_)) => wrong += 1,
+            (Fate::Healthy, None) => {}
+            (f, None) => missed.push((name, f)),
+            (Fate::Stall, Some(at)) => {
+                if let Some(last) = last_stall_report.get(&name) {
+                    let deadline = Timestamp::from_second(last.as_second() + STALL_AFTER).unwrap();
+                    stall.push(at.duration_since(deadline).as_secs_f64());
+                }
+            }
+            (f, Some(at)) => {
+                if let Some(trigger) = reports.get(&name).and_then(|r| r.iter().filter(|t| *t <= at).max()) {
+                    let latency = at.duration_since(*trigger).as_secs_f64();
+                    if f == Fate::Nan { nan.push(latency) } else { plateau.push(latency) }
+                }
+            }
+        }
+    }
+    stall.sort_by(f64::total_cmp);
+    nan.sort_by(f64::total_cmp);
+    plateau.sort_by(f64::total_cmp);
+    let delta = |name: &str| metric(&metrics1, name) - metric(&metrics0, name);
+    let requests = delta("trainwarden_api_requests_total");
+    let patches = delta("trainwarden_api_requests_total{operation=\"patch_trainjob\"}");
+    let actions_done =
+        delta("trainwarden_actions_total{action=\"suspend\",mode=\"Enforce\",result=\"done\"}");
+    let status_writes = delta("trainwarden_status_writes_total{result=\"done\"}");
+    println!(
+        "load: {sent} status updates in {:.1}s = {:.0}/s ({late_sends} failed)",
+        seconds as f64,
+        sent as f64 / seconds as f64
+    );
+    println!(
+        "update → suspend, NaN      ({:>3} jobs): p50 {:.3}s  p99 {:.3}s",
+        nan.len(),
+        percentile(&nan, 0.5),
+        percentile(&nan, 0.99)
+    );
+    println!(
+        "update → suspend, plateau  ({:>3} jobs): p50 {:.3}s  p99 {:.3}s",
+        plateau.len(),
+        percentile(&plateau, 0.5),
+        percentile(&plateau, 0.99)
+    );
+    println!(
+        "stall lateness after the deadline ({:>3} jobs): p50 {:.3}s  p99 {:.3}s  max {:.3}s",
+        stall.len(),
+        percentile(&stall, 0.5),
+        percentile(&stall, 0.99),
+        stall.last().copied().unwrap_or(f64::NAN)
+    );
+    println!("missed: {missed:?}; healthy jobs suspended: {wrong}");
+    println!("controller: CPU {:.2} cores ({:.1}s over {wall:.1}s), peak RSS {rss:.1} MiB", cpu / wall, cpu);
+    println!(
+        "controller API requests (executor + status writer): {requests:.0} = {:.1}/s; trainjob patches per suspension: {:.2}",
+        requests / wall,
+        patches / actions_done.max(1.0)
+    );
+    println!(
+        "status writes: {status_writes:.0} over {wall:.1}s for 3 policies = {:.2}/s per policy",
+        status_writes / wall / 3.0
+    );
+    let _ = namespaces;
+}

@@ -1,0 +1,139 @@
+//! `trainwarden controller`: flags, logging and the runtime around [`trainwarden_controller::run`].
+
+use std::net::SocketAddr;
+use std::process::ExitCode;
+use std::time::Duration;
+
+use clap::{Args, ValueEnum};
+use trainwarden_controller::ControllerConfig;
+
+#[derive(Clone, Copy, ValueEnum)]
+pub enum LogFormat {
+    Json,
+    Text,
+}
+
+#[derive(Args)]
+pub struct ControllerArgs {
+    /// Address for /healthz, /readyz and /metrics.
+    #[arg(long, default_value = "0.0.0.0:8080")]
+    http_addr: SocketAddr,
+    /// Log format (the filter comes from RUST_LOG, default info).
+    #[arg(long, value_enum, default_value = "json")]
+    log_format: LogFormat,
+    /// Elect a leader on a Lease; only the leader acts and writes status. Off: run exactly one replica.
+    #[arg(long, default_value_t = true, action = clap::ArgAction::Set)]
+    leader_election: bool,
+    #[arg(long, default_value = "trainwarden-leader")]
+    lease_name: String,
+    /// Namespace of the Lease (default: $POD_NAMESPACE, else "default").
+    #[arg(long, env = "POD_NAMESPACE", default_value = "default")]
+    lease_namespace: String,
+    /// This replica's identity in the Lease (default: $POD_NAME, else the host name).
+    #[arg(long, env = "POD_NAME")]
+    identity: Option<String>,
+    /// Watch only this namespace (TrainJobs and ProgressPolicies); default: the whole cluster.
+    #[arg(long)]
+    namespace: Option<String>,
+    /// Watch only TrainJobs matching this label selector (e.g. team=ml), to shard a cluster.
+    #[arg(long)]
+    trainjob_selector: Option<String>,
+    /// Stop Kueue-managed TrainJobs by deactivating their Workload (Kueue owns spec.suspend).
+    #[arg(long, default_value_t = true, action = clap::ArgAction::Set)]
+    kueue: bool,
+    /// How often jobs without news are re-evaluated (exact timers fire regardless).
+    #[arg(long, default_value = "30s", value_parser = parse_duration)]
+    eval_interval: Duration,
+    /// Least time between two status writes of one policy.
+    #[arg(long, default_value = "1s", value_parser = parse_duration)]
+    status_interval: Duration,
+    /// Path of a kubeconfig (default: $KUBECONFIG, ~/.kube/config, or the in-cluster service account).
+    #[arg(long)]
+    kubeconfig: Option<std::path::PathBuf>,
+}
+
+fn parse_duration(text: &str) -> Result<Duration, String> {
+    let d: trainwarden_core::duration::Duration = text.parse().map_err(|e| format!("{e}"))?;
+    Ok(Duration::from_secs_f64(d.as_secs_f64()))
+}
+
+pub fn run(args: ControllerArgs) -> ExitCode {
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info".into());
+    let builder = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr);
+    match args.log_format {
+        LogFormat::Json => builder.json().with_current_span(true).init(),
+        LogFormat::Text => builder.init(),
+    }
+    let identity = args.identity.clone().unwrap_or_else(|| {
+        std::fs::read_to_string("/etc/hostname")
+            .map(|h| h.trim().to_string())
+            .ok()
+            .filter(|h| !h.is_empty())
+            .unwrap_or_else(|| format!("trainwarden-{}", std::process::id()))
+    });
+    let config = ControllerConfig {
+        http_addr: Some(args.http_addr),
+        namespace: args.namespace.clone(),
+        trainjob_selector: args.trainjob_selector.clone(),
+        leader_election: args.leader_election,
+        lease_name: args.lease_name.clone(),
+        lease_namespace: args.lease_namespace.clone(),
+        identity,
+        kueue: args.kueue,
+        eval_interval: args.eval_interval,
+        status_interval: args.status_interval,
+        ..ControllerConfig::default()
+    };
+    let runtime = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("error: starting the async runtime: {e}");
+            return ExitCode::from(2);
+        }
+    };
+    runtime.block_on(async move {
+        let client = match &args.kubeconfig {
+            Some(path) => trainwarden_kube::client::client_from_kubeconfig(path).await,
+            None => trainwarden_kube::client::client_from_env().await,
+        };
+        let client = match client {
+            Ok(c) => c,
+            Err(e) => {
+                tracing::error!(error = %e, "cannot build a Kubernetes client");
+                return ExitCode::from(2);
+            }
+        };
+        let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
+        tokio::spawn(async move {
+            shutdown_signal().await;
+            let _ = stop_tx.send(true);
+        });
+        match trainwarden_controller::run(client, config, stop_rx).await {
+            Ok(()) => ExitCode::SUCCESS,
+            Err(e) => {
+                tracing::error!(error = %e, "controller stopped");
+                ExitCode::from(1)
+            }
+        }
+    })
+}
+
+async fn shutdown_signal() {
+    let ctrl_c = tokio::signal::ctrl_c();
+    #[cfg(unix)]
+    {
+        let mut term = match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+            Ok(s) => s,
+            Err(_) => {
+                let _ = ctrl_c.await;
+                return;
+            }
+        };
+        tokio::select! {
+            _ = ctrl_c => {}
+            _ = term.recv() => {}
+        }
+    }
+    #[cfg(not(unix))]
+    let _ = ctrl_c.await;
+}

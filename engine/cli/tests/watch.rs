@@ -1,0 +1,382 @@
+//! `trainwarden watch -- CMD` end to end, with the real Kubeflow SDK on the Python side: a training loop
+//! (engine/local/tests/python/sdk_training_loop.py) reports through `kubeflow.trainer.update_trainjob_status`,
+//! configured only by the variables watch sets; the policy stops it; the recording replays to the same
+//! decisions.
+//!
+//! Python: `TRAINWARDEN_PYTHON`, else ~/.cache/trainwarden/venv/bin/python (tests/python/setup-venv.sh
+//! installs tests/python/watch.txt there). Without it these tests are skipped, except under `CI=true`,
+//! where that is a failure.
+//!
+//! The SDK sends at most one report per 5 s, so each scenario takes 5–20 s; they run in parallel.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+use serde_json::Value;
+
+fn repo() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")
+}
+
+const POLICY: &str = "engine/local/tests/fixtures/watch-policy.yaml";
+const AUDIT_POLICY: &str = "engine/local/tests/fixtures/watch-policy-audit.yaml";
+const SCRIPT: &str = "engine/local/tests/python/sdk_training_loop.py";
+const HF_POLICY: &str = "engine/local/tests/fixtures/watch-policy-hf.yaml";
+const HF_SCRIPT: &str = "engine/local/tests/python/hf_trainer.py";
+
+fn in_ci() -> bool {
+    std::env::var("CI").is_ok_and(|v| v == "true" || v == "1")
+}
+
+/// The tests' Python: `TRAINWARDEN_PYTHON`, else the venv tests/python/setup-venv.sh builds.
+fn python_candidate() -> Option<PathBuf> {
+    std::env::var_os("TRAINWARDEN_PYTHON").map(PathBuf::from).or_else(|| {
+        std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".cache/trainwarden/venv/bin/python"))
+    })
+}
+
+/// Why `python` cannot run `code`, if it cannot.
+fn cannot_run(python: &Option<PathBuf>, code: &str) -> Option<String> {
+    let Some(p) = python else { return Some("neither TRAINWARDEN_PYTHON nor HOME is set".into()) };
+    match Command::new(p).args(["-c", code]).output() {
+        Ok(o) if o.status.success() => None,
+        Ok(o) => {
+            Some(format!("{}: `{code}` failed: {}", p.display(), String::from_utf8_lossy(&o.stderr).trim()))
+        }
+        Err(e) => Some(format!("{}: {e}", p.display())),
+    }
+}
+
+/// The Python with the Kubeflow SDK, or `None` (skip) outside CI.
+fn python() -> Option<PathBuf> {
+    let candidate = python_candidate();
+    let Some(problem) = cannot_run(&candidate, "import kubeflow.trainer") else { return candidate };
+    let hint = "run tests/python/setup-venv.sh (installs tests/python/watch.txt)";
+    if in_ci() {
+        panic!("the watch tests need the Kubeflow SDK (CI=true, so this fails): {problem}; {hint}");
+    }
+    eprintln!("SKIPPED: the watch tests need the Kubeflow SDK: {problem}; {hint}");
+    None
+}
+
+fn temp_dir(name: &str) -> PathBuf {
+    let dir = std::env::temp_dir().join(format!("trainwarden-watch-{name}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    dir
+}
+
+fn trainwarden(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_trainwarden")).args(args).current_dir(repo()).output().expect("runs")
+}
+
+struct Run {
+    output: Output,
+    stderr: String,
+    dir: PathBuf,
+    recording: PathBuf,
+}
+
+impl Run {
+    fn marker(&self) -> Option<Value> {
+        let text = std::fs::read_to_string(self.dir.join("out/checkpoint.json")).ok()?;
+        Some(serde_json::from_str(&text).expect("checkpoint marker is JSON"))
+    }
+
+    fn reports(&self) -> usize {
+        std::fs::read_to_string(self.dir.join("out/reports.jsonl")).map(|t| t.lines().count()).unwrap_or(0)
+    }
+
+    /// `time` of each progress line of the recording.
+    fn update_times(&self) -> Vec<String> {
+        let text = std::fs::read_to_string(&self.recording).expect("recording written");
+        text.lines()
+            .filter(|l| !l.starts_with('#'))
+            .map(|l| serde_json::from_str::<Value>(l).expect("recording lines are JSON"))
+            .filter(|v| v.get("trainerStatus").is_some())
+            .map(|v| v["time"].as_str().unwrap().to_string())
+            .collect()
+    }
+}
+
+/// `trainwarden watch` on the SDK training loop.
+fn watch(python: &Path, name: &str, policy: &str, scenario: &[&str], extra: &[&str]) -> Run {
+    watch_script(python, SCRIPT, name, policy, scenario, extra)
+}
+
+fn watch_script(
+    python: &Path,
+    script: &str,
+    name: &str,
+    policy: &str,
+    scenario: &[&str],
+    extra: &[&str],
+) -> Run {
+    let dir = temp_dir(name);
+    let recording = dir.join("run.jsonl");
+    let out_dir = dir.join("out");
+    let (recording_s, out_s, python_s) =
+        (recording.to_str().unwrap(), out_dir.to_str().unwrap(), python.to_str().unwrap());
+    let mut args =
+        vec!["watch", "--policy", policy, "--record", recording_s, "--eval-interval", "1s", "--gpus", "1"];
+    let job = format!("local/{name}");
+    args.extend_from_slice(&["--job", &job]);
+    args.extend_from_slice(extra);
+    args.extend_from_slice(&["--", python_s, script]);
+    args.extend_from_slice(scenario);
+    args.push(out_s);
+    let output = trainwarden(&args);
+    let stderr = String::from_utf8_lossy(&output.stderr).into_owned();
+    Run { output, stderr, dir, recording }
+}
+
+fn replay(policy: &str, run: &Run, json: bool) -> String {
+    let mut args = vec!["replay", "--policy", policy, "--eval-interval", "1s"];
+    if json {
+        args.extend_from_slice(&["--output", "json"]);
+    }
+    args.push(run.recording.to_str().unwrap());
+    let out = trainwarden(&args);
+    let text = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert!(out.status.success(), "replay failed: {text}\n{}", String::from_utf8_lossy(&out.stderr));
+    text
+}
+
+/// The replayed timeline and summary are the live ones: same events at the same times, same totals.
+fn assert_replays_identically(policy: &str, run: &Run, job: &str) {
+    let replayed = replay(policy, run, false);
+    let live: Vec<String> = run
+        .stderr
+        .lines()
+        .filter_map(|l| l.strip_prefix("[trainwarden] "))
+        // The live intent lines add what was done locally after "⤷".
+        .map(|l| l.split("  ⤷ ").next().unwrap_or(l).to_string())
+        .collect();
+    let (events, summary) = replayed.split_once("\nSummary\n").expect("replay prints a summary");
+    for line in events.lines() {
+        assert!(
+            live.iter().any(|l| l == line),
+            "replayed event not seen live: {line}\nlive:\n{}",
+            run.stderr
+        );
+    }
+    let live_events = live.iter().filter(|l| l.contains(&format!("  {job}  "))).count();
+    assert_eq!(live_events, events.lines().count(), "live:\n{}\nreplayed:\n{replayed}", run.stderr);
+    for line in summary.lines() {
+        assert!(
+            live.iter().any(|l| l == line),
+            "replayed summary line differs: {line}\nlive:\n{}",
+            run.stderr
+        );
+    }
+}
+
+/// Intents in the replay's JSON output: (rule, action, time).
+fn replayed_intents(policy: &str, run: &Run) -> Vec<(String, String, String)> {
+    replay(policy, run, true)
+        .lines()
+        .map(|l| serde_json::from_str::<Value>(l).unwrap())
+        .filter(|v| v.get("intentId").is_some())
+        .map(|v| {
+            (
+                v["rule"].as_str().unwrap().into(),
+                v["action"].as_str().unwrap().into(),
+                v["time"].as_str().unwrap().into(),
+            )
+        })
+        .collect()
+}
+
+fn seconds_between(a: &str, b: &str) -> f64 {
+    let (a, b): (jiff::Timestamp, jiff::Timestamp) = (a.parse().unwrap(), b.parse().unwrap());
+    b.duration_since(a).as_secs_f64()
+}
+
+#[test]
+fn a_plateau_reported_through_the_kubeflow_sdk_is_stopped_by_sigterm_and_replays_the_same() {
+    let Some(python) = python() else { return };
+    let run = watch(&python, "plateau", POLICY, &["plateau"], &["--grace-period", "20s"]);
+    assert_eq!(run.output.status.code(), Some(124), "stopped by policy:\n{}", run.stderr);
+    // The loss flattened after report 2; a 2-sample plateau is complete at report 4, and the loop got SIGTERM
+    // before it could send a 5th (the SDK waits 5 s between reports).
+    let marker = run
+        .marker()
+        .unwrap_or_else(|| panic!("no checkpoint marker: the loop never saw SIGTERM\n{}", run.stderr));
+    assert_eq!(
+        (marker["signal"].as_str(), marker["reports"].as_u64()),
+        (Some("SIGTERM"), Some(4)),
+        "{marker}"
+    );
+    assert_eq!(run.reports(), 4);
+    assert!(
+        run.stderr.contains(
+            "loss-plateau     FIRING    [Enforce] loss has not improved by more than 0.01 for 2 samples"
+        ),
+        "{}",
+        run.stderr
+    );
+    assert!(run.stderr.contains("stopped by local/local-fast rule loss-plateau"), "{}", run.stderr);
+    assert!(run.stderr.contains("exited after SIGTERM (exit status 0)"), "{}", run.stderr);
+    assert!(run.stderr.contains("notify ml-team: reported only"), "{}", run.stderr);
+    // ETA ~2.8 h on 1 GPU at $2.5/GPU-hour.
+    assert!(run.stderr.contains("  saved        2.8 GPU-hours, $6.9"), "{}", run.stderr);
+
+    let updates = run.update_times();
+    assert_eq!(updates.len(), 4, "{updates:?}");
+    let intents = replayed_intents(POLICY, &run);
+    let expected: Vec<(String, String, String)> = [("loss-plateau", "notify"), ("loss-plateau", "suspend")]
+        .iter()
+        .map(|(r, a)| (r.to_string(), a.to_string(), updates[3].clone()))
+        .collect();
+    assert_eq!(intents, expected, "the replayed decision: on the 4th report, at its time");
+    assert_replays_identically(POLICY, &run, "local/plateau");
+    let _ = std::fs::remove_dir_all(&run.dir);
+}
+
+#[test]
+fn a_nan_loss_stops_the_command_at_once() {
+    let Some(python) = python() else { return };
+    let run = watch(&python, "nan", POLICY, &["nan"], &["--grace-period", "20s"]);
+    assert_eq!(run.output.status.code(), Some(124), "{}", run.stderr);
+    assert_eq!(run.marker().and_then(|m| m["reports"].as_u64()), Some(2), "{}", run.stderr);
+    assert!(run.stderr.contains("nan-loss         FIRING    [Enforce]"), "{}", run.stderr);
+    let updates = run.update_times();
+    assert_eq!(
+        replayed_intents(POLICY, &run),
+        vec![("nan-loss".into(), "suspend".into(), updates[1].clone())]
+    );
+    assert_replays_identically(POLICY, &run, "local/nan");
+    let _ = std::fs::remove_dir_all(&run.dir);
+}
+
+#[test]
+fn a_command_that_stops_reporting_is_a_stall_and_is_killed_after_the_grace_period() {
+    let Some(python) = python() else { return };
+    let run = watch(&python, "stall", POLICY, &["stall"], &["--grace-period", "2s"]);
+    assert_eq!(run.output.status.code(), Some(124), "{}", run.stderr);
+    // The hung loop noted SIGTERM but did not exit: SIGKILL after 2 s.
+    assert_eq!(run.marker().and_then(|m| m["reports"].as_u64()), Some(2), "{}", run.stderr);
+    assert!(run.stderr.contains("grace period 2s is over: SIGKILL"), "{}", run.stderr);
+    assert!(
+        run.stderr.contains("did not exit within 2s of SIGTERM; SIGKILL (killed by SIGKILL)"),
+        "{}",
+        run.stderr
+    );
+    let updates = run.update_times();
+    assert_eq!(updates.len(), 2);
+    let intents = replayed_intents(POLICY, &run);
+    assert_eq!(intents.len(), 1, "{intents:?}");
+    assert_eq!((intents[0].0.as_str(), intents[0].1.as_str()), ("stalled", "suspend"));
+    // Silence is measured from the report's own lastUpdatedTime (whole seconds) and judged on 1 s ticks.
+    let silence = seconds_between(&updates[1], &intents[0].2);
+    assert!((8.0..=11.0).contains(&silence), "stall declared {silence}s after the last report");
+    assert_replays_identically(POLICY, &run, "local/stall");
+    let _ = std::fs::remove_dir_all(&run.dir);
+}
+
+#[test]
+fn audit_mode_only_reports_and_the_command_runs_to_its_end() {
+    let Some(python) = python() else { return };
+    let run = watch(&python, "audit", AUDIT_POLICY, &["nan"], &["--grace-period", "2s"]);
+    // Nothing stops the loop: it sends its whole schedule (2.0, nan, 1.9, 1.8) and exits 0.
+    assert_eq!(run.output.status.code(), Some(0), "{}", run.stderr);
+    assert!(run.marker().is_none(), "Audit mode must not signal the command");
+    assert_eq!(run.reports(), 4);
+    assert!(run.stderr.contains("→ would suspend the TrainJob"), "{}", run.stderr);
+    assert!(run.stderr.contains("Audit mode: reported only"), "{}", run.stderr);
+    assert!(run.stderr.contains("ran to its end (exit status 0)"), "{}", run.stderr);
+    assert_replays_identically(AUDIT_POLICY, &run, "local/audit");
+    let _ = std::fs::remove_dir_all(&run.dir);
+}
+
+#[test]
+fn a_missing_command_exits_127_and_a_policy_that_selects_nothing_is_a_usage_error() {
+    let out = trainwarden(&["watch", "--policy", POLICY, "--", "/nonexistent/train"]);
+    assert_eq!(out.status.code(), Some(127), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("[trainwarden] error: cannot run /nonexistent/train")
+    );
+    let out = trainwarden(&["watch", "--policy", POLICY, "--job", "other/train", "--", "true"]);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{stderr}");
+    assert!(stderr.contains("no policy selects the local job other/train (no labels)"), "{stderr}");
+    assert!(stderr.contains("ProgressPolicy local/local-fast selects jobs in namespace local"), "{stderr}");
+}
+
+#[test]
+fn the_exit_status_is_the_commands_when_it_runs_to_its_end() {
+    let out = trainwarden(&["watch", "--policy", POLICY, "--", "sh", "-c", "echo from-the-command; exit 7"]);
+    assert_eq!(out.status.code(), Some(7));
+    // The command's output passes through untouched; trainwarden's own lines go to stderr, prefixed.
+    assert_eq!(String::from_utf8_lossy(&out.stdout), "from-the-command\n");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.lines().all(|l| l.starts_with("[trainwarden] ")), "{stderr}");
+    assert!(stderr.contains("ran to its end (exit status 7)"), "{stderr}");
+}
+
+#[test]
+fn ctrl_c_is_forwarded_to_the_command_which_stops_cleanly() {
+    let dir = temp_dir("ctrl-c");
+    let ready = dir.join("ready");
+    // A non-interactive shell's background jobs ignore SIGINT: `sleep` outlives the shell unless trainwarden
+    // cleans up the process group, which it does once the command has exited.
+    let script = format!("trap 'echo got-sigint; exit 0' INT; touch '{}'; sleep 30 & wait", ready.display());
+    let child = Command::new(env!("CARGO_BIN_EXE_trainwarden"))
+        .args(["watch", "--policy", POLICY, "--grace-period", "5s", "--", "sh", "-c", &script])
+        .current_dir(repo())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let started = std::time::Instant::now();
+    while !ready.exists() {
+        assert!(started.elapsed().as_secs() < 20, "the command did not start");
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    let interrupted = std::time::Instant::now();
+    let kill = Command::new("kill").args(["-INT", &child.id().to_string()]).status().unwrap();
+    assert!(kill.success());
+    let out = child.wait_with_output().unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(130), "{stderr}");
+    assert_eq!(String::from_utf8_lossy(&out.stdout), "got-sigint\n");
+    assert!(stderr.contains("SIGINT: forwarding it to the command"), "{stderr}");
+    assert!(stderr.contains("interrupted (SIGINT forwarded): exited (exit status 0)"), "{stderr}");
+    assert!(interrupted.elapsed().as_secs() < 5, "stopped without waiting for the 5 s grace period");
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// transformers' `Trainer` with its built-in `KubeflowCallback`, on CPU. torch and transformers are not
+/// installed by the test setup (about 5.7 GB and 2 minutes from PyPI: torch brings the CUDA wheels), so this
+/// runs only where they are importable — see README.md, "Local mode".
+#[test]
+fn a_transformers_trainer_reporting_through_kubeflow_callback_is_checkpointed_and_stopped() {
+    let candidate = python_candidate();
+    let needs =
+        "import torch, accelerate, transformers; from transformers.integrations import KubeflowCallback";
+    if let Some(problem) = cannot_run(&candidate, needs) {
+        eprintln!(
+            "SKIPPED: the transformers Trainer test needs torch, accelerate and transformers: {problem}"
+        );
+        return;
+    }
+    let python = candidate.unwrap();
+    let run = watch_script(&python, HF_SCRIPT, "hf-trainer", HF_POLICY, &[], &["--grace-period", "60s"]);
+    assert_eq!(run.output.status.code(), Some(124), "{}", run.stderr);
+    let marker = run.marker().unwrap_or_else(|| panic!("no checkpoint marker\n{}", run.stderr));
+    let step = marker["global_step"].as_u64().unwrap();
+    assert_eq!(marker["checkpoints"], serde_json::json!([format!("checkpoint-{step}")]), "{marker}");
+    assert!(run.dir.join(format!("out/checkpoints/checkpoint-{step}")).is_dir());
+    assert!(
+        run.stderr.contains("loss-plateau     FIRING    [Enforce] loss has not improved by more than 0.2"),
+        "{}",
+        run.stderr
+    );
+    assert!(run.stderr.contains("exited after SIGTERM (exit status 0)"), "{}", run.stderr);
+    // KubeflowCallback's first report (train begin) has no loss; the plateau needs 3 loss reports after it.
+    let updates = run.update_times();
+    let intents = replayed_intents(HF_POLICY, &run);
+    assert_eq!(intents, vec![("loss-plateau".to_string(), "suspend".to_string(), updates[3].clone())]);
+    assert_replays_identically(HF_POLICY, &run, "local/hf-trainer");
+    let _ = std::fs::remove_dir_all(&run.dir);
+}

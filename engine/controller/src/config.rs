@@ -1,0 +1,56 @@
+//! Controller settings (the `trainwarden controller` flags).
+
+use std::net::SocketAddr;
+use std::time::Duration;
+
+/// How the controller runs.
+#[derive(Clone, Debug)]
+pub struct ControllerConfig {
+    /// Where `/healthz`, `/readyz` and `/metrics` are served (`None`: not at all, for tests).
+    pub http_addr: Option<SocketAddr>,
+    /// Watch only this namespace (TrainJobs and ProgressPolicies); `None` watches the whole cluster.
+    pub namespace: Option<String>,
+    /// Watch only TrainJobs with these labels (a label selector, e.g. `team=ml`): shards one cluster between
+    /// controllers. `None`: every TrainJob in scope.
+    pub trainjob_selector: Option<String>,
+    /// Leader election on a Lease; without it this replica always acts (run exactly one).
+    pub leader_election: bool,
+    pub lease_name: String,
+    pub lease_namespace: String,
+    /// This replica's name in the Lease (the pod name).
+    pub identity: String,
+    /// How long a lease is valid without renewal; a new leader takes over at most this long after the old
+    /// one died.
+    pub lease_duration: Duration,
+    /// Deactivate the Kueue Workload of Kueue-managed TrainJobs instead of setting `spec.suspend`.
+    pub kueue: bool,
+    /// Re-evaluation cadence of jobs without news (exact timers fire independently of it).
+    pub eval_interval: Duration,
+    /// The least time between two status writes of one policy.
+    pub status_interval: Duration,
+    /// Deadline of each API call the executor and status writer make.
+    pub api_timeout: Duration,
+    pub input_queue: usize,
+    pub work_queue: usize,
+}
+
+impl Default for ControllerConfig {
+    fn default() -> Self {
+        ControllerConfig {
+            http_addr: Some(SocketAddr::from(([0, 0, 0, 0], 8080))),
+            namespace: None,
+            trainjob_selector: None,
+            leader_election: true,
+            lease_name: "trainwarden-leader".into(),
+            lease_namespace: "default".into(),
+            identity: "trainwarden".into(),
+            lease_duration: Duration::from_secs(15),
+            kueue: true,
+            eval_interval: Duration::from_secs(30),
+            status_interval: Duration::from_secs(1),
+            api_timeout: Duration::from_secs(10),
+            input_queue: 4096,
+            work_queue: 4096,
+        }
+    }
+}

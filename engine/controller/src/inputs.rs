@@ -1,0 +1,247 @@
+//! The source room: watches turn into [`Input`]s for the evaluation loop.
+//!
+//! TrainJobs are watched with no predicate: their progress lives in `status.trainerStatus` (upstream) or in
+//! an annotation (RHOAI), and kube's generation predicate would hide both. Policies are watched first; the
+//! TrainJob watch starts only after the initial policy lists were processed, so the rule memories kept in
+//! policy status are restored before any job is judged (see [`crate::brain`]).
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use futures::StreamExt;
+use k8s_openapi::api::core::v1::Namespace;
+use kube::api::{Api, DynamicObject, ListParams};
+use kube::runtime::{WatchStreamExt, watcher};
+use kube::{Client, ResourceExt};
+use tokio::sync::{mpsc, oneshot};
+use tokio::task::JoinSet;
+use tracing::{debug, info, warn};
+use trainwarden_core::compile::PolicyDocument;
+use trainwarden_core::policy::{KIND_CLUSTER, KIND_NAMESPACED};
+use trainwarden_core::sample::{JobKey, JobSnapshot};
+use trainwarden_kube::crd::{DocumentError, PolicyResource};
+use trainwarden_kube::trainjob::{to_snapshot, trainjob_api};
+use trainwarden_kube::{ClusterProgressPolicy, ProgressPolicy, ProgressPolicyStatus};
+
+use crate::config::ControllerConfig;
+use crate::executor::Outcome;
+use crate::metrics::Metrics;
+use crate::{EXEMPT_ANNOTATION, Error};
+
+/// Something the evaluation loop must know about.
+#[derive(Debug)]
+pub enum Input {
+    /// A TrainJob appeared or changed.
+    Job(Box<JobInput>),
+    /// A TrainJob was deleted.
+    JobGone(JobKey),
+    /// The initial list of TrainJobs was delivered (again after every re-list).
+    JobsListed,
+    /// A policy appeared or changed.
+    Policy(Box<PolicyInput>),
+    /// A policy was deleted.
+    PolicyGone(PolicyKey),
+    /// The initial list of one policy kind was delivered.
+    PoliciesListed(&'static str),
+    /// A namespace's labels (for ClusterProgressPolicy namespace selectors).
+    Namespace { name: String, labels: BTreeMap<String, String> },
+    /// What the executor did with an action.
+    Outcome(Box<Outcome>),
+}
+
+#[derive(Debug)]
+pub struct JobInput {
+    pub key: JobKey,
+    /// The normalized job, or why its progress could not be read.
+    pub snapshot: Result<JobSnapshot, String>,
+    pub exempt: bool,
+}
+
+/// (kind, namespace, name) of a policy.
+pub type PolicyKey = (&'static str, Option<String>, String);
+
+#[derive(Debug)]
+pub struct PolicyInput {
+    pub key: PolicyKey,
+    pub generation: i64,
+    pub document: Result<PolicyDocument, DocumentError>,
+    /// The status as last written (by this controller, before a restart): holds the rule memories.
+    pub status: Option<ProgressPolicyStatus>,
+}
+
+/// Fails early, with the fix, when a CRD the controller needs is missing.
+pub async fn check_crds(client: &Client, config: &ControllerConfig) -> Result<(), Error> {
+    let one = ListParams::default().limit(1);
+    let ns = config.namespace.as_deref();
+    let pp: Api<ProgressPolicy> = match ns {
+        Some(ns) => Api::namespaced(client.clone(), ns),
+        None => Api::all(client.clone()),
+    };
+    pp.list_metadata(&one).await.map_err(|e| Error::MissingCrd("progresspolicies.trainwarden.dev", e))?;
+    Api::<ClusterProgressPolicy>::all(client.clone())
+        .list_metadata(&one)
+        .await
+        .map_err(|e| Error::MissingCrd("clusterprogresspolicies.trainwarden.dev", e))?;
+    trainjob_api(client.clone(), ns)
+        .list_metadata(&one)
+        .await
+        .map_err(|e| Error::MissingCrd("trainjobs.trainer.kubeflow.org", e))?;
+    Ok(())
+}
+
+/// Reads a watched TrainJob.
+pub fn job_input(obj: &DynamicObject) -> Option<JobInput> {
+    let key = JobKey::new(obj.namespace()?, obj.name_any());
+    let exempt = obj.annotations().get(EXEMPT_ANNOTATION).is_some_and(|v| v.eq_ignore_ascii_case("true"));
+    let snapshot = to_snapshot(obj).map_err(|e| e.to_string());
+    Some(JobInput { key, snapshot, exempt })
+}
+
+fn policy_input<K>(obj: &K, kind: &'static str, status: Option<ProgressPolicyStatus>) -> PolicyInput
+where
+    K: PolicyResource + ResourceExt,
+{
+    PolicyInput {
+        key: (kind, obj.namespace(), obj.name_any()),
+        generation: obj.meta().generation.unwrap_or(0),
+        document: obj.to_document(),
+        status,
+    }
+}
+
+/// Starts the watches. The TrainJob watch waits for `policies_synced`.
+pub fn spawn_watchers(
+    tasks: &mut JoinSet<&'static str>,
+    client: Client,
+    config: &ControllerConfig,
+    inputs: mpsc::Sender<Input>,
+    policies_synced: oneshot::Receiver<()>,
+    metrics: Arc<Metrics>,
+) {
+    let ns = config.namespace.clone();
+    let job_watch = match &config.trainjob_selector {
+        Some(selector) => watcher::Config::default().labels(selector),
+        None => watcher::Config::default(),
+    };
+    {
+        let api: Api<ProgressPolicy> = match &ns {
+            Some(ns) => Api::namespaced(client.clone(), ns),
+            None => Api::all(client.clone()),
+        };
+        let tx = inputs.clone();
+        tasks.spawn(async move {
+            let mut stream = watcher(api, watcher::Config::default()).default_backoff().boxed();
+            while let Some(event) = stream.next().await {
+                let input = match event {
+                    Ok(watcher::Event::Apply(p) | watcher::Event::InitApply(p)) => {
+                        Input::Policy(Box::new(policy_input(&p, KIND_NAMESPACED, p.status.clone())))
+                    }
+                    Ok(watcher::Event::Delete(p)) => {
+                        Input::PolicyGone((KIND_NAMESPACED, p.namespace(), p.name_any()))
+                    }
+                    Ok(watcher::Event::InitDone) => Input::PoliciesListed(KIND_NAMESPACED),
+                    Ok(watcher::Event::Init) => continue,
+                    Err(e) => {
+                        warn!(error = %e, "watching ProgressPolicies");
+                        continue;
+                    }
+                };
+                if tx.send(input).await.is_err() {
+                    break;
+                }
+            }
+            "ProgressPolicy watch"
+        });
+    }
+    {
+        let api: Api<ClusterProgressPolicy> = Api::all(client.clone());
+        let tx = inputs.clone();
+        tasks.spawn(async move {
+            let mut stream = watcher(api, watcher::Config::default()).default_backoff().boxed();
+            while let Some(event) = stream.next().await {
+                let input = match event {
+                    Ok(watcher::Event::Apply(p) | watcher::Event::InitApply(p)) => {
+                        Input::Policy(Box::new(policy_input(&p, KIND_CLUSTER, p.status.clone())))
+                    }
+                    Ok(watcher::Event::Delete(p)) => Input::PolicyGone((KIND_CLUSTER, None, p.name_any())),
+                    Ok(watcher::Event::InitDone) => Input::PoliciesListed(KIND_CLUSTER),
+                    Ok(watcher::Event::Init) => continue,
+                    Err(e) => {
+                        warn!(error = %e, "watching ClusterProgressPolicies");
+                        continue;
+                    }
+                };
+                if tx.send(input).await.is_err() {
+                    break;
+                }
+            }
+            "ClusterProgressPolicy watch"
+        });
+    }
+    {
+        let tx = inputs.clone();
+        let client = client.clone();
+        let ns = ns.clone();
+        tasks.spawn(async move {
+            // With a namespace scope only that namespace matters (and the service account may not be allowed
+            // to list the others).
+            let api: Api<Namespace> = Api::all(client);
+            let config = match &ns {
+                Some(ns) => watcher::Config::default().fields(&format!("metadata.name={ns}")),
+                None => watcher::Config::default(),
+            };
+            let mut stream = watcher(api, config).default_backoff().boxed();
+            while let Some(event) = stream.next().await {
+                match event {
+                    Ok(watcher::Event::Apply(n) | watcher::Event::InitApply(n)) => {
+                        let input = Input::Namespace { name: n.name_any(), labels: n.labels().clone() };
+                        if tx.send(input).await.is_err() {
+                            break;
+                        }
+                    }
+                    Ok(_) => {}
+                    Err(e) => warn!(error = %e, "watching namespaces"),
+                }
+            }
+            "Namespace watch"
+        });
+    }
+    {
+        let tx = inputs;
+        tasks.spawn(async move {
+            if policies_synced.await.is_err() {
+                return "TrainJob watch";
+            }
+            info!("policies listed; watching TrainJobs");
+            let api = trainjob_api(client, ns.as_deref());
+            let mut stream = watcher(api, job_watch).default_backoff().boxed();
+            while let Some(event) = stream.next().await {
+                let input = match event {
+                    Ok(watcher::Event::Apply(obj) | watcher::Event::InitApply(obj)) => {
+                        metrics.samples.inc();
+                        match job_input(&obj) {
+                            Some(job) => Input::Job(Box::new(job)),
+                            None => continue,
+                        }
+                    }
+                    Ok(watcher::Event::Delete(obj)) => match obj.namespace() {
+                        Some(ns) => Input::JobGone(JobKey::new(ns, obj.name_any())),
+                        None => continue,
+                    },
+                    Ok(watcher::Event::InitDone) => Input::JobsListed,
+                    Ok(watcher::Event::Init) => continue,
+                    Err(e) => {
+                        metrics.api_error("watch_trainjobs");
+                        warn!(error = %e, "watching TrainJobs");
+                        continue;
+                    }
+                };
+                if tx.send(input).await.is_err() {
+                    break;
+                }
+            }
+            debug!("TrainJob watch ended");
+            "TrainJob watch"
+        });
+    }
+}

@@ -1,0 +1,144 @@
+//! trainwarden's Kubernetes controller.
+//!
+//! ```text
+//!  watch TrainJobs ──┐                        ┌──▶ executor ──▶ TrainJob / Kueue Workload / Events
+//!  watch policies  ──┼──▶ inputs ──▶ brain ───┤     (leader only, idempotent, timed out, counted)
+//!  watch namespaces ─┘   (channel)   (one     │
+//!  executor outcomes ───────────────▶ task)   └──▶ status writer ──▶ policy status (≤ 1/s per policy)
+//!                                     │ timers: Evaluator::next_tick (exact `for`, stall deadlines)
+//! ```
+//!
+//! - [`inputs`] turns watch events into [`inputs::Input`]s. Nothing is filtered by generation: TrainJob
+//!   progress lives in `status` (or in an annotation), which a generation predicate would hide.
+//! - [`brain`] owns the [`Evaluator`](trainwarden_core::evaluate::Evaluator) — the same code `replay` runs —
+//!   and the per-policy book-keeping for status. It performs no I/O: it reads inputs and the clock, and emits
+//!   work for the executor and status for the writer (the linkerd policy-controller's shape: a sans-IO index,
+//!   status intents over a channel to one writer).
+//! - [`executor`] is the only code that writes to TrainJobs, Workloads and Events. Every replica evaluates
+//!   (so a new leader's state is warm and matches), only the leader executes.
+//! - [`status`] coalesces and writes policy status, including the rule memories that make a restart safe.
+//! - [`leader`] is Lease-based leader election; [`http`] serves `/healthz`, `/readyz` and `/metrics`.
+#![forbid(unsafe_code)]
+
+pub mod brain;
+pub mod config;
+pub mod executor;
+pub mod http;
+pub mod inputs;
+pub mod leader;
+pub mod metrics;
+pub mod status;
+
+use std::sync::Arc;
+
+use kube::Client;
+use tokio::sync::{mpsc, watch};
+use tokio::task::JoinSet;
+use tracing::{error, info};
+
+pub use config::ControllerConfig;
+
+/// Annotation that exempts a TrainJob from every policy (`"true"`).
+pub const EXEMPT_ANNOTATION: &str = "trainwarden.dev/exempt";
+/// Annotation the executor writes on a TrainJob it acted on: the last action as JSON (intent id, action,
+/// policy, rule, reason, time). Also how a repeated intent is recognised (idempotence).
+pub const LAST_ACTION_ANNOTATION: &str = "trainwarden.dev/last-action";
+/// Annotation naming the policy and rule that suspended a TrainJob.
+pub const SUSPENDED_BY_ANNOTATION: &str = "trainwarden.dev/suspended-by";
+/// Kueue's queue label: Kueue owns `spec.suspend` of TrainJobs that carry it.
+pub const KUEUE_QUEUE_LABEL: &str = "kueue.x-k8s.io/queue-name";
+
+/// Why the controller stopped.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    #[error("leader election: {0}")]
+    Leader(#[from] kube_lease_manager::LeaseManagerError),
+    #[error("serving {addr}: {source}")]
+    Http { addr: String, source: std::io::Error },
+    #[error("{0} stopped unexpectedly")]
+    TaskEnded(&'static str),
+    #[error("the {0} CRD is not installed: {1} (install it with `kubectl apply -f crds/`)")]
+    MissingCrd(&'static str, kube::Error),
+}
+
+/// Runs the controller until `shutdown` turns true or a component fails.
+pub async fn run(
+    client: Client,
+    config: ControllerConfig,
+    mut shutdown: watch::Receiver<bool>,
+) -> Result<(), Error> {
+    let metrics = Arc::new(metrics::Metrics::new());
+    inputs::check_crds(&client, &config).await?;
+    let (ready_tx, ready_rx) = watch::channel(false);
+    let leader = leader::elect(&client, &config, metrics.clone()).await?;
+
+    let (input_tx, input_rx) = mpsc::channel(config.input_queue);
+    let (work_tx, work_rx) = mpsc::channel(config.work_queue);
+    let (status_tx, status_rx) = mpsc::channel(config.work_queue);
+    let (policies_synced_tx, policies_synced_rx) = tokio::sync::oneshot::channel();
+
+    let mut tasks = JoinSet::new();
+    if let Some(addr) = config.http_addr {
+        let listener = tokio::net::TcpListener::bind(addr)
+            .await
+            .map_err(|source| Error::Http { addr: addr.to_string(), source })?;
+        info!(%addr, "serving /healthz, /readyz and /metrics");
+        let (m, r, s) = (metrics.clone(), ready_rx.clone(), shutdown.clone());
+        tasks.spawn(async move {
+            http::serve(listener, m, r, s).await;
+            "http server"
+        });
+    }
+    inputs::spawn_watchers(
+        &mut tasks,
+        client.clone(),
+        &config,
+        input_tx.clone(),
+        policies_synced_rx,
+        metrics.clone(),
+    );
+    let brain = brain::Brain::new(&config, metrics.clone());
+    {
+        let (cfg, m) = (config.clone(), metrics.clone());
+        tasks.spawn(async move {
+            brain::run(brain, cfg, input_rx, work_tx, status_tx, policies_synced_tx, ready_tx, m).await;
+            "evaluation loop"
+        });
+    }
+    {
+        let exec = executor::Executor::new(client.clone(), &config, metrics.clone(), leader.clone());
+        let feedback = input_tx.clone();
+        tasks.spawn(async move {
+            exec.run(work_rx, feedback).await;
+            "executor"
+        });
+    }
+    {
+        let writer = status::StatusWriter::new(client.clone(), &config, metrics.clone(), leader.clone());
+        tasks.spawn(async move {
+            writer.run(status_rx).await;
+            "status writer"
+        });
+    }
+    drop(input_tx);
+
+    tokio::select! {
+        _ = async { while shutdown.changed().await.is_ok() { if *shutdown.borrow() { break; } } } => {
+            info!("shutting down");
+            leader.release().await;
+            tasks.abort_all();
+            Ok(())
+        }
+        ended = tasks.join_next() => {
+            let name = match ended {
+                Some(Ok(name)) => name,
+                Some(Err(e)) => { error!(error = %e, "a controller task panicked"); "a task" }
+                None => "every task",
+            };
+            error!(task = name, "controller task ended");
+            leader.release().await;
+            tasks.abort_all();
+            Err(Error::TaskEnded(name))
+        }
+    }
+}

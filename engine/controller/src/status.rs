@@ -1,0 +1,152 @@
+//! The status writer: one task writes every policy's status, only while this replica leads.
+//!
+//! The evaluation loop sends a policy's status at most once per `status_interval`; the writer skips a status
+//! equal to the last one written and, on becoming leader, writes whatever changed while it followed. Writes
+//! are server-side applies of `status` alone (field manager `trainwarden`), each with a deadline.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use kube::Client;
+use kube::api::{Api, Patch, PatchParams};
+use serde_json::json;
+use tokio::sync::mpsc;
+use tracing::{debug, warn};
+use trainwarden_core::policy::KIND_CLUSTER;
+use trainwarden_kube::{ClusterProgressPolicy, FIELD_MANAGER, ProgressPolicy, ProgressPolicyStatus};
+
+use crate::config::ControllerConfig;
+use crate::inputs::PolicyKey;
+use crate::leader::Leadership;
+use crate::metrics::{Metrics, ResultLabels};
+
+/// A policy's new status.
+#[derive(Debug)]
+pub struct StatusUpdate {
+    pub key: PolicyKey,
+    pub status: ProgressPolicyStatus,
+}
+
+pub struct StatusWriter {
+    client: Client,
+    metrics: Arc<Metrics>,
+    leader: Leadership,
+    timeout: Duration,
+    latest: HashMap<PolicyKey, ProgressPolicyStatus>,
+    written: HashMap<PolicyKey, ProgressPolicyStatus>,
+}
+
+impl StatusWriter {
+    pub fn new(client: Client, config: &ControllerConfig, metrics: Arc<Metrics>, leader: Leadership) -> Self {
+        StatusWriter {
+            client,
+            metrics,
+            leader,
+            timeout: config.api_timeout,
+            latest: HashMap::new(),
+            written: HashMap::new(),
+        }
+    }
+
+    pub async fn run(mut self, mut updates: mpsc::Receiver<StatusUpdate>) {
+        let mut leadership = self.leader.subscribe();
+        // Failed writes are retried on this beat (only statuses that differ from what was written).
+        let mut retry = tokio::time::interval(Duration::from_secs(5));
+        retry.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            tokio::select! {
+                _ = retry.tick() => self.flush(None).await,
+                update = updates.recv() => {
+                    let Some(update) = update else { break };
+                    if update.status == ProgressPolicyStatus::default() {
+                        // The policy is gone: forget it.
+                        self.latest.remove(&update.key);
+                        self.written.remove(&update.key);
+                        continue;
+                    }
+                    self.latest.insert(update.key.clone(), update.status);
+                    self.flush(Some(&update.key)).await;
+                }
+                changed = leadership.changed() => {
+                    if changed.is_err() {
+                        // Leadership is fixed from now on; keep serving updates.
+                        leadership = self.leader.subscribe();
+                        tokio::time::sleep(Duration::from_secs(1)).await;
+                        continue;
+                    }
+                    if *leadership.borrow_and_update() {
+                        self.flush(None).await;
+                    }
+                }
+            }
+        }
+    }
+
+    /// Writes one policy's status (or every changed one) if this replica leads.
+    async fn flush(&mut self, only: Option<&PolicyKey>) {
+        if !self.leader.is_leader() {
+            return;
+        }
+        let keys: Vec<PolicyKey> = match only {
+            Some(k) => vec![k.clone()],
+            None => self.latest.keys().cloned().collect(),
+        };
+        for key in keys {
+            let Some(status) = self.latest.get(&key) else { continue };
+            if self.written.get(&key) == Some(status) {
+                continue;
+            }
+            let result = self.write(&key, status).await;
+            self.metrics.status_writes.get_or_create(&ResultLabels { result: result.into() }).inc();
+            match result {
+                "done" => {
+                    self.written.insert(key.clone(), status.clone());
+                }
+                "gone" => {
+                    self.latest.remove(&key);
+                    self.written.remove(&key);
+                }
+                _ => {}
+            }
+        }
+    }
+
+    async fn write(&self, key: &PolicyKey, status: &ProgressPolicyStatus) -> &'static str {
+        let (kind, namespace, name) = key;
+        let params = PatchParams::apply(FIELD_MANAGER).force();
+        let body = json!({
+            "apiVersion": "trainwarden.dev/v1alpha1",
+            "kind": kind,
+            "status": status,
+        });
+        let call = async {
+            if *kind == KIND_CLUSTER {
+                let api: Api<ClusterProgressPolicy> = Api::all(self.client.clone());
+                api.patch_status(name, &params, &Patch::Apply(&body)).await.map(|_| ())
+            } else {
+                let api: Api<ProgressPolicy> =
+                    Api::namespaced(self.client.clone(), namespace.as_deref().unwrap_or_default());
+                api.patch_status(name, &params, &Patch::Apply(&body)).await.map(|_| ())
+            }
+        };
+        self.metrics.api_request("patch_policy_status");
+        match tokio::time::timeout(self.timeout, call).await {
+            Ok(Ok(())) => {
+                debug!(policy = %name, "status written");
+                "done"
+            }
+            Ok(Err(kube::Error::Api(s))) if s.code == 404 => "gone",
+            Ok(Err(e)) => {
+                self.metrics.api_error("patch_policy_status");
+                warn!(policy = %name, error = %e, "writing policy status");
+                "failed"
+            }
+            Err(_) => {
+                self.metrics.api_error("patch_policy_status");
+                warn!(policy = %name, "writing policy status timed out");
+                "timeout"
+            }
+        }
+    }
+}

@@ -1,0 +1,674 @@
+//! The controller against a real kube-apiserver + etcd: each test runs its own controller (scoped to the
+//! test's namespace, or to its TrainJobs by label) in-process, writes TrainJob progress through the status
+//! subresource exactly as Kubeflow Trainer's status server does (server-side apply by `trainer-status`), and
+//! checks what the controller did to the TrainJob, the Kueue Workload, the Events and the policy status.
+
+#[path = "../../kube/tests/support/mod.rs"]
+#[macro_use]
+mod support;
+
+use std::time::Duration;
+
+use jiff::Timestamp;
+use k8s_openapi::api::coordination::v1::Lease;
+use k8s_openapi::api::events::v1::Event;
+use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+use kube::api::{Api, DynamicObject, ListParams, Patch, PatchParams, PostParams};
+use kube::{Client, ResourceExt};
+use serde_json::{Value, json};
+use tokio::sync::watch;
+use tokio::task::JoinHandle;
+use trainwarden_controller::executor::workload_resource;
+use trainwarden_controller::{ControllerConfig, LAST_ACTION_ANNOTATION};
+use trainwarden_core::normalize::TRAINER_STATUS_ANNOTATION;
+use trainwarden_kube::trainjob::{TRAINER_STATUS_FIELD_MANAGER, trainjob_api};
+use trainwarden_kube::{ProgressPolicy, ProgressPolicyStatus};
+
+// Fixture builders ------------------------------------------------------------------------------------------
+
+/// A controller running in this test process.
+struct Running {
+    stop: watch::Sender<bool>,
+    task: JoinHandle<()>,
+}
+
+impl Running {
+    /// Graceful stop (gives the lease up).
+    async fn stop(self) {
+        let _ = self.stop.send(true);
+        let _ = tokio::time::timeout(Duration::from_secs(10), self.task).await;
+    }
+
+    /// What `kill -9` does to the controller's state: the task is gone, nothing is flushed.
+    fn kill(self) {
+        self.task.abort();
+    }
+}
+
+fn config_for(ns: &str) -> ControllerConfig {
+    ControllerConfig {
+        http_addr: None,
+        namespace: Some(ns.to_string()),
+        leader_election: false,
+        identity: format!("test-{ns}"),
+        lease_namespace: ns.to_string(),
+        eval_interval: Duration::from_secs(1),
+        status_interval: Duration::from_millis(200),
+        api_timeout: Duration::from_secs(5),
+        ..ControllerConfig::default()
+    }
+}
+
+fn start(client: &Client, config: ControllerConfig) -> Running {
+    let (stop, rx) = watch::channel(false);
+    let client = client.clone();
+    let task = tokio::spawn(async move {
+        if let Err(e) = trainwarden_controller::run(client, config, rx).await {
+            panic!("controller failed: {e}");
+        }
+    });
+    Running { stop, task }
+}
+
+/// An upstream TrainJob (the Kubeflow example) with this name and labels.
+async fn create_trainjob(client: &Client, ns: &str, name: &str, labels: &[(&str, &str)]) -> DynamicObject {
+    let mut job: DynamicObject = serde_saphyr::from_str(&support::fixture(
+        "fixtures/kubeflow/upstream-trainer/examples/01-multi-node.yaml",
+    ))
+    .expect("01-multi-node.yaml");
+    job.metadata.name = Some(name.into());
+    job.metadata.namespace = Some(ns.into());
+    for (k, v) in labels {
+        job.labels_mut().insert(k.to_string(), v.to_string());
+    }
+    trainjob_api(client.clone(), Some(ns))
+        .create(&PostParams::default(), &job)
+        .await
+        .expect("create TrainJob")
+}
+
+/// What Kubeflow Trainer's status server does with a POST from the training pod.
+async fn report(client: &Client, ns: &str, name: &str, at: Timestamp, loss: &str, progress: i64) {
+    let body = json!({
+        "apiVersion": "trainer.kubeflow.org/v1alpha1",
+        "kind": "TrainJob",
+        "status": {"trainerStatus": {
+            "progressPercentage": progress,
+            "estimatedRemainingSeconds": 3600,
+            "metrics": [{"name": "loss", "value": loss}],
+            "lastUpdatedTime": at.strftime("%Y-%m-%dT%H:%M:%SZ").to_string(),
+        }},
+    });
+    trainjob_api(client.clone(), Some(ns))
+        .patch_status(name, &PatchParams::apply(TRAINER_STATUS_FIELD_MANAGER).force(), &Patch::Apply(&body))
+        .await
+        .expect("report progress");
+}
+
+/// Whole seconds ago (Kubeflow's lastUpdatedTime has second resolution).
+fn seconds_ago(s: i64) -> Timestamp {
+    Timestamp::from_second(Timestamp::now().as_second() - s).unwrap()
+}
+
+async fn apply_policy(client: &Client, ns: &str, yaml: &str) {
+    let policy: ProgressPolicy = serde_saphyr::from_str(yaml).expect("policy YAML");
+    let api: Api<ProgressPolicy> = Api::namespaced(client.clone(), ns);
+    api.create(&PostParams::default(), &policy).await.expect("create policy");
+}
+
+fn policy(name: &str, mode: &str, rules: &str) -> String {
+    format!(
+        "apiVersion: trainwarden.dev/v1alpha1\nkind: ProgressPolicy\nmetadata: {{name: {name}}}\n\
+         spec:\n  mode: {mode}\n  samplingInterval: 1s\n  gpuHourCost: 10\n  assumeGpus: 8\n  rules:\n{rules}"
+    )
+}
+
+async fn job(client: &Client, ns: &str, name: &str) -> DynamicObject {
+    trainjob_api(client.clone(), Some(ns)).get(name).await.expect("get TrainJob")
+}
+
+fn suspended(job: &DynamicObject) -> bool {
+    job.data.pointer("/spec/suspend").and_then(Value::as_bool) == Some(true)
+}
+
+/// (reason, note, reporting instance) of the Events about one TrainJob, oldest first.
+async fn events(client: &Client, ns: &str, name: &str) -> Vec<(String, String, String)> {
+    let api: Api<Event> = Api::namespaced(client.clone(), ns);
+    let mut list: Vec<Event> = api
+        .list(&ListParams::default())
+        .await
+        .expect("list events")
+        .items
+        .into_iter()
+        .filter(|e| e.regarding.as_ref().and_then(|r| r.name.as_deref()) == Some(name))
+        .collect();
+    list.sort_by_key(|e| e.event_time.as_ref().map(|t| t.0));
+    list.into_iter()
+        .map(|e| {
+            (
+                e.reason.unwrap_or_default(),
+                e.note.unwrap_or_default(),
+                e.reporting_instance.unwrap_or_default(),
+            )
+        })
+        .collect()
+}
+
+fn count(events: &[(String, String, String)], reason: &str) -> usize {
+    events.iter().filter(|e| e.0 == reason).count()
+}
+
+async fn policy_status(client: &Client, ns: &str, name: &str) -> ProgressPolicyStatus {
+    let api: Api<ProgressPolicy> = Api::namespaced(client.clone(), ns);
+    api.get(name).await.expect("get policy").status.unwrap_or_default()
+}
+
+/// Polls `check` every 100 ms until it returns `Some`, or fails the test after `within`.
+async fn eventually<T, F, Fut>(what: &str, within: Duration, mut check: F) -> T
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Option<T>>,
+{
+    let deadline = tokio::time::Instant::now() + within;
+    loop {
+        if let Some(v) = check().await {
+            return v;
+        }
+        assert!(tokio::time::Instant::now() < deadline, "timed out after {within:?} waiting for {what}");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+/// When the executor acted, from the `trainwarden.dev/last-action` annotation it wrote.
+fn action_time(job: &DynamicObject) -> Option<Timestamp> {
+    let v: Value = serde_json::from_str(job.annotations().get(LAST_ACTION_ANNOTATION)?).ok()?;
+    v.get("at")?.as_str()?.parse().ok()
+}
+
+const NAN_RULE: &str =
+    "    - {name: nan-loss, uses: non_finite, with: {metric: loss}, actions: [{suspend: {}}]}\n";
+
+// Tests -----------------------------------------------------------------------------------------------------
+
+/// A plateau: the loss stops improving; after `for`, the Enforce policy suspends the job exactly once, with
+/// an Event and a status entry. The same under Audit changes nothing on the TrainJob but reports it.
+#[tokio::test]
+async fn a_plateau_is_suspended_once_in_enforce_and_only_reported_in_audit() {
+    let ctx = setup!("controller_plateau");
+    let (c, ns) = (&ctx.client, ctx.ns.as_str());
+    let rule = "    - {name: plateau, uses: plateau, with: {metric: loss, window: 4, minDelta: 0.01}, for: 2s, actions: [{suspend: {}}]}\n";
+    apply_policy(
+        c,
+        ns,
+        &policy("enforce", "Enforce", rule)
+            .replace("  rules:", "  selector: {matchLabels: {mode: enforce}}\n  rules:"),
+    )
+    .await;
+    apply_policy(
+        c,
+        ns,
+        &policy("audit", "Audit", rule)
+            .replace("  rules:", "  selector: {matchLabels: {mode: audit}}\n  rules:"),
+    )
+    .await;
+    create_trainjob(c, ns, "enforced", &[("mode", "enforce")]).await;
+    create_trainjob(c, ns, "audited", &[("mode", "audit")]).await;
+    let controller = start(c, config_for(ns));
+
+    // Improving, then flat (values differ, but by less than minDelta).
+    let losses = ["2.0", "1.5", "1.0", "0.80", "0.801", "0.799", "0.802", "0.800", "0.803"];
+    for (i, loss) in losses.iter().enumerate() {
+        let at = seconds_ago(losses.len() as i64 - i as i64);
+        report(c, ns, "enforced", at, loss, 10 + i as i64).await;
+        report(c, ns, "audited", at, loss, 10 + i as i64).await;
+    }
+    let enforced = eventually("the plateau suspension", Duration::from_secs(20), || async {
+        let j = job(c, ns, "enforced").await;
+        suspended(&j).then_some(j)
+    })
+    .await;
+    assert!(enforced.annotations()[LAST_ACTION_ANNOTATION].contains("\"rule\":\"plateau\""));
+    assert!(enforced.annotations()["trainwarden.dev/suspended-by"].contains("enforce"));
+    let status = eventually("the enforce policy's status", Duration::from_secs(10), || async {
+        let s = policy_status(c, ns, "enforce").await;
+        s.last_action.is_some().then_some(s)
+    })
+    .await;
+    assert_eq!(status.last_action.as_deref(), Some(format!("suspend {ns}/enforced (plateau)").as_str()));
+    assert_eq!(status.matched_jobs, Some(1));
+    assert_eq!(status.jobs[0].firing, vec!["plateau".to_string()]);
+    assert!(status.gpu_hours_saved.unwrap_or(0.0) > 0.0, "{status:?}");
+    assert_eq!(status.action_counts.get("suspend/done"), Some(&1));
+
+    // Audit: reported in status and Events, the TrainJob untouched (no trainwarden field manager at all).
+    let audit = eventually("the audit report", Duration::from_secs(10), || async {
+        let s = policy_status(c, ns, "audit").await;
+        s.last_action.is_some().then_some(s)
+    })
+    .await;
+    assert_eq!(audit.last_action.as_deref(), Some(format!("would suspend {ns}/audited (plateau)").as_str()));
+    assert!(audit.gpu_hours_would_save.unwrap_or(0.0) > 0.0 && audit.gpu_hours_saved.is_none(), "{audit:?}");
+    let audited = job(c, ns, "audited").await;
+    assert!(!suspended(&audited));
+    assert!(
+        !audited.annotations().keys().any(|k| k.starts_with("trainwarden.dev/")),
+        "{:?}",
+        audited.annotations()
+    );
+    assert!(
+        !audited
+            .managed_fields()
+            .iter()
+            .any(|m| m.manager.as_deref() == Some(trainwarden_kube::FIELD_MANAGER)),
+        "Audit mode wrote to the TrainJob"
+    );
+
+    // More flat reports change nothing: still one suspension, one Event each.
+    report(c, ns, "enforced", seconds_ago(0), "0.801", 20).await;
+    report(c, ns, "audited", seconds_ago(0), "0.801", 20).await;
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let e = events(c, ns, "enforced").await;
+    assert_eq!(count(&e, "Suspended"), 1, "{e:?}");
+    assert_eq!(count(&e, "RuleFiring"), 1, "{e:?}");
+    let a = events(c, ns, "audited").await;
+    assert_eq!(count(&a, "WouldSuspend"), 1, "{a:?}");
+    assert!(a.iter().any(|(r, note, _)| r == "RuleFiring" && note.contains("has not improved")), "{a:?}");
+    controller.stop().await;
+}
+
+/// A job whose status stops updating is suspended by a stall rule within 1 s of the deadline, with no
+/// further update arriving (a timer, not a poll).
+#[tokio::test]
+async fn a_stalled_job_is_suspended_within_a_second_of_its_deadline() {
+    let ctx = setup!("controller_stall");
+    let (c, ns) = (&ctx.client, ctx.ns.as_str());
+    apply_policy(
+        c,
+        ns,
+        &policy(
+            "stall",
+            "Enforce",
+            "    - {name: stalled, uses: stalled, with: {after: 4s}, actions: [{suspend: {}}]}\n",
+        ),
+    )
+    .await;
+    create_trainjob(c, ns, "hung", &[]).await;
+    let controller = start(c, config_for(ns));
+    let last = seconds_ago(0);
+    report(c, ns, "hung", last, "0.5", 40).await;
+    let deadline = Timestamp::from_second(last.as_second() + 4).unwrap();
+    let j = eventually("the stall suspension", Duration::from_secs(15), || async {
+        let j = job(c, ns, "hung").await;
+        suspended(&j).then_some(j)
+    })
+    .await;
+    let observed = Timestamp::now();
+    let acted = action_time(&j).expect("last-action time");
+    let lateness = acted.duration_since(deadline).as_secs_f64();
+    eprintln!(
+        "stall deadline {deadline}, fired at {acted} ({lateness:.3}s late), seen by the test at {observed}"
+    );
+    assert!((0.0..=1.0).contains(&lateness), "fired {lateness:.3}s after the deadline");
+    assert!(observed.duration_since(deadline).as_secs_f64() <= 2.0, "the write landed late");
+    let e = events(c, ns, "hung").await;
+    assert!(e.iter().any(|(r, note, _)| r == "Suspended" && note.contains("no progress sample")), "{e:?}");
+    controller.stop().await;
+}
+
+/// NaN loss in either source suspends at once: upstream's "nan" string and RHOAI's null.
+#[tokio::test]
+async fn nan_loss_in_either_source_suspends_at_once() {
+    let ctx = setup!("controller_nan");
+    let (c, ns) = (&ctx.client, ctx.ns.as_str());
+    apply_policy(c, ns, &policy("nan", "Enforce", NAN_RULE)).await;
+    create_trainjob(c, ns, "upstream", &[]).await;
+    create_trainjob(c, ns, "rhoai", &[]).await;
+    let controller = start(c, config_for(ns));
+    report(c, ns, "upstream", seconds_ago(2), "0.9", 10).await;
+    report(c, ns, "upstream", seconds_ago(1), "nan", 11).await;
+    let annotation =
+        support::fixture("fixtures/kubeflow/payloads/rhoai-trainerStatus-annotation.nan-loss.json")
+            .replace("2026-04-10T09:47:30Z", &seconds_ago(1).strftime("%Y-%m-%dT%H:%M:%SZ").to_string());
+    let patch = json!({"metadata": {"annotations": {TRAINER_STATUS_ANNOTATION: annotation.trim()}}});
+    trainjob_api(c.clone(), Some(ns))
+        .patch("rhoai", &PatchParams::default(), &Patch::Merge(&patch))
+        .await
+        .expect("RHOAI poll");
+    for name in ["upstream", "rhoai"] {
+        eventually(&format!("{name} suspended"), Duration::from_secs(10), || async {
+            suspended(&job(c, ns, name).await).then_some(())
+        })
+        .await;
+        let e = events(c, ns, name).await;
+        assert!(
+            e.iter().any(|(r, note, _)| r == "Suspended" && note.contains("loss is NaN")),
+            "{name}: {e:?}"
+        );
+    }
+    controller.stop().await;
+}
+
+/// A minimal Kueue Workload CRD (the API server needs one to store Workloads; no Kueue runs here).
+async fn install_workload_crd(client: &Client) {
+    let crd: CustomResourceDefinition = serde_json::from_value(json!({
+        "apiVersion": "apiextensions.k8s.io/v1",
+        "kind": "CustomResourceDefinition",
+        "metadata": {"name": "workloads.kueue.x-k8s.io"},
+        "spec": {
+            "group": "kueue.x-k8s.io",
+            "names": {"kind": "Workload", "plural": "workloads", "singular": "workload", "listKind": "WorkloadList"},
+            "scope": "Namespaced",
+            "versions": [{
+                "name": "v1beta1", "served": true, "storage": true,
+                "subresources": {"status": {}},
+                "schema": {"openAPIV3Schema": {"type": "object", "properties": {
+                    "spec": {"type": "object", "properties": {
+                        "active": {"type": "boolean"},
+                        "queueName": {"type": "string"},
+                        "podSets": {"type": "array", "items": {"type": "object", "x-kubernetes-preserve-unknown-fields": true}}
+                    }},
+                    "status": {"type": "object", "x-kubernetes-preserve-unknown-fields": true}
+                }}}
+            }]
+        }
+    }))
+    .unwrap();
+    let api: Api<CustomResourceDefinition> = Api::all(client.clone());
+    api.patch(&crd.name_any(), &PatchParams::apply("trainwarden-tests").force(), &Patch::Apply(&crd))
+        .await
+        .expect("install the Workload CRD");
+    support::wait_established(&api, "workloads.kueue.x-k8s.io").await;
+}
+
+/// A Kueue-managed TrainJob is stopped by deactivating its Workload: Kueue owns spec.suspend.
+#[tokio::test]
+async fn a_kueue_managed_job_is_stopped_by_deactivating_its_workload() {
+    let ctx = setup!("controller_kueue");
+    let (c, ns) = (&ctx.client, ctx.ns.as_str());
+    install_workload_crd(c).await;
+    apply_policy(c, ns, &policy("nan", "Enforce", NAN_RULE)).await;
+    let tj = create_trainjob(c, ns, "queued", &[("kueue.x-k8s.io/queue-name", "gpu-queue")]).await;
+    // What Kueue creates for it: a Workload owned by the TrainJob.
+    let workloads: Api<DynamicObject> = Api::namespaced_with(c.clone(), ns, &workload_resource());
+    let workload: DynamicObject = serde_json::from_value(json!({
+        "apiVersion": "kueue.x-k8s.io/v1beta1", "kind": "Workload",
+        "metadata": {"name": "trainjob-queued-1a2b3", "namespace": ns, "ownerReferences": [{
+            "apiVersion": "trainer.kubeflow.org/v1alpha1", "kind": "TrainJob", "name": "queued",
+            "uid": tj.uid().unwrap(), "controller": true}]},
+        "spec": {"active": true, "queueName": "gpu-queue", "podSets": [{"name": "node", "count": 2}]}
+    }))
+    .unwrap();
+    workloads.create(&PostParams::default(), &workload).await.expect("create Workload");
+    let controller = start(c, config_for(ns));
+    report(c, ns, "queued", seconds_ago(1), "nan", 10).await;
+    eventually("the Workload deactivated", Duration::from_secs(10), || async {
+        let w = workloads.get("trainjob-queued-1a2b3").await.ok()?;
+        (w.data.pointer("/spec/active") == Some(&json!(false))).then_some(())
+    })
+    .await;
+    // spec.suspend is Kueue's: trainwarden does not touch it.
+    assert!(!suspended(&job(c, ns, "queued").await));
+    let e = eventually("the Event", Duration::from_secs(5), || async {
+        let e = events(c, ns, "queued").await;
+        (count(&e, "WorkloadDeactivated") == 1).then_some(e)
+    })
+    .await;
+    assert!(e.iter().any(|(_, note, _)| note.contains("Kueue") && note.contains("gpu-queue")), "{e:?}");
+    let s = eventually("status", Duration::from_secs(5), || async {
+        let s = policy_status(c, ns, "nan").await;
+        s.last_action.is_some().then_some(s)
+    })
+    .await;
+    assert_eq!(s.last_action.as_deref(), Some(format!("deactivate {ns}/queued (nan-loss)").as_str()));
+    controller.stop().await;
+}
+
+/// A policy with a Rhai syntax error is Ready=False with line:column; the other policies keep working.
+#[tokio::test]
+async fn a_rhai_syntax_error_marks_its_policy_not_ready_and_others_keep_working() {
+    let ctx = setup!("controller_rhai_error");
+    let (c, ns) = (&ctx.client, ctx.ns.as_str());
+    apply_policy(
+        c,
+        ns,
+        &policy(
+            "broken",
+            "Enforce",
+            "    - name: bad\n      when: |\n        metric(\"loss\") >\n      actions: [{suspend: {}}]\n",
+        ),
+    )
+    .await;
+    apply_policy(c, ns, &policy("nan", "Enforce", NAN_RULE)).await;
+    create_trainjob(c, ns, "j", &[]).await;
+    let controller = start(c, config_for(ns));
+    let broken = eventually("the broken policy's status", Duration::from_secs(10), || async {
+        let s = policy_status(c, ns, "broken").await;
+        s.conditions.iter().find(|c| c.type_ == "Ready").cloned()
+    })
+    .await;
+    assert_eq!((broken.status.as_str(), broken.reason.as_str()), ("False", "InvalidPolicy"));
+    assert!(broken.message.contains("spec.rules[0].when"), "{}", broken.message);
+    assert!(broken.message.contains("line 2:1: Script is incomplete"), "{}", broken.message);
+    report(c, ns, "j", seconds_ago(1), "nan", 10).await;
+    eventually("the NaN suspension", Duration::from_secs(10), || async {
+        suspended(&job(c, ns, "j").await).then_some(())
+    })
+    .await;
+    let ok = policy_status(c, ns, "nan").await;
+    assert!(ok.conditions.iter().any(|c| c.type_ == "Ready" && c.status == "True"), "{ok:?}");
+    controller.stop().await;
+}
+
+/// Killing the controller while a rule is pending and restarting it fires at the original deadline, not
+/// later, and never twice.
+#[tokio::test]
+async fn a_restart_keeps_the_pending_deadline_and_never_acts_twice() {
+    let ctx = setup!("controller_restart");
+    let (c, ns) = (&ctx.client, ctx.ns.as_str());
+    apply_policy(
+        c,
+        ns,
+        &policy(
+            "high",
+            "Enforce",
+            "    - {name: high-loss, when: 'metric(\"loss\") > 5.0', for: 8s, actions: [{suspend: {}}, {event: {reason: HighLoss}}]}\n",
+        ),
+    )
+    .await;
+    create_trainjob(c, ns, "j", &[]).await;
+    let first = start(c, config_for(ns));
+    report(c, ns, "j", seconds_ago(0), "9.5", 10).await;
+    let pending = eventually("the pending state in status", Duration::from_secs(10), || async {
+        let s = policy_status(c, ns, "high").await;
+        s.rule_states
+            .iter()
+            .find(|m| m.rule == "high-loss" && m.state == trainwarden_core::evaluate::RuleState::Pending)
+            .cloned()
+    })
+    .await;
+    let since = pending.since.expect("pending since");
+    let deadline = since + jiff::SignedDuration::from_secs(8);
+    first.kill();
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    assert!(!suspended(&job(c, ns, "j").await), "acted before the deadline");
+
+    let second = start(c, config_for(ns));
+    let j = eventually("the suspension after the restart", Duration::from_secs(20), || async {
+        let j = job(c, ns, "j").await;
+        suspended(&j).then_some(j)
+    })
+    .await;
+    let acted = action_time(&j).expect("last-action time");
+    let lateness = acted.duration_since(deadline).as_secs_f64();
+    eprintln!("pending since {since}, deadline {deadline}, fired at {acted} ({lateness:.3}s late)");
+    assert!((0.0..=1.0).contains(&lateness), "fired {lateness:.3}s after the original deadline");
+    // Restart again: the rule is remembered as firing, nothing is repeated.
+    second.kill();
+    let third = start(c, config_for(ns));
+    report(c, ns, "j", seconds_ago(0), "9.7", 12).await;
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let e = events(c, ns, "j").await;
+    assert_eq!(count(&e, "Suspended"), 1, "{e:?}");
+    assert_eq!(count(&e, "HighLoss"), 1, "{e:?}");
+    third.stop().await;
+}
+
+/// A namespaced policy never touches a TrainJob in another namespace, even when one controller watches
+/// both namespaces.
+#[tokio::test]
+async fn a_namespaced_policy_never_touches_another_namespace() {
+    let ctx = setup!("controller_isolation");
+    let c = &ctx.client;
+    let ns_a = ctx.ns.clone();
+    let ns_b = ctx.unique_name("other");
+    let namespaces: Api<k8s_openapi::api::core::v1::Namespace> = Api::all(c.clone());
+    namespaces
+        .create(&PostParams::default(), &serde_json::from_value(json!({"metadata": {"name": ns_b}})).unwrap())
+        .await
+        .expect("second namespace");
+    let shard = ("trainwarden-test", ns_a.as_str());
+    apply_policy(c, &ns_a, &policy("nan", "Enforce", NAN_RULE)).await;
+    create_trainjob(c, &ns_a, "mine", &[shard]).await;
+    create_trainjob(c, &ns_b, "theirs", &[shard]).await;
+    // Cluster-wide, but only this test's TrainJobs (other tests run their own controllers).
+    let config = ControllerConfig {
+        namespace: None,
+        trainjob_selector: Some(format!("trainwarden-test={ns_a}")),
+        ..config_for(&ns_a)
+    };
+    let controller = start(c, config);
+    report(c, &ns_a, "mine", seconds_ago(1), "nan", 10).await;
+    report(c, &ns_b, "theirs", seconds_ago(1), "nan", 10).await;
+    eventually("mine suspended", Duration::from_secs(10), || async {
+        suspended(&job(c, &ns_a, "mine").await).then_some(())
+    })
+    .await;
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let theirs = job(c, &ns_b, "theirs").await;
+    assert!(!suspended(&theirs));
+    assert!(theirs.annotations().keys().all(|k| !k.starts_with("trainwarden.dev/")));
+    assert!(events(c, &ns_b, "theirs").await.is_empty());
+    controller.stop().await;
+}
+
+/// Two replicas with leader election: both evaluate, only the Lease holder acts.
+#[tokio::test]
+async fn of_two_replicas_only_the_leader_acts() {
+    let ctx = setup!("controller_ha");
+    let (c, ns) = (&ctx.client, ctx.ns.as_str());
+    apply_policy(c, ns, &policy("nan", "Enforce", NAN_RULE)).await;
+    create_trainjob(c, ns, "j", &[]).await;
+    let replica = |id: &str| ControllerConfig {
+        leader_election: true,
+        identity: id.to_string(),
+        lease_name: "trainwarden-leader".into(),
+        lease_duration: Duration::from_secs(6),
+        ..config_for(ns)
+    };
+    let a = start(c, replica("replica-a"));
+    let b = start(c, replica("replica-b"));
+    let leases: Api<Lease> = Api::namespaced(c.clone(), ns);
+    let holder = eventually("a lease holder", Duration::from_secs(15), || async {
+        leases.get("trainwarden-leader").await.ok()?.spec?.holder_identity
+    })
+    .await;
+    report(c, ns, "j", seconds_ago(1), "nan", 10).await;
+    eventually("suspended", Duration::from_secs(10), || async {
+        suspended(&job(c, ns, "j").await).then_some(())
+    })
+    .await;
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let e = events(c, ns, "j").await;
+    assert_eq!(count(&e, "Suspended"), 1, "{e:?}");
+    assert_eq!(count(&e, "RuleFiring"), 1, "{e:?}");
+    assert!(
+        e.iter().all(|(_, _, instance)| *instance == holder),
+        "events from a non-leader: {e:?} (leader {holder})"
+    );
+    a.stop().await;
+    b.stop().await;
+}
+
+/// Scaling: the upstream CRD makes spec.trainer immutable (CEL `self == oldSelf`), so a scale action is
+/// refused with the API server's reason, once, and never retried.
+#[tokio::test]
+async fn scaling_an_immutable_trainer_is_refused_once_with_the_reason() {
+    let ctx = setup!("controller_scale");
+    let (c, ns) = (&ctx.client, ctx.ns.as_str());
+    apply_policy(
+        c,
+        ns,
+        &policy("shrink", "Enforce", "    - {name: nan-loss, uses: non_finite, with: {metric: loss}, actions: [{scale: {numNodes: 1}}]}\n"),
+    )
+    .await;
+    create_trainjob(c, ns, "big", &[]).await;
+    let before = job(c, ns, "big").await.data.pointer("/spec/trainer/numNodes").cloned();
+    let controller = start(c, config_for(ns));
+    report(c, ns, "big", seconds_ago(2), "nan", 10).await;
+    let e = eventually("the refusal", Duration::from_secs(10), || async {
+        let e = events(c, ns, "big").await;
+        (count(&e, "ScaleRefused") == 1).then_some(e)
+    })
+    .await;
+    assert!(e.iter().any(|(r, note, _)| r == "ScaleRefused" && note.contains("immutable")), "{e:?}");
+    report(c, ns, "big", seconds_ago(0), "nan", 11).await;
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    assert_eq!(count(&events(c, ns, "big").await, "ScaleRefused"), 1);
+    let after = job(c, ns, "big").await;
+    assert_eq!(after.data.pointer("/spec/trainer/numNodes").cloned(), before);
+    assert!(!suspended(&after), "a refused scale must not leave the job suspended");
+    let s = policy_status(c, ns, "shrink").await;
+    assert_eq!(s.action_counts.get("scale/refused"), Some(&1), "{s:?}");
+    controller.stop().await;
+}
+
+/// /healthz, /readyz and /metrics on one port, with the counters the issue names.
+#[tokio::test]
+async fn health_readiness_and_metrics_are_served() {
+    let ctx = setup!("controller_http");
+    let (c, ns) = (&ctx.client, ctx.ns.as_str());
+    apply_policy(c, ns, &policy("nan", "Audit", NAN_RULE)).await;
+    create_trainjob(c, ns, "j", &[]).await;
+    let port = {
+        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        l.local_addr().unwrap().port()
+    };
+    let config = ControllerConfig { http_addr: Some(([127, 0, 0, 1], port).into()), ..config_for(ns) };
+    let controller = start(c, config);
+    let get = |path: &'static str| async move {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        let mut s = tokio::net::TcpStream::connect(("127.0.0.1", port)).await.ok()?;
+        s.write_all(format!("GET {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n").as_bytes())
+            .await
+            .ok()?;
+        let mut out = String::new();
+        s.read_to_string(&mut out).await.ok()?;
+        Some(out)
+    };
+    eventually("healthz", Duration::from_secs(10), || async {
+        get("/healthz").await.filter(|r| r.contains(" 200 "))
+    })
+    .await;
+    eventually("readyz", Duration::from_secs(10), || async {
+        get("/readyz").await.filter(|r| r.contains(" 200 "))
+    })
+    .await;
+    report(c, ns, "j", seconds_ago(1), "nan", 10).await;
+    let metrics = eventually("an audited action in /metrics", Duration::from_secs(10), || async {
+        get("/metrics").await.filter(|m| {
+            m.contains("trainwarden_actions_total{action=\"suspend\",mode=\"Audit\",result=\"reported\"} 1")
+        })
+    })
+    .await;
+    for name in [
+        "trainwarden_samples_total",
+        "trainwarden_evaluations_total",
+        "trainwarden_firings_total{mode=\"Audit\"} 1",
+        "trainwarden_evaluation_seconds_bucket",
+        "trainwarden_jobs 1",
+        "trainwarden_leader 1",
+    ] {
+        assert!(metrics.contains(name), "{name} missing in:\n{metrics}");
+    }
+    controller.stop().await;
+}
