@@ -35,6 +35,12 @@ pub struct ControllerArgs {
     /// Watch only this namespace (TrainJobs and ProgressPolicies); default: the whole cluster.
     #[arg(long)]
     namespace: Option<String>,
+    /// Deliver notify actions to the policies' receivers (Slack, email, webhooks); false only records them.
+    #[arg(long, default_value_t = true, action = clap::ArgAction::Set)]
+    notifications: bool,
+    /// A PEM file of CA certificates trusted for notification receivers behind a private CA. Repeatable.
+    #[arg(long, value_name = "FILE")]
+    notification_ca: Vec<std::path::PathBuf>,
     /// Watch only TrainJobs matching this label selector (e.g. team=ml), to shard a cluster.
     #[arg(long)]
     trainjob_selector: Option<String>,
@@ -80,6 +86,19 @@ pub fn run(args: ControllerArgs) -> ExitCode {
         lease_namespace: args.lease_namespace.clone(),
         identity,
         kueue: args.kueue,
+        notifications: args.notifications,
+        notification_ca_pems: match args
+            .notification_ca
+            .iter()
+            .map(|p| std::fs::read(p).map_err(|e| format!("--notification-ca {}: {e}", p.display())))
+            .collect::<Result<Vec<_>, _>>()
+        {
+            Ok(pems) => pems,
+            Err(e) => {
+                eprintln!("error: {e}");
+                return ExitCode::from(2);
+            }
+        },
         eval_interval: args.eval_interval,
         status_interval: args.status_interval,
         ..ControllerConfig::default()

@@ -27,6 +27,7 @@ use crate::executor::{Announcement, Outcome, Result_, Work};
 use crate::inputs::{Input, PolicyInput, PolicyKey};
 use crate::metrics::{Metrics, ModeLabels};
 use crate::status::StatusUpdate;
+use trainwarden_notify::{JobProgress, Notifier};
 
 /// What the controller keeps per policy beyond the evaluator, for status.
 #[derive(Debug, Default)]
@@ -64,10 +65,13 @@ pub struct Brain {
     metrics: Arc<Metrics>,
     last_sent: HashMap<PolicyKey, ProgressPolicyStatus>,
     removed: Vec<PolicyKey>,
+    /// Receivers are configured here (every replica, so a new leader is ready); delivery happens through
+    /// the executor, on the leader only.
+    notifier: Option<Notifier>,
 }
 
 impl Brain {
-    pub fn new(config: &ControllerConfig, metrics: Arc<Metrics>) -> Self {
+    pub fn new(config: &ControllerConfig, metrics: Arc<Metrics>, notifier: Option<Notifier>) -> Self {
         let engine = EngineConfig {
             eval_interval: trainwarden_core::duration::Duration::from_secs(
                 config.eval_interval.as_secs().max(1),
@@ -86,6 +90,7 @@ impl Brain {
             metrics,
             last_sent: HashMap::new(),
             removed: Vec::new(),
+            notifier,
         }
     }
 
@@ -111,6 +116,9 @@ impl Brain {
                     && let Some(reference) = book.reference
                 {
                     self.evaluator.remove_policy(&reference, now, &mut self.events);
+                    if let Some(n) = &self.notifier {
+                        n.remove(&reference);
+                    }
                 }
                 self.last_sent.remove(&key);
                 self.removed.push(key);
@@ -218,6 +226,9 @@ impl Brain {
             Ok(compiled) => {
                 let reference = compiled.reference.clone();
                 info!(policy = %reference, generation = reference.generation, "policy loaded");
+                if let Some(n) = &self.notifier {
+                    n.configure(&compiled);
+                }
                 self.evaluator.upsert_policy(compiled, now, &mut self.events);
                 if first_sight
                     && let Some(status) = p.status
@@ -278,6 +289,20 @@ impl Brain {
 
     fn drain_events(&mut self) {
         for event in self.events.drain(..) {
+            if let Some(_notifier) = &self.notifier
+                && matches!(
+                    event,
+                    Event::Intent(_) | Event::Transition { kind: TransitionKind::Resolved, .. }
+                )
+            {
+                let job = match &event {
+                    Event::Intent(i) => &i.job,
+                    Event::Transition { job, .. } => job,
+                    _ => unreachable!("matched above"),
+                };
+                let progress = self.evaluator.job(job).and_then(JobProgress::of);
+                self.work.push(Work::Notify(Box::new(event.clone()), progress));
+            }
             match event {
                 Event::Intent(intent) => self.work.push(Work::Act(Box::new(intent))),
                 Event::Transition { job, policy, rule, kind, reason, mode, .. } => {
@@ -329,6 +354,30 @@ impl Brain {
                 Event::Suppressed { job, policy, rule, action, until, .. } => {
                     debug!(%job, %policy, rule, action, %until, "suppressed by cooldown");
                 }
+            }
+        }
+    }
+
+    /// Copies the notifier's delivery counters into /metrics.
+    pub fn refresh_notification_metrics(&self) {
+        let Some(n) = &self.notifier else { return };
+        for s in n.stats() {
+            let policy = match &s.policy_namespace {
+                Some(ns) => format!("{}/{ns}/{}", s.policy_kind, s.policy_name),
+                None => format!("{}/{}", s.policy_kind, s.policy_name),
+            };
+            for (result, value) in
+                [("sent", s.sent), ("failed", s.failed), ("retried", s.retried), ("dropped", s.dropped)]
+            {
+                self.metrics
+                    .notifications
+                    .get_or_create(&crate::metrics::NotificationLabels {
+                        policy: policy.clone(),
+                        receiver: s.receiver.clone(),
+                        channel: s.channel.as_str().into(),
+                        result: result.into(),
+                    })
+                    .set(value as i64);
             }
         }
     }
@@ -425,6 +474,26 @@ impl Brain {
         } else {
             let error = book.error.clone().unwrap_or_else(|| "not loaded".into());
             ready = (false, "InvalidPolicy", error);
+        }
+        if let Some(n) = &self.notifier {
+            let (kind, namespace, name) = key;
+            status.notifications = n
+                .stats()
+                .into_iter()
+                .filter(|s| {
+                    s.policy_kind == *kind && s.policy_namespace == *namespace && s.policy_name == *name
+                })
+                .take(64)
+                .map(|s| trainwarden_kube::status::NotificationStatus {
+                    receiver: s.receiver,
+                    channel: s.channel.as_str().into(),
+                    sent: s.sent as i64,
+                    failed: s.failed as i64,
+                    retried: s.retried as i64,
+                    dropped: s.dropped as i64,
+                    last_error: s.last_error,
+                })
+                .collect();
         }
         let firing = status.firing_rules.unwrap_or(0) > 0;
         let conditions = vec![
@@ -525,6 +594,7 @@ pub async fn run(
                 brain.tick(now);
             }
             _ = beat.tick() => {
+                brain.refresh_notification_metrics();
                 for update in brain.changed_statuses(Timestamp::now()) {
                     if statuses.send(update).await.is_err() {
                         return;
@@ -554,7 +624,7 @@ mod tests {
     }
 
     fn brain() -> Brain {
-        Brain::new(&ControllerConfig::default(), Arc::new(Metrics::new()))
+        Brain::new(&ControllerConfig::default(), Arc::new(Metrics::new()), None)
     }
 
     fn key() -> PolicyKey {
@@ -584,7 +654,7 @@ mod tests {
             .drain(..)
             .filter_map(|w| match w {
                 Work::Act(i) => Some(format!("{} {}", i.action.kind(), i.job)),
-                Work::Announce(_) => None,
+                Work::Announce(_) | Work::Notify(..) => None,
             })
             .collect()
     }
@@ -649,6 +719,7 @@ mod tests {
             .map(|w| match w {
                 Work::Announce(a) => a.reason,
                 Work::Act(i) => format!("act {}", i.action.kind()),
+                Work::Notify(..) => "notify".into(),
             })
             .collect();
         assert_eq!(reasons, vec!["Exempt"]);
@@ -690,5 +761,55 @@ mod tests {
         // Unchanged statuses are not sent twice.
         assert_eq!(b.changed_statuses(t(6)).len(), 1);
         assert!(b.changed_statuses(t(7)).is_empty());
+    }
+}
+
+#[cfg(test)]
+mod watch_path_tests {
+    use super::*;
+    use trainwarden_core::compile::parse_documents;
+
+    /// The controller's path end to end without a cluster: watched TrainJob objects (as JSON, the way the
+    /// API server sends them) through `inputs::job_input` into the brain, with a plateau rule.
+    #[test]
+    fn a_plateau_fires_from_watched_trainjob_objects() {
+        let mut b = Brain::new(&ControllerConfig::default(), Arc::new(Metrics::new()), None);
+        let yaml = "apiVersion: trainwarden.dev/v1alpha1\nkind: ProgressPolicy\nmetadata: {name: p, namespace: ns}\n\
+                    spec:\n  mode: Enforce\n  samplingInterval: 1s\n  rules:\n    - {name: plateau, uses: plateau, with: {metric: loss, window: 4, minDelta: 0.01}, actions: [{suspend: {}}]}\n";
+        let doc = parse_documents(yaml, "test").unwrap().remove(0);
+        let key = (KIND_NAMESPACED, Some("ns".to_string()), "p".to_string());
+        b.handle(
+            Input::Policy(Box::new(PolicyInput { key, generation: 1, document: Ok(doc), status: None })),
+            t(0),
+        );
+        let losses = ["2.0", "1.5", "1.0", "0.80", "0.801", "0.799", "0.802", "0.800", "0.803"];
+        let mut fired = None;
+        for (i, loss) in losses.iter().enumerate() {
+            let obj: kube::api::DynamicObject = serde_json::from_value(serde_json::json!({
+                "apiVersion": "trainer.kubeflow.org/v1alpha1", "kind": "TrainJob",
+                "metadata": {"name": "j", "namespace": "ns", "creationTimestamp": "2026-11-30T09:59:00Z"},
+                "spec": {"trainer": {"numNodes": 1}},
+                "status": {"trainerStatus": {"progressPercentage": 10 + i, "metrics": [{"name": "loss", "value": loss}],
+                           "lastUpdatedTime": format!("2026-11-30T10:00:{i:02}Z")}}
+            }))
+            .unwrap();
+            if i == 5 {
+                // A status write comes back as a watch event of the unchanged policy: nothing may reset.
+                let doc = parse_documents(yaml, "test").unwrap().remove(0);
+                let key = (KIND_NAMESPACED, Some("ns".to_string()), "p".to_string());
+                let input = PolicyInput { key, generation: 1, document: Ok(doc), status: None };
+                b.handle(Input::Policy(Box::new(input)), t(i as i64));
+            }
+            let input = crate::inputs::job_input(&obj).expect("a namespaced TrainJob");
+            b.handle(Input::Job(Box::new(input)), t(i as i64));
+            if b.work.drain(..).any(|w| matches!(w, Work::Act(_))) {
+                fired.get_or_insert(i);
+            }
+        }
+        assert_eq!(fired, Some(7), "fires on the 4th report without improvement after the best (0.80)");
+    }
+
+    fn t(s: i64) -> Timestamp {
+        Timestamp::from_second(1_795_798_800 + s).unwrap()
     }
 }

@@ -22,6 +22,12 @@ pub struct ControllerConfig {
     /// How long a lease is valid without renewal; a new leader takes over at most this long after the old
     /// one died.
     pub lease_duration: Duration,
+    /// Deliver `notify` actions (Slack, email, webhooks) to the receivers the policies declare. Off: notify
+    /// intents are only recorded.
+    pub notifications: bool,
+    /// Extra CA certificates (PEM) trusted for notification receivers (a mail relay or webhook behind a
+    /// private CA), in addition to the public web roots.
+    pub notification_ca_pems: Vec<Vec<u8>>,
     /// Deactivate the Kueue Workload of Kueue-managed TrainJobs instead of setting `spec.suspend`.
     pub kueue: bool,
     /// Re-evaluation cadence of jobs without news (exact timers fire independently of it).
@@ -45,6 +51,8 @@ impl Default for ControllerConfig {
             lease_namespace: "default".into(),
             identity: "trainwarden".into(),
             lease_duration: Duration::from_secs(15),
+            notifications: true,
+            notification_ca_pems: Vec::new(),
             kueue: true,
             eval_interval: Duration::from_secs(30),
             status_interval: Duration::from_secs(1),

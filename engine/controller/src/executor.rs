@@ -23,11 +23,12 @@ use serde_json::{Value, json};
 use tokio::sync::mpsc;
 use tokio::task::JoinSet;
 use tracing::{debug, info, warn};
-use trainwarden_core::evaluate::{ActionIntent, Savings};
+use trainwarden_core::evaluate::{ActionIntent, Event, Savings};
 use trainwarden_core::policy::{ActionSpec, Mode};
 use trainwarden_core::sample::{JobKey, Timestamp};
 use trainwarden_kube::FIELD_MANAGER;
 use trainwarden_kube::trainjob::{TRAINJOB_GROUP, TRAINJOB_KIND, TRAINJOB_VERSION, trainjob_api};
+use trainwarden_notify::{JobProgress, Notifier};
 
 use crate::config::ControllerConfig;
 use crate::inputs::{Input, PolicyKey};
@@ -53,6 +54,9 @@ pub enum Work {
     Act(Box<ActionIntent>),
     /// Record a Kubernetes Event on a TrainJob (a rule fired or resolved, a rule failed, a job is exempt).
     Announce(Box<Announcement>),
+    /// Hand an evaluator event to the notifier: every intent of a firing (so a message can say what was done)
+    /// and every resolution (resolved messages). Leader only, like every other side effect.
+    Notify(Box<Event>, Option<JobProgress>),
 }
 
 impl Work {
@@ -60,6 +64,12 @@ impl Work {
         match self {
             Work::Act(i) => &i.job,
             Work::Announce(a) => &a.job,
+            Work::Notify(e, _) => match e.as_ref() {
+                Event::Transition { job, .. }
+                | Event::Suppressed { job, .. }
+                | Event::RuleError { job, .. } => job,
+                Event::Intent(i) => &i.job,
+            },
         }
     }
 }
@@ -156,18 +166,26 @@ pub struct Executor {
     recorder: Recorder,
     metrics: Arc<Metrics>,
     leader: Leadership,
+    notifier: Option<Notifier>,
     kueue: bool,
     timeout: Duration,
 }
 
 impl Executor {
-    pub fn new(client: Client, config: &ControllerConfig, metrics: Arc<Metrics>, leader: Leadership) -> Self {
+    pub fn new(
+        client: Client,
+        config: &ControllerConfig,
+        metrics: Arc<Metrics>,
+        leader: Leadership,
+        notifier: Option<Notifier>,
+    ) -> Self {
         let reporter = Reporter { controller: "trainwarden".into(), instance: Some(config.identity.clone()) };
         Executor {
             recorder: Recorder::new(client.clone(), reporter),
             client,
             metrics,
             leader,
+            notifier,
             kueue: config.kueue,
             timeout: config.api_timeout,
         }
@@ -230,6 +248,14 @@ impl Executor {
             Work::Announce(a) => {
                 if self.leader.is_leader() {
                     self.announce(&a).await;
+                }
+            }
+            Work::Notify(event, progress) => {
+                if let (true, Some(notifier)) = (self.leader.is_leader(), &self.notifier)
+                    && let Err(e) = notifier.observe(&event, progress)
+                {
+                    self.metrics.api_error("notify_submit");
+                    warn!(error = %e, "notification not queued");
                 }
             }
             Work::Act(intent) => {
@@ -327,10 +353,15 @@ impl Executor {
             return Ok((Result_::Done, String::new()));
         }
         if let ActionSpec::Notify(n) = &intent.action {
-            // Delivery belongs to the notifier; without one the intent is recorded (status, Event, metrics).
+            // Delivery is the notifier's (it got this intent as Work::Notify, grouped with the firing's other
+            // intents); its counters are in /metrics and the policy status. Without a notifier the intent is
+            // recorded (status, Event, metrics).
+            if self.notifier.is_some() {
+                return Ok((Result_::Done, format!("queued for receiver {:?}", n.to)));
+            }
             let note = format!("{by} would notify {:?}: {summary}", n.to);
             self.publish(&reference, false, "NotificationRecorded", "Notify", &note).await;
-            return Ok((Result_::Reported, format!("receiver {:?}: no notifier configured", n.to)));
+            return Ok((Result_::Reported, format!("receiver {:?}: notifications are off", n.to)));
         }
         if audit {
             let (reason, what) = match &intent.action {

@@ -55,6 +55,8 @@ pub enum Error {
     Leader(#[from] kube_lease_manager::LeaseManagerError),
     #[error("serving {addr}: {source}")]
     Http { addr: String, source: std::io::Error },
+    #[error("starting the notifier: {0}")]
+    Notifier(String),
     #[error("{0} stopped unexpectedly")]
     TaskEnded(&'static str),
     #[error("the {0} CRD is not installed: {1} (install it with `kubectl apply -f crds/`)")]
@@ -97,7 +99,20 @@ pub async fn run(
         policies_synced_rx,
         metrics.clone(),
     );
-    let brain = brain::Brain::new(&config, metrics.clone());
+    let notifier = if config.notifications {
+        let secrets = Arc::new(trainwarden_notify::KubeSecrets::new(client.clone()));
+        Some(
+            trainwarden_notify::Notifier::new(secrets, {
+                let mut c = trainwarden_notify::NotifierConfig::default();
+                c.send.extra_roots_pem = config.notification_ca_pems.clone();
+                c
+            })
+            .map_err(Error::Notifier)?,
+        )
+    } else {
+        None
+    };
+    let brain = brain::Brain::new(&config, metrics.clone(), notifier.clone());
     {
         let (cfg, m) = (config.clone(), metrics.clone());
         tasks.spawn(async move {
@@ -106,7 +121,13 @@ pub async fn run(
         });
     }
     {
-        let exec = executor::Executor::new(client.clone(), &config, metrics.clone(), leader.clone());
+        let exec = executor::Executor::new(
+            client.clone(),
+            &config,
+            metrics.clone(),
+            leader.clone(),
+            notifier.clone(),
+        );
         let feedback = input_tx.clone();
         tasks.spawn(async move {
             exec.run(work_rx, feedback).await;
@@ -125,6 +146,13 @@ pub async fn run(
     tokio::select! {
         _ = async { while shutdown.changed().await.is_ok() { if *shutdown.borrow() { break; } } } => {
             info!("shutting down");
+            if let Some(n) = &notifier {
+                // Pending notifications go out now (bounded), before leadership is given up.
+                let report = n.shutdown(std::time::Duration::from_secs(5)).await;
+                if report.dropped > 0 {
+                    tracing::warn!(dropped = report.dropped, "notifications undelivered at shutdown");
+                }
+            }
             leader.release().await;
             tasks.abort_all();
             Ok(())

@@ -30,6 +30,15 @@ pub struct ModeLabels {
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct NotificationLabels {
+    pub policy: String,
+    pub receiver: String,
+    pub channel: String,
+    /// sent, failed, retried, dropped.
+    pub result: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct ResultLabels {
     pub result: String,
 }
@@ -46,6 +55,7 @@ pub struct Metrics {
     pub api_requests: Family<OperationLabels, Counter>,
     pub status_writes: Family<ResultLabels, Counter>,
     pub invalid_inputs: Family<OperationLabels, Counter>,
+    pub notifications: Family<NotificationLabels, Gauge>,
     pub jobs: Gauge,
     pub policies: Gauge,
     pub leader: Gauge,
@@ -95,6 +105,12 @@ impl Metrics {
             "Watched objects that could not be read (malformed progress, invalid policies)",
             invalid_inputs.clone(),
         );
+        let notifications = Family::<NotificationLabels, Gauge>::default();
+        registry.register(
+            "notifications",
+            "Notification deliveries per policy, receiver and channel by result, since start (monotonic; refreshed every status beat)",
+            notifications.clone(),
+        );
         let jobs = Gauge::default();
         registry.register("jobs", "TrainJobs tracked", jobs.clone());
         let policies = Gauge::default();
@@ -112,6 +128,7 @@ impl Metrics {
             api_requests,
             status_writes,
             invalid_inputs,
+            notifications,
             jobs,
             policies,
             leader,

@@ -60,6 +60,14 @@ fn config_for(ns: &str) -> ControllerConfig {
 }
 
 fn start(client: &Client, config: ControllerConfig) -> Running {
+    // The controller's logs go to the test's output (shown for failing tests); RUST_LOG filters.
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env()
+                .unwrap_or_else(|_| "trainwarden=info".into()),
+        )
+        .with_test_writer()
+        .try_init();
     let (stop, rx) = watch::channel(false);
     let client = client.clone();
     let task = tokio::spawn(async move {
@@ -179,6 +187,15 @@ where
     }
 }
 
+/// Waits until the controller has listed the TrainJobs and the policy selects `jobs` of them (its status
+/// says so), so that every report sent afterwards arrives as its own watch event.
+async fn wait_until_watching(client: &Client, ns: &str, policy: &str, jobs: i32) {
+    eventually("the controller watching", Duration::from_secs(15), || async {
+        (policy_status(client, ns, policy).await.matched_jobs == Some(jobs)).then_some(())
+    })
+    .await;
+}
+
 /// When the executor acted, from the `trainwarden.dev/last-action` annotation it wrote.
 fn action_time(job: &DynamicObject) -> Option<Timestamp> {
     let v: Value = serde_json::from_str(job.annotations().get(LAST_ACTION_ANNOTATION)?).ok()?;
@@ -214,6 +231,8 @@ async fn a_plateau_is_suspended_once_in_enforce_and_only_reported_in_audit() {
     create_trainjob(c, ns, "enforced", &[("mode", "enforce")]).await;
     create_trainjob(c, ns, "audited", &[("mode", "audit")]).await;
     let controller = start(c, config_for(ns));
+    wait_until_watching(c, ns, "enforce", 1).await;
+    wait_until_watching(c, ns, "audit", 1).await;
 
     // Improving, then flat (values differ, but by less than minDelta).
     let losses = ["2.0", "1.5", "1.0", "0.80", "0.801", "0.799", "0.802", "0.800", "0.803"];
@@ -454,8 +473,11 @@ async fn a_rhai_syntax_error_marks_its_policy_not_ready_and_others_keep_working(
         suspended(&job(c, ns, "j").await).then_some(())
     })
     .await;
-    let ok = policy_status(c, ns, "nan").await;
-    assert!(ok.conditions.iter().any(|c| c.type_ == "Ready" && c.status == "True"), "{ok:?}");
+    eventually("the working policy Ready", Duration::from_secs(10), || async {
+        let ok = policy_status(c, ns, "nan").await;
+        ok.conditions.iter().any(|c| c.type_ == "Ready" && c.status == "True").then_some(())
+    })
+    .await;
     controller.stop().await;
 }
 

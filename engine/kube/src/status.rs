@@ -98,12 +98,39 @@ pub struct ProgressPolicyStatus {
     #[schemars(length(max = 50))]
     pub jobs: Vec<JobStatus>,
 
+    /// Delivery counters of the policy's notification receivers, one entry per receiver channel.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(max = 64))]
+    pub notifications: Vec<NotificationStatus>,
+
     /// What the rules remember per job (pending since, firing, firing count, when each action was last
     /// issued), at most 500 entries: the controller restores it after a restart, so a restart neither loses
     /// a `for` timer nor repeats an action. Written by the controller; not meant to be edited.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     #[schemars(length(max = 500))]
     pub rule_states: Vec<RuleMemory>,
+}
+
+/// Delivery counters of one receiver channel (secret-free).
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct NotificationStatus {
+    /// The receiver's name (spec.receivers[].name).
+    #[schemars(length(min = 1, max = 253))]
+    pub receiver: String,
+    /// slack, email or webhook.
+    pub channel: String,
+    /// Messages delivered.
+    pub sent: i64,
+    /// Messages given up on (a 4xx answer, a bad secret, retries exhausted).
+    pub failed: i64,
+    /// Delivery attempts repeated after a transient failure.
+    pub retried: i64,
+    /// Messages dropped because the receiver's queue was full.
+    pub dropped: i64,
+    /// The last delivery error, without secrets.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_error: Option<String>,
 }
 
 /// The most entries `status.ruleStates` holds.
