@@ -374,6 +374,15 @@ fn sample_status(generation: i64) -> ProgressPolicyStatus {
         gpu_hours_would_save: None,
         dollars_would_save: None,
         action_counts: [("suspend/done".to_string(), 1)].into(),
+        notifications: vec![trainwarden_kube::status::NotificationStatus {
+            receiver: "team".into(),
+            channel: "slack".into(),
+            sent: 2,
+            failed: 0,
+            retried: 1,
+            dropped: 0,
+            last_error: None,
+        }],
         // Rule memories round-trip through the API server (restart safety depends on it).
         rule_states: vec![trainwarden_core::evaluate::RuleMemory {
             job: "fraud/bert-ft".into(),
