@@ -5,12 +5,15 @@ use std::ffi::OsString;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
+use std::sync::Arc;
+use std::time::Duration as StdDuration;
 
 use trainwarden_core::duration::Duration;
 use trainwarden_core::evaluate::Evaluator;
 use trainwarden_core::sample::JobKey;
 use trainwarden_local::watch::PREFIX;
-use trainwarden_local::{ReportOnly, WatchOptions};
+use trainwarden_local::{Delivering, Notifier, ReportOnly, WatchOptions};
+use trainwarden_notify::{FileSecrets, LocalSecrets, NotifierConfig};
 
 use crate::commands;
 
@@ -38,6 +41,13 @@ pub struct WatchArgs {
     /// Accelerators the command holds, for GPU-hour and cost savings (default: the policy's assumeGpus).
     #[arg(long)]
     gpus: Option<f64>,
+    /// Deliver `notify` actions to the policies' receivers (without it they are only reported). Secrets come
+    /// from `TRAINWARDEN_SECRET_<NAMESPACE>_<NAME>_<KEY>` variables, then `--secrets-dir`.
+    #[arg(long)]
+    notify: bool,
+    /// With --notify: Secrets as `DIR/<namespace>/<name>/<key>` files (after the environment variables).
+    #[arg(long, value_name = "DIR", requires = "notify")]
+    secrets_dir: Option<PathBuf>,
     /// Address of the progress endpoint (HTTPS); port 0 picks a free port.
     #[arg(long, default_value = "127.0.0.1:0")]
     listen: SocketAddr,
@@ -46,21 +56,39 @@ pub struct WatchArgs {
     command: Vec<OsString>,
 }
 
+/// After the command's end, how long `--notify` waits for pending notifications to be delivered (retries
+/// stop then).
+const NOTIFY_FLUSH_TIMEOUT: StdDuration = StdDuration::from_secs(15);
+
 /// Runs the watch; the exit status is the command's (or 124 when a policy stopped it, 2 for usage errors).
 pub fn run(args: WatchArgs) -> ExitCode {
-    match prepare(args) {
-        Ok(options) => {
-            let runtime = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
-                Ok(r) => r,
-                Err(e) => return fail(&format!("starting the async runtime: {e}"), 2),
-            };
-            let mut stderr = std::io::stderr();
-            match runtime.block_on(trainwarden_local::watch(options, &mut ReportOnly, &mut stderr)) {
-                Ok(outcome) => ExitCode::from(outcome.exit_code()),
-                Err(e) => fail(&e.message, e.exit_code),
-            }
+    let (send, secrets_dir) = (args.notify, args.secrets_dir.clone());
+    let options = match prepare(args) {
+        Ok(options) => options,
+        Err(message) => return fail(&message, 2),
+    };
+    if send && options.policies.iter().all(|p| p.receivers.is_empty()) {
+        return fail("--notify: no policy declares spec.receivers", 2);
+    }
+    let runtime = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
+        Ok(r) => r,
+        Err(e) => return fail(&format!("starting the async runtime: {e}"), 2),
+    };
+    let mut notifier: Box<dyn Notifier> = if send {
+        // As `replay --notify`: environment variables first, then files; resolved at each delivery.
+        let secrets = LocalSecrets { files: secrets_dir.map(FileSecrets::new) };
+        let _runtime = runtime.enter();
+        match Delivering::new(Arc::new(secrets), NotifierConfig::default(), NOTIFY_FLUSH_TIMEOUT) {
+            Ok(d) => Box::new(d),
+            Err(e) => return fail(&format!("--notify: {e}"), 2),
         }
-        Err(message) => fail(&message, 2),
+    } else {
+        Box::new(ReportOnly)
+    };
+    let mut stderr = std::io::stderr();
+    match runtime.block_on(trainwarden_local::watch(options, notifier.as_mut(), &mut stderr)) {
+        Ok(outcome) => ExitCode::from(outcome.exit_code()),
+        Err(e) => fail(&e.message, e.exit_code),
     }
 }
 

@@ -9,8 +9,11 @@
 //!
 //! The SDK sends at most one report per 5 s, so each scenario takes 5–20 s; they run in parallel.
 
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
+use std::sync::{Arc, Mutex};
 
 use serde_json::Value;
 
@@ -21,6 +24,7 @@ fn repo() -> PathBuf {
 const POLICY: &str = "engine/local/tests/fixtures/watch-policy.yaml";
 const AUDIT_POLICY: &str = "engine/local/tests/fixtures/watch-policy-audit.yaml";
 const SCRIPT: &str = "engine/local/tests/python/sdk_training_loop.py";
+const NOTIFY_POLICY: &str = "engine/local/tests/fixtures/watch-policy-notify.yaml";
 const HF_POLICY: &str = "engine/local/tests/fixtures/watch-policy-hf.yaml";
 const HF_SCRIPT: &str = "engine/local/tests/python/hf_trainer.py";
 
@@ -67,7 +71,16 @@ fn temp_dir(name: &str) -> PathBuf {
 }
 
 fn trainwarden(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_trainwarden")).args(args).current_dir(repo()).output().expect("runs")
+    trainwarden_with_env(args, &[])
+}
+
+fn trainwarden_with_env(args: &[&str], env: &[(&str, &str)]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_trainwarden"))
+        .args(args)
+        .envs(env.iter().copied())
+        .current_dir(repo())
+        .output()
+        .expect("runs")
 }
 
 struct Run {
@@ -101,7 +114,7 @@ impl Run {
 
 /// `trainwarden watch` on the SDK training loop.
 fn watch(python: &Path, name: &str, policy: &str, scenario: &[&str], extra: &[&str]) -> Run {
-    watch_script(python, SCRIPT, name, policy, scenario, extra)
+    watch_script(python, SCRIPT, name, policy, scenario, extra, &[])
 }
 
 fn watch_script(
@@ -111,6 +124,7 @@ fn watch_script(
     policy: &str,
     scenario: &[&str],
     extra: &[&str],
+    env: &[(&str, &str)],
 ) -> Run {
     let dir = temp_dir(name);
     let recording = dir.join("run.jsonl");
@@ -125,7 +139,7 @@ fn watch_script(
     args.extend_from_slice(&["--", python_s, script]);
     args.extend_from_slice(scenario);
     args.push(out_s);
-    let output = trainwarden(&args);
+    let output = trainwarden_with_env(&args, env);
     let stderr = String::from_utf8_lossy(&output.stderr).into_owned();
     Run { output, stderr, dir, recording }
 }
@@ -249,6 +263,107 @@ fn a_nan_loss_stops_the_command_at_once() {
     let _ = std::fs::remove_dir_all(&run.dir);
 }
 
+/// A local HTTP server standing in for Slack's incoming webhooks: records every request (path, body) and
+/// answers 200 `ok`.
+struct HttpRecorder {
+    addr: SocketAddr,
+    requests: Arc<Mutex<Vec<(String, String)>>>,
+}
+
+impl HttpRecorder {
+    fn start() -> HttpRecorder {
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        let addr = listener.local_addr().unwrap();
+        let requests = Arc::new(Mutex::new(Vec::new()));
+        let recorded = requests.clone();
+        std::thread::spawn(move || {
+            for stream in listener.incoming().flatten() {
+                let recorded = recorded.clone();
+                std::thread::spawn(move || Self::serve(stream, &recorded));
+            }
+        });
+        HttpRecorder { addr, requests }
+    }
+
+    /// HTTP/1.1 with keep-alive; bodies with Content-Length (as reqwest sends a JSON body).
+    fn serve(mut stream: TcpStream, recorded: &Mutex<Vec<(String, String)>>) {
+        let mut reader = BufReader::new(stream.try_clone().unwrap());
+        loop {
+            let mut request_line = String::new();
+            if reader.read_line(&mut request_line).unwrap_or(0) == 0 {
+                return;
+            }
+            let path = request_line.split_whitespace().nth(1).unwrap_or_default().to_string();
+            let mut length = 0;
+            loop {
+                let mut header = String::new();
+                if reader.read_line(&mut header).unwrap_or(0) == 0 {
+                    return;
+                }
+                let header = header.trim_end();
+                if header.is_empty() {
+                    break;
+                }
+                if let Some((name, value)) = header.split_once(':')
+                    && name.eq_ignore_ascii_case("content-length")
+                {
+                    length = value.trim().parse().unwrap_or(0);
+                }
+            }
+            let mut body = vec![0; length];
+            if reader.read_exact(&mut body).is_err() {
+                return;
+            }
+            recorded.lock().unwrap().push((path, String::from_utf8_lossy(&body).into_owned()));
+            let answer = b"HTTP/1.1 200 OK\r\ncontent-type: text/plain\r\ncontent-length: 2\r\n\r\nok";
+            if stream.write_all(answer).is_err() {
+                return;
+            }
+        }
+    }
+
+    fn requests(&self) -> Vec<(String, String)> {
+        self.requests.lock().unwrap().clone()
+    }
+}
+
+#[test]
+fn with_notify_a_nan_loss_sends_one_slack_message_and_never_prints_the_secret_url() {
+    let Some(python) = python() else { return };
+    let slack = HttpRecorder::start();
+    // The webhook URL is the secret (Slack's carry their token in the path).
+    let token_path = "/services/T0LOCAL/B0LOCAL/xoxb-must-not-leak";
+    let url = format!("http://{}{token_path}", slack.addr);
+    let env = [("TRAINWARDEN_SECRET_LOCAL_SLACK_HOOK_URL", url.as_str())];
+    let extra = ["--grace-period", "20s", "--notify"];
+    let run = watch_script(&python, SCRIPT, "notify-nan", NOTIFY_POLICY, &["nan"], &extra, &env);
+    assert_eq!(run.output.status.code(), Some(124), "stopped by policy:\n{}", run.stderr);
+    assert_eq!(run.marker().and_then(|m| m["reports"].as_u64()), Some(2), "{}", run.stderr);
+
+    // trainwarden waits for delivery before it exits: the message is there, and only one.
+    let requests = slack.requests();
+    assert_eq!(requests.len(), 1, "one Slack message: {requests:?}\n{}", run.stderr);
+    let (path, body) = &requests[0];
+    assert_eq!(path, token_path, "posted to the URL from the environment");
+    let message: Value = serde_json::from_str(body).expect("a JSON Slack message");
+    let text = message.to_string();
+    assert!(text.contains("local/notify-nan"), "the message names the job: {message:#}");
+    assert!(text.contains("nan-loss"), "the message names the rule: {message:#}");
+
+    assert!(run.stderr.contains("nan-loss         FIRING    [Enforce]"), "{}", run.stderr);
+    assert!(run.stderr.contains("⤷ notify ml-team: queued for delivery"), "{}", run.stderr);
+    assert!(
+        run.stderr.contains(
+            "  notified     ml-team (slack) of ProgressPolicy local/local-notify: 1 sent, 0 failed, 0 retried, 0 dropped\n"
+        ),
+        "the summary has the delivery counters:\n{}",
+        run.stderr
+    );
+    assert!(!run.stderr.contains("xoxb-must-not-leak"), "the secret URL leaked:\n{}", run.stderr);
+    assert!(!run.stderr.contains(&slack.addr.to_string()), "the secret URL leaked:\n{}", run.stderr);
+    let _ = std::fs::remove_dir_all(&run.dir);
+}
+
 #[test]
 fn a_command_that_stops_reporting_is_a_stall_and_is_killed_after_the_grace_period() {
     let Some(python) = python() else { return };
@@ -361,7 +476,7 @@ fn a_transformers_trainer_reporting_through_kubeflow_callback_is_checkpointed_an
         return;
     }
     let python = candidate.unwrap();
-    let run = watch_script(&python, HF_SCRIPT, "hf-trainer", HF_POLICY, &[], &["--grace-period", "60s"]);
+    let run = watch_script(&python, HF_SCRIPT, "hf-trainer", HF_POLICY, &[], &["--grace-period", "60s"], &[]);
     assert_eq!(run.output.status.code(), Some(124), "{}", run.stderr);
     let marker = run.marker().unwrap_or_else(|| panic!("no checkpoint marker\n{}", run.stderr));
     let step = marker["global_step"].as_u64().unwrap();

@@ -8,14 +8,16 @@
 //!
 //! Acting locally: an enforced `suspend` sends SIGTERM to the command's process group (code that
 //! checkpoints on SIGTERM gets its chance) and SIGKILL after the grace period; Audit mode only reports;
-//! `notify` goes to a [`Notifier`]; `annotate`, `event` and `scale` need a TrainJob object and are reported
-//! as not applicable.
+//! every event goes to a [`Notifier`], which delivers `notify` actions (or only reports them); `annotate`,
+//! `event` and `scale` need a TrainJob object and are reported as not applicable.
 
 use std::collections::BTreeMap;
 use std::ffi::OsString;
+use std::future::Future;
 use std::io::Write;
 use std::net::SocketAddr;
 use std::path::PathBuf;
+use std::pin::Pin;
 use std::time::Duration as StdDuration;
 
 use jiff::Unit;
@@ -24,11 +26,12 @@ use tokio::signal::unix::{SignalKind, signal};
 use tokio::sync::mpsc;
 use tokio::time::Instant;
 use trainwarden_core::compile::CompiledPolicy;
-use trainwarden_core::evaluate::{ActionIntent, EngineConfig, Event};
+use trainwarden_core::evaluate::{EngineConfig, Event};
 use trainwarden_core::normalize;
 use trainwarden_core::policy::{ActionSpec, Mode};
 use trainwarden_core::replay::{self, Replay, Summary};
 use trainwarden_core::sample::{JobKey, JobPhase, Timestamp};
+use trainwarden_core::script::JobData;
 use trainwarden_core::stream::StreamRecord;
 
 use crate::credentials::{Credentials, RunDir};
@@ -49,22 +52,31 @@ pub const ENV_TOKEN: &str = "KUBEFLOW_TRAINER_SERVER_TOKEN";
 /// Prefix of every line trainwarden itself prints (the command's output passes through untouched).
 pub const PREFIX: &str = "[trainwarden]";
 
-/// Where `notify` intents go. The notifications crate plugs in here; until then [`ReportOnly`] is used.
+/// Where evaluator events go for notifications: [`ReportOnly`] by default, [`crate::notify::Delivering`]
+/// (the notifications crate) with `trainwarden watch --notify`.
 pub trait Notifier: Send {
-    /// Called once per notify intent from the evaluation loop, so it must not block: queue or spawn the
-    /// delivery. Returns what to report about it (e.g. "queued for team via smtp").
-    fn notify(&mut self, intent: &ActionIntent) -> String;
+    /// Called once, before the command starts, with every policy of the watch.
+    fn configure(&mut self, _policies: &[CompiledPolicy]) {}
+
+    /// Called with every new evaluator event, in order, from the evaluation loop — every intent of a firing
+    /// (so a message can say what was done) and every transition — with the event's job data (its latest
+    /// progress), if known. It must not block: queue the delivery. For a `notify` intent, returns what to
+    /// report about it (e.g. "queued for delivery"); `None` keeps the default report.
+    fn observe(&mut self, event: &Event, job: Option<&JobData>) -> Option<String>;
+
+    /// Called once after the command has ended and its last events were observed: deliver what is pending
+    /// (bounded in time) and return lines for the final summary (e.g. delivery counters per receiver).
+    fn finish(&mut self) -> Pin<Box<dyn Future<Output = Vec<String>> + Send + '_>> {
+        Box::pin(std::future::ready(Vec::new()))
+    }
 }
 
 /// Reports notify intents without delivering them.
 pub struct ReportOnly;
 
 impl Notifier for ReportOnly {
-    fn notify(&mut self, intent: &ActionIntent) -> String {
-        match &intent.action {
-            ActionSpec::Notify(n) => format!("notify {}: reported only (no notifier configured)", n.to),
-            other => format!("{}: reported only", other.kind()),
-        }
+    fn observe(&mut self, _event: &Event, _job: Option<&JobData>) -> Option<String> {
+        None
     }
 }
 
@@ -243,19 +255,28 @@ impl Driver<'_> {
         let events: Vec<Event> = self.replay.events[self.reported..].to_vec();
         self.reported = self.replay.events.len();
         for event in events {
+            let job = match &event {
+                Event::Intent(i) => Some(&i.job),
+                Event::Transition { job, .. } => Some(job),
+                _ => None,
+            };
+            let note = self.notifier.observe(&event, job.and_then(|k| self.replay.evaluator().job(k)));
             let mut text = replay::render_event(&event, &self.tz);
             if let Event::Intent(intent) = &event {
-                let what = match (&intent.action, intent.mode) {
-                    (_, Mode::Audit) => "Audit mode: reported only".to_string(),
-                    (ActionSpec::Suspend(_), Mode::Enforce) => {
+                let what = match (&intent.action, intent.mode, note) {
+                    (ActionSpec::Notify(_), _, Some(note)) => note,
+                    (_, Mode::Audit, _) => "Audit mode: reported only".to_string(),
+                    (ActionSpec::Suspend(_), Mode::Enforce, _) => {
                         if self.suspension.is_none() {
                             self.suspension =
                                 Some((intent.policy.to_string(), intent.rule.clone(), intent.at));
                         }
                         "stopping the command: SIGTERM to its process group".to_string()
                     }
-                    (ActionSpec::Notify(_), Mode::Enforce) => self.notifier.notify(intent),
-                    (other, Mode::Enforce) => {
+                    (ActionSpec::Notify(n), Mode::Enforce, None) => {
+                        format!("notify {}: reported only (delivered with --notify)", n.to)
+                    }
+                    (other, Mode::Enforce, _) => {
                         format!("{}: not applicable locally (there is no TrainJob object)", other.kind())
                     }
                 };
@@ -298,6 +319,7 @@ pub async fn watch(
     // check_selected found a policy, so there is a first one; its zone is the timeline's, as in replay.
     let tz = policies.first().map_or(jiff::tz::TimeZone::UTC, |p| p.env.calendar.time_zone().clone());
     let policy_names: Vec<String> = policies.iter().map(|p| p.reference.to_string()).collect();
+    notifier.configure(&policies);
 
     let credentials = Credentials::generate()?;
     let run_dir = RunDir::create(&credentials)?;
@@ -415,9 +437,19 @@ pub async fn watch(
     let end = driver.now();
     driver.feed(&recorder::end_line(end, &job, phase))?;
 
+    // Pending notifications go out now (the notifier bounds the wait); another signal stops waiting.
+    let delivery = tokio::select! {
+        lines = driver.notifier.finish() => lines,
+        Some(()) = sigint.recv() => vec!["delivery cut short by SIGINT".to_string()],
+        Some(()) = sigterm.recv() => vec!["delivery cut short by SIGTERM".to_string()],
+    };
+
     let summary = driver.replay.summary.clone();
     let mut text = replay::render_text(&[], &summary, &driver.tz);
     text = text.trim_start_matches('\n').to_string();
+    for line in delivery {
+        text += &format!("  notified     {line}\n");
+    }
     text += &format!("  command      {}\n", describe(&ending, &driver.tz, grace_period));
     if let Some(path) = driver.recorder.path() {
         text += &format!("  recorded     {}\n", path.display());
