@@ -1,8 +1,12 @@
 //! Replay throughput: samples per second through decode → normalize → series → 5 rules (2 of them Rhai) →
 //! lifecycle, against the same lines decoded by serde_json alone, measured in the same run; plus bytes per
-//! tracked job. Run: `cargo bench -p trainwarden-core --bench replay` (single-threaded: figures are per core).
+//! tracked job, and heap allocations per sample by stage (a counting global allocator), so a regression
+//! that allocates on the hot path shows up as a number. Run: `cargo bench -p trainwarden-core --bench replay`
+//! (single-threaded: figures are per core).
 
+use std::alloc::{GlobalAlloc, Layout, System};
 use std::hint::black_box;
+use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::time::Instant;
 
 use trainwarden_core::compile::{compile, parse_documents};
@@ -10,6 +14,35 @@ use trainwarden_core::evaluate::{EngineConfig, Evaluator};
 use trainwarden_core::replay::Replay;
 use trainwarden_core::sample::JobKey;
 use trainwarden_core::stream::parse_line;
+
+/// The system allocator, counting calls (allocations and reallocations).
+struct Counting;
+
+static ALLOCATIONS: AtomicU64 = AtomicU64::new(0);
+
+unsafe impl GlobalAlloc for Counting {
+    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
+        ALLOCATIONS.fetch_add(1, Relaxed);
+        unsafe { System.alloc(layout) }
+    }
+    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
+        unsafe { System.dealloc(ptr, layout) }
+    }
+    unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
+        ALLOCATIONS.fetch_add(1, Relaxed);
+        unsafe { System.realloc(ptr, layout, new_size) }
+    }
+}
+
+#[global_allocator]
+static GLOBAL: Counting = Counting;
+
+/// Allocations `f` makes.
+fn allocations<T>(f: impl FnOnce() -> T) -> (T, u64) {
+    let before = ALLOCATIONS.load(Relaxed);
+    let out = f();
+    (out, ALLOCATIONS.load(Relaxed) - before)
+}
 
 const POLICY: &str = r#"
 apiVersion: trainwarden.dev/v1alpha1
@@ -93,6 +126,25 @@ fn main() {
             .sum()
     });
 
+    // Decode + normalize alone: the fast path of `parse_line`, into a `StreamRecord`.
+    let parse = best_of(5, || {
+        let mut previous = None;
+        lines
+            .iter()
+            .enumerate()
+            .map(|(i, l)| {
+                let record = parse_line(l, "bench", i + 1, previous).expect("valid line");
+                previous = Some(record.time());
+                usize::from(matches!(record, trainwarden_core::stream::StreamRecord::Update(_)))
+            })
+            .sum()
+    });
+    let (_, parse_allocations) = allocations(|| {
+        for (i, l) in lines.iter().enumerate() {
+            black_box(parse_line(l, "bench", i + 1, None).expect("valid line"));
+        }
+    });
+
     let engine = Evaluator::new(EngineConfig::default());
     let docs = parse_documents(POLICY, "bench").expect("policy");
     let mut last_replay = None;
@@ -110,6 +162,17 @@ fn main() {
         events
     });
     let replay = last_replay.expect("ran");
+    let policy = compile(&docs[0], engine.scripts()).expect("compiles");
+    let (_, full_allocations) = allocations(|| {
+        let mut replay = Replay::new(vec![policy], EngineConfig::default());
+        let mut previous = None;
+        for (i, line) in lines.iter().enumerate() {
+            let record = parse_line(line, "bench", i + 1, previous).expect("valid line");
+            previous = Some(record.time());
+            replay.feed(record);
+        }
+        black_box(replay.events.len())
+    });
     assert_eq!(replay.summary.records as usize, lines.len());
     assert_eq!(replay.summary.rule_errors, 0, "the rules must evaluate cleanly");
 
@@ -125,7 +188,18 @@ fn main() {
         n / decode,
         decode / n * 1e6
     );
-    println!("full replay, 5 rules (2 Rhai){:>9.0} samples/s  ({:.2} µs/sample)", n / full, full / n * 1e6);
+    println!(
+        "decode + normalize (parse_line){:>8.0} samples/s  ({:.2} µs/sample, {:.1} allocations/sample)",
+        n / parse,
+        parse / n * 1e6,
+        parse_allocations as f64 / n
+    );
+    println!(
+        "full replay, 5 rules (2 Rhai){:>9.0} samples/s  ({:.2} µs/sample, {:.1} allocations/sample)",
+        n / full,
+        full / n * 1e6,
+        full_allocations as f64 / n
+    );
     println!("ratio full / decode          {:>9.2}×", full / decode);
     println!(
         "memory per tracked job       {:>9.0} bytes ({metrics} metrics, history + rule state)",

@@ -128,6 +128,15 @@ fn eval_name(key: &str) -> Cow<'static, str> {
     }
 }
 
+/// A canonical metric name as the `&'static str` samples carry (so lookups can match by address before
+/// comparing bytes, see [`crate::sample::same_name`]); other names are copied. Aliases are not resolved.
+pub fn interned(name: &str) -> Cow<'static, str> {
+    match known(name) {
+        Some(canonical) if canonical == name => Cow::Borrowed(canonical),
+        _ => Cow::Owned(name.to_owned()),
+    }
+}
+
 /// Map a reporter's metric name to the canonical one; unknown names are kept as they are (`Cow::Owned`).
 ///
 /// Also understands the flattened RHOAI forms `trainMetrics.X` and `evalMetrics.X`.
@@ -349,13 +358,13 @@ fn opt_time(v: Option<&Value>, path: impl Fn() -> String) -> Result<Option<Times
 pub struct TrainerStatusWire<'a> {
     progress_percentage: Option<f64>,
     estimated_remaining_seconds: Option<f64>,
+    metrics: Option<MetricsWire>,
+    /// `&str`, not `Option<Cow>`, which serde would always copy; a time with escapes takes the general path.
     #[serde(borrow)]
-    metrics: Option<Vec<MetricWire<'a>>>,
-    #[serde(borrow)]
-    last_updated_time: Option<Cow<'a, str>>,
+    last_updated_time: Option<&'a str>,
 }
 
-#[derive(Debug, serde::Deserialize)]
+#[derive(serde::Deserialize)]
 struct MetricWire<'a> {
     #[serde(borrow)]
     name: Cow<'a, str>,
@@ -363,36 +372,72 @@ struct MetricWire<'a> {
     value: Cow<'a, str>,
 }
 
+thread_local! {
+    /// Where [`MetricsWire`] collects a list before copying it out at its exact size, kept between samples.
+    static SCRATCH: std::cell::Cell<Vec<Metric>> = const { std::cell::Cell::new(Vec::new()) };
+}
+
+/// The `metrics` list, normalized while it is read: canonical names, progress counters routed to their
+/// fields, duplicates merged, with no intermediate list and one exactly sized allocation per sample (the
+/// list is collected in a per-thread scratch vector). Anything [`from_trainer_status`] would reject fails to deserialize, so the caller's general path
+/// words the error.
+#[derive(Debug)]
+struct MetricsWire(ProgressSample);
+
+impl<'de> Deserialize<'de> for MetricsWire {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct MetricsVisitor;
+        impl<'de> Visitor<'de> for MetricsVisitor {
+            type Value = MetricsWire;
+            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str("a list of {name, value} objects")
+            }
+            fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<MetricsWire, A::Error> {
+                // The time is set by the caller; this only carries the metrics and the counters.
+                let mut sample = ProgressSample::empty(Timestamp::UNIX_EPOCH, SampleSource::TrainerStatus);
+                // Empty: it is put back only after its contents moved out.
+                let mut collector = Collector { metrics: SCRATCH.take(), unchecked: false };
+                while let Some(m) = seq.next_element::<MetricWire<'de>>()? {
+                    if m.name.is_empty() {
+                        return Err(de::Error::custom("empty metric name"));
+                    }
+                    let value =
+                        parse_metric_value(&m.value).ok_or_else(|| de::Error::custom("not a number"))?;
+                    collector
+                        .add(&mut sample, canonical_metric_name(&m.name), value)
+                        .map_err(de::Error::custom)?;
+                }
+                let mut scratch = collector.finish();
+                // Exactly sized: a replay may hold a million samples at once.
+                sample.metrics = Vec::with_capacity(scratch.len());
+                sample.metrics.append(&mut scratch);
+                SCRATCH.set(scratch);
+                Ok(MetricsWire(sample))
+            }
+        }
+        d.deserialize_seq(MetricsVisitor)
+    }
+}
+
 /// Same result as [`from_trainer_status`] for input that deserialized into [`TrainerStatusWire`].
 pub fn from_trainer_status_wire(
-    w: &TrainerStatusWire<'_>,
+    w: TrainerStatusWire<'_>,
     path: &str,
 ) -> Result<ProgressSample, NormalizeError> {
     let time_path = || join(path, "lastUpdatedTime");
-    let raw_time = w.last_updated_time.as_deref().ok_or_else(|| missing(time_path()))?;
+    let raw_time = w.last_updated_time.ok_or_else(|| missing(time_path()))?;
     let updated_at = parse_time(raw_time).map_err(|m| NormalizeError::new(time_path(), m))?;
-    let mut sample = ProgressSample::empty(updated_at, SampleSource::TrainerStatus);
+    let mut sample = match w.metrics {
+        Some(MetricsWire(sample)) => sample,
+        None => ProgressSample::empty(updated_at, SampleSource::TrainerStatus),
+    };
+    sample.updated_at = updated_at;
     let checked = |v: Option<f64>, field: &str, check: fn(f64) -> Result<f64, &'static str>| {
         v.map(|x| check(x).map_err(|m| NormalizeError::new(join(path, field), format!("{m}, found {x}"))))
             .transpose()
     };
     sample.progress_percent = checked(w.progress_percentage, "progressPercentage", check_percent)?;
     sample.eta_seconds = checked(w.estimated_remaining_seconds, "estimatedRemainingSeconds", check_eta)?;
-    let Some(items) = &w.metrics else { return Ok(sample) };
-    let mut collector = Collector::with_capacity(items.len());
-    for (i, m) in items.iter().enumerate() {
-        let at = |field: &str| format!("{}[{i}]{field}", join(path, "metrics"));
-        if m.name.is_empty() {
-            return Err(NormalizeError::new(at(".name"), "empty metric name"));
-        }
-        let value = parse_metric_value(&m.value).ok_or_else(|| {
-            NormalizeError::new(at(".value"), format!("not a number: {}", Snippet(&m.value)))
-        })?;
-        collector
-            .add(&mut sample, canonical_metric_name(&m.name), value)
-            .map_err(|msg| NormalizeError::new(at(".value"), format!("{msg}, found {value}")))?;
-    }
-    sample.metrics = collector.finish();
     Ok(sample)
 }
 
@@ -1114,6 +1159,20 @@ mod tests {
     }
 
     // ----- upstream fixtures -------------------------------------------------------------------------
+
+    #[test]
+    fn interned_names_are_the_samples_own_and_aliases_stay_as_written() {
+        let sample = upstream(
+            r#"{"trainerStatus":{"metrics":[{"name":"loss","value":"1"}],"lastUpdatedTime":"2026-03-20T14:02:11Z"}}"#,
+        );
+        let (Cow::Borrowed(ours), Cow::Borrowed(theirs)) = (interned("loss"), &sample.metrics[0].name) else {
+            panic!("canonical names are shared statics")
+        };
+        assert!(std::ptr::eq(ours, *theirs));
+        assert!(crate::sample::same_name(ours, "loss") && !crate::sample::same_name(ours, "lost"));
+        assert!(matches!(interned("lr"), Cow::Owned(n) if n == "lr"), "aliases are not resolved");
+        assert!(matches!(interned("my_metric"), Cow::Owned(n) if n == "my_metric"));
+    }
 
     #[test]
     fn kep_example() {

@@ -67,8 +67,15 @@ impl ProgressSample {
 
     /// The value of a canonical metric, if reported.
     pub fn metric(&self, name: &str) -> Option<f64> {
-        self.metrics.iter().find(|m| m.name == name).map(|m| m.value)
+        self.metrics.iter().find(|m| same_name(&m.name, name)).map(|m| m.value)
     }
+}
+
+/// Name equality that first compares addresses: canonical names are shared `&'static str`s (see
+/// [`crate::normalize::interned`]), so the per-sample lookups of detectors and series rarely compare bytes.
+#[inline]
+pub fn same_name(a: &str, b: &str) -> bool {
+    (a.as_ptr() == b.as_ptr() && a.len() == b.len()) || a == b
 }
 
 /// `namespace/name` of a TrainJob.

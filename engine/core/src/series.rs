@@ -12,14 +12,14 @@
 //! NaN and ±Inf never enter the ring or any aggregate: they are counted as non-finite events with their
 //! time, so one diverged step cannot poison a mean, a slope or a best value (the Ray Tune median bug).
 //!
-//! Memory: a series is a fixed-size array of `WINDOW` × 16-byte points plus two index queues of at most
+//! Memory: a series is a fixed-size array of `WINDOW` × 16-byte points plus two inline index queues of
 //! `WINDOW` one-byte entries and ~150 bytes of scalars; [`JobSeries::approx_bytes`] reports the real
 //! figure. With the default `WINDOW = 64` a job with 8 metrics uses about 10 KiB (target ≤ 16 KiB),
 //! measured by the `series_memory` test and the benchmark.
 
-use std::collections::VecDeque;
+use std::borrow::Cow;
 
-use crate::sample::{ProgressSample, Timestamp};
+use crate::sample::{ProgressSample, Timestamp, same_name};
 
 /// Points kept per metric.
 pub const WINDOW: usize = 64;
@@ -116,6 +116,44 @@ pub struct WindowStats {
     pub slope_per_second: f64,
 }
 
+/// A deque of at most [`WINDOW`] sequence numbers, stored inline: the monotonic min/max queues are touched on
+/// every push, and a heap buffer per queue would be two more cache lines to fetch per sample.
+#[derive(Clone, Debug)]
+struct SeqQueue {
+    items: [u8; WINDOW],
+    head: u8,
+    len: u8,
+}
+
+impl SeqQueue {
+    const fn new() -> Self {
+        SeqQueue { items: [0; WINDOW], head: 0, len: 0 }
+    }
+
+    fn front(&self) -> Option<u8> {
+        (self.len > 0).then(|| self.items[self.head as usize])
+    }
+
+    fn back(&self) -> Option<u8> {
+        (self.len > 0).then(|| self.items[(self.head as usize + self.len as usize - 1) % WINDOW])
+    }
+
+    fn pop_front(&mut self) {
+        self.head = ((self.head as usize + 1) % WINDOW) as u8;
+        self.len -= 1;
+    }
+
+    fn pop_back(&mut self) {
+        self.len -= 1;
+    }
+
+    /// Never more than [`WINDOW`] entries: each names a point in the ring, and the ring evicts first.
+    fn push_back(&mut self, seq: u8) {
+        self.items[(self.head as usize + self.len as usize) % WINDOW] = seq;
+        self.len += 1;
+    }
+}
+
 /// History of one metric.
 #[derive(Clone, Debug)]
 pub struct MetricSeries {
@@ -126,8 +164,8 @@ pub struct MetricSeries {
     len: u8,
     /// Ring offsets (0..len, oldest = 0 at head) are unstable, so the queues hold absolute sequence numbers
     /// modulo 256; WINDOW < 256 keeps them unambiguous.
-    min_queue: VecDeque<u8>,
-    max_queue: VecDeque<u8>,
+    min_queue: SeqQueue,
+    max_queue: SeqQueue,
     /// Sequence number (mod 256) of the point at `head`.
     head_seq: u8,
     sum_t: f64,
@@ -163,8 +201,8 @@ impl MetricSeries {
             ring: [Point::default(); WINDOW],
             head: 0,
             len: 0,
-            min_queue: VecDeque::with_capacity(8),
-            max_queue: VecDeque::with_capacity(8),
+            min_queue: SeqQueue::new(),
+            max_queue: SeqQueue::new(),
             head_seq: 0,
             sum_t: 0.0,
             sum_v: 0.0,
@@ -236,7 +274,7 @@ impl MetricSeries {
         self.sum_tt += t * t;
         self.sum_tv += t * value;
         self.sum_vv += value * value;
-        while let Some(&back) = self.min_queue.back() {
+        while let Some(back) = self.min_queue.back() {
             if self.value_at_seq(back) >= value {
                 self.min_queue.pop_back();
             } else {
@@ -244,7 +282,7 @@ impl MetricSeries {
             }
         }
         self.min_queue.push_back(seq);
-        while let Some(&back) = self.max_queue.back() {
+        while let Some(back) = self.max_queue.back() {
             if self.value_at_seq(back) <= value {
                 self.max_queue.pop_back();
             } else {
@@ -263,10 +301,10 @@ impl MetricSeries {
         let p = self.ring[self.head as usize];
         self.evicted_min = self.evicted_min.min(p.v);
         self.evicted_max = self.evicted_max.max(p.v);
-        if self.min_queue.front() == Some(&self.head_seq) {
+        if self.min_queue.front() == Some(self.head_seq) {
             self.min_queue.pop_front();
         }
-        if self.max_queue.front() == Some(&self.head_seq) {
+        if self.max_queue.front() == Some(self.head_seq) {
             self.max_queue.pop_front();
         }
         self.head = ((self.head as usize + 1) % WINDOW) as u8;
@@ -389,8 +427,8 @@ impl MetricSeries {
         } else {
             0.0
         };
-        let min = self.min_queue.front().map(|&s| self.value_at_seq(s)).unwrap_or(f64::NAN);
-        let max = self.max_queue.front().map(|&s| self.value_at_seq(s)).unwrap_or(f64::NAN);
+        let min = self.min_queue.front().map(|s| self.value_at_seq(s)).unwrap_or(f64::NAN);
+        let max = self.max_queue.front().map(|s| self.value_at_seq(s)).unwrap_or(f64::NAN);
         Some(WindowStats { count: n, min, max, mean, std: variance.sqrt(), slope_per_second: slope })
     }
 
@@ -433,7 +471,7 @@ impl MetricSeries {
 
     /// Bytes this series occupies, heap included.
     pub fn approx_bytes(&self) -> usize {
-        std::mem::size_of::<Self>() + self.min_queue.capacity() + self.max_queue.capacity()
+        std::mem::size_of::<Self>()
     }
 }
 
@@ -479,7 +517,8 @@ fn seconds_between(from: Timestamp, to: Timestamp) -> f64 {
 #[derive(Clone, Debug)]
 pub struct JobSeries {
     base: Timestamp,
-    metrics: Vec<(Box<str>, MetricSeries)>,
+    /// Canonical names stay the samples' shared `&'static str`s, so lookups mostly match by address.
+    metrics: Vec<(Cow<'static, str>, MetricSeries)>,
     /// Samples accepted (after deduplication).
     pub samples: u64,
     /// Samples dropped because their `lastUpdatedTime` was not newer than the previous one.
@@ -555,8 +594,13 @@ impl JobSeries {
         });
         self.last = Some(progress);
         let mut same_metrics = true;
-        for m in &sample.metrics {
-            match self.metrics.iter().position(|(name, _)| **name == *m.name) {
+        for (k, m) in sample.metrics.iter().enumerate() {
+            // Reporters send their metrics in the same order every time: the same position is tried first.
+            let slot = match self.metrics.get(k) {
+                Some((name, _)) if same_name(name, &m.name) => Some(k),
+                _ => self.metrics.iter().position(|(name, _)| same_name(name, &m.name)),
+            };
+            match slot {
                 Some(i) => {
                     let series = &mut self.metrics[i].1;
                     same_metrics &=
@@ -567,7 +611,7 @@ impl JobSeries {
                     same_metrics = false;
                     let mut series = MetricSeries::new(self.base);
                     series.push(sample.updated_at, m.value);
-                    self.metrics.push((m.name.as_ref().into(), series));
+                    self.metrics.push((m.name.clone(), series));
                 }
                 None => self.dropped_metrics += 1,
             }
@@ -579,7 +623,7 @@ impl JobSeries {
     }
 
     pub fn metric(&self, name: &str) -> Option<&MetricSeries> {
-        self.metrics.iter().find(|(n, _)| **n == *name).map(|(_, s)| s)
+        self.metrics.iter().find(|(n, _)| same_name(n, name)).map(|(_, s)| s)
     }
 
     pub fn metric_names(&self) -> impl Iterator<Item = &str> {
@@ -589,11 +633,14 @@ impl JobSeries {
     /// Bytes used by this job's history, heap included.
     pub fn approx_bytes(&self) -> usize {
         std::mem::size_of::<Self>()
-            + self.metrics.capacity() * std::mem::size_of::<(Box<str>, MetricSeries)>()
+            + self.metrics.capacity() * std::mem::size_of::<(Cow<'static, str>, MetricSeries)>()
             + self
                 .metrics
                 .iter()
-                .map(|(n, s)| n.len() + s.approx_bytes() - std::mem::size_of::<MetricSeries>())
+                .map(|(n, s)| {
+                    let name = if matches!(n, Cow::Owned(_)) { n.len() } else { 0 };
+                    name + s.approx_bytes() - std::mem::size_of::<MetricSeries>()
+                })
                 .sum::<usize>()
     }
 }
@@ -643,6 +690,26 @@ mod tests {
             s.best(Direction::Min).unwrap().value,
             values.iter().cloned().fold(f64::INFINITY, f64::min)
         );
+    }
+
+    #[test]
+    fn min_and_max_match_the_window_after_every_push() {
+        let mut s = MetricSeries::new(t(0));
+        let mut values = Vec::new();
+        let mut x = 0x2545_F491_4F6C_DD1Du64;
+        for i in 0..600 {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            // Runs up and down, so the monotonic queues both fill up and drain.
+            let v = (x % 1000) as f64 + if (i / 80) % 2 == 0 { i as f64 } else { -(i as f64) };
+            s.push(t(i), v);
+            values.push(v);
+            let window = &values[values.len().saturating_sub(WINDOW)..];
+            let st = s.stats().unwrap();
+            assert_eq!(st.min, window.iter().cloned().fold(f64::INFINITY, f64::min), "after {i}");
+            assert_eq!(st.max, window.iter().cloned().fold(f64::NEG_INFINITY, f64::max), "after {i}");
+        }
     }
 
     #[test]

@@ -83,7 +83,7 @@ fn parse_compact_fast(line: &str) -> Option<StreamRecord> {
     let wire: CompactProgress<'_> = serde_json::from_str(line).ok()?;
     let time = wire.time.parse::<Timestamp>().ok()?;
     let job = JobKey::parse(&wire.job)?;
-    let sample = normalize::from_trainer_status_wire(&wire.trainer_status, "trainerStatus").ok()?;
+    let sample = normalize::from_trainer_status_wire(wire.trainer_status, "trainerStatus").ok()?;
     Some(StreamRecord::Update(Update {
         time,
         job,

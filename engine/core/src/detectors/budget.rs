@@ -9,8 +9,8 @@
 use super::{
     Detector, DetectorInfo, DetectorState, Finding, JobView, Params, add_seconds, fmt_num, fmt_secs,
 };
-use crate::sample::Timestamp;
 use crate::duration::Duration;
+use crate::sample::Timestamp;
 
 pub const INFO: DetectorInfo = DetectorInfo {
     name: "over_budget",

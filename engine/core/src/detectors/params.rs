@@ -112,6 +112,17 @@ impl<'a> Params<'a> {
         }
     }
 
+    pub fn bool(&mut self, name: &str) -> Option<bool> {
+        let (key, v) = self.raw(name)?;
+        match v.as_bool() {
+            Some(b) => Some(b),
+            None => {
+                self.error(key, format!("expected true or false, got {v}"));
+                None
+            }
+        }
+    }
+
     pub fn string(&mut self, name: &str) -> Option<&'a str> {
         let (key, v) = self.raw(name)?;
         match v.as_str() {

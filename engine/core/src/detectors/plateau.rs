@@ -7,7 +7,9 @@
 //! between samples (`window: 2h`); wall-clock patience is measured between samples, so a job that simply
 //! stops reporting is `stalled`, not a plateau. With `std`, it also fires when the standard deviation over
 //! the window drops below `std` (Ray Tune's TrialPlateauStopper; the std uses the newest points of the
-//! window that the series keeps, at most 64). Nothing fires during `warmup` (a sample
+//! window that the series keeps, at most 64); `stdOnly: true` drops the patience test, so the rule decides
+//! exactly as Ray's stopper does (population std of the last `window` values below `std`, after `warmup`
+//! samples). Nothing fires during `warmup` (a sample
 //! count, or a progress percentage such as `10%`). Samples are distinct observations: a reporter re-sending
 //! its cached value does not count (see `MetricSeries::push`).
 //!
@@ -41,6 +43,12 @@ pub const INFO: DetectorInfo = DetectorInfo {
         ("minDelta", "number", "0", "Absolute improvement that counts (Lightning min_delta)."),
         ("minDeltaPct", "number", "0", "Relative improvement in percent of the best value that counts."),
         ("std", "number", "none", "Also fire when the std over the window is below this (Ray Tune)."),
+        (
+            "stdOnly",
+            "bool",
+            "false",
+            "With std: only the std test decides, as in Ray Tune's TrialPlateauStopper (no patience test).",
+        ),
         ("warmup", "samples or percent", "0", "Samples (5) or progress (\"10%\") before the rule may fire."),
     ],
     example: r#"{"metric": "loss", "window": "2h", "minDelta": 0.001, "warmup": "10%"}"#,
@@ -49,7 +57,7 @@ pub const INFO: DetectorInfo = DetectorInfo {
 
 #[derive(Debug, Clone)]
 pub struct Plateau {
-    pub metric: String,
+    pub metric: std::borrow::Cow<'static, str>,
     pub mode: DirectionParam,
     /// `mode` resolved against the metric name once, off the per-sample path.
     pub direction: crate::series::Direction,
@@ -57,6 +65,8 @@ pub struct Plateau {
     pub min_delta: f64,
     pub min_delta_pct: f64,
     pub std: Option<f64>,
+    /// Ray Tune's TrialPlateauStopper: the std test alone decides.
+    pub std_only: bool,
     pub warmup: Warmup,
 }
 
@@ -86,6 +96,10 @@ fn build(p: &mut Params<'_>) -> Option<Box<dyn Detector>> {
     let min_delta = p.positive("minDelta", true).unwrap_or(0.0);
     let min_delta_pct = p.positive("minDeltaPct", true).unwrap_or(0.0);
     let std = p.positive("std", false);
+    let std_only = p.bool("stdOnly").unwrap_or(false);
+    if std_only && std.is_none() {
+        p.error("stdOnly", "needs std");
+    }
     let warmup = p.warmup("warmup").unwrap_or(Warmup::Samples(0));
     match window {
         Window::Samples(0) => p.error("window", "must be at least 1 sample"),
@@ -96,13 +110,14 @@ fn build(p: &mut Params<'_>) -> Option<Box<dyn Detector>> {
     }
     let metric = metric?;
     Some(Box::new(Plateau {
-        metric: metric.to_string(),
+        metric: crate::normalize::interned(metric),
         mode,
         direction: mode.resolve(metric),
         window,
         min_delta,
         min_delta_pct,
         std,
+        std_only,
         warmup,
     }))
 }
@@ -156,7 +171,7 @@ impl Detector for Plateau {
             Window::Samples(n) => since_samples >= n,
             Window::Time(d) => since_secs >= d.as_secs_f64(),
         };
-        if stalled_improvement {
+        if stalled_improvement && !self.std_only {
             let threshold = if self.min_delta_pct > 0.0 {
                 format!(
                     "{} ({}%)",
@@ -333,6 +348,40 @@ mod tests {
         let last = job.feed(d.as_ref(), "loss", 60, &[1.0, 0.999, 0.998, 0.997, 0.996]);
         let f = job.check(d.as_ref(), last).expect("std of 0.001 steps is below 0.01");
         assert!(f.summary.contains("std over the last 4 samples"), "{}", f.summary);
+    }
+
+    #[test]
+    fn std_only_decides_like_rays_trial_plateau_stopper() {
+        // Ray: append, count, no stop before grace_period results, then np.std(last num_results) < std.
+        fn ray(values: &[f64], std: f64, num_results: usize, grace_period: usize) -> Option<usize> {
+            (0..values.len()).find(|&i| {
+                let seen = i + 1;
+                if seen < grace_period || seen < num_results {
+                    return false;
+                }
+                let window = &values[seen - num_results..seen];
+                let mean = window.iter().sum::<f64>() / num_results as f64;
+                let var = window.iter().map(|v| (v - mean).powi(2)).sum::<f64>() / num_results as f64;
+                var.sqrt() < std
+            })
+        }
+        let params = json!({"metric": "loss", "window": 5, "std": 0.01, "warmup": 8, "stdOnly": true});
+        let d = detector("plateau", params);
+        // Diverging: never a new best, so the patience test alone would fire; the std test does not.
+        let diverging: Vec<f64> = (0..30).map(|i| 1.0 + 0.05 * i as f64).collect();
+        // Falling, then flat with small noise: the std test fires once the window is flat.
+        let mut flattening: Vec<f64> = (0..12).map(|i| 2.0 - 0.1 * i as f64).collect();
+        flattening.extend((0..20).map(|i| 0.9 + 0.001 * ((i * 7 % 5) as f64)));
+        for values in [diverging, flattening] {
+            let mut job = Job::new();
+            let fired = (0..values.len()).find(|&i| {
+                job.sample(d.as_ref(), i as i64 * 60, &[("loss", values[i])], None, None);
+                job.check(d.as_ref(), i as i64 * 60).is_some()
+            });
+            assert_eq!(fired, ray(&values, 0.01, 5, 8), "{values:?}");
+        }
+        let e = errors("plateau", json!({"metric": "loss", "stdOnly": true}));
+        assert_eq!(e, vec!["with.stdOnly: needs std"]);
     }
 
     #[test]

@@ -15,8 +15,8 @@
 use super::{
     Detector, DetectorInfo, DetectorState, Finding, JobView, Params, add_seconds, fmt_secs, seconds,
 };
-use crate::sample::Timestamp;
 use crate::duration::Duration;
+use crate::sample::Timestamp;
 
 pub const INFO: DetectorInfo = DetectorInfo {
     name: "stalled",
