@@ -201,6 +201,12 @@ impl Brain {
     fn apply_policy(&mut self, p: PolicyInput, now: Timestamp) {
         let first_sight = !self.books.contains_key(&p.key);
         let book = self.books.entry(p.key.clone()).or_default();
+        // Our own status writes come back as watch events; the spec (metadata.generation) did not change, so
+        // there is nothing to compile again.
+        let judged = book.reference.as_ref().is_some_and(|r| r.generation == p.generation) || book.error.is_some();
+        if !first_sight && book.generation == p.generation && judged {
+            return;
+        }
         book.generation = p.generation;
         if first_sight && let Some(status) = &p.status {
             // Continuity across restarts: savings, counts and the last action come back from status.

@@ -1,0 +1,414 @@
+//! Notifications end to end, on a real kube-apiserver + etcd: an Enforce policy with a Slack-style receiver
+//! (a local HTTP server that records requests; its URL, with a secret path token, in a Kubernetes Secret)
+//! and an email receiver (a real aiosmtpd with STARTTLS and AUTH; the password in a Kubernetes Secret)
+//! suspends a stalled TrainJob, and each receiver channel gets exactly one message about it. Neither secret
+//! ever shows in the TrainJob's Events, the policy status, the TrainJob or the controller's logs.
+
+#[path = "../../kube/tests/support/mod.rs"]
+#[macro_use]
+mod support;
+
+#[path = "../../notify/tests/common/mod.rs"]
+mod common;
+
+use std::collections::BTreeMap;
+use std::io::{BufRead, BufReader};
+use std::process::{Child, Command, Stdio};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use jiff::Timestamp;
+use k8s_openapi::ByteString;
+use k8s_openapi::api::core::v1::Secret;
+use k8s_openapi::api::events::v1::Event;
+use kube::api::{Api, DynamicObject, ListParams, ObjectMeta, Patch, PatchParams, PostParams};
+use kube::{Client, ResourceExt};
+use serde_json::{Value, json};
+use tokio::sync::watch;
+use tokio::task::JoinHandle;
+use trainwarden_controller::{ControllerConfig, LAST_ACTION_ANNOTATION};
+use trainwarden_kube::trainjob::{TRAINER_STATUS_FIELD_MANAGER, trainjob_api};
+use trainwarden_kube::{ProgressPolicy, ProgressPolicyStatus};
+
+// Fixture builders (as in tests/controller.rs) ---------------------------------------------------------------
+
+/// A controller running in this test process (on the test's runtime, so on the test's thread).
+struct Running {
+    stop: watch::Sender<bool>,
+    task: JoinHandle<()>,
+}
+
+impl Running {
+    async fn stop(self) {
+        let _ = self.stop.send(true);
+        let _ = tokio::time::timeout(Duration::from_secs(10), self.task).await;
+    }
+}
+
+fn config_for(ns: &str) -> ControllerConfig {
+    ControllerConfig {
+        http_addr: None,
+        namespace: Some(ns.to_string()),
+        leader_election: false,
+        identity: format!("test-{ns}"),
+        lease_namespace: ns.to_string(),
+        eval_interval: Duration::from_secs(1),
+        status_interval: Duration::from_millis(200),
+        api_timeout: Duration::from_secs(5),
+        ..ControllerConfig::default()
+    }
+}
+
+fn start(client: &Client, config: ControllerConfig) -> Running {
+    let (stop, rx) = watch::channel(false);
+    let client = client.clone();
+    let task = tokio::spawn(async move {
+        if let Err(e) = trainwarden_controller::run(client, config, rx).await {
+            panic!("controller failed: {e}");
+        }
+    });
+    Running { stop, task }
+}
+
+async fn create_trainjob(client: &Client, ns: &str, name: &str) -> DynamicObject {
+    let mut job: DynamicObject = serde_saphyr::from_str(&support::fixture(
+        "fixtures/kubeflow/upstream-trainer/examples/01-multi-node.yaml",
+    ))
+    .expect("01-multi-node.yaml");
+    job.metadata.name = Some(name.into());
+    job.metadata.namespace = Some(ns.into());
+    trainjob_api(client.clone(), Some(ns))
+        .create(&PostParams::default(), &job)
+        .await
+        .expect("create TrainJob")
+}
+
+/// What Kubeflow Trainer's status server does with a POST from the training pod.
+async fn report(client: &Client, ns: &str, name: &str, at: Timestamp, loss: &str, progress: i64) {
+    let body = json!({
+        "apiVersion": "trainer.kubeflow.org/v1alpha1",
+        "kind": "TrainJob",
+        "status": {"trainerStatus": {
+            "progressPercentage": progress,
+            "estimatedRemainingSeconds": 3600,
+            "metrics": [{"name": "loss", "value": loss}],
+            "lastUpdatedTime": at.strftime("%Y-%m-%dT%H:%M:%SZ").to_string(),
+        }},
+    });
+    trainjob_api(client.clone(), Some(ns))
+        .patch_status(name, &PatchParams::apply(TRAINER_STATUS_FIELD_MANAGER).force(), &Patch::Apply(&body))
+        .await
+        .expect("report progress");
+}
+
+async fn apply_policy(client: &Client, ns: &str, yaml: &str) {
+    let policy: ProgressPolicy = serde_saphyr::from_str(yaml).expect("policy YAML");
+    let api: Api<ProgressPolicy> = Api::namespaced(client.clone(), ns);
+    api.create(&PostParams::default(), &policy).await.expect("create policy");
+}
+
+async fn create_secret(client: &Client, ns: &str, name: &str, key: &str, value: &str) {
+    let secret = Secret {
+        metadata: ObjectMeta { name: Some(name.into()), namespace: Some(ns.into()), ..ObjectMeta::default() },
+        data: Some(BTreeMap::from([(key.to_string(), ByteString(value.as_bytes().to_vec()))])),
+        ..Secret::default()
+    };
+    Api::<Secret>::namespaced(client.clone(), ns)
+        .create(&PostParams::default(), &secret)
+        .await
+        .unwrap_or_else(|e| panic!("create Secret {ns}/{name}: {e}"));
+}
+
+async fn job(client: &Client, ns: &str, name: &str) -> DynamicObject {
+    trainjob_api(client.clone(), Some(ns)).get(name).await.expect("get TrainJob")
+}
+
+fn suspended(job: &DynamicObject) -> bool {
+    job.data.pointer("/spec/suspend").and_then(Value::as_bool) == Some(true)
+}
+
+/// (reason, note) of the Events about one TrainJob.
+async fn events(client: &Client, ns: &str, name: &str) -> Vec<(String, String)> {
+    let api: Api<Event> = Api::namespaced(client.clone(), ns);
+    api.list(&ListParams::default())
+        .await
+        .expect("list events")
+        .items
+        .into_iter()
+        .filter(|e| e.regarding.as_ref().and_then(|r| r.name.as_deref()) == Some(name))
+        .map(|e| (e.reason.unwrap_or_default(), e.note.unwrap_or_default()))
+        .collect()
+}
+
+async fn policy_status(client: &Client, ns: &str, name: &str) -> ProgressPolicyStatus {
+    let api: Api<ProgressPolicy> = Api::namespaced(client.clone(), ns);
+    api.get(name).await.expect("get policy").status.unwrap_or_default()
+}
+
+/// Polls `check` every 100 ms until it returns `Some`, or fails the test after `within`.
+async fn eventually<T, F, Fut>(what: &str, within: Duration, mut check: F) -> T
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Option<T>>,
+{
+    let deadline = tokio::time::Instant::now() + within;
+    loop {
+        if let Some(v) = check().await {
+            return v;
+        }
+        assert!(tokio::time::Instant::now() < deadline, "timed out after {within:?} waiting for {what}");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+async fn wait_until_watching(client: &Client, ns: &str, policy: &str, jobs: i32) {
+    eventually("the controller watching", Duration::from_secs(15), || async {
+        (policy_status(client, ns, policy).await.matched_jobs == Some(jobs)).then_some(())
+    })
+    .await;
+}
+
+/// Everything the tracing subscriber writes, kept in memory.
+#[derive(Clone, Default)]
+struct Logs(Arc<Mutex<Vec<u8>>>);
+
+impl std::io::Write for Logs {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        self.0.lock().unwrap().extend_from_slice(buf);
+        Ok(buf.len())
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+impl Logs {
+    fn text(&self) -> String {
+        String::from_utf8_lossy(&self.0.lock().unwrap()).into_owned()
+    }
+}
+
+const SMTP_USER: &str = "trainwarden";
+
+/// A running aiosmtpd (engine/notify/tests/smtp_server.py) with a self-signed certificate and one accepted
+/// login; stopped on drop.
+struct SmtpServer {
+    child: Child,
+    port: u16,
+    messages: Arc<Mutex<Vec<Value>>>,
+    _files: common::SecretsDir,
+    cert_pem: String,
+}
+
+impl SmtpServer {
+    /// `None` (after saying why) without Python + aiosmtpd outside CI; under `CI=true` that fails.
+    fn start(mode: &str, password: &str) -> Option<SmtpServer> {
+        let python = common::python_with_aiosmtpd()?;
+        let files = common::SecretsDir::new(&format!("controller-smtp-{mode}"));
+        let (cert_pem, key_pem) = common::self_signed();
+        let cert = files.path().join("cert.pem");
+        let key = files.path().join("key.pem");
+        std::fs::write(&cert, &cert_pem).unwrap();
+        std::fs::write(&key, key_pem).unwrap();
+        let port = common::free_port();
+        let script = concat!(env!("CARGO_MANIFEST_DIR"), "/../notify/tests/smtp_server.py");
+        let mut child = Command::new(python)
+            .arg(script)
+            .arg(port.to_string())
+            .arg(mode)
+            .arg(&cert)
+            .arg(&key)
+            .args([SMTP_USER, password])
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .expect("start the SMTP server");
+        let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
+        match lines.next() {
+            Some(Ok(line)) if line == "READY" => {}
+            other => panic!("the SMTP server did not start: {other:?}"),
+        }
+        let messages = Arc::new(Mutex::new(Vec::new()));
+        let sink = messages.clone();
+        std::thread::spawn(move || {
+            for line in lines.map_while(Result::ok) {
+                sink.lock().unwrap().push(serde_json::from_str::<Value>(&line).expect("a JSON line"));
+            }
+        });
+        Some(SmtpServer { child, port, messages, _files: files, cert_pem })
+    }
+
+    fn messages(&self) -> Vec<Value> {
+        self.messages.lock().unwrap().clone()
+    }
+}
+
+impl Drop for SmtpServer {
+    fn drop(&mut self) {
+        drop(self.child.stdin.take());
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn notify_policy(name: &str, smtp_port: u16) -> String {
+    format!(
+        r#"apiVersion: trainwarden.dev/v1alpha1
+kind: ProgressPolicy
+metadata: {{name: {name}}}
+spec:
+  mode: Enforce
+  samplingInterval: 1s
+  gpuHourCost: 10
+  assumeGpus: 8
+  receivers:
+    - name: team
+      groupWait: 1s
+      slack:
+        urlSecret: {{name: slack-webhook, key: url}}
+      email:
+        smarthost: localhost:{smtp_port}
+        tls: StartTLS
+        from: Trainwarden <trainwarden@example.com>
+        to: [ml-team@example.com]
+        username: {SMTP_USER}
+        passwordSecret: {{name: smtp, key: password}}
+  rules:
+    - {{name: stalled, uses: stalled, with: {{after: 3s}}, actions: [{{suspend: {{}}}}, {{notify: {{to: team}}}}]}}
+"#
+    )
+}
+
+/// Fails the test if `haystack` (described by `what`) holds any of the secrets.
+fn assert_no_secret(what: &str, haystack: &str, secrets: &[(&str, &str)]) {
+    for (name, secret) in secrets {
+        assert!(!haystack.contains(secret), "the {name} ({secret:?}) leaked into {what}:\n{haystack}");
+    }
+}
+
+// The test --------------------------------------------------------------------------------------------------
+
+/// A stalled TrainJob under an Enforce policy with a Slack and an email receiver: suspended, one Slack
+/// message and one email (the suspension grouped with the notify action), sent=1 per channel in the policy
+/// status, and the webhook URL token and SMTP password nowhere in Events, status, the TrainJob or the logs.
+#[tokio::test]
+async fn a_stalled_job_is_suspended_and_notified_once_per_channel_without_leaking_secrets() {
+    // The controller's logs, at trace for trainwarden's crates and debug for the rest, into a buffer. The
+    // subscriber is this thread's default, and `#[tokio::test]` runs every task the controller spawns on
+    // this thread.
+    let logs = Logs::default();
+    let writer = logs.clone();
+    let subscriber = tracing_subscriber::fmt()
+        .with_env_filter(tracing_subscriber::EnvFilter::new("debug,trainwarden=trace"))
+        .with_ansi(false)
+        .with_writer(move || writer.clone())
+        .finish();
+    let _logging = tracing::subscriber::set_default(subscriber);
+
+    let ctx = setup!("controller_notifications");
+    let (c, ns) = (&ctx.client, ctx.ns.as_str());
+    let unique = ns.rsplit('-').next().unwrap_or(ns).to_string();
+    let token = format!("xoxb-tw-hook-token-{unique}-7f3a9c");
+    let password = format!("smtp-pa55word-{unique}-never-shown");
+    let Some(smtp) = SmtpServer::start("starttls", &password) else { return };
+    let slack = common::HttpReceiver::start().await;
+    let slack_path = format!("/services/T0TRAIN/B0WARDEN/{token}");
+    create_secret(c, ns, "slack-webhook", "url", &slack.url(&slack_path)).await;
+    create_secret(c, ns, "smtp", "password", &password).await;
+
+    apply_policy(c, ns, &notify_policy("notify", smtp.port)).await;
+    create_trainjob(c, ns, "hung").await;
+    let config =
+        ControllerConfig { notification_ca_pems: vec![smtp.cert_pem.clone().into_bytes()], ..config_for(ns) };
+    let controller = start(c, config);
+    wait_until_watching(c, ns, "notify", 1).await;
+    let t0 = std::time::Instant::now();
+    report(c, ns, "hung", Timestamp::from_second(Timestamp::now().as_second()).unwrap(), "0.5", 40).await;
+
+    // Suspended by the stall rule (3 s after the report), then one message per channel (after groupWait).
+    let hung = eventually("the stall suspension", Duration::from_secs(20), || async {
+        let j = job(c, ns, "hung").await;
+        suspended(&j).then_some(j)
+    })
+    .await;
+    eprintln!("suspended {:.1}s after the report", t0.elapsed().as_secs_f64());
+    assert!(
+        hung.annotations()[LAST_ACTION_ANNOTATION].contains("\"rule\":\"stalled\""),
+        "{:?}",
+        hung.annotations()
+    );
+    slack.wait_for(&slack_path, 1, Duration::from_secs(20)).await;
+    eprintln!("Slack message {:.1}s after the report", t0.elapsed().as_secs_f64());
+    eventually("the email", Duration::from_secs(20), || async {
+        (!smtp.messages().is_empty()).then_some(())
+    })
+    .await;
+    eprintln!("email {:.1}s after the report", t0.elapsed().as_secs_f64());
+    let status =
+        eventually("sent=1 for both channels in the policy status", Duration::from_secs(20), || async {
+            let s = policy_status(c, ns, "notify").await;
+            let sent = |channel: &str| {
+                s.notifications.iter().find(|n| n.receiver == "team" && n.channel == channel).map(|n| n.sent)
+            };
+            (sent("slack") == Some(1) && sent("email") == Some(1)).then_some(s)
+        })
+        .await;
+
+    // Nothing more comes: well past groupWait (1 s), still one of each.
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    let requests = slack.requests();
+    assert_eq!(requests.len(), 1, "exactly one Slack message: {requests:?}");
+    let emails = smtp.messages();
+    assert_eq!(emails.len(), 1, "exactly one email: {emails:#?}");
+    let status_now = policy_status(c, ns, "notify").await;
+    for channel in ["slack", "email"] {
+        let n = status_now
+            .notifications
+            .iter()
+            .find(|n| n.receiver == "team" && n.channel == channel)
+            .unwrap_or_else(|| panic!("no {channel} counters: {:?}", status_now.notifications));
+        assert_eq!((n.sent, n.failed, n.retried, n.dropped), (1, 0, 0, 0), "{n:?}");
+        assert_eq!(n.last_error, None, "{n:?}");
+    }
+
+    // The Slack message: about this job and rule, saying the TrainJob is being suspended.
+    let job_name = format!("{ns}/hung");
+    let slack_message = requests[0].json();
+    let slack_text = slack_message.to_string();
+    let title = slack_message["text"].as_str().expect("Slack text");
+    assert!(title.contains(&job_name) && title.contains("stalled") && title.contains("firing"), "{title}");
+    assert!(slack_text.contains("will suspend the TrainJob"), "{slack_message:#}");
+    assert!(slack_text.contains("stalled [Enforce] firing on"), "{slack_message:#}");
+    assert!(!slack_text.contains("would "), "{slack_message:#}");
+
+    // The email: over TLS with the login, about this job and rule, saying the same.
+    let m = &emails[0];
+    assert_eq!(m["tls"], true, "{m:#}");
+    assert_eq!(m["auth_login"], SMTP_USER, "{m:#}");
+    assert_eq!(m["rcpt_tos"], json!(["ml-team@example.com"]), "{m:#}");
+    let subject = m["subject"].as_str().unwrap();
+    assert!(subject.contains(&job_name) && subject.contains("stalled"), "{subject}");
+    let text = m["text"].as_str().unwrap();
+    assert!(text.contains("stalled [Enforce] firing on") && text.contains(&job_name), "{text}");
+    assert!(text.contains("will suspend the TrainJob"), "{text}");
+    assert!(m["html"].as_str().unwrap().contains("will suspend the TrainJob"), "{m:#}");
+
+    controller.stop().await;
+
+    // Neither secret anywhere the controller writes or says.
+    let secrets = [("Slack URL token", token.as_str()), ("SMTP password", password.as_str())];
+    let e = events(c, ns, "hung").await;
+    assert!(e.iter().any(|(reason, _)| reason == "Suspended"), "{e:?}");
+    assert_no_secret("the TrainJob's Events", &format!("{e:?}"), &secrets);
+    let status_json = serde_json::to_string(&policy_status(c, ns, "notify").await).unwrap();
+    assert!(status_json.contains("\"notifications\""), "{status_json}");
+    assert_no_secret("the policy status", &status_json, &secrets);
+    assert_no_secret("the policy status (earlier)", &serde_json::to_string(&status).unwrap(), &secrets);
+    assert_no_secret("the TrainJob", &serde_json::to_string(&job(c, ns, "hung").await).unwrap(), &secrets);
+    let log = logs.text();
+    assert!(!log.is_empty(), "no logs captured");
+    assert!(log.contains("notification sent"), "the notifier's debug logs are not captured:\n{log}");
+    assert_no_secret("the controller's logs", &log, &secrets);
+    eprintln!("checked {} lines of logs, {} Events", log.lines().count(), e.len());
+}
