@@ -20,6 +20,8 @@
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 
+use rustc_hash::FxHashMap;
+
 use crate::compile::{CompiledPolicy, CompiledRule};
 use crate::detectors::{self, DetectorState, Finding, FindingKind};
 use crate::duration::Duration;
@@ -253,6 +255,9 @@ struct JobEntry {
     last_evaluated: Option<Timestamp>,
     /// The job's entry in [`Evaluator::wakes`]: the earliest time its rules may change with no new sample.
     wake: Option<Timestamp>,
+    /// The job's index in [`Evaluator::ids`], so timers carry a number instead of a copy of the key (the
+    /// timer moves with nearly every sample of a job with a stall rule).
+    id: usize,
     /// Rule tracks by policy index, then rule index; empty for policies that never selected the job.
     tracks: Vec<Vec<RuleTrack>>,
     /// Policies selecting the job, recomputed only when its labels or the policy set change (the hot path
@@ -299,13 +304,16 @@ pub struct Evaluator {
     scripts: ScriptEngine,
     /// `None` marks a removed policy (indices stay stable for the job tracks).
     policies: Vec<Option<PolicySlot>>,
-    jobs: HashMap<JobKey, JobEntry>,
+    jobs: FxHashMap<JobKey, JobEntry>,
     namespace_labels: HashMap<String, BTreeMap<String, String>>,
     /// The last cadence tick (every job re-evaluated at least once per `eval_interval`).
     last_tick: Option<Timestamp>,
     /// Exact timers: `for` and `keepFiringFor` running out, stall deadlines, budgets. Ordered by time, so the
     /// next one is the first entry; each job has at most one (its earliest, [`JobEntry::wake`]).
-    wakes: BTreeSet<(Timestamp, JobKey)>,
+    wakes: BTreeSet<(Timestamp, usize)>,
+    /// Job keys by [`JobEntry::id`]; `None` marks a free id (reused).
+    ids: Vec<Option<JobKey>>,
+    free_ids: Vec<usize>,
     /// Rule memories restored from a previous run (see [`Evaluator::restore`]), claimed by each job the first
     /// time a policy's rules are set up for it.
     restored: HashMap<(usize, JobKey), Vec<RuleMemory>>,
@@ -327,10 +335,12 @@ impl Evaluator {
             config,
             scripts,
             policies: Vec::new(),
-            jobs: HashMap::new(),
+            jobs: FxHashMap::default(),
             namespace_labels: HashMap::new(),
             last_tick: None,
             wakes: BTreeSet::new(),
+            ids: Vec::new(),
+            free_ids: Vec::new(),
             restored: HashMap::new(),
         }
     }
@@ -494,6 +504,16 @@ impl Evaluator {
     }
 
     fn insert_job(&mut self, key: &JobKey, now: Timestamp) {
+        let id = match self.free_ids.pop() {
+            Some(id) => {
+                self.ids[id] = Some(key.clone());
+                id
+            }
+            None => {
+                self.ids.push(Some(key.clone()));
+                self.ids.len() - 1
+            }
+        };
         self.jobs.insert(
             key.clone(),
             JobEntry {
@@ -504,6 +524,7 @@ impl Evaluator {
                 })),
                 last_evaluated: None,
                 wake: None,
+                id,
                 tracks: Vec::new(),
                 selected_by: Vec::new(),
                 selection_stale: true,
@@ -599,7 +620,11 @@ impl Evaluator {
     pub fn forget_job(&mut self, key: &JobKey, now: Timestamp, out: &mut Vec<Event>) {
         if let Some(job) = self.jobs.remove(key) {
             if let Some(wake) = job.wake {
-                self.wakes.remove(&(wake, key.clone()));
+                self.wakes.remove(&(wake, job.id));
+            }
+            if let Some(slot) = self.ids.get_mut(job.id) {
+                *slot = None;
+                self.free_ids.push(job.id);
             }
             for (p, tracks) in job.tracks.into_iter().enumerate() {
                 if let Some(Some(slot)) = self.policies.get(p) {
@@ -641,7 +666,10 @@ impl Evaluator {
             Vec::new()
         };
         // Timers that ran out (the cheap path: only those jobs).
-        due.extend(self.wakes.iter().take_while(|(t, _)| *t <= now).map(|(_, k)| k.clone()));
+        let ids = &self.ids;
+        due.extend(
+            self.wakes.iter().take_while(|(t, _)| *t <= now).filter_map(|(_, id)| ids.get(*id)?.clone()),
+        );
         due.sort();
         due.dedup();
         for key in due {
@@ -765,10 +793,10 @@ impl Evaluator {
         }
         if entry.wake != wake {
             if let Some(old) = entry.wake {
-                self.wakes.remove(&(old, key.clone()));
+                self.wakes.remove(&(old, entry.id));
             }
             if let Some(new) = wake {
-                self.wakes.insert((new, key.clone()));
+                self.wakes.insert((new, entry.id));
             }
             entry.wake = wake;
         }

@@ -6,7 +6,9 @@
 //! the job counts as suspended and its later records are ignored (they describe a run that would not have
 //! happened). Savings are counted once per job, at its first (would-be) suspension.
 
-use std::collections::{BTreeMap, HashMap, HashSet};
+use std::collections::{BTreeMap, HashSet};
+
+use rustc_hash::{FxHashMap, FxHashSet};
 
 use crate::compile::CompiledPolicy;
 use crate::detectors::{fmt_num, fmt_secs};
@@ -18,11 +20,11 @@ use crate::stream::StreamRecord;
 /// The replay state machine.
 pub struct Replay {
     evaluator: Evaluator,
-    jobs: HashMap<JobKey, JobSnapshot>,
-    suspended: HashSet<JobKey>,
+    jobs: FxHashMap<JobKey, JobSnapshot>,
+    suspended: FxHashSet<JobKey>,
     /// Jobs whose savings were counted, per mode (an enforced suspension counts even after an audit one).
-    saved_for: [HashSet<JobKey>; 2],
-    seen: HashSet<JobKey>,
+    saved_for: [FxHashSet<JobKey>; 2],
+    seen: FxHashSet<JobKey>,
     clock: Option<Timestamp>,
     scratch: Vec<Event>,
     /// Everything that happened, in order.
@@ -81,10 +83,10 @@ impl Replay {
         }
         Replay {
             evaluator,
-            jobs: HashMap::new(),
-            suspended: HashSet::new(),
-            saved_for: [HashSet::new(), HashSet::new()],
-            seen: HashSet::new(),
+            jobs: FxHashMap::default(),
+            suspended: FxHashSet::default(),
+            saved_for: [FxHashSet::default(), FxHashSet::default()],
+            seen: FxHashSet::default(),
             clock: None,
             scratch: Vec::new(),
             events,
