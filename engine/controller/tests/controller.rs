@@ -524,7 +524,20 @@ async fn a_restart_keeps_the_pending_deadline_and_never_acts_twice() {
     let lateness = acted.duration_since(deadline).as_secs_f64();
     eprintln!("pending since {since}, deadline {deadline}, fired at {acted} ({lateness:.3}s late)");
     assert!((0.0..=1.0).contains(&lateness), "fired {lateness:.3}s after the original deadline");
-    // Restart again: the rule is remembered as firing, nothing is repeated.
+    // Both actions done (the Event action runs after the suspension), restart again: the rule is remembered
+    // as firing, nothing is repeated.
+    eventually("the HighLoss Event", Duration::from_secs(10), || async {
+        (count(&events(c, ns, "j").await, "HighLoss") == 1).then_some(())
+    })
+    .await;
+    eventually("the firing state in status", Duration::from_secs(10), || async {
+        let s = policy_status(c, ns, "high").await;
+        s.rule_states
+            .iter()
+            .any(|m| m.rule == "high-loss" && m.state == trainwarden_core::evaluate::RuleState::Firing)
+            .then_some(())
+    })
+    .await;
     second.kill();
     let third = start(c, config_for(ns));
     report(c, ns, "j", seconds_ago(0), "9.7", 12).await;
