@@ -65,6 +65,11 @@ pub struct Brain {
     metrics: Arc<Metrics>,
     last_sent: HashMap<PolicyKey, ProgressPolicyStatus>,
     removed: Vec<PolicyKey>,
+    /// Intents handed to the executor and not yet reported back, per (policy, job, rule). While a firing's
+    /// actions are in flight its memory is persisted as "pending, due now" rather than "firing", so a
+    /// controller that dies before performing them fires again after the restart (same intent ids, so a
+    /// suspension that did happen is recognised) instead of remembering an action that never happened.
+    in_flight: HashMap<(PolicyKey, JobKey, String), usize>,
     /// Receivers are configured here (every replica, so a new leader is ready); delivery happens through
     /// the executor, on the leader only.
     notifier: Option<Notifier>,
@@ -90,6 +95,7 @@ impl Brain {
             metrics,
             last_sent: HashMap::new(),
             removed: Vec::new(),
+            in_flight: HashMap::new(),
             notifier,
         }
     }
@@ -203,7 +209,8 @@ impl Brain {
         let book = self.books.entry(p.key.clone()).or_default();
         // Our own status writes come back as watch events; the spec (metadata.generation) did not change, so
         // there is nothing to compile again.
-        let judged = book.reference.as_ref().is_some_and(|r| r.generation == p.generation) || book.error.is_some();
+        let judged =
+            book.reference.as_ref().is_some_and(|r| r.generation == p.generation) || book.error.is_some();
         if !first_sight && book.generation == p.generation && judged {
             return;
         }
@@ -256,6 +263,16 @@ impl Brain {
     }
 
     fn record_outcome(&mut self, o: Outcome) {
+        let flight = (o.policy.clone(), o.job.clone(), o.rule.clone());
+        if let Some(n) = self.in_flight.get_mut(&flight) {
+            *n -= 1;
+            if *n == 0 {
+                self.in_flight.remove(&flight);
+            }
+        }
+        if o.result == Result_::NotLeader {
+            return;
+        }
         let Some(book) = self.books.get_mut(&o.policy) else { return };
         *book.action_counts.entry(format!("{}/{}", o.action, o.result.as_str())).or_default() += 1;
         let verb = match (o.mode, &o.result) {
@@ -310,7 +327,16 @@ impl Brain {
                 self.work.push(Work::Notify(Box::new(event.clone()), progress));
             }
             match event {
-                Event::Intent(intent) => self.work.push(Work::Act(Box::new(intent))),
+                Event::Intent(intent) => {
+                    let p = &intent.policy;
+                    let flight = (
+                        (p.kind, p.namespace.clone(), p.name.clone()),
+                        intent.job.clone(),
+                        intent.rule.clone(),
+                    );
+                    *self.in_flight.entry(flight).or_default() += 1;
+                    self.work.push(Work::Act(Box::new(intent)));
+                }
                 Event::Transition { job, policy, rule, kind, reason, mode, .. } => {
                     let values = reason
                         .values
@@ -465,6 +491,29 @@ impl Brain {
                 RuleState::Inactive => 2,
             });
             memories.truncate(MAX_RULE_STATES);
+            for m in memories.iter_mut().filter(|m| m.state == RuleState::Firing) {
+                let Some(job) = JobKey::parse(&m.job) else { continue };
+                if !self.in_flight.contains_key(&(key.clone(), job, m.rule.clone())) {
+                    continue;
+                }
+                let for_ = self
+                    .evaluator
+                    .policies()
+                    .find(|p| p.reference == *reference)
+                    .and_then(|p| p.rules.iter().find(|r| r.name == m.rule))
+                    .map_or(0.0, |r| r.for_.as_secs_f64());
+                let fired_at = m.since;
+                m.state = RuleState::Pending;
+                m.since =
+                    fired_at.and_then(|t| t.checked_sub(jiff::SignedDuration::from_secs_f64(for_)).ok());
+                m.firings = m.firings.saturating_sub(1);
+                for issued in &mut m.last_issued {
+                    if *issued == fired_at {
+                        *issued = None;
+                    }
+                }
+                m.cleared_at = None;
+            }
             status.rule_states = memories;
             ready.2 = format!("evaluating generation {}", reference.generation);
             if let Some(error) = &book.error {
@@ -622,7 +671,7 @@ mod tests {
     use super::*;
     use crate::inputs::JobInput;
     use trainwarden_core::compile::parse_documents;
-    use trainwarden_core::evaluate::RuleMemory;
+    use trainwarden_core::evaluate::{ActionIntent, RuleMemory};
     use trainwarden_core::sample::{JobSnapshot, Metric, ProgressSample, SampleSource};
 
     fn t(s: i64) -> Timestamp {
@@ -648,6 +697,7 @@ mod tests {
 
     fn job_reporting(loss: f64, at: Timestamp) -> Input {
         let mut snapshot = JobSnapshot::new(JobKey::new("ml", "ft"));
+        snapshot.created_at = Some(t(-60));
         let mut sample = ProgressSample::empty(at, SampleSource::TrainerStatus);
         sample.metrics.push(Metric { name: "loss".into(), value: loss });
         snapshot.sample = Some(sample);
@@ -702,6 +752,52 @@ mod tests {
         assert_eq!(b.next_tick(), Some(t(10)), "the timer is the original deadline");
         b.tick(t(10));
         assert_eq!(actions(&mut b), vec!["suspend ml/ft"]);
+    }
+
+    /// A controller that dies between issuing a suspension and performing it must not remember it as done.
+    #[test]
+    fn an_action_in_flight_is_persisted_as_due_and_redone_after_a_restart() {
+        let rules =
+            "    - {name: high, when: 'metric(\"loss\") > 5.0', for: 10s, actions: [{suspend: {}}]}\n";
+        let mut b = brain();
+        b.handle(policy_input(rules, None), t(0));
+        b.handle(job_reporting(9.0, t(0)), t(0));
+        b.tick(t(10));
+        let issued: Vec<ActionIntent> =
+            b.work.drain(..).filter_map(|w| if let Work::Act(i) = w { Some(*i) } else { None }).collect();
+        assert_eq!(issued.len(), 1);
+        // No outcome yet: persisted as pending since t(0), due now.
+        let status = b.status_of(&key(), t(10));
+        let m = &status.rule_states[0];
+        assert_eq!((m.state, m.since, m.firings), (RuleState::Pending, Some(t(0)), 0));
+        assert_eq!(m.last_issued, vec![None]);
+
+        // The restarted controller fires at once, with the same intent id.
+        let mut after = brain();
+        after.handle(policy_input(rules, Some(status)), t(12));
+        after.handle(job_reporting(9.0, t(11)), t(12));
+        let redone: Vec<String> = after
+            .work
+            .drain(..)
+            .filter_map(|w| if let Work::Act(i) = w { Some(i.id) } else { None })
+            .collect();
+        assert_eq!(redone, vec![issued[0].id.clone()]);
+
+        // Once the executor reports back, the memory is "firing".
+        let outcome = Outcome {
+            policy: key(),
+            job: JobKey::new("ml", "ft"),
+            rule: "high".into(),
+            action: "suspend",
+            mode: Mode::Enforce,
+            result: Result_::Done,
+            message: String::new(),
+            at: t(10),
+            savings: None,
+        };
+        b.handle(Input::Outcome(Box::new(outcome)), t(11));
+        let m = &b.status_of(&key(), t(11)).rule_states[0];
+        assert_eq!((m.state, m.firings), (RuleState::Firing, 1));
     }
 
     #[test]

@@ -261,9 +261,9 @@ impl Executor {
             Work::Act(intent) => {
                 let outcome = self.act(&intent).await;
                 self.metrics.action(outcome.action, intent.mode.as_str(), outcome.result.as_str());
-                if outcome.result != Result_::NotLeader {
-                    let _ = feedback.send(Input::Outcome(Box::new(outcome))).await;
-                }
+                // Also when not the leader: the brain counts every intent until its outcome (see
+                // `Brain::in_flight`).
+                let _ = feedback.send(Input::Outcome(Box::new(outcome))).await;
             }
         }
     }
