@@ -287,6 +287,7 @@ impl Grouper {
     }
 
     fn flush(&mut self, now: Timestamp, pending_only: bool) -> Vec<Notification> {
+        // (Reminders: see `needs_reminder`.)
         let mut out = Vec::new();
         for rg in self.receivers.values_mut() {
             let config = &rg.config;
@@ -297,8 +298,9 @@ impl Grouper {
                     return true;
                 }
                 let firing = group.alerts.values().any(|e| e.alert.status == AlertStatus::Firing);
+                let reminder_wanted = group.alerts.values().any(|e| needs_reminder(&e.alert));
                 let repeat_due = group.last_sent.is_none_or(|t| after(t, config.repeat_interval) <= now);
-                if news || (firing && repeat_due) {
+                if news || (reminder_wanted && repeat_due) {
                     let mut alerts: Vec<Alert> = group.alerts.values().map(|e| e.alert.clone()).collect();
                     alerts.sort_by_key(|a| a.status == AlertStatus::Resolved);
                     out.push(Notification {
@@ -320,7 +322,7 @@ impl Grouper {
                 group.last_flush = Some(now);
                 group.next_flush = group
                     .last_sent
-                    .filter(|_| !group.alerts.is_empty())
+                    .filter(|_| group.alerts.values().any(|e| needs_reminder(&e.alert)))
                     .map(|t| after(t, config.repeat_interval));
                 !group.alerts.is_empty()
             });
@@ -369,6 +371,16 @@ fn group_labels(by: &[GroupLabel], alert: &Alert) -> Vec<(GroupLabel, String)> {
 /// The label's name in group keys and webhook payloads.
 pub fn group_label_name(label: GroupLabel) -> &'static str {
     label_name(label)
+}
+
+/// Whether a firing alert is worth a `repeatInterval` reminder. Not when its firing suspended the job in
+/// Enforce mode: the job is stopped and its rules are frozen until someone resumes it, so the alert stays
+/// "firing" all weekend, and a reminder every few hours would only repeat the first message. It is still
+/// kept, so its resolution is announced when the job resumes or is deleted.
+fn needs_reminder(alert: &Alert) -> bool {
+    alert.status == AlertStatus::Firing
+        && !(alert.mode == trainwarden_core::policy::Mode::Enforce
+            && alert.actions.iter().any(|(k, _)| k == "suspend"))
 }
 
 #[cfg(test)]
@@ -473,6 +485,24 @@ mod tests {
         assert_eq!(sent.len(), 1);
         assert!(sent[0].repeat);
         assert_eq!(g.next_due(), Some(t(7530)));
+    }
+
+    #[test]
+    fn a_firing_that_suspended_the_job_is_not_repeated() {
+        let mut g = grouper(receiver("team", 30, 300, 3600, true));
+        g.intent(&intent("plateau", "a", 0, notify("team")), None, t(0)).unwrap();
+        g.intent(&intent("plateau", "a", 0, ActionSpec::Suspend(Default::default())), None, t(0)).unwrap();
+        let sent = g.poll(t(30));
+        assert_eq!(sent.len(), 1);
+        assert_eq!(sent[0].alerts[0].actions.len(), 1, "{:?}", sent[0].alerts[0].actions);
+        // No reminders while the job stays suspended...
+        assert_eq!(g.next_due(), None);
+        assert!(g.poll(t(3 * 86_400)).is_empty());
+        // ...but its resolution (the job resumed or was deleted) is still announced.
+        g.resolved(&policy(), "plateau", &JobKey::new("fraud", "a"), t(3 * 86_400));
+        let sent = g.poll(t(3 * 86_400 + 30));
+        assert_eq!(sent.len(), 1);
+        assert_eq!(sent[0].status, AlertStatus::Resolved);
     }
 
     #[test]
