@@ -17,7 +17,7 @@ use tokio::sync::{mpsc, oneshot, watch};
 use tracing::{debug, info, warn};
 use trainwarden_core::compile::compile;
 use trainwarden_core::evaluate::{EngineConfig, Evaluator, Event, RuleState, TransitionKind};
-use trainwarden_core::policy::{KIND_CLUSTER, KIND_NAMESPACED, Mode, PolicyRef};
+use trainwarden_core::policy::{ActionSpec, KIND_CLUSTER, KIND_NAMESPACED, Mode, PolicyRef};
 use trainwarden_core::sample::{JobKey, Timestamp};
 use trainwarden_kube::status::{CONDITION_FIRING, CONDITION_READY, MAX_RULE_STATES};
 use trainwarden_kube::{JobStatus, ProgressPolicyStatus};
@@ -311,6 +311,19 @@ impl Brain {
     }
 
     fn drain_events(&mut self) {
+        self.drain_events_in_order();
+        // A firing's actions that stop the job go last: a suspended job's rules are frozen, so if the
+        // controller died after stopping the job but before its Events and notifications, those would never
+        // be redone; done first, a crash before the suspension is redone whole (see `in_flight`).
+        let stops = |w: &Work| matches!(w, Work::Act(i) if matches!(i.action, ActionSpec::Suspend(_) | ActionSpec::Scale(_)));
+        if self.work.iter().any(stops) {
+            let (last, mut first): (Vec<Work>, Vec<Work>) = self.work.drain(..).partition(stops);
+            first.extend(last);
+            self.work = first;
+        }
+    }
+
+    fn drain_events_in_order(&mut self) {
         for event in self.events.drain(..) {
             if let Some(_notifier) = &self.notifier
                 && matches!(
@@ -798,6 +811,15 @@ mod tests {
         b.handle(Input::Outcome(Box::new(outcome)), t(11));
         let m = &b.status_of(&key(), t(11)).rule_states[0];
         assert_eq!((m.state, m.firings), (RuleState::Firing, 1));
+    }
+
+    #[test]
+    fn actions_that_stop_the_job_are_performed_last() {
+        let rules = "    - {name: high, when: 'metric(\"loss\") > 5.0', actions: [{suspend: {}}, {event: {}}, {annotate: {key: k}}]}\n";
+        let mut b = brain();
+        b.handle(policy_input(rules, None), t(0));
+        b.handle(job_reporting(9.0, t(0)), t(0));
+        assert_eq!(actions(&mut b), vec!["event ml/ft", "annotate ml/ft", "suspend ml/ft"]);
     }
 
     #[test]
