@@ -50,7 +50,8 @@ impl StatusWriter {
     }
 
     pub async fn run(mut self, mut updates: mpsc::Receiver<StatusUpdate>) {
-        let mut leadership = self.leader.subscribe();
+        // `None` once leadership can no longer change (leader election off): nothing to wait for then.
+        let mut leadership = Some(self.leader.subscribe());
         // Failed writes are retried on this beat (only statuses that differ from what was written).
         let mut retry = tokio::time::interval(Duration::from_secs(5));
         retry.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
@@ -68,15 +69,14 @@ impl StatusWriter {
                     self.latest.insert(update.key.clone(), update.status);
                     self.flush(Some(&update.key)).await;
                 }
-                changed = leadership.changed() => {
-                    if changed.is_err() {
-                        // Leadership is fixed from now on; keep serving updates.
-                        leadership = self.leader.subscribe();
-                        tokio::time::sleep(Duration::from_secs(1)).await;
-                        continue;
-                    }
-                    if *leadership.borrow_and_update() {
-                        self.flush(None).await;
+                changed = async { leadership.as_mut()?.changed().await.ok() }, if leadership.is_some() => {
+                    match changed {
+                        None => leadership = None,
+                        Some(()) => {
+                            if leadership.as_mut().is_some_and(|l| *l.borrow_and_update()) {
+                                self.flush(None).await;
+                            }
+                        }
                     }
                 }
             }
