@@ -96,6 +96,14 @@ fn start_plane() -> Result<Plane, String> {
             _lifeline: None,
         });
     }
+    start_private_plane()
+}
+
+/// A control plane of this test process's own, even when a shared one is given: for tests that must change
+/// cluster-scoped objects other tests rely on (installing the RHOAI TrainJob CRD, which has the upstream
+/// CRD's name). Stopped when the process exits, like the shared one. Under `CI=true` a failure to start is
+/// the caller's to turn into a test failure.
+pub fn start_private_plane() -> Result<Plane, String> {
     let control_plane = repo_root().join("tests/k8s/control-plane.sh");
     if !control_plane.is_file() {
         return Err(format!(
