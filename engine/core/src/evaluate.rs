@@ -16,7 +16,11 @@
 //! The evaluator is sans-IO and clock-free: every call takes `now`, so the controller (wall clock), replay
 //! and `trainwarden test` (the stream's clock) share this exact code path. Callers drive time with
 //! [`Evaluator::tick`] at [`Evaluator::next_tick`]; the replay driver does so between samples, which is how a
-//! stall fires with no new sample arriving.
+//! stall fires with no new sample arriving. `next_tick` is exact: each job carries one timer, the earliest of
+//! its pending rules' `for`, its firing rules' `keepFiringFor` and its time-driven detectors' deadlines
+//! ([`crate::detectors::Detector::wake_at`], also for `stalled()` inside a script), so such rules fire on the second they are
+//! due; the `eval_interval` cadence (every job re-evaluated at least that often) is only a backstop, e.g. for
+//! scripts that read the clock through `hour()`.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 
