@@ -11,6 +11,9 @@ mod support;
 #[path = "../../notify/tests/common/mod.rs"]
 mod common;
 
+mod fixtures;
+use fixtures::*;
+
 use std::collections::BTreeMap;
 use std::io::{BufRead, BufReader};
 use std::process::{Child, Command, Stdio};
@@ -20,92 +23,12 @@ use std::time::Duration;
 use jiff::Timestamp;
 use k8s_openapi::ByteString;
 use k8s_openapi::api::core::v1::Secret;
-use k8s_openapi::api::events::v1::Event;
-use kube::api::{Api, DynamicObject, ListParams, ObjectMeta, Patch, PatchParams, PostParams};
+use kube::api::{Api, ObjectMeta, PostParams};
 use kube::{Client, ResourceExt};
 use serde_json::{Value, json};
-use tokio::sync::watch;
-use tokio::task::JoinHandle;
 use trainwarden_controller::{ControllerConfig, LAST_ACTION_ANNOTATION};
-use trainwarden_kube::trainjob::{TRAINER_STATUS_FIELD_MANAGER, trainjob_api};
-use trainwarden_kube::{ProgressPolicy, ProgressPolicyStatus};
 
-// Fixture builders (as in tests/controller.rs) ---------------------------------------------------------------
-
-/// A controller running in this test process (on the test's runtime, so on the test's thread).
-struct Running {
-    stop: watch::Sender<bool>,
-    task: JoinHandle<()>,
-}
-
-impl Running {
-    async fn stop(self) {
-        let _ = self.stop.send(true);
-        let _ = tokio::time::timeout(Duration::from_secs(10), self.task).await;
-    }
-}
-
-fn config_for(ns: &str) -> ControllerConfig {
-    ControllerConfig {
-        http_addr: None,
-        namespace: Some(ns.to_string()),
-        leader_election: false,
-        identity: format!("test-{ns}"),
-        lease_namespace: ns.to_string(),
-        eval_interval: Duration::from_secs(1),
-        status_interval: Duration::from_millis(200),
-        api_timeout: Duration::from_secs(5),
-        ..ControllerConfig::default()
-    }
-}
-
-fn start(client: &Client, config: ControllerConfig) -> Running {
-    let (stop, rx) = watch::channel(false);
-    let client = client.clone();
-    let task = tokio::spawn(async move {
-        if let Err(e) = trainwarden_controller::run(client, config, rx).await {
-            panic!("controller failed: {e}");
-        }
-    });
-    Running { stop, task }
-}
-
-async fn create_trainjob(client: &Client, ns: &str, name: &str) -> DynamicObject {
-    let mut job: DynamicObject = serde_saphyr::from_str(&support::fixture(
-        "fixtures/kubeflow/upstream-trainer/examples/01-multi-node.yaml",
-    ))
-    .expect("01-multi-node.yaml");
-    job.metadata.name = Some(name.into());
-    job.metadata.namespace = Some(ns.into());
-    trainjob_api(client.clone(), Some(ns))
-        .create(&PostParams::default(), &job)
-        .await
-        .expect("create TrainJob")
-}
-
-/// What Kubeflow Trainer's status server does with a POST from the training pod.
-async fn report(client: &Client, ns: &str, name: &str, at: Timestamp, loss: &str, progress: i64) {
-    let body = json!({
-        "apiVersion": "trainer.kubeflow.org/v1alpha1",
-        "kind": "TrainJob",
-        "status": {"trainerStatus": {
-            "progressPercentage": progress,
-            "estimatedRemainingSeconds": 3600,
-            "metrics": [{"name": "loss", "value": loss}],
-            "lastUpdatedTime": at.strftime("%Y-%m-%dT%H:%M:%SZ").to_string(),
-        }},
-    });
-    trainjob_api(client.clone(), Some(ns))
-        .patch_status(name, &PatchParams::apply(TRAINER_STATUS_FIELD_MANAGER).force(), &Patch::Apply(&body))
-        .await
-        .expect("report progress");
-}
-
-async fn apply_policy(client: &Client, ns: &str, yaml: &str) {
-    let policy: ProgressPolicy = serde_saphyr::from_str(yaml).expect("policy YAML");
-    let api: Api<ProgressPolicy> = Api::namespaced(client.clone(), ns);
-    api.create(&PostParams::default(), &policy).await.expect("create policy");
-}
+// Fixture builders: tests/fixtures (shared with tests/controller.rs), plus a Secret ---------------------------
 
 async fn create_secret(client: &Client, ns: &str, name: &str, key: &str, value: &str) {
     let secret = Secret {
@@ -117,55 +40,6 @@ async fn create_secret(client: &Client, ns: &str, name: &str, key: &str, value: 
         .create(&PostParams::default(), &secret)
         .await
         .unwrap_or_else(|e| panic!("create Secret {ns}/{name}: {e}"));
-}
-
-async fn job(client: &Client, ns: &str, name: &str) -> DynamicObject {
-    trainjob_api(client.clone(), Some(ns)).get(name).await.expect("get TrainJob")
-}
-
-fn suspended(job: &DynamicObject) -> bool {
-    job.data.pointer("/spec/suspend").and_then(Value::as_bool) == Some(true)
-}
-
-/// (reason, note) of the Events about one TrainJob.
-async fn events(client: &Client, ns: &str, name: &str) -> Vec<(String, String)> {
-    let api: Api<Event> = Api::namespaced(client.clone(), ns);
-    api.list(&ListParams::default())
-        .await
-        .expect("list events")
-        .items
-        .into_iter()
-        .filter(|e| e.regarding.as_ref().and_then(|r| r.name.as_deref()) == Some(name))
-        .map(|e| (e.reason.unwrap_or_default(), e.note.unwrap_or_default()))
-        .collect()
-}
-
-async fn policy_status(client: &Client, ns: &str, name: &str) -> ProgressPolicyStatus {
-    let api: Api<ProgressPolicy> = Api::namespaced(client.clone(), ns);
-    api.get(name).await.expect("get policy").status.unwrap_or_default()
-}
-
-/// Polls `check` every 100 ms until it returns `Some`, or fails the test after `within`.
-async fn eventually<T, F, Fut>(what: &str, within: Duration, mut check: F) -> T
-where
-    F: FnMut() -> Fut,
-    Fut: std::future::Future<Output = Option<T>>,
-{
-    let deadline = tokio::time::Instant::now() + within;
-    loop {
-        if let Some(v) = check().await {
-            return v;
-        }
-        assert!(tokio::time::Instant::now() < deadline, "timed out after {within:?} waiting for {what}");
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-}
-
-async fn wait_until_watching(client: &Client, ns: &str, policy: &str, jobs: i32) {
-    eventually("the controller watching", Duration::from_secs(15), || async {
-        (policy_status(client, ns, policy).await.matched_jobs == Some(jobs)).then_some(())
-    })
-    .await;
 }
 
 /// Everything the tracing subscriber writes, kept in memory.
@@ -318,7 +192,7 @@ async fn a_stalled_job_is_suspended_and_notified_once_per_channel_without_leakin
     create_secret(c, ns, "smtp", "password", &password).await;
 
     apply_policy(c, ns, &notify_policy("notify", smtp.port)).await;
-    create_trainjob(c, ns, "hung").await;
+    create_trainjob(c, ns, "hung", &[]).await;
     let config =
         ControllerConfig { notification_ca_pems: vec![smtp.cert_pem.clone().into_bytes()], ..config_for(ns) };
     let controller = start(c, config);
@@ -399,7 +273,7 @@ async fn a_stalled_job_is_suspended_and_notified_once_per_channel_without_leakin
     // Neither secret anywhere the controller writes or says.
     let secrets = [("Slack URL token", token.as_str()), ("SMTP password", password.as_str())];
     let e = events(c, ns, "hung").await;
-    assert!(e.iter().any(|(reason, _)| reason == "Suspended"), "{e:?}");
+    assert!(e.iter().any(|(reason, _, _)| reason == "Suspended"), "{e:?}");
     assert_no_secret("the TrainJob's Events", &format!("{e:?}"), &secrets);
     let status_json = serde_json::to_string(&policy_status(c, ns, "notify").await).unwrap();
     assert!(status_json.contains("\"notifications\""), "{status_json}");
