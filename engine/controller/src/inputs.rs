@@ -109,6 +109,43 @@ where
     }
 }
 
+/// Watches one policy kind until the loop's channel closes; returns the task's name.
+async fn watch_policies<K>(
+    api: Api<K>,
+    kind: &'static str,
+    status: fn(&K) -> Option<ProgressPolicyStatus>,
+    tx: mpsc::Sender<Input>,
+) -> &'static str
+where
+    K: PolicyResource
+        + kube::Resource
+        + Clone
+        + std::fmt::Debug
+        + serde::de::DeserializeOwned
+        + Send
+        + 'static,
+{
+    let mut stream = watcher(api, watcher::Config::default()).default_backoff().boxed();
+    while let Some(event) = stream.next().await {
+        let input = match event {
+            Ok(watcher::Event::Apply(p) | watcher::Event::InitApply(p)) => {
+                Input::Policy(Box::new(policy_input(&p, kind, status(&p))))
+            }
+            Ok(watcher::Event::Delete(p)) => Input::PolicyGone((kind, p.namespace(), p.name_any())),
+            Ok(watcher::Event::InitDone) => Input::PoliciesListed(kind),
+            Ok(watcher::Event::Init) => continue,
+            Err(e) => {
+                warn!(error = %e, kind, "watching policies");
+                continue;
+            }
+        };
+        if tx.send(input).await.is_err() {
+            break;
+        }
+    }
+    if kind == KIND_CLUSTER { "ClusterProgressPolicy watch" } else { "ProgressPolicy watch" }
+}
+
 /// Starts the watches. The TrainJob watch waits for `policies_synced`.
 pub fn spawn_watchers(
     tasks: &mut JoinSet<&'static str>,
@@ -129,54 +166,12 @@ pub fn spawn_watchers(
             None => Api::all(client.clone()),
         };
         let tx = inputs.clone();
-        tasks.spawn(async move {
-            let mut stream = watcher(api, watcher::Config::default()).default_backoff().boxed();
-            while let Some(event) = stream.next().await {
-                let input = match event {
-                    Ok(watcher::Event::Apply(p) | watcher::Event::InitApply(p)) => {
-                        Input::Policy(Box::new(policy_input(&p, KIND_NAMESPACED, p.status.clone())))
-                    }
-                    Ok(watcher::Event::Delete(p)) => {
-                        Input::PolicyGone((KIND_NAMESPACED, p.namespace(), p.name_any()))
-                    }
-                    Ok(watcher::Event::InitDone) => Input::PoliciesListed(KIND_NAMESPACED),
-                    Ok(watcher::Event::Init) => continue,
-                    Err(e) => {
-                        warn!(error = %e, "watching ProgressPolicies");
-                        continue;
-                    }
-                };
-                if tx.send(input).await.is_err() {
-                    break;
-                }
-            }
-            "ProgressPolicy watch"
-        });
+        tasks.spawn(watch_policies(api, KIND_NAMESPACED, |p| p.status.clone(), tx));
     }
     {
         let api: Api<ClusterProgressPolicy> = Api::all(client.clone());
         let tx = inputs.clone();
-        tasks.spawn(async move {
-            let mut stream = watcher(api, watcher::Config::default()).default_backoff().boxed();
-            while let Some(event) = stream.next().await {
-                let input = match event {
-                    Ok(watcher::Event::Apply(p) | watcher::Event::InitApply(p)) => {
-                        Input::Policy(Box::new(policy_input(&p, KIND_CLUSTER, p.status.clone())))
-                    }
-                    Ok(watcher::Event::Delete(p)) => Input::PolicyGone((KIND_CLUSTER, None, p.name_any())),
-                    Ok(watcher::Event::InitDone) => Input::PoliciesListed(KIND_CLUSTER),
-                    Ok(watcher::Event::Init) => continue,
-                    Err(e) => {
-                        warn!(error = %e, "watching ClusterProgressPolicies");
-                        continue;
-                    }
-                };
-                if tx.send(input).await.is_err() {
-                    break;
-                }
-            }
-            "ClusterProgressPolicy watch"
-        });
+        tasks.spawn(watch_policies(api, KIND_CLUSTER, |p| p.status.clone(), tx));
     }
     {
         let tx = inputs.clone();

@@ -15,8 +15,6 @@ mod fixtures;
 use fixtures::*;
 
 use std::collections::BTreeMap;
-use std::io::{BufRead, BufReader};
-use std::process::{Child, Command, Stdio};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -25,7 +23,7 @@ use k8s_openapi::ByteString;
 use k8s_openapi::api::core::v1::Secret;
 use kube::api::{Api, ObjectMeta, PostParams};
 use kube::{Client, ResourceExt};
-use serde_json::{Value, json};
+use serde_json::json;
 use trainwarden_controller::{ControllerConfig, LAST_ACTION_ANNOTATION};
 
 // Fixture builders: tests/fixtures (shared with tests/controller.rs), plus a Secret ---------------------------
@@ -63,68 +61,6 @@ impl Logs {
 }
 
 const SMTP_USER: &str = "trainwarden";
-
-/// A running aiosmtpd (engine/notify/tests/smtp_server.py) with a self-signed certificate and one accepted
-/// login; stopped on drop.
-struct SmtpServer {
-    child: Child,
-    port: u16,
-    messages: Arc<Mutex<Vec<Value>>>,
-    _files: common::SecretsDir,
-    cert_pem: String,
-}
-
-impl SmtpServer {
-    /// `None` (after saying why) without Python + aiosmtpd outside CI; under `CI=true` that fails.
-    fn start(mode: &str, password: &str) -> Option<SmtpServer> {
-        let python = common::python_with_aiosmtpd()?;
-        let files = common::SecretsDir::new(&format!("controller-smtp-{mode}"));
-        let (cert_pem, key_pem) = common::self_signed();
-        let cert = files.path().join("cert.pem");
-        let key = files.path().join("key.pem");
-        std::fs::write(&cert, &cert_pem).unwrap();
-        std::fs::write(&key, key_pem).unwrap();
-        let port = common::free_port();
-        let script = concat!(env!("CARGO_MANIFEST_DIR"), "/../notify/tests/smtp_server.py");
-        let mut child = Command::new(python)
-            .arg(script)
-            .arg(port.to_string())
-            .arg(mode)
-            .arg(&cert)
-            .arg(&key)
-            .args([SMTP_USER, password])
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::inherit())
-            .spawn()
-            .expect("start the SMTP server");
-        let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
-        match lines.next() {
-            Some(Ok(line)) if line == "READY" => {}
-            other => panic!("the SMTP server did not start: {other:?}"),
-        }
-        let messages = Arc::new(Mutex::new(Vec::new()));
-        let sink = messages.clone();
-        std::thread::spawn(move || {
-            for line in lines.map_while(Result::ok) {
-                sink.lock().unwrap().push(serde_json::from_str::<Value>(&line).expect("a JSON line"));
-            }
-        });
-        Some(SmtpServer { child, port, messages, _files: files, cert_pem })
-    }
-
-    fn messages(&self) -> Vec<Value> {
-        self.messages.lock().unwrap().clone()
-    }
-}
-
-impl Drop for SmtpServer {
-    fn drop(&mut self) {
-        drop(self.child.stdin.take());
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
 
 fn notify_policy(name: &str, smtp_port: u16) -> String {
     format!(
@@ -185,7 +121,7 @@ async fn a_stalled_job_is_suspended_and_notified_once_per_channel_without_leakin
     let unique = ns.rsplit('-').next().unwrap_or(ns).to_string();
     let token = format!("xoxb-tw-hook-token-{unique}-7f3a9c");
     let password = format!("smtp-pa55word-{unique}-never-shown");
-    let Some(smtp) = SmtpServer::start("starttls", &password) else { return };
+    let Some(smtp) = common::SmtpServer::start("starttls", SMTP_USER, &password) else { return };
     let slack = common::HttpReceiver::start().await;
     let slack_path = format!("/services/T0TRAIN/B0WARDEN/{token}");
     create_secret(c, ns, "slack-webhook", "url", &slack.url(&slack_path)).await;

@@ -5,86 +5,16 @@
 
 mod common;
 
-use std::io::{BufRead, BufReader};
-use std::process::{Child, Command, Stdio};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::Duration;
 
 use common::*;
-use serde_json::Value;
 use trainwarden_notify::delivery::RetryPolicy;
 use trainwarden_notify::send::SendConfig;
 use trainwarden_notify::{ChannelKind, FileSecrets, JobProgress, Notifier, NotifierConfig};
 
 const USER: &str = "trainwarden";
 const PASSWORD: &str = "smtp-pa55word-never-logged";
-
-/// A running aiosmtpd; stopped (stdin closed, then killed) on drop.
-struct SmtpServer {
-    child: Child,
-    port: u16,
-    messages: Arc<Mutex<Vec<Value>>>,
-    _files: SecretsDir,
-    cert_pem: String,
-}
-
-impl SmtpServer {
-    fn start(mode: &str) -> Option<SmtpServer> {
-        let python = python_with_aiosmtpd()?;
-        let files = SecretsDir::new(&format!("smtp-{mode}"));
-        let (cert_pem, key_pem) = self_signed();
-        let cert = files.path().join("cert.pem");
-        let key = files.path().join("key.pem");
-        std::fs::write(&cert, &cert_pem).unwrap();
-        std::fs::write(&key, key_pem).unwrap();
-        let port = free_port();
-        let script = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/smtp_server.py");
-        let mut child = Command::new(python)
-            .arg(script)
-            .arg(port.to_string())
-            .arg(mode)
-            .arg(&cert)
-            .arg(&key)
-            .args([USER, PASSWORD])
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::inherit())
-            .spawn()
-            .expect("start the SMTP server");
-        let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
-        match lines.next() {
-            Some(Ok(line)) if line == "READY" => {}
-            other => panic!("the SMTP server did not start: {other:?}"),
-        }
-        let messages = Arc::new(Mutex::new(Vec::new()));
-        let sink = messages.clone();
-        std::thread::spawn(move || {
-            for line in lines.map_while(Result::ok) {
-                sink.lock().unwrap().push(serde_json::from_str::<Value>(&line).expect("a JSON line"));
-            }
-        });
-        Some(SmtpServer { child, port, messages, _files: files, cert_pem })
-    }
-
-    async fn wait_for(&self, n: usize) -> Vec<Value> {
-        for _ in 0..500 {
-            let got = self.messages.lock().unwrap().clone();
-            if got.len() >= n {
-                return got;
-            }
-            tokio::time::sleep(Duration::from_millis(20)).await;
-        }
-        panic!("expected {n} message(s), got {:?}", self.messages.lock().unwrap());
-    }
-}
-
-impl Drop for SmtpServer {
-    fn drop(&mut self) {
-        drop(self.child.stdin.take());
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
 
 fn email_policy(port: u16, tls: &str) -> String {
     format!(
@@ -147,7 +77,7 @@ async fn wait_stats(
 }
 
 async fn two_rules_one_email(mode: &str, tls: &str) {
-    let Some(server) = SmtpServer::start(mode) else { return };
+    let Some(server) = SmtpServer::start(mode, USER, PASSWORD) else { return };
     let secrets = SecretsDir::new(&format!("smtp-secrets-{mode}"));
     secrets.put("fraud", "smtp", "password", PASSWORD);
     let p = policy(&email_policy(server.port, tls));
@@ -164,7 +94,7 @@ async fn two_rules_one_email(mode: &str, tls: &str) {
     wait_stats(&n, |s| s.sent == 1).await;
     let messages = server.wait_for(1).await;
     tokio::time::sleep(Duration::from_millis(500)).await;
-    assert_eq!(server.messages.lock().unwrap().len(), 1, "two rules, one email");
+    assert_eq!(server.messages().len(), 1, "two rules, one email");
     let m = &messages[0];
     assert_eq!(m["tls"], true);
     assert_eq!(m["auth_login"], USER);
@@ -201,7 +131,7 @@ async fn implicit_tls_with_login_delivers_one_email_with_text_and_html() {
 
 #[tokio::test]
 async fn a_rejected_password_is_reported_and_not_retried() {
-    let Some(server) = SmtpServer::start("starttls") else { return };
+    let Some(server) = SmtpServer::start("starttls", USER, PASSWORD) else { return };
     let secrets = SecretsDir::new("smtp-wrong-password");
     let wrong = "wrong-password-also-secret";
     secrets.put("fraud", "smtp", "password", wrong);
@@ -214,13 +144,13 @@ async fn a_rejected_password_is_reported_and_not_retried() {
     let error = s.last_error.unwrap();
     assert!(error.contains("535") && error.contains("not retried"), "{error}");
     assert!(!error.contains(wrong), "{error}");
-    assert!(server.messages.lock().unwrap().is_empty());
+    assert!(server.messages().is_empty());
     n.shutdown(Duration::from_secs(1)).await;
 }
 
 #[tokio::test]
 async fn an_untrusted_certificate_is_refused() {
-    let Some(server) = SmtpServer::start("implicit") else { return };
+    let Some(server) = SmtpServer::start("implicit", USER, PASSWORD) else { return };
     let secrets = SecretsDir::new("smtp-untrusted");
     secrets.put("fraud", "smtp", "password", PASSWORD);
     let p = policy(&email_policy(server.port, "Implicit"));
@@ -233,6 +163,6 @@ async fn an_untrusted_certificate_is_refused() {
     assert!(s.retried >= 1, "TLS failures are retried: {s:?}");
     let error = s.last_error.unwrap().to_lowercase();
     assert!(error.contains("certificate") || error.contains("tls"), "{error}");
-    assert!(server.messages.lock().unwrap().is_empty());
+    assert!(server.messages().is_empty());
     n.shutdown(Duration::from_secs(1)).await;
 }

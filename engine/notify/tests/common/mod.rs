@@ -1,6 +1,6 @@
 //! Test helpers: a local HTTP receiver that records requests (and can be told to fail), policies compiled by
 //! the real core, intents, secrets in a temporary directory, a self-signed certificate, the Python
-//! interpreter for the SMTP server.
+//! interpreter for the SMTP server, and the SMTP server itself (aiosmtpd, tests/smtp_server.py).
 
 #![allow(dead_code)] // each test binary uses a different part
 
@@ -228,4 +228,84 @@ pub fn self_signed() -> (String, String) {
 /// A free TCP port on 127.0.0.1 (bound and released: good enough for a test server started right after).
 pub fn free_port() -> u16 {
     std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
+}
+
+/// A running aiosmtpd (tests/smtp_server.py) with a self-signed certificate and one accepted login
+/// (`user`, `password`); stopped (stdin closed, then killed) on drop. Shared with the controller's
+/// end-to-end notification test, which includes this module by path.
+pub struct SmtpServer {
+    child: std::process::Child,
+    pub port: u16,
+    messages: Arc<Mutex<Vec<serde_json::Value>>>,
+    _files: SecretsDir,
+    pub cert_pem: String,
+}
+
+impl SmtpServer {
+    /// `mode` is `starttls` or `implicit`. `None` (after saying why) without Python + aiosmtpd outside CI;
+    /// under `CI=true` that fails (see [`python_with_aiosmtpd`]).
+    pub fn start(mode: &str, user: &str, password: &str) -> Option<SmtpServer> {
+        use std::io::{BufRead, BufReader};
+        use std::process::{Command, Stdio};
+        let python = python_with_aiosmtpd()?;
+        let files = SecretsDir::new(&format!("smtp-{mode}"));
+        let (cert_pem, key_pem) = self_signed();
+        let cert = files.path().join("cert.pem");
+        let key = files.path().join("key.pem");
+        std::fs::write(&cert, &cert_pem).unwrap();
+        std::fs::write(&key, key_pem).unwrap();
+        let port = free_port();
+        // Both crates that include this module live at engine/<crate>: the script is found from the root.
+        let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../engine/notify/tests/smtp_server.py");
+        let mut child = Command::new(python)
+            .arg(&script)
+            .arg(port.to_string())
+            .arg(mode)
+            .arg(&cert)
+            .arg(&key)
+            .args([user, password])
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .expect("start the SMTP server");
+        let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
+        match lines.next() {
+            Some(Ok(line)) if line == "READY" => {}
+            other => panic!("the SMTP server did not start: {other:?}"),
+        }
+        let messages = Arc::new(Mutex::new(Vec::new()));
+        let sink = messages.clone();
+        std::thread::spawn(move || {
+            for line in lines.map_while(Result::ok) {
+                sink.lock().unwrap().push(serde_json::from_str(&line).expect("a JSON line"));
+            }
+        });
+        Some(SmtpServer { child, port, messages, _files: files, cert_pem })
+    }
+
+    /// The messages received so far (JSON, as smtp_server.py prints them).
+    pub fn messages(&self) -> Vec<serde_json::Value> {
+        self.messages.lock().unwrap().clone()
+    }
+
+    /// Waits up to 10 s for at least `n` messages.
+    pub async fn wait_for(&self, n: usize) -> Vec<serde_json::Value> {
+        for _ in 0..500 {
+            let got = self.messages();
+            if got.len() >= n {
+                return got;
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        panic!("expected {n} message(s), got {:?}", self.messages());
+    }
+}
+
+impl Drop for SmtpServer {
+    fn drop(&mut self) {
+        drop(self.child.stdin.take());
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
 }
