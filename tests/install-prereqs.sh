@@ -7,6 +7,10 @@ need_apt=()
 for tool in openssl:openssl curl:curl python3:python3 flock:util-linux; do
   command -v "${tool%%:*}" >/dev/null 2>&1 || need_apt+=("${tool##*:}")
 done
+# Debian splits `python3 -m venv` (used by tests/python/setup-venv.sh) into python3-venv.
+if command -v python3 >/dev/null 2>&1 && ! python3 -c 'import ensurepip, venv' >/dev/null 2>&1; then
+  need_apt+=(python3-venv)
+fi
 if [ ${#need_apt[@]} -gt 0 ]; then
   echo "install-prereqs: installing ${need_apt[*]} from Debian" >&2
   if [ "$(id -u)" -ne 0 ]; then
