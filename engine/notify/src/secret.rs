@@ -56,6 +56,10 @@ pub enum SecretError {
     Empty { reference: String },
     #[error("secret {reference} could not be read: {detail}")]
     Unavailable { reference: String, detail: String },
+    /// The API server refused to show the Secret (401/403: missing RBAC). Not retried: waiting does not
+    /// grant permissions.
+    #[error("secret {reference} may not be read: {detail}")]
+    Forbidden { reference: String, detail: String },
 }
 
 pub type SecretFuture<'a> = Pin<Box<dyn Future<Output = Result<SecretValue, SecretError>> + Send + 'a>>;
@@ -207,6 +211,12 @@ impl KubeSecrets {
                 });
             }
             // kube's errors carry the API status (reason, request path), never a Secret's data.
+            Err(kube::Error::Api(status)) if status.code == 401 || status.code == 403 => {
+                return Err(SecretError::Forbidden {
+                    reference: reference.to_string(),
+                    detail: format!("{} ({}); check the controller's RBAC", status.message, status.code),
+                });
+            }
             Err(e) => {
                 return Err(SecretError::Unavailable {
                     reference: reference.to_string(),

@@ -133,9 +133,10 @@ impl Sender {
             // The API or a file could not be read: that may pass.
             SecretError::Unavailable { .. } => SendError::Retryable(e.to_string()),
             // Missing, empty or not text: a configuration problem, like an HTTP 4xx.
-            SecretError::NotFound { .. } | SecretError::NotText { .. } | SecretError::Empty { .. } => {
-                SendError::Permanent(e.to_string())
-            }
+            SecretError::NotFound { .. }
+            | SecretError::NotText { .. }
+            | SecretError::Empty { .. }
+            | SecretError::Forbidden { .. } => SendError::Permanent(e.to_string()),
         })
     }
 
@@ -181,7 +182,8 @@ impl Sender {
         if status.is_success() {
             return Ok(());
         }
-        let detail: String = response.text().await.unwrap_or_default().chars().take(200).collect();
+        let body = response.text().await.unwrap_or_default();
+        let detail: String = scrub_url(&body, url).chars().take(200).collect();
         let message = format!("{what} answered HTTP {status}: {}", detail.trim());
         if status.is_server_error()
             || status == reqwest::StatusCode::TOO_MANY_REQUESTS
@@ -297,8 +299,38 @@ pub fn verify_signature(key: &[u8], body: &[u8], header: &str) -> bool {
     ring::hmac::verify(&ring::hmac::Key::new(ring::hmac::HMAC_SHA256, key), body, &tag).is_ok()
 }
 
+/// An error body without the request URL or its path: servers often echo the path ("Cannot POST /services/
+/// T0/B0/xyz"), and for a Slack or secret webhook URL the path is the credential.
+fn scrub_url(body: &str, url: &str) -> String {
+    let mut out = body.replace(url, "[redacted URL]");
+    if let Ok(parsed) = reqwest::Url::parse(url) {
+        let path = match parsed.query() {
+            Some(q) => format!("{}?{q}", parsed.path()),
+            None => parsed.path().to_string(),
+        };
+        if path.len() > 1 {
+            out = out.replace(&path, "[redacted path]");
+            out = out.replace(parsed.path(), "[redacted path]");
+        }
+        // Each longer path segment on its own, too (a server may echo it decoded or in pieces).
+        for segment in parsed.path_segments().into_iter().flatten().filter(|s| s.len() >= 8) {
+            out = out.replace(segment, "[redacted]");
+        }
+    }
+    out
+}
+
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn error_bodies_never_carry_the_url_or_its_path() {
+        let url = "https://hooks.slack.com/services/T000/B000/s3cr3tToken123";
+        let body = "Cannot POST /services/T000/B000/s3cr3tToken123 (full: https://hooks.slack.com/services/T000/B000/s3cr3tToken123), token s3cr3tToken123";
+        let scrubbed = super::scrub_url(body, url);
+        assert!(!scrubbed.contains("s3cr3tToken123"), "{scrubbed}");
+        assert!(scrubbed.starts_with("Cannot POST [redacted path]"), "{scrubbed}");
+    }
+
     use super::*;
 
     #[test]
