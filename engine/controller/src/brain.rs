@@ -640,7 +640,8 @@ pub async fn run(
     metrics: Arc<Metrics>,
 ) {
     let mut policies_synced = Some(policies_synced);
-    let mut beat = tokio::time::interval(config.status_interval);
+    // tokio's interval panics on zero.
+    let mut beat = tokio::time::interval(config.status_interval.max(Duration::from_millis(10)));
     beat.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
         let next = brain.next_tick();
@@ -755,6 +756,7 @@ mod tests {
                 cleared_at: None,
                 firings: 0,
                 last_issued: vec![],
+                rule_hash: None,
             }],
             ..Default::default()
         };

@@ -211,6 +211,21 @@ pub struct RuleMemory {
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     #[schemars(with = "Vec<Option<String>>", length(max = 16))]
     pub last_issued: Vec<Option<Timestamp>>,
+    /// A hash of the rule's definition when this was remembered: a rule edited meanwhile starts afresh
+    /// instead of inheriting a pending timer, a firing or cooldowns that belonged to its old actions.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(max = 16))]
+    pub rule_hash: Option<String>,
+}
+
+/// A stable (FNV-1a, 64-bit) hash of a rule's fingerprint, as [`RuleMemory::rule_hash`].
+pub fn rule_hash(rule: &CompiledRule) -> String {
+    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+    for b in rule.fingerprint.bytes() {
+        h ^= u64::from(b);
+        h = h.wrapping_mul(0x0100_0000_01b3);
+    }
+    format!("{h:016x}")
 }
 
 /// Applies the memories restored for (policy, job), if any, to the job's fresh rule tracks of that policy.
@@ -228,6 +243,9 @@ fn claim_memories(
     let tracks = entry.tracks_mut(p_index, policy.rules.len());
     for memory in memories {
         let Some(r) = policy.rules.iter().position(|rule| rule.name == memory.rule) else { continue };
+        if memory.rule_hash.as_ref().is_some_and(|h| *h != rule_hash(&policy.rules[r])) {
+            continue; // the rule was edited while nobody watched: it starts afresh
+        }
         let track = &mut tracks[r];
         track.state = Some(memory.state);
         track.since = memory.since;
@@ -831,6 +849,7 @@ impl Evaluator {
                     cleared_at: track.cleared_at,
                     firings: track.firings,
                     last_issued: track.last_issued.clone(),
+                    rule_hash: Some(rule_hash(rule)),
                 });
             }
         }

@@ -561,6 +561,7 @@ fn memories_of_unknown_rules_and_vanished_jobs_are_dropped() {
         cleared_at: None,
         firings: 0,
         last_issued: vec![],
+        rule_hash: None,
     };
     w.ev.restore(
         &reference,
@@ -573,4 +574,28 @@ fn memories_of_unknown_rules_and_vanished_jobs_are_dropped() {
     assert_eq!(w.ev.memories(&reference, t(1)).len(), 1);
     assert_eq!(w.ev.drop_unclaimed_memories(), 1);
     assert!(w.ev.memories(&reference, t(1)).is_empty());
+}
+
+#[test]
+fn a_rule_edited_while_nobody_watched_does_not_inherit_its_old_memory() {
+    let old = "    - {name: high, when: 'metric(\"loss\") > 1.0', for: 10m, actions: [{suspend: {}}]}\n";
+    let mut w = world(policy(old, ""));
+    w.sample(0, 2.0, None);
+    let reference = w.ev.policies().next().unwrap().reference.clone();
+    let memories = w.ev.memories(&reference, t(4));
+    assert!(memories[0].rule_hash.is_some());
+
+    // The same rule name, now with `for: 20m`: pending starts again at the first evaluation after the
+    // restart (minute 6), so nothing fires at the old deadline (minute 10) or at 20.
+    let edited = "    - {name: high, when: 'metric(\"loss\") > 1.0', for: 20m, actions: [{suspend: {}}]}\n";
+    let mut after = World::with_policy(&policy(edited, ""));
+    after.ev.restore(&reference, memories);
+    after.sample(6, 2.0, None);
+    after.advance(25);
+    assert_eq!(after.log(), log(&[(6, "high pending")]));
+    after.advance(27);
+    assert_eq!(
+        after.log(),
+        log(&[(6, "high pending"), (26, "high firing"), (26, "high → suspend [Enforce]")])
+    );
 }

@@ -392,6 +392,7 @@ fn sample_status(generation: i64) -> ProgressPolicyStatus {
             cleared_at: None,
             firings: 2,
             last_issued: vec![None, Some(now.0)],
+            rule_hash: None,
         }],
     }
 }
