@@ -51,11 +51,16 @@ pub struct ControllerArgs {
     #[arg(long, default_value = "30s", value_parser = parse_duration)]
     eval_interval: Duration,
     /// Least time between two status writes of one policy.
-    #[arg(long, default_value = "1s", value_parser = parse_duration)]
+    #[arg(long, default_value = "1s", value_parser = parse_positive_duration)]
     status_interval: Duration,
     /// Path of a kubeconfig (default: $KUBECONFIG, ~/.kube/config, or the in-cluster service account).
     #[arg(long)]
     kubeconfig: Option<std::path::PathBuf>,
+}
+
+fn parse_positive_duration(text: &str) -> Result<Duration, String> {
+    let d = parse_duration(text)?;
+    if d.is_zero() { Err("must be longer than 0s".into()) } else { Ok(d) }
 }
 
 fn parse_duration(text: &str) -> Result<Duration, String> {

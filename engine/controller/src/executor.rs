@@ -517,8 +517,12 @@ impl Executor {
             return Ok((Result_::Unchanged, format!("numNodes is already {nodes}")));
         }
         let was_suspended = spec_bool(job, "/spec/suspend") == Some(true);
+        // The intent counts as performed (last-action record) only with the last write: when resuming fails,
+        // a repeat of the intent must not find it "already performed" and leave the job suspended.
+        let resize_record: &[(&str, &str)] =
+            if was_suspended { &[(LAST_ACTION_ANNOTATION, record)] } else { &[] };
         let body = |suspend: bool| {
-            let mut body = self.owned_state(job, &[(LAST_ACTION_ANNOTATION, record)]);
+            let mut body = self.owned_state(job, resize_record);
             body["spec"]["suspend"] = json!(suspend);
             body["spec"]["trainer"]["numNodes"] = json!(nodes);
             body
@@ -542,12 +546,16 @@ impl Executor {
             .map_err(|e| format!("suspending and resizing: {e}"))?;
         if !was_suspended {
             let resumed = self.call("get_trainjob", || api.get(&name)).await.map_err(|e| e.to_string())?;
-            let mut resume = self.owned_state(&resumed, &[]);
+            let mut resume = self.owned_state(&resumed, &[(LAST_ACTION_ANNOTATION, record)]);
             resume["spec"]["suspend"] = json!(false);
             let patch = Patch::Apply(&resume);
-            self.call("patch_trainjob", || api.patch(&name, &params, &patch))
-                .await
-                .map_err(|e| format!("resuming after resizing: {e}"))?;
+            if let Err(e) = self.call("patch_trainjob", || api.patch(&name, &params, &patch)).await {
+                let message =
+                    format!("resized to {nodes} nodes but resuming failed, the job stays suspended: {e}");
+                self.publish(reference, true, "ScaleResumeFailed", "Scale", &format!("{by}: {message}"))
+                    .await;
+                return Err(message);
+            }
         }
         let from = current.map_or("?".to_string(), |c| c.to_string());
         self.publish(

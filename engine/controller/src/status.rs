@@ -74,6 +74,8 @@ impl StatusWriter {
                         None => leadership = None,
                         Some(()) => {
                             if leadership.as_mut().is_some_and(|l| *l.borrow_and_update()) {
+                                // Another leader may have written since: what we wrote proves nothing now.
+                                self.written.clear();
                                 self.flush(None).await;
                             }
                         }

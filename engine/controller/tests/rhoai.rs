@@ -71,8 +71,8 @@ async fn on_the_rhoai_crd_a_scale_action_suspends_resizes_and_resumes() {
     job.data.as_object_mut().map(|o| o.remove("status"));
     let name = job.name_any();
     let jobs = trainjob_api(c.clone(), Some(ns));
-    jobs.create(&PostParams::default(), &job).await.expect("create the RHOAI TrainJob");
-    assert_eq!(job.data.pointer("/spec/trainer/numNodes"), Some(&json!(2)));
+    let created = jobs.create(&PostParams::default(), &job).await.expect("create the RHOAI TrainJob");
+    assert_eq!(created.data.pointer("/spec/trainer/numNodes"), Some(&json!(2)));
 
     let (stop, rx) = watch::channel(false);
     let config = ControllerConfig {
@@ -113,5 +113,9 @@ async fn on_the_rhoai_crd_a_scale_action_suspends_resizes_and_resumes() {
     let scaled_event = events.iter().find(|e| e.reason.as_deref() == Some("Scaled")).expect("a Scaled Event");
     assert!(scaled_event.note.as_deref().unwrap_or("").contains("numNodes 2 → 1"), "{scaled_event:?}");
     let _ = stop.send(true);
-    let _ = tokio::time::timeout(Duration::from_secs(10), controller).await;
+    tokio::time::timeout(Duration::from_secs(10), controller)
+        .await
+        .expect("the controller stops within 10 s")
+        .expect("the controller task did not panic")
+        .expect("the controller ran without an error");
 }
