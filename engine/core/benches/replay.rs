@@ -71,8 +71,10 @@ fn stream(jobs: usize, samples_per_job: usize) -> Vec<String> {
         state ^= state << 17;
         (state % 10_000) as f64 / 10_000.0 - 0.5
     };
+    // In time order, as a recorded stream is: job j reports at second j % 30 of each 30 s round.
+    let order: Vec<usize> = (0..30).flat_map(|second| (second..jobs).step_by(30)).collect();
     for i in 0..samples_per_job {
-        for j in 0..jobs {
+        for &j in &order {
             let t = start + (i as i64) * 30 + j as i64 % 30;
             let time = jiff::Timestamp::from_second(t).unwrap();
             let step = i * 10;
