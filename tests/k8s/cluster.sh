@@ -170,6 +170,10 @@ host_setup() {
     die "the network ${POD_SUBNET} is in use on this machine; the cluster tier needs it"
   fi
   log "host: bridge $BRIDGE $NODE_IP/24, ip_forward, iptables TW-CLUSTER-FWD/TW-CLUSTER-IN"
+  # The kubelet's and kube-proxy's KUBE-* chains (IPv4 and IPv6) are ours from here on: none existed.
+  record "kube-iptables"
+  [[ -d /run/containerd ]] || record "rmdir /run/containerd"
+  [[ -d /run/containerd/s ]] || record "rmdir /run/containerd/s"
   ip link add "$BRIDGE" type bridge
   record "bridge $BRIDGE"
   ip addr add "$NODE_IP/24" dev "$BRIDGE"
@@ -205,6 +209,8 @@ host_undo() {
       bridge) ip link del "$2" 2>/dev/null || true ;;
       ip_forward) echo "$2" >/proc/sys/net/ipv4/ip_forward ;;
       iptables) ipt_chain_unhook "$2" "$3" "$4" ;;
+      kube-iptables) kube_iptables_cleanup ;;
+      rmdir) rmdir "$2" 2>/dev/null || true ;;
       cgroup)
         if [[ -d "$2" ]]; then
           find "$2" -depth -type d -exec rmdir {} \; 2>/dev/null || log "WARNING: could not remove cgroup $2 (processes left in it?)"
@@ -214,13 +220,36 @@ host_undo() {
   rm -f "$RUN/host-changes"
 }
 
+# Every KUBE-* chain and every jump to one, in both families: the kubelet's (KUBE-FIREWALL, canaries, the hint)
+# and what kube-proxy --cleanup left.
+kube_iptables_cleanup() {
+  local ipt t parent rule ch
+  for ipt in iptables ip6tables; do
+    command -v "$ipt" >/dev/null 2>&1 || continue
+    for t in filter nat mangle; do
+      for parent in INPUT OUTPUT FORWARD PREROUTING POSTROUTING; do
+        while IFS= read -r rule; do
+          # shellcheck disable=SC2086
+          [[ -n "$rule" ]] && eval "$ipt -t $t ${rule/-A /-D }" 2>/dev/null || true
+        done < <("$ipt" -t "$t" -S "$parent" 2>/dev/null | grep -E -- '-j KUBE-' || true)
+      done
+      for ch in $("$ipt" -t "$t" -S 2>/dev/null | awk '$1 == "-N" && $2 ~ /^KUBE-/ {print $2}'); do
+        "$ipt" -t "$t" -F "$ch" 2>/dev/null || true
+      done
+      for ch in $("$ipt" -t "$t" -S 2>/dev/null | awk '$1 == "-N" && $2 ~ /^KUBE-/ {print $2}'); do
+        "$ipt" -t "$t" -X "$ch" 2>/dev/null || true
+      done
+    done
+  done
+}
+
 # Masquerade rules the CNI bridge plugin leaves behind when a sandbox was not torn down (a crash).
 cni_iptables_cleanup() {
   local rule chain
   while IFS= read -r rule; do
     chain="$(sed -n 's/.* -j \(CNI-[0-9a-f]*\).*/\1/p' <<<"$rule")"
     # shellcheck disable=SC2086
-    iptables -t nat ${rule/-A /-D } 2>/dev/null || true
+    eval "iptables -t nat ${rule/-A /-D }" 2>/dev/null || true
     if [[ -n "$chain" ]]; then
       iptables -t nat -F "$chain" 2>/dev/null || true
       iptables -t nat -X "$chain" 2>/dev/null || true
@@ -692,6 +721,11 @@ drain_pods() {
   kubectl_ get --raw /readyz >/dev/null 2>&1 || return 0
   pid_alive "$(cat "$RUN/kubelet.pid" 2>/dev/null || echo 0)" || return 0
   kubectl_ delete pods --all -A --grace-period=2 --wait=false >/dev/null 2>&1 || true
+  # Job pods carry the Job controller's tracking finalizer, and that controller is stopped now.
+  local p
+  for p in $(kubectl_ get pods -A -o jsonpath='{range .items[?(@.metadata.finalizers)]}{.metadata.namespace}/{.metadata.name}{"\n"}{end}' 2>/dev/null); do
+    kubectl_ -n "${p%%/*}" patch pod "${p#*/}" --type=json -p '[{"op":"remove","path":"/metadata/finalizers"}]' >/dev/null 2>&1 || true
+  done
   local i
   for ((i = 0; i < 60; i++)); do
     [[ -z "$(kubectl_ get pods -A -o name 2>/dev/null)" ]] && return 0
@@ -730,13 +764,16 @@ cmd_down() {
     [[ -x "$cache/bin/kubectl" ]] && KUBECTL="$cache/bin/kubectl"
   fi
   local c
+  # In parallel. The Trainer v2.2.0 hangs 30 s on SIGTERM (a channel in its status server's Start is never
+  # closed), so it gets 5 s before SIGKILL.
   for c in kueue jobset trainer kube-scheduler kube-controller-manager; do
-    stop_pidfile "$RUN/$c.pid" "$c"
+    if [[ "$c" == trainer ]]; then STOP_TIMEOUT=5 stop_pidfile "$RUN/$c.pid" "$c" & else stop_pidfile "$RUN/$c.pid" "$c" & fi
   done
+  wait
   drain_pods
-  for c in coredns kube-proxy kubelet; do
-    stop_pidfile "$RUN/$c.pid" "$c"
-  done
+  for c in coredns kube-proxy; do stop_pidfile "$RUN/$c.pid" "$c" & done
+  wait
+  stop_pidfile "$RUN/kubelet.pid" kubelet
   containerd_cleanup
   stop_pidfile "$RUN/containerd.pid" containerd
   if [[ -d "$RUN/plane" ]]; then
@@ -749,12 +786,6 @@ cmd_down() {
     if [[ -x "$cache/bin/kube-proxy" ]]; then
       "$cache/bin/kube-proxy" --cleanup --config="$RUN/kube-proxy.yaml" >"$LOGS/kube-proxy-cleanup.log" 2>&1 || true
     fi
-    local t ch
-    for t in filter nat mangle; do
-      for ch in KUBE-KUBELET-CANARY KUBE-PROXY-CANARY; do
-        iptables -t "$t" -F "$ch" 2>/dev/null && iptables -t "$t" -X "$ch" 2>/dev/null || true
-      done
-    done
   fi
   cni_iptables_cleanup
   unmount_leftovers
