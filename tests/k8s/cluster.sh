@@ -20,6 +20,8 @@
 #     reach the node address and the Trainer's status-server port); kube-proxy's KUBE-* chains; the CNI bridge
 #     plugin's masquerade rules for pod IPs
 #   - net.ipv4.ip_forward=1 (the CNI bridge plugin needs it; the previous value is restored)
+#   - the kernel sysctls the kubelet sets at start: vm.overcommit_memory=1, vm.panic_on_oom=0, kernel.panic=10,
+#     kernel.panic_on_oops=1, kernel.keys.root_maxkeys/root_maxbytes (the previous values are restored)
 #   - cgroups /sys/fs/cgroup/*/kubepods (the kubelet's, cgroupfs driver)
 #   - /var/log/containers/*.log symlinks (hard-coded in the kubelet; removed with their pods)
 #   - /run/containerd/s/ shim sockets (hard-coded in containerd 1.6; removed when the shims exit)
@@ -179,6 +181,11 @@ host_setup() {
   ip addr add "$NODE_IP/24" dev "$BRIDGE"
   ip link set "$BRIDGE" up
   record "ip_forward $(cat /proc/sys/net/ipv4/ip_forward)"
+  # The kubelet sets these to its defaults at start (protectKernelDefaults: false); the old values come back.
+  local k
+  for k in vm/overcommit_memory vm/panic_on_oom kernel/panic kernel/panic_on_oops kernel/keys/root_maxkeys kernel/keys/root_maxbytes; do
+    record "sysctl $k $(cat "/proc/sys/$k")"
+  done
   echo 1 >/proc/sys/net/ipv4/ip_forward
   # Pods' traffic is forwarded even when a dockerd set the FORWARD policy to DROP.
   ipt_chain_hook filter FORWARD TW-CLUSTER-FWD
@@ -208,6 +215,7 @@ host_undo() {
     case "$1" in
       bridge) ip link del "$2" 2>/dev/null || true ;;
       ip_forward) echo "$2" >/proc/sys/net/ipv4/ip_forward ;;
+      sysctl) echo "$3" >"/proc/sys/$2" ;;
       iptables) ipt_chain_unhook "$2" "$3" "$4" ;;
       kube-iptables) kube_iptables_cleanup ;;
       rmdir) rmdir "$2" 2>/dev/null || true ;;
@@ -750,7 +758,9 @@ containerd_cleanup() {
 # Mounts left under our dirs (a crash): pod volumes, rootfs, netns.
 unmount_leftovers() {
   local m
-  for m in $(awk -v a="$STATE/" '{ if (index($2, a) == 1) print $2 }' /proc/self/mounts | sort -r); do
+  # Only under our dirs (never dockerd's data-root, which build-images.sh keeps elsewhere).
+  for m in $(awk -v a="$RUN/" -v b="$STATE/kubelet/" -v c="$STATE/containerd/" \
+    '{ if (index($2, a) == 1 || index($2, b) == 1 || index($2, c) == 1) print $2 }' /proc/self/mounts | sort -r); do
     umount -l "$m" 2>/dev/null || log "WARNING: could not unmount $m"
   done
 }
