@@ -89,6 +89,7 @@ def main():
             continue
         sent = update_trainjob_status(
             progress_percent=min(100, int(100 * step / TOTAL)),
+            estimated_remaining_seconds=int((TOTAL - step) * STEP_SECONDS),
             metrics={"loss": "nan" if math.isnan(loss) else round(loss, 6), "step": step},
         )
         if sent:
