@@ -450,13 +450,13 @@ test_rbac() {
   local out
   # As the chart's ServiceAccount (impersonated: the API server evaluates its RBAC exactly as for its token).
   if out="$(kubectl --as="$SA" -n "$other" get secret private -o name 2>&1)"; then fail "the ServiceAccount read $other/private"; fi
-  grep -q Forbidden <<<"$out" || fail "unexpected answer: $out"
+  grep -qi forbidden <<<"$out" || fail "unexpected answer: $out"
   log "read of Secret $other/private: $(cut -c1-120 <<<"$out")"
   if out="$(kubectl --as="$SA" -n "$FRIDAY_NS" create secret generic x --from-literal=k=v 2>&1)"; then fail "the ServiceAccount created a Secret"; fi
-  grep -q Forbidden <<<"$out" || fail "unexpected answer: $out"
+  grep -qi forbidden <<<"$out" || fail "unexpected answer: $out"
   log "create Secret in $FRIDAY_NS (a secretNamespace: get only): forbidden"
   if out="$(kubectl --as="$SA" -n "$other" delete trainjob anything 2>&1)"; then fail "the ServiceAccount may delete TrainJobs"; fi
-  grep -q Forbidden <<<"$out" || fail "unexpected answer: $out"
+  grep -qi forbidden <<<"$out" || fail "unexpected answer: $out"
   log "delete TrainJob: forbidden; can-i: $(for v in 'get secrets -n kube-system' 'patch trainjobs.trainer.kubeflow.org -n default' 'patch workloads.kueue.x-k8s.io -n default' 'create pods -n default' 'patch jobsets.jobset.x-k8s.io -n default'; do printf '%s=%s; ' "$v" "$(kubectl auth can-i --as="$SA" $v 2>/dev/null)"; done)"
   [[ "$(kubectl auth can-i --as="$SA" create pods -n default 2>/dev/null)" == no ]] || fail "the ServiceAccount may create pods"
   # The token the pod really uses is the chart's ServiceAccount's, not an admin's.
