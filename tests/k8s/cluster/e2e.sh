@@ -55,13 +55,14 @@ pod_of() { jp pods -n "$1" -l "jobset.sigs.k8s.io/jobset-name=$2" -o jsonpath='{
 
 fresh_ns() {
   kubectl delete namespace "$1" --wait=true --timeout=60s >/dev/null 2>&1 || true
+  rm -rf "$TRAINWARDEN_CLUSTER_RUN/volumes/$1"
   kubectl create namespace "$1" >/dev/null
 }
 
-# runtime NS NAME ENV_JSON [CPU]: a TrainingRuntime running train.py with a hostPath checkpoint volume per job.
+# runtime NS NAME ENV_JSON [CPU]: a TrainingRuntime running train.py with a hostPath checkpoint volume of its own.
 runtime() {
   local ns="$1" name="$2" env="$3" cpu="${4:-100m}"
-  local vol="$TRAINWARDEN_CLUSTER_RUN/volumes/$ns"
+  local vol="$TRAINWARDEN_CLUSTER_RUN/volumes/$ns/$name"
   mkdir -p "$vol"
   chmod 0777 "$vol"
   kubectl apply -f - >/dev/null <<EOF
@@ -123,20 +124,18 @@ assert_sigterm_checkpoint() {
 SINK_NS=tw-sink
 FRIDAY_NS=team-friday
 install_trainwarden() {
-  if helm status trainwarden -n trainwarden-system >/dev/null 2>&1 &&
-    [[ "$(jp deploy -n trainwarden-system trainwarden -o jsonpath='{.metadata.annotations.e2e}')" == yes ]]; then
-    return 0
-  fi
-  helm uninstall trainwarden -n trainwarden-system --wait >/dev/null 2>&1 || true
   # The namespaces whose Secrets notifications read must exist before the chart is installed.
-  fresh_ns "$FRIDAY_NS"
-  log "helm install trainwarden (secretNamespaces=[$FRIDAY_NS], evalInterval 5s)"
-  helm install trainwarden "$REPO/charts/trainwarden" -n trainwarden-system --create-namespace \
+  kubectl get namespace "$FRIDAY_NS" >/dev/null 2>&1 || kubectl create namespace "$FRIDAY_NS" >/dev/null
+  # The imported image's ID as a pod annotation: a rebuilt trainwarden:dev rolls the pods, an unchanged one does not.
+  local image_id
+  image_id="$(cat "$STATE/containerd/imported-trainwarden_dev.id" 2>/dev/null || echo unknown)"
+  log "helm upgrade --install trainwarden (image trainwarden:dev ${image_id:7:12}, secretNamespaces=[$FRIDAY_NS], evalInterval 5s)"
+  helm upgrade --install trainwarden "$REPO/charts/trainwarden" -n trainwarden-system --create-namespace \
     --set image.repository=trainwarden --set image.tag=dev --set image.pullPolicy=Never \
     --set replicas=2 --set evalInterval=5s --set logFormat=text \
     --set-json "notifications.secretNamespaces=[\"$FRIDAY_NS\"]" \
+    --set-string "podAnnotations.trainwarden-e2e/image-id=${image_id#sha256:}" \
     --wait --timeout 180s >"$OUT/helm.txt" 2>&1 || { cat "$OUT/helm.txt" >&2; fail "helm install"; }
-  kubectl annotate deploy -n trainwarden-system trainwarden e2e=yes >/dev/null
   log "trainwarden: $(jp pods -n trainwarden-system -l app.kubernetes.io/name=trainwarden -o jsonpath='{range .items[*]}{.metadata.name}={.status.phase} sa={.spec.serviceAccountName} {end}')"
 }
 
@@ -233,7 +232,7 @@ EOF
   until_ 60 no_pods "$ns" "$job" || fail "the pod was not deleted"
   log "JobSet suspended, pod gone $((SECONDS - ts)) s after the suspend"
   assert_sigterm_checkpoint "$OUT/friday-pod.log"
-  [[ -s "$TRAINWARDEN_CLUSTER_RUN/volumes/$ns/checkpoint.json" ]] || fail "no checkpoint file on the volume"
+  [[ -s "$TRAINWARDEN_CLUSTER_RUN/volumes/$ns/friday-runtime/checkpoint.json" ]] || fail "no checkpoint file on the volume"
   local st
   st="$(jp progresspolicy -n "$ns" weekend-safe -o jsonpath='{.status}')"
   printf '%s\n' "$st" >"$OUT/friday-policy-status.json"
@@ -254,7 +253,7 @@ test_resume() {
   local ns="$FRIDAY_NS" job=friday-run
   suspended "$ns" "$job" || fail "resume needs the suspended TrainJob of the friday test"
   local step
-  step="$(python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["step"])' "$TRAINWARDEN_CLUSTER_RUN/volumes/$ns/checkpoint.json")"
+  step="$(python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["step"])' "$TRAINWARDEN_CLUSTER_RUN/volumes/$ns/friday-runtime/checkpoint.json")"
   kubectl patch trainjob -n "$ns" "$job" --type=merge -p '{"spec":{"suspend":false}}' >/dev/null
   local tr=$SECONDS
   until_ 60 pod_running "$ns" "$job" || fail "no pod Running after the resume"

@@ -83,7 +83,8 @@ def main():
         if MODE == "nan" and step >= NAN_AT:
             loss = math.nan
         if MODE == "hang" and step >= HANG_AT:
-            if step == HANG_AT:
+            if not state.get("hanging"):
+                state["hanging"] = True
                 log(f"hanging at step {step} (no more reports)")
             time.sleep(STEP_SECONDS)
             continue
