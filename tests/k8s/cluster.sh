@@ -759,8 +759,10 @@ containerd_cleanup() {
 unmount_leftovers() {
   local m
   # Only under our dirs (never dockerd's data-root, which build-images.sh keeps elsewhere).
-  for m in $(awk -v a="$RUN/" -v b="$STATE/kubelet/" -v c="$STATE/containerd/" \
-    '{ if (index($2, a) == 1 || index($2, b) == 1 || index($2, c) == 1) print $2 }' /proc/self/mounts | sort -r); do
+  # The kubelet bind-mounts its root dir onto itself, so the dirs themselves count too.
+  for m in $(awk -v a="$RUN" -v b="$STATE/kubelet" -v c="$STATE/containerd" \
+    '{ for (i = 0; i < 3; i++) { d = (i == 0 ? a : i == 1 ? b : c); if ($2 == d || index($2, d "/") == 1) { print $2; break } } }' \
+    /proc/self/mounts | sort -r); do
     umount -l "$m" 2>/dev/null || log "WARNING: could not unmount $m"
   done
 }
