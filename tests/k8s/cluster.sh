@@ -729,17 +729,19 @@ drain_pods() {
   kubectl_ get --raw /readyz >/dev/null 2>&1 || return 0
   pid_alive "$(cat "$RUN/kubelet.pid" 2>/dev/null || echo 0)" || return 0
   kubectl_ delete pods --all -A --grace-period=2 --wait=false >/dev/null 2>&1 || true
-  # Job pods carry the Job controller's tracking finalizer, and that controller is stopped now.
-  local p
-  for p in $(kubectl_ get pods -A -o jsonpath='{range .items[?(@.metadata.finalizers)]}{.metadata.namespace}/{.metadata.name}{"\n"}{end}' 2>/dev/null); do
-    kubectl_ -n "${p%%/*}" patch pod "${p#*/}" --type=json -p '[{"op":"remove","path":"/metadata/finalizers"}]' >/dev/null 2>&1 || true
+  # Job pods carry the Job controller's tracking finalizer, and that controller is stopped now: remove it, again
+  # on every round (a pod can still be on its way out of the kubelet's status updates).
+  local i p left
+  for ((i = 0; i < 30; i++)); do
+    left="$(kubectl_ get pods -A -o jsonpath='{range .items[*]}{.metadata.namespace}/{.metadata.name}{"\n"}{end}' 2>/dev/null)"
+    [[ -z "$left" ]] && return 0
+    for p in $left; do
+      kubectl_ -n "${p%%/*}" patch pod "${p#*/}" --type=merge -p '{"metadata":{"finalizers":null}}' >/dev/null 2>&1 || true
+    done
+    sleep 1
   done
-  local i
-  for ((i = 0; i < 60; i++)); do
-    [[ -z "$(kubectl_ get pods -A -o name 2>/dev/null)" ]] && return 0
-    sleep 0.5
-  done
-  log "WARNING: pods still present after 30 s; removing their containers directly"
+  log "WARNING: pods still present after 30 s; removing their containers directly: $(kubectl_ get pods -A \
+    -o jsonpath='{range .items[*]}{.metadata.namespace}/{.metadata.name}({.status.phase},finalizers={.metadata.finalizers}) {end}' 2>&1 | head -c 600)"
 }
 
 # Whatever is left in our containerd: kill and remove tasks and containers (their shims exit with them).
