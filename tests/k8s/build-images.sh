@@ -59,8 +59,13 @@ want() { ((${#only[@]} == 0)) || [[ " ${only[*]} " == *" $1 "* ]]; }
 
 export DOCKER_HOST="unix://$DRUN/docker.sock" DOCKER_BUILDKIT=0
 own_dockerd=0
+created=()
 start_dockerd() {
   if "$DOCKER" version >/dev/null 2>&1; then return 0; fi
+  # dockerd 20.10 hard-codes /etc/docker/key.json and its managed containerd /opt/containerd: removed again in
+  # stop_dockerd when this script created them.
+  [[ -e /etc/docker/key.json ]] || created+=(/etc/docker/key.json)
+  [[ -e /opt/containerd ]] || created+=(/opt/containerd)
   mkdir -p "$DRUN" "$DOCKER_DIR/data"
   printf '{}\n' >"$DRUN/daemon.json"
   log "starting dockerd (data-root $DOCKER_DIR/data, socket $DRUN/docker.sock)"
@@ -88,6 +93,8 @@ stop_dockerd() {
     sleep 0.2
   done
   log "stopped dockerd (PID $pid)"
+  local p
+  for p in ${created[@]+"${created[@]}"}; do rm -rf "$p"; done
 }
 trap stop_dockerd EXIT
 trap 'exit 130' INT

@@ -25,6 +25,8 @@
 #   - cgroups /sys/fs/cgroup/*/kubepods (the kubelet's, cgroupfs driver)
 #   - /var/log/containers/*.log symlinks (hard-coded in the kubelet; removed with their pods)
 #   - /run/containerd/s/ shim sockets (hard-coded in containerd 1.6; removed when the shims exit)
+#   - /var/lib/kubelet/device-plugins (hard-coded in the kubelet) and /var/lib/cni (the CNI result cache): removed
+#     when `up` created them
 # Everything else lives under TRAINWARDEN_CLUSTER_DIR (default ~/.cache/trainwarden/cluster): containerd's own
 # config, socket, root (images are kept between runs) and state, the CNI config, the kubelet's root dir, logs.
 # A containerd or dockerd already running on the machine is never touched.
@@ -176,6 +178,10 @@ host_setup() {
   record "kube-iptables"
   [[ -d /run/containerd ]] || record "rmdir /run/containerd"
   [[ -d /run/containerd/s ]] || record "rmdir /run/containerd/s"
+  # Paths the kubelet and the CNI library hard-code outside any configurable dir.
+  [[ -e /var/lib/kubelet ]] || record "rmtree /var/lib/kubelet"
+  [[ -e /var/lib/cni ]] || record "rmtree /var/lib/cni"
+  [[ -e /var/log/containers ]] || record "rmdir /var/log/containers"
   ip link add "$BRIDGE" type bridge
   record "bridge $BRIDGE"
   ip addr add "$NODE_IP/24" dev "$BRIDGE"
@@ -219,6 +225,7 @@ host_undo() {
       iptables) ipt_chain_unhook "$2" "$3" "$4" ;;
       kube-iptables) kube_iptables_cleanup ;;
       rmdir) rmdir "$2" 2>/dev/null || true ;;
+      rmtree) rm -rf "$2" ;;
       cgroup)
         if [[ -d "$2" ]]; then
           find "$2" -depth -type d -exec rmdir {} \; 2>/dev/null || log "WARNING: could not remove cgroup $2 (processes left in it?)"
@@ -660,6 +667,7 @@ cmd_up() {
     --bind-address=127.0.0.1 --secure-port="$KCM_PORT" --leader-elect=false \
     --service-account-private-key-file="$RUN/plane/pki/sa.key" --root-ca-file="$RUN/plane/pki/ca.crt" \
     --use-service-account-credentials=false --service-cluster-ip-range="$SVC_CIDR" \
+    --flex-volume-plugin-dir="$STATE/kube-controller-manager/volume-plugins" \
     --controllers='*,-nodeipam,-cloud-node-lifecycle,-service-lb-controller,-node-route-controller'
   start kube-scheduler "$CLUSTER_BIN/kube-scheduler" \
     --kubeconfig="$kc" --authentication-kubeconfig="$kc" --authorization-kubeconfig="$kc" \
@@ -776,6 +784,11 @@ cmd_down() {
     local cache
     cache="$("$SCRIPT_DIR/build-binaries.sh" --print-dir)"
     [[ -x "$cache/bin/kubectl" ]] && KUBECTL="$cache/bin/kubectl"
+  fi
+  # The webhooks first: with Kueue stopped, its pod webhook (failurePolicy Fail) would refuse the pod updates
+  # that drain_pods makes.
+  if [[ -f "$RUN/plane/kubeconfig" && -n "${KUBECTL:-}" ]] && kubectl_ get --raw /readyz >/dev/null 2>&1; then
+    kubectl_ delete validatingwebhookconfigurations,mutatingwebhookconfigurations --all --wait=false >/dev/null 2>&1 || true
   fi
   local c
   # In parallel. The Trainer v2.2.0 hangs 30 s on SIGTERM (a channel in its status server's Start is never
