@@ -66,6 +66,8 @@ start_dockerd() {
   # stop_dockerd when this script created them.
   [[ -e /etc/docker/key.json ]] || created+=(/etc/docker/key.json)
   [[ -e /opt/containerd ]] || created+=(/opt/containerd)
+  # Its shims' sockets go to /run/containerd/s (hard-coded in containerd 1.6): the dirs, when empty.
+  [[ -e /run/containerd ]] || created+=(/run/containerd)
   mkdir -p "$DRUN" "$DOCKER_DIR/data"
   printf '{}\n' >"$DRUN/daemon.json"
   log "starting dockerd (data-root $DOCKER_DIR/data, socket $DRUN/docker.sock)"
@@ -93,8 +95,17 @@ stop_dockerd() {
     sleep 0.2
   done
   log "stopped dockerd (PID $pid)"
+  # dockerd leaves its default network namespace bind-mounted in its exec-root.
+  local m
+  for m in $(awk -v d="$DRUN/" 'index($2, d) == 1 {print $2}' /proc/self/mounts | sort -r); do umount -l "$m" 2>/dev/null || true; done
   local p
-  for p in ${created[@]+"${created[@]}"}; do rm -rf "$p"; done
+  for p in ${created[@]+"${created[@]}"}; do
+    if [[ "$p" == /run/containerd ]]; then
+      rmdir /run/containerd/s /run/containerd 2>/dev/null || true
+    else
+      rm -rf "$p"
+    fi
+  done
 }
 trap stop_dockerd EXIT
 trap 'exit 130' INT
