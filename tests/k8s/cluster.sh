@@ -643,6 +643,8 @@ cmd_up() {
     cmd_down
   fi
   local tb=$SECONDS
+  # A failed start leaves its state for a look at the logs; the next `up` (or `down`) cleans it.
+  trap 'log "up failed; logs in $LOGS; clean up with: $0 down"' ERR
   mkdir -p "$RUN" "$LOGS"
   rm -f "$LOGS"/*.log
   host_setup
@@ -704,6 +706,7 @@ cmd_up() {
   wait_for kube-controller-manager "$RUN/kube-controller-manager.pid" kubectl_ -n default get serviceaccount default
 
   write_env
+  trap - ERR
   log "up in $((SECONDS - tb)) s ($((SECONDS - t0)) s with the build checks): node $NODE_NAME Ready, Trainer $TRAINER_VERSION, JobSet $JOBSET_VERSION, Kueue $KUEUE_VERSION"
   log "kubeconfig: $kc"
   log "try: . $RUN/env && kubectl get nodes"
