@@ -22,6 +22,13 @@
 #   TRAINWARDEN_SHARED_DIR         shared fixtures dir (default: <repo>/../shared)
 #   TRAINWARDEN_K8S_START_TIMEOUT  seconds to wait for each of etcd and the apiserver (default 90)
 #   TRAINWARDEN_K8S_STOP_TIMEOUT   seconds between SIGTERM and SIGKILL (default 20)
+#   TRAINWARDEN_K8S_ADDRESS        IPv4 address kube-apiserver binds to and advertises (default 127.0.0.1);
+#                                  the cluster tier (cluster.sh) uses the node address, which pods can reach
+#   TRAINWARDEN_K8S_EXTRA_SANS     more subjectAltNames for the serving cert, e.g. "IP:10.218.0.1,DNS:kubernetes.default.svc"
+#   TRAINWARDEN_K8S_APISERVER_ARGS more kube-apiserver flags (space-separated; later flags win)
+#   TRAINWARDEN_K8S_DISABLE_ADMISSION  --disable-admission-plugins (default ServiceAccount: no controller-manager
+#                                  creates ServiceAccounts here; the cluster tier sets it empty)
+# A DIR/pki/ca.{crt,key} that exists before `start` is reused (cluster.sh signs other certs with it).
 #
 # Caveats of an envtest-style plane: namespaces never finish deleting, there is
 # no garbage collection of ownerReferences, no default ServiceAccounts, Pods never run.
@@ -29,6 +36,7 @@ set -euo pipefail
 
 SCRIPT_DIR="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 START_TIMEOUT="${TRAINWARDEN_K8S_START_TIMEOUT:-90}"
+ADDRESS="${TRAINWARDEN_K8S_ADDRESS:-127.0.0.1}"
 STOP_TIMEOUT="${TRAINWARDEN_K8S_STOP_TIMEOUT:-20}"
 
 log() { printf '[control-plane] %s\n' "$*" >&2; }
@@ -154,12 +162,12 @@ cmd_stop() {
 # Three distinct free loopback ports. All sockets stay open until all are
 # chosen, so they differ; the usual (small) race remains until our servers bind.
 free_ports() {
-  python3 - "$1" <<'EOF'
+  python3 - "$1" "${2:-127.0.0.1}" <<'EOF'
 import socket, sys
 socks = []
 for _ in range(int(sys.argv[1])):
     s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-    s.bind(("127.0.0.1", 0))
+    s.bind((sys.argv[2], 0))
     socks.append(s)
 print(" ".join(str(s.getsockname()[1]) for s in socks))
 for s in socks:
@@ -172,12 +180,17 @@ make_pki() {
   mkdir -p "$pki"
   (
     cd "$pki"
-    openssl req -x509 -newkey rsa:2048 -nodes -days 3650 -subj "/CN=trainwarden-test-ca" \
-      -keyout ca.key -out ca.crt 2>/dev/null
+    if [[ ! -s ca.key || ! -s ca.crt ]]; then
+      openssl req -x509 -newkey rsa:2048 -nodes -days 3650 -subj "/CN=trainwarden-test-ca" \
+        -keyout ca.key -out ca.crt 2>/dev/null
+    fi
     openssl req -newkey rsa:2048 -nodes -subj "/CN=kube-apiserver" \
       -keyout apiserver.key -out apiserver.csr 2>/dev/null
     # IP SAN: rustls (kube-rs) checks 127.0.0.1 against IP SANs, not the CN.
-    printf 'subjectAltName=IP:127.0.0.1,DNS:localhost\nextendedKeyUsage=serverAuth\nkeyUsage=critical,digitalSignature,keyEncipherment\n' >san.ext
+    local sans="IP:127.0.0.1,DNS:localhost"
+    [[ "$ADDRESS" == 127.0.0.1 ]] || sans+=",IP:$ADDRESS"
+    [[ -z "${TRAINWARDEN_K8S_EXTRA_SANS:-}" ]] || sans+=",$TRAINWARDEN_K8S_EXTRA_SANS"
+    printf 'subjectAltName=%s\nextendedKeyUsage=serverAuth\nkeyUsage=critical,digitalSignature,keyEncipherment\n' "$sans" >san.ext
     openssl x509 -req -in apiserver.csr -CA ca.crt -CAkey ca.key -CAcreateserial -days 3650 \
       -extfile san.ext -out apiserver.crt 2>/dev/null
     # One RSA key signs and verifies service-account tokens (as hack/local-up-cluster.sh does).
@@ -196,7 +209,7 @@ kind: Config
 clusters:
 - name: trainwarden-test
   cluster:
-    server: https://127.0.0.1:$port
+    server: https://$ADDRESS:$port
     certificate-authority-data: $ca_data
 users:
 - name: trainwarden-test-admin
@@ -259,17 +272,17 @@ apiserver_ready() {
   local port="$1" dir="$2"
   # Token via a header file so it does not show up in `ps`.
   [[ "$(curl -fsS --max-time 5 --cacert "$dir/pki/ca.crt" -H "@$dir/pki/auth-header" \
-    "https://127.0.0.1:$port/readyz")" == ok ]] || return 1
+    "https://$ADDRESS:$port/readyz")" == ok ]] || return 1
   # The default namespace is created by a post-start controller, shortly after /readyz.
   curl -fsS --max-time 5 --cacert "$dir/pki/ca.crt" -H "@$dir/pki/auth-header" \
-    -o /dev/null "https://127.0.0.1:$port/api/v1/namespaces/default"
+    -o /dev/null "https://$ADDRESS:$port/api/v1/namespaces/default"
 }
 
 # One attempt; returns 0, 1 (fatal) or 2 (bind race: caller retries).
 start_once() {
   local dir="$1" bin="$2" token="$3"
   local ports etcd_port peer_port api_port
-  ports="$(free_ports 3)" || die "python3 could not find free loopback ports"
+  ports="$(free_ports 3 "$ADDRESS")" || die "python3 could not find free loopback ports"
   read -r etcd_port peer_port api_port <<<"$ports"
 
   rm -rf "$dir/etcd-data"
@@ -288,25 +301,29 @@ start_once() {
   wait_ready etcd "$dir/etcd.pid" "$dir/etcd.log" etcd_healthy "$etcd_port" || rc=$?
   ((rc == 0)) || return "$rc"
 
-  log "starting kube-apiserver on https://127.0.0.1:$api_port"
+  log "starting kube-apiserver on https://$ADDRESS:$api_port"
+  local extra=()
+  # shellcheck disable=SC2206  # word splitting is the documented format
+  [[ -z "${TRAINWARDEN_K8S_APISERVER_ARGS:-}" ]] || extra=($TRAINWARDEN_K8S_APISERVER_ARGS)
   spawn "$dir/kube-apiserver.pid" "$dir/kube-apiserver.log" "$bin/kube-apiserver" \
     --etcd-servers="http://127.0.0.1:$etcd_port" \
-    --bind-address=127.0.0.1 \
+    --bind-address="$ADDRESS" \
     --secure-port="$api_port" \
-    --advertise-address=127.0.0.1 \
+    --advertise-address="$ADDRESS" \
     --cert-dir="$dir/pki" \
     --tls-cert-file="$dir/pki/apiserver.crt" \
     --tls-private-key-file="$dir/pki/apiserver.key" \
     --token-auth-file="$dir/pki/tokens.csv" \
     --client-ca-file="$dir/pki/ca.crt" \
     --authorization-mode=RBAC \
-    --service-account-issuer="https://127.0.0.1:$api_port/" \
+    --service-account-issuer="https://$ADDRESS:$api_port/" \
     --service-account-key-file="$dir/pki/sa.key" \
     --service-account-signing-key-file="$dir/pki/sa.key" \
     --service-cluster-ip-range=10.0.0.0/24 \
     --allow-privileged=true \
-    --disable-admission-plugins=ServiceAccount \
-    --endpoint-reconciler-type=none
+    --disable-admission-plugins="${TRAINWARDEN_K8S_DISABLE_ADMISSION-ServiceAccount}" \
+    --endpoint-reconciler-type=none \
+    ${extra[@]+"${extra[@]}"}
   wait_ready kube-apiserver "$dir/kube-apiserver.pid" "$dir/kube-apiserver.log" \
     apiserver_ready "$api_port" "$dir" || rc=$?
   ((rc == 0)) || return "$rc"
@@ -436,4 +453,7 @@ main() {
   esac
 }
 
-main "$@"
+# cluster.sh sources this file for its process helpers (spawn, stop_pidfile, ...).
+if [[ "${BASH_SOURCE[0]}" == "$0" ]]; then
+  main "$@"
+fi

@@ -38,8 +38,19 @@ use crate::{KUEUE_QUEUE_LABEL, LAST_ACTION_ANNOTATION, SUSPENDED_BY_ANNOTATION};
 
 /// Kueue's Workload (`kueue.x-k8s.io/v1beta1`), the object that owns admission of a Kueue-managed job.
 pub fn workload_resource() -> ApiResource {
+    workload_resource_version("v1beta1")
+}
+
+/// The Workload versions the executor uses, newest first. Kueue 0.15+ stores and serves `v1beta2`; there,
+/// `v1beta1` is deprecated and converted, and every write through it to a Workload with reserved quota fails
+/// its CEL rule (Kueue 0.17: `no such key: priorityClassSource evaluating rule: priorityClassSource is
+/// immutable while workload quota reserved`, 422; seen on the cluster tier). Older Kueue serves only `v1beta1`.
+pub const WORKLOAD_VERSIONS: [&str; 2] = ["v1beta2", "v1beta1"];
+
+/// Kueue's Workload at one API version.
+pub fn workload_resource_version(version: &str) -> ApiResource {
     ApiResource::from_gvk_with_plural(
-        &GroupVersionKind::gvk("kueue.x-k8s.io", "v1beta1", "Workload"),
+        &GroupVersionKind::gvk("kueue.x-k8s.io", version, "Workload"),
         "workloads",
     )
 }
@@ -456,12 +467,26 @@ impl Executor {
     ) -> Result<(Result_, String), String> {
         let ns = job.namespace().unwrap_or_default();
         let uid = job.uid().unwrap_or_default();
-        let api: Api<DynamicObject> = Api::namespaced_with(self.client.clone(), &ns, &workload_resource());
         let list_params = kube::api::ListParams::default();
-        let list = self
-            .call("list_workloads", || api.list(&list_params))
-            .await
-            .map_err(|e| format!("listing Kueue Workloads in {ns} (queue {queue}): {e}"))?;
+        let mut served = None;
+        for version in WORKLOAD_VERSIONS {
+            let api: Api<DynamicObject> =
+                Api::namespaced_with(self.client.clone(), &ns, &workload_resource_version(version));
+            match self.call("list_workloads", || api.list(&list_params)).await {
+                Ok(list) => {
+                    served = Some((version, api, list));
+                    break;
+                }
+                // This version is not served (an older Kueue): try the next one.
+                Err(e) if e.is_not_found() && version != WORKLOAD_VERSIONS[WORKLOAD_VERSIONS.len() - 1] => {}
+                Err(e) => return Err(format!("listing Kueue Workloads in {ns} (queue {queue}): {e}")),
+            }
+        }
+        let Some((version, api, list)) = served else {
+            return Err(format!(
+                "listing Kueue Workloads in {ns} (queue {queue}): no Workload version is served"
+            ));
+        };
         let owned = list.items.into_iter().find(|w| {
             w.owner_references().iter().any(|o| o.uid == uid)
                 || w.labels().get("kueue.x-k8s.io/job-uid").is_some_and(|u| *u == uid)
@@ -479,7 +504,7 @@ impl Executor {
             return Ok((Result_::Unchanged, format!("Kueue Workload {wname} is already inactive")));
         }
         let body = json!({
-            "apiVersion": "kueue.x-k8s.io/v1beta1",
+            "apiVersion": format!("kueue.x-k8s.io/{version}"),
             "kind": "Workload",
             "metadata": {"name": wname, "namespace": ns},
             "spec": {"active": false},

@@ -1,0 +1,200 @@
+#!/usr/bin/env bash
+# Build the images of the cluster tier without any registry, and import them into the cluster's containerd:
+#   trainwarden-test/debian-base:bookworm   debootstrap --variant=minbase bookworm (+ ca-certificates and the host's
+#                                            locally added CAs from /usr/local/share/ca-certificates)
+#   trainwarden-test/rust:<ver>-bookworm    LOCAL stand-in for docker.io/library/rust: that base + gcc + the host's
+#                                            Rust toolchain (rustup cannot download here)
+#   trainwarden-test/training:dev           Python + the real Kubeflow SDK from PyPI + train.py (images/training)
+#   trainwarden:dev                         the project's own Dockerfile, with BUILDER_IMAGE/RUNTIME_IMAGE pointed
+#                                            at the two local bases above (their defaults stay the public images)
+# with dockerd from Debian's docker.io (legacy builder), started here with its own data-root, exec-root and socket
+# under TRAINWARDEN_DOCKER_DIR, no iptables/bridge/ip-forward changes (builds use --network host), and stopped
+# again at the end. A dockerd already running on the machine is not used or touched.
+#
+# Usage (root):
+#   tests/k8s/build-images.sh [--only base|rust|training|trainwarden]... [--no-import]
+# Images are cached in dockerd's data-root (layers) and as archives in $STATE/images/*.tar; the import into
+# containerd runs when the cluster is up (tests/k8s/cluster.sh up) and the image there differs.
+#
+# Environment:
+#   TRAINWARDEN_CLUSTER_DIR     state dir shared with cluster.sh (default ~/.cache/trainwarden/cluster)
+#   TRAINWARDEN_DOCKER_DIR      dockerd's data-root and run dir (default ~/.cache/trainwarden/docker)
+#   TRAINWARDEN_DEBIAN_MIRROR   mirror for debootstrap (default http://deb.debian.org/debian)
+set -euo pipefail
+
+SCRIPT_DIR="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+REPO="$(cd "$SCRIPT_DIR/../.." && pwd)"
+STATE="${TRAINWARDEN_CLUSTER_DIR:-$HOME/.cache/trainwarden/cluster}"
+RUN="$STATE/run"
+IMAGES="$STATE/images"
+# dockerd's own dirs, apart from the cluster's (cluster.sh down unmounts leftovers under the cluster's dirs).
+DOCKER_DIR="${TRAINWARDEN_DOCKER_DIR:-$HOME/.cache/trainwarden/docker}"
+DRUN="$DOCKER_DIR/run"
+MIRROR="${TRAINWARDEN_DEBIAN_MIRROR:-http://deb.debian.org/debian}"
+DOCKER=/usr/bin/docker
+
+BASE_IMAGE=trainwarden-test/debian-base:bookworm
+TRAINING_IMAGE=trainwarden-test/training:dev
+TRAINWARDEN_IMAGE=trainwarden:dev
+
+log() { printf '[build-images] %s\n' "$*" >&2; }
+die() { printf '[build-images] ERROR: %s\n' "$*" >&2; exit 1; }
+
+only=()
+import=1
+while (($#)); do
+  case "$1" in
+    --only) only+=("$2"); shift 2 ;;
+    --no-import) import=0; shift ;;
+    -h | --help) awk 'NR > 1 && /^#/ { sub(/^# ?/, ""); print; next } NR > 1 { exit }' "$0" >&2; exit 0 ;;
+    *) die "unknown argument $1" ;;
+  esac
+done
+want() { ((${#only[@]} == 0)) || [[ " ${only[*]} " == *" $1 "* ]]; }
+
+[[ "$(id -u)" -eq 0 ]] || die "needs root (dockerd, debootstrap)"
+"$SCRIPT_DIR/cluster-prereqs.sh"
+
+# --- our dockerd -------------------------------------------------------------------------------------------
+
+export DOCKER_HOST="unix://$DRUN/docker.sock" DOCKER_BUILDKIT=0
+own_dockerd=0
+created=()
+start_dockerd() {
+  if "$DOCKER" version >/dev/null 2>&1; then return 0; fi
+  # dockerd 20.10 hard-codes /etc/docker/key.json and its managed containerd /opt/containerd: removed again in
+  # stop_dockerd when this script created them.
+  [[ -e /etc/docker/key.json ]] || created+=(/etc/docker/key.json)
+  [[ -e /opt/containerd ]] || created+=(/opt/containerd)
+  # Its shims' sockets go to /run/containerd/s (hard-coded in containerd 1.6): the dirs, when empty.
+  [[ -e /run/containerd ]] || created+=(/run/containerd)
+  mkdir -p "$DRUN" "$DOCKER_DIR/data"
+  printf '{}\n' >"$DRUN/daemon.json"
+  log "starting dockerd (data-root $DOCKER_DIR/data, socket $DRUN/docker.sock)"
+  # No network changes on the host: no bridge, no iptables rules, no ip_forward; builds run with --network host.
+  setsid dockerd --config-file "$DRUN/daemon.json" --data-root "$DOCKER_DIR/data" --exec-root "$DRUN/exec" \
+    --pidfile "$DRUN/dockerd.pid" -H "$DOCKER_HOST" --bridge=none --iptables=false --ip-forward=false \
+    --ip-masq=false --userland-proxy=false --log-level=warn </dev/null >"$DRUN/dockerd.log" 2>&1 &
+  own_dockerd=1
+  local i
+  for ((i = 0; i < 120; i++)); do
+    "$DOCKER" version >/dev/null 2>&1 && return 0
+    sleep 0.5
+  done
+  tail -n 20 "$DRUN/dockerd.log" >&2
+  die "dockerd did not come up"
+}
+stop_dockerd() {
+  ((own_dockerd)) || return 0
+  local pid
+  pid="$(cat "$DRUN/dockerd.pid" 2>/dev/null)" || return 0
+  kill -TERM "$pid" 2>/dev/null || return 0
+  local i
+  for ((i = 0; i < 100; i++)); do
+    kill -0 "$pid" 2>/dev/null || break
+    sleep 0.2
+  done
+  log "stopped dockerd (PID $pid)"
+  # dockerd leaves its default network namespace bind-mounted in its exec-root.
+  local m
+  for m in $(awk -v d="$DRUN/" 'index($2, d) == 1 {print $2}' /proc/self/mounts | sort -r); do umount -l "$m" 2>/dev/null || true; done
+  local p
+  for p in ${created[@]+"${created[@]}"}; do
+    if [[ "$p" == /run/containerd ]]; then
+      rmdir /run/containerd/s /run/containerd 2>/dev/null || true
+    else
+      rm -rf "$p"
+    fi
+  done
+}
+trap stop_dockerd EXIT
+trap 'exit 130' INT
+trap 'exit 143' TERM
+
+have_image() { "$DOCKER" image inspect "$1" >/dev/null 2>&1; }
+
+# --- images --------------------------------------------------------------------------------------------------
+
+build_base() {
+  if have_image "$BASE_IMAGE"; then log "cached: $BASE_IMAGE"; return 0; fi
+  local t0=$SECONDS root="$IMAGES/rootfs"
+  rm -rf "$root"
+  mkdir -p "$IMAGES"
+  log "debootstrap bookworm ($MIRROR) -> $BASE_IMAGE"
+  debootstrap --variant=minbase --include=ca-certificates bookworm "$root" "$MIRROR" >"$IMAGES/debootstrap.log" 2>&1 ||
+    { tail -n 20 "$IMAGES/debootstrap.log" >&2; die "debootstrap failed"; }
+  # CAs this machine trusts beyond Debian's (e.g. a TLS-intercepting egress proxy), so apt/pip/cargo work in builds.
+  if compgen -G "/usr/local/share/ca-certificates/*.crt" >/dev/null; then
+    cp /usr/local/share/ca-certificates/*.crt "$root/usr/local/share/ca-certificates/"
+    chroot "$root" update-ca-certificates >/dev/null 2>&1 || die "update-ca-certificates in the rootfs failed"
+  fi
+  printf 'deb %s bookworm main\n' "$MIRROR" >"$root/etc/apt/sources.list"
+  rm -rf "$root"/var/lib/apt/lists/* "$root"/var/cache/apt/*.bin "$root"/var/log/*.log
+  tar -C "$root" -c . | "$DOCKER" import -c 'ENV PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin' - "$BASE_IMAGE" >/dev/null
+  rm -rf "$root"
+  log "$BASE_IMAGE built in $((SECONDS - t0)) s"
+}
+
+RUST_VERSION="$(rustc --version | awk '{print $2}')"
+RUST_IMAGE="trainwarden-test/rust:$RUST_VERSION-bookworm"
+build_rust() {
+  if have_image "$RUST_IMAGE"; then log "cached: $RUST_IMAGE"; return 0; fi
+  local t0=$SECONDS ctx="$IMAGES/rust-ctx" sysroot
+  sysroot="$(rustc --print sysroot)"
+  rm -rf "$ctx"
+  mkdir -p "$ctx"
+  cp "$SCRIPT_DIR/images/rust-builder/Dockerfile" "$ctx/"
+  # Hard links where the filesystem allows (same as a copy for the build context); docs left out.
+  cp -al "$sysroot" "$ctx/toolchain" 2>/dev/null || cp -a "$sysroot" "$ctx/toolchain"
+  rm -rf "$ctx/toolchain/share/doc"
+  log "building $RUST_IMAGE from the host toolchain ($sysroot)"
+  "$DOCKER" build --network host -q --build-arg "BASE_IMAGE=$BASE_IMAGE" -t "$RUST_IMAGE" "$ctx" >/dev/null ||
+    die "building $RUST_IMAGE failed"
+  rm -rf "$ctx"
+  log "$RUST_IMAGE built in $((SECONDS - t0)) s"
+}
+
+build_training() {
+  local t0=$SECONDS
+  log "building $TRAINING_IMAGE (tests/k8s/images/training)"
+  "$DOCKER" build --network host --build-arg "BASE_IMAGE=$BASE_IMAGE" -t "$TRAINING_IMAGE" \
+    "$SCRIPT_DIR/images/training" >"$IMAGES/training-build.log" 2>&1 ||
+    { tail -n 30 "$IMAGES/training-build.log" >&2; die "building $TRAINING_IMAGE failed"; }
+  log "$TRAINING_IMAGE built in $((SECONDS - t0)) s"
+}
+
+build_trainwarden() {
+  local t0=$SECONDS
+  log "building $TRAINWARDEN_IMAGE from $REPO/Dockerfile (builder $RUST_IMAGE, runtime $BASE_IMAGE)"
+  "$DOCKER" build --network host --build-arg "BUILDER_IMAGE=$RUST_IMAGE" --build-arg "RUNTIME_IMAGE=$BASE_IMAGE" \
+    -t "$TRAINWARDEN_IMAGE" "$REPO" >"$IMAGES/trainwarden-build.log" 2>&1 ||
+    { tail -n 40 "$IMAGES/trainwarden-build.log" >&2; die "building $TRAINWARDEN_IMAGE failed (log: $IMAGES/trainwarden-build.log)"; }
+  log "$TRAINWARDEN_IMAGE built in $((SECONDS - t0)) s"
+}
+
+# Save IMAGE to $IMAGES/<name>.tar when its ID changed; import it into the cluster's containerd when up.
+export_image() {
+  local img="$1" id file
+  id="$("$DOCKER" image inspect -f '{{.Id}}' "$img")"
+  file="$IMAGES/$(tr '/:' '__' <<<"$img").tar"
+  if [[ ! -f "$file" || "$(cat "$file.id" 2>/dev/null)" != "$id" ]]; then
+    "$DOCKER" save -o "$file.tmp" "$img"
+    mv "$file.tmp" "$file"
+    printf '%s\n' "$id" >"$file.id"
+  fi
+  # Imported IDs are remembered next to containerd's root (it keeps images between cluster runs).
+  local mark="$STATE/containerd/imported-$(tr '/:' '__' <<<"$img").id"
+  if ((import)) && [[ -S "$RUN/containerd.sock" ]] && [[ "$(cat "$mark" 2>/dev/null)" != "$id" ]]; then
+    ctr --address "$RUN/containerd.sock" -n k8s.io images import "$file" >/dev/null || die "ctr import of $img failed"
+    printf '%s\n' "$id" >"$mark"
+    log "imported $img into the cluster's containerd"
+  fi
+}
+
+t0=$SECONDS
+start_dockerd
+want base && build_base
+want rust && { have_image "$BASE_IMAGE" || build_base; build_rust; }
+want training && { have_image "$BASE_IMAGE" || build_base; build_training; export_image "$TRAINING_IMAGE"; }
+want trainwarden && { have_image "$RUST_IMAGE" || { have_image "$BASE_IMAGE" || build_base; build_rust; }; build_trainwarden; export_image "$TRAINWARDEN_IMAGE"; }
+log "done in $((SECONDS - t0)) s; docker data-root $(du -sh "$DOCKER_DIR/data" 2>/dev/null | cut -f1)"

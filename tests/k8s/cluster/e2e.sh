@@ -1,0 +1,482 @@
+#!/usr/bin/env bash
+# End-to-end tests of issue 12 on the cluster tier: trainwarden from its image and chart, the real Kubeflow Trainer,
+# JobSet and Kueue, real pods. Each test asserts what the real controllers did.
+#   friday   Enforce weekend-safe-style policy (window open): plateau -> Slack message at a local sink + suspend;
+#            the Trainer suspends the JobSet, the pod gets SIGTERM and writes its checkpoint; savings in the
+#            policy status; Events on the TrainJob
+#   resume   (after friday) un-suspend: a new pod resumes from the checkpoint; not re-suspended at once
+#   stall    the loop hangs (keeps running, stops reporting): suspended at the deadline, pod SIGTERM
+#   kueue    ClusterQueue quota for one job, two teams' TrainJobs; the first stalls: trainwarden deactivates its
+#            Workload, Kueue evicts it and admits the second (time from the stall deadline to its pod Running)
+#   nan      loss NaN at once -> suspended
+#   audit    the same in Audit mode: the pod keeps running, Events and status say what would have happened
+#   rbac     the chart's ServiceAccount may not read another namespace's Secret nor write outside its rules
+# Usage: tests/k8s/cluster/e2e.sh [TEST...]   (default: all, in that order; needs cluster.sh up + build-images.sh)
+set -euo pipefail
+
+SCRIPT_DIR="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+REPO="$(cd "$SCRIPT_DIR/../../.." && pwd)"
+STATE="${TRAINWARDEN_CLUSTER_DIR:-$HOME/.cache/trainwarden/cluster}"
+[[ -f "$STATE/run/env" ]] || { echo "e2e: the cluster is not up (tests/k8s/cluster.sh up)" >&2; exit 1; }
+# shellcheck source=/dev/null
+. "$STATE/run/env"
+OUT="$TRAINWARDEN_CLUSTER_RUN/e2e"
+mkdir -p "$OUT"
+T0=$SECONDS
+CURRENT=""
+SA=system:serviceaccount:trainwarden-system:trainwarden
+
+log() { printf '[e2e %-6s %4ds] %s\n' "$CURRENT" "$((SECONDS - T0))" "$*" >&2; }
+fail() {
+  printf '[e2e %s] FAILED: %s\n' "$CURRENT" "$*" >&2
+  {
+    kubectl get trainjob,jobset,job,pod,workloads.v1beta2.kueue.x-k8s.io -A -o wide
+    kubectl get events -A --sort-by=.lastTimestamp | tail -n 40
+    kubectl logs -n trainwarden-system deploy/trainwarden --tail=60
+  } >"$OUT/failure-$CURRENT.txt" 2>&1 || true
+  tail -n 60 "$OUT/failure-$CURRENT.txt" >&2
+  exit 1
+}
+until_() {
+  local timeout="$1" deadline
+  shift
+  deadline=$((SECONDS + timeout))
+  while ((SECONDS < deadline)); do
+    "$@" >/dev/null 2>&1 && return 0
+    sleep 0.5
+  done
+  return 1
+}
+jp() { kubectl get "$@" 2>/dev/null; }
+suspended() { [[ "$(jp trainjob -n "$1" "$2" -o jsonpath='{.spec.suspend}')" == true ]]; }
+pod_running() { [[ "$(jp pods -n "$1" -l "jobset.sigs.k8s.io/jobset-name=$2" -o jsonpath='{.items[*].status.phase}')" == Running ]]; }
+no_pods() { [[ -z "$(jp pods -n "$1" -l "jobset.sigs.k8s.io/jobset-name=$2" -o name)" ]]; }
+pod_of() { jp pods -n "$1" -l "jobset.sigs.k8s.io/jobset-name=$2" -o jsonpath='{.items[0].metadata.name}'; }
+
+fresh_ns() {
+  kubectl delete namespace "$1" --wait=true --timeout=60s >/dev/null 2>&1 || true
+  rm -rf "$TRAINWARDEN_CLUSTER_RUN/volumes/$1"
+  kubectl create namespace "$1" >/dev/null
+}
+
+# runtime NS NAME ENV_JSON [CPU]: a TrainingRuntime running train.py with a hostPath checkpoint volume of its own.
+runtime() {
+  local ns="$1" name="$2" env="$3" cpu="${4:-100m}"
+  local vol="$TRAINWARDEN_CLUSTER_RUN/volumes/$ns/$name"
+  mkdir -p "$vol"
+  chmod 0777 "$vol"
+  kubectl apply -f - >/dev/null <<EOF
+apiVersion: trainer.kubeflow.org/v1alpha1
+kind: TrainingRuntime
+metadata: {name: $name, namespace: $ns}
+spec:
+  mlPolicy: {numNodes: 1}
+  template:
+    spec:
+      replicatedJobs:
+      - name: node
+        template:
+          metadata:
+            labels: {trainer.kubeflow.org/trainjob-ancestor-step: trainer}
+          spec:
+            template:
+              spec:
+                terminationGracePeriodSeconds: 20
+                containers:
+                - name: node
+                  image: trainwarden-test/training:dev
+                  imagePullPolicy: Never
+                  env: $env
+                  resources: {requests: {cpu: "$cpu"}}
+                  volumeMounts: [{name: checkpoint, mountPath: /checkpoint}]
+                volumes:
+                - name: checkpoint
+                  hostPath: {path: $vol, type: Directory}
+EOF
+}
+
+# trainjob NS NAME RUNTIME LABELS_JSON
+trainjob() {
+  kubectl apply -f - >/dev/null <<EOF
+apiVersion: trainer.kubeflow.org/v1alpha1
+kind: TrainJob
+metadata: {name: $2, namespace: $1, labels: $4}
+spec:
+  runtimeRef: {name: $3, apiGroup: trainer.kubeflow.org, kind: TrainingRuntime}
+EOF
+}
+
+policy_ready() {
+  until_ 30 bash -c "kubectl get progresspolicy -n $1 $2 -o jsonpath='{.status.conditions[?(@.type==\"Ready\")].status}' | grep -qx True" ||
+    fail "ProgressPolicy $1/$2 is not Ready: $(jp progresspolicy -n "$1" "$2" -o jsonpath='{.status}')"
+}
+
+# Follow a pod's log to a file until the pod ends (the SIGTERM/checkpoint lines come during termination).
+follow_log() { kubectl logs -n "$1" -f "$2" >"$3" 2>&1 & }
+
+assert_sigterm_checkpoint() {
+  local file="$1"
+  until_ 30 grep -q 'train: checkpoint written' "$file" || { tail -n 5 "$file" >&2; fail "no SIGTERM + checkpoint in the pod log ($file)"; }
+  log "pod: $(grep -E 'SIGTERM|checkpoint written' "$file" | tr '\n' ' ')"
+}
+
+# --- trainwarden from its chart (once) -------------------------------------------------------------------
+SINK_NS=tw-sink
+FRIDAY_NS=team-friday
+install_trainwarden() {
+  # The namespaces whose Secrets notifications read must exist before the chart is installed.
+  kubectl get namespace "$FRIDAY_NS" >/dev/null 2>&1 || kubectl create namespace "$FRIDAY_NS" >/dev/null
+  # The imported image's ID as a pod annotation: a rebuilt trainwarden:dev rolls the pods, an unchanged one does not.
+  local image_id
+  image_id="$(cat "$STATE/containerd/imported-trainwarden_dev.id" 2>/dev/null || echo unknown)"
+  log "helm upgrade --install trainwarden (image trainwarden:dev ${image_id:7:12}, secretNamespaces=[$FRIDAY_NS], evalInterval 5s)"
+  helm upgrade --install trainwarden "$REPO/charts/trainwarden" -n trainwarden-system --create-namespace \
+    --set image.repository=trainwarden --set image.tag=dev --set image.pullPolicy=Never \
+    --set replicas=2 --set evalInterval=5s --set logFormat=text \
+    --set-json "notifications.secretNamespaces=[\"$FRIDAY_NS\"]" \
+    --set-string "podAnnotations.trainwarden-e2e/image-id=${image_id#sha256:}" \
+    --wait --timeout 180s >"$OUT/helm.txt" 2>&1 || { cat "$OUT/helm.txt" >&2; fail "helm install"; }
+  log "trainwarden: $(jp pods -n trainwarden-system -l app.kubernetes.io/name=trainwarden -o jsonpath='{range .items[*]}{.metadata.name}={.status.phase} sa={.spec.serviceAccountName} {end}')"
+}
+
+# A local Slack: an HTTP server in a pod that prints every POST body (Slack's incoming-webhook protocol: 200 "ok").
+install_sink() {
+  [[ "$(jp pods -n "$SINK_NS" -l app=slack-sink -o jsonpath='{.items[0].status.phase}')" == Running ]] && return 0
+  fresh_ns "$SINK_NS"
+  kubectl apply -f - >/dev/null <<'EOF'
+apiVersion: v1
+kind: Pod
+metadata: {name: slack-sink, namespace: tw-sink, labels: {app: slack-sink}}
+spec:
+  containers:
+  - name: sink
+    image: trainwarden-test/training:dev
+    imagePullPolicy: Never
+    command: [python3, -c]
+    args:
+    - |
+      import http.server, sys
+      class H(http.server.BaseHTTPRequestHandler):
+          def do_POST(self):
+              body = self.rfile.read(int(self.headers.get("Content-Length", 0)))
+              print("SLACK " + self.path + " " + body.decode(), flush=True)
+              self.send_response(200); self.end_headers(); self.wfile.write(b"ok")
+      http.server.HTTPServer(("0.0.0.0", 8080), H).serve_forever()
+    ports: [{containerPort: 8080}]
+---
+apiVersion: v1
+kind: Service
+metadata: {name: slack-sink, namespace: tw-sink}
+spec:
+  selector: {app: slack-sink}
+  ports: [{port: 80, targetPort: 8080}]
+EOF
+  until_ 60 bash -c "[[ \"\$(kubectl get pods -n $SINK_NS slack-sink -o jsonpath='{.status.phase}')\" == Running ]]" ||
+    fail "the Slack sink pod did not start"
+}
+
+# --- tests -------------------------------------------------------------------------------------------------
+
+TRAIN_ENV='[{name: STEP_SECONDS, value: "0.5"}, {name: TOTAL_STEPS, value: "4000"}]'
+
+test_friday() {
+  install_sink
+  local ns="$FRIDAY_NS" job=friday-run
+  kubectl delete trainjob,trainingruntime,progresspolicy,secret -n "$ns" --all --wait=true >/dev/null 2>&1 || true
+  rm -rf "$TRAINWARDEN_CLUSTER_RUN/volumes/$ns"
+  kubectl -n "$ns" create secret generic slack-webhook \
+    --from-literal=url="http://slack-sink.$SINK_NS.svc.cluster.local/services/T000/B000/e2e" >/dev/null
+  # weekend-safe's shape with its window open now (a window starting this minute, in UTC) and test-sized times.
+  local start
+  start="$(date -u +'%M %H')"
+  kubectl apply -f - >/dev/null <<EOF
+apiVersion: trainwarden.dev/v1alpha1
+kind: ProgressPolicy
+metadata: {name: weekend-safe, namespace: $ns}
+spec:
+  selector: {matchLabels: {trainwarden.dev/weekend-safe: "true"}}
+  mode: Enforce
+  timezone: UTC
+  activeWindows:
+  - {start: "$start * * *", duration: 2h}
+  gpuHourCost: 6.875
+  assumeGpus: 8
+  samplingInterval: 5s
+  receivers:
+  - name: team
+    groupWait: 1s
+    slack: {urlSecret: {name: slack-webhook, key: url}}
+  rules:
+  - name: loss-plateau
+    uses: plateau
+    with: {metric: loss, window: 20s, minDelta: 0.01}
+    actions:
+    - notify: {to: team, message: "loss has stopped improving; the job was suspended for the weekend"}
+    - suspend: {}
+EOF
+  policy_ready "$ns" weekend-safe
+  runtime "$ns" friday-runtime "$TRAIN_ENV"
+  trainjob "$ns" "$job" friday-runtime '{trainwarden.dev/weekend-safe: "true"}'
+  until_ 90 pod_running "$ns" "$job" || fail "no training pod Running"
+  local pod
+  pod="$(pod_of "$ns" "$job")"
+  follow_log "$ns" "$pod" "$OUT/friday-pod.log"
+  log "pod $pod Running; waiting for the plateau"
+  until_ 60 bash -c "kubectl get trainjob -n $ns $job -o jsonpath='{.status.trainerStatus.metrics}' | grep -q loss" ||
+    fail "no loss in status.trainerStatus"
+  until_ 150 suspended "$ns" "$job" || fail "not suspended within 150 s"
+  local ts=$SECONDS
+  log "TrainJob suspended; trainerStatus $(jp trainjob -n "$ns" "$job" -o jsonpath='{.status.trainerStatus}')"
+  until_ 30 bash -c "[[ \"\$(kubectl get jobset -n $ns $job -o jsonpath='{.spec.suspend}')\" == true ]]" ||
+    fail "the Trainer did not suspend the JobSet"
+  until_ 60 no_pods "$ns" "$job" || fail "the pod was not deleted"
+  log "JobSet suspended, pod gone $((SECONDS - ts)) s after the suspend"
+  assert_sigterm_checkpoint "$OUT/friday-pod.log"
+  [[ -s "$TRAINWARDEN_CLUSTER_RUN/volumes/$ns/friday-runtime/checkpoint.json" ]] || fail "no checkpoint file on the volume"
+  local st
+  st="$(jp progresspolicy -n "$ns" weekend-safe -o jsonpath='{.status}')"
+  printf '%s\n' "$st" >"$OUT/friday-policy-status.json"
+  python3 -c 'import json,sys; s=json.loads(sys.argv[1]); assert s.get("gpuHoursSaved",0)>0 and s.get("dollarsSaved",0)>0, s' "$st" ||
+    fail "no savings in the policy status: $st"
+  log "savings: $(python3 -c 'import json,sys; s=json.loads(sys.argv[1]); print(s["gpuHoursSaved"], "GPU-hours,", "$", s["dollarsSaved"])' "$st")"
+  until_ 30 bash -c "kubectl logs -n $SINK_NS slack-sink | grep -q '$job'" || fail "no Slack message at the sink"
+  kubectl logs -n "$SINK_NS" slack-sink | grep "$job" | tail -n 1 >"$OUT/friday-slack.txt"
+  log "Slack message: $(cut -c1-220 "$OUT/friday-slack.txt")"
+  kubectl get events -n "$ns" --field-selector "involvedObject.kind=TrainJob,involvedObject.name=$job" \
+    -o custom-columns=REASON:.reason,REPORTER:.reportingComponent,MESSAGE:.message >"$OUT/friday-events.txt"
+  grep -Eq '^Suspended +trainwarden ' "$OUT/friday-events.txt" || fail "no Suspended Event from trainwarden"
+  grep -Eq '^Notified|^Notification' "$OUT/friday-events.txt" || log "note: no notification Event (Events: $(awk 'NR>1{print $1}' "$OUT/friday-events.txt" | sort -u | tr '\n' ' '))"
+  log "Events: $(awk 'NR>1{print $1"/"$2}' "$OUT/friday-events.txt" | tr '\n' ' ')"
+}
+
+test_resume() {
+  local ns="$FRIDAY_NS" job=friday-run
+  suspended "$ns" "$job" || fail "resume needs the suspended TrainJob of the friday test"
+  local step
+  step="$(python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["step"])' "$TRAINWARDEN_CLUSTER_RUN/volumes/$ns/friday-runtime/checkpoint.json")"
+  kubectl patch trainjob -n "$ns" "$job" --type=merge -p '{"spec":{"suspend":false}}' >/dev/null
+  local tr=$SECONDS
+  until_ 60 pod_running "$ns" "$job" || fail "no pod Running after the resume"
+  log "pod Running $((SECONDS - tr)) s after un-suspending"
+  local pod
+  pod="$(pod_of "$ns" "$job")"
+  follow_log "$ns" "$pod" "$OUT/resume-pod.log"
+  until_ 30 grep -q "train: resumed from checkpoint at step $step" "$OUT/resume-pod.log" ||
+    { head -n 5 "$OUT/resume-pod.log" >&2; fail "the new pod did not resume from the checkpoint (step $step)"; }
+  log "new pod: $(grep 'resumed from checkpoint' "$OUT/resume-pod.log")"
+  # Judged afresh: the plateau needs a new 20 s window of reports, so it is not suspended right away.
+  sleep 15
+  suspended "$ns" "$job" && fail "re-suspended within 15 s of the resume"
+  log "still running 15 s after the resume (spec.suspend=$(jp trainjob -n "$ns" "$job" -o jsonpath='{.spec.suspend}'))"
+  # The reports continue from the checkpointed step.
+  until_ 30 bash -c "kubectl get trainjob -n $ns $job -o jsonpath='{.status.trainerStatus.metrics[?(@.name==\"step\")].value}' | awk '\$1 > $step {ok=1} END {exit !ok}'" ||
+    fail "status.trainerStatus step did not continue past $step"
+  log "trainerStatus step now $(jp trainjob -n "$ns" "$job" -o jsonpath='{.status.trainerStatus.metrics[?(@.name=="step")].value}') (> $step)"
+  kubectl patch trainjob -n "$ns" "$job" --type=merge -p '{"spec":{"suspend":true}}' >/dev/null
+}
+
+# stall_policy NS NAME MODE SELECTOR_LABEL
+stall_policy() {
+  kubectl apply -f - >/dev/null <<EOF
+apiVersion: trainwarden.dev/v1alpha1
+kind: ProgressPolicy
+metadata: {name: $2, namespace: $1}
+spec:
+  selector: {matchLabels: {$4: "true"}}
+  mode: $3
+  samplingInterval: 5s
+  assumeGpus: 1
+  rules:
+  - name: stalled
+    when: 'stalled("20s")'
+    actions:
+    - suspend: {message: "no progress report for 20 s"}
+EOF
+}
+
+test_stall() {
+  local ns=tw-stall job=hang
+  fresh_ns "$ns"
+  stall_policy "$ns" stall Enforce trainwarden.dev/stall
+  policy_ready "$ns" stall
+  runtime "$ns" hang-runtime '[{name: MODE, value: hang}, {name: HANG_AT_STEP, value: "12"}, {name: STEP_SECONDS, value: "0.5"}, {name: TOTAL_STEPS, value: "4000"}]'
+  trainjob "$ns" "$job" hang-runtime '{trainwarden.dev/stall: "true"}'
+  until_ 90 pod_running "$ns" "$job" || fail "no training pod Running"
+  follow_log "$ns" "$(pod_of "$ns" "$job")" "$OUT/stall-pod.log"
+  until_ 30 grep -q 'hanging at step' "$OUT/stall-pod.log" || fail "the loop did not hang"
+  local th=$SECONDS
+  log "the loop hangs (keeps running, no more reports)"
+  until_ 90 suspended "$ns" "$job" || fail "not suspended within 90 s of the hang"
+  log "suspended $((SECONDS - th)) s after the hang began (deadline 20 s after the last report)"
+  until_ 60 no_pods "$ns" "$job" || fail "the pod was not deleted"
+  assert_sigterm_checkpoint "$OUT/stall-pod.log"
+}
+
+test_kueue() {
+  local ns=tw-kueue
+  fresh_ns "$ns"
+  kubectl delete clusterqueue e2e-cq --wait=true >/dev/null 2>&1 || true
+  kubectl apply -f - >/dev/null <<EOF
+apiVersion: kueue.x-k8s.io/v1beta2
+kind: ResourceFlavor
+metadata: {name: e2e-flavor}
+---
+apiVersion: kueue.x-k8s.io/v1beta2
+kind: ClusterQueue
+metadata: {name: e2e-cq}
+spec:
+  namespaceSelector: {}
+  resourceGroups:
+  - coveredResources: [cpu]
+    flavors:
+    - name: e2e-flavor
+      resources: [{name: cpu, nominalQuota: "1"}]
+---
+apiVersion: kueue.x-k8s.io/v1beta2
+kind: LocalQueue
+metadata: {name: team-a, namespace: $ns}
+spec: {clusterQueue: e2e-cq}
+---
+apiVersion: kueue.x-k8s.io/v1beta2
+kind: LocalQueue
+metadata: {name: team-b, namespace: $ns}
+spec: {clusterQueue: e2e-cq}
+EOF
+  stall_policy "$ns" stall Enforce trainwarden.dev/stall
+  policy_ready "$ns" stall
+  runtime "$ns" hang-runtime '[{name: MODE, value: hang}, {name: HANG_AT_STEP, value: "12"}, {name: STEP_SECONDS, value: "0.5"}, {name: TOTAL_STEPS, value: "4000"}]' 1
+  runtime "$ns" ok-runtime "$TRAIN_ENV" 1
+  trainjob "$ns" a-hangs hang-runtime '{trainwarden.dev/stall: "true", kueue.x-k8s.io/queue-name: team-a}'
+  until_ 60 pod_running "$ns" a-hangs || fail "team-a's job was not admitted and Running"
+  trainjob "$ns" b-waits ok-runtime '{kueue.x-k8s.io/queue-name: team-b}'
+  sleep 5
+  pod_running "$ns" b-waits && fail "team-b's job runs although the quota is used"
+  local wla wlb
+  wla="$(jp workloads.v1beta2.kueue.x-k8s.io -n "$ns" -l "kueue.x-k8s.io/job-uid=$(jp trainjob -n "$ns" a-hangs -o jsonpath='{.metadata.uid}')" -o jsonpath='{.items[0].metadata.name}')"
+  wlb="$(jp workloads.v1beta2.kueue.x-k8s.io -n "$ns" -l "kueue.x-k8s.io/job-uid=$(jp trainjob -n "$ns" b-waits -o jsonpath='{.metadata.uid}')" -o jsonpath='{.items[0].metadata.name}')"
+  [[ -n "$wla" && -n "$wlb" ]] || fail "Workloads not found by label kueue.x-k8s.io/job-uid"
+  log "Workloads (v1beta2, by job-uid label): $wla admitted=$(jp workloads.v1beta2.kueue.x-k8s.io -n "$ns" "$wla" -o jsonpath='{.status.conditions[?(@.type=="Admitted")].status}'), $wlb admitted=$(jp workloads.v1beta2.kueue.x-k8s.io -n "$ns" "$wlb" -o jsonpath='{.status.conditions[?(@.type=="Admitted")].status}')"
+  follow_log "$ns" "$(pod_of "$ns" a-hangs)" "$OUT/kueue-a-pod.log"
+  until_ 60 grep -q 'hanging at step' "$OUT/kueue-a-pod.log" || fail "team-a's loop did not hang"
+  # The last report before the hang: the stall deadline is 20 s after it.
+  local last deadline_epoch
+  last="$(jp trainjob -n "$ns" a-hangs -o jsonpath='{.status.trainerStatus.lastUpdatedTime}')"
+  deadline_epoch=$(($(date -u -d "$last" +%s) + 20))
+  until_ 120 bash -c "[[ \"\$(kubectl get workloads.v1beta2.kueue.x-k8s.io -n $ns $wla -o jsonpath='{.spec.active}')\" == false ]]" ||
+    fail "trainwarden did not deactivate team-a's Workload"
+  log "trainwarden deactivated $wla ($(($(date +%s) - deadline_epoch)) s after the stall deadline)"
+  until_ 60 pod_running "$ns" b-waits || fail "team-b's job was not admitted into the freed quota"
+  local now_ms reclaim
+  now_ms="$(date +%s%3N)"
+  reclaim="$(python3 -c "print(round(($now_ms/1000) - $deadline_epoch, 1))")"
+  log "Kueue evicted $wla ($(jp workloads.v1beta2.kueue.x-k8s.io -n "$ns" "$wla" -o jsonpath='{.status.conditions[?(@.type=="Evicted")].reason}')) and admitted $wlb: team-b's pod Running ${reclaim} s after the stall deadline"
+  printf 'stall deadline -> second pod Running: %s s\n' "$reclaim" >"$OUT/kueue-reclaim.txt"
+  assert_sigterm_checkpoint "$OUT/kueue-a-pod.log"
+  sleep 10
+  [[ "$(jp workloads.v1beta2.kueue.x-k8s.io -n "$ns" "$wla" -o jsonpath='{.spec.active}')" == false ]] || fail "Kueue undid the deactivation"
+  pod_running "$ns" a-hangs && fail "team-a's job runs again"
+  log "10 s later: $wla still inactive, team-a's job not running (Kueue did not undo the stop)"
+  kubectl delete namespace "$ns" --wait=false >/dev/null
+}
+
+nan_policy() {
+  kubectl apply -f - >/dev/null <<EOF
+apiVersion: trainwarden.dev/v1alpha1
+kind: ProgressPolicy
+metadata: {name: non-finite, namespace: $1}
+spec:
+  selector: {matchLabels: {trainwarden.dev/nan: "true"}}
+  mode: $2
+  samplingInterval: 5s
+  rules:
+  - name: nan-loss
+    uses: non_finite
+    with: {metric: loss}
+    actions:
+    - suspend: {message: "loss is NaN"}
+EOF
+}
+
+test_nan() {
+  local ns=tw-nan job=nan
+  fresh_ns "$ns"
+  nan_policy "$ns" Enforce
+  policy_ready "$ns" non-finite
+  runtime "$ns" nan-runtime '[{name: MODE, value: nan}, {name: NAN_AT_STEP, value: "3"}, {name: STEP_SECONDS, value: "0.5"}]'
+  trainjob "$ns" "$job" nan-runtime '{trainwarden.dev/nan: "true"}'
+  until_ 90 pod_running "$ns" "$job" || fail "no training pod Running"
+  follow_log "$ns" "$(pod_of "$ns" "$job")" "$OUT/nan-pod.log"
+  until_ 60 bash -c "kubectl get trainjob -n $ns $job -o jsonpath='{.status.trainerStatus.metrics}' | grep -qi nan" ||
+    fail "no NaN loss in status.trainerStatus"
+  local tn=$SECONDS
+  until_ 60 suspended "$ns" "$job" || fail "not suspended after a NaN loss"
+  log "suspended $((SECONDS - tn)) s after the NaN reached status.trainerStatus"
+  until_ 60 no_pods "$ns" "$job" || fail "the pod was not deleted"
+  assert_sigterm_checkpoint "$OUT/nan-pod.log"
+}
+
+test_audit() {
+  local ns=tw-audit job=nan-audit
+  fresh_ns "$ns"
+  nan_policy "$ns" Audit
+  policy_ready "$ns" non-finite
+  runtime "$ns" nan-runtime '[{name: MODE, value: nan}, {name: NAN_AT_STEP, value: "3"}, {name: STEP_SECONDS, value: "0.5"}]'
+  trainjob "$ns" "$job" nan-runtime '{trainwarden.dev/nan: "true"}'
+  until_ 90 pod_running "$ns" "$job" || fail "no training pod Running"
+  local pod
+  pod="$(pod_of "$ns" "$job")"
+  until_ 60 bash -c "kubectl get events -n $ns --field-selector involvedObject.kind=TrainJob,involvedObject.name=$job -o jsonpath='{.items[*].reportingComponent}' | grep -q trainwarden" ||
+    fail "no Event from trainwarden in Audit mode"
+  sleep 10
+  suspended "$ns" "$job" && fail "Audit mode suspended the TrainJob"
+  [[ "$(pod_of "$ns" "$job")" == "$pod" ]] && pod_running "$ns" "$job" || fail "the pod did not keep running in Audit mode"
+  kubectl get events -n "$ns" --field-selector "involvedObject.kind=TrainJob,involvedObject.name=$job" \
+    -o custom-columns=REASON:.reason,REPORTER:.reportingComponent,MESSAGE:.message >"$OUT/audit-events.txt"
+  log "Events: $(awk 'NR>1{print $1}' "$OUT/audit-events.txt" | sort -u | tr '\n' ' '); $(grep -m1 -i 'would\|audit' "$OUT/audit-events.txt" | cut -c1-200)"
+  grep -qi 'audit\|would' "$OUT/audit-events.txt" || fail "the Events do not say what would have happened"
+  local st
+  st="$(jp progresspolicy -n "$ns" non-finite -o jsonpath='{.status}')"
+  printf '%s\n' "$st" >"$OUT/audit-policy-status.json"
+  grep -qi 'audit\|would' <<<"$st" || fail "the policy status does not say what would have happened: $st"
+  log "pod $pod still Running; policy status: $(python3 -c 'import json,sys; s=json.loads(sys.argv[1]); print({k: s[k] for k in s if k in ("actionCounts","lastAction")})' "$st")"
+  kubectl delete namespace "$ns" --wait=false >/dev/null
+}
+
+test_rbac() {
+  local other=tw-rbac-other
+  fresh_ns "$other"
+  kubectl -n "$other" create secret generic private --from-literal=k=v >/dev/null
+  local out
+  # As the chart's ServiceAccount (impersonated: the API server evaluates its RBAC exactly as for its token).
+  if out="$(kubectl --as="$SA" -n "$other" get secret private -o name 2>&1)"; then fail "the ServiceAccount read $other/private"; fi
+  grep -qi forbidden <<<"$out" || fail "unexpected answer: $out"
+  log "read of Secret $other/private: $(cut -c1-120 <<<"$out")"
+  if out="$(kubectl --as="$SA" -n "$FRIDAY_NS" create secret generic x --from-literal=k=v 2>&1)"; then fail "the ServiceAccount created a Secret"; fi
+  grep -qi forbidden <<<"$out" || fail "unexpected answer: $out"
+  log "create Secret in $FRIDAY_NS (a secretNamespace: get only): forbidden"
+  if out="$(kubectl --as="$SA" -n "$other" delete trainjob anything 2>&1)"; then fail "the ServiceAccount may delete TrainJobs"; fi
+  grep -qi forbidden <<<"$out" || fail "unexpected answer: $out"
+  log "delete TrainJob: forbidden; can-i: $(for v in 'get secrets -n kube-system' 'patch trainjobs.trainer.kubeflow.org -n default' 'patch workloads.kueue.x-k8s.io -n default' 'create pods -n default' 'patch jobsets.jobset.x-k8s.io -n default'; do printf '%s=%s; ' "$v" "$(kubectl auth can-i --as="$SA" $v 2>/dev/null)"; done)"
+  [[ "$(kubectl auth can-i --as="$SA" create pods -n default 2>/dev/null)" == no ]] || fail "the ServiceAccount may create pods"
+  # The token the pod really uses is the chart's ServiceAccount's, not an admin's.
+  local user
+  user="$(kubectl -n trainwarden-system exec deploy/trainwarden -- cat /var/run/secrets/kubernetes.io/serviceaccount/token 2>/dev/null |
+    python3 -c 'import base64,json,sys; p=sys.stdin.read().split(".")[1]; print(json.loads(base64.urlsafe_b64decode(p+"==="))["sub"])' 2>/dev/null || true)"
+  [[ -z "$user" || "$user" == "$SA" ]] || fail "the pod runs with $user"
+  log "the controller pod's token subject: ${user:-<no shell in the image to read it; serviceAccountName=$(jp pods -n trainwarden-system -l app.kubernetes.io/name=trainwarden -o jsonpath='{.items[0].spec.serviceAccountName}')>}"
+  kubectl delete namespace "$other" --wait=false >/dev/null
+}
+
+tests=("$@")
+((${#tests[@]})) || tests=(friday resume stall kueue nan audit rbac)
+CURRENT=setup
+install_trainwarden
+for t in "${tests[@]}"; do
+  CURRENT="$t"
+  declare -F "test_$t" >/dev/null || fail "unknown test $t"
+  t1=$SECONDS
+  "test_$t"
+  log "PASSED in $((SECONDS - t1)) s"
+done
+CURRENT=all
+log "PASSED: ${tests[*]} in $((SECONDS - T0)) s (artifacts: $OUT)"
