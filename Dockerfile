@@ -3,8 +3,9 @@
 #
 # Works with the legacy builder and with BuildKit (no `# syntax=` line, no `RUN --mount`). Dependencies are
 # compiled in their own layer, which stays cached while only the project's sources change: the `planner` stage
-# keeps the Cargo manifests and replaces every .rs file by a stub, so its output changes only when manifests,
-# Cargo.lock or the set of source files change (the cargo-chef technique, without the tool).
+# keeps the Cargo manifests and a stub of each target's root file (what cargo needs to see the targets), so its
+# output changes only when manifests, Cargo.lock or the set of targets change, not when a module is added or
+# moved (the cargo-chef technique, without the tool).
 #
 # Both base images are build arguments whose defaults are the public ones. A machine without a registry can
 # point them at local images (tests/k8s/build-images.sh does: a debootstrap Debian bookworm with the host's Rust
@@ -18,8 +19,11 @@ ARG RUNTIME_IMAGE=gcr.io/distroless/cc-debian12:nonroot
 FROM ${BUILDER_IMAGE} AS planner
 WORKDIR /src
 COPY . .
-# /skeleton: every Cargo.toml and Cargo.lock as is; every .rs file empty, or `fn main() {}` where it has a main.
-RUN find . -path ./target -prune -o -type f \( -name Cargo.toml -o -name Cargo.lock -o -name '*.rs' \) -print \
+# /skeleton: every Cargo.toml and Cargo.lock as is; each target root (src/lib.rs, src/main.rs, src/bin/*,
+# tests/*.rs, benches/*.rs, examples/*.rs, build.rs) empty, or `fn main() {}` where it has a main.
+RUN find . -path ./target -prune -o -type f \( -name Cargo.toml -o -name Cargo.lock -o -name build.rs \
+        -o -regex '.*/src/\(lib\|main\)\.rs' -o -regex '.*/src/bin/[^/]*\.rs' -o -regex '.*/src/bin/[^/]*/main\.rs' \
+        -o -regex '.*/\(tests\|benches\|examples\)/[^/]*\.rs' \) -print \
   | while read -r f; do \
       mkdir -p "/skeleton/$(dirname "$f")"; \
       case "$f" in \

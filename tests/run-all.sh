@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The whole test suite, from a fresh machine: install what is missing, build (or reuse) a real kube-apiserver +
 # etcd, start them, run every Rust test (unit, CLI and real-API integration) and the policy catalog tests with
-# `trainwarden test`, then stop the control plane. This is the README's test command; .ci/run calls it.
+# `trainwarden test`, then stop the control plane; then the cluster tier's end-to-end tests against the real
+# Kubeflow controllers. This is the README's test command; .ci/run calls it.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -16,3 +17,15 @@ tests/k8s/with-control-plane.sh bash -c '
   cargo test --workspace --locked
   cargo run --quiet --locked -p trainwarden -- test policies/ examples/
 '
+
+# The cluster tier: a real node (kubelet + containerd), the real Kubeflow Trainer, JobSet and Kueue, and
+# trainwarden installed by its chart from the image its Dockerfile builds (tests/k8s/README.md). It changes host
+# state (undone by `cluster.sh down`, which it always runs), so it needs root; under CI=true nothing skips it.
+if [[ "$(id -u)" == 0 ]]; then
+  tests/k8s/cluster-tests.sh
+elif [[ "${CI:-}" == true || "${CI:-}" == 1 ]]; then
+  echo "the cluster tier needs root (CI=true, so this fails)" >&2
+  exit 1
+else
+  echo "SKIPPED: the cluster tier (tests/k8s/cluster-tests.sh) needs root" >&2
+fi

@@ -2,7 +2,7 @@
 # The cluster tier's tests in one command (root): build or reuse the binaries and images, start the cluster, run
 # the smoke test and the end-to-end tests, and always take the cluster down again (logs are kept in
 # ~/.cache/trainwarden/cluster/logs, test artifacts are copied to TRAINWARDEN_CLUSTER_ARTIFACTS or a temp dir).
-# Not yet part of tests/run-all.sh. Usage: tests/k8s/cluster-tests.sh [E2E_TEST...]
+# tests/run-all.sh runs it after the bare tier. Usage: tests/k8s/cluster-tests.sh [E2E_TEST...]
 set -euo pipefail
 
 SCRIPT_DIR="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
