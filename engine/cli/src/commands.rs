@@ -4,14 +4,13 @@ use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use trainwarden_core::compile::{self, CompiledPolicy};
-use trainwarden_core::duration::Duration;
-use trainwarden_core::evaluate::{EngineConfig, Evaluator, Event};
+use trainwarden_core::CompiledPolicy;
+use trainwarden_core::Duration;
+use trainwarden_core::Timestamp;
 use trainwarden_core::replay::{self, Replay};
-use trainwarden_core::sample::Timestamp;
-use trainwarden_core::script::{BUILTINS, ScriptEngine};
-use trainwarden_core::stream;
-use trainwarden_core::testing::{self, FileSource};
+use trainwarden_core::rule_test::{self, FileSource};
+use trainwarden_core::{BUILTINS, ScriptEngine};
+use trainwarden_core::{EngineConfig, Evaluator, Event};
 
 use trainwarden_notify::delivery::RetryPolicy;
 use trainwarden_notify::offline::{self, OfflineNotifications};
@@ -34,10 +33,10 @@ pub(crate) fn load_policies(files: &[PathBuf], engine: &ScriptEngine) -> Result<
     for file in files {
         let text = read(file)?;
         let source = file.display().to_string();
-        match compile::parse_documents(&text, &source) {
+        match trainwarden_core::parse_documents(&text, &source) {
             Ok(docs) => {
                 for doc in docs {
-                    match compile::compile(&doc, engine) {
+                    match trainwarden_core::compile(&doc, engine) {
                         Ok(p) => compiled.push(p),
                         Err(e) => report.push(format!("{source}: {e}")),
                     }
@@ -83,7 +82,7 @@ pub fn replay(
     let mut errors = Vec::new();
     for path in streams {
         let text = read(path)?;
-        match stream::parse_stream(&text, &path.display().to_string()) {
+        match trainwarden_core::parse_stream(&text, &path.display().to_string()) {
             Ok(r) => records.extend(r),
             Err(es) => errors.extend(es.into_iter().map(|e| e.to_string())),
         }
@@ -236,7 +235,7 @@ pub fn test(paths: &[PathBuf]) -> Result<bool, String> {
     for file in files {
         let text = read(&file)?;
         let name = file.display().to_string();
-        let parsed = match testing::parse_test_file(&text) {
+        let parsed = match rule_test::parse_test_file(&text) {
             Ok(t) => t,
             Err(e) => {
                 println!("FAIL {name}: {e}");
@@ -253,7 +252,7 @@ pub fn test(paths: &[PathBuf]) -> Result<bool, String> {
                 continue;
             }
         };
-        let docs = match testing::load_policies(&parsed, &dir) {
+        let docs = match rule_test::load_policies(&parsed, &dir) {
             Ok(d) => d,
             Err(errors) => {
                 println!("FAIL {name}: invalid policy");
@@ -268,13 +267,13 @@ pub fn test(paths: &[PathBuf]) -> Result<bool, String> {
             // Every case gets freshly compiled policies: no state leaks between cases.
             let engine = Evaluator::new(config.clone());
             let compiled: Result<Vec<_>, _> =
-                docs.iter().map(|d| compile::compile(d, engine.scripts())).collect();
+                docs.iter().map(|d| trainwarden_core::compile(d, engine.scripts())).collect();
             let result = match compiled
                 .map_err(|e| e.to_string())
                 .and_then(|p| Replay::check_unique(&p).map(|()| p))
             {
-                Ok(policies) => testing::run_case(case, policies, config.clone(), &dir),
-                Err(e) => testing::CaseResult { name: case.name.clone(), failures: vec![e] },
+                Ok(policies) => rule_test::run_case(case, policies, config.clone(), &dir),
+                Err(e) => rule_test::CaseResult { name: case.name.clone(), failures: vec![e] },
             };
             if result.failures.is_empty() {
                 passed += 1;
@@ -300,10 +299,10 @@ pub fn validate(files: &[PathBuf]) -> Result<bool, String> {
     for file in files {
         let text = read(file)?;
         let source = file.display().to_string();
-        match compile::parse_documents(&text, &source) {
+        match trainwarden_core::parse_documents(&text, &source) {
             Ok(docs) => {
                 for doc in docs {
-                    match compile::compile(&doc, &engine) {
+                    match trainwarden_core::compile(&doc, &engine) {
                         Ok(p) => println!(
                             "{source}: {} {} is valid ({} rules)",
                             p.reference.kind,
@@ -327,7 +326,7 @@ pub fn validate(files: &[PathBuf]) -> Result<bool, String> {
 }
 
 pub fn detectors() {
-    for d in trainwarden_core::detectors::DETECTORS {
+    for d in trainwarden_core::DETECTORS {
         println!("{}\n  {}", d.name, d.summary);
         for (name, ty, default, doc) in d.params {
             println!("    {name:<28} {ty:<20} default {default:<10} {doc}");

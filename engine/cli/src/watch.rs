@@ -8,9 +8,9 @@ use std::process::ExitCode;
 use std::sync::Arc;
 use std::time::Duration as StdDuration;
 
-use trainwarden_core::duration::Duration;
-use trainwarden_core::evaluate::Evaluator;
-use trainwarden_core::sample::JobKey;
+use trainwarden_core::Duration;
+use trainwarden_core::Evaluator;
+use trainwarden_core::JobKey;
 use trainwarden_local::watch::PREFIX;
 use trainwarden_local::{Delivering, Notifier, ReportOnly, WatchOptions};
 use trainwarden_notify::{FileSecrets, LocalSecrets, NotifierConfig};

@@ -15,10 +15,10 @@ use std::time::{Duration, Instant};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
 use tokio::sync::{mpsc, oneshot, watch};
 use tracing::{debug, info, warn};
-use trainwarden_core::compile::compile;
-use trainwarden_core::evaluate::{EngineConfig, Evaluator, Event, RuleState, TransitionKind};
-use trainwarden_core::policy::{ActionSpec, KIND_CLUSTER, KIND_NAMESPACED, Mode, PolicyRef};
-use trainwarden_core::sample::{JobKey, Timestamp};
+use trainwarden_core::compile;
+use trainwarden_core::{ActionSpec, KIND_CLUSTER, KIND_NAMESPACED, Mode, PolicyRef};
+use trainwarden_core::{EngineConfig, Evaluator, Event, RuleState, TransitionKind};
+use trainwarden_core::{JobKey, Timestamp};
 use trainwarden_kube::status::{CONDITION_FIRING, CONDITION_READY, MAX_RULE_STATES};
 use trainwarden_kube::{JobStatus, ProgressPolicyStatus};
 
@@ -78,9 +78,7 @@ pub struct Brain {
 impl Brain {
     pub fn new(config: &ControllerConfig, metrics: Arc<Metrics>, notifier: Option<Notifier>) -> Self {
         let engine = EngineConfig {
-            eval_interval: trainwarden_core::duration::Duration::from_secs(
-                config.eval_interval.as_secs().max(1),
-            ),
+            eval_interval: trainwarden_core::Duration::from_secs(config.eval_interval.as_secs().max(1)),
             ..EngineConfig::default()
         };
         Brain {
@@ -354,7 +352,7 @@ impl Brain {
                     let values = reason
                         .values
                         .iter()
-                        .map(|(k, v)| format!("{k}={}", trainwarden_core::detectors::fmt_num(*v)))
+                        .map(|(k, v)| format!("{k}={}", trainwarden_core::fmt_num(*v)))
                         .collect::<Vec<_>>()
                         .join(", ");
                     let values = if values.is_empty() { String::new() } else { format!(" [{values}]") };
@@ -684,9 +682,9 @@ pub async fn run(
 mod tests {
     use super::*;
     use crate::inputs::JobInput;
-    use trainwarden_core::compile::parse_documents;
-    use trainwarden_core::evaluate::{ActionIntent, RuleMemory};
-    use trainwarden_core::sample::{JobSnapshot, Metric, ProgressSample, SampleSource};
+    use trainwarden_core::parse_documents;
+    use trainwarden_core::{ActionIntent, RuleMemory};
+    use trainwarden_core::{JobSnapshot, Metric, ProgressSample, SampleSource};
 
     fn t(s: i64) -> Timestamp {
         Timestamp::from_second(1_795_798_800 + s).unwrap()
@@ -870,7 +868,7 @@ mod tests {
             result: Result_::Done,
             message: String::new(),
             at: t(5),
-            savings: Some(trainwarden_core::evaluate::Savings {
+            savings: Some(trainwarden_core::Savings {
                 until: t(3605),
                 basis: "estimatedEnd",
                 gpus: 8.0,
@@ -893,7 +891,7 @@ mod tests {
 #[cfg(test)]
 mod watch_path_tests {
     use super::*;
-    use trainwarden_core::compile::parse_documents;
+    use trainwarden_core::parse_documents;
 
     /// The controller's path end to end without a cluster: watched TrainJob objects (as JSON, the way the
     /// API server sends them) through `inputs::job_input` into the brain, with a plateau rule.

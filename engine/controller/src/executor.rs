@@ -23,9 +23,9 @@ use serde_json::{Value, json};
 use tokio::sync::mpsc;
 use tokio::task::JoinSet;
 use tracing::{debug, info, warn};
-use trainwarden_core::evaluate::{ActionIntent, Event, Savings};
-use trainwarden_core::policy::{ActionSpec, Mode};
-use trainwarden_core::sample::{JobKey, Timestamp};
+use trainwarden_core::{ActionIntent, Event, Savings};
+use trainwarden_core::{ActionSpec, Mode};
+use trainwarden_core::{JobKey, Timestamp};
 use trainwarden_kube::FIELD_MANAGER;
 use trainwarden_kube::trainjob::{TRAINJOB_GROUP, TRAINJOB_KIND, TRAINJOB_VERSION, trainjob_api};
 use trainwarden_notify::{JobProgress, Notifier};
@@ -347,7 +347,7 @@ impl Executor {
         let audit = intent.mode == Mode::Audit;
 
         if let ActionSpec::Event(e) = &intent.action {
-            let warning = !matches!(e.type_, Some(trainwarden_core::policy::EventType::Normal));
+            let warning = !matches!(e.type_, Some(trainwarden_core::EventType::Normal));
             let reason = e.reason.clone().unwrap_or_else(|| "ProgressRuleFiring".into());
             self.publish(&reference, warning, &reason, "Evaluate", &format!("{by}: {summary}")).await;
             return Ok((Result_::Done, String::new()));

@@ -10,7 +10,7 @@
 //!
 //! - [`inputs`] turns watch events into [`inputs::Input`]s. Nothing is filtered by generation: TrainJob
 //!   progress lives in `status` (or in an annotation), which a generation predicate would hide.
-//! - [`brain`] owns the [`Evaluator`](trainwarden_core::evaluate::Evaluator) — the same code `replay` runs —
+//! - [`brain`] owns the [`Evaluator`](trainwarden_core::Evaluator) — the same code `replay` runs —
 //!   and the per-policy book-keeping for status. It performs no I/O: it reads inputs and the clock, and emits
 //!   work for the executor and status for the writer (the linkerd policy-controller's shape: a sans-IO index,
 //!   status intents over a channel to one writer).

@@ -13,7 +13,7 @@ use kube::api::{Api, Patch, PatchParams};
 use serde_json::json;
 use tokio::sync::mpsc;
 use tracing::{debug, warn};
-use trainwarden_core::policy::KIND_CLUSTER;
+use trainwarden_core::KIND_CLUSTER;
 use trainwarden_kube::{ClusterProgressPolicy, FIELD_MANAGER, ProgressPolicy, ProgressPolicyStatus};
 
 use crate::config::ControllerConfig;

@@ -16,7 +16,7 @@ use kube::api::{Api, DynamicObject, ListParams, Patch, PatchParams, PostParams};
 use serde_json::{Value, json};
 use tokio::sync::watch;
 use trainwarden_controller::ControllerConfig;
-use trainwarden_core::normalize::TRAINER_STATUS_ANNOTATION;
+use trainwarden_core::TRAINER_STATUS_ANNOTATION;
 use trainwarden_kube::ProgressPolicy;
 use trainwarden_kube::trainjob::trainjob_api;
 

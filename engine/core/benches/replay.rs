@@ -9,11 +9,11 @@ use std::hint::black_box;
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::time::Instant;
 
-use trainwarden_core::compile::{compile, parse_documents};
-use trainwarden_core::evaluate::{EngineConfig, Evaluator};
+use trainwarden_core::JobKey;
+use trainwarden_core::parse_line;
 use trainwarden_core::replay::Replay;
-use trainwarden_core::sample::JobKey;
-use trainwarden_core::stream::parse_line;
+use trainwarden_core::{EngineConfig, Evaluator};
+use trainwarden_core::{compile, parse_documents};
 
 /// The system allocator, counting calls (allocations and reallocations).
 struct Counting;
@@ -137,7 +137,7 @@ fn main() {
             .map(|(i, l)| {
                 let record = parse_line(l, "bench", i + 1, previous).expect("valid line");
                 previous = Some(record.time());
-                usize::from(matches!(record, trainwarden_core::stream::StreamRecord::Update(_)))
+                usize::from(matches!(record, trainwarden_core::StreamRecord::Update(_)))
             })
             .sum()
     });

@@ -11,8 +11,8 @@ use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomRe
 use kube::{CustomResource, CustomResourceExt};
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
-use trainwarden_core::compile::PolicyDocument;
-use trainwarden_core::policy::{
+use trainwarden_core::PolicyDocument;
+use trainwarden_core::{
     ClusterPolicySpec, KIND_CLUSTER, KIND_NAMESPACED, PolicyRef, PolicyScope, PolicySpec,
 };
 
@@ -210,7 +210,7 @@ pub enum DocumentError {
 /// A policy custom resource that the evaluation core can compile.
 pub trait PolicyResource {
     /// The core's view of the object: reference (kind, namespace, name, metadata.generation), scope and
-    /// spec, ready for [`trainwarden_core::compile::compile`].
+    /// spec, ready for [`trainwarden_core::compile`].
     fn to_document(&self) -> Result<PolicyDocument, DocumentError>;
 }
 
@@ -260,8 +260,8 @@ impl PolicyResource for ClusterProgressPolicy {
 #[cfg(test)]
 mod tests {
     use serde_json::Value;
-    use trainwarden_core::policy::{LabelSelector, Mode};
-    use trainwarden_core::script::ScriptEngine;
+    use trainwarden_core::ScriptEngine;
+    use trainwarden_core::{LabelSelector, Mode};
 
     use super::*;
 
@@ -337,14 +337,11 @@ mod tests {
             for duration in ["for", "keepFiringFor", "cooldown"] {
                 assert_eq!(
                     rule["properties"][duration]["pattern"],
-                    trainwarden_core::duration::DURATION_PATTERN,
+                    trainwarden_core::DURATION_PATTERN,
                     "{duration}"
                 );
             }
-            assert_eq!(
-                at(spec, "activeWindows.[].duration")["pattern"],
-                trainwarden_core::duration::DURATION_PATTERN
-            );
+            assert_eq!(at(spec, "activeWindows.[].duration")["pattern"], trainwarden_core::DURATION_PATTERN);
             assert_eq!(
                 rule["properties"]["mode"]["description"],
                 "Overrides the policy's mode for this rule."
@@ -426,10 +423,9 @@ mod tests {
         );
         assert_eq!(doc.scope, PolicyScope::Namespace("fraud".into()));
         assert_eq!(doc.spec.mode, Mode::Enforce);
-        let from_file =
-            trainwarden_core::compile::parse_documents(WEEKEND_SAFE, "weekend-safe.yaml").unwrap();
+        let from_file = trainwarden_core::parse_documents(WEEKEND_SAFE, "weekend-safe.yaml").unwrap();
         assert_eq!(from_file, vec![doc.clone()]);
-        let compiled = trainwarden_core::compile::compile(&doc, &ScriptEngine::default()).unwrap();
+        let compiled = trainwarden_core::compile(&doc, &ScriptEngine::default()).unwrap();
         assert_eq!(compiled.rules.len(), 4);
         // transparent: the object serializes back to the same spec.
         let back: Value = serde_json::to_value(&pp).unwrap();
@@ -450,8 +446,8 @@ mod tests {
         let PolicyScope::Cluster { namespace_selector } = &doc.scope else { panic!("{:?}", doc.scope) };
         assert_eq!(namespace_selector.match_labels.get("tier").map(String::as_str), Some("gpu"));
         assert_ne!(namespace_selector, &LabelSelector::default());
-        assert_eq!(trainwarden_core::compile::parse_documents(&yaml, "c.yaml").unwrap(), vec![doc.clone()]);
-        trainwarden_core::compile::compile(&doc, &ScriptEngine::default()).unwrap();
+        assert_eq!(trainwarden_core::parse_documents(&yaml, "c.yaml").unwrap(), vec![doc.clone()]);
+        trainwarden_core::compile(&doc, &ScriptEngine::default()).unwrap();
     }
 
     #[test]

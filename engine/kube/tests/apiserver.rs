@@ -10,10 +10,8 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
 use kube::api::{Api, ApiResource, DynamicObject, Patch, PatchParams, PostParams};
 use kube::{Client, ResourceExt};
 use serde_json::{Value, json};
-use trainwarden_core::compile;
-use trainwarden_core::normalize;
-use trainwarden_core::policy::{KIND_CLUSTER, KIND_NAMESPACED, Mode, PolicyScope};
-use trainwarden_core::script::ScriptEngine;
+use trainwarden_core::ScriptEngine;
+use trainwarden_core::{KIND_CLUSTER, KIND_NAMESPACED, Mode, PolicyScope};
 use trainwarden_kube::FIELD_MANAGER;
 use trainwarden_kube::crd::{self, ClusterProgressPolicy, PolicyResource, ProgressPolicy};
 use trainwarden_kube::status::{CONDITION_READY, JobStatus, ProgressPolicyStatus};
@@ -140,7 +138,7 @@ async fn trainjob_progress_through_the_status_subresource() {
     assert_eq!(sample.updated_at.to_string(), "2025-01-23T10:30:45Z");
     // The same through the core's entry point on the raw JSON.
     assert_eq!(
-        normalize::from_trainjob(&serde_json::to_value(&fetched).unwrap()).unwrap().sample,
+        trainwarden_core::from_trainjob(&serde_json::to_value(&fetched).unwrap()).unwrap().sample,
         Some(sample)
     );
 
@@ -176,16 +174,17 @@ async fn rhoai_annotation_progress_is_read_from_the_api() {
     jobs.create(&PostParams::default(), &job).await.expect("create TrainJob");
     let snapshot = trainjob::to_snapshot(&jobs.get(&name).await.unwrap()).expect("normalize");
     let sample = snapshot.sample.expect("the annotation's sample");
-    assert_eq!(sample.source, trainwarden_core::sample::SampleSource::Annotation);
+    assert_eq!(sample.source, trainwarden_core::SampleSource::Annotation);
     assert_eq!((sample.progress_percent, sample.current_step), (Some(45.0), Some(340.0)));
     assert_eq!(sample.metric("loss"), Some(0.4523));
     assert_eq!(sample.metric("eval_accuracy"), Some(0.8123));
     assert_eq!(snapshot.gpus, Some(2.0));
-    assert!(!snapshot.annotations.contains_key(normalize::TRAINER_STATUS_ANNOTATION));
+    assert!(!snapshot.annotations.contains_key(trainwarden_core::TRAINER_STATUS_ANNOTATION));
 
     // The next poll: the loss went NaN, which the RHOAI controller writes as null.
     let nan = support::fixture("fixtures/kubeflow/payloads/rhoai-trainerStatus-annotation.nan-loss.json");
-    let patch = json!({"metadata": {"annotations": {normalize::TRAINER_STATUS_ANNOTATION: nan.trim()}}});
+    let patch =
+        json!({"metadata": {"annotations": {trainwarden_core::TRAINER_STATUS_ANNOTATION: nan.trim()}}});
     jobs.patch(&name, &PatchParams::default(), &Patch::Merge(&patch)).await.expect("merge-patch annotation");
     let sample = trainjob::to_snapshot(&jobs.get(&name).await.unwrap()).unwrap().sample.unwrap();
     assert!(sample.metric("loss").is_some_and(f64::is_nan), "{sample:?}");
@@ -215,7 +214,8 @@ async fn valid_policy_is_stored_and_compiles() {
     assert_eq!(doc.reference.generation, 1);
     assert_eq!(doc.scope, PolicyScope::Namespace(ctx.ns.clone()));
     assert_eq!(doc.spec.mode, Mode::Enforce);
-    let compiled = compile::compile(&doc, &ScriptEngine::default()).unwrap_or_else(|e| panic!("{e}"));
+    let compiled =
+        trainwarden_core::compile(&doc, &ScriptEngine::default()).unwrap_or_else(|e| panic!("{e}"));
     let rules: Vec<_> = compiled.rules.iter().map(|r| r.name.as_str()).collect();
     assert_eq!(rules, ["nan-loss", "loss-plateau", "stalled", "late"]);
 
@@ -326,7 +326,8 @@ async fn cluster_policy_is_cluster_scoped_with_a_namespace_selector() {
         Some("cluster-policy")
     );
     assert_eq!(namespace_selector.match_expressions.len(), 1);
-    let compiled = compile::compile(&doc, &ScriptEngine::default()).unwrap_or_else(|e| panic!("{e}"));
+    let compiled =
+        trainwarden_core::compile(&doc, &ScriptEngine::default()).unwrap_or_else(|e| panic!("{e}"));
     // The test namespace carries that label, so the policy reaches a team=fraud job there.
     let job_labels = [("team".to_string(), "fraud".to_string())].into();
     let ns_labels = [("trainwarden.dev/test".to_string(), "cluster-policy".to_string())].into();
@@ -384,10 +385,10 @@ fn sample_status(generation: i64) -> ProgressPolicyStatus {
             last_error: None,
         }],
         // Rule memories round-trip through the API server (restart safety depends on it).
-        rule_states: vec![trainwarden_core::evaluate::RuleMemory {
+        rule_states: vec![trainwarden_core::RuleMemory {
             job: "fraud/bert-ft".into(),
             rule: "late".into(),
-            state: trainwarden_core::evaluate::RuleState::Pending,
+            state: trainwarden_core::RuleState::Pending,
             since: Some(now.0),
             cleared_at: None,
             firings: 2,

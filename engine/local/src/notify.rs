@@ -7,10 +7,10 @@ use std::pin::Pin;
 use std::sync::Arc;
 use std::time::Duration as StdDuration;
 
-use trainwarden_core::compile::CompiledPolicy;
-use trainwarden_core::evaluate::Event;
-use trainwarden_core::policy::ActionSpec;
-use trainwarden_core::script::JobData;
+use trainwarden_core::ActionSpec;
+use trainwarden_core::CompiledPolicy;
+use trainwarden_core::Event;
+use trainwarden_core::JobData;
 use trainwarden_notify::{ChannelStats, JobProgress, NotifierConfig, SecretResolver};
 
 use crate::watch::Notifier;

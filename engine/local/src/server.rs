@@ -16,7 +16,7 @@ use serde_json::Value;
 use tokio::net::TcpListener;
 use tokio::sync::mpsc;
 use tokio_rustls::TlsAcceptor;
-use trainwarden_core::sample::JobKey;
+use trainwarden_core::JobKey;
 
 use crate::status_api::{self, MAX_BODY_BYTES, Reply, Route};
 

@@ -22,7 +22,7 @@
 //! Only an accepted update (8) reaches the evaluator: nothing a malformed request carries is ever observed.
 
 use serde_json::{Map, Value, json};
-use trainwarden_core::sample::{JobKey, Timestamp};
+use trainwarden_core::{JobKey, Timestamp};
 
 /// Upstream `maxBodySize = 1 << 16`.
 pub const MAX_BODY_BYTES: usize = 1 << 16;

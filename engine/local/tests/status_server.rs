@@ -11,9 +11,8 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use serde_json::{Value, json};
-use trainwarden_core::compile;
-use trainwarden_core::evaluate::{EngineConfig, Evaluator, Event};
-use trainwarden_core::sample::JobKey;
+use trainwarden_core::JobKey;
+use trainwarden_core::{EngineConfig, Evaluator, Event};
 use trainwarden_local::supervisor::Exit;
 use trainwarden_local::{Ending, ReportOnly, WatchOptions, watch};
 
@@ -92,8 +91,9 @@ while [ ! -e '{1}' ]; do sleep 0.05; done"#,
         done.display()
     );
     let engine = EngineConfig { eval_interval: "1s".parse().unwrap(), ..EngineConfig::default() };
-    let docs = compile::parse_documents(POLICY, "policy.yaml").unwrap();
-    let policies = vec![compile::compile(&docs[0], Evaluator::new(engine.clone()).scripts()).unwrap()];
+    let docs = trainwarden_core::parse_documents(POLICY, "policy.yaml").unwrap();
+    let policies =
+        vec![trainwarden_core::compile(&docs[0], Evaluator::new(engine.clone()).scripts()).unwrap()];
     let options = WatchOptions {
         policies,
         engine,

@@ -6,11 +6,11 @@
 
 use std::collections::BTreeMap;
 
-use trainwarden_core::evaluate::{ActionIntent, Savings};
-use trainwarden_core::policy::{ActionSpec, Mode, PolicyRef};
-use trainwarden_core::sample::{JobKey, Timestamp};
-use trainwarden_core::script::JobData;
-use trainwarden_core::template::{Field, FieldValues};
+use trainwarden_core::JobData;
+use trainwarden_core::{ActionIntent, Savings};
+use trainwarden_core::{ActionSpec, Mode, PolicyRef};
+use trainwarden_core::{Field, FieldValues};
+use trainwarden_core::{JobKey, Timestamp};
 
 /// Firing or resolved.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]

@@ -18,11 +18,11 @@
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 
-use trainwarden_core::duration::Duration;
-use trainwarden_core::evaluate::{ActionIntent, Savings};
-use trainwarden_core::policy::{ActionSpec, GroupLabel, PolicyRef};
-use trainwarden_core::receiver::CompiledReceiver;
-use trainwarden_core::sample::{JobKey, Timestamp};
+use trainwarden_core::CompiledReceiver;
+use trainwarden_core::Duration;
+use trainwarden_core::{ActionIntent, Savings};
+use trainwarden_core::{ActionSpec, GroupLabel, PolicyRef};
+use trainwarden_core::{JobKey, Timestamp};
 
 use crate::alert::{Alert, AlertKey, AlertStatus, JobProgress, PolicyId, describe_action};
 
@@ -379,15 +379,15 @@ pub fn group_label_name(label: GroupLabel) -> &'static str {
 /// kept, so its resolution is announced when the job resumes or is deleted.
 fn needs_reminder(alert: &Alert) -> bool {
     alert.status == AlertStatus::Firing
-        && !(alert.mode == trainwarden_core::policy::Mode::Enforce
+        && !(alert.mode == trainwarden_core::Mode::Enforce
             && alert.actions.iter().any(|(k, _)| k == "suspend"))
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use trainwarden_core::evaluate::Reason;
-    use trainwarden_core::policy::{Mode, NotifyAction, SuspendAction};
+    use trainwarden_core::Reason;
+    use trainwarden_core::{Mode, NotifyAction, SuspendAction};
 
     fn policy() -> PolicyRef {
         PolicyRef {

@@ -12,11 +12,11 @@ use std::time::{Duration as StdDuration, Instant};
 
 use tokio::sync::{Notify, mpsc, watch};
 use tokio::task::JoinHandle;
-use trainwarden_core::compile::CompiledPolicy;
-use trainwarden_core::evaluate::{ActionIntent, Event, TransitionKind};
-use trainwarden_core::policy::PolicyRef;
-use trainwarden_core::receiver::CompiledReceiver;
-use trainwarden_core::sample::{JobKey, Timestamp};
+use trainwarden_core::CompiledPolicy;
+use trainwarden_core::CompiledReceiver;
+use trainwarden_core::PolicyRef;
+use trainwarden_core::{ActionIntent, Event, TransitionKind};
+use trainwarden_core::{JobKey, Timestamp};
 
 use crate::alert::{JobProgress, PolicyId};
 use crate::delivery::{Counters, Queued, RetryPolicy, run_worker};
@@ -241,7 +241,7 @@ impl Notifier {
         if state.shut_down {
             return Err(SubmitError::ShutDown);
         }
-        if let trainwarden_core::policy::ActionSpec::Notify(n) = &intent.action {
+        if let trainwarden_core::ActionSpec::Notify(n) = &intent.action {
             let id = PolicyId::from(&intent.policy);
             // A receiver that cannot take more now would only drop the message later: say so at once.
             let full = state

@@ -3,7 +3,7 @@
 //! and versioned by [`WEBHOOK_SCHEMA_VERSION`]). Pure: no secrets, no I/O.
 
 use serde_json::{Value, json};
-use trainwarden_core::template::Template;
+use trainwarden_core::Template;
 
 use crate::alert::{AlertFields, GroupFields};
 use crate::grouping::{Notification, group_label_name};
@@ -142,12 +142,12 @@ mod tests {
     use super::*;
     use std::sync::Arc;
 
-    use trainwarden_core::duration::Duration;
-    use trainwarden_core::evaluate::Savings;
-    use trainwarden_core::policy::{GroupLabel, Mode, PolicyRef};
-    use trainwarden_core::receiver::CompiledReceiver;
-    use trainwarden_core::sample::{JobKey, Timestamp};
-    use trainwarden_core::template::{DEFAULT_TEXT, DEFAULT_TITLE, Scope};
+    use trainwarden_core::CompiledReceiver;
+    use trainwarden_core::Duration;
+    use trainwarden_core::Savings;
+    use trainwarden_core::{DEFAULT_TEXT, DEFAULT_TITLE, TemplateScope};
+    use trainwarden_core::{GroupLabel, Mode, PolicyRef};
+    use trainwarden_core::{JobKey, Timestamp};
 
     use crate::alert::{Alert, AlertStatus, JobProgress};
 
@@ -210,8 +210,8 @@ mod tests {
     fn rendered(n: &Notification) -> Rendered {
         Rendered::new(
             n,
-            &Template::parse(DEFAULT_TITLE, Scope::Group).unwrap(),
-            &Template::parse(DEFAULT_TEXT, Scope::Alert).unwrap(),
+            &Template::parse(DEFAULT_TITLE, TemplateScope::Group).unwrap(),
+            &Template::parse(DEFAULT_TEXT, TemplateScope::Alert).unwrap(),
         )
     }
 

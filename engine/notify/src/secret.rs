@@ -16,7 +16,7 @@ use std::pin::Pin;
 
 use k8s_openapi::api::core::v1::Secret;
 use kube::Api;
-use trainwarden_core::receiver::SecretRef;
+use trainwarden_core::SecretRef;
 
 /// A secret string. Only [`SecretValue::expose`] reveals it; formatting never does.
 #[derive(Clone, PartialEq, Eq)]

@@ -62,7 +62,7 @@ fn secrets(test: &str, server: &HttpReceiver) -> SecretsDir {
     dir
 }
 
-fn plateau_again(p: &trainwarden_core::compile::CompiledPolicy) -> trainwarden_core::evaluate::ActionIntent {
+fn plateau_again(p: &trainwarden_core::CompiledPolicy) -> trainwarden_core::ActionIntent {
     intent(p, "loss-plateau", "ft-llama", now(), notify("team"))
 }
 

@@ -15,7 +15,7 @@ use k8s_openapi::ByteString;
 use k8s_openapi::api::core::v1::Secret;
 use kube::Api;
 use kube::api::{ObjectMeta, PostParams};
-use trainwarden_core::receiver::SecretRef;
+use trainwarden_core::SecretRef;
 use trainwarden_notify::{ChannelKind, KubeSecrets, Notifier, NotifierConfig, SecretResolver};
 
 async fn create_secret(client: &kube::Client, ns: &str, name: &str, data: &[(&str, &str)]) {

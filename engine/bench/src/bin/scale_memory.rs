@@ -7,10 +7,10 @@
 use std::time::Instant;
 
 use trainwarden_bench::{Rng, hf_line, rss_bytes};
-use trainwarden_core::compile::{compile, parse_documents};
-use trainwarden_core::evaluate::{EngineConfig, Evaluator};
-use trainwarden_core::sample::JobKey;
-use trainwarden_core::stream::{StreamRecord, parse_line};
+use trainwarden_core::JobKey;
+use trainwarden_core::{EngineConfig, Evaluator};
+use trainwarden_core::{StreamRecord, parse_line};
+use trainwarden_core::{compile, parse_documents};
 
 const POLICY: &str = r#"
 apiVersion: trainwarden.dev/v1alpha1

@@ -13,11 +13,11 @@ use std::time::Duration;
 
 use axum::body::Bytes;
 use axum::http::{HeaderMap, StatusCode, Uri};
-use trainwarden_core::compile::{self, CompiledPolicy};
-use trainwarden_core::evaluate::{ActionIntent, Reason, Savings};
-use trainwarden_core::policy::{ActionSpec, Mode, NotifyAction, SuspendAction};
-use trainwarden_core::sample::{JobKey, Timestamp};
-use trainwarden_core::script::ScriptEngine;
+use trainwarden_core::CompiledPolicy;
+use trainwarden_core::ScriptEngine;
+use trainwarden_core::{ActionIntent, Reason, Savings};
+use trainwarden_core::{ActionSpec, Mode, NotifyAction, SuspendAction};
+use trainwarden_core::{JobKey, Timestamp};
 
 /// One request the receiver got.
 #[derive(Clone, Debug)]
@@ -113,8 +113,8 @@ impl HttpReceiver {
 
 /// Compiles a policy document with the real validator; panics with every error.
 pub fn policy(yaml: &str) -> CompiledPolicy {
-    let docs = compile::parse_documents(yaml, "test.yaml").unwrap_or_else(|e| panic!("{e}"));
-    compile::compile(&docs[0], &ScriptEngine::default()).unwrap_or_else(|e| panic!("{e}"))
+    let docs = trainwarden_core::parse_documents(yaml, "test.yaml").unwrap_or_else(|e| panic!("{e}"));
+    trainwarden_core::compile(&docs[0], &ScriptEngine::default()).unwrap_or_else(|e| panic!("{e}"))
 }
 
 /// A secrets root laid out as `<root>/<namespace>/<name>/<key>`, removed on drop.

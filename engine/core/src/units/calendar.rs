@@ -35,7 +35,7 @@ use croner::parser::{CronParser, Seconds, Year};
 use jiff::tz::TimeZone;
 use jiff::{SignedDuration, Timestamp};
 
-use crate::duration::Duration;
+use crate::units::duration::Duration;
 
 /// How far past the queried instant a chain of overlapping or back-to-back
 /// occurrences is followed before giving up: 400 days.

@@ -6,8 +6,12 @@
 //!
 //! Example: `uses: non_finite`, `with: {metric: loss}` — or `metric: "*"` for any metric.
 
-use super::{Detector, DetectorInfo, DetectorState, Finding, JobView, Params, fmt_num};
-use crate::series::MetricSeries;
+use super::{Detector, DetectorInfo, DetectorState, Finding, Params};
+
+use crate::history::job::JobView;
+
+use crate::history::series::MetricSeries;
+use crate::time::fmt_num;
 
 pub const INFO: DetectorInfo = DetectorInfo {
     name: "non_finite",

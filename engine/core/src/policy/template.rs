@@ -1,6 +1,6 @@
 //! Message templates for notifications: `{{field}}` placeholders over a small, fixed set of fields.
 //!
-//! Templates are parsed when a policy is validated ([`crate::compile`]), so an unknown field or an unclosed
+//! Templates are parsed when a policy is validated ([`crate::policy::compile`]), so an unknown field or an unclosed
 //! `{{` is a policy validation error with its field path, never a runtime surprise. Rendering is pure and
 //! cannot fail: the caller supplies every field's text through [`FieldValues`].
 //!
@@ -57,6 +57,7 @@ pub struct FieldDoc {
     pub field: Field,
     /// `true`: usable in group templates (titles, subjects) as well as in alert templates.
     pub group: bool,
+    #[expect(dead_code, reason = "the table is the fields' documentation; no command prints it")]
     pub doc: &'static str,
 }
 

@@ -12,9 +12,13 @@
 //! Examples: `uses: loss_not_decreasing`, `with: {num_steps: 10, diff_percent: 0.1}`;
 //! `uses: overtraining`, `with: {patience_validation: 10, delta: 0.01}`.
 
-use super::{Detector, DetectorInfo, DetectorState, Finding, JobView, Params, fmt_num};
-use crate::sample::ProgressSample;
-use crate::series::{Direction, JobSeries, WINDOW};
+use super::{Detector, DetectorInfo, DetectorState, Finding, Params};
+
+use crate::history::job::JobView;
+
+use crate::history::series::{Direction, JobSeries, WINDOW};
+use crate::input::sample::ProgressSample;
+use crate::time::fmt_num;
 
 pub const INFO_LOSS_NOT_DECREASING: DetectorInfo = DetectorInfo {
     name: "loss_not_decreasing",

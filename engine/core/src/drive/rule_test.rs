@@ -29,15 +29,16 @@ use std::collections::BTreeMap;
 
 use serde::Deserialize;
 
-use crate::compile::{CompiledPolicy, PolicyDocument};
-use crate::duration::Duration;
+use crate::drive::notation::{self, Step};
+use crate::drive::replay::Replay;
 use crate::error::FieldError;
 use crate::evaluate::{EngineConfig, Event, RuleState};
-use crate::notation::{self, Step};
+use crate::input::sample::{JobKey, JobPhase, Metric, ProgressSample, SampleSource};
+use crate::input::stream::{StreamRecord, Update};
 use crate::policy::PolicyRef;
-use crate::replay::Replay;
-use crate::sample::{JobKey, JobPhase, Metric, ProgressSample, SampleSource, Timestamp};
-use crate::stream::{StreamRecord, Update};
+use crate::policy::compile::{CompiledPolicy, PolicyDocument};
+use crate::time::Timestamp;
+use crate::units::duration::Duration;
 
 /// A test file.
 #[derive(Clone, Debug, Deserialize)]
@@ -160,11 +161,11 @@ fn parse_time_or_offset(s: &str, start: Timestamp) -> Result<Timestamp, String> 
     }
     let d: Duration =
         s.parse().map_err(|e| format!("{s:?} is neither an RFC 3339 time nor a duration: {e}"))?;
-    crate::detectors::add_seconds(start, d.as_secs_f64()).ok_or_else(|| format!("{s:?} is out of range"))
+    crate::time::add_seconds(start, d.as_secs_f64()).ok_or_else(|| format!("{s:?} is out of range"))
 }
 
 fn offset_text(t: Timestamp, start: Timestamp) -> String {
-    let secs = crate::detectors::seconds(start, t);
+    let secs = crate::time::seconds(start, t);
     if secs >= 0.0 && secs.fract() == 0.0 {
         Duration::from_secs(secs as u64).to_string()
     } else {
@@ -191,7 +192,7 @@ fn build_input(case: &TestCase, start: Timestamp, files: &dyn FileSource) -> Res
             errors.push("give series or stream, not both".to_string());
         }
         match files.read(stream) {
-            Ok(text) => match crate::stream::parse_stream(&text, stream) {
+            Ok(text) => match crate::input::stream::parse_stream(&text, stream) {
                 Ok(r) => records = r,
                 Err(es) => errors.extend(es.into_iter().map(|e| e.to_string())),
             },
@@ -214,7 +215,7 @@ fn build_input(case: &TestCase, start: Timestamp, files: &dyn FileSource) -> Res
         }
         let len = expanded.iter().map(|(_, s)| s.len()).max().unwrap_or(0);
         for i in 0..len {
-            let Some(t) = crate::detectors::add_seconds(start, interval.as_secs_f64() * i as f64) else {
+            let Some(t) = crate::time::add_seconds(start, interval.as_secs_f64() * i as f64) else {
                 break;
             };
             let mut sample = ProgressSample::empty(t, SampleSource::TrainerStatus);
@@ -230,7 +231,7 @@ fn build_input(case: &TestCase, start: Timestamp, files: &dyn FileSource) -> Res
                     "epoch" => sample.current_epoch = Some(*v),
                     metric => sample
                         .metrics
-                        .push(Metric { name: crate::normalize::canonical_metric_name(metric), value: *v }),
+                        .push(Metric { name: crate::input::canonical_metric_name(metric), value: *v }),
                 }
             }
             let first = records.is_empty();
@@ -257,7 +258,7 @@ fn build_input(case: &TestCase, start: Timestamp, files: &dyn FileSource) -> Res
                 deleted: false,
             }));
         }
-        let end = crate::detectors::add_seconds(start, interval.as_secs_f64() * len.saturating_sub(1) as f64)
+        let end = crate::time::add_seconds(start, interval.as_secs_f64() * len.saturating_sub(1) as f64)
             .unwrap_or(start);
         records.push(StreamRecord::Update(Update {
             time: end,
@@ -480,7 +481,7 @@ pub fn load_policies(
     let mut errors = Vec::new();
     for path in &file.policies {
         match files.read(path) {
-            Ok(text) => match crate::compile::parse_documents(&text, path) {
+            Ok(text) => match crate::policy::compile::parse_documents(&text, path) {
                 Ok(d) => docs.extend(d),
                 Err(e) => errors.extend(
                     e.errors.into_iter().map(|x| FieldError::new(format!("{path}: {}", x.path), x.message)),

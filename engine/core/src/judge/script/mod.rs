@@ -22,14 +22,15 @@ use rhai::packages::{
 };
 use rhai::{Dynamic, Engine, EvalAltResult, ImmutableString, Map, Position, Scope};
 
-use crate::calendar::Calendar;
-use crate::detectors::{
-    self, Detector, DetectorState, DirectionParam, Diverging, EtaAfter, EtaExceeds, Finding, JobView,
-    NonFinite, Stalled,
+use crate::history::job::{JobData, JobView, PolicyEnv};
+use crate::history::series::{Direction, MetricSeries};
+use crate::input::sample::JobPhase;
+use crate::judge::detectors::{
+    self, Detector, DetectorState, DirectionParam, Diverging, EtaAfter, EtaExceeds, Finding, NonFinite,
+    Stalled,
 };
-use crate::duration::Duration;
-use crate::sample::{JobPhase, JobSnapshot, Timestamp};
-use crate::series::{Direction, JobSeries, MetricSeries};
+use crate::time::Timestamp;
+use crate::units::duration::Duration;
 
 /// Explicit resource limits for rule scripts.
 #[derive(Clone, Debug, PartialEq)]
@@ -83,36 +84,6 @@ pub enum ScriptErrorKind {
     /// A limit (operations, depth, sizes, deadline) stopped the script.
     Limit,
     Runtime,
-}
-
-/// The job-independent context of an evaluation: the policy's calendar, GPU price and default size.
-#[derive(Debug)]
-pub struct PolicyEnv {
-    pub calendar: Calendar,
-    pub gpu_hour_cost: Option<f64>,
-    pub assume_gpus: Option<f64>,
-}
-
-/// What the evaluator knows about a job, moved into the thread-local frame during an evaluation.
-#[derive(Clone, Debug)]
-pub struct JobData {
-    pub snapshot: JobSnapshot,
-    pub series: JobSeries,
-    pub first_seen: Timestamp,
-}
-
-impl JobData {
-    pub fn view<'a>(&'a self, env: &'a PolicyEnv, now: Timestamp) -> JobView<'a> {
-        JobView {
-            snapshot: &self.snapshot,
-            series: &self.series,
-            now,
-            first_seen: self.first_seen,
-            gpus: self.snapshot.gpus.or(env.assume_gpus),
-            gpu_hour_cost: env.gpu_hour_cost,
-            calendar: &env.calendar,
-        }
-    }
 }
 
 /// The state host functions see during one evaluation.
@@ -183,7 +154,7 @@ fn detect(detector: &dyn Detector) -> HostResult<bool> {
     })
 }
 
-fn window_stat(name: &str, n: i64, pick: fn(&crate::series::WindowStats) -> f64) -> HostResult<f64> {
+fn window_stat(name: &str, n: i64, pick: fn(&crate::history::series::WindowStats) -> f64) -> HostResult<f64> {
     if n < 1 {
         return Err(format!("the sample count must be at least 1, got {n}").into());
     }
@@ -207,22 +178,22 @@ fn plateau_fn(name: &str, window: PlateauWindow, min_delta: f64) -> HostResult<b
         let Some((last_at, last)) = series.last() else { return Ok(None) };
         let n = match window {
             PlateauWindow::Samples(n) => {
-                if n as usize >= crate::series::WINDOW {
+                if n as usize >= crate::history::series::WINDOW {
                     return Err(format!(
                         "plateau() keeps {} samples; use `uses: plateau` for longer windows",
-                        crate::series::WINDOW - 1
+                        crate::history::series::WINDOW - 1
                     )
                     .into());
                 }
                 n as usize
             }
             PlateauWindow::Time(d) => {
-                let since = detectors::add_seconds(last_at, -d.as_secs_f64()).unwrap_or(Timestamp::MIN);
+                let since = crate::time::add_seconds(last_at, -d.as_secs_f64()).unwrap_or(Timestamp::MIN);
                 let Some(stats) = series.stats_since(since) else { return Ok(None) };
                 if stats.count >= series.window_len() && series.count() > series.window_len() as u64 {
                     return Err(format!(
                         "plateau() window {d} spans more than the {} samples kept; use `uses: plateau`",
-                        crate::series::WINDOW
+                        crate::history::series::WINDOW
                     )
                     .into());
                 }
@@ -241,9 +212,9 @@ fn plateau_fn(name: &str, window: PlateauWindow, min_delta: f64) -> HostResult<b
         Ok((improvement <= min_delta).then(|| {
             Finding::new(format!(
                 "{name} improved by {} over the last {n} samples (best before {}, last {})",
-                detectors::fmt_num(improvement.max(0.0)),
-                detectors::fmt_num(before),
-                detectors::fmt_num(last)
+                crate::time::fmt_num(improvement.max(0.0)),
+                crate::time::fmt_num(before),
+                crate::time::fmt_num(last)
             ))
             .value("improvement", improvement)
         }))
@@ -370,7 +341,7 @@ pub const BUILTINS: &[Builtin] = &[
                 with_frame(|f| {
                     metric_series(f, name)
                         .and_then(|s| s.best(Direction::infer(name)))
-                        .map_or(f64::NAN, |b| detectors::seconds(b.at, f.now))
+                        .map_or(f64::NAN, |b| crate::time::seconds(b.at, f.now))
                 })
             });
         },
@@ -440,7 +411,7 @@ pub const BUILTINS: &[Builtin] = &[
         expected: "60.0",
         register: |e| {
             e.register_fn("silence", || -> HostResult<f64> {
-                with_frame(|f| detectors::seconds(view_of(f).last_activity(), f.now))
+                with_frame(|f| crate::time::seconds(view_of(f).last_activity(), f.now))
             });
         },
     },
@@ -912,8 +883,12 @@ fn classify(rule: &str, err: &EvalAltResult) -> ScriptError {
 /// The job every builtin example runs against: loss 1.5, 1.3, 1.1, 1.2, 1.25 one per minute from
 /// 2026-01-01T01:55Z, grad_norm ended in Inf, progress 42 %, step 420 of 1000, ETA 10 h, 10 GPUs at $5.5,
 /// running since 00:00Z, evaluated at 02:00Z (a Thursday), label team=fraud.
-pub fn doc_fixture() -> (Box<JobData>, Arc<PolicyEnv>, Timestamp) {
-    use crate::sample::{JobKey, Metric, ProgressSample, SampleSource};
+#[cfg(test)]
+pub(crate) fn doc_fixture() -> (Box<JobData>, Arc<PolicyEnv>, Timestamp) {
+    use crate::history::series::JobSeries;
+    use crate::input::sample::JobSnapshot;
+    use crate::input::sample::{JobKey, Metric, ProgressSample, SampleSource};
+    use crate::units::calendar::Calendar;
     let t0 = Timestamp::from_second(1_767_225_600).unwrap_or(Timestamp::UNIX_EPOCH);
     let at = |m: i64| Timestamp::from_second(t0.as_second() + m * 60).unwrap_or(t0);
     let mut snapshot = JobSnapshot::new(JobKey::new("fraud", "ft-llama"));

@@ -8,9 +8,13 @@
 //! Examples: `uses: eta_after`, `with: {deadline: "2026-12-01T09:00:00+01:00"}`;
 //! `uses: eta_exceeds`, `with: {duration: 12h}`.
 
-use super::{Detector, DetectorInfo, DetectorState, Finding, JobView, Params, fmt_secs, seconds};
-use crate::duration::Duration;
-use crate::sample::Timestamp;
+use super::{Detector, DetectorInfo, DetectorState, Finding, Params};
+
+use crate::history::job::JobView;
+
+use crate::time::Timestamp;
+use crate::time::{fmt_secs, seconds};
+use crate::units::duration::Duration;
 
 pub const INFO_AFTER: DetectorInfo = DetectorInfo {
     name: "eta_after",

@@ -1,15 +1,15 @@
 //! One progress sample, whatever Kubeflow flavour reported it.
 //!
 //! Both sources (upstream `status.trainerStatus` and the RHOAI `trainer.opendatahub.io/trainerStatus`
-//! annotation) are turned into a [`ProgressSample`] by [`crate::normalize`]; everything downstream sees only
-//! this type. Metric names are canonical (see [`crate::normalize::canonical_metric_name`]); values may be
+//! annotation) are turned into a [`ProgressSample`] by [`crate::input`]; everything downstream sees only
+//! this type. Metric names are canonical (see [`crate::input::canonical_metric_name`]); values may be
 //! NaN or ±Inf, because a diverged loss is information, not an error.
 
 use std::borrow::Cow;
 use std::collections::BTreeMap;
 use std::fmt;
 
-pub use jiff::Timestamp;
+use crate::time::Timestamp;
 
 /// Where a sample came from.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
@@ -72,7 +72,7 @@ impl ProgressSample {
 }
 
 /// Name equality that first compares addresses: canonical names are shared `&'static str`s (see
-/// [`crate::normalize::interned`]), so the per-sample lookups of detectors and series rarely compare bytes.
+/// [`crate::input::interned`]), so the per-sample lookups of detectors and series rarely compare bytes.
 #[inline]
 pub fn same_name(a: &str, b: &str) -> bool {
     (a.as_ptr() == b.as_ptr() && a.len() == b.len()) || a == b

@@ -6,9 +6,9 @@
 
 use serde_json::{Map, Value};
 
-use crate::duration::{Duration, Warmup, Window};
 use crate::error::FieldError;
-use crate::series::Direction;
+use crate::history::series::Direction;
+use crate::units::duration::{Duration, Warmup, Window};
 
 /// `mode: min | max | auto` of metric detectors.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

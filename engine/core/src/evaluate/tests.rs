@@ -4,8 +4,8 @@
 use std::collections::BTreeMap;
 
 use super::*;
-use crate::compile::{compile, parse_documents};
-use crate::sample::{Metric, ProgressSample, SampleSource};
+use crate::input::sample::{Metric, ProgressSample, SampleSource};
+use crate::policy::compile::{compile, parse_documents};
 
 /// 2026-11-27T17:00:00Z, a Friday.
 fn t(minutes: i64) -> Timestamp {

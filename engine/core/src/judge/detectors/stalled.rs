@@ -12,11 +12,13 @@
 //!
 //! Example: `uses: stalled`, `with: {after: 30m}`.
 
-use super::{
-    Detector, DetectorInfo, DetectorState, Finding, JobView, Params, add_seconds, fmt_secs, seconds,
-};
-use crate::duration::Duration;
-use crate::sample::Timestamp;
+use super::{Detector, DetectorInfo, DetectorState, Finding, Params};
+
+use crate::history::job::JobView;
+
+use crate::time::Timestamp;
+use crate::time::{add_seconds, fmt_secs, seconds};
+use crate::units::duration::Duration;
 
 pub const INFO: DetectorInfo = DetectorInfo {
     name: "stalled",
@@ -102,7 +104,7 @@ impl Detector for Stalled {
 #[cfg(test)]
 mod tests {
     use super::super::testkit::{Job, detector, errors, t};
-    use crate::sample::JobPhase;
+    use crate::input::sample::JobPhase;
     use serde_json::json;
 
     #[test]

@@ -18,7 +18,7 @@
 //! [`Evaluator::tick`] at [`Evaluator::next_tick`]; the replay driver does so between samples, which is how a
 //! stall fires with no new sample arriving. `next_tick` is exact: each job carries one timer, the earliest of
 //! its pending rules' `for`, its firing rules' `keepFiringFor` and its time-driven detectors' deadlines
-//! ([`crate::detectors::Detector::wake_at`], also for `stalled()` inside a script), so such rules fire on the second they are
+//! ([`crate::judge::detectors::Detector::wake_at`], also for `stalled()` inside a script), so such rules fire on the second they are
 //! due; the `eval_interval` cadence (every job re-evaluated at least that often) is only a backstop, e.g. for
 //! scripts that read the clock through `hour()`.
 
@@ -26,13 +26,15 @@ use std::collections::{BTreeMap, BTreeSet, HashMap};
 
 use rustc_hash::FxHashMap;
 
-use crate::compile::{CompiledPolicy, CompiledRule};
-use crate::detectors::{self, DetectorState, Finding, FindingKind};
-use crate::duration::Duration;
+use crate::history::job::JobData;
+use crate::history::series::{JobSeries, Recorded};
+use crate::input::sample::{JobKey, JobPhase, JobSnapshot, ProgressSample};
+use crate::judge::detectors::{DetectorState, Finding, FindingKind};
+use crate::judge::script::{Limits, ScriptEngine};
+use crate::policy::compile::{CompiledPolicy, CompiledRule};
 use crate::policy::{ActionSpec, Mode, PolicyRef};
-use crate::sample::{JobKey, JobPhase, JobSnapshot, ProgressSample, Timestamp};
-use crate::script::{JobData, Limits, ScriptEngine};
-use crate::series::{JobSeries, Recorded};
+use crate::time::Timestamp;
+use crate::units::duration::Duration;
 
 /// Engine settings shared by every policy.
 #[derive(Clone, Debug)]
@@ -661,7 +663,7 @@ impl Evaluator {
     /// When the next timer evaluation is due.
     pub fn next_tick(&self) -> Option<Timestamp> {
         let interval = self.config.eval_interval.as_secs_f64();
-        let cadence = self.last_tick.and_then(|t| detectors::add_seconds(t, interval));
+        let cadence = self.last_tick.and_then(|t| crate::time::add_seconds(t, interval));
         let calendar = self.policies.iter().flatten().filter_map(|s| s.next_calendar_change).min();
         let timer = self.wakes.first().map(|(t, _)| *t);
         [cadence, calendar, timer].into_iter().flatten().min()
@@ -673,13 +675,13 @@ impl Evaluator {
         let calendar_changed =
             self.policies.iter().flatten().any(|s| s.next_calendar_change.is_some_and(|c| c <= now));
         let interval = self.config.eval_interval.as_secs_f64();
-        let cadence = self.last_tick.is_none_or(|t| detectors::seconds(t, now) >= interval);
+        let cadence = self.last_tick.is_none_or(|t| crate::time::seconds(t, now) >= interval);
         let mut due: Vec<JobKey> = if calendar_changed || cadence {
             self.jobs
                 .iter()
                 .filter(|(_, j)| {
                     calendar_changed
-                        || j.last_evaluated.is_none_or(|t| detectors::seconds(t, now) >= interval)
+                        || j.last_evaluated.is_none_or(|t| crate::time::seconds(t, now) >= interval)
                         || j.wake.is_some_and(|w| w <= now)
                 })
                 .map(|(k, _)| k.clone())
@@ -796,13 +798,13 @@ impl Evaluator {
                 for (rule, track) in slot.policy.rules.iter().zip(tracks) {
                     match track.state.unwrap_or(RuleState::Inactive) {
                         RuleState::Pending => consider(
-                            track.since.and_then(|s| detectors::add_seconds(s, rule.for_.as_secs_f64())),
+                            track.since.and_then(|s| crate::time::add_seconds(s, rule.for_.as_secs_f64())),
                         ),
-                        RuleState::Firing => consider(
-                            track
-                                .cleared_at
-                                .and_then(|c| detectors::add_seconds(c, rule.keep_firing_for.as_secs_f64())),
-                        ),
+                        RuleState::Firing => {
+                            consider(track.cleared_at.and_then(|c| {
+                                crate::time::add_seconds(c, rule.keep_firing_for.as_secs_f64())
+                            }))
+                        }
                         RuleState::Inactive => {
                             if let Some(d) = &rule.detector {
                                 consider(d.wake_at(&track.detector_state, &data.view(&slot.policy.env, now)));
@@ -836,7 +838,8 @@ impl Evaluator {
             for (rule, track) in slot.policy.rules.iter().zip(job.tracks.get(p).into_iter().flatten()) {
                 let state = track.state.unwrap_or(RuleState::Inactive);
                 let cooling = track.last_issued.iter().flatten().any(|last| {
-                    detectors::add_seconds(*last, rule.cooldown.as_secs_f64()).is_none_or(|until| until > now)
+                    crate::time::add_seconds(*last, rule.cooldown.as_secs_f64())
+                        .is_none_or(|until| until > now)
                 });
                 if state == RuleState::Inactive && !cooling {
                     continue;
@@ -944,7 +947,7 @@ impl Evaluator {
 }
 
 /// Evaluates the rule's condition: `Some(reason)` when it holds, and when a time-driven function of its
-/// script would turn true (see [`crate::script::Frame::wake`]).
+/// script would turn true (see [`crate::judge::script::Frame::wake`]).
 fn condition(
     scripts: &ScriptEngine,
     policy: &CompiledPolicy,
@@ -1010,7 +1013,7 @@ fn advance(
         (RuleState::Pending, Some(reason)) => {
             let since = track.since.unwrap_or(now);
             track.last_reason = reason.clone();
-            if detectors::seconds(since, now) >= rule.for_.as_secs_f64() {
+            if crate::time::seconds(since, now) >= rule.for_.as_secs_f64() {
                 fire(track, key, policy, rule, reason, now, data, out);
             }
         }
@@ -1025,7 +1028,7 @@ fn advance(
         }
         (RuleState::Firing, None) => {
             let cleared = *track.cleared_at.get_or_insert(now);
-            if detectors::seconds(cleared, now) >= rule.keep_firing_for.as_secs_f64() {
+            if crate::time::seconds(cleared, now) >= rule.keep_firing_for.as_secs_f64() {
                 track.state = Some(RuleState::Inactive);
                 track.since = None;
                 track.cleared_at = None;
@@ -1065,7 +1068,7 @@ fn fire(
     for (i, action) in rule.actions.iter().enumerate() {
         if let Some(last) = track.last_issued[i] {
             // A cooldown past the representable range means "never again".
-            let until = detectors::add_seconds(last, rule.cooldown.as_secs_f64()).unwrap_or(Timestamp::MAX);
+            let until = crate::time::add_seconds(last, rule.cooldown.as_secs_f64()).unwrap_or(Timestamp::MAX);
             if until > now {
                 out.push(Event::Suppressed {
                     at: now,
@@ -1131,7 +1134,7 @@ fn savings(data: &JobData, policy: &CompiledPolicy, reason: &Reason, now: Timest
         (Some(FindingKind::Stall), Some(end)) => (end, "windowEnd"),
         _ => (view.estimated_end()?, "estimatedEnd"),
     };
-    let hours = detectors::seconds(now, until) / 3600.0;
+    let hours = crate::time::seconds(now, until) / 3600.0;
     if hours <= 0.0 {
         return None;
     }
@@ -1164,5 +1167,4 @@ fn resolve_track(
 }
 
 #[cfg(test)]
-#[path = "evaluate_tests.rs"]
 mod tests;

@@ -3,7 +3,7 @@
 //! Everything is checked in one pass and every problem is reported with its field path: unknown fields,
 //! durations, cron windows, the time zone, rule names, detectors and their parameters, windows shorter
 //! than the sampling interval, Rhai compile errors (with line:column), notification receivers
-//! ([`crate::receiver`]: durations, message templates, Secret namespaces, `notify.to` names), and
+//! ([`crate::policy::receiver`]: durations, message templates, Secret namespaces, `notify.to` names), and
 //! cross-field requirements such as a cost budget without `gpuHourCost`. A policy that has any error is not compiled at all, so nothing
 //! is half-applied. Scripts are compiled here, once per policy version.
 
@@ -12,16 +12,17 @@ use std::sync::Arc;
 
 use serde_json::Value;
 
-use crate::calendar::{ActiveWindow, Calendar};
-use crate::detectors::{self, Detector};
-use crate::duration::Duration;
 use crate::error::{FieldError, FieldErrors};
+use crate::history::job::PolicyEnv;
+use crate::judge::detectors::{self, Detector};
+use crate::judge::script::{CompiledScript, ScriptEngine};
+use crate::policy::receiver::{self, CompiledReceiver};
 use crate::policy::{
     API_VERSION, ActionSpec, ClusterPolicySpec, KIND_CLUSTER, KIND_NAMESPACED, LabelSelector, Mode,
     PolicyRef, PolicyScope, PolicySpec,
 };
-use crate::receiver::{self, CompiledReceiver};
-use crate::script::{CompiledScript, PolicyEnv, ScriptEngine};
+use crate::units::calendar::{ActiveWindow, Calendar};
+use crate::units::duration::Duration;
 
 /// A policy document as read from a file or the API: identity, scope and spec.
 #[derive(Clone, Debug, PartialEq)]

@@ -19,7 +19,9 @@
 
 use std::borrow::Cow;
 
-use crate::sample::{ProgressSample, Timestamp, same_name};
+use crate::input::sample::{ProgressSample, same_name};
+
+use crate::time::Timestamp;
 
 /// Points kept per metric.
 pub const WINDOW: usize = 64;
@@ -264,7 +266,7 @@ impl MetricSeries {
         if self.len as usize == WINDOW {
             self.evict_oldest();
         }
-        let t = seconds_between(self.base, at);
+        let t = crate::time::seconds(self.base, at);
         let slot = (self.head as usize + self.len as usize) % WINDOW;
         self.ring[slot] = Point { t, v: value };
         let seq = self.head_seq.wrapping_add(self.len);
@@ -330,7 +332,7 @@ impl MetricSeries {
             for i in 0..self.len as usize {
                 self.ring[(self.head as usize + i) % WINDOW].t -= shift;
             }
-            if let Some(base) = crate::detectors::add_seconds(self.base, shift) {
+            if let Some(base) = crate::time::add_seconds(self.base, shift) {
                 self.base = base;
             }
         }
@@ -442,7 +444,7 @@ impl MetricSeries {
 
     /// Statistics over the points observed at or after `since`.
     pub fn stats_since(&self, since: Timestamp) -> Option<WindowStats> {
-        let from = seconds_between(self.base, since);
+        let from = crate::time::seconds(self.base, since);
         stats_of(self.points().rev().take_while(|p| p.t >= from))
     }
 
@@ -507,10 +509,6 @@ fn stats_of(points: impl Iterator<Item = Point>) -> Option<WindowStats> {
         std: (svv / nf - mean * mean).max(0.0).sqrt(),
         slope_per_second: slope,
     })
-}
-
-fn seconds_between(from: Timestamp, to: Timestamp) -> f64 {
-    (to.as_nanosecond() - from.as_nanosecond()) as f64 / 1e9
 }
 
 /// Everything the engine remembers about one job's progress.
@@ -648,7 +646,7 @@ impl JobSeries {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::sample::{Metric, SampleSource};
+    use crate::input::sample::{Metric, SampleSource};
 
     fn t(secs: i64) -> Timestamp {
         Timestamp::from_second(1_700_000_000 + secs).unwrap()

@@ -6,11 +6,13 @@
 //!
 //! Example: `uses: over_budget`, `with: {maxCost: 1500}` with `gpuHourCost: 6.875` on the policy.
 
-use super::{
-    Detector, DetectorInfo, DetectorState, Finding, JobView, Params, add_seconds, fmt_num, fmt_secs,
-};
-use crate::duration::Duration;
-use crate::sample::Timestamp;
+use super::{Detector, DetectorInfo, DetectorState, Finding, Params};
+
+use crate::history::job::JobView;
+
+use crate::time::Timestamp;
+use crate::time::{add_seconds, fmt_num, fmt_secs};
+use crate::units::duration::Duration;
 
 pub const INFO: DetectorInfo = DetectorInfo {
     name: "over_budget",

@@ -1,16 +1,16 @@
 //! Notification receivers, validated and compiled: durations parsed, templates parsed, Secret namespaces
 //! resolved against the policy's scope.
 //!
-//! [`compile_receivers`] is called by [`crate::compile`], so a bad receiver is a policy validation error with
+//! [`compile_receivers`] is called by [`crate::policy::compile`], so a bad receiver is a policy validation error with
 //! its field path like any other. The notifier (crate `trainwarden-notify`) consumes [`CompiledReceiver`]s; it
 //! never re-parses the spec. Pure: no I/O, no secrets (only references to them).
 
 use std::collections::HashSet;
 
-use crate::duration::Duration;
 use crate::error::FieldError;
+use crate::policy::template::{DEFAULT_TEXT, DEFAULT_TITLE, Scope, Template};
 use crate::policy::{GroupLabel, PolicyScope, ReceiverSpec, SecretKeySelector, SmtpTls};
-use crate::template::{DEFAULT_TEXT, DEFAULT_TITLE, Scope, Template};
+use crate::units::duration::Duration;
 
 pub const DEFAULT_GROUP_WAIT: Duration = Duration::from_secs(30);
 pub const DEFAULT_GROUP_INTERVAL: Duration = Duration::from_secs(300);

@@ -10,12 +10,13 @@ use std::collections::{BTreeMap, HashSet};
 
 use rustc_hash::{FxHashMap, FxHashSet};
 
-use crate::compile::CompiledPolicy;
-use crate::detectors::{fmt_num, fmt_secs};
 use crate::evaluate::{ActionIntent, EngineConfig, Evaluator, Event, Savings};
+use crate::input::sample::{JobKey, JobPhase, JobSnapshot};
+use crate::input::stream::StreamRecord;
+use crate::policy::compile::CompiledPolicy;
 use crate::policy::{ActionSpec, Mode};
-use crate::sample::{JobKey, JobPhase, JobSnapshot, Timestamp};
-use crate::stream::StreamRecord;
+use crate::time::Timestamp;
+use crate::time::{fmt_num, fmt_secs};
 
 /// The replay state machine.
 pub struct Replay {
@@ -375,7 +376,7 @@ pub fn render_text(events: &[Event], summary: &Summary, tz: &jiff::tz::TimeZone)
             "  stream       {} → {} ({})\n",
             local(a, tz),
             local(b, tz),
-            fmt_secs(crate::detectors::seconds(a, b))
+            fmt_secs(crate::time::seconds(a, b))
         );
     }
     out += &format!(

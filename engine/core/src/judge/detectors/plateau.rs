@@ -15,13 +15,15 @@
 //!
 //! Example: `uses: plateau`, `with: {metric: loss, window: 2h, minDelta: 0.001, warmup: 10%}`.
 
-use super::{
-    Detector, DetectorInfo, DetectorState, DirectionParam, Finding, JobView, Params, fmt_num, fmt_secs,
-    seconds,
-};
-use crate::duration::{Duration, Warmup, Window};
-use crate::sample::{ProgressSample, Timestamp};
-use crate::series::{JobSeries, WINDOW};
+use super::{Detector, DetectorInfo, DetectorState, Finding, Params};
+
+use crate::history::job::JobView;
+
+use crate::history::series::{JobSeries, WINDOW};
+use crate::input::sample::ProgressSample;
+use crate::time::Timestamp;
+use crate::time::{fmt_num, fmt_secs, seconds};
+use crate::units::duration::{Duration, Warmup, Window};
 
 pub const INFO: DetectorInfo = DetectorInfo {
     name: "plateau",
@@ -58,9 +60,8 @@ pub const INFO: DetectorInfo = DetectorInfo {
 #[derive(Debug, Clone)]
 pub struct Plateau {
     pub metric: std::borrow::Cow<'static, str>,
-    pub mode: DirectionParam,
-    /// `mode` resolved against the metric name once, off the per-sample path.
-    pub direction: crate::series::Direction,
+    /// The `mode` parameter resolved against the metric name once, off the per-sample path.
+    pub direction: crate::history::series::Direction,
     pub window: Window,
     pub min_delta: f64,
     pub min_delta_pct: f64,
@@ -110,8 +111,7 @@ fn build(p: &mut Params<'_>) -> Option<Box<dyn Detector>> {
     }
     let metric = metric?;
     Some(Box::new(Plateau {
-        metric: crate::normalize::interned(metric),
-        mode,
+        metric: crate::input::interned(metric),
         direction: mode.resolve(metric),
         window,
         min_delta,
@@ -126,8 +126,8 @@ impl Plateau {
     fn significant(&self, reference: f64, candidate: f64) -> bool {
         let direction = self.direction;
         let improvement = match direction {
-            crate::series::Direction::Min => reference - candidate,
-            crate::series::Direction::Max => candidate - reference,
+            crate::history::series::Direction::Min => reference - candidate,
+            crate::history::series::Direction::Max => candidate - reference,
         };
         let needed = self.min_delta.max(reference.abs() * self.min_delta_pct / 100.0);
         improvement > needed
@@ -231,7 +231,7 @@ impl Detector for Plateau {
 }
 
 fn add(t: Timestamp, secs: f64) -> Timestamp {
-    super::add_seconds(t, secs).unwrap_or(t)
+    crate::time::add_seconds(t, secs).unwrap_or(t)
 }
 
 #[cfg(test)]

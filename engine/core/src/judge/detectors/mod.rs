@@ -12,10 +12,11 @@
 
 use std::fmt;
 
-use crate::calendar::Calendar;
 use crate::error::FieldError;
-use crate::sample::{JobPhase, JobSnapshot, ProgressSample, Timestamp};
-use crate::series::JobSeries;
+use crate::history::job::JobView;
+use crate::history::series::JobSeries;
+use crate::input::sample::ProgressSample;
+use crate::time::Timestamp;
 
 mod budget;
 mod diverging;
@@ -26,62 +27,13 @@ mod plateau;
 mod sagemaker;
 mod stalled;
 
-pub use budget::OverBudget;
 pub use diverging::Diverging;
 pub use eta::{EtaAfter, EtaExceeds, parse_deadline};
 pub use non_finite::NonFinite;
 pub use params::{DirectionParam, Params};
-pub use plateau::{Plateau, PlateauState};
-pub use sagemaker::{LossNotDecreasing, Overtraining, OvertrainingState};
+pub use plateau::PlateauState;
+pub use sagemaker::OvertrainingState;
 pub use stalled::Stalled;
-
-/// Everything a detector may look at for one job at one instant.
-#[derive(Clone, Copy)]
-pub struct JobView<'a> {
-    pub snapshot: &'a JobSnapshot,
-    pub series: &'a JobSeries,
-    pub now: Timestamp,
-    /// When the engine first saw the job (fallback for runtime and stall clocks).
-    pub first_seen: Timestamp,
-    /// GPUs held: the job's own figure, else the policy's `assumeGpus`.
-    pub gpus: Option<f64>,
-    /// The policy's `gpuHourCost`.
-    pub gpu_hour_cost: Option<f64>,
-    pub calendar: &'a Calendar,
-}
-
-impl JobView<'_> {
-    /// The job's runtime since it last started running, in seconds.
-    pub fn runtime_seconds(&self) -> f64 {
-        let since = self.snapshot.running_since.unwrap_or(self.first_seen);
-        seconds(since, self.now).max(0.0)
-    }
-
-    /// The last sign of progress: the latest sample that changed something (see
-    /// [`JobSeries::last_progress_at`]), or the (re)start of the job if that is later.
-    pub fn last_activity(&self) -> Timestamp {
-        let started = self.snapshot.running_since.unwrap_or(self.first_seen);
-        match self.series.last_progress_at {
-            Some(t) if t > started => t,
-            _ => started,
-        }
-    }
-
-    /// Estimated end as reported by the latest sample: its time plus its ETA.
-    pub fn estimated_end(&self) -> Option<Timestamp> {
-        let at = self.series.last_sample_at?;
-        let eta = self.series.last?.eta_seconds?;
-        add_seconds(at, eta)
-    }
-
-    pub fn progress_percent(&self) -> Option<f64> {
-        self.series.last.and_then(|l| l.progress_percent)
-    }
-
-    pub fn is_running(&self) -> bool {
-        self.snapshot.phase == JobPhase::Running
-    }
-}
 
 /// Why a detector fired: a sentence for humans and the values behind it for machines.
 #[derive(Clone, Debug, PartialEq, serde::Serialize)]
@@ -143,7 +95,7 @@ pub trait Detector: fmt::Debug + Send + Sync {
     }
 
     /// Durations the detector waits on, checked against the policy's sampling interval.
-    fn windows(&self) -> Vec<(&'static str, crate::duration::Duration)> {
+    fn windows(&self) -> Vec<(&'static str, crate::units::duration::Duration)> {
         Vec::new()
     }
 
@@ -208,60 +160,12 @@ pub fn build(
     }
 }
 
-pub(crate) fn seconds(from: Timestamp, to: Timestamp) -> f64 {
-    (to.as_nanosecond() - from.as_nanosecond()) as f64 / 1e9
-}
-
-pub(crate) fn add_seconds(at: Timestamp, secs: f64) -> Option<Timestamp> {
-    if !secs.is_finite() {
-        return None;
-    }
-    let nanos = at.as_nanosecond().checked_add((secs * 1e9) as i128)?;
-    Timestamp::from_nanosecond(nanos).ok()
-}
-
-/// Formats a number for reasons: compact, no float noise.
-pub fn fmt_num(v: f64) -> String {
-    if !v.is_finite() {
-        return format!("{v}");
-    }
-    if v != 0.0 && (v.abs() < 1e-3 || v.abs() >= 1e7) {
-        return format!("{v:.3e}");
-    }
-    let s = format!("{v:.4}");
-    let s = s.trim_end_matches('0').trim_end_matches('.');
-    if s == "-0" { "0".to_string() } else { s.to_string() }
-}
-
-/// Formats seconds as a short human duration (`2h15m`, `45s`).
-pub fn fmt_secs(secs: f64) -> String {
-    if !secs.is_finite() || secs < 0.0 {
-        return format!("{secs}s");
-    }
-    let total = secs.round() as u64;
-    let (d, h, m, s) = (total / 86400, total / 3600 % 24, total / 60 % 60, total % 60);
-    let mut out = String::new();
-    if d > 0 {
-        out += &format!("{d}d");
-    }
-    if h > 0 {
-        out += &format!("{h}h");
-    }
-    if m > 0 {
-        out += &format!("{m}m");
-    }
-    if s > 0 || out.is_empty() {
-        out += &format!("{s}s");
-    }
-    out
-}
-
 #[cfg(test)]
 pub(crate) mod testkit {
     //! Builders for detector tests: a job, a series fed from plain values, a view at a time.
     use super::*;
-    use crate::calendar::Calendar;
-    use crate::sample::{JobKey, Metric, SampleSource};
+    use crate::input::sample::{JobKey, JobSnapshot, Metric, SampleSource};
+    use crate::units::calendar::Calendar;
 
     pub fn t(secs: i64) -> Timestamp {
         Timestamp::from_second(1_767_225_600 + secs).unwrap() // 2026-01-01T00:00:00Z
@@ -301,7 +205,7 @@ pub(crate) mod testkit {
             s.metrics = metrics.iter().map(|(n, v)| Metric { name: (*n).into(), value: *v }).collect();
             s.progress_percent = progress;
             s.eta_seconds = eta;
-            if self.series.record(&s) == crate::series::Recorded::New {
+            if self.series.record(&s) == crate::history::series::Recorded::New {
                 detector.observe(&mut self.state, &self.series, &s);
             }
         }
@@ -383,16 +287,5 @@ mod tests {
         assert_eq!(e[0].path, "spec.rules[2].uses");
         assert!(e[0].message.contains("unknown detector \"plato\""));
         assert!(e[0].message.contains("plateau"));
-    }
-
-    #[test]
-    fn numbers_and_durations_format_compactly() {
-        assert_eq!(fmt_num(0.25), "0.25");
-        assert_eq!(fmt_num(2.0), "2");
-        assert_eq!(fmt_num(1e-5), "1.000e-5");
-        assert_eq!(fmt_num(f64::NAN), "NaN");
-        assert_eq!(fmt_secs(8100.0), "2h15m");
-        assert_eq!(fmt_secs(0.0), "0s");
-        assert_eq!(fmt_secs(90061.0), "1d1h1m1s");
     }
 }

@@ -7,8 +7,12 @@
 //!
 //! Example: `uses: diverging`, `with: {metric: loss, factor: 3, warmup: 20}`.
 
-use super::{Detector, DetectorInfo, DetectorState, DirectionParam, Finding, JobView, Params, fmt_num};
-use crate::series::Direction;
+use super::{Detector, DetectorInfo, DetectorState, DirectionParam, Finding, Params};
+
+use crate::history::job::JobView;
+
+use crate::history::series::Direction;
+use crate::time::fmt_num;
 
 pub const INFO: DetectorInfo = DetectorInfo {
     name: "diverging",

@@ -15,8 +15,9 @@ use std::collections::BTreeMap;
 
 use serde_json::Value;
 
-use crate::normalize::{self, NormalizeError};
-use crate::sample::{JobKey, JobPhase, JobSnapshot, ProgressSample, Timestamp};
+use crate::input::sample::{JobKey, JobPhase, JobSnapshot, ProgressSample};
+use crate::input::{self, NormalizeError};
+use crate::time::Timestamp;
 
 /// One line of a stream.
 #[derive(Clone, Debug, PartialEq)]
@@ -74,7 +75,7 @@ struct CompactProgress<'a> {
     #[serde(borrow)]
     job: std::borrow::Cow<'a, str>,
     #[serde(borrow, rename = "trainerStatus")]
-    trainer_status: normalize::TrainerStatusWire<'a>,
+    trainer_status: input::TrainerStatusWire<'a>,
 }
 
 /// Progress-only compact lines (by far the most common) skip the generic `Value` tree. Anything else, and
@@ -83,7 +84,7 @@ fn parse_compact_fast(line: &str) -> Option<StreamRecord> {
     let wire: CompactProgress<'_> = serde_json::from_str(line).ok()?;
     let time = wire.time.parse::<Timestamp>().ok()?;
     let job = JobKey::parse(&wire.job)?;
-    let sample = normalize::from_trainer_status_wire(wire.trainer_status, "trainerStatus").ok()?;
+    let sample = input::from_trainer_status_wire(wire.trainer_status, "trainerStatus").ok()?;
     Some(StreamRecord::Update(Update {
         time,
         job,
@@ -117,8 +118,7 @@ pub fn parse_line(
         return Err(err(None, "expected a JSON object".into()));
     };
     if obj.contains_key("apiVersion") || obj.contains_key("kind") {
-        let snapshot =
-            normalize::from_trainjob(&value).map_err(|e: NormalizeError| err(None, e.to_string()))?;
+        let snapshot = input::from_trainjob(&value).map_err(|e: NormalizeError| err(None, e.to_string()))?;
         // A watch delivers the object on any change (phase, suspend, labels) often with an old trainerStatus,
         // so its sample time is only a lower bound: the line is never placed before the line above it.
         let own = snapshot.sample.as_ref().map(|s| s.updated_at).or(snapshot.created_at);
@@ -160,10 +160,10 @@ pub fn parse_line(
     let sample = match (obj.get("trainerStatus"), obj.get("annotation")) {
         (Some(_), Some(_)) => return Err(err(None, "give trainerStatus or annotation, not both".into())),
         (Some(ts), None) => {
-            Some(normalize::from_trainer_status(ts, "trainerStatus").map_err(|e| err(None, e.to_string()))?)
+            Some(input::from_trainer_status(ts, "trainerStatus").map_err(|e| err(None, e.to_string()))?)
         }
         (None, Some(Value::String(a))) => {
-            Some(normalize::from_annotation(a, "annotation").map_err(|e| err(None, e.to_string()))?)
+            Some(input::from_annotation(a, "annotation").map_err(|e| err(None, e.to_string()))?)
         }
         (None, Some(other)) => {
             return Err(err(None, format!("annotation: expected the annotation's JSON string, got {other}")));
@@ -276,7 +276,7 @@ mod tests {
         for line in lines {
             let fast = parse_compact_fast(line).expect("fast path takes it");
             let v: Value = serde_json::from_str(line).unwrap();
-            let general = normalize::from_trainer_status(&v["trainerStatus"], "trainerStatus").unwrap();
+            let general = input::from_trainer_status(&v["trainerStatus"], "trainerStatus").unwrap();
             let StreamRecord::Update(u) = fast else { panic!() };
             // Debug text, because NaN != NaN.
             assert_eq!(format!("{:?}", u.sample.unwrap()), format!("{general:?}"), "{line}");

@@ -37,6 +37,9 @@
 //! A name reported twice in one sample keeps the position of its first occurrence and the value of its
 //! last.
 
+pub(crate) mod sample;
+pub(crate) mod stream;
+
 use std::borrow::Cow;
 use std::collections::BTreeMap;
 use std::fmt;
@@ -44,7 +47,9 @@ use std::fmt;
 use serde::de::{self, Deserialize, Deserializer, IgnoredAny, MapAccess, SeqAccess, Visitor};
 use serde_json::{Map, Value};
 
-use crate::sample::{JobKey, JobPhase, JobSnapshot, Metric, ProgressSample, SampleSource, Timestamp};
+use crate::input::sample::{JobKey, JobPhase, JobSnapshot, Metric, ProgressSample, SampleSource};
+
+use crate::time::Timestamp;
 
 /// A malformed input: `path` names the offending field (root errors use `$`).
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
@@ -129,7 +134,7 @@ fn eval_name(key: &str) -> Cow<'static, str> {
 }
 
 /// A canonical metric name as the `&'static str` samples carry (so lookups can match by address before
-/// comparing bytes, see [`crate::sample::same_name`]); other names are copied. Aliases are not resolved.
+/// comparing bytes, see [`crate::input::sample::same_name`]); other names are copied. Aliases are not resolved.
 pub fn interned(name: &str) -> Cow<'static, str> {
     match known(name) {
         Some(canonical) if canonical == name => Cow::Borrowed(canonical),
@@ -1169,7 +1174,9 @@ mod tests {
             panic!("canonical names are shared statics")
         };
         assert!(std::ptr::eq(ours, *theirs));
-        assert!(crate::sample::same_name(ours, "loss") && !crate::sample::same_name(ours, "lost"));
+        assert!(
+            crate::input::sample::same_name(ours, "loss") && !crate::input::sample::same_name(ours, "lost")
+        );
         assert!(matches!(interned("lr"), Cow::Owned(n) if n == "lr"), "aliases are not resolved");
         assert!(matches!(interned("my_metric"), Cow::Owned(n) if n == "my_metric"));
     }

@@ -10,7 +10,7 @@ use std::collections::BTreeMap;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
-use crate::duration::Duration;
+use crate::units::duration::Duration;
 
 /// What a policy does when a rule fires.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize, JsonSchema)]
@@ -190,7 +190,7 @@ pub enum SelectorOperator {
     DoesNotExist,
 }
 
-/// The detectors a rule can use. Kept in sync with [`crate::detectors::DETECTORS`] by a test.
+/// The detectors a rule can use. Kept in sync with [`crate::judge::detectors::DETECTORS`] by a test.
 pub const DETECTOR_NAMES: [&str; 10] = [
     "plateau",
     "diverging",
@@ -581,5 +581,4 @@ pub struct WebhookReceiverSpec {
 
 pub const KIND_NAMESPACED: &str = "ProgressPolicy";
 pub const KIND_CLUSTER: &str = "ClusterProgressPolicy";
-pub const API_GROUP: &str = "trainwarden.dev";
 pub const API_VERSION: &str = "trainwarden.dev/v1alpha1";
