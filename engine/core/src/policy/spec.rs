@@ -3,7 +3,7 @@
 //! These types are the CRD types (the kube crate wraps them with `CustomResource`), so every field carries a
 //! doc comment that becomes its `kubectl explain` text, and the schema attributes are what the API server
 //! enforces. Everything the schema cannot express (cron syntax, time zones, Rhai, detector parameters) is
-//! checked by [`crate::validate`], which reports all problems at once with their field paths.
+//! checked by [`crate::policy::compile`], which reports all problems at once with their field paths.
 
 use std::collections::BTreeMap;
 
