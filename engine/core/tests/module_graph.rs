@@ -17,7 +17,8 @@ fn module_graph(src: &Path) -> BTreeMap<String, BTreeSet<String>> {
                 stack.push(path);
                 continue;
             }
-            if path.extension().is_none_or(|e| e != "rs") || path.file_name().is_some_and(|n| n == "tests.rs") {
+            if path.extension().is_none_or(|e| e != "rs") || path.file_name().is_some_and(|n| n == "tests.rs")
+            {
                 continue;
             }
             let relative = path.strip_prefix(src).unwrap();
