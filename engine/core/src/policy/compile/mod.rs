@@ -7,21 +7,23 @@
 //! cross-field requirements such as a cost budget without `gpuHourCost`. A policy that has any error is not compiled at all, so nothing
 //! is half-applied. Scripts are compiled here, once per policy version.
 
-use std::collections::HashSet;
+mod actions;
+mod calendar;
+mod rules;
+
 use std::sync::Arc;
 
 use serde_json::Value;
 
 use crate::error::{FieldError, FieldErrors};
 use crate::history::job::PolicyEnv;
-use crate::judge::detectors::{self, Detector};
+use crate::judge::detectors::Detector;
 use crate::judge::script::{CompiledScript, ScriptEngine};
 use crate::policy::receiver::{self, CompiledReceiver};
 use crate::policy::{
     API_VERSION, ActionSpec, ClusterPolicySpec, KIND_CLUSTER, KIND_NAMESPACED, LabelSelector, Mode,
     PolicyRef, PolicyScope, PolicySpec,
 };
-use crate::units::calendar::{ActiveWindow, Calendar};
 use crate::units::duration::Duration;
 
 /// A policy document as read from a file or the API: identity, scope and spec.
@@ -84,49 +86,38 @@ impl CompiledPolicy {
     }
 }
 
-fn duration_field(
-    errors: &mut Vec<FieldError>,
-    path: String,
-    text: Option<&crate::policy::DurationText>,
-) -> Duration {
-    match text.map(|t| t.parse()) {
-        None => Duration::from_secs(0),
-        Some(Ok(d)) => d,
-        Some(Err(e)) => {
-            errors.push(FieldError::new(path, e));
-            Duration::from_secs(0)
-        }
-    }
-}
-
-/// Validates and compiles a policy. `Err` lists every problem.
+/// Validates and compiles a policy. `Err` lists every problem. One step per module, in the order their
+/// errors are reported: the calendar, the policy-wide settings (here), the receivers, then the rules.
 pub fn compile(doc: &PolicyDocument, engine: &ScriptEngine) -> Result<CompiledPolicy, FieldErrors> {
     let mut errors = Vec::new();
     let spec = &doc.spec;
-
-    let tz = match spec.timezone.as_deref() {
-        None => jiff::tz::TimeZone::UTC,
-        Some(name) => Calendar::parse_time_zone(name).unwrap_or_else(|e| {
-            errors.push(FieldError::new("spec.timezone", e.to_string()));
-            jiff::tz::TimeZone::UTC
-        }),
-    };
-    let mut windows = Vec::new();
-    for (i, w) in spec.active_windows.iter().enumerate() {
-        let path = format!("spec.activeWindows[{i}]");
-        let duration = match w.duration.parse() {
-            Ok(d) => Some(d),
-            Err(e) => {
-                errors.push(FieldError::new(format!("{path}.duration"), e));
-                None
-            }
-        };
-        match (ActiveWindow::parse(&w.start, duration.unwrap_or(Duration::from_secs(1))), duration) {
-            (Ok(window), Some(_)) => windows.push(window),
-            (Ok(_), None) => {}
-            (Err(e), _) => errors.push(FieldError::new(format!("{path}.start"), e.to_string())),
-        }
+    let calendar = calendar::calendar(spec, &mut errors);
+    let sampling_interval = check_settings(doc, &mut errors);
+    let receivers = receiver::compile_receivers(&spec.receivers, &doc.scope, &mut errors);
+    let rules = rules::rules(spec, sampling_interval, engine, &mut errors);
+    if !errors.is_empty() {
+        return Err(FieldErrors { document: doc.reference.to_string(), errors });
     }
+    Ok(CompiledPolicy {
+        reference: doc.reference.clone(),
+        scope: doc.scope.clone(),
+        selector: spec.selector.clone(),
+        mode: spec.mode,
+        env: Arc::new(PolicyEnv {
+            calendar,
+            gpu_hour_cost: spec.gpu_hour_cost,
+            assume_gpus: spec.assume_gpus,
+        }),
+        sampling_interval,
+        rules,
+        receivers,
+    })
+}
+
+/// Step 2: the policy-wide settings (sampling interval, GPU price and size, selectors, at least one rule).
+/// Returns the sampling interval the rules' windows are checked against.
+fn check_settings(doc: &PolicyDocument, errors: &mut Vec<FieldError>) -> Duration {
+    let spec = &doc.spec;
     let sampling_interval = match spec.sampling_interval.as_ref().map(|d| d.parse()) {
         None => Duration::from_secs(30),
         Some(Ok(d)) if d > Duration::from_secs(0) => d,
@@ -149,154 +140,14 @@ pub fn compile(doc: &PolicyDocument, engine: &ScriptEngine) -> Result<CompiledPo
     {
         errors.push(FieldError::new("spec.assumeGpus", format!("must be a number >= 0, got {gpus}")));
     }
-    validate_selector(&mut errors, "spec.selector", &spec.selector);
+    validate_selector(errors, "spec.selector", &spec.selector);
     if let PolicyScope::Cluster { namespace_selector } = &doc.scope {
-        validate_selector(&mut errors, "spec.namespaceSelector", namespace_selector);
+        validate_selector(errors, "spec.namespaceSelector", namespace_selector);
     }
     if spec.rules.is_empty() {
         errors.push(FieldError::new("spec.rules", "a policy needs at least one rule"));
     }
-
-    let receivers = receiver::compile_receivers(&spec.receivers, &doc.scope, &mut errors);
-
-    let mut names = HashSet::new();
-    let mut rules = Vec::new();
-    for (i, rule) in spec.rules.iter().enumerate() {
-        let path = format!("spec.rules[{i}]");
-        if rule.name.is_empty() {
-            errors.push(FieldError::new(format!("{path}.name"), "required"));
-        } else if !names.insert(rule.name.as_str()) {
-            errors.push(FieldError::new(
-                format!("{path}.name"),
-                format!("duplicate rule name {:?}", rule.name),
-            ));
-        }
-        let detector = match &rule.uses {
-            Some(name) => match detectors::build(name, rule.with.as_ref(), &format!("{path}.with")) {
-                Ok(d) => Some(d),
-                Err(e) => {
-                    errors.extend(e);
-                    None
-                }
-            },
-            None => {
-                if rule.with.is_some() {
-                    errors.push(FieldError::new(format!("{path}.with"), "`with` needs `uses` (a detector)"));
-                }
-                None
-            }
-        };
-        if let Some(d) = &detector {
-            for (param, window) in d.windows() {
-                if window < sampling_interval {
-                    errors.push(FieldError::new(
-                        format!("{path}.with.{param}"),
-                        format!(
-                            "{window} is shorter than the sampling interval {sampling_interval}: there would be no sample to judge; raise it or set spec.samplingInterval"
-                        ),
-                    ));
-                }
-            }
-            if d.needs_gpu_hour_cost() && spec.gpu_hour_cost.is_none() {
-                errors.push(FieldError::new(
-                    format!("{path}.with.maxCost"),
-                    "a cost budget needs spec.gpuHourCost",
-                ));
-            }
-        }
-        let script = match &rule.when {
-            Some(src) if src.trim().is_empty() => {
-                errors.push(FieldError::new(format!("{path}.when"), "empty condition"));
-                None
-            }
-            Some(src) => match engine.compile(&rule.name, src) {
-                Ok(s) => Some(s),
-                Err(e) => {
-                    errors.push(FieldError::new(
-                        format!("{path}.when"),
-                        format!("line {}:{}: {}", e.line, e.column, e.message),
-                    ));
-                    None
-                }
-            },
-            None => None,
-        };
-        if rule.uses.is_none() && rule.when.is_none() {
-            errors.push(FieldError::new(
-                path.clone(),
-                "a rule needs `uses` (a detector), `when` (a Rhai condition), or both",
-            ));
-        }
-        let for_ = duration_field(&mut errors, format!("{path}.for"), rule.for_.as_ref());
-        let keep_firing_for =
-            duration_field(&mut errors, format!("{path}.keepFiringFor"), rule.keep_firing_for.as_ref());
-        let cooldown = duration_field(&mut errors, format!("{path}.cooldown"), rule.cooldown.as_ref());
-        for (j, action) in rule.actions.iter().enumerate() {
-            let apath = format!("{path}.actions[{j}]");
-            match action {
-                ActionSpec::Notify(n) if n.to.trim().is_empty() => {
-                    errors.push(FieldError::new(format!("{apath}.notify.to"), "required"))
-                }
-                // A policy without receivers leaves delivery to receivers configured outside it; once it
-                // declares any, every notify must name one of them.
-                ActionSpec::Notify(n)
-                    if !spec.receivers.is_empty() && !spec.receivers.iter().any(|r| r.name == n.to) =>
-                {
-                    errors.push(FieldError::new(
-                        format!("{apath}.notify.to"),
-                        format!(
-                            "no receiver named {:?} in spec.receivers (defined: {})",
-                            n.to,
-                            spec.receivers.iter().map(|r| r.name.as_str()).collect::<Vec<_>>().join(", ")
-                        ),
-                    ))
-                }
-                ActionSpec::Annotate(a) if !valid_annotation_key(&a.key) => errors.push(FieldError::new(
-                    format!("{apath}.annotate.key"),
-                    format!(
-                        "{:?} is not a valid annotation key (prefix/name, name at most 63 characters)",
-                        a.key
-                    ),
-                )),
-                ActionSpec::Scale(s) if s.num_nodes < 1 => {
-                    errors.push(FieldError::new(format!("{apath}.scale.numNodes"), "must be at least 1"))
-                }
-                _ => {}
-            }
-        }
-        rules.push(CompiledRule {
-            name: rule.name.clone(),
-            detector_name: rule.uses.clone(),
-            detector,
-            script,
-            when: rule.when.clone(),
-            for_,
-            keep_firing_for,
-            cooldown,
-            mode: rule.mode.unwrap_or(spec.mode),
-            actions: rule.actions.clone(),
-            fingerprint: serde_json::to_string(&(rule, spec.mode, spec.gpu_hour_cost, spec.assume_gpus))
-                .unwrap_or_default(),
-        });
-    }
-
-    if !errors.is_empty() {
-        return Err(FieldErrors { document: doc.reference.to_string(), errors });
-    }
-    Ok(CompiledPolicy {
-        reference: doc.reference.clone(),
-        scope: doc.scope.clone(),
-        selector: spec.selector.clone(),
-        mode: spec.mode,
-        env: Arc::new(PolicyEnv {
-            calendar: Calendar::new(tz, windows),
-            gpu_hour_cost: spec.gpu_hour_cost,
-            assume_gpus: spec.assume_gpus,
-        }),
-        sampling_interval,
-        rules,
-        receivers,
-    })
+    sampling_interval
 }
 
 fn validate_selector(errors: &mut Vec<FieldError>, path: &str, selector: &LabelSelector) {
@@ -311,17 +162,6 @@ fn validate_selector(errors: &mut Vec<FieldError>, path: &str, selector: &LabelS
             _ => {}
         }
     }
-}
-
-fn valid_annotation_key(key: &str) -> bool {
-    let name = key.rsplit_once('/').map_or(key, |(_, n)| n);
-    let ok_char = |c: char| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.');
-    !name.is_empty()
-        && name.len() <= 63
-        && name.chars().all(ok_char)
-        && name.starts_with(|c: char| c.is_ascii_alphanumeric())
-        && name.ends_with(|c: char| c.is_ascii_alphanumeric())
-        && key.rsplit_once('/').is_none_or(|(prefix, _)| !prefix.is_empty() && prefix.len() <= 253)
 }
 
 /// Reads policy documents (one or more YAML documents, `---` separated) from text. `source` names the file in
