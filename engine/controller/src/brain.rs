@@ -16,7 +16,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
 use tokio::sync::{mpsc, oneshot, watch};
 use tracing::{debug, info, warn};
 use trainwarden_core::compile;
-use trainwarden_core::{ActionSpec, KIND_CLUSTER, KIND_NAMESPACED, Mode, PolicyRef};
+use trainwarden_core::{ActionSpec, Mode, PolicyId, PolicyKind, PolicyRef};
 use trainwarden_core::{EngineConfig, Evaluator, Event, RuleState, TransitionKind};
 use trainwarden_core::{JobKey, Timestamp};
 use trainwarden_kube::status::{CONDITION_FIRING, CONDITION_READY, MAX_RULE_STATES};
@@ -24,7 +24,7 @@ use trainwarden_kube::{JobStatus, ProgressPolicyStatus};
 
 use crate::config::ControllerConfig;
 use crate::executor::{Announcement, Outcome, Result_, Work};
-use crate::inputs::{Input, PolicyInput, PolicyKey};
+use crate::inputs::{Input, PolicyInput};
 use crate::metrics::{Metrics, ModeLabels};
 use crate::status::StatusUpdate;
 use trainwarden_notify::{JobProgress, Notifier};
@@ -54,8 +54,8 @@ const MAX_JOB_ACTIONS: usize = 200;
 
 pub struct Brain {
     evaluator: Evaluator,
-    books: HashMap<PolicyKey, PolicyBook>,
-    policy_kinds_listed: HashSet<&'static str>,
+    books: HashMap<PolicyId, PolicyBook>,
+    policy_kinds_listed: HashSet<PolicyKind>,
     jobs_listed: bool,
     exempt: HashSet<JobKey>,
     unreadable: HashMap<JobKey, String>,
@@ -63,13 +63,13 @@ pub struct Brain {
     /// Output of the last step, for the caller to send.
     pub work: Vec<Work>,
     metrics: Arc<Metrics>,
-    last_sent: HashMap<PolicyKey, ProgressPolicyStatus>,
-    removed: Vec<PolicyKey>,
+    last_sent: HashMap<PolicyId, ProgressPolicyStatus>,
+    removed: Vec<PolicyId>,
     /// Intents handed to the executor and not yet reported back, per (policy, job, rule). While a firing's
     /// actions are in flight its memory is persisted as "pending, due now" rather than "firing", so a
     /// controller that dies before performing them fires again after the restart (same intent ids, so a
     /// suspension that did happen is recognised) instead of remembering an action that never happened.
-    in_flight: HashMap<(PolicyKey, JobKey, String), usize>,
+    in_flight: HashMap<(PolicyId, JobKey, String), usize>,
     /// Receivers are configured here (every replica, so a new leader is ready); delivery happens through
     /// the executor, on the leader only.
     notifier: Option<Notifier>,
@@ -104,7 +104,7 @@ impl Brain {
 
     /// Both policy kinds have been listed (the TrainJob watch may start).
     pub fn policies_listed(&self) -> bool {
-        self.policy_kinds_listed.contains(KIND_NAMESPACED) && self.policy_kinds_listed.contains(KIND_CLUSTER)
+        PolicyKind::ALL.iter().all(|kind| self.policy_kinds_listed.contains(kind))
     }
 
     pub fn jobs_listed(&self) -> bool {
@@ -340,11 +340,7 @@ impl Brain {
             match event {
                 Event::Intent(intent) => {
                     let p = &intent.policy;
-                    let flight = (
-                        (p.kind, p.namespace.clone(), p.name.clone()),
-                        intent.job.clone(),
-                        intent.rule.clone(),
-                    );
+                    let flight = (p.id(), intent.job.clone(), intent.rule.clone());
                     *self.in_flight.entry(flight).or_default() += 1;
                     self.work.push(Work::Act(Box::new(intent)));
                 }
@@ -433,7 +429,7 @@ impl Brain {
             .drain(..)
             .map(|key| StatusUpdate { key, status: ProgressPolicyStatus::default() })
             .collect();
-        let keys: Vec<PolicyKey> = self.books.keys().cloned().collect();
+        let keys: Vec<PolicyId> = self.books.keys().cloned().collect();
         for key in keys {
             let status = self.status_of(&key, now);
             if self.last_sent.get(&key) != Some(&status) {
@@ -445,7 +441,7 @@ impl Brain {
     }
 
     /// The status of one policy now.
-    pub fn status_of(&mut self, key: &PolicyKey, now: Timestamp) -> ProgressPolicyStatus {
+    pub fn status_of(&mut self, key: &PolicyId, now: Timestamp) -> ProgressPolicyStatus {
         let Some(book) = self.books.get(key) else { return ProgressPolicyStatus::default() };
         let mut status = ProgressPolicyStatus {
             observed_generation: Some(book.generation),
@@ -542,7 +538,7 @@ impl Brain {
             ready = (false, "InvalidPolicy", error);
         }
         if let Some(n) = &self.notifier {
-            let (kind, namespace, name) = key;
+            let PolicyId { kind, namespace, name } = key;
             status.notifications = n
                 .stats()
                 .into_iter()
@@ -694,8 +690,8 @@ mod tests {
         Brain::new(&ControllerConfig::default(), Arc::new(Metrics::new()), None)
     }
 
-    fn key() -> PolicyKey {
-        (KIND_NAMESPACED, Some("ml".into()), "p".into())
+    fn key() -> PolicyId {
+        PolicyId { kind: PolicyKind::Namespaced, namespace: Some("ml".into()), name: "p".into() }
     }
 
     fn policy_input(rules: &str, status: Option<ProgressPolicyStatus>) -> Input {
@@ -901,7 +897,11 @@ mod watch_path_tests {
         let yaml = "apiVersion: trainwarden.dev/v1alpha1\nkind: ProgressPolicy\nmetadata: {name: p, namespace: ns}\n\
                     spec:\n  mode: Enforce\n  samplingInterval: 1s\n  rules:\n    - {name: plateau, uses: plateau, with: {metric: loss, window: 4, minDelta: 0.01}, actions: [{suspend: {}}]}\n";
         let doc = parse_documents(yaml, "test").unwrap().remove(0);
-        let key = (KIND_NAMESPACED, Some("ns".to_string()), "p".to_string());
+        let key = PolicyId {
+            kind: PolicyKind::Namespaced,
+            namespace: Some("ns".to_string()),
+            name: "p".to_string(),
+        };
         b.handle(
             Input::Policy(Box::new(PolicyInput { key, generation: 1, document: Ok(doc), status: None })),
             t(0),
@@ -920,7 +920,11 @@ mod watch_path_tests {
             if i == 5 {
                 // A status write comes back as a watch event of the unchanged policy: nothing may reset.
                 let doc = parse_documents(yaml, "test").unwrap().remove(0);
-                let key = (KIND_NAMESPACED, Some("ns".to_string()), "p".to_string());
+                let key = PolicyId {
+                    kind: PolicyKind::Namespaced,
+                    namespace: Some("ns".to_string()),
+                    name: "p".to_string(),
+                };
                 let input = PolicyInput { key, generation: 1, document: Ok(doc), status: None };
                 b.handle(Input::Policy(Box::new(input)), t(i as i64));
             }

@@ -24,14 +24,14 @@ use tokio::sync::mpsc;
 use tokio::task::JoinSet;
 use tracing::{debug, info, warn};
 use trainwarden_core::{ActionIntent, Event, Savings};
-use trainwarden_core::{ActionSpec, Mode};
+use trainwarden_core::{ActionSpec, Mode, PolicyId};
 use trainwarden_core::{JobKey, Timestamp};
 use trainwarden_kube::FIELD_MANAGER;
 use trainwarden_kube::trainjob::{TRAINJOB_GROUP, TRAINJOB_KIND, TRAINJOB_VERSION, trainjob_api};
 use trainwarden_notify::{JobProgress, Notifier};
 
 use crate::config::ControllerConfig;
-use crate::inputs::{Input, PolicyKey};
+use crate::inputs::Input;
 use crate::leader::Leadership;
 use crate::metrics::Metrics;
 use crate::{KUEUE_QUEUE_LABEL, LAST_ACTION_ANNOTATION, SUSPENDED_BY_ANNOTATION};
@@ -118,7 +118,7 @@ impl Result_ {
 /// What the executor did with one intent, for status.
 #[derive(Clone, Debug)]
 pub struct Outcome {
-    pub policy: PolicyKey,
+    pub policy: PolicyId,
     pub job: JobKey,
     pub rule: String,
     /// suspend, deactivate (a Kueue Workload), annotate, event, scale, notify.
@@ -297,7 +297,7 @@ impl Executor {
     /// Performs or reports one intent.
     pub async fn act(&self, intent: &ActionIntent) -> Outcome {
         let mut outcome = Outcome {
-            policy: (intent.policy.kind, intent.policy.namespace.clone(), intent.policy.name.clone()),
+            policy: intent.policy.id(),
             job: intent.job.clone(),
             rule: intent.rule.clone(),
             action: intent.action.kind(),

@@ -18,7 +18,7 @@ use tokio::task::JoinSet;
 use tracing::{debug, info, warn};
 use trainwarden_core::PolicyDocument;
 use trainwarden_core::{JobKey, JobSnapshot};
-use trainwarden_core::{KIND_CLUSTER, KIND_NAMESPACED};
+use trainwarden_core::{PolicyId, PolicyKind};
 use trainwarden_kube::crd::{DocumentError, PolicyResource};
 use trainwarden_kube::trainjob::{to_snapshot, trainjob_api};
 use trainwarden_kube::{ClusterProgressPolicy, ProgressPolicy, ProgressPolicyStatus};
@@ -40,9 +40,9 @@ pub enum Input {
     /// A policy appeared or changed.
     Policy(Box<PolicyInput>),
     /// A policy was deleted.
-    PolicyGone(PolicyKey),
+    PolicyGone(PolicyId),
     /// The initial list of one policy kind was delivered.
-    PoliciesListed(&'static str),
+    PoliciesListed(PolicyKind),
     /// A namespace's labels (for ClusterProgressPolicy namespace selectors).
     Namespace { name: String, labels: BTreeMap<String, String> },
     /// What the executor did with an action.
@@ -57,12 +57,9 @@ pub struct JobInput {
     pub exempt: bool,
 }
 
-/// (kind, namespace, name) of a policy.
-pub type PolicyKey = (&'static str, Option<String>, String);
-
 #[derive(Debug)]
 pub struct PolicyInput {
-    pub key: PolicyKey,
+    pub key: PolicyId,
     pub generation: i64,
     pub document: Result<PolicyDocument, DocumentError>,
     /// The status as last written (by this controller, before a restart): holds the rule memories.
@@ -97,12 +94,12 @@ pub fn job_input(obj: &DynamicObject) -> Option<JobInput> {
     Some(JobInput { key, snapshot, exempt })
 }
 
-fn policy_input<K>(obj: &K, kind: &'static str, status: Option<ProgressPolicyStatus>) -> PolicyInput
+fn policy_input<K>(obj: &K, kind: PolicyKind, status: Option<ProgressPolicyStatus>) -> PolicyInput
 where
     K: PolicyResource + ResourceExt,
 {
     PolicyInput {
-        key: (kind, obj.namespace(), obj.name_any()),
+        key: PolicyId { kind, namespace: obj.namespace(), name: obj.name_any() },
         generation: obj.meta().generation.unwrap_or(0),
         document: obj.to_document(),
         status,
@@ -112,7 +109,7 @@ where
 /// Watches one policy kind until the loop's channel closes; returns the task's name.
 async fn watch_policies<K>(
     api: Api<K>,
-    kind: &'static str,
+    kind: PolicyKind,
     status: fn(&K) -> Option<ProgressPolicyStatus>,
     tx: mpsc::Sender<Input>,
 ) -> &'static str
@@ -131,11 +128,13 @@ where
             Ok(watcher::Event::Apply(p) | watcher::Event::InitApply(p)) => {
                 Input::Policy(Box::new(policy_input(&p, kind, status(&p))))
             }
-            Ok(watcher::Event::Delete(p)) => Input::PolicyGone((kind, p.namespace(), p.name_any())),
+            Ok(watcher::Event::Delete(p)) => {
+                Input::PolicyGone(PolicyId { kind, namespace: p.namespace(), name: p.name_any() })
+            }
             Ok(watcher::Event::InitDone) => Input::PoliciesListed(kind),
             Ok(watcher::Event::Init) => continue,
             Err(e) => {
-                warn!(error = %e, kind, "watching policies");
+                warn!(error = %e, %kind, "watching policies");
                 continue;
             }
         };
@@ -143,7 +142,10 @@ where
             break;
         }
     }
-    if kind == KIND_CLUSTER { "ClusterProgressPolicy watch" } else { "ProgressPolicy watch" }
+    match kind {
+        PolicyKind::Namespaced => "ProgressPolicy watch",
+        PolicyKind::Cluster => "ClusterProgressPolicy watch",
+    }
 }
 
 /// Starts the watches. The TrainJob watch waits for `policies_synced`.
@@ -166,12 +168,12 @@ pub fn spawn_watchers(
             None => Api::all(client.clone()),
         };
         let tx = inputs.clone();
-        tasks.spawn(watch_policies(api, KIND_NAMESPACED, |p| p.status.clone(), tx));
+        tasks.spawn(watch_policies(api, PolicyKind::Namespaced, |p| p.status.clone(), tx));
     }
     {
         let api: Api<ClusterProgressPolicy> = Api::all(client.clone());
         let tx = inputs.clone();
-        tasks.spawn(watch_policies(api, KIND_CLUSTER, |p| p.status.clone(), tx));
+        tasks.spawn(watch_policies(api, PolicyKind::Cluster, |p| p.status.clone(), tx));
     }
     {
         let tx = inputs.clone();

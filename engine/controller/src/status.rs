@@ -13,18 +13,17 @@ use kube::api::{Api, Patch, PatchParams};
 use serde_json::json;
 use tokio::sync::mpsc;
 use tracing::{debug, warn};
-use trainwarden_core::KIND_CLUSTER;
+use trainwarden_core::{PolicyId, PolicyKind};
 use trainwarden_kube::{ClusterProgressPolicy, FIELD_MANAGER, ProgressPolicy, ProgressPolicyStatus};
 
 use crate::config::ControllerConfig;
-use crate::inputs::PolicyKey;
 use crate::leader::Leadership;
 use crate::metrics::{Metrics, ResultLabels};
 
 /// A policy's new status.
 #[derive(Debug)]
 pub struct StatusUpdate {
-    pub key: PolicyKey,
+    pub key: PolicyId,
     pub status: ProgressPolicyStatus,
 }
 
@@ -33,8 +32,8 @@ pub struct StatusWriter {
     metrics: Arc<Metrics>,
     leader: Leadership,
     timeout: Duration,
-    latest: HashMap<PolicyKey, ProgressPolicyStatus>,
-    written: HashMap<PolicyKey, ProgressPolicyStatus>,
+    latest: HashMap<PolicyId, ProgressPolicyStatus>,
+    written: HashMap<PolicyId, ProgressPolicyStatus>,
 }
 
 impl StatusWriter {
@@ -86,11 +85,11 @@ impl StatusWriter {
     }
 
     /// Writes one policy's status (or every changed one) if this replica leads.
-    async fn flush(&mut self, only: Option<&PolicyKey>) {
+    async fn flush(&mut self, only: Option<&PolicyId>) {
         if !self.leader.is_leader() {
             return;
         }
-        let keys: Vec<PolicyKey> = match only {
+        let keys: Vec<PolicyId> = match only {
             Some(k) => vec![k.clone()],
             None => self.latest.keys().cloned().collect(),
         };
@@ -114,8 +113,8 @@ impl StatusWriter {
         }
     }
 
-    async fn write(&self, key: &PolicyKey, status: &ProgressPolicyStatus) -> &'static str {
-        let (kind, namespace, name) = key;
+    async fn write(&self, key: &PolicyId, status: &ProgressPolicyStatus) -> &'static str {
+        let PolicyId { kind, namespace, name } = key;
         let params = PatchParams::apply(FIELD_MANAGER).force();
         let body = json!({
             "apiVersion": "trainwarden.dev/v1alpha1",
@@ -123,7 +122,7 @@ impl StatusWriter {
             "status": status,
         });
         let call = async {
-            if *kind == KIND_CLUSTER {
+            if *kind == PolicyKind::Cluster {
                 let api: Api<ClusterProgressPolicy> = Api::all(self.client.clone());
                 api.patch_status(name, &params, &Patch::Apply(&body)).await.map(|_| ())
             } else {

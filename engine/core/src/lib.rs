@@ -57,8 +57,8 @@ pub use policy::template::{
     DEFAULT_TEXT, DEFAULT_TITLE, Field, FieldValues, Scope as TemplateScope, Template,
 };
 pub use policy::{
-    ActionSpec, ClusterPolicySpec, EventType, GroupLabel, KIND_CLUSTER, KIND_NAMESPACED, LabelSelector, Mode,
-    NotifyAction, PolicyRef, PolicyScope, PolicySpec, SmtpTls, SuspendAction,
+    ActionSpec, ClusterPolicySpec, EventType, GroupLabel, LabelSelector, Mode, NotifyAction, PolicyId,
+    PolicyKind, PolicyRef, PolicyScope, PolicySpec, SmtpTls, SuspendAction,
 };
 pub use time::{Timestamp, fmt_num};
 pub use units::duration::{DURATION_PATTERN, Duration};

@@ -11,7 +11,7 @@ use kube::api::{Api, ApiResource, DynamicObject, Patch, PatchParams, PostParams}
 use kube::{Client, ResourceExt};
 use serde_json::{Value, json};
 use trainwarden_core::ScriptEngine;
-use trainwarden_core::{KIND_CLUSTER, KIND_NAMESPACED, Mode, PolicyScope};
+use trainwarden_core::{Mode, PolicyKind, PolicyScope};
 use trainwarden_kube::FIELD_MANAGER;
 use trainwarden_kube::crd::{self, ClusterProgressPolicy, PolicyResource, ProgressPolicy};
 use trainwarden_kube::status::{CONDITION_READY, JobStatus, ProgressPolicyStatus};
@@ -208,7 +208,7 @@ async fn valid_policy_is_stored_and_compiles() {
     assert_eq!(stored["spec"], weekend_safe_value(&ctx.ns)["spec"]);
 
     let doc = fetched.to_document().expect("document");
-    assert_eq!(doc.reference.kind, KIND_NAMESPACED);
+    assert_eq!(doc.reference.kind, PolicyKind::Namespaced);
     assert_eq!(doc.reference.namespace.as_deref(), Some(ctx.ns.as_str()));
     assert_eq!(doc.reference.name, "weekend-safe");
     assert_eq!(doc.reference.generation, 1);
@@ -318,7 +318,7 @@ async fn cluster_policy_is_cluster_scoped_with_a_namespace_selector() {
     assert_eq!(created.spec, cpp.spec);
 
     let doc = api.get(&name).await.unwrap().to_document().unwrap();
-    assert_eq!(doc.reference.kind, KIND_CLUSTER);
+    assert_eq!(doc.reference.kind, PolicyKind::Cluster);
     assert_eq!(doc.reference.namespace, None);
     let PolicyScope::Cluster { namespace_selector } = &doc.scope else { panic!("{:?}", doc.scope) };
     assert_eq!(
@@ -559,8 +559,8 @@ async fn example_policies_pass_server_side_validation() {
             serde_saphyr::from_multiple(&text).unwrap_or_else(|e| panic!("{}: {e}", file.display()));
         for doc in docs.into_iter().filter(|d| !d.is_null()) {
             let mut object: DynamicObject = serde_json::from_value(doc).unwrap();
-            let result = match object.types.as_ref().map(|t| t.kind.as_str()) {
-                Some(KIND_CLUSTER) => {
+            let result = match object.types.as_ref().and_then(|t| PolicyKind::parse(&t.kind)) {
+                Some(PolicyKind::Cluster) => {
                     object.metadata.name = Some(ctx.unique_name(&object.name_any()));
                     Api::<DynamicObject>::all_with(
                         ctx.client.clone(),

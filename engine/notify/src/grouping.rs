@@ -24,7 +24,8 @@ use trainwarden_core::{ActionIntent, Savings};
 use trainwarden_core::{ActionSpec, GroupLabel, PolicyRef};
 use trainwarden_core::{JobKey, Timestamp};
 
-use crate::alert::{Alert, AlertKey, AlertStatus, JobProgress, PolicyId, describe_action};
+use crate::alert::{Alert, AlertKey, AlertStatus, JobProgress, describe_action};
+use trainwarden_core::PolicyId;
 
 /// Bounds on what the grouper holds, so a flood of jobs cannot exhaust memory.
 #[derive(Clone, Copy, Debug)]
@@ -391,7 +392,7 @@ mod tests {
 
     fn policy() -> PolicyRef {
         PolicyRef {
-            kind: "ProgressPolicy",
+            kind: trainwarden_core::PolicyKind::Namespaced,
             namespace: Some("fraud".into()),
             name: "weekend-safe".into(),
             generation: 1,

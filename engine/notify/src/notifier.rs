@@ -14,15 +14,16 @@ use tokio::sync::{Notify, mpsc, watch};
 use tokio::task::JoinHandle;
 use trainwarden_core::CompiledPolicy;
 use trainwarden_core::CompiledReceiver;
-use trainwarden_core::PolicyRef;
 use trainwarden_core::{ActionIntent, Event, TransitionKind};
 use trainwarden_core::{JobKey, Timestamp};
+use trainwarden_core::{PolicyKind, PolicyRef};
 
-use crate::alert::{JobProgress, PolicyId};
+use crate::alert::JobProgress;
 use crate::delivery::{Counters, Queued, RetryPolicy, run_worker};
 use crate::grouping::{GroupLimits, Grouper, Notification, Refused};
 use crate::secret::SecretResolver;
 use crate::send::{ChannelKind, SendConfig, Sender};
+use trainwarden_core::PolicyId;
 
 /// Everything configurable about delivery.
 #[derive(Clone, Debug)]
@@ -60,7 +61,7 @@ pub enum SubmitError {
 #[derive(Clone, Debug, PartialEq, Eq, serde::Serialize)]
 #[serde(rename_all = "camelCase")]
 pub struct ChannelStats {
-    pub policy_kind: &'static str,
+    pub policy_kind: PolicyKind,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub policy_namespace: Option<String>,
     pub policy_name: String,

@@ -154,7 +154,7 @@ mod tests {
     fn notification() -> Notification {
         let at: Timestamp = "2026-11-27T23:11:26Z".parse().unwrap();
         let policy = PolicyRef {
-            kind: "ProgressPolicy",
+            kind: trainwarden_core::PolicyKind::Namespaced,
             namespace: Some("fraud".into()),
             name: "weekend-safe".into(),
             generation: 3,

@@ -398,12 +398,59 @@ pub enum PolicyScope {
     Cluster { namespace_selector: LabelSelector },
 }
 
+/// The two kinds of policy object. Ordered by their Kubernetes names, as the `&str` kinds were.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub enum PolicyKind {
+    /// `ProgressPolicy`: judges TrainJobs in its own namespace.
+    #[serde(rename = "ProgressPolicy")]
+    Namespaced,
+    /// `ClusterProgressPolicy`: judges TrainJobs in the namespaces its `namespaceSelector` matches.
+    #[serde(rename = "ClusterProgressPolicy")]
+    Cluster,
+}
+
+impl PolicyKind {
+    /// Both kinds, namespaced first.
+    pub const ALL: [PolicyKind; 2] = [PolicyKind::Namespaced, PolicyKind::Cluster];
+
+    /// The Kubernetes `kind`: `ProgressPolicy` or `ClusterProgressPolicy`.
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            PolicyKind::Namespaced => "ProgressPolicy",
+            PolicyKind::Cluster => "ClusterProgressPolicy",
+        }
+    }
+
+    /// The kind named by a Kubernetes `kind` string.
+    pub fn parse(kind: &str) -> Option<PolicyKind> {
+        PolicyKind::ALL.into_iter().find(|k| k.as_str() == kind)
+    }
+}
+
+impl Ord for PolicyKind {
+    fn cmp(&self, other: &Self) -> std::cmp::Ordering {
+        self.as_str().cmp(other.as_str())
+    }
+}
+
+impl PartialOrd for PolicyKind {
+    fn partial_cmp(&self, other: &Self) -> Option<std::cmp::Ordering> {
+        Some(self.cmp(other))
+    }
+}
+
+impl std::fmt::Display for PolicyKind {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
 /// Identifies a policy in reasons, intents and status.
 #[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize)]
 #[serde(rename_all = "camelCase")]
 pub struct PolicyRef {
     /// ProgressPolicy or ClusterProgressPolicy.
-    pub kind: &'static str,
+    pub kind: PolicyKind,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub namespace: Option<String>,
     pub name: String,
@@ -417,6 +464,39 @@ impl std::fmt::Display for PolicyRef {
             Some(ns) => write!(f, "{}/{}", ns, self.name),
             None => write!(f, "{}", self.name),
         }
+    }
+}
+
+/// A policy regardless of its generation: the one key of a policy in the notifier and the controller.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct PolicyId {
+    /// ProgressPolicy or ClusterProgressPolicy.
+    pub kind: PolicyKind,
+    /// The namespace of a ProgressPolicy; `None` for a ClusterProgressPolicy.
+    pub namespace: Option<String>,
+    /// `metadata.name`.
+    pub name: String,
+}
+
+impl From<&PolicyRef> for PolicyId {
+    fn from(p: &PolicyRef) -> Self {
+        PolicyId { kind: p.kind, namespace: p.namespace.clone(), name: p.name.clone() }
+    }
+}
+
+impl std::fmt::Display for PolicyId {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match &self.namespace {
+            Some(ns) => write!(f, "{ns}/{}", self.name),
+            None => write!(f, "{}", self.name),
+        }
+    }
+}
+
+impl PolicyRef {
+    /// The policy regardless of its generation.
+    pub fn id(&self) -> PolicyId {
+        PolicyId::from(self)
     }
 }
 
@@ -579,6 +659,4 @@ pub struct WebhookReceiverSpec {
     pub hmac_secret: Option<SecretKeySelector>,
 }
 
-pub const KIND_NAMESPACED: &str = "ProgressPolicy";
-pub const KIND_CLUSTER: &str = "ClusterProgressPolicy";
 pub const API_VERSION: &str = "trainwarden.dev/v1alpha1";

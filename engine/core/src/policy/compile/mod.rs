@@ -21,8 +21,8 @@ use crate::judge::detectors::Detector;
 use crate::judge::script::{CompiledScript, ScriptEngine};
 use crate::policy::receiver::{self, CompiledReceiver};
 use crate::policy::{
-    API_VERSION, ActionSpec, ClusterPolicySpec, KIND_CLUSTER, KIND_NAMESPACED, LabelSelector, Mode,
-    PolicyRef, PolicyScope, PolicySpec,
+    API_VERSION, ActionSpec, ClusterPolicySpec, LabelSelector, Mode, PolicyKind, PolicyRef, PolicyScope,
+    PolicySpec,
 };
 use crate::units::duration::Duration;
 
@@ -197,17 +197,13 @@ pub fn parse_document(value: Value) -> Result<PolicyDocument, Vec<FieldError>> {
         )]);
     };
     let kind = obj.get("kind").and_then(Value::as_str).unwrap_or_default().to_string();
-    let kind: &'static str = match kind.as_str() {
-        KIND_NAMESPACED => KIND_NAMESPACED,
-        KIND_CLUSTER => KIND_CLUSTER,
-        other => {
-            errors.push(FieldError::new(
-                "kind",
-                format!("expected {KIND_NAMESPACED} or {KIND_CLUSTER}, got {other:?}"),
-            ));
-            KIND_NAMESPACED
-        }
-    };
+    let kind = PolicyKind::parse(&kind).unwrap_or_else(|| {
+        errors.push(FieldError::new(
+            "kind",
+            format!("expected {} or {}, got {kind:?}", PolicyKind::Namespaced, PolicyKind::Cluster),
+        ));
+        PolicyKind::Namespaced
+    });
     match obj.get("apiVersion").and_then(Value::as_str) {
         Some(API_VERSION) => {}
         other => errors.push(FieldError::new("apiVersion", format!("expected {API_VERSION}, got {other:?}"))),
@@ -225,7 +221,7 @@ pub fn parse_document(value: Value) -> Result<PolicyDocument, Vec<FieldError>> {
             errors.push(FieldError::new(key.clone(), "unknown field"));
         }
     }
-    let (scope, spec) = if kind == KIND_CLUSTER {
+    let (scope, spec) = if kind == PolicyKind::Cluster {
         if namespace.is_some() {
             errors.push(FieldError::new(
                 "metadata.namespace",
@@ -246,7 +242,7 @@ pub fn parse_document(value: Value) -> Result<PolicyDocument, Vec<FieldError>> {
         Some(spec) if errors.is_empty() => Ok(PolicyDocument {
             reference: PolicyRef {
                 kind,
-                namespace: if kind == KIND_NAMESPACED {
+                namespace: if kind == PolicyKind::Namespaced {
                     Some(namespace.unwrap_or_else(|| "default".into()))
                 } else {
                     None
