@@ -57,8 +57,9 @@ pub use policy::template::{
     DEFAULT_TEXT, DEFAULT_TITLE, Field, FieldValues, Scope as TemplateScope, Template,
 };
 pub use policy::{
-    ActionSpec, ClusterPolicySpec, EventType, GroupLabel, LabelSelector, Mode, NotifyAction, PolicyId,
-    PolicyKind, PolicyRef, PolicyScope, PolicySpec, SmtpTls, SuspendAction,
+    ActionKind, ActionSpec, AnnotateAction, ClusterPolicySpec, EventAction, EventType, GroupLabel,
+    LabelSelector, Mode, NotifyAction, PolicyId, PolicyKind, PolicyRef, PolicyScope, PolicySpec, SmtpTls,
+    SuspendAction,
 };
 pub use time::{Timestamp, fmt_num};
 pub use units::duration::{DURATION_PATTERN, Duration};

@@ -5,7 +5,7 @@ use std::collections::BTreeMap;
 
 use crate::input::sample::JobKey;
 use crate::judge::detectors::{Finding, FindingKind};
-use crate::policy::{ActionSpec, Mode, PolicyRef};
+use crate::policy::{ActionKind, ActionSpec, Mode, PolicyRef};
 use crate::time::Timestamp;
 
 /// Where a rule is for a job.
@@ -129,7 +129,7 @@ pub enum Event {
         job: JobKey,
         policy: PolicyRef,
         rule: String,
-        action: &'static str,
+        action: ActionKind,
         until: Timestamp,
     },
     /// A rule could not be evaluated (script error); its state is left as it was.

@@ -296,15 +296,50 @@ pub enum ActionSpec {
     Scale(ScaleAction),
 }
 
-impl ActionSpec {
-    /// Short name of the action kind (`suspend`, `notify`, ...).
-    pub fn kind(&self) -> &'static str {
+/// What kind of action an [`ActionSpec`] is, without its parameters.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum ActionKind {
+    /// [`ActionSpec::Suspend`].
+    Suspend,
+    /// [`ActionSpec::Notify`].
+    Notify,
+    /// [`ActionSpec::Annotate`].
+    Annotate,
+    /// [`ActionSpec::Event`].
+    Event,
+    /// [`ActionSpec::Scale`].
+    Scale,
+}
+
+impl ActionKind {
+    /// The kind's name in policies, reports and metrics (`suspend`, `notify`, ...).
+    pub const fn as_str(self) -> &'static str {
         match self {
-            ActionSpec::Suspend(_) => "suspend",
-            ActionSpec::Notify(_) => "notify",
-            ActionSpec::Annotate(_) => "annotate",
-            ActionSpec::Event(_) => "event",
-            ActionSpec::Scale(_) => "scale",
+            ActionKind::Suspend => "suspend",
+            ActionKind::Notify => "notify",
+            ActionKind::Annotate => "annotate",
+            ActionKind::Event => "event",
+            ActionKind::Scale => "scale",
+        }
+    }
+}
+
+impl std::fmt::Display for ActionKind {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+impl ActionSpec {
+    /// The action's kind.
+    pub fn kind(&self) -> ActionKind {
+        match self {
+            ActionSpec::Suspend(_) => ActionKind::Suspend,
+            ActionSpec::Notify(_) => ActionKind::Notify,
+            ActionSpec::Annotate(_) => ActionKind::Annotate,
+            ActionSpec::Event(_) => ActionKind::Event,
+            ActionSpec::Scale(_) => ActionKind::Scale,
         }
     }
 

@@ -18,14 +18,8 @@ use trainwarden_kube::{ClusterProgressPolicy, FIELD_MANAGER, ProgressPolicy, Pro
 
 use crate::config::ControllerConfig;
 use crate::leader::Leadership;
-use crate::metrics::{Metrics, ResultLabels};
-
-/// A policy's new status.
-#[derive(Debug)]
-pub struct StatusUpdate {
-    pub key: PolicyId,
-    pub status: ProgressPolicyStatus,
-}
+use crate::messages::StatusUpdate;
+use crate::metrics::{ApiOperation, Metrics, ResultLabels, StatusWrite};
 
 pub struct StatusWriter {
     client: Client,
@@ -99,12 +93,12 @@ impl StatusWriter {
                 continue;
             }
             let result = self.write(&key, status).await;
-            self.metrics.status_writes.get_or_create(&ResultLabels { result: result.into() }).inc();
+            self.metrics.status_writes.get_or_create(&ResultLabels { result }).inc();
             match result {
-                "done" => {
+                StatusWrite::Done => {
                     self.written.insert(key.clone(), status.clone());
                 }
-                "gone" => {
+                StatusWrite::Gone => {
                     self.latest.remove(&key);
                     self.written.remove(&key);
                 }
@@ -113,7 +107,7 @@ impl StatusWriter {
         }
     }
 
-    async fn write(&self, key: &PolicyId, status: &ProgressPolicyStatus) -> &'static str {
+    async fn write(&self, key: &PolicyId, status: &ProgressPolicyStatus) -> StatusWrite {
         let PolicyId { kind, namespace, name } = key;
         let params = PatchParams::apply(FIELD_MANAGER).force();
         let body = json!({
@@ -131,22 +125,22 @@ impl StatusWriter {
                 api.patch_status(name, &params, &Patch::Apply(&body)).await.map(|_| ())
             }
         };
-        self.metrics.api_request("patch_policy_status");
+        self.metrics.api_request(ApiOperation::PatchPolicyStatus);
         match tokio::time::timeout(self.timeout, call).await {
             Ok(Ok(())) => {
                 debug!(policy = %name, "status written");
-                "done"
+                StatusWrite::Done
             }
-            Ok(Err(kube::Error::Api(s))) if s.code == 404 => "gone",
+            Ok(Err(kube::Error::Api(s))) if s.code == 404 => StatusWrite::Gone,
             Ok(Err(e)) => {
-                self.metrics.api_error("patch_policy_status");
+                self.metrics.api_error(ApiOperation::PatchPolicyStatus);
                 warn!(policy = %name, error = %e, "writing policy status");
-                "failed"
+                StatusWrite::Failed
             }
             Err(_) => {
-                self.metrics.api_error("patch_policy_status");
+                self.metrics.api_error(ApiOperation::PatchPolicyStatus);
                 warn!(policy = %name, "writing policy status timed out");
-                "timeout"
+                StatusWrite::Timeout
             }
         }
     }

@@ -1,11 +1,10 @@
-//! The source room: watches turn into [`Input`]s for the evaluation loop.
+//! The sources: watches turn into [`Input`]s for the evaluation loop.
 //!
 //! TrainJobs are watched with no predicate: their progress lives in `status.trainerStatus` (upstream) or in
 //! an annotation (RHOAI), and kube's generation predicate would hide both. Policies are watched first; the
 //! TrainJob watch starts only after the initial policy lists were processed, so the rule memories kept in
 //! policy status are restored before any job is judged (see [`crate::brain`]).
 
-use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use futures::StreamExt;
@@ -16,55 +15,16 @@ use kube::{Client, ResourceExt};
 use tokio::sync::{mpsc, oneshot};
 use tokio::task::JoinSet;
 use tracing::{debug, info, warn};
-use trainwarden_core::PolicyDocument;
-use trainwarden_core::{JobKey, JobSnapshot};
+use trainwarden_core::JobKey;
 use trainwarden_core::{PolicyId, PolicyKind};
-use trainwarden_kube::crd::{DocumentError, PolicyResource};
+use trainwarden_kube::crd::PolicyResource;
 use trainwarden_kube::trainjob::{to_snapshot, trainjob_api};
 use trainwarden_kube::{ClusterProgressPolicy, ProgressPolicy, ProgressPolicyStatus};
 
 use crate::config::ControllerConfig;
-use crate::executor::Outcome;
-use crate::metrics::Metrics;
+use crate::messages::{Input, JobInput, PolicyInput};
+use crate::metrics::{ApiOperation, Metrics};
 use crate::{EXEMPT_ANNOTATION, Error};
-
-/// Something the evaluation loop must know about.
-#[derive(Debug)]
-pub enum Input {
-    /// A TrainJob appeared or changed.
-    Job(Box<JobInput>),
-    /// A TrainJob was deleted.
-    JobGone(JobKey),
-    /// The initial list of TrainJobs was delivered (again after every re-list).
-    JobsListed,
-    /// A policy appeared or changed.
-    Policy(Box<PolicyInput>),
-    /// A policy was deleted.
-    PolicyGone(PolicyId),
-    /// The initial list of one policy kind was delivered.
-    PoliciesListed(PolicyKind),
-    /// A namespace's labels (for ClusterProgressPolicy namespace selectors).
-    Namespace { name: String, labels: BTreeMap<String, String> },
-    /// What the executor did with an action.
-    Outcome(Box<Outcome>),
-}
-
-#[derive(Debug)]
-pub struct JobInput {
-    pub key: JobKey,
-    /// The normalized job, or why its progress could not be read.
-    pub snapshot: Result<JobSnapshot, String>,
-    pub exempt: bool,
-}
-
-#[derive(Debug)]
-pub struct PolicyInput {
-    pub key: PolicyId,
-    pub generation: i64,
-    pub document: Result<PolicyDocument, DocumentError>,
-    /// The status as last written (by this controller, before a restart): holds the rule memories.
-    pub status: Option<ProgressPolicyStatus>,
-}
 
 /// Fails early, with the fix, when a CRD the controller needs is missing.
 pub async fn check_crds(client: &Client, config: &ControllerConfig) -> Result<(), Error> {
@@ -90,7 +50,7 @@ pub async fn check_crds(client: &Client, config: &ControllerConfig) -> Result<()
 pub fn job_input(obj: &DynamicObject) -> Option<JobInput> {
     let key = JobKey::new(obj.namespace()?, obj.name_any());
     let exempt = obj.annotations().get(EXEMPT_ANNOTATION).is_some_and(|v| v.eq_ignore_ascii_case("true"));
-    let snapshot = to_snapshot(obj).map_err(|e| e.to_string());
+    let snapshot = to_snapshot(obj);
     Some(JobInput { key, snapshot, exempt })
 }
 
@@ -228,7 +188,7 @@ pub fn spawn_watchers(
                     Ok(watcher::Event::InitDone) => Input::JobsListed,
                     Ok(watcher::Event::Init) => continue,
                     Err(e) => {
-                        metrics.api_error("watch_trainjobs");
+                        metrics.api_error(ApiOperation::WatchTrainjobs);
                         warn!(error = %e, "watching TrainJobs");
                         continue;
                     }

@@ -1,6 +1,8 @@
 //! The evaluation loop: one task owns the [`Evaluator`] and the per-policy books, reads [`Input`]s and the
 //! clock, and emits [`Work`] for the executor and [`StatusUpdate`]s for the status writer. No I/O here
-//! beyond those channels, so [`Brain`] itself is tested with plain `#[test]`s.
+//! beyond those channels, so [`Brain`] itself is tested with plain `#[test]`s: a policy's receivers go to the
+//! executor as [`Work::Receivers`] (configuring them starts delivery tasks), the per-policy books live in
+//! [`books`] and the status projection in [`status`].
 //!
 //! Restart safety: a policy's status carries its rule memories (`status.ruleStates`). The first time a
 //! policy is seen the memories are handed to [`Evaluator::restore`] — before any TrainJob is observed, since
@@ -8,49 +10,26 @@
 //! deadline and a firing rule does not fire (and act) again. Memories of jobs that vanished meanwhile are
 //! dropped once the TrainJobs are listed.
 
-use std::collections::{BTreeMap, HashMap, HashSet};
+mod books;
+mod status;
+
+use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
 use tokio::sync::{mpsc, oneshot, watch};
 use tracing::{debug, info, warn};
 use trainwarden_core::compile;
-use trainwarden_core::{ActionSpec, Mode, PolicyId, PolicyKind, PolicyRef};
-use trainwarden_core::{EngineConfig, Evaluator, Event, RuleState, TransitionKind};
-use trainwarden_core::{JobKey, Timestamp};
-use trainwarden_kube::status::{CONDITION_FIRING, CONDITION_READY, MAX_RULE_STATES};
-use trainwarden_kube::{JobStatus, ProgressPolicyStatus};
+use trainwarden_core::{ActionSpec, PolicyId, PolicyKind};
+use trainwarden_core::{EngineConfig, Evaluator, Event, TransitionKind};
+use trainwarden_core::{JobKey, NormalizeError, Timestamp};
+use trainwarden_kube::ProgressPolicyStatus;
 
 use crate::config::ControllerConfig;
-use crate::executor::{Announcement, Outcome, Result_, Work};
-use crate::inputs::{Input, PolicyInput};
-use crate::metrics::{Metrics, ModeLabels};
-use crate::status::StatusUpdate;
+use crate::messages::{Announcement, Input, PolicyInput, ReceiverChange, StatusUpdate, Work};
+use crate::metrics::{DroppedWork, InvalidInput, Metrics, ModeLabel, ModeLabels};
+use books::PolicyBook;
 use trainwarden_notify::{JobProgress, Notifier};
-
-/// What the controller keeps per policy beyond the evaluator, for status.
-#[derive(Debug, Default)]
-struct PolicyBook {
-    /// The loaded (valid) version, if any.
-    reference: Option<PolicyRef>,
-    /// metadata.generation last seen.
-    generation: i64,
-    /// Why the last seen generation is invalid.
-    error: Option<String>,
-    last_action: Option<(String, Timestamp)>,
-    job_actions: HashMap<JobKey, (String, Timestamp)>,
-    gpu_hours_saved: f64,
-    dollars_saved: Option<f64>,
-    gpu_hours_would_save: f64,
-    dollars_would_save: Option<f64>,
-    action_counts: BTreeMap<String, i64>,
-    /// Conditions as last reported, for their lastTransitionTime.
-    conditions: Vec<Condition>,
-}
-
-/// The most jobs a book remembers the last action of (the status lists at most 50).
-const MAX_JOB_ACTIONS: usize = 200;
 
 pub struct Brain {
     evaluator: Evaluator,
@@ -58,7 +37,7 @@ pub struct Brain {
     policy_kinds_listed: HashSet<PolicyKind>,
     jobs_listed: bool,
     exempt: HashSet<JobKey>,
-    unreadable: HashMap<JobKey, String>,
+    unreadable: HashMap<JobKey, NormalizeError>,
     events: Vec<Event>,
     /// Output of the last step, for the caller to send.
     pub work: Vec<Work>,
@@ -70,8 +49,8 @@ pub struct Brain {
     /// controller that dies before performing them fires again after the restart (same intent ids, so a
     /// suspension that did happen is recognised) instead of remembering an action that never happened.
     in_flight: HashMap<(PolicyId, JobKey, String), usize>,
-    /// Receivers are configured here (every replica, so a new leader is ready); delivery happens through
-    /// the executor, on the leader only.
+    /// Read for its counters (status, metrics). Receiver changes go to it through the executor (every
+    /// replica, so a new leader is ready); delivery happens on the leader only.
     notifier: Option<Notifier>,
 }
 
@@ -120,8 +99,8 @@ impl Brain {
                     && let Some(reference) = book.reference
                 {
                     self.evaluator.remove_policy(&reference, now, &mut self.events);
-                    if let Some(n) = &self.notifier {
-                        n.remove(&reference);
+                    if self.notifier.is_some() {
+                        self.work.push(Work::Receivers(ReceiverChange::Remove(reference)));
                     }
                 }
                 self.last_sent.remove(&key);
@@ -158,7 +137,7 @@ impl Brain {
                             self.metrics.evaluation_seconds.observe(started.elapsed().as_secs_f64());
                         }
                         Err(message) => {
-                            self.metrics.invalid("trainjob_progress");
+                            self.metrics.invalid(InvalidInput::TrainjobProgress);
                             if self.unreadable.get(&job.key) != Some(&message) {
                                 warn!(job = %job.key, error = %message, "cannot read the TrainJob's progress");
                                 self.unreadable.insert(job.key, message);
@@ -229,7 +208,7 @@ impl Brain {
             Ok(d) => d,
             Err(e) => {
                 book.error = Some(e.to_string());
-                self.metrics.invalid("policy");
+                self.metrics.invalid(InvalidInput::Policy);
                 return;
             }
         };
@@ -237,8 +216,11 @@ impl Brain {
             Ok(compiled) => {
                 let reference = compiled.reference.clone();
                 info!(policy = %reference, generation = reference.generation, "policy loaded");
-                if let Some(n) = &self.notifier {
-                    n.configure(&compiled);
+                if self.notifier.is_some() {
+                    self.work.push(Work::Receivers(ReceiverChange::Configure {
+                        policy: compiled.reference.clone(),
+                        receivers: compiled.receivers.clone(),
+                    }));
                 }
                 self.evaluator.upsert_policy(compiled, now, &mut self.events);
                 if first_sight
@@ -252,60 +234,12 @@ impl Brain {
                 book.error = None;
             }
             Err(errors) => {
-                self.metrics.invalid("policy");
+                self.metrics.invalid(InvalidInput::Policy);
                 warn!(policy = ?p.key, error = %errors, "invalid policy");
                 book.error = Some(errors.to_string());
             }
         }
         self.metrics.policies.set(self.books.values().filter(|b| b.reference.is_some()).count() as i64);
-    }
-
-    fn record_outcome(&mut self, o: Outcome) {
-        let flight = (o.policy.clone(), o.job.clone(), o.rule.clone());
-        if let Some(n) = self.in_flight.get_mut(&flight) {
-            *n -= 1;
-            if *n == 0 {
-                self.in_flight.remove(&flight);
-            }
-        }
-        if o.result == Result_::NotLeader {
-            return;
-        }
-        let Some(book) = self.books.get_mut(&o.policy) else { return };
-        *book.action_counts.entry(format!("{}/{}", o.action, o.result.as_str())).or_default() += 1;
-        let verb = match (o.mode, &o.result) {
-            (Mode::Audit, _) | (_, Result_::Reported) => format!("would {}", o.action),
-            (_, Result_::Done) => o.action.to_string(),
-            (_, other) => format!("{} {}", o.action, other.as_str()),
-        };
-        let what = format!("{verb} {} ({})", o.job, o.rule);
-        book.last_action = Some((what, o.at));
-        book.job_actions.insert(o.job.clone(), (format!("{verb} ({})", o.rule), o.at));
-        if book.job_actions.len() > MAX_JOB_ACTIONS
-            && let Some(oldest) =
-                book.job_actions.iter().min_by_key(|(_, (_, at))| *at).map(|(k, _)| k.clone())
-        {
-            book.job_actions.remove(&oldest);
-        }
-        if let Some(s) = &o.savings
-            && matches!(o.action, "suspend" | "deactivate")
-        {
-            match (o.mode, &o.result) {
-                (Mode::Enforce, Result_::Done) => {
-                    book.gpu_hours_saved += s.gpu_hours;
-                    if let Some(d) = s.dollars {
-                        *book.dollars_saved.get_or_insert(0.0) += d;
-                    }
-                }
-                (Mode::Audit, Result_::Reported) => {
-                    book.gpu_hours_would_save += s.gpu_hours;
-                    if let Some(d) = s.dollars {
-                        *book.dollars_would_save.get_or_insert(0.0) += d;
-                    }
-                }
-                _ => {}
-            }
-        }
     }
 
     fn drain_events(&mut self) {
@@ -356,7 +290,7 @@ impl Brain {
                         TransitionKind::Firing => {
                             self.metrics
                                 .firings
-                                .get_or_create(&ModeLabels { mode: mode.as_str().into() })
+                                .get_or_create(&ModeLabels { mode: ModeLabel(Some(mode)) })
                                 .inc();
                             (true, "RuleFiring")
                         }
@@ -391,228 +325,10 @@ impl Brain {
                     })));
                 }
                 Event::Suppressed { job, policy, rule, action, until, .. } => {
-                    debug!(%job, %policy, rule, action, %until, "suppressed by cooldown");
+                    debug!(%job, %policy, rule, action = action.as_str(), %until, "suppressed by cooldown");
                 }
             }
         }
-    }
-
-    /// Copies the notifier's delivery counters into /metrics.
-    pub fn refresh_notification_metrics(&self) {
-        let Some(n) = &self.notifier else { return };
-        for s in n.stats() {
-            let policy = match &s.policy_namespace {
-                Some(ns) => format!("{}/{ns}/{}", s.policy_kind, s.policy_name),
-                None => format!("{}/{}", s.policy_kind, s.policy_name),
-            };
-            for (result, value) in
-                [("sent", s.sent), ("failed", s.failed), ("retried", s.retried), ("dropped", s.dropped)]
-            {
-                self.metrics
-                    .notifications
-                    .get_or_create(&crate::metrics::NotificationLabels {
-                        policy: policy.clone(),
-                        receiver: s.receiver.clone(),
-                        channel: s.channel.as_str().into(),
-                        result: result.into(),
-                    })
-                    .set(value as i64);
-            }
-        }
-    }
-
-    /// The statuses that changed since they were last returned (a removed policy comes back with a default
-    /// status, which tells the writer to forget it).
-    pub fn changed_statuses(&mut self, now: Timestamp) -> Vec<StatusUpdate> {
-        let mut out: Vec<StatusUpdate> = self
-            .removed
-            .drain(..)
-            .map(|key| StatusUpdate { key, status: ProgressPolicyStatus::default() })
-            .collect();
-        let keys: Vec<PolicyId> = self.books.keys().cloned().collect();
-        for key in keys {
-            let status = self.status_of(&key, now);
-            if self.last_sent.get(&key) != Some(&status) {
-                self.last_sent.insert(key.clone(), status.clone());
-                out.push(StatusUpdate { key, status });
-            }
-        }
-        out
-    }
-
-    /// The status of one policy now.
-    pub fn status_of(&mut self, key: &PolicyId, now: Timestamp) -> ProgressPolicyStatus {
-        let Some(book) = self.books.get(key) else { return ProgressPolicyStatus::default() };
-        let mut status = ProgressPolicyStatus {
-            observed_generation: Some(book.generation),
-            last_action: book.last_action.as_ref().map(|(w, _)| w.clone()),
-            last_action_time: book.last_action.as_ref().map(|(_, at)| Time(*at)),
-            gpu_hours_saved: (book.gpu_hours_saved > 0.0).then_some(round(book.gpu_hours_saved)),
-            dollars_saved: book.dollars_saved.map(round),
-            gpu_hours_would_save: (book.gpu_hours_would_save > 0.0)
-                .then_some(round(book.gpu_hours_would_save)),
-            dollars_would_save: book.dollars_would_save.map(round),
-            action_counts: book.action_counts.clone(),
-            ..ProgressPolicyStatus::default()
-        };
-        let mut ready = (true, "Evaluating", String::new());
-        if let Some(reference) = &book.reference {
-            let counts = self.evaluator.counts(reference);
-            status.matched_jobs = Some(counts.matched_jobs as i32);
-            status.firing_rules = Some(counts.firing as i32);
-            status.pending_rules = Some(counts.pending as i32);
-            let mut memories = self.evaluator.memories(reference, now);
-            let mut jobs: BTreeMap<String, JobStatus> = BTreeMap::new();
-            for m in &memories {
-                let entry = jobs
-                    .entry(m.job.clone())
-                    .or_insert_with(|| JobStatus { name: m.job.clone(), ..Default::default() });
-                match m.state {
-                    RuleState::Firing => entry.firing.push(m.rule.clone()),
-                    RuleState::Pending => entry.pending.push(m.rule.clone()),
-                    RuleState::Inactive => {}
-                }
-            }
-            for (job, (what, at)) in &book.job_actions {
-                let name = job.to_string();
-                let entry =
-                    jobs.entry(name.clone()).or_insert_with(|| JobStatus { name, ..Default::default() });
-                entry.last_action = Some(what.clone());
-                entry.last_action_time = Some(Time(*at));
-            }
-            for entry in jobs.values_mut() {
-                if let Some(key) = JobKey::parse(&entry.name) {
-                    // Whole percents: the status changes when progress does, not on every report.
-                    entry.progress_percent = self
-                        .evaluator
-                        .job(&key)
-                        .and_then(|d| d.series.last.and_then(|l| l.progress_percent))
-                        .map(|p| p.clamp(0.0, 100.0).floor());
-                }
-            }
-            status.jobs = JobStatus::cap(jobs.into_values().collect());
-            // Pending and firing first: they matter most after a restart.
-            memories.sort_by_key(|m| match m.state {
-                RuleState::Pending => 0,
-                RuleState::Firing => 1,
-                RuleState::Inactive => 2,
-            });
-            memories.truncate(MAX_RULE_STATES);
-            for m in memories.iter_mut().filter(|m| m.state == RuleState::Firing) {
-                let Some(job) = JobKey::parse(&m.job) else { continue };
-                if !self.in_flight.contains_key(&(key.clone(), job, m.rule.clone())) {
-                    continue;
-                }
-                let for_ = self
-                    .evaluator
-                    .policies()
-                    .find(|p| p.reference == *reference)
-                    .and_then(|p| p.rules.iter().find(|r| r.name == m.rule))
-                    .map_or(0.0, |r| r.for_.as_secs_f64());
-                let fired_at = m.since;
-                m.state = RuleState::Pending;
-                m.since =
-                    fired_at.and_then(|t| t.checked_sub(jiff::SignedDuration::from_secs_f64(for_)).ok());
-                m.firings = m.firings.saturating_sub(1);
-                for issued in &mut m.last_issued {
-                    if *issued == fired_at {
-                        *issued = None;
-                    }
-                }
-                m.cleared_at = None;
-            }
-            status.rule_states = memories;
-            ready.2 = format!("evaluating generation {}", reference.generation);
-            if let Some(error) = &book.error {
-                ready = (
-                    false,
-                    "InvalidPolicy",
-                    format!(
-                        "generation {} is invalid; still evaluating generation {}: {error}",
-                        book.generation, reference.generation
-                    ),
-                );
-            }
-        } else {
-            let error = book.error.clone().unwrap_or_else(|| "not loaded".into());
-            ready = (false, "InvalidPolicy", error);
-        }
-        if let Some(n) = &self.notifier {
-            let PolicyId { kind, namespace, name } = key;
-            status.notifications = n
-                .stats()
-                .into_iter()
-                .filter(|s| {
-                    s.policy_kind == *kind && s.policy_namespace == *namespace && s.policy_name == *name
-                })
-                .take(64)
-                .map(|s| trainwarden_kube::status::NotificationStatus {
-                    receiver: s.receiver,
-                    channel: s.channel.as_str().into(),
-                    sent: s.sent as i64,
-                    failed: s.failed as i64,
-                    retried: s.retried as i64,
-                    dropped: s.dropped as i64,
-                    last_error: s.last_error,
-                })
-                .collect();
-        }
-        let firing = status.firing_rules.unwrap_or(0) > 0;
-        let conditions = vec![
-            condition(&book.conditions, CONDITION_READY, ready.0, ready.1, &ready.2, book.generation, now),
-            condition(
-                &book.conditions,
-                CONDITION_FIRING,
-                firing,
-                if firing { "RulesFiring" } else { "NoneFiring" },
-                &format!("{} (job, rule) pair(s) firing", status.firing_rules.unwrap_or(0)),
-                book.generation,
-                now,
-            ),
-        ];
-        if let Some(book) = self.books.get_mut(key) {
-            book.conditions = conditions.clone();
-        }
-        status.conditions = conditions;
-        status
-    }
-}
-
-fn round(v: f64) -> f64 {
-    (v * 1000.0).round() / 1000.0
-}
-
-/// A condition, keeping its lastTransitionTime while its status does not change.
-fn condition(
-    previous: &[Condition],
-    type_: &str,
-    ok: bool,
-    reason: &str,
-    message: &str,
-    generation: i64,
-    now: Timestamp,
-) -> Condition {
-    let status = if ok { "True" } else { "False" };
-    let since = previous
-        .iter()
-        .find(|c| c.type_ == type_ && c.status == status)
-        .map(|c| c.last_transition_time.clone())
-        .unwrap_or(Time(now));
-    let mut message = message.to_string();
-    if message.len() > 8000 {
-        let mut end = 8000;
-        while !message.is_char_boundary(end) {
-            end -= 1;
-        }
-        message.truncate(end);
-    }
-    Condition {
-        type_: type_.into(),
-        status: status.into(),
-        reason: reason.into(),
-        message,
-        observed_generation: Some(generation),
-        last_transition_time: since,
     }
 }
 
@@ -667,7 +383,7 @@ pub async fn run(
         }
         for item in brain.work.drain(..) {
             if work.send(item).await.is_err() {
-                metrics.api_error("executor_gone");
+                metrics.dropped(DroppedWork::ExecutorGone);
                 return;
             }
         }
@@ -677,10 +393,12 @@ pub async fn run(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::inputs::JobInput;
+    use crate::messages::{ActionResult, JobInput, Outcome};
     use trainwarden_core::parse_documents;
     use trainwarden_core::{ActionIntent, RuleMemory};
     use trainwarden_core::{JobSnapshot, Metric, ProgressSample, SampleSource};
+    use trainwarden_core::{Mode, RuleState};
+    use trainwarden_kube::status::CONDITION_READY;
 
     fn t(s: i64) -> Timestamp {
         Timestamp::from_second(1_795_798_800 + s).unwrap()
@@ -718,7 +436,7 @@ mod tests {
             .drain(..)
             .filter_map(|w| match w {
                 Work::Act(i) => Some(format!("{} {}", i.action.kind(), i.job)),
-                Work::Announce(_) | Work::Notify(..) => None,
+                Work::Announce(_) | Work::Notify(..) | Work::Receivers(_) => None,
             })
             .collect()
     }
@@ -797,9 +515,9 @@ mod tests {
             policy: key(),
             job: JobKey::new("ml", "ft"),
             rule: "high".into(),
-            action: "suspend",
+            action: crate::messages::ExecutedAction::Suspend,
             mode: Mode::Enforce,
-            result: Result_::Done,
+            result: ActionResult::Done,
             message: String::new(),
             at: t(10),
             savings: None,
@@ -840,6 +558,7 @@ mod tests {
                 Work::Announce(a) => a.reason,
                 Work::Act(i) => format!("act {}", i.action.kind()),
                 Work::Notify(..) => "notify".into(),
+                Work::Receivers(_) => "receivers".into(),
             })
             .collect();
         assert_eq!(reasons, vec!["Exempt"]);
@@ -859,9 +578,9 @@ mod tests {
             policy: key(),
             job: JobKey::new("ml", "ft"),
             rule: "high".into(),
-            action: "suspend",
+            action: crate::messages::ExecutedAction::Suspend,
             mode: Mode::Enforce,
-            result: Result_::Done,
+            result: ActionResult::Done,
             message: String::new(),
             at: t(5),
             savings: Some(trainwarden_core::Savings {
@@ -928,7 +647,7 @@ mod watch_path_tests {
                 let input = PolicyInput { key, generation: 1, document: Ok(doc), status: None };
                 b.handle(Input::Policy(Box::new(input)), t(i as i64));
             }
-            let input = crate::inputs::job_input(&obj).expect("a namespaced TrainJob");
+            let input = crate::sources::job_input(&obj).expect("a namespaced TrainJob");
             b.handle(Input::Job(Box::new(input)), t(i as i64));
             if b.work.drain(..).any(|w| matches!(w, Work::Act(_))) {
                 fired.get_or_insert(i);

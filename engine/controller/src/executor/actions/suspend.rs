@@ -1,0 +1,112 @@
+//! The `suspend` action: `spec.suspend: true` on the TrainJob, or, for a job Kueue manages, its Workload
+//! deactivated (Kueue owns `spec.suspend` of such jobs and would undo a direct suspension).
+
+use kube::ResourceExt;
+use kube::api::{Api, ApiResource, DynamicObject, GroupVersionKind, Patch, PatchParams};
+use serde_json::json;
+use trainwarden_core::SuspendAction;
+use trainwarden_kube::FIELD_MANAGER;
+
+use super::super::ssa::spec_bool;
+use super::super::{ActionError, Ended, Executor, Target};
+use crate::messages::{ActionResult, ExecutedAction};
+use crate::metrics::ApiOperation;
+use crate::{KUEUE_QUEUE_LABEL, LAST_ACTION_ANNOTATION, SUSPENDED_BY_ANNOTATION};
+
+/// Kueue's Workload (`kueue.x-k8s.io/v1beta1`), the object that owns admission of a Kueue-managed job.
+pub fn workload_resource() -> ApiResource {
+    ApiResource::from_gvk_with_plural(
+        &GroupVersionKind::gvk("kueue.x-k8s.io", "v1beta1", "Workload"),
+        "workloads",
+    )
+}
+
+impl Executor {
+    pub(in crate::executor) async fn suspend(
+        &self,
+        target: &Target<'_>,
+        s: &SuspendAction,
+        record: &str,
+        action: &mut ExecutedAction,
+    ) -> Result<Ended, ActionError> {
+        let (by, summary, job) = (&target.by, target.summary, target.job);
+        let note = match &s.message {
+            Some(m) => format!("{by}: {summary}. {m}"),
+            None => format!("{by}: {summary}"),
+        };
+        let queue = job.labels().get(KUEUE_QUEUE_LABEL).cloned();
+        if let (true, Some(queue)) = (self.kueue, queue) {
+            *action = ExecutedAction::Deactivate;
+            let ended = self.deactivate_workload(job, &queue).await?;
+            if ended.result == ActionResult::Done {
+                self.apply_to_job(target.api, job, &[(LAST_ACTION_ANNOTATION, record)], None).await?;
+                self.publish(
+                    &target.reference,
+                    true,
+                    "WorkloadDeactivated",
+                    "Suspend",
+                    &format!("{note} ({})", ended.message),
+                )
+                .await;
+            }
+            return Ok(ended);
+        }
+        if spec_bool(job, "/spec/suspend") == Some(true) {
+            return Ok(Ended::new(ActionResult::Unchanged, "the TrainJob is already suspended"));
+        }
+        self.apply_to_job(
+            target.api,
+            job,
+            &[(LAST_ACTION_ANNOTATION, record), (SUSPENDED_BY_ANNOTATION, by)],
+            Some(json!({"suspend": true})),
+        )
+        .await?;
+        self.publish(&target.reference, true, "Suspended", "Suspend", &note).await;
+        Ok(Ended::new(ActionResult::Done, "spec.suspend set to true"))
+    }
+
+    /// Deactivates the Kueue Workload owned by the TrainJob (`spec.active: false`): Kueue owns
+    /// `spec.suspend` of the jobs it manages and would undo a direct suspension; a deactivated Workload makes
+    /// Kueue evict and suspend the job itself.
+    async fn deactivate_workload(&self, job: &DynamicObject, queue: &str) -> Result<Ended, ActionError> {
+        let ns = job.namespace().unwrap_or_default();
+        let uid = job.uid().unwrap_or_default();
+        let api: Api<DynamicObject> = Api::namespaced_with(self.client.clone(), &ns, &workload_resource());
+        let list_params = kube::api::ListParams::default();
+        let list = self
+            .call(ApiOperation::ListWorkloads, || api.list(&list_params))
+            .await
+            .map_err(|e| ActionError::call(format!("listing Kueue Workloads in {ns} (queue {queue})"), e))?;
+        let owned = list.items.into_iter().find(|w| {
+            w.owner_references().iter().any(|o| o.uid == uid)
+                || w.labels().get("kueue.x-k8s.io/job-uid").is_some_and(|u| *u == uid)
+        });
+        let Some(workload) = owned else {
+            return Err(ActionError::NoWorkload { queue: queue.to_string() });
+        };
+        let wname = workload.name_any();
+        if spec_bool(&workload, "/spec/active") == Some(false) {
+            return Ok(Ended::new(
+                ActionResult::Unchanged,
+                format!("Kueue Workload {wname} is already inactive"),
+            ));
+        }
+        let body = json!({
+            "apiVersion": "kueue.x-k8s.io/v1beta1",
+            "kind": "Workload",
+            "metadata": {"name": wname, "namespace": ns},
+            "spec": {"active": false},
+        });
+        let params = PatchParams::apply(FIELD_MANAGER).force();
+        let patch = Patch::Apply(&body);
+        self.call(ApiOperation::PatchWorkload, || api.patch(&wname, &params, &patch))
+            .await
+            .map_err(|e| ActionError::call(format!("deactivating Kueue Workload {wname}"), e))?;
+        Ok(Ended::new(
+            ActionResult::Done,
+            format!(
+                "managed by Kueue (queue {queue}): deactivated Workload {wname} instead of setting spec.suspend"
+            ),
+        ))
+    }
+}
