@@ -2,7 +2,7 @@
 //! clock, and emits [`Work`] for the executor and [`StatusUpdate`]s for the status writer. No I/O here
 //! beyond those channels, so [`Brain`] itself is tested with plain `#[test]`s: a policy's receivers go to the
 //! executor as [`Work::Receivers`] (configuring them starts delivery tasks), the per-policy books live in
-//! [`books`] and the status projection in [`status`].
+//! `books` and the status projection in `status`.
 //!
 //! Restart safety: a policy's status carries its rule memories (`status.ruleStates`). The first time a
 //! policy is seen the memories are handed to [`Evaluator::restore`] — before any TrainJob is observed, since

@@ -5,9 +5,9 @@
 //! call, retried on transient failures, counted in metrics, and reported back as an [`Outcome`]. Only the
 //! leader executes; followers count what they skip.
 //!
-//! [`queue`] keeps work of one TrainJob in order; [`call`] makes one API call (deadline, retries, metrics);
-//! [`ssa`] writes by server-side apply, re-stating what trainwarden owns; [`actions`] has one module per
-//! action kind; [`events`] records Kubernetes Events. `status.trainerStatus` belongs to Kubeflow (manager
+//! `queue` keeps work of one TrainJob in order; `call` makes one API call (deadline, retries, metrics);
+//! `ssa` writes by server-side apply, re-stating what trainwarden owns; `actions` has one module per
+//! action kind; `events` records Kubernetes Events. `status.trainerStatus` belongs to Kubeflow (manager
 //! `trainer-status`) and is never written.
 
 use std::sync::Arc;
