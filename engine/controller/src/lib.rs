@@ -66,10 +66,30 @@ pub enum Error {
     MissingCrd(&'static str, kube::Error),
 }
 
-/// Runs the controller until `shutdown` turns true or a component fails.
+/// Runs the controller until `shutdown` turns true or a component fails, serving `/healthz`, `/readyz` and
+/// `/metrics` on `config.http_addr` when it is set.
 pub async fn run(
     client: Client,
     config: ControllerConfig,
+    shutdown: watch::Receiver<bool>,
+) -> Result<(), Error> {
+    let listener = match config.http_addr {
+        Some(addr) => Some(
+            tokio::net::TcpListener::bind(addr)
+                .await
+                .map_err(|source| Error::Http { addr: addr.to_string(), source })?,
+        ),
+        None => None,
+    };
+    run_with_listener(client, config, listener, shutdown).await
+}
+
+/// [`run`] with the HTTP endpoints on a listener the caller bound (an embedder, or a test that binds port
+/// 0 and so never races another process for a port); `config.http_addr` is not used.
+pub async fn run_with_listener(
+    client: Client,
+    config: ControllerConfig,
+    listener: Option<tokio::net::TcpListener>,
     mut shutdown: watch::Receiver<bool>,
 ) -> Result<(), Error> {
     let metrics = Arc::new(metrics::Metrics::new());
@@ -83,10 +103,8 @@ pub async fn run(
     let (policies_synced_tx, policies_synced_rx) = tokio::sync::oneshot::channel();
 
     let mut tasks = JoinSet::new();
-    if let Some(addr) = config.http_addr {
-        let listener = tokio::net::TcpListener::bind(addr)
-            .await
-            .map_err(|source| Error::Http { addr: addr.to_string(), source })?;
+    if let Some(listener) = listener {
+        let addr = listener.local_addr().map_or_else(|e| e.to_string(), |a| a.to_string());
         info!(%addr, "serving /healthz, /readyz and /metrics");
         let (m, r, s) = (metrics.clone(), ready_rx.clone(), shutdown.clone());
         tasks.spawn(async move {

@@ -208,8 +208,7 @@ async fn a_stalled_job_is_suspended_and_notified_once_per_channel_without_leakin
 
     // Neither secret anywhere the controller writes or says.
     let secrets = [("Slack URL token", token.as_str()), ("SMTP password", password.as_str())];
-    let e = events(c, ns, "hung").await;
-    assert!(e.iter().any(|(reason, _, _)| reason == "Suspended"), "{e:?}");
+    let e = events_once_there(c, ns, "hung", "Suspended", 1).await;
     assert_no_secret("the TrainJob's Events", &format!("{e:?}"), &secrets);
     let status_json = serde_json::to_string(&policy_status(c, ns, "notify").await).unwrap();
     assert!(status_json.contains("\"notifications\""), "{status_json}");

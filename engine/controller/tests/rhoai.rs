@@ -84,7 +84,13 @@ async fn on_the_rhoai_crd_a_scale_action_suspends_resizes_and_resumes() {
         ..ControllerConfig::default()
     };
     let controller = tokio::spawn(trainwarden_controller::run(c.clone(), config, rx));
-    tokio::time::sleep(Duration::from_secs(1)).await;
+    // The controller watches: its status says the policy selects the job.
+    let policies: Api<ProgressPolicy> = Api::namespaced(c.clone(), ns);
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(15);
+    while policies.get("shrink").await.ok().and_then(|p| p.status?.matched_jobs) != Some(1) {
+        assert!(tokio::time::Instant::now() < deadline, "the controller never selected the job");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
     // The RHOAI controller's poll: the loss went NaN (null in the annotation).
     let nan = support::fixture("fixtures/kubeflow/payloads/rhoai-trainerStatus-annotation.nan-loss.json");
     let patch = json!({"metadata": {"annotations": {TRAINER_STATUS_ANNOTATION: nan.trim()}}});
@@ -108,9 +114,17 @@ async fn on_the_rhoai_crd_a_scale_action_suspends_resizes_and_resumes() {
     assert!(
         scaled.managed_fields().iter().any(|m| m.manager.as_deref() == Some(trainwarden_kube::FIELD_MANAGER))
     );
-    let events: Vec<Event> =
-        Api::<Event>::namespaced(c.clone(), ns).list(&ListParams::default()).await.expect("events").items;
-    let scaled_event = events.iter().find(|e| e.reason.as_deref() == Some("Scaled")).expect("a Scaled Event");
+    // The Event is written after the resume the loop above saw.
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(15);
+    let scaled_event = loop {
+        let events: Vec<Event> =
+            Api::<Event>::namespaced(c.clone(), ns).list(&ListParams::default()).await.expect("events").items;
+        if let Some(e) = events.into_iter().find(|e| e.reason.as_deref() == Some("Scaled")) {
+            break e;
+        }
+        assert!(tokio::time::Instant::now() < deadline, "no Scaled Event");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
     assert!(scaled_event.note.as_deref().unwrap_or("").contains("numNodes 2 → 1"), "{scaled_event:?}");
     let _ = stop.send(true);
     tokio::time::timeout(Duration::from_secs(10), controller)

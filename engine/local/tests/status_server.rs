@@ -44,8 +44,9 @@ fn status_body(message: &str, reason: &str, code: u16) -> String {
     )
 }
 
+/// Up to 30 s: the watched shell starts in milliseconds, but a loaded CI machine may take seconds.
 async fn wait_for(path: &Path) -> String {
-    for _ in 0..200 {
+    for _ in 0..600 {
         if let Ok(text) = std::fs::read_to_string(path) {
             return text;
         }

@@ -4,7 +4,7 @@ Usage: smtp_server.py PORT MODE CERT KEY USER PASSWORD
   MODE: starttls (STARTTLS required before MAIL) or implicit (TLS from the first byte).
   USER/PASSWORD: the only credentials accepted (AUTH required); "-" for no authentication.
 
-Prints "READY" once listening, then one JSON object per received message on stdout: the decoded
+Prints "READY" once listening ("PORT-TAKEN ..." and exits 3 when the port is in use), then one JSON object per received message on stdout: the decoded
 "subject", "from", "to", "content_type", "text" and "html" parts, and the envelope ("mail_from",
 "rcpt_tos"), the raw "data", the "auth_login" used and whether the session was "tls". Exits when stdin closes (the test process ended).
 """
@@ -75,7 +75,12 @@ def main() -> None:
     else:
         raise SystemExit(f"unknown mode {mode!r}")
     controller = Controller(Handler(), **kwargs)
-    controller.start()
+    try:
+        controller.start()
+    except OSError as e:
+        # The port the test picked was taken in the meantime: it picks another and starts us again.
+        print(f"PORT-TAKEN {e}", flush=True)
+        raise SystemExit(3)
     print("READY", flush=True)
     try:
         sys.stdin.read()

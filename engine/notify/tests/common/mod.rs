@@ -225,7 +225,8 @@ pub fn self_signed() -> (String, String) {
     (cert.cert.pem(), cert.signing_key.serialize_pem())
 }
 
-/// A free TCP port on 127.0.0.1 (bound and released: good enough for a test server started right after).
+/// A free TCP port on 127.0.0.1, bound and released: a server started on it must cope with losing it to
+/// another process in between (see [`SmtpServer::start`]).
 pub fn free_port() -> u16 {
     std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
 }
@@ -254,26 +255,35 @@ impl SmtpServer {
         let key = files.path().join("key.pem");
         std::fs::write(&cert, &cert_pem).unwrap();
         std::fs::write(&key, key_pem).unwrap();
-        let port = free_port();
         // Both crates that include this module live at engine/<crate>: the script is found from the root.
         let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../engine/notify/tests/smtp_server.py");
-        let mut child = Command::new(python)
-            .arg(&script)
-            .arg(port.to_string())
-            .arg(mode)
-            .arg(&cert)
-            .arg(&key)
-            .args([user, password])
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::inherit())
-            .spawn()
-            .expect("start the SMTP server");
-        let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
-        match lines.next() {
-            Some(Ok(line)) if line == "READY" => {}
-            other => panic!("the SMTP server did not start: {other:?}"),
-        }
+        // A free port is bound and released here, so another process may take it before the server binds
+        // it: then the server says so and another port is tried.
+        let mut attempts = 0;
+        let (child, port, lines) = loop {
+            attempts += 1;
+            let port = free_port();
+            let mut child = Command::new(&python)
+                .arg(&script)
+                .arg(port.to_string())
+                .arg(mode)
+                .arg(&cert)
+                .arg(&key)
+                .args([user, password])
+                .stdin(Stdio::piped())
+                .stdout(Stdio::piped())
+                .stderr(Stdio::inherit())
+                .spawn()
+                .expect("start the SMTP server");
+            let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
+            match lines.next() {
+                Some(Ok(line)) if line == "READY" => break (child, port, lines),
+                Some(Ok(line)) if line.starts_with("PORT-TAKEN") && attempts < 5 => {
+                    let _ = child.wait();
+                }
+                other => panic!("the SMTP server did not start on port {port}: {other:?}"),
+            }
+        };
         let messages = Arc::new(Mutex::new(Vec::new()));
         let sink = messages.clone();
         std::thread::spawn(move || {
