@@ -51,7 +51,6 @@ pub(super) fn advance(
     data: Option<&JobData>,
     out: &mut Vec<Event>,
 ) {
-    let state = track.state.unwrap_or(RuleState::Inactive);
     let transition = |kind: TransitionKind, reason: Reason, out: &mut Vec<Event>| {
         out.push(Event::Transition {
             at: now,
@@ -63,43 +62,40 @@ pub(super) fn advance(
             mode: rule.mode,
         });
     };
-    match (state, reason) {
-        (RuleState::Inactive, Some(reason)) => {
+    match (track.alert, reason) {
+        (Alert::Inactive, Some(reason)) => {
             if rule.for_.is_zero() {
                 fire(track, key, policy, rule, reason, now, data, out);
             } else {
-                track.state = Some(RuleState::Pending);
-                track.since = Some(now);
+                track.alert = Alert::Pending { since: Some(now) };
                 track.last_reason = reason.clone();
                 transition(TransitionKind::Pending, reason, out);
             }
         }
-        (RuleState::Pending, Some(reason)) => {
-            let since = track.since.unwrap_or(now);
+        (Alert::Pending { since }, Some(reason)) => {
+            let since = since.unwrap_or(now);
             track.last_reason = reason.clone();
             if crate::time::seconds(since, now) >= rule.for_.as_secs_f64() {
                 fire(track, key, policy, rule, reason, now, data, out);
             }
         }
-        (RuleState::Pending, None) => {
-            track.state = Some(RuleState::Inactive);
-            track.since = None;
+        (Alert::Pending { .. }, None) => {
+            track.alert = Alert::Inactive;
             transition(TransitionKind::Cleared, std::mem::take(&mut track.last_reason), out);
         }
-        (RuleState::Firing, Some(reason)) => {
-            track.cleared_at = None;
+        (Alert::Firing { since, .. }, Some(reason)) => {
+            track.alert = Alert::Firing { since, cleared_at: None };
             track.last_reason = reason;
         }
-        (RuleState::Firing, None) => {
-            let cleared = *track.cleared_at.get_or_insert(now);
+        (Alert::Firing { since, cleared_at }, None) => {
+            let cleared = cleared_at.unwrap_or(now);
+            track.alert = Alert::Firing { since, cleared_at: Some(cleared) };
             if crate::time::seconds(cleared, now) >= rule.keep_firing_for.as_secs_f64() {
-                track.state = Some(RuleState::Inactive);
-                track.since = None;
-                track.cleared_at = None;
+                track.alert = Alert::Inactive;
                 transition(TransitionKind::Resolved, std::mem::take(&mut track.last_reason), out);
             }
         }
-        (RuleState::Inactive, None) => {}
+        (Alert::Inactive, None) => {}
     }
 }
 
@@ -114,9 +110,7 @@ pub(super) fn fire(
     data: Option<&JobData>,
     out: &mut Vec<Event>,
 ) {
-    track.state = Some(RuleState::Firing);
-    track.since = Some(now);
-    track.cleared_at = None;
+    track.alert = Alert::Firing { since: Some(now), cleared_at: None };
     track.firings += 1;
     track.last_reason = reason.clone();
     out.push(Event::Transition {
@@ -197,10 +191,10 @@ pub(super) fn resolve_track(
     now: Timestamp,
     out: &mut Vec<Event>,
 ) {
-    let kind = match track.state {
-        Some(RuleState::Firing) => TransitionKind::Resolved,
-        Some(RuleState::Pending) => TransitionKind::Cleared,
-        _ => return,
+    let kind = match track.alert {
+        Alert::Firing { .. } => TransitionKind::Resolved,
+        Alert::Pending { .. } => TransitionKind::Cleared,
+        Alert::Inactive => return,
     };
     out.push(Event::Transition {
         at: now,

@@ -75,9 +75,7 @@ pub(super) fn claim_memories(
             continue; // the rule was edited while nobody watched: it starts afresh
         }
         let track = &mut tracks[r];
-        track.state = Some(memory.state);
-        track.since = memory.since;
-        track.cleared_at = memory.cleared_at;
+        track.alert = Alert::restored(memory.state, memory.since, memory.cleared_at);
         track.firings = memory.firings;
         track.last_issued = memory.last_issued;
         track.last_issued.resize(policy.rules[r].actions.len(), None);
@@ -95,7 +93,7 @@ impl Evaluator {
         let mut out = Vec::new();
         for (key, job) in &self.jobs {
             for (rule, track) in slot.policy.rules.iter().zip(job.tracks.get(p).into_iter().flatten()) {
-                let state = track.state.unwrap_or(RuleState::Inactive);
+                let state = track.alert.state();
                 let cooling = track.last_issued.iter().flatten().any(|last| {
                     crate::time::add_seconds(*last, rule.cooldown.as_secs_f64())
                         .is_none_or(|until| until > now)
@@ -107,8 +105,8 @@ impl Evaluator {
                     job: format!("{}/{}", key.namespace, key.name),
                     rule: rule.name.clone(),
                     state,
-                    since: track.since,
-                    cleared_at: track.cleared_at,
+                    since: track.alert.since(),
+                    cleared_at: track.alert.cleared_at(),
                     firings: track.firings,
                     last_issued: track.last_issued.clone(),
                     rule_hash: Some(rule_hash(rule)),

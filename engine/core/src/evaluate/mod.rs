@@ -61,13 +61,55 @@ impl Default for EngineConfig {
     }
 }
 
+/// Where one rule is for one job, with the instants each state needs (Prometheus' `ActiveAt`, `FiredAt`,
+/// `KeepFiringSince`). Memories restored from a status may lack an instant, hence the options.
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+enum Alert {
+    #[default]
+    Inactive,
+    /// The condition holds; the rule fires once `for` has elapsed since `since`.
+    Pending { since: Option<Timestamp> },
+    /// Fired at `since`. `cleared_at`: when the condition last turned false (`keepFiringFor` runs from there).
+    Firing { since: Option<Timestamp>, cleared_at: Option<Timestamp> },
+}
+
+impl Alert {
+    /// From what a restored memory says.
+    fn restored(state: RuleState, since: Option<Timestamp>, cleared_at: Option<Timestamp>) -> Alert {
+        match state {
+            RuleState::Inactive => Alert::Inactive,
+            RuleState::Pending => Alert::Pending { since },
+            RuleState::Firing => Alert::Firing { since, cleared_at },
+        }
+    }
+
+    fn state(self) -> RuleState {
+        match self {
+            Alert::Inactive => RuleState::Inactive,
+            Alert::Pending { .. } => RuleState::Pending,
+            Alert::Firing { .. } => RuleState::Firing,
+        }
+    }
+
+    /// Pending since or firing since.
+    fn since(self) -> Option<Timestamp> {
+        match self {
+            Alert::Inactive => None,
+            Alert::Pending { since } | Alert::Firing { since, .. } => since,
+        }
+    }
+
+    fn cleared_at(self) -> Option<Timestamp> {
+        match self {
+            Alert::Firing { cleared_at, .. } => cleared_at,
+            _ => None,
+        }
+    }
+}
+
 #[derive(Clone, Debug, Default)]
 struct RuleTrack {
-    state: Option<RuleState>,
-    /// Pending since / firing since.
-    since: Option<Timestamp>,
-    /// While firing: when the condition last turned false (for keepFiringFor).
-    cleared_at: Option<Timestamp>,
+    alert: Alert,
     detector_state: DetectorState,
     firings: u64,
     last_issued: Vec<Option<Timestamp>>,
@@ -400,9 +442,8 @@ impl Evaluator {
             let Some(Some(slot)) = self.policies.get(p) else { continue };
             for (r, track) in tracks.iter_mut().enumerate() {
                 track.detector_state = DetectorState::default();
-                if track.state == Some(RuleState::Pending) {
-                    track.state = Some(RuleState::Inactive);
-                    track.since = None;
+                if matches!(track.alert, Alert::Pending { .. }) {
+                    track.alert = Alert::Inactive;
                     out.push(Event::Transition {
                         at: now,
                         job: key.clone(),
@@ -530,7 +571,7 @@ impl Evaluator {
         let slot = self.policies[p].as_ref()?;
         let r = slot.policy.rules.iter().position(|x| x.name == rule)?;
         let track = self.jobs.get(job)?.tracks.get(p)?.get(r)?;
-        Some(track.state.unwrap_or(RuleState::Inactive))
+        Some(track.alert.state())
     }
 
     /// Jobs selected and rules firing/pending per policy.
@@ -542,10 +583,10 @@ impl Evaluator {
                 counts.matched_jobs += 1;
             }
             for t in job.tracks.get(p).into_iter().flatten() {
-                match t.state {
-                    Some(RuleState::Firing) => counts.firing += 1,
-                    Some(RuleState::Pending) => counts.pending += 1,
-                    _ => {}
+                match t.alert {
+                    Alert::Firing { .. } => counts.firing += 1,
+                    Alert::Pending { .. } => counts.pending += 1,
+                    Alert::Inactive => {}
                 }
             }
         }

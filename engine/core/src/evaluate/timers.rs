@@ -82,16 +82,16 @@ impl Evaluator {
                 let Some(Some(slot)) = self.policies.get(p) else { continue };
                 let Some(tracks) = entry.tracks.get(p) else { continue };
                 for (rule, track) in slot.policy.rules.iter().zip(tracks) {
-                    match track.state.unwrap_or(RuleState::Inactive) {
-                        RuleState::Pending => consider(
-                            track.since.and_then(|s| crate::time::add_seconds(s, rule.for_.as_secs_f64())),
-                        ),
-                        RuleState::Firing => {
-                            consider(track.cleared_at.and_then(|c| {
+                    match track.alert {
+                        Alert::Pending { since } => {
+                            consider(since.and_then(|s| crate::time::add_seconds(s, rule.for_.as_secs_f64())))
+                        }
+                        Alert::Firing { cleared_at, .. } => {
+                            consider(cleared_at.and_then(|c| {
                                 crate::time::add_seconds(c, rule.keep_firing_for.as_secs_f64())
                             }))
                         }
-                        RuleState::Inactive => {
+                        Alert::Inactive => {
                             if let Some(d) = &rule.detector {
                                 consider(d.wake_at(&track.detector_state, &data.view(&slot.policy.env, now)));
                             }
