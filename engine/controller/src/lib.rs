@@ -29,6 +29,7 @@ pub mod http;
 pub mod leader;
 pub mod messages;
 pub mod metrics;
+pub mod secrets;
 pub mod sources;
 pub mod status_writer;
 
@@ -121,7 +122,7 @@ pub async fn run_with_listener(
         metrics.clone(),
     );
     let notifier = if config.notifications {
-        let secrets = Arc::new(trainwarden_notify::KubeSecrets::new(client.clone()));
+        let secrets = Arc::new(secrets::KubeSecrets::new(client.clone()));
         Some(
             trainwarden_notify::Notifier::new(secrets, {
                 let mut c = trainwarden_notify::NotifierConfig::default();

@@ -1,9 +1,11 @@
-//! The Kubernetes Secret resolver against a real kube-apiserver (the harness of engine/kube/tests; each test
-//! has its own namespace), and a Slack delivery whose webhook URL comes from a Secret.
+//! The Kubernetes Secret resolver against a real kube-apiserver (the harness of engine/kube/tests and the
+//! helpers of engine/notify/tests; each test has its own namespace), and a Slack delivery whose webhook URL
+//! comes from a Secret.
 
 #[path = "../../kube/tests/support/mod.rs"]
 mod support;
 
+#[path = "../../notify/tests/common/mod.rs"]
 mod common;
 
 use std::collections::BTreeMap;
@@ -15,8 +17,9 @@ use k8s_openapi::ByteString;
 use k8s_openapi::api::core::v1::Secret;
 use kube::Api;
 use kube::api::{ObjectMeta, PostParams};
+use trainwarden_controller::secrets::KubeSecrets;
 use trainwarden_core::SecretRef;
-use trainwarden_notify::{ChannelKind, KubeSecrets, Notifier, NotifierConfig, SecretResolver};
+use trainwarden_notify::{ChannelKind, Notifier, NotifierConfig, SecretResolver};
 
 async fn create_secret(client: &kube::Client, ns: &str, name: &str, data: &[(&str, &str)]) {
     let secret = Secret {
