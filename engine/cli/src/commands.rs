@@ -328,7 +328,7 @@ pub fn validate(files: &[PathBuf]) -> Result<bool, String> {
 pub fn detectors() {
     for d in trainwarden_core::DETECTORS {
         println!("{}\n  {}", d.name, d.summary);
-        for (name, ty, default, doc) in d.params {
+        for trainwarden_core::ParamDoc { name, ty, default, doc } in d.params {
             println!("    {name:<28} {ty:<20} default {default:<10} {doc}");
         }
         println!("  example with: {}\n", d.example);

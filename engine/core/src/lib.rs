@@ -47,7 +47,7 @@ pub use input::{
     NormalizeError, TRAINER_STATUS_ANNOTATION, from_annotation, from_metrics_response, from_trainer_status,
     from_trainjob,
 };
-pub use judge::detectors::DETECTORS;
+pub use judge::detectors::{DETECTORS, DetectorInfo, ParamDoc};
 pub use judge::script::{BUILTINS, Limits, ScriptEngine};
 pub use policy::compile::{CompiledPolicy, PolicyDocument, compile, parse_documents};
 pub use policy::receiver::{

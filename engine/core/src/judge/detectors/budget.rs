@@ -6,7 +6,7 @@
 //!
 //! Example: `uses: over_budget`, `with: {maxCost: 1500}` with `gpuHourCost: 6.875` on the policy.
 
-use super::{Detector, DetectorInfo, DetectorState, Finding, Params};
+use super::{Detector, DetectorInfo, DetectorState, Finding, ParamDoc, Params};
 
 use crate::history::job::JobView;
 
@@ -18,9 +18,24 @@ pub const INFO: DetectorInfo = DetectorInfo {
     name: "over_budget",
     summary: "Runtime, GPU-hours or cost since the job last started is above a limit.",
     params: &[
-        ("maxRuntime", "duration", "none", "Longest allowed runtime, e.g. 48h."),
-        ("maxGpuHours", "number", "none", "GPU-hours allowed (runtime × GPUs)."),
-        ("maxCost", "number", "none", "Dollars allowed (GPU-hours × the policy's gpuHourCost)."),
+        ParamDoc {
+            name: "maxRuntime",
+            ty: "duration",
+            default: "none",
+            doc: "Longest allowed runtime, e.g. 48h.",
+        },
+        ParamDoc {
+            name: "maxGpuHours",
+            ty: "number",
+            default: "none",
+            doc: "GPU-hours allowed (runtime × GPUs).",
+        },
+        ParamDoc {
+            name: "maxCost",
+            ty: "number",
+            default: "none",
+            doc: "Dollars allowed (GPU-hours × the policy's gpuHourCost).",
+        },
     ],
     example: r#"{"maxRuntime": "48h", "maxGpuHours": 320}"#,
     build,

@@ -7,7 +7,7 @@
 //!
 //! Example: `uses: diverging`, `with: {metric: loss, factor: 3, warmup: 20}`.
 
-use super::{Detector, DetectorInfo, DetectorState, DirectionParam, Finding, Params};
+use super::{Detector, DetectorInfo, DetectorState, DirectionParam, Finding, ParamDoc, Params};
 
 use crate::history::job::JobView;
 
@@ -18,16 +18,26 @@ pub const INFO: DetectorInfo = DetectorInfo {
     name: "diverging",
     summary: "The latest value is worse than `threshold`, or worse than `factor` times the best value so far.",
     params: &[
-        ("metric", "string", "required", "Canonical metric name."),
-        ("mode", "min|max|auto", "auto", "Which way is better."),
-        ("threshold", "number", "none", "Absolute limit: fire when the value is worse than this."),
-        (
-            "factor",
-            "number > 1",
-            "none",
-            "Fire when the value is worse than factor × best (min) or best ÷ factor (max).",
-        ),
-        ("warmup", "samples", "0", "Samples of the metric before the rule may fire."),
+        ParamDoc { name: "metric", ty: "string", default: "required", doc: "Canonical metric name." },
+        ParamDoc { name: "mode", ty: "min|max|auto", default: "auto", doc: "Which way is better." },
+        ParamDoc {
+            name: "threshold",
+            ty: "number",
+            default: "none",
+            doc: "Absolute limit: fire when the value is worse than this.",
+        },
+        ParamDoc {
+            name: "factor",
+            ty: "number > 1",
+            default: "none",
+            doc: "Fire when the value is worse than factor × best (min) or best ÷ factor (max).",
+        },
+        ParamDoc {
+            name: "warmup",
+            ty: "samples",
+            default: "0",
+            doc: "Samples of the metric before the rule may fire.",
+        },
     ],
     example: r#"{"metric": "loss", "factor": 3, "warmup": 20}"#,
     build,

@@ -8,7 +8,7 @@
 //! Examples: `uses: eta_after`, `with: {deadline: "2026-12-01T09:00:00+01:00"}`;
 //! `uses: eta_exceeds`, `with: {duration: 12h}`.
 
-use super::{Detector, DetectorInfo, DetectorState, Finding, Params};
+use super::{Detector, DetectorInfo, DetectorState, Finding, ParamDoc, Params};
 
 use crate::history::job::JobView;
 
@@ -19,7 +19,12 @@ use crate::units::duration::Duration;
 pub const INFO_AFTER: DetectorInfo = DetectorInfo {
     name: "eta_after",
     summary: "The estimated end (last sample time + ETA) is later than `deadline`.",
-    params: &[("deadline", "RFC 3339 time", "required", "For example 2026-12-01T09:00:00+01:00.")],
+    params: &[ParamDoc {
+        name: "deadline",
+        ty: "RFC 3339 time",
+        default: "required",
+        doc: "For example 2026-12-01T09:00:00+01:00.",
+    }],
     example: r#"{"deadline": "2026-12-01T09:00:00+01:00"}"#,
     build: build_after,
 };
@@ -27,7 +32,12 @@ pub const INFO_AFTER: DetectorInfo = DetectorInfo {
 pub const INFO_EXCEEDS: DetectorInfo = DetectorInfo {
     name: "eta_exceeds",
     summary: "The estimated end is more than `duration` from now.",
-    params: &[("duration", "duration", "required", "Longest acceptable remaining time, e.g. 12h.")],
+    params: &[ParamDoc {
+        name: "duration",
+        ty: "duration",
+        default: "required",
+        doc: "Longest acceptable remaining time, e.g. 12h.",
+    }],
     example: r#"{"duration": "12h"}"#,
     build: build_exceeds,
 };

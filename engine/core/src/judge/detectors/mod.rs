@@ -105,12 +105,24 @@ pub trait Detector: fmt::Debug + Send + Sync {
     }
 }
 
+/// One documented parameter of a detector.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ParamDoc {
+    /// The key in `with`.
+    pub name: &'static str,
+    /// What it takes (`duration`, `number`, ...).
+    pub ty: &'static str,
+    /// Its default, or `required`.
+    pub default: &'static str,
+    /// What it means.
+    pub doc: &'static str,
+}
+
 /// One catalog entry: name, what it does, its parameters, an example `with`.
 pub struct DetectorInfo {
     pub name: &'static str,
     pub summary: &'static str,
-    /// `(name, type, default, meaning)`
-    pub params: &'static [(&'static str, &'static str, &'static str, &'static str)],
+    pub params: &'static [ParamDoc],
     pub example: &'static str,
     build: fn(&mut Params<'_>) -> Option<Box<dyn Detector>>,
 }

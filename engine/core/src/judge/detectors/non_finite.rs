@@ -6,7 +6,7 @@
 //!
 //! Example: `uses: non_finite`, `with: {metric: loss}` — or `metric: "*"` for any metric.
 
-use super::{Detector, DetectorInfo, DetectorState, Finding, Params};
+use super::{Detector, DetectorInfo, DetectorState, Finding, ParamDoc, Params};
 
 use crate::history::job::JobView;
 
@@ -16,7 +16,12 @@ use crate::time::fmt_num;
 pub const INFO: DetectorInfo = DetectorInfo {
     name: "non_finite",
     summary: "The latest observation of the metric is NaN or ±Inf.",
-    params: &[("metric", "string", "required", "Canonical metric name, or \"*\" for any metric.")],
+    params: &[ParamDoc {
+        name: "metric",
+        ty: "string",
+        default: "required",
+        doc: "Canonical metric name, or \"*\" for any metric.",
+    }],
     example: r#"{"metric": "loss"}"#,
     build,
 };

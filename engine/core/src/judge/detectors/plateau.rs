@@ -15,7 +15,7 @@
 //!
 //! Example: `uses: plateau`, `with: {metric: loss, window: 2h, minDelta: 0.001, warmup: 10%}`.
 
-use super::{Detector, DetectorInfo, DetectorState, Finding, Params};
+use super::{Detector, DetectorInfo, DetectorState, Finding, ParamDoc, Params};
 
 use crate::history::job::JobView;
 
@@ -29,29 +29,54 @@ pub const INFO: DetectorInfo = DetectorInfo {
     name: "plateau",
     summary: "The metric has not improved by more than minDelta / minDeltaPct for `window` (samples or time), or its std over the window fell below `std`.",
     params: &[
-        ("metric", "string", "required", "Canonical metric name, e.g. loss or eval_loss."),
-        (
-            "mode",
-            "min|max|auto",
-            "auto",
-            "Which way is better; auto infers it from the name (accuracy-like names are max).",
-        ),
-        (
-            "window",
-            "samples or duration",
-            "10",
-            "Patience: samples (10) or wall-clock time between samples (2h). Alias: patience.",
-        ),
-        ("minDelta", "number", "0", "Absolute improvement that counts (Lightning min_delta)."),
-        ("minDeltaPct", "number", "0", "Relative improvement in percent of the best value that counts."),
-        ("std", "number", "none", "Also fire when the std over the window is below this (Ray Tune)."),
-        (
-            "stdOnly",
-            "bool",
-            "false",
-            "With std: only the std test decides, as in Ray Tune's TrialPlateauStopper (no patience test).",
-        ),
-        ("warmup", "samples or percent", "0", "Samples (5) or progress (\"10%\") before the rule may fire."),
+        ParamDoc {
+            name: "metric",
+            ty: "string",
+            default: "required",
+            doc: "Canonical metric name, e.g. loss or eval_loss.",
+        },
+        ParamDoc {
+            name: "mode",
+            ty: "min|max|auto",
+            default: "auto",
+            doc: "Which way is better; auto infers it from the name (accuracy-like names are max).",
+        },
+        ParamDoc {
+            name: "window",
+            ty: "samples or duration",
+            default: "10",
+            doc: "Patience: samples (10) or wall-clock time between samples (2h). Alias: patience.",
+        },
+        ParamDoc {
+            name: "minDelta",
+            ty: "number",
+            default: "0",
+            doc: "Absolute improvement that counts (Lightning min_delta).",
+        },
+        ParamDoc {
+            name: "minDeltaPct",
+            ty: "number",
+            default: "0",
+            doc: "Relative improvement in percent of the best value that counts.",
+        },
+        ParamDoc {
+            name: "std",
+            ty: "number",
+            default: "none",
+            doc: "Also fire when the std over the window is below this (Ray Tune).",
+        },
+        ParamDoc {
+            name: "stdOnly",
+            ty: "bool",
+            default: "false",
+            doc: "With std: only the std test decides, as in Ray Tune's TrialPlateauStopper (no patience test).",
+        },
+        ParamDoc {
+            name: "warmup",
+            ty: "samples or percent",
+            default: "0",
+            doc: "Samples (5) or progress (\"10%\") before the rule may fire.",
+        },
     ],
     example: r#"{"metric": "loss", "window": "2h", "minDelta": 0.001, "warmup": "10%"}"#,
     build,

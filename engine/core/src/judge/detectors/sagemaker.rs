@@ -12,7 +12,7 @@
 //! Examples: `uses: loss_not_decreasing`, `with: {num_steps: 10, diff_percent: 0.1}`;
 //! `uses: overtraining`, `with: {patience_validation: 10, delta: 0.01}`.
 
-use super::{Detector, DetectorInfo, DetectorState, Finding, Params};
+use super::{Detector, DetectorInfo, DetectorState, Finding, ParamDoc, Params};
 
 use crate::history::job::JobView;
 
@@ -24,11 +24,36 @@ pub const INFO_LOSS_NOT_DECREASING: DetectorInfo = DetectorInfo {
     name: "loss_not_decreasing",
     summary: "SageMaker LossNotDecreasing: the loss fell by less than diff_percent over num_steps samples.",
     params: &[
-        ("num_steps", "samples", "10", "Distance of the comparison, in samples (at most 63)."),
-        ("diff_percent", "number", "0.1", "Minimum decrease in percent over num_steps."),
-        ("increase_threshold_percent", "number", "5", "Maximum rise in percent above the best loss."),
-        ("mode", "GLOBAL|TRAIN|EVAL", "GLOBAL", "Which loss: GLOBAL/TRAIN = loss, EVAL = eval_loss."),
-        ("metric", "string", "by mode", "Explicit metric name instead of mode."),
+        ParamDoc {
+            name: "num_steps",
+            ty: "samples",
+            default: "10",
+            doc: "Distance of the comparison, in samples (at most 63).",
+        },
+        ParamDoc {
+            name: "diff_percent",
+            ty: "number",
+            default: "0.1",
+            doc: "Minimum decrease in percent over num_steps.",
+        },
+        ParamDoc {
+            name: "increase_threshold_percent",
+            ty: "number",
+            default: "5",
+            doc: "Maximum rise in percent above the best loss.",
+        },
+        ParamDoc {
+            name: "mode",
+            ty: "GLOBAL|TRAIN|EVAL",
+            default: "GLOBAL",
+            doc: "Which loss: GLOBAL/TRAIN = loss, EVAL = eval_loss.",
+        },
+        ParamDoc {
+            name: "metric",
+            ty: "string",
+            default: "by mode",
+            doc: "Explicit metric name instead of mode.",
+        },
     ],
     example: r#"{"num_steps": 10, "diff_percent": 0.1, "increase_threshold_percent": 5, "mode": "TRAIN"}"#,
     build: build_loss_not_decreasing,
@@ -38,11 +63,31 @@ pub const INFO_OVERTRAINING: DetectorInfo = DetectorInfo {
     name: "overtraining",
     summary: "SageMaker Overtraining: training or validation loss stopped improving by more than delta.",
     params: &[
-        ("patience_train", "samples", "5", "Samples without training-loss improvement."),
-        ("patience_validation", "samples", "10", "Samples without validation-loss improvement."),
-        ("delta", "number", "0.01", "Improvement that counts as a new optimum."),
-        ("train_metric", "string", "loss", "Training loss metric."),
-        ("validation_metric", "string", "eval_loss", "Validation loss metric."),
+        ParamDoc {
+            name: "patience_train",
+            ty: "samples",
+            default: "5",
+            doc: "Samples without training-loss improvement.",
+        },
+        ParamDoc {
+            name: "patience_validation",
+            ty: "samples",
+            default: "10",
+            doc: "Samples without validation-loss improvement.",
+        },
+        ParamDoc {
+            name: "delta",
+            ty: "number",
+            default: "0.01",
+            doc: "Improvement that counts as a new optimum.",
+        },
+        ParamDoc { name: "train_metric", ty: "string", default: "loss", doc: "Training loss metric." },
+        ParamDoc {
+            name: "validation_metric",
+            ty: "string",
+            default: "eval_loss",
+            doc: "Validation loss metric.",
+        },
     ],
     example: r#"{"patience_train": 5, "patience_validation": 10, "delta": 0.01}"#,
     build: build_overtraining,

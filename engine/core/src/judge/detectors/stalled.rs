@@ -12,7 +12,7 @@
 //!
 //! Example: `uses: stalled`, `with: {after: 30m}`.
 
-use super::{Detector, DetectorInfo, DetectorState, Finding, Params};
+use super::{Detector, DetectorInfo, DetectorState, Finding, ParamDoc, Params};
 
 use crate::history::job::JobView;
 
@@ -24,8 +24,13 @@ pub const INFO: DetectorInfo = DetectorInfo {
     name: "stalled",
     summary: "No new progress sample for `after` while the job is running.",
     params: &[
-        ("after", "duration", "30m", "Silence that counts as a stall."),
-        ("requireFirstSample", "bool", "true", "Only jobs that reported at least once can stall."),
+        ParamDoc { name: "after", ty: "duration", default: "30m", doc: "Silence that counts as a stall." },
+        ParamDoc {
+            name: "requireFirstSample",
+            ty: "bool",
+            default: "true",
+            doc: "Only jobs that reported at least once can stall.",
+        },
     ],
     example: r#"{"after": "30m"}"#,
     build,
@@ -34,7 +39,12 @@ pub const INFO: DetectorInfo = DetectorInfo {
 pub const INFO_STALLED_TRAINING: DetectorInfo = DetectorInfo {
     name: "stalled_training",
     summary: "SageMaker Debugger StalledTrainingRule: no new sample for `threshold` seconds.",
-    params: &[("threshold", "seconds", "1800", "Seconds without a new sample (SageMaker default 1800).")],
+    params: &[ParamDoc {
+        name: "threshold",
+        ty: "seconds",
+        default: "1800",
+        doc: "Seconds without a new sample (SageMaker default 1800).",
+    }],
     example: r#"{"threshold": 1800}"#,
     build: build_stalled_training,
 };
