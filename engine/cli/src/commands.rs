@@ -5,7 +5,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use trainwarden_core::CompiledPolicy;
-use trainwarden_core::Duration;
+use trainwarden_core::PolicyDuration;
 use trainwarden_core::Timestamp;
 use trainwarden_core::replay::{self, Replay};
 use trainwarden_core::rule_test::{self, FileSource};
@@ -19,7 +19,7 @@ use trainwarden_notify::{FileSecrets, JobProgress, LocalSecrets, SendConfig, Sen
 use crate::read;
 
 pub(crate) fn config(eval_interval: &str) -> Result<EngineConfig, String> {
-    let eval_interval: Duration = eval_interval.parse().map_err(|e| format!("--eval-interval: {e}"))?;
+    let eval_interval: PolicyDuration = eval_interval.parse().map_err(|e| format!("--eval-interval: {e}"))?;
     if eval_interval.is_zero() {
         return Err("--eval-interval must be longer than 0s".into());
     }

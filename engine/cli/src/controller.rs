@@ -64,7 +64,7 @@ fn parse_positive_duration(text: &str) -> Result<Duration, String> {
 }
 
 fn parse_duration(text: &str) -> Result<Duration, String> {
-    let d: trainwarden_core::Duration = text.parse().map_err(|e| format!("{e}"))?;
+    let d: trainwarden_core::PolicyDuration = text.parse().map_err(|e| format!("{e}"))?;
     Ok(Duration::from_secs_f64(d.as_secs_f64()))
 }
 

@@ -38,7 +38,7 @@ pub use drive::{replay, rule_test};
 pub use error::{FieldError, FieldErrors};
 pub use evaluate::{
     ActionIntent, EngineConfig, Evaluator, Event, Reason, RuleCounts, RuleMemory, RuleState, Savings,
-    TransitionKind,
+    SavingsBasis, TransitionKind,
 };
 pub use history::job::JobData;
 pub use input::sample::{JobKey, JobPhase, JobSnapshot, Metric, ProgressSample, SampleSource};
@@ -62,4 +62,4 @@ pub use policy::{
     SuspendAction,
 };
 pub use time::{Timestamp, fmt_num};
-pub use units::duration::{DURATION_PATTERN, Duration};
+pub use units::duration::{DURATION_PATTERN, PolicyDuration};

@@ -143,7 +143,7 @@ mod tests {
     use std::sync::Arc;
 
     use trainwarden_core::CompiledReceiver;
-    use trainwarden_core::Duration;
+    use trainwarden_core::PolicyDuration;
     use trainwarden_core::Savings;
     use trainwarden_core::{DEFAULT_TEXT, DEFAULT_TITLE, TemplateScope};
     use trainwarden_core::{GroupLabel, Mode, PolicyRef};
@@ -174,7 +174,7 @@ mod tests {
             progress: Some(JobProgress { percent: Some(17.0), eta_seconds: None }),
             savings: Some(Savings {
                 until: at,
-                basis: "estimatedEnd",
+                basis: trainwarden_core::SavingsBasis::EstimatedEnd,
                 gpus: 8.0,
                 gpu_hours: 16.0,
                 dollars: None,
@@ -186,9 +186,9 @@ mod tests {
             receiver: Arc::new(CompiledReceiver {
                 name: "team".into(),
                 group_by: vec![GroupLabel::Policy, GroupLabel::Job],
-                group_wait: Duration::from_secs(30),
-                group_interval: Duration::from_secs(300),
-                repeat_interval: Duration::from_secs(3600),
+                group_wait: PolicyDuration::from_secs(30),
+                group_interval: PolicyDuration::from_secs(300),
+                repeat_interval: PolicyDuration::from_secs(3600),
                 send_resolved: false,
                 max_per_minute: 30,
                 slack: None,

@@ -57,7 +57,7 @@ pub struct Brain {
 impl Brain {
     pub fn new(config: &ControllerConfig, metrics: Arc<Metrics>, notifier: Option<Notifier>) -> Self {
         let engine = EngineConfig {
-            eval_interval: trainwarden_core::Duration::from_secs(config.eval_interval.as_secs().max(1)),
+            eval_interval: trainwarden_core::PolicyDuration::from_secs(config.eval_interval.as_secs().max(1)),
             ..EngineConfig::default()
         };
         Brain {
@@ -585,7 +585,7 @@ mod tests {
             at: t(5),
             savings: Some(trainwarden_core::Savings {
                 until: t(3605),
-                basis: "estimatedEnd",
+                basis: trainwarden_core::SavingsBasis::EstimatedEnd,
                 gpus: 8.0,
                 gpu_hours: 8.0,
                 dollars: Some(80.0),

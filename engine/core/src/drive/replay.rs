@@ -293,7 +293,11 @@ fn local(t: Timestamp, tz: &jiff::tz::TimeZone) -> String {
 }
 
 fn savings_text(s: &Savings) -> String {
-    let basis = if s.basis == "windowEnd" { "the end of the unattended window" } else { "its estimated end" };
+    let basis = if s.basis == crate::evaluate::SavingsBasis::WindowEnd {
+        "the end of the unattended window"
+    } else {
+        "its estimated end"
+    };
     let mut out = format!(
         "frees {} GPUs × {} until {basis} = {} GPU-hours",
         fmt_num(s.gpus),

@@ -38,7 +38,7 @@ use crate::input::stream::{StreamRecord, Update};
 use crate::policy::PolicyRef;
 use crate::policy::compile::{CompiledPolicy, PolicyDocument};
 use crate::time::Timestamp;
-use crate::units::duration::Duration;
+use crate::units::duration::PolicyDuration;
 
 /// A test file.
 #[derive(Clone, Debug, Deserialize)]
@@ -159,7 +159,7 @@ fn parse_time_or_offset(s: &str, start: Timestamp) -> Result<Timestamp, String> 
     if let Ok(t) = s.parse::<Timestamp>() {
         return Ok(t);
     }
-    let d: Duration =
+    let d: PolicyDuration =
         s.parse().map_err(|e| format!("{s:?} is neither an RFC 3339 time nor a duration: {e}"))?;
     crate::time::add_seconds(start, d.as_secs_f64()).ok_or_else(|| format!("{s:?} is out of range"))
 }
@@ -167,7 +167,7 @@ fn parse_time_or_offset(s: &str, start: Timestamp) -> Result<Timestamp, String> 
 fn offset_text(t: Timestamp, start: Timestamp) -> String {
     let secs = crate::time::seconds(start, t);
     if secs >= 0.0 && secs.fract() == 0.0 {
-        Duration::from_secs(secs as u64).to_string()
+        PolicyDuration::from_secs(secs as u64).to_string()
     } else {
         t.to_string()
     }
@@ -199,11 +199,11 @@ fn build_input(case: &TestCase, start: Timestamp, files: &dyn FileSource) -> Res
             Err(e) => errors.push(format!("stream {stream}: {e}")),
         }
     } else {
-        let interval: Duration = match case.interval.as_deref().unwrap_or("1m").parse() {
+        let interval: PolicyDuration = match case.interval.as_deref().unwrap_or("1m").parse() {
             Ok(d) => d,
             Err(e) => {
                 errors.push(format!("interval: {e}"));
-                Duration::from_secs(60)
+                PolicyDuration::from_secs(60)
             }
         };
         let mut expanded: Vec<(&str, Vec<Step>)> = Vec::new();

@@ -79,14 +79,24 @@ impl Reason {
     }
 }
 
+/// Where a saving is counted to.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "camelCase")]
+pub enum SavingsBasis {
+    /// The job's estimated end (its last report's time + ETA).
+    EstimatedEnd,
+    /// The end of the unattended window a stall happened in, when someone would have noticed.
+    WindowEnd,
+}
+
 /// GPU time an action frees.
 #[derive(Clone, Debug, PartialEq, serde::Serialize)]
 #[serde(rename_all = "camelCase")]
 pub struct Savings {
     /// Until when the job would otherwise have held its GPUs.
     pub until: Timestamp,
-    /// `estimatedEnd` (the job's ETA) or `windowEnd` (a stall inside an unattended window).
-    pub basis: &'static str,
+    /// What `until` is.
+    pub basis: SavingsBasis,
     pub gpus: f64,
     pub gpu_hours: f64,
     #[serde(skip_serializing_if = "Option::is_none")]

@@ -28,7 +28,7 @@ mod memory;
 mod savings;
 mod timers;
 
-pub use event::{ActionIntent, Event, Reason, RuleState, Savings, TransitionKind};
+pub use event::{ActionIntent, Event, Reason, RuleState, Savings, SavingsBasis, TransitionKind};
 use lifecycle::{advance, condition, resolve_track};
 pub use memory::RuleMemory;
 use memory::claim_memories;
@@ -45,19 +45,19 @@ use crate::judge::script::{Limits, ScriptEngine};
 use crate::policy::PolicyRef;
 use crate::policy::compile::CompiledPolicy;
 use crate::time::Timestamp;
-use crate::units::duration::Duration;
+use crate::units::duration::PolicyDuration;
 
 /// Engine settings shared by every policy.
 #[derive(Clone, Debug)]
 pub struct EngineConfig {
     /// How often jobs without new samples are re-evaluated (timers' resolution).
-    pub eval_interval: Duration,
+    pub eval_interval: PolicyDuration,
     pub limits: Limits,
 }
 
 impl Default for EngineConfig {
     fn default() -> Self {
-        EngineConfig { eval_interval: Duration::from_secs(30), limits: Limits::default() }
+        EngineConfig { eval_interval: PolicyDuration::from_secs(30), limits: Limits::default() }
     }
 }
 

@@ -19,8 +19,8 @@ pub(super) fn estimate(
     let view = data.view(&policy.env, now);
     let gpus = view.gpus.filter(|g| *g > 0.0)?;
     let (until, basis) = match (reason.kind, policy.env.calendar.active_until(now)) {
-        (Some(FindingKind::Stall), Some(end)) => (end, "windowEnd"),
-        _ => (view.estimated_end()?, "estimatedEnd"),
+        (Some(FindingKind::Stall), Some(end)) => (end, SavingsBasis::WindowEnd),
+        _ => (view.estimated_end()?, SavingsBasis::EstimatedEnd),
     };
     let hours = crate::time::seconds(now, until) / 3600.0;
     if hours <= 0.0 {

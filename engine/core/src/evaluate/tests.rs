@@ -115,7 +115,7 @@ fn a_stall_fires_with_no_new_sample_arriving() {
     let Event::Intent(i) = &w.events[1] else { panic!() };
     assert_eq!(i.reason.summary, "no progress sample for 30m (limit 30m)");
     let s = i.savings.as_ref().expect("savings from the ETA: no active window");
-    assert_eq!((s.basis, s.gpus), ("estimatedEnd", 8.0));
+    assert_eq!((s.basis, s.gpus), (SavingsBasis::EstimatedEnd, 8.0));
     // Estimated end: minute 1 + 599 minutes = minute 600; suspended at 31 → 569 min × 8 GPUs.
     assert!((s.gpu_hours - 569.0 / 60.0 * 8.0).abs() < 1e-9, "{}", s.gpu_hours);
     assert!((s.dollars.unwrap() - s.gpu_hours * 5.0).abs() < 1e-9);
@@ -352,7 +352,7 @@ fn a_stall_inside_an_unattended_window_saves_until_the_window_ends() {
         panic!("{:?}", w.log())
     };
     let s = i.savings.as_ref().unwrap();
-    assert_eq!(s.basis, "windowEnd");
+    assert_eq!(s.basis, SavingsBasis::WindowEnd);
     assert_eq!(s.until, t(63 * 60));
     assert!((s.gpu_hours - (63.0 * 60.0 - 30.0) / 60.0 * 8.0).abs() < 1e-9);
 }

@@ -10,11 +10,11 @@ use std::collections::HashSet;
 use crate::error::FieldError;
 use crate::policy::template::{DEFAULT_TEXT, DEFAULT_TITLE, Scope, Template};
 use crate::policy::{GroupLabel, PolicyScope, ReceiverSpec, SecretKeySelector, SmtpTls};
-use crate::units::duration::Duration;
+use crate::units::duration::PolicyDuration;
 
-pub const DEFAULT_GROUP_WAIT: Duration = Duration::from_secs(30);
-pub const DEFAULT_GROUP_INTERVAL: Duration = Duration::from_secs(300);
-pub const DEFAULT_REPEAT_INTERVAL: Duration = Duration::from_secs(4 * 3600);
+pub const DEFAULT_GROUP_WAIT: PolicyDuration = PolicyDuration::from_secs(30);
+pub const DEFAULT_GROUP_INTERVAL: PolicyDuration = PolicyDuration::from_secs(300);
+pub const DEFAULT_REPEAT_INTERVAL: PolicyDuration = PolicyDuration::from_secs(4 * 3600);
 pub const DEFAULT_MAX_PER_MINUTE: u32 = 30;
 
 /// A Secret key with its namespace settled.
@@ -76,9 +76,9 @@ pub struct CompiledReceiver {
     pub name: String,
     /// Sorted, deduplicated, never empty.
     pub group_by: Vec<GroupLabel>,
-    pub group_wait: Duration,
-    pub group_interval: Duration,
-    pub repeat_interval: Duration,
+    pub group_wait: PolicyDuration,
+    pub group_interval: PolicyDuration,
+    pub repeat_interval: PolicyDuration,
     pub send_resolved: bool,
     pub max_per_minute: u32,
     pub slack: Option<SlackChannel>,
@@ -260,9 +260,9 @@ fn duration(
     path: &str,
     field: &str,
     text: Option<&crate::policy::DurationText>,
-    default: Duration,
+    default: PolicyDuration,
     zero_allowed: bool,
-) -> Duration {
+) -> PolicyDuration {
     match text.map(|t| t.parse()) {
         None => default,
         Some(Ok(d)) if zero_allowed || !d.is_zero() => d,

@@ -10,7 +10,7 @@ use std::collections::BTreeMap;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
-use crate::units::duration::Duration;
+use crate::units::duration::PolicyDuration;
 
 /// What a policy does when a rule fires.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize, JsonSchema)]
@@ -87,8 +87,8 @@ pub struct PolicySpec {
 
 impl PolicySpec {
     /// The sampling interval, defaulted.
-    pub fn sampling_interval(&self) -> Duration {
-        self.sampling_interval.as_ref().and_then(|d| d.parse().ok()).unwrap_or(Duration::from_secs(30))
+    pub fn sampling_interval(&self) -> PolicyDuration {
+        self.sampling_interval.as_ref().and_then(|d| d.parse().ok()).unwrap_or(PolicyDuration::from_secs(30))
     }
 }
 
@@ -99,8 +99,8 @@ impl PolicySpec {
 pub struct DurationText(pub String);
 
 impl DurationText {
-    pub fn parse(&self) -> Result<Duration, String> {
-        self.0.parse::<Duration>().map_err(|e| e.to_string())
+    pub fn parse(&self) -> Result<PolicyDuration, String> {
+        self.0.parse::<PolicyDuration>().map_err(|e| e.to_string())
     }
 }
 
@@ -116,7 +116,7 @@ impl JsonSchema for DurationText {
     }
 
     fn json_schema(generator: &mut schemars::SchemaGenerator) -> schemars::Schema {
-        <Duration as JsonSchema>::json_schema(generator)
+        <PolicyDuration as JsonSchema>::json_schema(generator)
     }
 }
 

@@ -4,7 +4,7 @@
 //! An [`ActiveWindow`] starts at every occurrence of a 5-field cron
 //! expression (minute, hour, day of month, month, day of week; croner
 //! syntax, e.g. `"0 18 * * FRI"`) read in the calendar's time zone, and
-//! lasts a fixed [`Duration`]. Each occurrence
+//! lasts a fixed [`PolicyDuration`]. Each occurrence
 //! covers the half-open interval `[start, start + duration)`. A
 //! [`Calendar`] is the union of its windows; a calendar without windows is
 //! always active.
@@ -35,7 +35,7 @@ use croner::parser::{CronParser, Seconds, Year};
 use jiff::tz::TimeZone;
 use jiff::{SignedDuration, Timestamp};
 
-use crate::units::duration::Duration;
+use crate::units::duration::PolicyDuration;
 
 /// How far past the queried instant a chain of overlapping or back-to-back
 /// occurrences is followed before giving up: 400 days.
@@ -113,14 +113,14 @@ pub struct ActiveWindow {
     /// The expression as written (trimmed).
     source: String,
     cron: Cron,
-    duration: Duration,
+    duration: PolicyDuration,
 }
 
 impl ActiveWindow {
     /// Parses a window. Rejects expressions with other than 5 fields (in
     /// particular a seconds field), invalid or never-matching expressions and
     /// a zero `duration`.
-    pub fn parse(cron: &str, duration: Duration) -> Result<Self, CalendarError> {
+    pub fn parse(cron: &str, duration: PolicyDuration) -> Result<Self, CalendarError> {
         let source = cron.trim();
         let fields = source.split_whitespace().count();
         let nickname = fields == 1 && source.starts_with('@');
@@ -157,7 +157,7 @@ impl ActiveWindow {
     }
 
     /// How long each occurrence lasts.
-    pub fn duration(&self) -> Duration {
+    pub fn duration(&self) -> PolicyDuration {
         self.duration
     }
 
@@ -316,7 +316,7 @@ impl Calendar {
 mod tests {
     use super::*;
 
-    fn dur(s: &str) -> Duration {
+    fn dur(s: &str) -> PolicyDuration {
         s.parse().unwrap()
     }
 
@@ -737,7 +737,7 @@ mod tests {
             "window \"0 18 * * FRI\" has a zero duration, so it would never be active"
         );
         assert_eq!(
-            ActiveWindow::parse("0 18 * * FRI", Duration::ZERO),
+            ActiveWindow::parse("0 18 * * FRI", PolicyDuration::ZERO),
             Err(CalendarError::ZeroDuration { cron: "0 18 * * FRI".into() })
         );
     }

@@ -1,6 +1,6 @@
 //! Durations and sample-or-time thresholds as written in policies.
 //!
-//! * [`Duration`] is a non-negative duration in the notation of Prometheus and
+//! * [`PolicyDuration`] is a non-negative duration in the notation of Prometheus and
 //!   Alertmanager: one or more `<integer><unit>` groups with the units `w`
 //!   (7 days), `d` (24 hours), `h`, `m`, `s` and `ms`, from the largest unit to
 //!   the smallest, each unit at most once: `"30s"`, `"1h30m"`, `"1w2d"`,
@@ -12,7 +12,7 @@
 //! * [`Warmup`] is either a number of samples (`10` or `"10"`) or a percentage
 //!   of training progress (`"10%"`).
 //! * [`Window`] is either a number of samples (`10` or `"10"`) or a
-//!   [`Duration`] (`"2h"`).
+//!   [`PolicyDuration`] (`"2h"`).
 //!
 //! [`Warmup`] and [`Window`] accept a JSON/YAML integer or a string and have
 //! a Kubernetes `x-kubernetes-int-or-string` schema.
@@ -26,12 +26,12 @@ use serde::de::{self, Visitor};
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
 
 /// A regular expression (valid in both RE2 and ECMA-262) that matches exactly
-/// the strings [`Duration::from_str`] accepts, apart from values too large to
+/// the strings [`PolicyDuration::from_str`] accepts, apart from values too large to
 /// represent, when it is combined with a minimum length of 1: units appear
 /// from the largest to the smallest, each at most once.
 pub const DURATION_PATTERN: &str = "^([0-9]+w)?([0-9]+d)?([0-9]+h)?([0-9]+m)?([0-9]+s)?([0-9]+ms)?$";
 
-/// The units a [`Duration`] may use, from the largest to the smallest, with
+/// The units a [`PolicyDuration`] may use, from the largest to the smallest, with
 /// their length in milliseconds.
 const UNITS: [(&str, u64); 6] = [
     ("w", 7 * 24 * 60 * 60 * 1000),
@@ -48,29 +48,29 @@ const UNIT_LIST: &str = "w, d, h, m, s, ms";
 /// A non-negative duration written like Prometheus/Alertmanager: `"30s"`,
 /// `"15m"`, `"2h"`, `"1h30m"`, `"1d"`, `"1w"`, `"500ms"`.
 ///
-/// Millisecond precision; at most [`Duration::MAX`]. Serialized as its
+/// Millisecond precision; at most [`PolicyDuration::MAX`]. Serialized as its
 /// canonical string (see [`fmt::Display`]).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Hash)]
-pub struct Duration {
+pub struct PolicyDuration {
     millis: u64,
 }
 
-impl Duration {
+impl PolicyDuration {
     /// The zero duration, written `"0s"`.
-    pub const ZERO: Duration = Duration { millis: 0 };
+    pub const ZERO: PolicyDuration = PolicyDuration { millis: 0 };
 
     /// The largest duration: `i64::MAX` milliseconds (about 292 million
     /// years), so that every duration converts to a [`jiff::SignedDuration`].
-    pub const MAX: Duration = Duration { millis: i64::MAX as u64 };
+    pub const MAX: PolicyDuration = PolicyDuration { millis: i64::MAX as u64 };
 
-    /// A duration of `secs` seconds, saturating at [`Duration::MAX`].
-    pub const fn from_secs(secs: u64) -> Duration {
-        Duration::from_millis(secs.saturating_mul(1000))
+    /// A duration of `secs` seconds, saturating at [`PolicyDuration::MAX`].
+    pub const fn from_secs(secs: u64) -> PolicyDuration {
+        PolicyDuration::from_millis(secs.saturating_mul(1000))
     }
 
-    /// A duration of `millis` milliseconds, saturating at [`Duration::MAX`].
-    pub const fn from_millis(millis: u64) -> Duration {
-        if millis > Duration::MAX.millis { Duration::MAX } else { Duration { millis } }
+    /// A duration of `millis` milliseconds, saturating at [`PolicyDuration::MAX`].
+    pub const fn from_millis(millis: u64) -> PolicyDuration {
+        if millis > PolicyDuration::MAX.millis { PolicyDuration::MAX } else { PolicyDuration { millis } }
     }
 
     /// The length in whole milliseconds.
@@ -89,7 +89,7 @@ impl Duration {
     }
 
     /// The same length as an absolute [`jiff::SignedDuration`], for
-    /// arithmetic on [`jiff::Timestamp`]s. Never fails: [`Duration::MAX`]
+    /// arithmetic on [`jiff::Timestamp`]s. Never fails: [`PolicyDuration::MAX`]
     /// fits.
     pub const fn to_signed_duration(self) -> jiff::SignedDuration {
         // Cannot truncate: `millis <= i64::MAX` is an invariant.
@@ -102,14 +102,14 @@ impl Duration {
     }
 }
 
-impl From<Duration> for jiff::SignedDuration {
-    fn from(d: Duration) -> Self {
+impl From<PolicyDuration> for jiff::SignedDuration {
+    fn from(d: PolicyDuration) -> Self {
         d.to_signed_duration()
     }
 }
 
-impl From<Duration> for std::time::Duration {
-    fn from(d: Duration) -> Self {
+impl From<PolicyDuration> for std::time::Duration {
+    fn from(d: PolicyDuration) -> Self {
         d.to_std()
     }
 }
@@ -179,7 +179,7 @@ pub enum DurationError {
         /// The unit before it.
         previous: String,
     },
-    /// The value exceeds [`Duration::MAX`].
+    /// The value exceeds [`PolicyDuration::MAX`].
     #[error("invalid duration {input:?}: too large")]
     Overflow {
         /// The rejected string.
@@ -187,7 +187,7 @@ pub enum DurationError {
     },
 }
 
-impl FromStr for Duration {
+impl FromStr for PolicyDuration {
     type Err = DurationError;
 
     fn from_str(input: &str) -> Result<Self, Self::Err> {
@@ -250,14 +250,14 @@ impl FromStr for Duration {
             total = value
                 .checked_mul(UNITS[index].1)
                 .and_then(|ms| total.checked_add(ms))
-                .filter(|ms| *ms <= Duration::MAX.millis)
+                .filter(|ms| *ms <= PolicyDuration::MAX.millis)
                 .ok_or_else(overflow)?;
         }
-        Ok(Duration { millis: total })
+        Ok(PolicyDuration { millis: total })
     }
 }
 
-impl fmt::Display for Duration {
+impl fmt::Display for PolicyDuration {
     /// The canonical form: each non-zero unit from the largest to the
     /// smallest (`"1h30m"`, `"1w1d"`, `"1s500ms"`), or `"0s"` for zero.
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
@@ -276,21 +276,21 @@ impl fmt::Display for Duration {
     }
 }
 
-impl Serialize for Duration {
+impl Serialize for PolicyDuration {
     fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
         serializer.collect_str(self)
     }
 }
 
-impl<'de> Deserialize<'de> for Duration {
+impl<'de> Deserialize<'de> for PolicyDuration {
     fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
         struct DurationVisitor;
         impl Visitor<'_> for DurationVisitor {
-            type Value = Duration;
+            type Value = PolicyDuration;
             fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
                 f.write_str("a duration string such as \"30s\", \"15m\" or \"1h30m\"")
             }
-            fn visit_str<E: de::Error>(self, v: &str) -> Result<Duration, E> {
+            fn visit_str<E: de::Error>(self, v: &str) -> Result<PolicyDuration, E> {
                 v.parse().map_err(E::custom)
             }
         }
@@ -298,7 +298,7 @@ impl<'de> Deserialize<'de> for Duration {
     }
 }
 
-impl JsonSchema for Duration {
+impl JsonSchema for PolicyDuration {
     fn inline_schema() -> bool {
         true
     }
@@ -517,14 +517,14 @@ impl JsonSchema for Warmup {
 /// A span of recent history: a number of samples or a length of time (used
 /// e.g. for patience).
 ///
-/// Written `10` or `"10"` (samples) or a [`Duration`] string such as `"2h"`.
+/// Written `10` or `"10"` (samples) or a [`PolicyDuration`] string such as `"2h"`.
 /// Serialized back as `10` or `"2h"`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum Window {
     /// A number of samples.
     Samples(u64),
     /// A length of time.
-    Time(Duration),
+    Time(PolicyDuration),
 }
 
 /// Why a sample-count-or-duration value was rejected.
@@ -649,12 +649,12 @@ mod tests {
     use super::*;
     use serde_json::json;
 
-    fn d(s: &str) -> Duration {
+    fn d(s: &str) -> PolicyDuration {
         s.parse().unwrap_or_else(|e| panic!("{s:?}: {e}"))
     }
 
     fn err(s: &str) -> String {
-        s.parse::<Duration>().unwrap_err().to_string()
+        s.parse::<PolicyDuration>().unwrap_err().to_string()
     }
 
     #[test]
@@ -665,17 +665,17 @@ mod tests {
         assert_eq!(d("2h").as_millis(), 7_200_000);
         assert_eq!(d("1d").as_millis(), 86_400_000);
         assert_eq!(d("1w").as_millis(), 604_800_000);
-        assert_eq!(d("0s"), Duration::ZERO);
-        assert_eq!(d("0ms"), Duration::ZERO);
+        assert_eq!(d("0s"), PolicyDuration::ZERO);
+        assert_eq!(d("0ms"), PolicyDuration::ZERO);
         assert_eq!(d("007s").as_millis(), 7_000);
     }
 
     #[test]
     fn parses_compound_durations() {
-        assert_eq!(d("1h30m"), Duration::from_secs(5400));
+        assert_eq!(d("1h30m"), PolicyDuration::from_secs(5400));
         assert_eq!(d("1w2d3h4m5s6ms").as_millis(), ((((9 * 24 + 3) * 60 + 4) * 60 + 5) * 1000) + 6);
         assert_eq!(d("1m500ms").as_millis(), 60_500);
-        assert_eq!(d("62h"), Duration::from_secs(62 * 3600));
+        assert_eq!(d("62h"), PolicyDuration::from_secs(62 * 3600));
         // Non-normalised groups are fine as long as the units are ordered.
         assert_eq!(d("90m"), d("1h30m"));
         assert_eq!(d("1h90m"), d("2h30m"));
@@ -699,7 +699,7 @@ mod tests {
             assert_eq!(parsed.to_string(), canonical, "{input}");
             assert_eq!(d(canonical), parsed, "{input}");
         }
-        assert_eq!(Duration::MAX.to_string().parse::<Duration>(), Ok(Duration::MAX));
+        assert_eq!(PolicyDuration::MAX.to_string().parse::<PolicyDuration>(), Ok(PolicyDuration::MAX));
     }
 
     #[test]
@@ -709,11 +709,11 @@ mod tests {
         assert_eq!(x.to_signed_duration(), jiff::SignedDuration::from_millis(90_500));
         assert_eq!(jiff::SignedDuration::from(x), jiff::SignedDuration::from_millis(90_500));
         assert_eq!(x.to_std(), std::time::Duration::from_millis(90_500));
-        assert_eq!(Duration::from_secs(90), d("90s"));
-        assert_eq!(Duration::from_millis(u64::MAX), Duration::MAX);
-        assert_eq!(Duration::from_secs(u64::MAX), Duration::MAX);
-        assert_eq!(Duration::MAX.to_signed_duration(), jiff::SignedDuration::from_millis(i64::MAX));
-        assert!(Duration::ZERO.is_zero());
+        assert_eq!(PolicyDuration::from_secs(90), d("90s"));
+        assert_eq!(PolicyDuration::from_millis(u64::MAX), PolicyDuration::MAX);
+        assert_eq!(PolicyDuration::from_secs(u64::MAX), PolicyDuration::MAX);
+        assert_eq!(PolicyDuration::MAX.to_signed_duration(), jiff::SignedDuration::from_millis(i64::MAX));
+        assert!(PolicyDuration::ZERO.is_zero());
         assert!(!x.is_zero());
         assert!(d("59m") < d("1h"));
         let ts: jiff::Timestamp = "2025-01-01T00:00:00Z".parse().unwrap();
@@ -761,7 +761,7 @@ mod tests {
         assert_eq!(err("5µs"), "invalid duration \"5µs\": unexpected character 'µ'");
         assert_eq!(err("99999999999999999999s"), "invalid duration \"99999999999999999999s\": too large");
         assert_eq!(err("9223372036854776w"), "invalid duration \"9223372036854776w\": too large");
-        assert_eq!("-5m".parse::<Duration>(), Err(DurationError::Negative { input: "-5m".into() }));
+        assert_eq!("-5m".parse::<PolicyDuration>(), Err(DurationError::Negative { input: "-5m".into() }));
     }
 
     #[test]
@@ -807,7 +807,7 @@ mod tests {
         ] {
             assert_eq!(
                 matches_pattern(s),
-                s.parse::<Duration>().is_ok(),
+                s.parse::<PolicyDuration>().is_ok(),
                 "pattern and parser disagree on {s:?}"
             );
         }
@@ -816,15 +816,15 @@ mod tests {
     #[test]
     fn duration_serde() {
         assert_eq!(serde_json::to_value(d("90m")).unwrap(), json!("1h30m"));
-        assert_eq!(serde_json::from_value::<Duration>(json!("2h")).unwrap(), d("2h"));
-        let e = serde_json::from_value::<Duration>(json!("-5m")).unwrap_err();
+        assert_eq!(serde_json::from_value::<PolicyDuration>(json!("2h")).unwrap(), d("2h"));
+        let e = serde_json::from_value::<PolicyDuration>(json!("-5m")).unwrap_err();
         assert_eq!(e.to_string(), "invalid duration \"-5m\": durations cannot be negative");
-        let e = serde_json::from_value::<Duration>(json!(30)).unwrap_err();
+        let e = serde_json::from_value::<PolicyDuration>(json!(30)).unwrap_err();
         assert!(e.to_string().contains("expected a duration string such as \"30s\""), "{e}");
         #[derive(Debug, Deserialize)]
         #[allow(dead_code)]
         struct Spec {
-            timeout: Duration,
+            timeout: PolicyDuration,
         }
         let e = serde_json::from_str::<Spec>(r#"{"timeout": "30m1h"}"#).unwrap_err();
         assert!(e.to_string().starts_with("invalid duration \"30m1h\": unit \"h\" cannot follow"), "{e}");
@@ -832,7 +832,7 @@ mod tests {
 
     #[test]
     fn duration_schema() {
-        let schema = serde_json::to_value(schemars::schema_for!(Duration)).unwrap();
+        let schema = serde_json::to_value(schemars::schema_for!(PolicyDuration)).unwrap();
         assert_eq!(schema["type"], "string");
         assert_eq!(schema["pattern"], DURATION_PATTERN);
         assert_eq!(schema["minLength"], 1);
@@ -974,7 +974,7 @@ mod tests {
     fn yaml_policy_fields() {
         #[derive(Debug, Deserialize, PartialEq)]
         struct Spec {
-            timeout: Duration,
+            timeout: PolicyDuration,
             warmup: Warmup,
             patience: Window,
         }
@@ -1016,7 +1016,7 @@ mod tests {
         struct Spec {
             warmup: Warmup,
             patience: Window,
-            timeout: Duration,
+            timeout: PolicyDuration,
         }
         let schema = serde_json::to_value(schemars::schema_for!(Spec)).unwrap();
         assert_eq!(schema["properties"]["warmup"]["x-kubernetes-int-or-string"], true);

@@ -181,7 +181,7 @@ pub fn suspend_with_savings(mut i: ActionIntent) -> ActionIntent {
     i.action = ActionSpec::Suspend(SuspendAction::default());
     i.savings = Some(Savings {
         until: i.at,
-        basis: "estimatedEnd",
+        basis: trainwarden_core::SavingsBasis::EstimatedEnd,
         gpus: 8.0,
         gpu_hours: 262.36,
         dollars: Some(1803.73),

@@ -12,7 +12,7 @@ use crate::history::job::JobView;
 
 use crate::time::Timestamp;
 use crate::time::{add_seconds, fmt_num, fmt_secs};
-use crate::units::duration::Duration;
+use crate::units::duration::PolicyDuration;
 
 pub const INFO: DetectorInfo = DetectorInfo {
     name: "over_budget",
@@ -43,7 +43,7 @@ pub const INFO: DetectorInfo = DetectorInfo {
 
 #[derive(Debug, Clone)]
 pub struct OverBudget {
-    pub max_runtime: Option<Duration>,
+    pub max_runtime: Option<PolicyDuration>,
     pub max_gpu_hours: Option<f64>,
     pub max_cost: Option<f64>,
 }
@@ -118,7 +118,7 @@ impl Detector for OverBudget {
         self.max_cost.is_some()
     }
 
-    fn windows(&self) -> Vec<(&'static str, Duration)> {
+    fn windows(&self) -> Vec<(&'static str, PolicyDuration)> {
         self.max_runtime.map(|d| vec![("maxRuntime", d)]).unwrap_or_default()
     }
 }

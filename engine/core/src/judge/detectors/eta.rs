@@ -14,7 +14,7 @@ use crate::history::job::JobView;
 
 use crate::time::Timestamp;
 use crate::time::{fmt_secs, seconds};
-use crate::units::duration::Duration;
+use crate::units::duration::PolicyDuration;
 
 pub const INFO_AFTER: DetectorInfo = DetectorInfo {
     name: "eta_after",
@@ -49,7 +49,7 @@ pub struct EtaAfter {
 
 #[derive(Debug, Clone)]
 pub struct EtaExceeds {
-    pub duration: Duration,
+    pub duration: PolicyDuration,
 }
 
 /// Parses an RFC 3339 deadline, with a message that says what is expected.

@@ -95,7 +95,7 @@ pub trait Detector: fmt::Debug + Send + Sync {
     }
 
     /// Durations the detector waits on, checked against the policy's sampling interval.
-    fn windows(&self) -> Vec<(&'static str, crate::units::duration::Duration)> {
+    fn windows(&self) -> Vec<(&'static str, crate::units::duration::PolicyDuration)> {
         Vec::new()
     }
 

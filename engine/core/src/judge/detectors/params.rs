@@ -8,7 +8,7 @@ use serde_json::{Map, Value};
 
 use crate::error::FieldError;
 use crate::history::series::Direction;
-use crate::units::duration::{Duration, Warmup, Window};
+use crate::units::duration::{PolicyDuration, Warmup, Window};
 
 /// `mode: min | max | auto` of metric detectors.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -144,10 +144,10 @@ impl<'a> Params<'a> {
         s
     }
 
-    pub fn duration(&mut self, name: &str) -> Option<Duration> {
+    pub fn duration(&mut self, name: &str) -> Option<PolicyDuration> {
         let (key, v) = self.raw(name)?;
         match v {
-            Value::String(s) => match s.parse::<Duration>() {
+            Value::String(s) => match s.parse::<PolicyDuration>() {
                 Ok(d) => Some(d),
                 Err(e) => {
                     self.error(key, e.to_string());
@@ -162,19 +162,19 @@ impl<'a> Params<'a> {
     }
 
     /// Seconds given as a number (SageMaker style) or a duration string.
-    pub fn seconds_or_duration(&mut self, name: &str) -> Option<Duration> {
+    pub fn seconds_or_duration(&mut self, name: &str) -> Option<PolicyDuration> {
         let (key, v) = self.raw(name)?;
         match v {
             Value::Number(n) => match n.as_f64() {
                 Some(x) if x.is_finite() && x > 0.0 && x < 1e12 => {
-                    Some(Duration::from_millis((x * 1000.0) as u64))
+                    Some(PolicyDuration::from_millis((x * 1000.0) as u64))
                 }
                 _ => {
                     self.error(key, format!("expected a number of seconds > 0, got {v}"));
                     None
                 }
             },
-            Value::String(s) => match s.parse::<Duration>() {
+            Value::String(s) => match s.parse::<PolicyDuration>() {
                 Ok(d) => Some(d),
                 Err(e) => {
                     self.error(key, e.to_string());

@@ -23,7 +23,7 @@ use crate::history::series::{JobSeries, WINDOW};
 use crate::input::sample::ProgressSample;
 use crate::time::Timestamp;
 use crate::time::{fmt_num, fmt_secs, seconds};
-use crate::units::duration::{Duration, Warmup, Window};
+use crate::units::duration::{PolicyDuration, Warmup, Window};
 
 pub const INFO: DetectorInfo = DetectorInfo {
     name: "plateau",
@@ -247,7 +247,7 @@ impl Detector for Plateau {
         })
     }
 
-    fn windows(&self) -> Vec<(&'static str, Duration)> {
+    fn windows(&self) -> Vec<(&'static str, PolicyDuration)> {
         match self.window {
             Window::Time(d) => vec![("window", d)],
             Window::Samples(_) => Vec::new(),

@@ -18,7 +18,7 @@ use crate::history::job::JobView;
 
 use crate::time::Timestamp;
 use crate::time::{add_seconds, fmt_secs, seconds};
-use crate::units::duration::Duration;
+use crate::units::duration::PolicyDuration;
 
 pub const INFO: DetectorInfo = DetectorInfo {
     name: "stalled",
@@ -51,12 +51,12 @@ pub const INFO_STALLED_TRAINING: DetectorInfo = DetectorInfo {
 
 #[derive(Debug, Clone)]
 pub struct Stalled {
-    pub after: Duration,
+    pub after: PolicyDuration,
     pub require_first_sample: bool,
 }
 
 fn build(p: &mut Params<'_>) -> Option<Box<dyn Detector>> {
-    let after = p.duration("after").unwrap_or(Duration::from_secs(1800));
+    let after = p.duration("after").unwrap_or(PolicyDuration::from_secs(1800));
     let require_first_sample = match p.raw("requireFirstSample") {
         None => true,
         Some((_, serde_json::Value::Bool(b))) => *b,
@@ -65,14 +65,14 @@ fn build(p: &mut Params<'_>) -> Option<Box<dyn Detector>> {
             true
         }
     };
-    if after == Duration::from_secs(0) {
+    if after == PolicyDuration::from_secs(0) {
         p.error("after", "must be longer than 0s");
     }
     Some(Box::new(Stalled { after, require_first_sample }))
 }
 
 fn build_stalled_training(p: &mut Params<'_>) -> Option<Box<dyn Detector>> {
-    let after = p.seconds_or_duration("threshold").unwrap_or(Duration::from_secs(1800));
+    let after = p.seconds_or_duration("threshold").unwrap_or(PolicyDuration::from_secs(1800));
     for unsupported in ["stop_training_on_fire", "training_job_name_prefix"] {
         if p.raw(unsupported).is_some() {
             p.error(unsupported, "not supported here: attach a suspend action to the rule instead");
@@ -106,7 +106,7 @@ impl Detector for Stalled {
         add_seconds(view.last_activity(), self.after.as_secs_f64())
     }
 
-    fn windows(&self) -> Vec<(&'static str, Duration)> {
+    fn windows(&self) -> Vec<(&'static str, PolicyDuration)> {
         vec![("after", self.after)]
     }
 }

@@ -10,12 +10,12 @@ use crate::judge::detectors::{
     Stalled,
 };
 use crate::time::Timestamp;
-use crate::units::duration::Duration;
+use crate::units::duration::PolicyDuration;
 
 use super::frame::*;
 
-pub(super) fn parse_duration(s: &str) -> HostResult<Duration> {
-    s.parse::<Duration>().map_err(|e| format!("invalid duration {s:?}: {e}").into())
+pub(super) fn parse_duration(s: &str) -> HostResult<PolicyDuration> {
+    s.parse::<PolicyDuration>().map_err(|e| format!("invalid duration {s:?}: {e}").into())
 }
 
 pub(super) fn parse_direction(mode: &str) -> HostResult<Direction> {
@@ -126,7 +126,7 @@ pub(super) fn plateau_fn(name: &str, window: PlateauWindow, min_delta: f64) -> H
 #[derive(Clone, Copy)]
 pub(super) enum PlateauWindow {
     Samples(i64),
-    Time(Duration),
+    Time(PolicyDuration),
 }
 
 pub(super) fn map_to_json(map: &Map) -> HostResult<serde_json::Map<String, serde_json::Value>> {

@@ -4,7 +4,7 @@
 use crate::error::FieldError;
 use crate::policy::PolicySpec;
 use crate::units::calendar::{ActiveWindow, Calendar};
-use crate::units::duration::Duration;
+use crate::units::duration::PolicyDuration;
 
 /// The policy's calendar; a bad time zone falls back to UTC and a bad window is left out, each reported.
 pub(super) fn calendar(spec: &PolicySpec, errors: &mut Vec<FieldError>) -> Calendar {
@@ -25,7 +25,7 @@ pub(super) fn calendar(spec: &PolicySpec, errors: &mut Vec<FieldError>) -> Calen
                 None
             }
         };
-        match (ActiveWindow::parse(&w.start, duration.unwrap_or(Duration::from_secs(1))), duration) {
+        match (ActiveWindow::parse(&w.start, duration.unwrap_or(PolicyDuration::from_secs(1))), duration) {
             (Ok(window), Some(_)) => windows.push(window),
             (Ok(_), None) => {}
             (Err(e), _) => errors.push(FieldError::new(format!("{path}.start"), e.to_string())),

@@ -24,7 +24,7 @@ use crate::policy::{
     API_VERSION, ActionSpec, ClusterPolicySpec, LabelSelector, Mode, PolicyKind, PolicyRef, PolicyScope,
     PolicySpec,
 };
-use crate::units::duration::Duration;
+use crate::units::duration::PolicyDuration;
 
 /// A policy document as read from a file or the API: identity, scope and spec.
 #[derive(Clone, Debug, PartialEq)]
@@ -43,9 +43,9 @@ pub struct CompiledRule {
     pub script: Option<CompiledScript>,
     /// The `when` text, for reasons.
     pub when: Option<String>,
-    pub for_: Duration,
-    pub keep_firing_for: Duration,
-    pub cooldown: Duration,
+    pub for_: PolicyDuration,
+    pub keep_firing_for: PolicyDuration,
+    pub cooldown: PolicyDuration,
     pub mode: Mode,
     pub actions: Vec<ActionSpec>,
     /// The rule's spec as JSON: a rule whose definition did not change keeps its state when its policy is
@@ -61,7 +61,7 @@ pub struct CompiledPolicy {
     pub selector: LabelSelector,
     pub mode: Mode,
     pub env: Arc<PolicyEnv>,
-    pub sampling_interval: Duration,
+    pub sampling_interval: PolicyDuration,
     pub rules: Vec<CompiledRule>,
     /// `spec.receivers`, for the notifier.
     pub receivers: Vec<CompiledReceiver>,
@@ -116,18 +116,18 @@ pub fn compile(doc: &PolicyDocument, engine: &ScriptEngine) -> Result<CompiledPo
 
 /// Step 2: the policy-wide settings (sampling interval, GPU price and size, selectors, at least one rule).
 /// Returns the sampling interval the rules' windows are checked against.
-fn check_settings(doc: &PolicyDocument, errors: &mut Vec<FieldError>) -> Duration {
+fn check_settings(doc: &PolicyDocument, errors: &mut Vec<FieldError>) -> PolicyDuration {
     let spec = &doc.spec;
     let sampling_interval = match spec.sampling_interval.as_ref().map(|d| d.parse()) {
-        None => Duration::from_secs(30),
-        Some(Ok(d)) if d > Duration::from_secs(0) => d,
+        None => PolicyDuration::from_secs(30),
+        Some(Ok(d)) if d > PolicyDuration::from_secs(0) => d,
         Some(Ok(_)) => {
             errors.push(FieldError::new("spec.samplingInterval", "must be longer than 0s"));
-            Duration::from_secs(30)
+            PolicyDuration::from_secs(30)
         }
         Some(Err(e)) => {
             errors.push(FieldError::new("spec.samplingInterval", e));
-            Duration::from_secs(30)
+            PolicyDuration::from_secs(30)
         }
     };
     if let Some(cost) = spec.gpu_hour_cost
@@ -317,8 +317,8 @@ mod tests {
         assert_eq!(p.reference.to_string(), "fraud/weekend-safe");
         assert_eq!(p.mode, Mode::Enforce);
         assert_eq!(p.rules.len(), 4);
-        assert_eq!(p.rules[1].for_, Duration::from_secs(900));
-        assert_eq!(p.rules[3].cooldown, Duration::from_secs(6 * 3600));
+        assert_eq!(p.rules[1].for_, PolicyDuration::from_secs(900));
+        assert_eq!(p.rules[3].cooldown, PolicyDuration::from_secs(6 * 3600));
         assert!(p.rules[2].script.is_some());
     }
 
@@ -507,8 +507,8 @@ spec:
         let p = compile_yaml(yaml).unwrap();
         let team = &p.receivers[0];
         assert_eq!(team.group_by, vec![crate::policy::GroupLabel::Policy, crate::policy::GroupLabel::Job]);
-        assert_eq!(team.group_wait, Duration::from_secs(30));
-        assert_eq!(team.repeat_interval, Duration::from_secs(4 * 3600));
+        assert_eq!(team.group_wait, PolicyDuration::from_secs(30));
+        assert_eq!(team.repeat_interval, PolicyDuration::from_secs(4 * 3600));
         assert_eq!(team.slack.as_ref().unwrap().url.to_string(), "fraud/slack[url]");
         let email = team.email.as_ref().unwrap();
         assert_eq!((email.host.as_str(), email.port), ("smtp.example.com", 587));

@@ -7,7 +7,7 @@ use crate::error::FieldError;
 use crate::judge::detectors;
 use crate::judge::script::ScriptEngine;
 use crate::policy::{PolicySpec, RuleSpec};
-use crate::units::duration::Duration;
+use crate::units::duration::PolicyDuration;
 
 use super::{CompiledRule, actions};
 
@@ -15,7 +15,7 @@ use super::{CompiledRule, actions};
 /// policy is then not compiled at all).
 pub(super) fn rules(
     spec: &PolicySpec,
-    sampling_interval: Duration,
+    sampling_interval: PolicyDuration,
     engine: &ScriptEngine,
     errors: &mut Vec<FieldError>,
 ) -> Vec<CompiledRule> {
@@ -41,7 +41,7 @@ fn compile_rule(
     spec: &PolicySpec,
     path: &str,
     rule: &RuleSpec,
-    sampling_interval: Duration,
+    sampling_interval: PolicyDuration,
     engine: &ScriptEngine,
     errors: &mut Vec<FieldError>,
 ) -> CompiledRule {
@@ -126,13 +126,13 @@ pub(super) fn duration_field(
     errors: &mut Vec<FieldError>,
     path: String,
     text: Option<&crate::policy::DurationText>,
-) -> Duration {
+) -> PolicyDuration {
     match text.map(|t| t.parse()) {
-        None => Duration::from_secs(0),
+        None => PolicyDuration::from_secs(0),
         Some(Ok(d)) => d,
         Some(Err(e)) => {
             errors.push(FieldError::new(path, e));
-            Duration::from_secs(0)
+            PolicyDuration::from_secs(0)
         }
     }
 }
