@@ -3,9 +3,8 @@
 //! subresource exactly as Kubeflow Trainer's status server does (server-side apply by `trainer-status`), and
 //! checks what the controller did to the TrainJob, the Kueue Workload, the Events and the policy status.
 
-#[path = "../../kube/tests/support/mod.rs"]
-#[macro_use]
-mod support;
+use trainwarden_testkit::apiserver as support;
+use trainwarden_testkit::setup;
 
 use std::time::Duration;
 

@@ -1,9 +1,8 @@
-//! The Kubernetes Secret resolver against a real kube-apiserver (the harness of engine/kube/tests and the
+//! The Kubernetes Secret resolver against a real kube-apiserver (trainwarden-testkit's API server and the
 //! helpers of engine/notify/tests; each test has its own namespace), and a Slack delivery whose webhook URL
 //! comes from a Secret.
 
-#[path = "../../kube/tests/support/mod.rs"]
-mod support;
+use trainwarden_testkit::setup;
 
 #[path = "../../notify/tests/common/mod.rs"]
 mod common;

@@ -4,9 +4,8 @@
 //! suspends a stalled TrainJob, and each receiver channel gets exactly one message about it. Neither secret
 //! ever shows in the TrainJob's Events, the policy status, the TrainJob or the controller's logs.
 
-#[path = "../../kube/tests/support/mod.rs"]
-#[macro_use]
-mod support;
+use trainwarden_testkit::apiserver as support;
+use trainwarden_testkit::setup;
 
 #[path = "../../notify/tests/common/mod.rs"]
 mod common;

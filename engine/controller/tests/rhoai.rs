@@ -2,10 +2,7 @@
 //! `spec.trainer.numNodes`, resume. It has the upstream CRD's name, so this test binary runs its own control
 //! plane (the shared one keeps the upstream CRD, where the same action is refused; see controller.rs).
 
-#[path = "../../kube/tests/support/mod.rs"]
-#[macro_use]
-#[allow(unused_macros)]
-mod support;
+use trainwarden_testkit::apiserver as support;
 
 use std::time::Duration;
 

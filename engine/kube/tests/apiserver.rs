@@ -1,7 +1,8 @@
-//! Integration tests against a real kube-apiserver + etcd (see `support` for where it comes from): the CRDs
-//! as the API server sees them, validation, status subresources and the Kubeflow TrainJob status flow.
+//! Integration tests against a real kube-apiserver + etcd (see `trainwarden_testkit::apiserver` for where it
+//! comes from): the CRDs as the API server sees them, validation, status subresources and the Kubeflow TrainJob status flow.
 
-mod support;
+use trainwarden_testkit::apiserver as support;
+use trainwarden_testkit::setup;
 
 use std::time::Duration;
 

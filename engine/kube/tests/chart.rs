@@ -10,7 +10,8 @@
 //! The ServiceMonitor is applied for real: the tests install a minimal `monitoring.coreos.com/v1` ServiceMonitor
 //! CRD (see [`SERVICE_MONITOR_CRD`]) once per test binary.
 
-mod support;
+use trainwarden_testkit::apiserver as support;
+use trainwarden_testkit::setup;
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};

@@ -17,8 +17,6 @@
 //! ([`Ctx::ns`]); nothing is deleted, because this control plane has no namespace controller and no garbage
 //! collector (a deleted namespace would stay `Terminating` forever).
 
-#![allow(dead_code)] // every test binary uses a different part
-
 use std::io::{BufRead, BufReader};
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
@@ -33,7 +31,7 @@ use kube::api::{Api, ObjectMeta, Patch, PatchParams, PostParams};
 use kube::{Client, ResourceExt};
 use trainwarden_kube::{FIELD_MANAGER, client, crd};
 
-/// The repository root (this file is engine/kube/tests/support/mod.rs).
+/// The repository root (this crate is engine/testkit).
 pub fn repo_root() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../..").canonicalize().expect("repo root")
 }
@@ -298,7 +296,7 @@ impl Ctx {
 #[macro_export]
 macro_rules! setup {
     ($name:expr) => {
-        match support::setup($name).await {
+        match $crate::apiserver::setup($name).await {
             Some(ctx) => ctx,
             None => return,
         }

@@ -1,0 +1,8 @@
+//! Test helpers shared by trainwarden's crates (`publish = false`).
+//!
+//! - [`apiserver`]: the real kube-apiserver + etcd of the integration tests, one per test binary, a namespace
+//!   per test; under `CI=true` a test that needs it fails (never skips) when it is missing. Tests use it as
+//!   `use trainwarden_testkit::apiserver as support;` and start with `let ctx = setup!("name");`.
+#![forbid(unsafe_code)]
+
+pub mod apiserver;
