@@ -55,14 +55,14 @@ pub(crate) fn load_policies(files: &[PathBuf], engine: &ScriptEngine) -> Result<
 }
 
 /// What `replay` does with the notifications the policies' receivers would get.
-pub struct ReplayNotify {
+pub(crate) struct ReplayNotify {
     /// `--notify`: send them for real (secrets from the environment or `secrets_dir`).
     pub send: bool,
     /// `--secrets-dir`: `<dir>/<namespace>/<secret>/<key>` files, after `TRAINWARDEN_SECRET_*` variables.
     pub secrets_dir: Option<PathBuf>,
 }
 
-pub fn replay(
+pub(crate) fn replay(
     policy_files: &[PathBuf],
     json: bool,
     eval_interval: &str,
@@ -91,8 +91,8 @@ pub fn replay(
         return Err(format!("invalid stream\n{}", errors.join("\n")));
     }
     // Several streams are merged on their clocks; the sort is stable, so each file keeps its own order.
-    records.sort_by_key(|r| r.time());
-    if let (Some(until), Some(last)) = (until, records.last().map(|r| r.time()))
+    records.sort_by_key(trainwarden_core::StreamRecord::time);
+    if let (Some(until), Some(last)) = (until, records.last().map(trainwarden_core::StreamRecord::time))
         && until.duration_since(last).as_secs() > 366 * 86_400
     {
         return Err(format!("--until {until} is more than a year after the last record ({last})"));
@@ -177,7 +177,7 @@ fn send_notifications(
     for o in &outcomes {
         match &o.result {
             Ok(()) => {
-                eprintln!("notification {}: sent to {} ({})", o.index + 1, o.receiver, o.channel.as_str())
+                eprintln!("notification {}: sent to {} ({})", o.index + 1, o.receiver, o.channel.as_str());
             }
             Err(e) => {
                 ok = false;
@@ -223,7 +223,7 @@ fn collect_tests(path: &Path, out: &mut Vec<PathBuf>) -> Result<(), String> {
     }
 }
 
-pub fn test(paths: &[PathBuf]) -> Result<bool, String> {
+pub(crate) fn test(paths: &[PathBuf]) -> Result<bool, String> {
     let mut files = Vec::new();
     for p in paths {
         collect_tests(p, &mut files)?;
@@ -293,7 +293,7 @@ pub fn test(paths: &[PathBuf]) -> Result<bool, String> {
     Ok(failed == 0)
 }
 
-pub fn validate(files: &[PathBuf]) -> Result<bool, String> {
+pub(crate) fn validate(files: &[PathBuf]) -> Result<bool, String> {
     let engine = ScriptEngine::default();
     let mut ok = true;
     for file in files {
@@ -325,7 +325,7 @@ pub fn validate(files: &[PathBuf]) -> Result<bool, String> {
     Ok(ok)
 }
 
-pub fn detectors() {
+pub(crate) fn detectors() {
     for d in trainwarden_core::DETECTORS {
         println!("{}\n  {}", d.name, d.summary);
         for trainwarden_core::ParamDoc { name, ty, default, doc } in d.params {
@@ -335,7 +335,7 @@ pub fn detectors() {
     }
 }
 
-pub fn functions() {
+pub(crate) fn functions() {
     for b in BUILTINS {
         println!("{}\n  {}\n  e.g. {}  →  {}\n", b.signature, b.doc, b.example, b.expected);
     }

@@ -18,7 +18,7 @@ use trainwarden_notify::{FileSecrets, LocalSecrets, NotifierConfig};
 use crate::commands;
 
 #[derive(clap::Args)]
-pub struct WatchArgs {
+pub(crate) struct WatchArgs {
     /// Policy file (YAML, one or more ProgressPolicy / ClusterProgressPolicy documents). Repeatable.
     #[arg(long = "policy", required = true)]
     policies: Vec<PathBuf>,
@@ -61,7 +61,7 @@ pub struct WatchArgs {
 const NOTIFY_FLUSH_TIMEOUT: Duration = Duration::from_secs(15);
 
 /// Runs the watch; the exit status is the command's (or 124 when a policy stopped it, 2 for usage errors).
-pub fn run(args: WatchArgs) -> ExitCode {
+pub(crate) fn run(args: WatchArgs) -> ExitCode {
     let (send, secrets_dir) = (args.notify, args.secrets_dir.clone());
     let options = match prepare(args) {
         Ok(options) => options,

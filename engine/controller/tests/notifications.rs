@@ -63,7 +63,7 @@ const SMTP_USER: &str = "trainwarden";
 
 fn notify_policy(name: &str, smtp_port: u16) -> String {
     format!(
-        r#"apiVersion: trainwarden.dev/v1alpha1
+        r"apiVersion: trainwarden.dev/v1alpha1
 kind: ProgressPolicy
 metadata: {{name: {name}}}
 spec:
@@ -85,7 +85,7 @@ spec:
         passwordSecret: {{name: smtp, key: password}}
   rules:
     - {{name: stalled, uses: stalled, with: {{after: 3s}}, actions: [{{suspend: {{}}}}, {{notify: {{to: team}}}}]}}
-"#
+"
     )
 }
 

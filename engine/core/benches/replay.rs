@@ -114,7 +114,7 @@ fn main() {
     let (jobs, per_job) = (200, 1_000);
     let lines = stream(jobs, per_job);
     let n = lines.len() as f64;
-    let bytes: usize = lines.iter().map(|l| l.len()).sum();
+    let bytes: usize = lines.iter().map(std::string::String::len).sum();
     println!("stream: {} samples from {jobs} jobs, {:.0} bytes/line", lines.len(), bytes as f64 / n);
 
     let decode = best_of(5, || {
@@ -122,7 +122,7 @@ fn main() {
             .iter()
             .map(|l| {
                 serde_json::from_str::<serde_json::Value>(l)
-                    .map(|v| v.as_object().map_or(0, |o| o.len()))
+                    .map(|v| v.as_object().map_or(0, serde_json::Map::len))
                     .unwrap_or(0)
             })
             .sum()
@@ -203,9 +203,6 @@ fn main() {
         full_allocations as f64 / n
     );
     println!("ratio full / decode          {:>9.2}×", full / decode);
-    println!(
-        "memory per tracked job       {:>9.0} bytes ({metrics} metrics, history + rule state)",
-        avg_bytes
-    );
+    println!("memory per tracked job       {avg_bytes:>9.0} bytes ({metrics} metrics, history + rule state)");
     println!("firings {}, events {}", replay.summary.firings, replay.events.len());
 }

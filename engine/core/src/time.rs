@@ -32,7 +32,7 @@ pub fn fmt_num(v: f64) -> String {
 }
 
 /// Formats seconds as a short human duration (`2h15m`, `45s`).
-pub fn fmt_secs(secs: f64) -> String {
+pub(crate) fn fmt_secs(secs: f64) -> String {
     if !secs.is_finite() || secs < 0.0 {
         return format!("{secs}s");
     }

@@ -1,4 +1,4 @@
-//! `trainwarden watch --notify`: the watch's [`Notifier`](crate::watch::Notifier) on top of the
+//! `trainwarden watch --notify`: the watch's [`Notifier`] on top of the
 //! notifications crate — the same grouping, delivery, retries and counters as the controller, on the wall
 //! clock, with secrets resolved at each delivery (from the environment or files, as `replay --notify` does).
 

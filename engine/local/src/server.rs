@@ -121,7 +121,10 @@ async fn decide(req: Request<Incoming>, state: &State) -> Reply {
         Route::Status(job) => job,
         Route::Other => return discard(body, Reply::not_found()).await,
     };
-    if !status_api::authorized(parts.headers.get(AUTHORIZATION).map(|v| v.as_bytes()), &state.token) {
+    if !status_api::authorized(
+        parts.headers.get(AUTHORIZATION).map(hyper::http::HeaderValue::as_bytes),
+        &state.token,
+    ) {
         return discard(body, Reply::forbidden()).await;
     }
     // Read past the limit (up to what Go would discard) so the client gets its 413 rather than a reset.

@@ -283,7 +283,7 @@ fn decode_status(ts: &Map<String, Value>) -> Result<DecodedStatus, ()> {
                 match item {
                     Value::Null => status.metrics.push((String::new(), String::new())),
                     Value::Object(m) => {
-                        status.metrics.push((string(go_field(m, "name"))?, string(go_field(m, "value"))?))
+                        status.metrics.push((string(go_field(m, "name"))?, string(go_field(m, "value"))?));
                     }
                     _ => return Err(()),
                 }

@@ -333,7 +333,7 @@ pub async fn watch(
     .await?;
     let host = match server.addr.ip() {
         std::net::IpAddr::V6(ip) => format!("[{ip}]"),
-        ip => ip.to_string(),
+        ip @ std::net::IpAddr::V4(_) => ip.to_string(),
     };
     let url = format!("https://{host}:{}{}", server.addr.port(), status_api::status_path(&job));
 

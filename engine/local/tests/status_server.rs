@@ -16,7 +16,7 @@ use trainwarden_core::{EngineConfig, Evaluator, Event};
 use trainwarden_local::supervisor::Exit;
 use trainwarden_local::{Ending, ReportOnly, WatchOptions, watch};
 
-const POLICY: &str = r#"
+const POLICY: &str = r"
 apiVersion: trainwarden.dev/v1alpha1
 kind: ProgressPolicy
 metadata: {name: guard, namespace: ml}
@@ -26,7 +26,7 @@ spec:
   rules:
     - {name: nan-loss, uses: non_finite, with: {metric: loss}, actions: [{suspend: {}}]}
     - {name: progress-over-100, when: 'progress() > 100', actions: [{suspend: {}}]}
-"#;
+";
 
 /// Upstream's 403 body, from the shared fixtures (shared/ sits beside the repository).
 fn forbidden() -> String {

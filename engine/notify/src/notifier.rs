@@ -352,7 +352,7 @@ impl Notifier {
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     // A panic while holding the lock cannot leave the grouping state half-updated in a way that matters more
     // than losing notifications would: keep going.
-    m.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+    m.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
 }
 
 /// Hands notifications to their channels' queues; a full queue drops (and counts) the message.

@@ -76,7 +76,7 @@ impl OfflineNotifications {
                 }
             }
             Event::Transition { kind: TransitionKind::Resolved, policy, rule, job, .. } => {
-                self.grouper.resolved(policy, rule, job, at)
+                self.grouper.resolved(policy, rule, job, at);
             }
             _ => {}
         }

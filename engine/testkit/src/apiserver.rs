@@ -4,7 +4,7 @@
 //!
 //! 1. `TRAINWARDEN_TEST_KUBECONFIG` (set by `tests/k8s/with-control-plane.sh`): use that plane as it is.
 //! 2. Otherwise the first test starts one with `tests/k8s/control-plane.sh start` + `install-crds`, through a
-//!    small supervisor process (see [`SUPERVISOR`]) that stops it and removes its directory when this test
+//!    small supervisor process (see `SUPERVISOR`) that stops it and removes its directory when this test
 //!    process exits, however it exits: the supervisor waits for EOF on a pipe whose only write end this
 //!    process holds, and the kernel closes that at exit, also on a panic, `exit()` or SIGKILL. (A `Drop` on a
 //!    static never runs, and a PID watch could hit a recycled PID.)

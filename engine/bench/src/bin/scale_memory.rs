@@ -70,7 +70,7 @@ fn main() {
         evaluator.job(&JobKey::new("scale", "job-00000")).map_or(0, |d| d.series.metric_names().count());
     let window = evaluator
         .job(&JobKey::new("scale", "job-00000"))
-        .and_then(|d| d.series.metric("loss").map(|m| m.window_len()))
+        .and_then(|d| d.series.metric("loss").map(trainwarden_core::MetricSeries::window_len))
         .unwrap_or(0);
 
     println!(

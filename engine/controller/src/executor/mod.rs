@@ -195,7 +195,7 @@ impl Executor {
         let Some(notifier) = &self.notifier else { return };
         match change {
             ReceiverChange::Configure { policy, receivers } => {
-                notifier.configure_receivers(&policy, &receivers)
+                notifier.configure_receivers(&policy, &receivers);
             }
             ReceiverChange::Remove(policy) => notifier.remove(&policy),
         }
@@ -225,10 +225,10 @@ impl Executor {
         outcome.message = ended.message;
         match outcome.result {
             ActionResult::Failed | ActionResult::Refused => {
-                warn!(job = %intent.job, rule = %intent.rule, action = outcome.action.as_str(), result = outcome.result.as_str(), message = %outcome.message, "action not performed")
+                warn!(job = %intent.job, rule = %intent.rule, action = outcome.action.as_str(), result = outcome.result.as_str(), message = %outcome.message, "action not performed");
             }
             _ => {
-                info!(job = %intent.job, rule = %intent.rule, action = outcome.action.as_str(), mode = intent.mode.as_str(), result = outcome.result.as_str(), "action")
+                info!(job = %intent.job, rule = %intent.rule, action = outcome.action.as_str(), mode = intent.mode.as_str(), result = outcome.result.as_str(), "action");
             }
         }
         outcome

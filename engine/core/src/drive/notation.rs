@@ -29,12 +29,12 @@
 //! left as computed.) A series may expand to at most [`MAX_STEPS`] steps.
 
 /// The most steps a series may expand to.
-pub const MAX_STEPS: usize = 1_000_000;
+pub(crate) const MAX_STEPS: usize = 1_000_000;
 
 /// One step of an input series: a value (may be NaN or ±infinity) or a gap
 /// (no sample at that step).
 #[derive(Clone, Copy, Debug, PartialEq)]
-pub enum Step {
+pub(crate) enum Step {
     /// A sample with this value.
     Value(f64),
     /// No sample at this step.
@@ -43,7 +43,7 @@ pub enum Step {
 
 /// Why a series could not be expanded. Tokens are numbered from 1.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
-pub enum NotationError {
+pub(crate) enum NotationError {
     /// A token is not valid notation.
     #[error("invalid token {index} {token:?} in series: {reason}")]
     InvalidToken {
@@ -89,7 +89,7 @@ impl Token {
 /// its steps.
 ///
 /// An empty or all-whitespace series expands to no steps.
-pub fn expand(series: &str) -> Result<Vec<Step>, NotationError> {
+pub(crate) fn expand(series: &str) -> Result<Vec<Step>, NotationError> {
     let mut steps = Vec::new();
     for (i, text) in series.split_whitespace().enumerate() {
         let index = i + 1;

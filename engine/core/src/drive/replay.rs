@@ -206,7 +206,7 @@ impl Replay {
         for event in self.scratch.drain(..) {
             match &event {
                 Event::Transition { kind, .. } if *kind == crate::evaluate::TransitionKind::Firing => {
-                    self.summary.firings += 1
+                    self.summary.firings += 1;
                 }
                 Event::RuleError { .. } => self.summary.rule_errors += 1,
                 Event::Intent(intent) => {

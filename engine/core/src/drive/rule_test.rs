@@ -296,8 +296,8 @@ fn build_input(case: &TestCase, start: Timestamp, files: &dyn FileSource) -> Res
             Err(e) => errors.push(format!("phases[{i}].at: {e}")),
         }
     }
-    records.sort_by_key(|r| r.time());
-    let end = records.iter().map(|r| r.time()).max().unwrap_or(start);
+    records.sort_by_key(super::super::input::stream::StreamRecord::time);
+    let end = records.iter().map(super::super::input::stream::StreamRecord::time).max().unwrap_or(start);
     if errors.is_empty() { Ok(Input { records, end }) } else { Err(errors) }
 }
 

@@ -47,7 +47,7 @@ pub struct RuleMemory {
 }
 
 /// A stable (FNV-1a, 64-bit) hash of a rule's fingerprint, as [`RuleMemory::rule_hash`].
-pub fn rule_hash(rule: &CompiledRule) -> String {
+pub(super) fn rule_hash(rule: &CompiledRule) -> String {
     let mut h: u64 = 0xcbf2_9ce4_8422_2325;
     for b in rule.fingerprint.bytes() {
         h ^= u64::from(b);

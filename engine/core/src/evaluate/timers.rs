@@ -84,12 +84,14 @@ impl Evaluator {
                 for (rule, track) in slot.policy.rules.iter().zip(tracks) {
                     match track.alert {
                         Alert::Pending { since } => {
-                            consider(since.and_then(|s| crate::time::add_seconds(s, rule.for_.as_secs_f64())))
+                            consider(
+                                since.and_then(|s| crate::time::add_seconds(s, rule.for_.as_secs_f64())),
+                            );
                         }
                         Alert::Firing { cleared_at, .. } => {
                             consider(cleared_at.and_then(|c| {
                                 crate::time::add_seconds(c, rule.keep_firing_for.as_secs_f64())
-                            }))
+                            }));
                         }
                         Alert::Inactive => {
                             if let Some(d) = &rule.detector {

@@ -24,12 +24,12 @@ use crate::input::sample::{ProgressSample, same_name};
 use crate::time::Timestamp;
 
 /// Points kept per metric.
-pub const WINDOW: usize = 64;
+pub(crate) const WINDOW: usize = 64;
 /// Metrics tracked per job; further metric names are counted in [`JobSeries::dropped_metrics`] and ignored,
 /// so a reporter that invents a new name per step cannot grow memory without bound.
-pub const MAX_METRICS_PER_JOB: usize = 32;
+pub(crate) const MAX_METRICS_PER_JOB: usize = 32;
 /// Smoothing factor of the exponential moving average (weight of the newest point).
-pub const EMA_ALPHA: f64 = 0.1;
+pub(crate) const EMA_ALPHA: f64 = 0.1;
 
 /// Which way is better for a metric.
 #[derive(
@@ -394,7 +394,7 @@ impl MetricSeries {
         }
     }
 
-    /// Exponential moving average of finite values (α = [`EMA_ALPHA`]).
+    /// Exponential moving average of finite values (α = `EMA_ALPHA`).
     pub fn ema(&self) -> Option<f64> {
         self.ema
     }
@@ -434,7 +434,7 @@ impl MetricSeries {
         Some(WindowStats { count: n, min, max, mean, std: variance.sqrt(), slope_per_second: slope })
     }
 
-    /// Statistics over the newest `n` points (all of them if fewer), scanning at most [`WINDOW`] points.
+    /// Statistics over the newest `n` points (all of them if fewer), scanning at most `WINDOW` points.
     pub fn stats_last(&self, n: usize) -> Option<WindowStats> {
         if n >= self.len as usize {
             return self.stats();
@@ -521,7 +521,7 @@ pub struct JobSeries {
     pub samples: u64,
     /// Samples dropped because their `lastUpdatedTime` was not newer than the previous one.
     pub duplicates: u64,
-    /// Metric names ignored because the job already had [`MAX_METRICS_PER_JOB`].
+    /// Metric names ignored because the job already had `MAX_METRICS_PER_JOB`.
     pub dropped_metrics: u64,
     pub first_sample_at: Option<Timestamp>,
     pub last_sample_at: Option<Timestamp>,
@@ -664,8 +664,8 @@ mod tests {
         let n = values.len() as f64;
         let mean = values.iter().sum::<f64>() / n;
         let var = values.iter().map(|v| (v - mean).powi(2)).sum::<f64>() / n;
-        let min = values.iter().cloned().fold(f64::INFINITY, f64::min);
-        let max = values.iter().cloned().fold(f64::NEG_INFINITY, f64::max);
+        let min = values.iter().copied().fold(f64::INFINITY, f64::min);
+        let max = values.iter().copied().fold(f64::NEG_INFINITY, f64::max);
         (mean, var.sqrt(), min, max)
     }
 
@@ -686,7 +686,7 @@ mod tests {
         assert_eq!(s.count(), 1000);
         assert_eq!(
             s.best(Direction::Min).unwrap().value,
-            values.iter().cloned().fold(f64::INFINITY, f64::min)
+            values.iter().copied().fold(f64::INFINITY, f64::min)
         );
     }
 
@@ -705,8 +705,8 @@ mod tests {
             values.push(v);
             let window = &values[values.len().saturating_sub(WINDOW)..];
             let st = s.stats().unwrap();
-            assert_eq!(st.min, window.iter().cloned().fold(f64::INFINITY, f64::min), "after {i}");
-            assert_eq!(st.max, window.iter().cloned().fold(f64::NEG_INFINITY, f64::max), "after {i}");
+            assert_eq!(st.min, window.iter().copied().fold(f64::INFINITY, f64::min), "after {i}");
+            assert_eq!(st.max, window.iter().copied().fold(f64::NEG_INFINITY, f64::max), "after {i}");
         }
     }
 

@@ -45,9 +45,10 @@ pub(crate) mod stream;
 mod trainer_status;
 mod trainjob;
 
-pub use names::{canonical_metric_name, interned};
+pub(crate) use names::{canonical_metric_name, interned};
 pub use rhoai::{TRAINER_STATUS_ANNOTATION, from_annotation, from_metrics_response};
-pub use trainer_status::{TrainerStatusWire, from_trainer_status, from_trainer_status_wire};
+pub use trainer_status::from_trainer_status;
+pub(crate) use trainer_status::{TrainerStatusWire, from_trainer_status_wire};
 pub use trainjob::from_trainjob;
 
 /// A malformed input: `path` names the offending field (root errors use `$`).

@@ -68,7 +68,7 @@ pub(super) fn eval_name(key: &str) -> Cow<'static, str> {
 
 /// A canonical metric name as the `&'static str` samples carry (so lookups can match by address before
 /// comparing bytes, see [`crate::input::sample::same_name`]); other names are copied. Aliases are not resolved.
-pub fn interned(name: &str) -> Cow<'static, str> {
+pub(crate) fn interned(name: &str) -> Cow<'static, str> {
     match known(name) {
         Some(canonical) if canonical == name => Cow::Borrowed(canonical),
         _ => Cow::Owned(name.to_owned()),
@@ -78,7 +78,7 @@ pub fn interned(name: &str) -> Cow<'static, str> {
 /// Map a reporter's metric name to the canonical one; unknown names are kept as they are (`Cow::Owned`).
 ///
 /// Also understands the flattened RHOAI forms `trainMetrics.X` and `evalMetrics.X`.
-pub fn canonical_metric_name(raw: &str) -> Cow<'static, str> {
+pub(crate) fn canonical_metric_name(raw: &str) -> Cow<'static, str> {
     if let Some(rest) = raw.strip_prefix("trainMetrics.").filter(|r| !r.is_empty()) {
         return plain_name(rest);
     }

@@ -74,7 +74,7 @@ impl ProgressSample {
 /// Name equality that first compares addresses: canonical names are shared `&'static str`s (see
 /// [`crate::input::interned`]), so the per-sample lookups of detectors and series rarely compare bytes.
 #[inline]
-pub fn same_name(a: &str, b: &str) -> bool {
+pub(crate) fn same_name(a: &str, b: &str) -> bool {
     (a.as_ptr() == b.as_ptr() && a.len() == b.len()) || a == b
 }
 

@@ -625,7 +625,7 @@ fn invalid_json_positions_refer_to_the_callers_text() {
 fn annotation_errors() {
     let t = r#""lastUpdatedTime":"2026-04-10T09:47:30Z""#;
     let cases: Vec<(String, String, &str)> = vec![
-        ("".into(), AP.into(), "invalid JSON at line 1 column 0: EOF while parsing a value"),
+        (String::new(), AP.into(), "invalid JSON at line 1 column 0: EOF while parsing a value"),
         ("{\"progressPercentage\":45,}".into(), AP.into(), "invalid JSON at line 1 column 26"),
         ("{} trailing".into(), AP.into(), "invalid JSON at line 1 column 4: trailing characters"),
         ("[1,2]".into(), AP.into(), "expected an object, found an array"),
@@ -1030,11 +1030,7 @@ fn trainjob_error_paths() {
             "status.trainerStatus".into(),
             "expected an object",
         ),
-        (
-            ann(json!(5)),
-            format!("metadata.annotations[{:?}]", TRAINER_STATUS_ANNOTATION),
-            "expected a string",
-        ),
+        (ann(json!(5)), format!("metadata.annotations[{TRAINER_STATUS_ANNOTATION:?}]"), "expected a string"),
         (ann(json!("{not json")), ANNOTATION_PATH.into(), "invalid JSON at line 1 column 2"),
         (
             ann(json!(r#"{"lastUpdatedTime":"2026-04-10T09:47:30Z","trainMetrics":{"loss":"x"}}"#)),
@@ -1204,7 +1200,7 @@ fn mangle(text: &str, rng: &mut Rng) -> String {
         match rng.below(3) {
             0 => {
                 let bit: &str = rng.pick(BITS);
-                s.insert_str(at, bit)
+                s.insert_str(at, bit);
             }
             1 if at < s.len() => {
                 s.remove(at);

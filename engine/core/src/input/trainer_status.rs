@@ -21,7 +21,7 @@ use super::names::*;
 /// callers fall back to the `Value` path when it does not deserialize, which also produces the precise error.
 #[derive(Debug, serde::Deserialize)]
 #[serde(rename_all = "camelCase")]
-pub struct TrainerStatusWire<'a> {
+pub(crate) struct TrainerStatusWire<'a> {
     progress_percentage: Option<f64>,
     estimated_remaining_seconds: Option<f64>,
     metrics: Option<MetricsWire>,
@@ -86,7 +86,7 @@ impl<'de> Deserialize<'de> for MetricsWire {
 }
 
 /// Same result as [`from_trainer_status`] for input that deserialized into [`TrainerStatusWire`].
-pub fn from_trainer_status_wire(
+pub(crate) fn from_trainer_status_wire(
     w: TrainerStatusWire<'_>,
     path: &str,
 ) -> Result<ProgressSample, NormalizeError> {

@@ -69,7 +69,7 @@ pub fn from_trainjob(obj: &Value) -> Result<JobSnapshot, NormalizeError> {
     let status = opt_object(root.get("status"), "status")?;
 
     let suspend = match spec.map(|s| s.get("suspend")) {
-        None | Some(None) | Some(Some(Value::Null)) => false,
+        None | Some(None | Some(Value::Null)) => false,
         Some(Some(Value::Bool(b))) => *b,
         Some(Some(other)) => {
             return Err(type_error("spec.suspend".to_owned(), "a boolean", json_kind(other)));

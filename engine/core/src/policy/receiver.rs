@@ -12,10 +12,10 @@ use crate::policy::template::{DEFAULT_TEXT, DEFAULT_TITLE, Scope, Template};
 use crate::policy::{GroupLabel, PolicyScope, ReceiverSpec, SecretKeySelector, SmtpTls};
 use crate::units::duration::PolicyDuration;
 
-pub const DEFAULT_GROUP_WAIT: PolicyDuration = PolicyDuration::from_secs(30);
-pub const DEFAULT_GROUP_INTERVAL: PolicyDuration = PolicyDuration::from_secs(300);
-pub const DEFAULT_REPEAT_INTERVAL: PolicyDuration = PolicyDuration::from_secs(4 * 3600);
-pub const DEFAULT_MAX_PER_MINUTE: u32 = 30;
+pub(crate) const DEFAULT_GROUP_WAIT: PolicyDuration = PolicyDuration::from_secs(30);
+pub(crate) const DEFAULT_GROUP_INTERVAL: PolicyDuration = PolicyDuration::from_secs(300);
+pub(crate) const DEFAULT_REPEAT_INTERVAL: PolicyDuration = PolicyDuration::from_secs(4 * 3600);
+pub(crate) const DEFAULT_MAX_PER_MINUTE: u32 = 30;
 
 /// A Secret key with its namespace settled.
 #[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -87,7 +87,7 @@ pub struct CompiledReceiver {
 }
 
 /// Validates and compiles `spec.receivers`; problems go to `errors` with their paths.
-pub fn compile_receivers(
+pub(crate) fn compile_receivers(
     receivers: &[ReceiverSpec],
     scope: &PolicyScope,
     errors: &mut Vec<FieldError>,
@@ -186,7 +186,7 @@ pub fn compile_receivers(
                 (Some(_), None) => errors
                     .push(FieldError::new(format!("{p}.passwordSecret"), "username needs passwordSecret")),
                 (None, Some(_)) => {
-                    errors.push(FieldError::new(format!("{p}.username"), "passwordSecret needs username"))
+                    errors.push(FieldError::new(format!("{p}.username"), "passwordSecret needs username"));
                 }
                 _ => {}
             }
@@ -263,7 +263,7 @@ fn duration(
     default: PolicyDuration,
     zero_allowed: bool,
 ) -> PolicyDuration {
-    match text.map(|t| t.parse()) {
+    match text.map(super::spec::DurationText::parse) {
         None => default,
         Some(Ok(d)) if zero_allowed || !d.is_zero() => d,
         Some(Ok(_)) => {

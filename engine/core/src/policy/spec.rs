@@ -191,7 +191,7 @@ pub enum SelectorOperator {
 }
 
 /// The detectors a rule can use. Kept in sync with [`crate::judge::detectors::DETECTORS`] by a test.
-pub const DETECTOR_NAMES: [&str; 10] = [
+pub(crate) const DETECTOR_NAMES: [&str; 10] = [
     "plateau",
     "diverging",
     "non_finite",
@@ -694,4 +694,4 @@ pub struct WebhookReceiverSpec {
     pub hmac_secret: Option<SecretKeySelector>,
 }
 
-pub const API_VERSION: &str = "trainwarden.dev/v1alpha1";
+pub(crate) const API_VERSION: &str = "trainwarden.dev/v1alpha1";

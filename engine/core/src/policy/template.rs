@@ -26,7 +26,7 @@ pub enum Scope {
     Alert,
 }
 
-/// A template field. [`FIELDS`] documents each one.
+/// A template field. `FIELDS` documents each one.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub enum Field {
     Status,
@@ -52,7 +52,7 @@ pub enum Field {
 }
 
 /// One documented field: its name in templates, the scopes it may appear in, and what it renders to.
-pub struct FieldDoc {
+pub(crate) struct FieldDoc {
     pub name: &'static str,
     pub field: Field,
     /// `true`: usable in group templates (titles, subjects) as well as in alert templates.
@@ -62,7 +62,7 @@ pub struct FieldDoc {
 }
 
 /// Every template field, in documentation order.
-pub const FIELDS: &[FieldDoc] = &[
+pub(crate) const FIELDS: &[FieldDoc] = &[
     FieldDoc { name: "status", field: Field::Status, group: true, doc: "`firing` or `resolved`" },
     FieldDoc { name: "receiver", field: Field::Receiver, group: true, doc: "the receiver's name" },
     FieldDoc {

@@ -350,7 +350,7 @@ fn whole_f64(v: f64) -> Option<u64> {
 /// Written `10` or `"10"` (samples) or `"10%"` / `"12.5%"` (percent of
 /// progress, 0 to 100). Serialized back as `10` or `"10%"`.
 #[derive(Clone, Copy, Debug, PartialEq)]
-pub enum Warmup {
+pub(crate) enum Warmup {
     /// A number of samples.
     Samples(u64),
     /// A percentage of training progress, from 0.0 to 100.0 (`10.0` means
@@ -360,7 +360,7 @@ pub enum Warmup {
 
 /// Why a warmup value was rejected.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
-pub enum WarmupError {
+pub(crate) enum WarmupError {
     /// The value was empty.
     #[error(
         "warmup is empty: expected a number of samples (e.g. 10) or a percent of progress (e.g. \"10%\")"
@@ -520,7 +520,7 @@ impl JsonSchema for Warmup {
 /// Written `10` or `"10"` (samples) or a [`PolicyDuration`] string such as `"2h"`.
 /// Serialized back as `10` or `"2h"`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub enum Window {
+pub(crate) enum Window {
     /// A number of samples.
     Samples(u64),
     /// A length of time.
@@ -529,7 +529,7 @@ pub enum Window {
 
 /// Why a sample-count-or-duration value was rejected.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
-pub enum WindowError {
+pub(crate) enum WindowError {
     /// The value was negative.
     #[error("invalid window {input:?}: cannot be negative")]
     Negative {

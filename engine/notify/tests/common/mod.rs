@@ -21,14 +21,14 @@ use trainwarden_core::{JobKey, Timestamp};
 
 /// One request the receiver got.
 #[derive(Clone, Debug)]
-pub struct Request {
+pub(crate) struct Request {
     pub path: String,
     pub headers: HeaderMap,
     pub body: Bytes,
 }
 
 impl Request {
-    pub fn json(&self) -> serde_json::Value {
+    pub(crate) fn json(&self) -> serde_json::Value {
         serde_json::from_slice(&self.body).expect("JSON body")
     }
 }
@@ -43,13 +43,13 @@ struct ReceiverState {
 
 /// A local HTTP server on 127.0.0.1 that records every request.
 #[derive(Clone)]
-pub struct HttpReceiver {
+pub(crate) struct HttpReceiver {
     pub addr: SocketAddr,
     state: Arc<ReceiverState>,
 }
 
 impl HttpReceiver {
-    pub async fn start() -> HttpReceiver {
+    pub(crate) async fn start() -> HttpReceiver {
         let state = Arc::new(ReceiverState::default());
         let handler_state = state.clone();
         let app = axum::Router::new().fallback(move |uri: Uri, headers: HeaderMap, body: Bytes| {
@@ -71,30 +71,30 @@ impl HttpReceiver {
         HttpReceiver { addr, state }
     }
 
-    pub fn url(&self, path: &str) -> String {
+    pub(crate) fn url(&self, path: &str) -> String {
         format!("http://{}{path}", self.addr)
     }
 
     /// The next answers, in order (then 200 again).
-    pub fn fail_with(&self, statuses: &[u16]) {
+    pub(crate) fn fail_with(&self, statuses: &[u16]) {
         let mut script = self.state.script.lock().unwrap();
         script.extend(statuses.iter().map(|s| StatusCode::from_u16(*s).unwrap()));
     }
 
-    pub fn delay(&self, d: Duration) {
+    pub(crate) fn delay(&self, d: Duration) {
         self.state.delay_ms.store(d.as_millis() as u32, Ordering::Relaxed);
     }
 
-    pub fn requests(&self) -> Vec<Request> {
+    pub(crate) fn requests(&self) -> Vec<Request> {
         self.state.requests.lock().unwrap().clone()
     }
 
-    pub fn requests_to(&self, path: &str) -> Vec<Request> {
+    pub(crate) fn requests_to(&self, path: &str) -> Vec<Request> {
         self.requests().into_iter().filter(|r| r.path == path).collect()
     }
 
     /// Waits until at least `n` requests reached `path`, or panics after `timeout`.
-    pub async fn wait_for(&self, path: &str, n: usize, timeout: Duration) -> Vec<Request> {
+    pub(crate) async fn wait_for(&self, path: &str, n: usize, timeout: Duration) -> Vec<Request> {
         let deadline = tokio::time::Instant::now() + timeout;
         loop {
             let got = self.requests_to(path);
@@ -112,16 +112,16 @@ impl HttpReceiver {
 }
 
 /// Compiles a policy document with the real validator; panics with every error.
-pub fn policy(yaml: &str) -> CompiledPolicy {
+pub(crate) fn policy(yaml: &str) -> CompiledPolicy {
     let docs = trainwarden_core::parse_documents(yaml, "test.yaml").unwrap_or_else(|e| panic!("{e}"));
     trainwarden_core::compile(&docs[0], &ScriptEngine::default()).unwrap_or_else(|e| panic!("{e}"))
 }
 
 /// A secrets root laid out as `<root>/<namespace>/<name>/<key>`, removed on drop.
-pub struct SecretsDir(pub PathBuf);
+pub(crate) struct SecretsDir(pub PathBuf);
 
 impl SecretsDir {
-    pub fn new(test: &str) -> SecretsDir {
+    pub(crate) fn new(test: &str) -> SecretsDir {
         static NEXT: AtomicU32 = AtomicU32::new(0);
         let dir = std::env::temp_dir().join(format!(
             "tw-notify-{test}-{}-{}",
@@ -133,13 +133,13 @@ impl SecretsDir {
         SecretsDir(dir)
     }
 
-    pub fn put(&self, namespace: &str, name: &str, key: &str, value: &str) {
+    pub(crate) fn put(&self, namespace: &str, name: &str, key: &str, value: &str) {
         let dir = self.0.join(namespace).join(name);
         std::fs::create_dir_all(&dir).unwrap();
         std::fs::write(dir.join(key), value).unwrap();
     }
 
-    pub fn path(&self) -> &Path {
+    pub(crate) fn path(&self) -> &Path {
         &self.0
     }
 }
@@ -150,12 +150,18 @@ impl Drop for SecretsDir {
     }
 }
 
-pub fn now() -> Timestamp {
+pub(crate) fn now() -> Timestamp {
     Timestamp::now()
 }
 
 /// An intent of rule `rule` on job `fraud/<job>` of the policy, fired at `at`.
-pub fn intent(p: &CompiledPolicy, rule: &str, job: &str, at: Timestamp, action: ActionSpec) -> ActionIntent {
+pub(crate) fn intent(
+    p: &CompiledPolicy,
+    rule: &str,
+    job: &str,
+    at: Timestamp,
+    action: ActionSpec,
+) -> ActionIntent {
     ActionIntent {
         id: format!("{}:{rule}:{job}:{}", p.reference, at.as_second()),
         at,
@@ -173,11 +179,11 @@ pub fn intent(p: &CompiledPolicy, rule: &str, job: &str, at: Timestamp, action: 
     }
 }
 
-pub fn notify(to: &str) -> ActionSpec {
+pub(crate) fn notify(to: &str) -> ActionSpec {
     ActionSpec::Notify(NotifyAction { to: to.into(), message: Some("please have a look".into()) })
 }
 
-pub fn suspend_with_savings(mut i: ActionIntent) -> ActionIntent {
+pub(crate) fn suspend_with_savings(mut i: ActionIntent) -> ActionIntent {
     i.action = ActionSpec::Suspend(SuspendAction::default());
     i.savings = Some(Savings {
         until: i.at,
@@ -191,7 +197,7 @@ pub fn suspend_with_savings(mut i: ActionIntent) -> ActionIntent {
 
 /// The Python with aiosmtpd: `TRAINWARDEN_PYTHON`, else ~/.cache/trainwarden/venv/bin/python. `None` (after
 /// printing why) when missing outside CI; under `CI=true` a missing interpreter or module fails the test.
-pub fn python_with_aiosmtpd() -> Option<PathBuf> {
+pub(crate) fn python_with_aiosmtpd() -> Option<PathBuf> {
     let candidate =
         std::env::var_os("TRAINWARDEN_PYTHON").filter(|v| !v.is_empty()).map(PathBuf::from).or_else(|| {
             std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".cache/trainwarden/venv/bin/python"))
@@ -219,7 +225,7 @@ pub fn python_with_aiosmtpd() -> Option<PathBuf> {
 }
 
 /// A self-signed certificate for `localhost` and 127.0.0.1: (certificate PEM, key PEM).
-pub fn self_signed() -> (String, String) {
+pub(crate) fn self_signed() -> (String, String) {
     let cert = rcgen::generate_simple_self_signed(vec!["localhost".to_string(), "127.0.0.1".to_string()])
         .expect("self-signed certificate");
     (cert.cert.pem(), cert.signing_key.serialize_pem())
@@ -227,14 +233,14 @@ pub fn self_signed() -> (String, String) {
 
 /// A free TCP port on 127.0.0.1, bound and released: a server started on it must cope with losing it to
 /// another process in between (see [`SmtpServer::start`]).
-pub fn free_port() -> u16 {
+pub(crate) fn free_port() -> u16 {
     std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
 }
 
 /// A running aiosmtpd (tests/smtp_server.py) with a self-signed certificate and one accepted login
 /// (`user`, `password`); stopped (stdin closed, then killed) on drop. Shared with the controller's
 /// end-to-end notification test, which includes this module by path.
-pub struct SmtpServer {
+pub(crate) struct SmtpServer {
     child: std::process::Child,
     pub port: u16,
     messages: Arc<Mutex<Vec<serde_json::Value>>>,
@@ -245,7 +251,7 @@ pub struct SmtpServer {
 impl SmtpServer {
     /// `mode` is `starttls` or `implicit`. `None` (after saying why) without Python + aiosmtpd outside CI;
     /// under `CI=true` that fails (see [`python_with_aiosmtpd`]).
-    pub fn start(mode: &str, user: &str, password: &str) -> Option<SmtpServer> {
+    pub(crate) fn start(mode: &str, user: &str, password: &str) -> Option<SmtpServer> {
         use std::io::{BufRead, BufReader};
         use std::process::{Command, Stdio};
         let python = python_with_aiosmtpd()?;
@@ -295,12 +301,12 @@ impl SmtpServer {
     }
 
     /// The messages received so far (JSON, as smtp_server.py prints them).
-    pub fn messages(&self) -> Vec<serde_json::Value> {
+    pub(crate) fn messages(&self) -> Vec<serde_json::Value> {
         self.messages.lock().unwrap().clone()
     }
 
     /// Waits up to 10 s for at least `n` messages.
-    pub async fn wait_for(&self, n: usize) -> Vec<serde_json::Value> {
+    pub(crate) async fn wait_for(&self, n: usize) -> Vec<serde_json::Value> {
         for _ in 0..500 {
             let got = self.messages();
             if got.len() >= n {

@@ -14,7 +14,7 @@ use crate::time::Timestamp;
 use crate::time::{add_seconds, fmt_num, fmt_secs};
 use crate::units::duration::PolicyDuration;
 
-pub const INFO: DetectorInfo = DetectorInfo {
+pub(super) const INFO: DetectorInfo = DetectorInfo {
     name: "over_budget",
     summary: "Runtime, GPU-hours or cost since the job last started is above a limit.",
     params: &[
@@ -42,7 +42,7 @@ pub const INFO: DetectorInfo = DetectorInfo {
 };
 
 #[derive(Debug, Clone)]
-pub struct OverBudget {
+pub(super) struct OverBudget {
     pub max_runtime: Option<PolicyDuration>,
     pub max_gpu_hours: Option<f64>,
     pub max_cost: Option<f64>,
@@ -101,7 +101,7 @@ impl Detector for OverBudget {
             return None;
         }
         let mut limits = Vec::new();
-        limits.extend(self.max_runtime.map(|d| d.as_secs_f64()));
+        limits.extend(self.max_runtime.map(crate::units::duration::PolicyDuration::as_secs_f64));
         if let Some(gpus) = view.gpus.filter(|g| *g > 0.0) {
             limits.extend(self.max_gpu_hours.map(|h| h * 3600.0 / gpus));
             if let (Some(max), Some(price)) = (self.max_cost, view.gpu_hour_cost.filter(|p| *p > 0.0)) {

@@ -14,7 +14,7 @@ use crate::history::job::JobView;
 use crate::history::series::Direction;
 use crate::time::fmt_num;
 
-pub const INFO: DetectorInfo = DetectorInfo {
+pub(super) const INFO: DetectorInfo = DetectorInfo {
     name: "diverging",
     summary: "The latest value is worse than `threshold`, or worse than `factor` times the best value so far.",
     params: &[
@@ -44,7 +44,7 @@ pub const INFO: DetectorInfo = DetectorInfo {
 };
 
 #[derive(Debug, Clone)]
-pub struct Diverging {
+pub(crate) struct Diverging {
     pub metric: String,
     pub mode: DirectionParam,
     pub threshold: Option<f64>,

@@ -16,7 +16,7 @@ use crate::time::Timestamp;
 use crate::time::{fmt_secs, seconds};
 use crate::units::duration::PolicyDuration;
 
-pub const INFO_AFTER: DetectorInfo = DetectorInfo {
+pub(super) const INFO_AFTER: DetectorInfo = DetectorInfo {
     name: "eta_after",
     summary: "The estimated end (last sample time + ETA) is later than `deadline`.",
     params: &[ParamDoc {
@@ -29,7 +29,7 @@ pub const INFO_AFTER: DetectorInfo = DetectorInfo {
     build: build_after,
 };
 
-pub const INFO_EXCEEDS: DetectorInfo = DetectorInfo {
+pub(super) const INFO_EXCEEDS: DetectorInfo = DetectorInfo {
     name: "eta_exceeds",
     summary: "The estimated end is more than `duration` from now.",
     params: &[ParamDoc {
@@ -43,17 +43,17 @@ pub const INFO_EXCEEDS: DetectorInfo = DetectorInfo {
 };
 
 #[derive(Debug, Clone)]
-pub struct EtaAfter {
+pub(crate) struct EtaAfter {
     pub deadline: Timestamp,
 }
 
 #[derive(Debug, Clone)]
-pub struct EtaExceeds {
+pub(crate) struct EtaExceeds {
     pub duration: PolicyDuration,
 }
 
 /// Parses an RFC 3339 deadline, with a message that says what is expected.
-pub fn parse_deadline(s: &str) -> Result<Timestamp, String> {
+pub(crate) fn parse_deadline(s: &str) -> Result<Timestamp, String> {
     s.parse::<Timestamp>()
         .map_err(|e| format!("expected an RFC 3339 time with offset such as 2026-12-01T09:00:00+01:00: {e}"))
 }

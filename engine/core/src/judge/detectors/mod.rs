@@ -27,13 +27,13 @@ mod plateau;
 mod sagemaker;
 mod stalled;
 
-pub use diverging::Diverging;
-pub use eta::{EtaAfter, EtaExceeds, parse_deadline};
-pub use non_finite::NonFinite;
-pub use params::{DirectionParam, Params};
-pub use plateau::PlateauState;
-pub use sagemaker::OvertrainingState;
-pub use stalled::Stalled;
+pub(crate) use diverging::Diverging;
+pub(crate) use eta::{EtaAfter, EtaExceeds, parse_deadline};
+pub(crate) use non_finite::NonFinite;
+pub(crate) use params::{DirectionParam, Params};
+pub(crate) use plateau::PlateauState;
+pub(crate) use sagemaker::OvertrainingState;
+pub(crate) use stalled::Stalled;
 
 /// Why a detector fired: a sentence for humans and the values behind it for machines.
 #[derive(Clone, Debug, PartialEq, serde::Serialize)]
@@ -142,13 +142,13 @@ pub const DETECTORS: &[DetectorInfo] = &[
 ];
 
 /// Looks up a detector by name.
-pub fn info(name: &str) -> Option<&'static DetectorInfo> {
+pub(crate) fn info(name: &str) -> Option<&'static DetectorInfo> {
     DETECTORS.iter().find(|d| d.name == name)
 }
 
 /// Builds the detector `name` from its `with` parameters. All problems are returned, each with its path
 /// under `path` (for example `spec.rules[0].with`).
-pub fn build(
+pub(crate) fn build(
     name: &str,
     with: Option<&serde_json::Map<String, serde_json::Value>>,
     path: &str,
@@ -179,11 +179,11 @@ pub(crate) mod testkit {
     use crate::input::sample::{JobKey, JobSnapshot, Metric, SampleSource};
     use crate::units::calendar::Calendar;
 
-    pub fn t(secs: i64) -> Timestamp {
+    pub(crate) fn t(secs: i64) -> Timestamp {
         Timestamp::from_second(1_767_225_600 + secs).unwrap() // 2026-01-01T00:00:00Z
     }
 
-    pub struct Job {
+    pub(crate) struct Job {
         pub snapshot: JobSnapshot,
         pub series: JobSeries,
         pub state: DetectorState,
@@ -193,7 +193,7 @@ pub(crate) mod testkit {
     }
 
     impl Job {
-        pub fn new() -> Self {
+        pub(crate) fn new() -> Self {
             Job {
                 snapshot: JobSnapshot::new(JobKey::new("ns", "job")),
                 series: JobSeries::new(t(0)),
@@ -205,7 +205,7 @@ pub(crate) mod testkit {
         }
 
         /// Records a sample at `secs` with the given metrics and progress fields, running `detector.observe`.
-        pub fn sample(
+        pub(crate) fn sample(
             &mut self,
             detector: &dyn Detector,
             secs: i64,
@@ -223,7 +223,7 @@ pub(crate) mod testkit {
         }
 
         /// Feeds `values` of `metric` one every `every` seconds starting at 0; returns the last time.
-        pub fn feed(
+        pub(crate) fn feed(
             &mut self,
             detector: &dyn Detector,
             metric: &'static str,
@@ -238,7 +238,7 @@ pub(crate) mod testkit {
             last
         }
 
-        pub fn check(&self, detector: &dyn Detector, now_secs: i64) -> Option<Finding> {
+        pub(crate) fn check(&self, detector: &dyn Detector, now_secs: i64) -> Option<Finding> {
             let view = JobView {
                 snapshot: &self.snapshot,
                 series: &self.series,
@@ -253,7 +253,7 @@ pub(crate) mod testkit {
     }
 
     /// Builds a detector from a JSON `with` object, panicking with the errors (tests only).
-    pub fn detector(name: &str, with: serde_json::Value) -> Box<dyn Detector> {
+    pub(crate) fn detector(name: &str, with: serde_json::Value) -> Box<dyn Detector> {
         let map = with.as_object().cloned().unwrap_or_default();
         match build(name, Some(&map), "with") {
             Ok(d) => d,
@@ -262,7 +262,7 @@ pub(crate) mod testkit {
     }
 
     /// The errors building a detector produces.
-    pub fn errors(name: &str, with: serde_json::Value) -> Vec<String> {
+    pub(crate) fn errors(name: &str, with: serde_json::Value) -> Vec<String> {
         let map = with.as_object().cloned().unwrap_or_default();
         match build(name, Some(&map), "with") {
             Ok(d) => panic!("expected errors, got {d:?}"),

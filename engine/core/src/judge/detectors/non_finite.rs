@@ -13,7 +13,7 @@ use crate::history::job::JobView;
 use crate::history::series::MetricSeries;
 use crate::time::fmt_num;
 
-pub const INFO: DetectorInfo = DetectorInfo {
+pub(super) const INFO: DetectorInfo = DetectorInfo {
     name: "non_finite",
     summary: "The latest observation of the metric is NaN or ±Inf.",
     params: &[ParamDoc {
@@ -27,7 +27,7 @@ pub const INFO: DetectorInfo = DetectorInfo {
 };
 
 #[derive(Debug, Clone)]
-pub struct NonFinite {
+pub(crate) struct NonFinite {
     /// `None` watches every metric.
     pub metric: Option<String>,
 }

@@ -12,13 +12,13 @@ use crate::units::duration::{PolicyDuration, Warmup, Window};
 
 /// `mode: min | max | auto` of metric detectors.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum DirectionParam {
+pub(crate) enum DirectionParam {
     Auto,
     Fixed(Direction),
 }
 
 impl DirectionParam {
-    pub fn resolve(self, metric: &str) -> Direction {
+    pub(crate) fn resolve(self, metric: &str) -> Direction {
         match self {
             DirectionParam::Auto => Direction::infer(metric),
             DirectionParam::Fixed(d) => d,
@@ -26,7 +26,7 @@ impl DirectionParam {
     }
 }
 
-pub struct Params<'a> {
+pub(crate) struct Params<'a> {
     map: &'a Map<String, Value>,
     path: String,
     used: Vec<&'a str>,
@@ -47,7 +47,7 @@ fn snake_case(camel: &str) -> String {
 }
 
 impl<'a> Params<'a> {
-    pub fn new(map: &'a Map<String, Value>, path: &str) -> Self {
+    pub(crate) fn new(map: &'a Map<String, Value>, path: &str) -> Self {
         Params { map, path: path.to_string(), used: Vec::new(), errors: Vec::new() }
     }
 
@@ -55,13 +55,13 @@ impl<'a> Params<'a> {
         format!("{}.{}", self.path, key)
     }
 
-    pub fn error(&mut self, key: &str, message: impl Into<String>) {
+    pub(crate) fn error(&mut self, key: &str, message: impl Into<String>) {
         let path = self.field_path(key);
         self.errors.push(FieldError::new(path, message));
     }
 
     /// The raw value of `name` (camelCase or snake_case), marking it used.
-    pub fn raw(&mut self, name: &str) -> Option<(&'a str, &'a Value)> {
+    pub(crate) fn raw(&mut self, name: &str) -> Option<(&'a str, &'a Value)> {
         let snake = snake_case(name);
         let mut found = None;
         let candidates: &[&str] = if snake == name { &[name] } else { &[name, snake.as_str()] };
@@ -79,7 +79,7 @@ impl<'a> Params<'a> {
         found
     }
 
-    pub fn f64(&mut self, name: &str) -> Option<f64> {
+    pub(crate) fn f64(&mut self, name: &str) -> Option<f64> {
         let (key, v) = self.raw(name)?;
         match v.as_f64() {
             Some(x) if x.is_finite() => Some(x),
@@ -91,7 +91,7 @@ impl<'a> Params<'a> {
     }
 
     /// A number that must be > 0 (or >= 0 when `allow_zero`).
-    pub fn positive(&mut self, name: &str, allow_zero: bool) -> Option<f64> {
+    pub(crate) fn positive(&mut self, name: &str, allow_zero: bool) -> Option<f64> {
         let x = self.f64(name)?;
         if x < 0.0 || (!allow_zero && x == 0.0) {
             let key = self.key_as_written(name);
@@ -101,7 +101,7 @@ impl<'a> Params<'a> {
         Some(x)
     }
 
-    pub fn count(&mut self, name: &str) -> Option<u64> {
+    pub(crate) fn count(&mut self, name: &str) -> Option<u64> {
         let (key, v) = self.raw(name)?;
         match v.as_u64() {
             Some(n) => Some(n),
@@ -112,7 +112,7 @@ impl<'a> Params<'a> {
         }
     }
 
-    pub fn bool(&mut self, name: &str) -> Option<bool> {
+    pub(crate) fn bool(&mut self, name: &str) -> Option<bool> {
         let (key, v) = self.raw(name)?;
         match v.as_bool() {
             Some(b) => Some(b),
@@ -123,7 +123,7 @@ impl<'a> Params<'a> {
         }
     }
 
-    pub fn string(&mut self, name: &str) -> Option<&'a str> {
+    pub(crate) fn string(&mut self, name: &str) -> Option<&'a str> {
         let (key, v) = self.raw(name)?;
         match v.as_str() {
             Some(s) if !s.is_empty() => Some(s),
@@ -135,7 +135,7 @@ impl<'a> Params<'a> {
     }
 
     /// A required string parameter.
-    pub fn required_string(&mut self, name: &str) -> Option<&'a str> {
+    pub(crate) fn required_string(&mut self, name: &str) -> Option<&'a str> {
         let had = self.map.contains_key(name) || self.map.contains_key(&snake_case(name));
         let s = self.string(name);
         if !had {
@@ -144,7 +144,7 @@ impl<'a> Params<'a> {
         s
     }
 
-    pub fn duration(&mut self, name: &str) -> Option<PolicyDuration> {
+    pub(crate) fn duration(&mut self, name: &str) -> Option<PolicyDuration> {
         let (key, v) = self.raw(name)?;
         match v {
             Value::String(s) => match s.parse::<PolicyDuration>() {
@@ -162,7 +162,7 @@ impl<'a> Params<'a> {
     }
 
     /// Seconds given as a number (SageMaker style) or a duration string.
-    pub fn seconds_or_duration(&mut self, name: &str) -> Option<PolicyDuration> {
+    pub(crate) fn seconds_or_duration(&mut self, name: &str) -> Option<PolicyDuration> {
         let (key, v) = self.raw(name)?;
         match v {
             Value::Number(n) => match n.as_f64() {
@@ -188,7 +188,7 @@ impl<'a> Params<'a> {
         }
     }
 
-    pub fn window(&mut self, name: &str) -> Option<Window> {
+    pub(crate) fn window(&mut self, name: &str) -> Option<Window> {
         let (key, v) = self.raw(name)?;
         match serde_json::from_value::<Window>(v.clone()) {
             Ok(w) => Some(w),
@@ -199,7 +199,7 @@ impl<'a> Params<'a> {
         }
     }
 
-    pub fn warmup(&mut self, name: &str) -> Option<Warmup> {
+    pub(crate) fn warmup(&mut self, name: &str) -> Option<Warmup> {
         let (key, v) = self.raw(name)?;
         match serde_json::from_value::<Warmup>(v.clone()) {
             Ok(w) => Some(w),
@@ -211,7 +211,7 @@ impl<'a> Params<'a> {
     }
 
     /// `mode: min | max | auto` (default auto).
-    pub fn direction(&mut self, name: &str) -> DirectionParam {
+    pub(crate) fn direction(&mut self, name: &str) -> DirectionParam {
         let Some((key, v)) = self.raw(name) else { return DirectionParam::Auto };
         match v.as_str().map(str::to_ascii_lowercase).as_deref() {
             Some("min") => DirectionParam::Fixed(Direction::Min),
@@ -230,7 +230,7 @@ impl<'a> Params<'a> {
     }
 
     /// Reports keys nobody asked for and returns every error.
-    pub fn finish(mut self) -> Vec<FieldError> {
+    pub(crate) fn finish(mut self) -> Vec<FieldError> {
         let unknown: Vec<String> =
             self.map.keys().filter(|k| !self.used.contains(&k.as_str())).cloned().collect();
         for k in unknown {

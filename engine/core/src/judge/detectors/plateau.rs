@@ -25,7 +25,7 @@ use crate::time::Timestamp;
 use crate::time::{fmt_num, fmt_secs, seconds};
 use crate::units::duration::{PolicyDuration, Warmup, Window};
 
-pub const INFO: DetectorInfo = DetectorInfo {
+pub(super) const INFO: DetectorInfo = DetectorInfo {
     name: "plateau",
     summary: "The metric has not improved by more than minDelta / minDeltaPct for `window` (samples or time), or its std over the window fell below `std`.",
     params: &[
@@ -83,7 +83,7 @@ pub const INFO: DetectorInfo = DetectorInfo {
 };
 
 #[derive(Debug, Clone)]
-pub struct Plateau {
+pub(super) struct Plateau {
     pub metric: std::borrow::Cow<'static, str>,
     /// The `mode` parameter resolved against the metric name once, off the per-sample path.
     pub direction: crate::history::series::Direction,
@@ -130,7 +130,7 @@ fn build(p: &mut Params<'_>) -> Option<Box<dyn Detector>> {
     match window {
         Window::Samples(0) => p.error("window", "must be at least 1 sample"),
         Window::Samples(n) if std.is_some() && (n < 2 || n as usize > WINDOW) => {
-            p.error("window", format!("with std, a sample window must be between 2 and {WINDOW} samples"))
+            p.error("window", format!("with std, a sample window must be between 2 and {WINDOW} samples"));
         }
         _ => {}
     }
@@ -170,7 +170,9 @@ impl Detector for Plateau {
         s.last_at = Some(sample.updated_at);
         // A cached value re-sent is time passing, not a new observation (see `MetricSeries::push`); only a
         // fresh start (no reference yet, e.g. after a resume) takes it as its first observation.
-        if s.reference.is_some() && !series.metric(&self.metric).is_none_or(|m| m.is_fresh()) {
+        if s.reference.is_some()
+            && !series.metric(&self.metric).is_none_or(crate::history::series::MetricSeries::is_fresh)
+        {
             return;
         }
         s.samples += 1;
@@ -189,7 +191,12 @@ impl Detector for Plateau {
         }
         let (best, best_at, best_sample) = s.reference?;
         let last_at = s.last_at?;
-        let last = view.series.metric(&self.metric).and_then(|m| m.last()).map(|(_, v)| v).unwrap_or(best);
+        let last = view
+            .series
+            .metric(&self.metric)
+            .and_then(crate::history::series::MetricSeries::last)
+            .map(|(_, v)| v)
+            .unwrap_or(best);
         let since_samples = s.samples - best_sample;
         let since_secs = seconds(best_at, last_at);
         let stalled_improvement = match self.window {

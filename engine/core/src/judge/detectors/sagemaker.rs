@@ -20,7 +20,7 @@ use crate::history::series::{Direction, JobSeries, WINDOW};
 use crate::input::sample::ProgressSample;
 use crate::time::fmt_num;
 
-pub const INFO_LOSS_NOT_DECREASING: DetectorInfo = DetectorInfo {
+pub(super) const INFO_LOSS_NOT_DECREASING: DetectorInfo = DetectorInfo {
     name: "loss_not_decreasing",
     summary: "SageMaker LossNotDecreasing: the loss fell by less than diff_percent over num_steps samples.",
     params: &[
@@ -59,7 +59,7 @@ pub const INFO_LOSS_NOT_DECREASING: DetectorInfo = DetectorInfo {
     build: build_loss_not_decreasing,
 };
 
-pub const INFO_OVERTRAINING: DetectorInfo = DetectorInfo {
+pub(super) const INFO_OVERTRAINING: DetectorInfo = DetectorInfo {
     name: "overtraining",
     summary: "SageMaker Overtraining: training or validation loss stopped improving by more than delta.",
     params: &[
@@ -94,7 +94,7 @@ pub const INFO_OVERTRAINING: DetectorInfo = DetectorInfo {
 };
 
 #[derive(Debug, Clone)]
-pub struct LossNotDecreasing {
+pub(super) struct LossNotDecreasing {
     pub metric: String,
     pub num_steps: usize,
     pub diff_percent: f64,
@@ -109,7 +109,7 @@ fn build_loss_not_decreasing(p: &mut Params<'_>) -> Option<Box<dyn Detector>> {
     let metric = p.string("metric").map(str::to_string);
     let metric = match (metric, mode.as_deref()) {
         (Some(m), _) => m,
-        (None, None | Some("GLOBAL") | Some("TRAIN")) => "loss".to_string(),
+        (None, None | Some("GLOBAL" | "TRAIN")) => "loss".to_string(),
         (None, Some("EVAL")) => "eval_loss".to_string(),
         (None, Some(other)) => {
             p.error("mode", format!("expected GLOBAL, TRAIN or EVAL, got {other}"));
@@ -172,7 +172,7 @@ impl Detector for LossNotDecreasing {
 }
 
 #[derive(Debug, Clone)]
-pub struct Overtraining {
+pub(super) struct Overtraining {
     pub train_metric: String,
     pub validation_metric: String,
     pub patience_train: u64,
@@ -228,8 +228,11 @@ impl Detector for Overtraining {
         }
         let DetectorState::Overtraining(s) = state else { return };
         // Only new values count: the validation loss is re-sent unchanged between evaluations.
-        let fresh =
-            |name: &str| sample.metric(name).filter(|_| series.metric(name).is_none_or(|m| m.is_fresh()));
+        let fresh = |name: &str| {
+            sample
+                .metric(name)
+                .filter(|_| series.metric(name).is_none_or(crate::history::series::MetricSeries::is_fresh))
+        };
         advance(&mut s.best_train, &mut s.train_wait, fresh(&self.train_metric), self.delta);
         advance(&mut s.best_validation, &mut s.validation_wait, fresh(&self.validation_metric), self.delta);
     }

@@ -20,7 +20,7 @@ use crate::time::Timestamp;
 use crate::time::{add_seconds, fmt_secs, seconds};
 use crate::units::duration::PolicyDuration;
 
-pub const INFO: DetectorInfo = DetectorInfo {
+pub(super) const INFO: DetectorInfo = DetectorInfo {
     name: "stalled",
     summary: "No new progress sample for `after` while the job is running.",
     params: &[
@@ -36,7 +36,7 @@ pub const INFO: DetectorInfo = DetectorInfo {
     build,
 };
 
-pub const INFO_STALLED_TRAINING: DetectorInfo = DetectorInfo {
+pub(super) const INFO_STALLED_TRAINING: DetectorInfo = DetectorInfo {
     name: "stalled_training",
     summary: "SageMaker Debugger StalledTrainingRule: no new sample for `threshold` seconds.",
     params: &[ParamDoc {
@@ -50,7 +50,7 @@ pub const INFO_STALLED_TRAINING: DetectorInfo = DetectorInfo {
 };
 
 #[derive(Debug, Clone)]
-pub struct Stalled {
+pub(crate) struct Stalled {
     pub after: PolicyDuration,
     pub require_first_sample: bool,
 }

@@ -502,7 +502,11 @@ pub const BUILTINS: &[Builtin] = &[
                 }
                 let detector = detectors::build("over_budget", Some(&json), "over_budget()").map_err(
                     |errs| -> Box<EvalAltResult> {
-                        errs.iter().map(|e| e.to_string()).collect::<Vec<_>>().join("; ").into()
+                        errs.iter()
+                            .map(std::string::ToString::to_string)
+                            .collect::<Vec<_>>()
+                            .join("; ")
+                            .into()
                     },
                 )?;
                 detect(detector.as_ref())

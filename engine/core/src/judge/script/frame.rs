@@ -13,7 +13,7 @@ use crate::judge::detectors::Finding;
 use crate::time::Timestamp;
 
 /// The state host functions see during one evaluation.
-pub struct Frame {
+pub(super) struct Frame {
     pub job: Box<JobData>,
     pub env: Arc<PolicyEnv>,
     pub now: Timestamp,

@@ -247,7 +247,7 @@ impl ScriptEngine {
                 deadline: Instant::now() + self.limits.deadline,
                 evidence: Vec::new(),
                 wake: None,
-            })
+            });
         });
         // The job must come back out of the frame whatever happens, even if evaluation unwinds.
         struct Restore<'a> {

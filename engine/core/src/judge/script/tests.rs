@@ -32,7 +32,7 @@ fn eval_value(engine: &ScriptEngine, src: &str) -> String {
             deadline: Instant::now() + std::time::Duration::from_secs(1),
             evidence: Vec::new(),
             wake: None,
-        })
+        });
     });
     let v = engine.engine.eval_ast_with_scope::<Dynamic>(&mut scope, &script.ast);
     FRAME.with(|c| c.borrow_mut().take());

@@ -15,7 +15,7 @@ pub(super) fn check(
         let apath = format!("{path}.actions[{j}]");
         match action {
             ActionSpec::Notify(n) if n.to.trim().is_empty() => {
-                errors.push(FieldError::new(format!("{apath}.notify.to"), "required"))
+                errors.push(FieldError::new(format!("{apath}.notify.to"), "required"));
             }
             // A policy without receivers leaves delivery to receivers configured outside it; once it
             // declares any, every notify must name one of them.
@@ -27,7 +27,7 @@ pub(super) fn check(
                         n.to,
                         receivers.iter().map(|r| r.name.as_str()).collect::<Vec<_>>().join(", ")
                     ),
-                ))
+                ));
             }
             ActionSpec::Annotate(a) if !valid_annotation_key(&a.key) => errors.push(FieldError::new(
                 format!("{apath}.annotate.key"),
@@ -37,7 +37,7 @@ pub(super) fn check(
                 ),
             )),
             ActionSpec::Scale(s) if s.num_nodes < 1 => {
-                errors.push(FieldError::new(format!("{apath}.scale.numNodes"), "must be at least 1"))
+                errors.push(FieldError::new(format!("{apath}.scale.numNodes"), "must be at least 1"));
             }
             _ => {}
         }

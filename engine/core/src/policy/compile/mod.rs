@@ -118,7 +118,7 @@ pub fn compile(doc: &PolicyDocument, engine: &ScriptEngine) -> Result<CompiledPo
 /// Returns the sampling interval the rules' windows are checked against.
 fn check_settings(doc: &PolicyDocument, errors: &mut Vec<FieldError>) -> PolicyDuration {
     let spec = &doc.spec;
-    let sampling_interval = match spec.sampling_interval.as_ref().map(|d| d.parse()) {
+    let sampling_interval = match spec.sampling_interval.as_ref().map(super::spec::DurationText::parse) {
         None => PolicyDuration::from_secs(30),
         Some(Ok(d)) if d > PolicyDuration::from_secs(0) => d,
         Some(Ok(_)) => {
@@ -157,7 +157,7 @@ fn validate_selector(errors: &mut Vec<FieldError>, path: &str, selector: &LabelS
         match e.operator {
             In | NotIn if e.values.is_empty() => errors.push(FieldError::new(p, "In and NotIn need values")),
             Exists | DoesNotExist if !e.values.is_empty() => {
-                errors.push(FieldError::new(p, "Exists and DoesNotExist take no values"))
+                errors.push(FieldError::new(p, "Exists and DoesNotExist take no values"));
             }
             _ => {}
         }
@@ -188,7 +188,7 @@ pub fn parse_documents(text: &str, source: &str) -> Result<Vec<PolicyDocument>, 
 }
 
 /// One policy object (as YAML/JSON value) to a document.
-pub fn parse_document(value: Value) -> Result<PolicyDocument, Vec<FieldError>> {
+pub(crate) fn parse_document(value: Value) -> Result<PolicyDocument, Vec<FieldError>> {
     let mut errors = Vec::new();
     let Value::Object(mut obj) = value else {
         return Err(vec![FieldError::new(
@@ -302,9 +302,9 @@ mod tests {
 
     fn compile_yaml(yaml: &str) -> Result<CompiledPolicy, Vec<String>> {
         let docs = parse_documents(yaml, "test.yaml")
-            .map_err(|e| e.errors.iter().map(|e| e.to_string()).collect::<Vec<_>>())?;
+            .map_err(|e| e.errors.iter().map(std::string::ToString::to_string).collect::<Vec<_>>())?;
         compile(&docs[0], &ScriptEngine::default())
-            .map_err(|e| e.errors.iter().map(|e| e.to_string()).collect())
+            .map_err(|e| e.errors.iter().map(std::string::ToString::to_string).collect())
     }
 
     /// The issue's example policy, shared with the CRD and real-API tests.
@@ -462,7 +462,7 @@ spec:
 
     #[test]
     fn cluster_policies_select_by_namespace_labels() {
-        let yaml = r#"
+        let yaml = r"
 apiVersion: trainwarden.dev/v1alpha1
 kind: ClusterProgressPolicy
 metadata: {name: gpu-reclaim}
@@ -470,7 +470,7 @@ spec:
   namespaceSelector: {matchLabels: {tier: research}}
   selector: {matchExpressions: [{key: team, operator: Exists}]}
   rules: [{name: stalled, uses: stalled, with: {after: 1h}}]
-"#;
+";
         let p = compile_yaml(yaml).unwrap();
         let labels =
             |pairs: &[(&str, &str)]| pairs.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect();

@@ -127,7 +127,7 @@ pub(super) fn duration_field(
     path: String,
     text: Option<&crate::policy::DurationText>,
 ) -> PolicyDuration {
-    match text.map(|t| t.parse()) {
+    match text.map(super::super::spec::DurationText::parse) {
         None => PolicyDuration::from_secs(0),
         Some(Ok(d)) => d,
         Some(Err(e)) => {
