@@ -41,7 +41,8 @@ pub use evaluate::{
     SavingsBasis, TransitionKind,
 };
 pub use history::job::JobData;
-pub use history::series::{JobSeries, MetricSeries};
+pub use history::job_series::JobSeries;
+pub use history::metric_series::MetricSeries;
 pub use input::sample::{JobKey, JobPhase, JobSnapshot, Metric, ProgressSample, SampleSource};
 pub use input::stream::{StreamRecord, parse_line, parse_stream};
 pub use input::{

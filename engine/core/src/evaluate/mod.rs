@@ -38,7 +38,7 @@ use std::collections::{BTreeMap, BTreeSet, HashMap};
 use rustc_hash::FxHashMap;
 
 use crate::history::job::JobData;
-use crate::history::series::{JobSeries, Recorded};
+use crate::history::job_series::{JobSeries, Recorded};
 use crate::input::sample::{JobKey, JobPhase, JobSnapshot, ProgressSample};
 use crate::judge::detectors::DetectorState;
 use crate::judge::script::{Limits, ScriptEngine};

@@ -1,7 +1,7 @@
 //! The per-job view the judges look at: what the evaluator keeps about a job ([`JobData`]), the policy's
 //! job-independent context ([`PolicyEnv`]), and both seen at one instant ([`JobView`]).
 
-use crate::history::series::JobSeries;
+use crate::history::job_series::JobSeries;
 use crate::input::sample::{JobPhase, JobSnapshot};
 use crate::time::{Timestamp, add_seconds, seconds};
 use crate::units::calendar::Calendar;

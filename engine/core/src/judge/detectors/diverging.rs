@@ -11,7 +11,7 @@ use super::{Detector, DetectorInfo, DetectorState, DirectionParam, Finding, Para
 
 use crate::history::job::JobView;
 
-use crate::history::series::Direction;
+use crate::history::metric_series::Direction;
 use crate::time::fmt_num;
 
 pub(super) const INFO: DetectorInfo = DetectorInfo {

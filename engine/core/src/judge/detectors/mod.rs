@@ -14,7 +14,7 @@ use std::fmt;
 
 use crate::error::FieldError;
 use crate::history::job::JobView;
-use crate::history::series::JobSeries;
+use crate::history::job_series::JobSeries;
 use crate::input::sample::ProgressSample;
 use crate::time::Timestamp;
 
@@ -217,7 +217,7 @@ pub(crate) mod testkit {
             s.metrics = metrics.iter().map(|(n, v)| Metric { name: (*n).into(), value: *v }).collect();
             s.progress_percent = progress;
             s.eta_seconds = eta;
-            if self.series.record(&s) == crate::history::series::Recorded::New {
+            if self.series.record(&s) == crate::history::job_series::Recorded::New {
                 detector.observe(&mut self.state, &self.series, &s);
             }
         }

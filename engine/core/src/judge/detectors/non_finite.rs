@@ -10,7 +10,7 @@ use super::{Detector, DetectorInfo, DetectorState, Finding, ParamDoc, Params};
 
 use crate::history::job::JobView;
 
-use crate::history::series::MetricSeries;
+use crate::history::metric_series::MetricSeries;
 use crate::time::fmt_num;
 
 pub(super) const INFO: DetectorInfo = DetectorInfo {

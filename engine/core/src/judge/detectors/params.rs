@@ -7,7 +7,7 @@
 use serde_json::{Map, Value};
 
 use crate::error::FieldError;
-use crate::history::series::Direction;
+use crate::history::metric_series::Direction;
 use crate::units::duration::{PolicyDuration, Warmup, Window};
 
 /// `mode: min | max | auto` of metric detectors.

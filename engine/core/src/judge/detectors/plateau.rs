@@ -19,7 +19,9 @@ use super::{Detector, DetectorInfo, DetectorState, Finding, ParamDoc, Params};
 
 use crate::history::job::JobView;
 
-use crate::history::series::{JobSeries, WINDOW};
+use crate::history::job_series::JobSeries;
+
+use crate::history::metric_series::WINDOW;
 use crate::input::sample::ProgressSample;
 use crate::time::Timestamp;
 use crate::time::{fmt_num, fmt_secs, seconds};
@@ -86,7 +88,7 @@ pub(super) const INFO: DetectorInfo = DetectorInfo {
 pub(super) struct Plateau {
     pub metric: std::borrow::Cow<'static, str>,
     /// The `mode` parameter resolved against the metric name once, off the per-sample path.
-    pub direction: crate::history::series::Direction,
+    pub direction: crate::history::metric_series::Direction,
     pub window: Window,
     pub min_delta: f64,
     pub min_delta_pct: f64,
@@ -151,8 +153,8 @@ impl Plateau {
     fn significant(&self, reference: f64, candidate: f64) -> bool {
         let direction = self.direction;
         let improvement = match direction {
-            crate::history::series::Direction::Min => reference - candidate,
-            crate::history::series::Direction::Max => candidate - reference,
+            crate::history::metric_series::Direction::Min => reference - candidate,
+            crate::history::metric_series::Direction::Max => candidate - reference,
         };
         let needed = self.min_delta.max(reference.abs() * self.min_delta_pct / 100.0);
         improvement > needed
@@ -171,7 +173,7 @@ impl Detector for Plateau {
         // A cached value re-sent is time passing, not a new observation (see `MetricSeries::push`); only a
         // fresh start (no reference yet, e.g. after a resume) takes it as its first observation.
         if s.reference.is_some()
-            && !series.metric(&self.metric).is_none_or(crate::history::series::MetricSeries::is_fresh)
+            && !series.metric(&self.metric).is_none_or(crate::history::metric_series::MetricSeries::is_fresh)
         {
             return;
         }
@@ -194,7 +196,7 @@ impl Detector for Plateau {
         let last = view
             .series
             .metric(&self.metric)
-            .and_then(crate::history::series::MetricSeries::last)
+            .and_then(crate::history::metric_series::MetricSeries::last)
             .map(|(_, v)| v)
             .unwrap_or(best);
         let since_samples = s.samples - best_sample;

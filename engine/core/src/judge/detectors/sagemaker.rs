@@ -16,7 +16,9 @@ use super::{Detector, DetectorInfo, DetectorState, Finding, ParamDoc, Params};
 
 use crate::history::job::JobView;
 
-use crate::history::series::{Direction, JobSeries, WINDOW};
+use crate::history::job_series::JobSeries;
+
+use crate::history::metric_series::{Direction, WINDOW};
 use crate::input::sample::ProgressSample;
 use crate::time::fmt_num;
 
@@ -229,9 +231,9 @@ impl Detector for Overtraining {
         let DetectorState::Overtraining(s) = state else { return };
         // Only new values count: the validation loss is re-sent unchanged between evaluations.
         let fresh = |name: &str| {
-            sample
-                .metric(name)
-                .filter(|_| series.metric(name).is_none_or(crate::history::series::MetricSeries::is_fresh))
+            sample.metric(name).filter(|_| {
+                series.metric(name).is_none_or(crate::history::metric_series::MetricSeries::is_fresh)
+            })
         };
         advance(&mut s.best_train, &mut s.train_wait, fresh(&self.train_metric), self.delta);
         advance(&mut s.best_validation, &mut s.validation_wait, fresh(&self.validation_metric), self.delta);

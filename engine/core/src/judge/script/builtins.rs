@@ -3,7 +3,7 @@
 
 use rhai::{Dynamic, Engine, EvalAltResult, ImmutableString, Map};
 
-use crate::history::series::{Direction, MetricSeries};
+use crate::history::metric_series::{Direction, MetricSeries};
 use crate::input::sample::JobPhase;
 use crate::judge::detectors::{
     self, Detector, DetectorState, DirectionParam, Diverging, EtaAfter, EtaExceeds, Finding, NonFinite,
@@ -48,7 +48,7 @@ pub(super) fn detect(detector: &dyn Detector) -> HostResult<bool> {
 pub(super) fn window_stat(
     name: &str,
     n: i64,
-    pick: fn(&crate::history::series::WindowStats) -> f64,
+    pick: fn(&crate::history::metric_series::WindowStats) -> f64,
 ) -> HostResult<f64> {
     if n < 1 {
         return Err(format!("the sample count must be at least 1, got {n}").into());
@@ -73,10 +73,10 @@ pub(super) fn plateau_fn(name: &str, window: PlateauWindow, min_delta: f64) -> H
         let Some((last_at, last)) = series.last() else { return Ok(None) };
         let n = match window {
             PlateauWindow::Samples(n) => {
-                if n as usize >= crate::history::series::WINDOW {
+                if n as usize >= crate::history::metric_series::WINDOW {
                     return Err(format!(
                         "plateau() keeps {} samples; use `uses: plateau` for longer windows",
-                        crate::history::series::WINDOW - 1
+                        crate::history::metric_series::WINDOW - 1
                     )
                     .into());
                 }
@@ -88,7 +88,7 @@ pub(super) fn plateau_fn(name: &str, window: PlateauWindow, min_delta: f64) -> H
                 if stats.count >= series.window_len() && series.count() > series.window_len() as u64 {
                     return Err(format!(
                         "plateau() window {d} spans more than the {} samples kept; use `uses: plateau`",
-                        crate::history::series::WINDOW
+                        crate::history::metric_series::WINDOW
                     )
                     .into());
                 }
@@ -524,7 +524,7 @@ pub(super) fn doc_fixture()
     use std::sync::Arc;
 
     use crate::history::job::{JobData, PolicyEnv};
-    use crate::history::series::JobSeries;
+    use crate::history::job_series::JobSeries;
     use crate::input::sample::JobSnapshot;
     use crate::input::sample::{JobKey, Metric, ProgressSample, SampleSource};
     use crate::units::calendar::Calendar;

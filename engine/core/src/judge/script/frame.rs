@@ -8,7 +8,7 @@ use std::time::Instant;
 use rhai::EvalAltResult;
 
 use crate::history::job::{JobData, JobView, PolicyEnv};
-use crate::history::series::MetricSeries;
+use crate::history::metric_series::MetricSeries;
 use crate::judge::detectors::Finding;
 use crate::time::Timestamp;
 
