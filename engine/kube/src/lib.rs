@@ -10,6 +10,7 @@
 //!
 //! Evaluation stays in `trainwarden-core`, which knows nothing of Kubernetes.
 #![forbid(unsafe_code)]
+#![warn(missing_docs)]
 
 pub mod client;
 pub mod crd;

@@ -54,6 +54,7 @@ pub fn fixture(relative: &str) -> String {
 
 /// A running control plane.
 pub struct Plane {
+    /// Its kubeconfig (a token for an admin user).
     pub kubeconfig: PathBuf,
     /// kubectl to run against it (`TRAINWARDEN_KUBECTL`, or the one the plane was started with).
     pub kubectl: Option<PathBuf>,
@@ -188,6 +189,7 @@ pub fn plane() -> Option<&'static Plane> {
 /// committed files, which the `crds_up_to_date` test compares with the code separately).
 static CRDS: tokio::sync::OnceCell<()> = tokio::sync::OnceCell::const_new();
 
+/// Applies trainwarden's CRDs (once per test process) and waits until the API server serves them.
 pub async fn apply_crds(client: &Client) -> Result<(), kube::Error> {
     let api: Api<CustomResourceDefinition> = Api::all(client.clone());
     for c in crd::crds() {
@@ -199,6 +201,7 @@ pub async fn apply_crds(client: &Client) -> Result<(), kube::Error> {
     Ok(())
 }
 
+/// Waits (up to 30 s, then panics) until the CRD `name` is `Established`.
 pub async fn wait_established(api: &Api<CustomResourceDefinition>, name: &str) {
     let deadline = Instant::now() + Duration::from_secs(30);
     loop {
@@ -219,8 +222,11 @@ pub async fn wait_established(api: &Api<CustomResourceDefinition>, name: &str) {
 
 /// One test's view: a client, a fresh namespace, the plane.
 pub struct Ctx {
+    /// A client of this test's own (see the module doc).
     pub client: Client,
+    /// This test's namespace, created for it.
     pub ns: String,
+    /// The shared control plane.
     pub plane: &'static Plane,
     test: &'static str,
     started: Instant,

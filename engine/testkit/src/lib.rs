@@ -4,5 +4,6 @@
 //!   per test; under `CI=true` a test that needs it fails (never skips) when it is missing. Tests use it as
 //!   `use trainwarden_testkit::apiserver as support;` and start with `let ctx = setup!("name");`.
 #![forbid(unsafe_code)]
+#![warn(missing_docs)]
 
 pub mod apiserver;
