@@ -64,7 +64,7 @@ pub enum Work {
     /// Perform (Enforce) or report (Audit) an action intent.
     Act(Box<ActionIntent>),
     /// Record a Kubernetes Event on a TrainJob (a rule fired or resolved, a rule failed, a job is exempt).
-    Announce(Box<Announcement>),
+    RecordEvent(Box<TrainJobEvent>),
     /// Hand an evaluator event to the notifier: every intent of a firing (so a message can say what was done)
     /// and every resolution (resolved messages). Leader only, like every other side effect.
     Notify(Box<Event>, Option<JobProgress>),
@@ -87,7 +87,7 @@ impl Work {
     pub fn job(&self) -> Option<&JobKey> {
         Some(match self {
             Work::Act(i) => &i.job,
-            Work::Announce(a) => &a.job,
+            Work::RecordEvent(a) => &a.job,
             Work::Notify(e, _) => match e.as_ref() {
                 Event::Transition { job, .. }
                 | Event::Suppressed { job, .. }
@@ -101,7 +101,7 @@ impl Work {
 
 /// A Kubernetes Event to record on a TrainJob.
 #[derive(Debug)]
-pub struct Announcement {
+pub struct TrainJobEvent {
     pub job: JobKey,
     pub warning: bool,
     /// CamelCase, e.g. RuleFiring.

@@ -26,7 +26,7 @@ use trainwarden_core::{JobKey, NormalizeError, Timestamp};
 use trainwarden_kube::ProgressPolicyStatus;
 
 use crate::config::ControllerConfig;
-use crate::messages::{Announcement, Input, PolicyInput, ReceiverChange, StatusUpdate, Work};
+use crate::messages::{Input, PolicyInput, ReceiverChange, StatusUpdate, TrainJobEvent, Work};
 use crate::metrics::{DroppedWork, InvalidInput, Metrics, ModeLabel, ModeLabels};
 use books::PolicyBook;
 use trainwarden_notify::{JobProgress, Notifier};
@@ -115,7 +115,7 @@ impl Brain {
                 if job.exempt {
                     if self.exempt.insert(job.key.clone()) {
                         self.evaluator.forget_job(&job.key, now, &mut self.events);
-                        self.work.push(Work::Announce(Box::new(Announcement {
+                        self.work.push(Work::RecordEvent(Box::new(TrainJobEvent {
                             job: job.key.clone(),
                             warning: false,
                             reason: "Exempt".into(),
@@ -300,7 +300,7 @@ impl Brain {
                             continue;
                         }
                     };
-                    self.work.push(Work::Announce(Box::new(Announcement {
+                    self.work.push(Work::RecordEvent(Box::new(TrainJobEvent {
                         job,
                         warning,
                         reason: name.into(),
@@ -316,7 +316,7 @@ impl Brain {
                 }
                 Event::RuleError { job, policy, rule, message, .. } => {
                     warn!(%job, %policy, rule, error = %message, "rule evaluation failed");
-                    self.work.push(Work::Announce(Box::new(Announcement {
+                    self.work.push(Work::RecordEvent(Box::new(TrainJobEvent {
                         job,
                         warning: true,
                         reason: "RuleError".into(),
@@ -436,7 +436,7 @@ mod tests {
             .drain(..)
             .filter_map(|w| match w {
                 Work::Act(i) => Some(format!("{} {}", i.action.kind(), i.job)),
-                Work::Announce(_) | Work::Notify(..) | Work::Receivers(_) => None,
+                Work::RecordEvent(_) | Work::Notify(..) | Work::Receivers(_) => None,
             })
             .collect()
     }
@@ -555,7 +555,7 @@ mod tests {
             .work
             .drain(..)
             .map(|w| match w {
-                Work::Announce(a) => a.reason,
+                Work::RecordEvent(a) => a.reason,
                 Work::Act(i) => format!("act {}", i.action.kind()),
                 Work::Notify(..) => "notify".into(),
                 Work::Receivers(_) => "receivers".into(),

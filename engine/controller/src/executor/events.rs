@@ -9,11 +9,11 @@ use trainwarden_kube::trainjob::{TRAINJOB_GROUP, TRAINJOB_KIND, TRAINJOB_VERSION
 
 use super::Executor;
 use super::ssa::truncate;
-use crate::messages::{ActionResult, Announcement};
+use crate::messages::{ActionResult, TrainJobEvent};
 use crate::metrics::{ActionLabel, ApiOperation, ModeLabel};
 
 impl Executor {
-    pub(super) async fn announce(&self, a: &Announcement) {
+    pub(super) async fn record_event(&self, a: &TrainJobEvent) {
         let api = trainjob_api(self.client.clone(), Some(&a.job.namespace));
         match self.call(ApiOperation::GetTrainjob, || api.get(&a.job.name)).await {
             Ok(job) => self.publish(&object_reference(&job), a.warning, &a.reason, &a.action, &a.note).await,

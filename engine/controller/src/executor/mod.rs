@@ -162,9 +162,9 @@ impl Executor {
 
     async fn process(&self, item: Work, feedback: &mpsc::Sender<Input>) {
         match item {
-            Work::Announce(a) => {
+            Work::RecordEvent(a) => {
                 if self.leader.is_leader() {
-                    self.announce(&a).await;
+                    self.record_event(&a).await;
                 }
             }
             Work::Notify(event, progress) => {
