@@ -1,11 +1,10 @@
-//! The Kubernetes Secret resolver against a real kube-apiserver (trainwarden-testkit's API server and the
-//! helpers of engine/notify/tests; each test has its own namespace), and a Slack delivery whose webhook URL
+//! The Kubernetes Secret resolver against a real kube-apiserver (trainwarden-testkit's API server and
+//! receivers; each test has its own namespace), and a Slack delivery whose webhook URL
 //! comes from a Secret.
 
 use trainwarden_testkit::setup;
 
-#[path = "../../notify/tests/common/mod.rs"]
-mod common;
+use trainwarden_testkit::receivers as common;
 
 use std::collections::BTreeMap;
 use std::sync::Arc;

@@ -7,8 +7,7 @@
 use trainwarden_testkit::apiserver as support;
 use trainwarden_testkit::setup;
 
-#[path = "../../notify/tests/common/mod.rs"]
-mod common;
+use trainwarden_testkit::receivers as common;
 
 mod fixtures;
 use fixtures::*;

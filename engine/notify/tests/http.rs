@@ -2,7 +2,7 @@
 //! message content, HMAC signatures, grouping, repeat interval, resolved messages, backoff, 4xx, queue bounds
 //! and secrets kept out of errors and logs.
 
-mod common;
+use trainwarden_testkit::receivers as common;
 
 use std::sync::{Arc, Mutex};
 use std::time::Duration;

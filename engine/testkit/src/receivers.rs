@@ -1,8 +1,6 @@
 //! Test helpers: a local HTTP receiver that records requests (and can be told to fail), policies compiled by
 //! the real core, intents, secrets in a temporary directory, a self-signed certificate, the Python
-//! interpreter for the SMTP server, and the SMTP server itself (aiosmtpd, tests/smtp_server.py).
-
-#![allow(dead_code)] // each test binary uses a different part
+//! interpreter for the SMTP server, and the SMTP server itself (aiosmtpd, engine/notify/tests/smtp_server.py).
 
 use std::collections::VecDeque;
 use std::net::SocketAddr;
@@ -21,14 +19,18 @@ use trainwarden_core::{JobKey, Timestamp};
 
 /// One request the receiver got.
 #[derive(Clone, Debug)]
-pub(crate) struct Request {
+pub struct Request {
+    /// The request path (with the query).
     pub path: String,
+    /// The request headers.
     pub headers: HeaderMap,
+    /// The request body.
     pub body: Bytes,
 }
 
 impl Request {
-    pub(crate) fn json(&self) -> serde_json::Value {
+    /// The body as JSON (panics if it is not).
+    pub fn json(&self) -> serde_json::Value {
         serde_json::from_slice(&self.body).expect("JSON body")
     }
 }
@@ -43,13 +45,15 @@ struct ReceiverState {
 
 /// A local HTTP server on 127.0.0.1 that records every request.
 #[derive(Clone)]
-pub(crate) struct HttpReceiver {
+pub struct HttpReceiver {
+    /// Where it listens (loopback).
     pub addr: SocketAddr,
     state: Arc<ReceiverState>,
 }
 
 impl HttpReceiver {
-    pub(crate) async fn start() -> HttpReceiver {
+    /// Starts a receiver on a free loopback port.
+    pub async fn start() -> HttpReceiver {
         let state = Arc::new(ReceiverState::default());
         let handler_state = state.clone();
         let app = axum::Router::new().fallback(move |uri: Uri, headers: HeaderMap, body: Bytes| {
@@ -71,30 +75,34 @@ impl HttpReceiver {
         HttpReceiver { addr, state }
     }
 
-    pub(crate) fn url(&self, path: &str) -> String {
+    /// `http://<addr><path>`.
+    pub fn url(&self, path: &str) -> String {
         format!("http://{}{path}", self.addr)
     }
 
     /// The next answers, in order (then 200 again).
-    pub(crate) fn fail_with(&self, statuses: &[u16]) {
+    pub fn fail_with(&self, statuses: &[u16]) {
         let mut script = self.state.script.lock().unwrap();
         script.extend(statuses.iter().map(|s| StatusCode::from_u16(*s).unwrap()));
     }
 
-    pub(crate) fn delay(&self, d: Duration) {
+    /// Answers every request after `d` from now on.
+    pub fn delay(&self, d: Duration) {
         self.state.delay_ms.store(d.as_millis() as u32, Ordering::Relaxed);
     }
 
-    pub(crate) fn requests(&self) -> Vec<Request> {
+    /// Every request received so far.
+    pub fn requests(&self) -> Vec<Request> {
         self.state.requests.lock().unwrap().clone()
     }
 
-    pub(crate) fn requests_to(&self, path: &str) -> Vec<Request> {
+    /// The requests received so far to `path`.
+    pub fn requests_to(&self, path: &str) -> Vec<Request> {
         self.requests().into_iter().filter(|r| r.path == path).collect()
     }
 
     /// Waits until at least `n` requests reached `path`, or panics after `timeout`.
-    pub(crate) async fn wait_for(&self, path: &str, n: usize, timeout: Duration) -> Vec<Request> {
+    pub async fn wait_for(&self, path: &str, n: usize, timeout: Duration) -> Vec<Request> {
         let deadline = tokio::time::Instant::now() + timeout;
         loop {
             let got = self.requests_to(path);
@@ -112,16 +120,17 @@ impl HttpReceiver {
 }
 
 /// Compiles a policy document with the real validator; panics with every error.
-pub(crate) fn policy(yaml: &str) -> CompiledPolicy {
+pub fn policy(yaml: &str) -> CompiledPolicy {
     let docs = trainwarden_core::parse_documents(yaml, "test.yaml").unwrap_or_else(|e| panic!("{e}"));
     trainwarden_core::compile(&docs[0], &ScriptEngine::default()).unwrap_or_else(|e| panic!("{e}"))
 }
 
 /// A secrets root laid out as `<root>/<namespace>/<name>/<key>`, removed on drop.
-pub(crate) struct SecretsDir(pub PathBuf);
+pub struct SecretsDir(pub PathBuf);
 
 impl SecretsDir {
-    pub(crate) fn new(test: &str) -> SecretsDir {
+    /// A fresh directory for the test `test`.
+    pub fn new(test: &str) -> SecretsDir {
         static NEXT: AtomicU32 = AtomicU32::new(0);
         let dir = std::env::temp_dir().join(format!(
             "tw-notify-{test}-{}-{}",
@@ -133,13 +142,15 @@ impl SecretsDir {
         SecretsDir(dir)
     }
 
-    pub(crate) fn put(&self, namespace: &str, name: &str, key: &str, value: &str) {
+    /// Writes one Secret key as a file, as a mounted Secret would be.
+    pub fn put(&self, namespace: &str, name: &str, key: &str, value: &str) {
         let dir = self.0.join(namespace).join(name);
         std::fs::create_dir_all(&dir).unwrap();
         std::fs::write(dir.join(key), value).unwrap();
     }
 
-    pub(crate) fn path(&self) -> &Path {
+    /// The root directory.
+    pub fn path(&self) -> &Path {
         &self.0
     }
 }
@@ -150,18 +161,13 @@ impl Drop for SecretsDir {
     }
 }
 
-pub(crate) fn now() -> Timestamp {
+/// The wall clock (notification tests deliver for real).
+pub fn now() -> Timestamp {
     Timestamp::now()
 }
 
 /// An intent of rule `rule` on job `fraud/<job>` of the policy, fired at `at`.
-pub(crate) fn intent(
-    p: &CompiledPolicy,
-    rule: &str,
-    job: &str,
-    at: Timestamp,
-    action: ActionSpec,
-) -> ActionIntent {
+pub fn intent(p: &CompiledPolicy, rule: &str, job: &str, at: Timestamp, action: ActionSpec) -> ActionIntent {
     ActionIntent {
         id: format!("{}:{rule}:{job}:{}", p.reference, at.as_second()),
         at,
@@ -179,11 +185,13 @@ pub(crate) fn intent(
     }
 }
 
-pub(crate) fn notify(to: &str) -> ActionSpec {
+/// A `notify: {to}` action with a message.
+pub fn notify(to: &str) -> ActionSpec {
     ActionSpec::Notify(NotifyAction { to: to.into(), message: Some("please have a look".into()) })
 }
 
-pub(crate) fn suspend_with_savings(mut i: ActionIntent) -> ActionIntent {
+/// `i` as a suspension whose savings are the Friday example's (8 GPUs, 262.36 GPU-hours, $1,803.73).
+pub fn suspend_with_savings(mut i: ActionIntent) -> ActionIntent {
     i.action = ActionSpec::Suspend(SuspendAction::default());
     i.savings = Some(Savings {
         until: i.at,
@@ -197,7 +205,7 @@ pub(crate) fn suspend_with_savings(mut i: ActionIntent) -> ActionIntent {
 
 /// The Python with aiosmtpd: `TRAINWARDEN_PYTHON`, else ~/.cache/trainwarden/venv/bin/python. `None` (after
 /// printing why) when missing outside CI; under `CI=true` a missing interpreter or module fails the test.
-pub(crate) fn python_with_aiosmtpd() -> Option<PathBuf> {
+pub fn python_with_aiosmtpd() -> Option<PathBuf> {
     let candidate =
         std::env::var_os("TRAINWARDEN_PYTHON").filter(|v| !v.is_empty()).map(PathBuf::from).or_else(|| {
             std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".cache/trainwarden/venv/bin/python"))
@@ -225,7 +233,7 @@ pub(crate) fn python_with_aiosmtpd() -> Option<PathBuf> {
 }
 
 /// A self-signed certificate for `localhost` and 127.0.0.1: (certificate PEM, key PEM).
-pub(crate) fn self_signed() -> (String, String) {
+pub fn self_signed() -> (String, String) {
     let cert = rcgen::generate_simple_self_signed(vec!["localhost".to_string(), "127.0.0.1".to_string()])
         .expect("self-signed certificate");
     (cert.cert.pem(), cert.signing_key.serialize_pem())
@@ -233,25 +241,27 @@ pub(crate) fn self_signed() -> (String, String) {
 
 /// A free TCP port on 127.0.0.1, bound and released: a server started on it must cope with losing it to
 /// another process in between (see [`SmtpServer::start`]).
-pub(crate) fn free_port() -> u16 {
+pub fn free_port() -> u16 {
     std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
 }
 
-/// A running aiosmtpd (tests/smtp_server.py) with a self-signed certificate and one accepted login
+/// A running aiosmtpd (engine/notify/tests/smtp_server.py) with a self-signed certificate and one accepted login
 /// (`user`, `password`); stopped (stdin closed, then killed) on drop. Shared with the controller's
 /// end-to-end notification test, which includes this module by path.
-pub(crate) struct SmtpServer {
+pub struct SmtpServer {
     child: std::process::Child,
+    /// Its loopback port.
     pub port: u16,
     messages: Arc<Mutex<Vec<serde_json::Value>>>,
     _files: SecretsDir,
+    /// Its self-signed certificate (PEM), for a client to trust.
     pub cert_pem: String,
 }
 
 impl SmtpServer {
     /// `mode` is `starttls` or `implicit`. `None` (after saying why) without Python + aiosmtpd outside CI;
     /// under `CI=true` that fails (see [`python_with_aiosmtpd`]).
-    pub(crate) fn start(mode: &str, user: &str, password: &str) -> Option<SmtpServer> {
+    pub fn start(mode: &str, user: &str, password: &str) -> Option<SmtpServer> {
         use std::io::{BufRead, BufReader};
         use std::process::{Command, Stdio};
         let python = python_with_aiosmtpd()?;
@@ -262,7 +272,7 @@ impl SmtpServer {
         std::fs::write(&cert, &cert_pem).unwrap();
         std::fs::write(&key, key_pem).unwrap();
         // Both crates that include this module live at engine/<crate>: the script is found from the root.
-        let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../engine/notify/tests/smtp_server.py");
+        let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("../notify/tests/smtp_server.py");
         // A free port is bound and released here, so another process may take it before the server binds
         // it: then the server says so and another port is tried.
         let mut attempts = 0;
@@ -301,12 +311,12 @@ impl SmtpServer {
     }
 
     /// The messages received so far (JSON, as smtp_server.py prints them).
-    pub(crate) fn messages(&self) -> Vec<serde_json::Value> {
+    pub fn messages(&self) -> Vec<serde_json::Value> {
         self.messages.lock().unwrap().clone()
     }
 
     /// Waits up to 10 s for at least `n` messages.
-    pub(crate) async fn wait_for(&self, n: usize) -> Vec<serde_json::Value> {
+    pub async fn wait_for(&self, n: usize) -> Vec<serde_json::Value> {
         for _ in 0..500 {
             let got = self.messages();
             if got.len() >= n {
