@@ -1,14 +1,13 @@
 //! One rule for one job, Prometheus style: the condition (detector and/or script), the state machine
 //! inactive → pending → firing → resolved, firing's action intents with cooldowns, and resolution.
 
+use super::{ActionIntent, Alert, Event, Reason, RuleTrack, TransitionKind, savings};
 use crate::history::job::JobData;
 use crate::input::sample::JobKey;
 use crate::judge::script::ScriptEngine;
 use crate::policy::ActionSpec;
 use crate::policy::compile::{CompiledPolicy, CompiledRule};
 use crate::time::Timestamp;
-
-use super::*;
 
 /// Evaluates the rule's condition: `Some(reason)` when it holds, and when a time-driven function of its
 /// script would turn true (see [`crate::judge::script::Frame::wake`]).

@@ -3,12 +3,11 @@
 
 use std::collections::HashMap;
 
+use super::{Alert, Evaluator, JobEntry, RuleState};
 use crate::input::sample::JobKey;
 use crate::policy::PolicyRef;
 use crate::policy::compile::{CompiledPolicy, CompiledRule};
 use crate::time::Timestamp;
-
-use super::*;
 
 /// What one rule remembers about one job, in a form that survives a restart (see [`Evaluator::memories`]).
 #[derive(Clone, Debug, PartialEq, serde::Serialize, serde::Deserialize, schemars::JsonSchema)]

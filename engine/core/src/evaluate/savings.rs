@@ -1,12 +1,11 @@
 //! GPU time an action frees: from the action to the job's estimated end, or for a stall inside an unattended
 //! window to that window's end, times the job's GPUs (and the policy's `gpuHourCost`).
 
+use super::{Reason, Savings, SavingsBasis};
 use crate::history::job::JobData;
 use crate::judge::detectors::FindingKind;
 use crate::policy::compile::CompiledPolicy;
 use crate::time::Timestamp;
-
-use super::*;
 
 /// GPU time freed by stopping the job now: until its estimated end, or — for a stall inside an unattended
 /// window — until the window ends, when someone would have noticed.

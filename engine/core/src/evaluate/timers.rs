@@ -1,10 +1,9 @@
 //! When jobs are evaluated with no new sample: the `eval_interval` cadence, calendar window changes and each
 //! job's one exact timer (the earliest of its `for`, `keepFiringFor` and time-driven detector deadlines).
 
+use super::{Alert, Evaluator, Event};
 use crate::input::sample::{JobKey, JobPhase};
 use crate::time::Timestamp;
-
-use super::*;
 
 impl Evaluator {
     /// When the next timer evaluation is due.

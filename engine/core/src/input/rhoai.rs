@@ -11,8 +11,8 @@ use crate::input::sample::{ProgressSample, SampleSource};
 use crate::time::Timestamp;
 
 use super::NormalizeError;
-use super::json::*;
-use super::names::*;
+use super::json::{check_eta, check_percent, join, missing, parse_metric_value, parse_time, type_error};
+use super::names::{Collector, eval_name, is_progress_name, known, plain_name, progress_field};
 
 /// The RHOAI annotation holding the progress JSON.
 pub const TRAINER_STATUS_ANNOTATION: &str = "trainer.opendatahub.io/trainerStatus";

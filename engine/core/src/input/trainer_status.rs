@@ -13,8 +13,12 @@ use crate::input::sample::{Metric, ProgressSample, SampleSource};
 use crate::time::Timestamp;
 
 use super::NormalizeError;
-use super::json::*;
-use super::names::*;
+use super::canonical_metric_name;
+use super::json::{
+    Snippet, check_eta, check_percent, join, json_kind, missing, opt_number, opt_time, parse_metric_value,
+    parse_time, type_error,
+};
+use super::names::Collector;
 
 /// The upstream `trainerStatus` as it appears on the wire, borrowed from the input text: the fast path for
 /// streams and watch events. It accepts a subset of what [`from_trainer_status`] accepts (well-typed input);

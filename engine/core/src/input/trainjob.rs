@@ -10,9 +10,8 @@ use crate::input::sample::{JobKey, JobPhase, JobSnapshot};
 use crate::time::Timestamp;
 
 use super::NormalizeError;
-use super::json::*;
-use super::rhoai::*;
-use super::trainer_status::*;
+use super::json::{Snippet, json_kind, missing, opt_number, opt_object, opt_str, opt_time, type_error};
+use super::{TRAINER_STATUS_ANNOTATION, from_annotation, from_trainer_status};
 
 /// Error path of the RHOAI annotation ([`TRAINER_STATUS_ANNOTATION`]) inside a TrainJob.
 pub(super) const ANNOTATION_PATH: &str = "metadata.annotations[\"trainer.opendatahub.io/trainerStatus\"]";

@@ -3,6 +3,7 @@
 
 use rhai::{Dynamic, Engine, EvalAltResult, ImmutableString, Map};
 
+use super::frame::{HostResult, metric_series, view_of, with_frame};
 use crate::history::metric_series::{Direction, MetricSeries};
 use crate::input::sample::JobPhase;
 use crate::judge::detectors::{
@@ -11,8 +12,6 @@ use crate::judge::detectors::{
 };
 use crate::time::Timestamp;
 use crate::units::duration::PolicyDuration;
-
-use super::frame::*;
 
 pub(super) fn parse_duration(s: &str) -> HostResult<PolicyDuration> {
     s.parse::<PolicyDuration>().map_err(|e| format!("invalid duration {s:?}: {e}").into())
