@@ -193,7 +193,7 @@ mod tests {
         assert_eq!(first, second);
         assert_eq!(first.len(), 1200);
         for (i, l) in first.iter().enumerate() {
-            trainwarden_core::stream::parse_line(l, "peers", i + 1, None).expect("a valid compact line");
+            trainwarden_core::parse_line(l, "peers", i + 1, None).expect("a valid compact line");
         }
         assert!(first.iter().any(|l| l.contains(r#""value":"nan""#)));
     }

@@ -4,14 +4,13 @@ use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use trainwarden_core::compile::{self, CompiledPolicy};
-use trainwarden_core::duration::Duration;
-use trainwarden_core::evaluate::{EngineConfig, Evaluator, Event};
+use trainwarden_core::CompiledPolicy;
+use trainwarden_core::PolicyDuration;
+use trainwarden_core::Timestamp;
 use trainwarden_core::replay::{self, Replay};
-use trainwarden_core::sample::Timestamp;
-use trainwarden_core::script::{BUILTINS, ScriptEngine};
-use trainwarden_core::stream;
-use trainwarden_core::testing::{self, FileSource};
+use trainwarden_core::rule_test::{self, FileSource};
+use trainwarden_core::{BUILTINS, ScriptEngine};
+use trainwarden_core::{EngineConfig, Evaluator, Event};
 
 use trainwarden_notify::delivery::RetryPolicy;
 use trainwarden_notify::offline::{self, OfflineNotifications};
@@ -20,7 +19,7 @@ use trainwarden_notify::{FileSecrets, JobProgress, LocalSecrets, SendConfig, Sen
 use crate::read;
 
 pub(crate) fn config(eval_interval: &str) -> Result<EngineConfig, String> {
-    let eval_interval: Duration = eval_interval.parse().map_err(|e| format!("--eval-interval: {e}"))?;
+    let eval_interval: PolicyDuration = eval_interval.parse().map_err(|e| format!("--eval-interval: {e}"))?;
     if eval_interval.is_zero() {
         return Err("--eval-interval must be longer than 0s".into());
     }
@@ -34,10 +33,10 @@ pub(crate) fn load_policies(files: &[PathBuf], engine: &ScriptEngine) -> Result<
     for file in files {
         let text = read(file)?;
         let source = file.display().to_string();
-        match compile::parse_documents(&text, &source) {
+        match trainwarden_core::parse_documents(&text, &source) {
             Ok(docs) => {
                 for doc in docs {
-                    match compile::compile(&doc, engine) {
+                    match trainwarden_core::compile(&doc, engine) {
                         Ok(p) => compiled.push(p),
                         Err(e) => report.push(format!("{source}: {e}")),
                     }
@@ -56,14 +55,14 @@ pub(crate) fn load_policies(files: &[PathBuf], engine: &ScriptEngine) -> Result<
 }
 
 /// What `replay` does with the notifications the policies' receivers would get.
-pub struct ReplayNotify {
+pub(crate) struct ReplayNotify {
     /// `--notify`: send them for real (secrets from the environment or `secrets_dir`).
     pub send: bool,
     /// `--secrets-dir`: `<dir>/<namespace>/<secret>/<key>` files, after `TRAINWARDEN_SECRET_*` variables.
     pub secrets_dir: Option<PathBuf>,
 }
 
-pub fn replay(
+pub(crate) fn replay(
     policy_files: &[PathBuf],
     json: bool,
     eval_interval: &str,
@@ -83,7 +82,7 @@ pub fn replay(
     let mut errors = Vec::new();
     for path in streams {
         let text = read(path)?;
-        match stream::parse_stream(&text, &path.display().to_string()) {
+        match trainwarden_core::parse_stream(&text, &path.display().to_string()) {
             Ok(r) => records.extend(r),
             Err(es) => errors.extend(es.into_iter().map(|e| e.to_string())),
         }
@@ -92,8 +91,8 @@ pub fn replay(
         return Err(format!("invalid stream\n{}", errors.join("\n")));
     }
     // Several streams are merged on their clocks; the sort is stable, so each file keeps its own order.
-    records.sort_by_key(|r| r.time());
-    if let (Some(until), Some(last)) = (until, records.last().map(|r| r.time()))
+    records.sort_by_key(trainwarden_core::StreamRecord::time);
+    if let (Some(until), Some(last)) = (until, records.last().map(trainwarden_core::StreamRecord::time))
         && until.duration_since(last).as_secs() > 366 * 86_400
     {
         return Err(format!("--until {until} is more than a year after the last record ({last})"));
@@ -178,7 +177,7 @@ fn send_notifications(
     for o in &outcomes {
         match &o.result {
             Ok(()) => {
-                eprintln!("notification {}: sent to {} ({})", o.index + 1, o.receiver, o.channel.as_str())
+                eprintln!("notification {}: sent to {} ({})", o.index + 1, o.receiver, o.channel.as_str());
             }
             Err(e) => {
                 ok = false;
@@ -224,7 +223,7 @@ fn collect_tests(path: &Path, out: &mut Vec<PathBuf>) -> Result<(), String> {
     }
 }
 
-pub fn test(paths: &[PathBuf]) -> Result<bool, String> {
+pub(crate) fn test(paths: &[PathBuf]) -> Result<bool, String> {
     let mut files = Vec::new();
     for p in paths {
         collect_tests(p, &mut files)?;
@@ -236,7 +235,7 @@ pub fn test(paths: &[PathBuf]) -> Result<bool, String> {
     for file in files {
         let text = read(&file)?;
         let name = file.display().to_string();
-        let parsed = match testing::parse_test_file(&text) {
+        let parsed = match rule_test::parse_test_file(&text) {
             Ok(t) => t,
             Err(e) => {
                 println!("FAIL {name}: {e}");
@@ -253,7 +252,7 @@ pub fn test(paths: &[PathBuf]) -> Result<bool, String> {
                 continue;
             }
         };
-        let docs = match testing::load_policies(&parsed, &dir) {
+        let docs = match rule_test::load_policies(&parsed, &dir) {
             Ok(d) => d,
             Err(errors) => {
                 println!("FAIL {name}: invalid policy");
@@ -268,13 +267,13 @@ pub fn test(paths: &[PathBuf]) -> Result<bool, String> {
             // Every case gets freshly compiled policies: no state leaks between cases.
             let engine = Evaluator::new(config.clone());
             let compiled: Result<Vec<_>, _> =
-                docs.iter().map(|d| compile::compile(d, engine.scripts())).collect();
+                docs.iter().map(|d| trainwarden_core::compile(d, engine.scripts())).collect();
             let result = match compiled
                 .map_err(|e| e.to_string())
                 .and_then(|p| Replay::check_unique(&p).map(|()| p))
             {
-                Ok(policies) => testing::run_case(case, policies, config.clone(), &dir),
-                Err(e) => testing::CaseResult { name: case.name.clone(), failures: vec![e] },
+                Ok(policies) => rule_test::run_case(case, policies, config.clone(), &dir),
+                Err(e) => rule_test::CaseResult { name: case.name.clone(), failures: vec![e] },
             };
             if result.failures.is_empty() {
                 passed += 1;
@@ -294,16 +293,16 @@ pub fn test(paths: &[PathBuf]) -> Result<bool, String> {
     Ok(failed == 0)
 }
 
-pub fn validate(files: &[PathBuf]) -> Result<bool, String> {
+pub(crate) fn validate(files: &[PathBuf]) -> Result<bool, String> {
     let engine = ScriptEngine::default();
     let mut ok = true;
     for file in files {
         let text = read(file)?;
         let source = file.display().to_string();
-        match compile::parse_documents(&text, &source) {
+        match trainwarden_core::parse_documents(&text, &source) {
             Ok(docs) => {
                 for doc in docs {
-                    match compile::compile(&doc, &engine) {
+                    match trainwarden_core::compile(&doc, &engine) {
                         Ok(p) => println!(
                             "{source}: {} {} is valid ({} rules)",
                             p.reference.kind,
@@ -326,17 +325,17 @@ pub fn validate(files: &[PathBuf]) -> Result<bool, String> {
     Ok(ok)
 }
 
-pub fn detectors() {
-    for d in trainwarden_core::detectors::DETECTORS {
+pub(crate) fn detectors() {
+    for d in trainwarden_core::DETECTORS {
         println!("{}\n  {}", d.name, d.summary);
-        for (name, ty, default, doc) in d.params {
+        for trainwarden_core::ParamDoc { name, ty, default, doc } in d.params {
             println!("    {name:<28} {ty:<20} default {default:<10} {doc}");
         }
         println!("  example with: {}\n", d.example);
     }
 }
 
-pub fn functions() {
+pub(crate) fn functions() {
     for b in BUILTINS {
         println!("{}\n  {}\n  e.g. {}  →  {}\n", b.signature, b.doc, b.example, b.expected);
     }

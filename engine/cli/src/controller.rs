@@ -8,13 +8,13 @@ use clap::{Args, ValueEnum};
 use trainwarden_controller::ControllerConfig;
 
 #[derive(Clone, Copy, ValueEnum)]
-pub enum LogFormat {
+pub(crate) enum LogFormat {
     Json,
     Text,
 }
 
 #[derive(Args)]
-pub struct ControllerArgs {
+pub(crate) struct ControllerArgs {
     /// Address for /healthz, /readyz and /metrics.
     #[arg(long, default_value = "0.0.0.0:8080")]
     http_addr: SocketAddr,
@@ -64,11 +64,11 @@ fn parse_positive_duration(text: &str) -> Result<Duration, String> {
 }
 
 fn parse_duration(text: &str) -> Result<Duration, String> {
-    let d: trainwarden_core::duration::Duration = text.parse().map_err(|e| format!("{e}"))?;
+    let d: trainwarden_core::PolicyDuration = text.parse().map_err(|e| format!("{e}"))?;
     Ok(Duration::from_secs_f64(d.as_secs_f64()))
 }
 
-pub fn run(args: ControllerArgs) -> ExitCode {
+pub(crate) fn run(args: ControllerArgs) -> ExitCode {
     let filter = tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info".into());
     let builder = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr);
     match args.log_format {

@@ -7,7 +7,7 @@ use trainwarden_kube::crd;
 /// Prints both CRDs as one multi-document YAML stream, or writes one file per CRD into each `write`
 /// directory (`<plural>.<group>.yaml`; the repository keeps `crds/` and the chart's copy) and names the files
 /// on stderr.
-pub fn crd(write: &[PathBuf]) -> Result<bool, String> {
+pub(crate) fn crd(write: &[PathBuf]) -> Result<bool, String> {
     if write.is_empty() {
         print!("{}", crd::crds_yaml().map_err(|e| format!("serializing the CRDs: {e}"))?);
     }

@@ -6,11 +6,11 @@ use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::sync::Arc;
-use std::time::Duration as StdDuration;
+use std::time::Duration;
 
-use trainwarden_core::duration::Duration;
-use trainwarden_core::evaluate::Evaluator;
-use trainwarden_core::sample::JobKey;
+use trainwarden_core::Evaluator;
+use trainwarden_core::JobKey;
+use trainwarden_core::PolicyDuration;
 use trainwarden_local::watch::PREFIX;
 use trainwarden_local::{Delivering, Notifier, ReportOnly, WatchOptions};
 use trainwarden_notify::{FileSecrets, LocalSecrets, NotifierConfig};
@@ -18,7 +18,7 @@ use trainwarden_notify::{FileSecrets, LocalSecrets, NotifierConfig};
 use crate::commands;
 
 #[derive(clap::Args)]
-pub struct WatchArgs {
+pub(crate) struct WatchArgs {
     /// Policy file (YAML, one or more ProgressPolicy / ClusterProgressPolicy documents). Repeatable.
     #[arg(long = "policy", required = true)]
     policies: Vec<PathBuf>,
@@ -58,10 +58,10 @@ pub struct WatchArgs {
 
 /// After the command's end, how long `--notify` waits for pending notifications to be delivered (retries
 /// stop then).
-const NOTIFY_FLUSH_TIMEOUT: StdDuration = StdDuration::from_secs(15);
+const NOTIFY_FLUSH_TIMEOUT: Duration = Duration::from_secs(15);
 
 /// Runs the watch; the exit status is the command's (or 124 when a policy stopped it, 2 for usage errors).
-pub fn run(args: WatchArgs) -> ExitCode {
+pub(crate) fn run(args: WatchArgs) -> ExitCode {
     let (send, secrets_dir) = (args.notify, args.secrets_dir.clone());
     let options = match prepare(args) {
         Ok(options) => options,
@@ -99,7 +99,7 @@ fn fail(message: &str, code: u8) -> ExitCode {
 
 fn prepare(args: WatchArgs) -> Result<WatchOptions, String> {
     let engine = commands::config(&args.eval_interval)?;
-    let grace: Duration = args.grace_period.parse().map_err(|e| format!("--grace-period: {e}"))?;
+    let grace: PolicyDuration = args.grace_period.parse().map_err(|e| format!("--grace-period: {e}"))?;
     let policies = commands::load_policies(&args.policies, Evaluator::new(engine.clone()).scripts())?;
     let job = match &args.job {
         Some(text) => {

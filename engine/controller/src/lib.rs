@@ -8,15 +8,17 @@
 //!                                     │ timers: Evaluator::next_tick (exact `for`, stall deadlines)
 //! ```
 //!
-//! - [`inputs`] turns watch events into [`inputs::Input`]s. Nothing is filtered by generation: TrainJob
+//! - [`messages`] holds what the tasks send each other ([`messages::Input`], [`messages::Work`],
+//!   [`messages::Outcome`], [`messages::StatusUpdate`]), so no task module imports another.
+//! - [`sources`] turns watch events into [`messages::Input`]s. Nothing is filtered by generation: TrainJob
 //!   progress lives in `status` (or in an annotation), which a generation predicate would hide.
-//! - [`brain`] owns the [`Evaluator`](trainwarden_core::evaluate::Evaluator) — the same code `replay` runs —
+//! - [`brain`] owns the [`Evaluator`](trainwarden_core::Evaluator) — the same code `replay` runs —
 //!   and the per-policy book-keeping for status. It performs no I/O: it reads inputs and the clock, and emits
 //!   work for the executor and status for the writer (the linkerd policy-controller's shape: a sans-IO index,
 //!   status intents over a channel to one writer).
 //! - [`executor`] is the only code that writes to TrainJobs, Workloads and Events. Every replica evaluates
 //!   (so a new leader's state is warm and matches), only the leader executes.
-//! - [`status`] coalesces and writes policy status, including the rule memories that make a restart safe.
+//! - [`status_writer`] coalesces and writes policy status, including the rule memories that make a restart safe.
 //! - [`leader`] is Lease-based leader election; [`http`] serves `/healthz`, `/readyz` and `/metrics`.
 #![forbid(unsafe_code)]
 
@@ -24,10 +26,12 @@ pub mod brain;
 pub mod config;
 pub mod executor;
 pub mod http;
-pub mod inputs;
 pub mod leader;
+pub mod messages;
 pub mod metrics;
-pub mod status;
+pub mod secrets;
+pub mod sources;
+pub mod status_writer;
 
 use std::sync::Arc;
 
@@ -90,7 +94,7 @@ pub async fn run_with_listener(
     mut shutdown: watch::Receiver<bool>,
 ) -> Result<(), Error> {
     let metrics = Arc::new(metrics::Metrics::new());
-    inputs::check_crds(&client, &config).await?;
+    sources::check_crds(&client, &config).await?;
     let (ready_tx, ready_rx) = watch::channel(false);
     let leader = leader::elect(&client, &config, metrics.clone()).await?;
 
@@ -109,7 +113,7 @@ pub async fn run_with_listener(
             "http server"
         });
     }
-    inputs::spawn_watchers(
+    sources::spawn_watchers(
         &mut tasks,
         client.clone(),
         &config,
@@ -118,7 +122,7 @@ pub async fn run_with_listener(
         metrics.clone(),
     );
     let notifier = if config.notifications {
-        let secrets = Arc::new(trainwarden_notify::KubeSecrets::new(client.clone()));
+        let secrets = Arc::new(secrets::KubeSecrets::new(client.clone()));
         Some(
             trainwarden_notify::Notifier::new(secrets, {
                 let mut c = trainwarden_notify::NotifierConfig::default();
@@ -153,7 +157,8 @@ pub async fn run_with_listener(
         });
     }
     {
-        let writer = status::StatusWriter::new(client.clone(), &config, metrics.clone(), leader.clone());
+        let writer =
+            status_writer::StatusWriter::new(client.clone(), &config, metrics.clone(), leader.clone());
         tasks.spawn(async move {
             writer.run(status_rx).await;
             "status writer"

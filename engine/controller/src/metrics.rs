@@ -1,32 +1,106 @@
 //! Prometheus metrics (`/metrics`). Counter names are registered without `_total`; the OpenMetrics encoder
 //! appends it (and prometheus-client panics in debug builds when a name already ends in `_total`).
 
-use prometheus_client::encoding::EncodeLabelSet;
+use std::fmt::Write;
+
+use prometheus_client::encoding::{EncodeLabelSet, EncodeLabelValue, LabelValueEncoder};
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
 use prometheus_client::registry::Registry;
+use trainwarden_core::Mode;
 
+use crate::messages::{ActionResult, ExecutedAction};
+
+/// Labels of `trainwarden_actions`.
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct ActionLabels {
-    /// suspend, deactivate, annotate, event, scale, notify.
-    pub action: String,
-    /// Audit or Enforce.
-    pub mode: String,
-    /// done, unchanged (already in that state), refused, failed, timeout, reported (Audit),
-    /// skipped_not_leader.
-    pub result: String,
+    pub action: ActionLabel,
+    /// Audit or Enforce; `-` for Event records.
+    pub mode: ModeLabel,
+    /// done, unchanged (already in that state), refused, failed, reported (Audit), skipped_not_leader.
+    pub result: ActionResult,
 }
 
+/// The `action` label: what the executor did, or `event_record` for a Kubernetes Event it recorded.
+#[derive(Clone, Copy, Debug, Hash, PartialEq, Eq)]
+pub enum ActionLabel {
+    Executed(ExecutedAction),
+    EventRecord,
+}
+
+/// The `mode` label: a policy mode, or `-` where none applies.
+#[derive(Clone, Copy, Debug, Hash, PartialEq, Eq)]
+pub struct ModeLabel(pub Option<Mode>);
+
+/// The Kubernetes API calls the executor and the status writer make, and the TrainJob watch (its errors).
+#[derive(Clone, Copy, Debug, Hash, PartialEq, Eq)]
+pub enum ApiOperation {
+    GetTrainjob,
+    PatchTrainjob,
+    ListWorkloads,
+    PatchWorkload,
+    CreateEvent,
+    PatchPolicyStatus,
+    WatchTrainjobs,
+}
+
+impl ApiOperation {
+    /// The `operation` label.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ApiOperation::GetTrainjob => "get_trainjob",
+            ApiOperation::PatchTrainjob => "patch_trainjob",
+            ApiOperation::ListWorkloads => "list_workloads",
+            ApiOperation::PatchWorkload => "patch_workload",
+            ApiOperation::CreateEvent => "create_event",
+            ApiOperation::PatchPolicyStatus => "patch_policy_status",
+            ApiOperation::WatchTrainjobs => "watch_trainjobs",
+        }
+    }
+}
+
+/// Labels of `trainwarden_api_requests` and `trainwarden_api_errors`.
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct OperationLabels {
-    pub operation: String,
+    pub operation: ApiOperation,
 }
 
+/// Watched objects that could not be read.
+#[derive(Clone, Copy, Debug, Hash, PartialEq, Eq)]
+pub enum InvalidInput {
+    /// A TrainJob whose progress is malformed.
+    TrainjobProgress,
+    /// A policy that is not a valid document or does not compile.
+    Policy,
+}
+
+/// Labels of `trainwarden_invalid_inputs`.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct InvalidInputLabels {
+    pub input: InvalidInput,
+}
+
+/// Work the evaluation loop produced that never reached its destination.
+#[derive(Clone, Copy, Debug, Hash, PartialEq, Eq)]
+pub enum DroppedWork {
+    /// The executor's channel was closed (the controller is stopping).
+    ExecutorGone,
+    /// The notifier refused an event (shut down, or its queue is full).
+    NotifierRefused,
+}
+
+/// Labels of `trainwarden_work_dropped`.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct DroppedWorkLabels {
+    pub reason: DroppedWork,
+}
+
+/// Labels of `trainwarden_firings`.
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct ModeLabels {
-    pub mode: String,
+    pub mode: ModeLabel,
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -38,9 +112,56 @@ pub struct NotificationLabels {
     pub result: String,
 }
 
+/// How a policy status write ended.
+#[derive(Clone, Copy, Debug, Hash, PartialEq, Eq)]
+pub enum StatusWrite {
+    Done,
+    /// The policy no longer exists.
+    Gone,
+    Failed,
+    Timeout,
+}
+
+/// Labels of `trainwarden_status_writes`.
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct ResultLabels {
-    pub result: String,
+    pub result: StatusWrite,
+}
+
+/// Label values are the enums' names in snake case, written by their `as_str`.
+macro_rules! label_value {
+    ($($ty:ty => |$v:ident| $name:expr;)*) => {$(
+        impl EncodeLabelValue for $ty {
+            fn encode(&self, encoder: &mut LabelValueEncoder<'_>) -> Result<(), std::fmt::Error> {
+                let $v = *self;
+                encoder.write_str($name)
+            }
+        }
+    )*};
+}
+
+label_value! {
+    ActionLabel => |v| match v {
+        ActionLabel::Executed(a) => a.as_str(),
+        ActionLabel::EventRecord => "event_record",
+    };
+    ModeLabel => |v| v.0.map_or("-", Mode::as_str);
+    ActionResult => |v| v.as_str();
+    ApiOperation => |v| v.as_str();
+    InvalidInput => |v| match v {
+        InvalidInput::TrainjobProgress => "trainjob_progress",
+        InvalidInput::Policy => "policy",
+    };
+    DroppedWork => |v| match v {
+        DroppedWork::ExecutorGone => "executor_gone",
+        DroppedWork::NotifierRefused => "notifier_refused",
+    };
+    StatusWrite => |v| match v {
+        StatusWrite::Done => "done",
+        StatusWrite::Gone => "gone",
+        StatusWrite::Failed => "failed",
+        StatusWrite::Timeout => "timeout",
+    };
 }
 
 /// Every metric the controller exports.
@@ -54,7 +175,8 @@ pub struct Metrics {
     pub api_errors: Family<OperationLabels, Counter>,
     pub api_requests: Family<OperationLabels, Counter>,
     pub status_writes: Family<ResultLabels, Counter>,
-    pub invalid_inputs: Family<OperationLabels, Counter>,
+    pub invalid_inputs: Family<InvalidInputLabels, Counter>,
+    pub work_dropped: Family<DroppedWorkLabels, Counter>,
     pub notifications: Family<NotificationLabels, Gauge>,
     pub jobs: Gauge,
     pub policies: Gauge,
@@ -99,11 +221,17 @@ impl Metrics {
         );
         let status_writes = Family::<ResultLabels, Counter>::default();
         registry.register("status_writes", "Policy status writes by result", status_writes.clone());
-        let invalid_inputs = Family::<OperationLabels, Counter>::default();
+        let invalid_inputs = Family::<InvalidInputLabels, Counter>::default();
         registry.register(
             "invalid_inputs",
             "Watched objects that could not be read (malformed progress, invalid policies)",
             invalid_inputs.clone(),
+        );
+        let work_dropped = Family::<DroppedWorkLabels, Counter>::default();
+        registry.register(
+            "work_dropped",
+            "Work the evaluation loop produced that never reached its destination, by reason",
+            work_dropped.clone(),
         );
         let notifications = Family::<NotificationLabels, Gauge>::default();
         registry.register(
@@ -128,6 +256,7 @@ impl Metrics {
             api_requests,
             status_writes,
             invalid_inputs,
+            work_dropped,
             notifications,
             jobs,
             policies,
@@ -135,22 +264,24 @@ impl Metrics {
         }
     }
 
-    pub fn action(&self, action: &str, mode: &str, result: &str) {
-        self.actions
-            .get_or_create(&ActionLabels { action: action.into(), mode: mode.into(), result: result.into() })
-            .inc();
+    pub fn action(&self, action: ActionLabel, mode: ModeLabel, result: ActionResult) {
+        self.actions.get_or_create(&ActionLabels { action, mode, result }).inc();
     }
 
-    pub fn api_error(&self, operation: &str) {
-        self.api_errors.get_or_create(&OperationLabels { operation: operation.into() }).inc();
+    pub fn api_error(&self, operation: ApiOperation) {
+        self.api_errors.get_or_create(&OperationLabels { operation }).inc();
     }
 
-    pub fn api_request(&self, operation: &str) {
-        self.api_requests.get_or_create(&OperationLabels { operation: operation.into() }).inc();
+    pub fn api_request(&self, operation: ApiOperation) {
+        self.api_requests.get_or_create(&OperationLabels { operation }).inc();
     }
 
-    pub fn invalid(&self, what: &str) {
-        self.invalid_inputs.get_or_create(&OperationLabels { operation: what.into() }).inc();
+    pub fn invalid(&self, input: InvalidInput) {
+        self.invalid_inputs.get_or_create(&InvalidInputLabels { input }).inc();
+    }
+
+    pub fn dropped(&self, reason: DroppedWork) {
+        self.work_dropped.get_or_create(&DroppedWorkLabels { reason }).inc();
     }
 
     /// The OpenMetrics text exposition.

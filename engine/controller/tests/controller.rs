@@ -3,9 +3,8 @@
 //! subresource exactly as Kubeflow Trainer's status server does (server-side apply by `trainer-status`), and
 //! checks what the controller did to the TrainJob, the Kueue Workload, the Events and the policy status.
 
-#[path = "../../kube/tests/support/mod.rs"]
-#[macro_use]
-mod support;
+use trainwarden_testkit::apiserver as support;
+use trainwarden_testkit::setup;
 
 use std::time::Duration;
 
@@ -17,7 +16,7 @@ use kube::{Client, ResourceExt};
 use serde_json::json;
 use trainwarden_controller::executor::workload_resource;
 use trainwarden_controller::{ControllerConfig, LAST_ACTION_ANNOTATION};
-use trainwarden_core::normalize::TRAINER_STATUS_ANNOTATION;
+use trainwarden_core::TRAINER_STATUS_ANNOTATION;
 use trainwarden_kube::trainjob::trainjob_api;
 
 mod fixtures;
@@ -331,7 +330,7 @@ async fn a_restart_keeps_the_pending_deadline_and_never_acts_twice() {
         let s = policy_status(c, ns, "high").await;
         s.rule_states
             .iter()
-            .find(|m| m.rule == "high-loss" && m.state == trainwarden_core::evaluate::RuleState::Pending)
+            .find(|m| m.rule == "high-loss" && m.state == trainwarden_core::RuleState::Pending)
             .cloned()
     })
     .await;
@@ -363,7 +362,7 @@ async fn a_restart_keeps_the_pending_deadline_and_never_acts_twice() {
         let s = policy_status(c, ns, "high").await;
         s.rule_states
             .iter()
-            .any(|m| m.rule == "high-loss" && m.state == trainwarden_core::evaluate::RuleState::Firing)
+            .any(|m| m.rule == "high-loss" && m.state == trainwarden_core::RuleState::Firing)
             .then_some(())
     })
     .await;

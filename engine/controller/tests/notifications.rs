@@ -4,12 +4,10 @@
 //! suspends a stalled TrainJob, and each receiver channel gets exactly one message about it. Neither secret
 //! ever shows in the TrainJob's Events, the policy status, the TrainJob or the controller's logs.
 
-#[path = "../../kube/tests/support/mod.rs"]
-#[macro_use]
-mod support;
+use trainwarden_testkit::apiserver as support;
+use trainwarden_testkit::setup;
 
-#[path = "../../notify/tests/common/mod.rs"]
-mod common;
+use trainwarden_testkit::receivers as common;
 
 mod fixtures;
 use fixtures::*;
@@ -64,7 +62,7 @@ const SMTP_USER: &str = "trainwarden";
 
 fn notify_policy(name: &str, smtp_port: u16) -> String {
     format!(
-        r#"apiVersion: trainwarden.dev/v1alpha1
+        r"apiVersion: trainwarden.dev/v1alpha1
 kind: ProgressPolicy
 metadata: {{name: {name}}}
 spec:
@@ -86,7 +84,7 @@ spec:
         passwordSecret: {{name: smtp, key: password}}
   rules:
     - {{name: stalled, uses: stalled, with: {{after: 3s}}, actions: [{{suspend: {{}}}}, {{notify: {{to: team}}}}]}}
-"#
+"
     )
 }
 

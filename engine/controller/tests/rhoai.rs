@@ -2,10 +2,7 @@
 //! `spec.trainer.numNodes`, resume. It has the upstream CRD's name, so this test binary runs its own control
 //! plane (the shared one keeps the upstream CRD, where the same action is refused; see controller.rs).
 
-#[path = "../../kube/tests/support/mod.rs"]
-#[macro_use]
-#[allow(unused_macros)]
-mod support;
+use trainwarden_testkit::apiserver as support;
 
 use std::time::Duration;
 
@@ -16,7 +13,7 @@ use kube::api::{Api, DynamicObject, ListParams, Patch, PatchParams, PostParams};
 use serde_json::{Value, json};
 use tokio::sync::watch;
 use trainwarden_controller::ControllerConfig;
-use trainwarden_core::normalize::TRAINER_STATUS_ANNOTATION;
+use trainwarden_core::TRAINER_STATUS_ANNOTATION;
 use trainwarden_kube::ProgressPolicy;
 use trainwarden_kube::trainjob::trainjob_api;
 

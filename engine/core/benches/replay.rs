@@ -9,11 +9,11 @@ use std::hint::black_box;
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::time::Instant;
 
-use trainwarden_core::compile::{compile, parse_documents};
-use trainwarden_core::evaluate::{EngineConfig, Evaluator};
+use trainwarden_core::JobKey;
+use trainwarden_core::parse_line;
 use trainwarden_core::replay::Replay;
-use trainwarden_core::sample::JobKey;
-use trainwarden_core::stream::parse_line;
+use trainwarden_core::{EngineConfig, Evaluator};
+use trainwarden_core::{compile, parse_documents};
 
 /// The system allocator, counting calls (allocations and reallocations).
 struct Counting;
@@ -114,7 +114,7 @@ fn main() {
     let (jobs, per_job) = (200, 1_000);
     let lines = stream(jobs, per_job);
     let n = lines.len() as f64;
-    let bytes: usize = lines.iter().map(|l| l.len()).sum();
+    let bytes: usize = lines.iter().map(std::string::String::len).sum();
     println!("stream: {} samples from {jobs} jobs, {:.0} bytes/line", lines.len(), bytes as f64 / n);
 
     let decode = best_of(5, || {
@@ -122,7 +122,7 @@ fn main() {
             .iter()
             .map(|l| {
                 serde_json::from_str::<serde_json::Value>(l)
-                    .map(|v| v.as_object().map_or(0, |o| o.len()))
+                    .map(|v| v.as_object().map_or(0, serde_json::Map::len))
                     .unwrap_or(0)
             })
             .sum()
@@ -137,7 +137,7 @@ fn main() {
             .map(|(i, l)| {
                 let record = parse_line(l, "bench", i + 1, previous).expect("valid line");
                 previous = Some(record.time());
-                usize::from(matches!(record, trainwarden_core::stream::StreamRecord::Update(_)))
+                usize::from(matches!(record, trainwarden_core::StreamRecord::Update(_)))
             })
             .sum()
     });
@@ -203,9 +203,6 @@ fn main() {
         full_allocations as f64 / n
     );
     println!("ratio full / decode          {:>9.2}×", full / decode);
-    println!(
-        "memory per tracked job       {:>9.0} bytes ({metrics} metrics, history + rule state)",
-        avg_bytes
-    );
+    println!("memory per tracked job       {avg_bytes:>9.0} bytes ({metrics} metrics, history + rule state)");
     println!("firings {}, events {}", replay.summary.firings, replay.events.len());
 }

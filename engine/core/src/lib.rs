@@ -1,30 +1,67 @@
 //! trainwarden's evaluation core.
 //!
-//! The data path, one module each: [`normalize`] (both Kubeflow progress formats into one [`sample`]) →
-//! [`series`] (bounded per-job history) → [`evaluate`] ([`detectors`], Rhai [`script`]s, the firing
-//! lifecycle; produces action intents). [`compile`] validates and compiles policies ([`policy`] holds the
-//! CRD spec types), [`replay`] and [`testing`] drive the evaluator on recorded or synthetic streams.
+//! The folders follow the data path:
 //!
-//! Nothing here talks to Kubernetes, starts a runtime, reads a file or a clock: time is an argument.
+//! ```text
+//! input/     TrainJob objects, upstream trainerStatus, the RHOAI annotation, streams → samples and snapshots
+//! history/   bounded per-metric and per-job series; the per-job view the judges read
+//! judge/     built-in detectors and Rhai conditions: does a rule's condition hold for a job now?
+//! evaluate/  the Evaluator: firing lifecycle, timers, rule memories, savings → events and action intents
+//! policy/    the CRD spec types, validation and compilation, notification receivers and templates
+//! drive/     replay of recorded streams and `trainwarden test` rule tests (with the series notation)
+//! units/     durations, windows and warmups, calendars (active windows in a time zone)
+//! time.rs    instants, spans and how they print
+//! ```
+//!
+//! Modules are private; what consumers use is re-exported here, plus two driver modules ([`replay`],
+//! [`rule_test`]) whose functions are used by name.
+//!
+//! Nothing here talks to Kubernetes, starts a runtime, reads a file or a clock: time is an argument. The one
+//! exception is the wall-clock deadline that stops a runaway Rhai script ([`Limits::deadline`]); it only
+//! turns an evaluation into an error, never into a different answer.
 #![forbid(unsafe_code)]
 
-pub mod calendar;
-pub mod compile;
-pub mod detectors;
-pub mod duration;
-pub mod error;
-pub mod evaluate;
-pub mod normalize;
-pub mod notation;
-pub mod policy;
-pub mod receiver;
-pub mod replay;
-pub mod sample;
-pub mod script;
-pub mod series;
-pub mod stream;
-pub mod template;
-pub mod testing;
+mod drive;
+mod error;
+mod evaluate;
+mod history;
+mod input;
+mod judge;
+mod policy;
+mod time;
+mod units;
 
 #[cfg(test)]
 mod robustness_tests;
+
+pub use drive::{replay, rule_test};
+pub use error::{FieldError, FieldErrors};
+pub use evaluate::{
+    ActionIntent, EngineConfig, Evaluator, Event, Reason, RuleCounts, RuleMemory, RuleState, Savings,
+    SavingsBasis, TransitionKind,
+};
+pub use history::job::JobData;
+pub use history::job_series::JobSeries;
+pub use history::metric_series::MetricSeries;
+pub use input::sample::{JobKey, JobPhase, JobSnapshot, Metric, ProgressSample, SampleSource};
+pub use input::stream::{StreamRecord, parse_line, parse_stream};
+pub use input::{
+    NormalizeError, TRAINER_STATUS_ANNOTATION, from_annotation, from_metrics_response, from_trainer_status,
+    from_trainjob,
+};
+pub use judge::detectors::{DETECTORS, DetectorInfo, ParamDoc};
+pub use judge::script::{BUILTINS, Limits, ScriptEngine};
+pub use policy::compile::{CompiledPolicy, PolicyDocument, compile, parse_documents};
+pub use policy::receiver::{
+    CompiledReceiver, EmailChannel, SecretRef, SlackChannel, WebhookChannel, WebhookUrl,
+};
+pub use policy::template::{
+    DEFAULT_TEXT, DEFAULT_TITLE, Field, FieldValues, Scope as TemplateScope, Template,
+};
+pub use policy::{
+    ActionKind, ActionSpec, AnnotateAction, ClusterPolicySpec, EventAction, EventType, GroupLabel,
+    LabelSelector, Mode, NotifyAction, PolicyId, PolicyKind, PolicyRef, PolicyScope, PolicySpec, SmtpTls,
+    SuspendAction,
+};
+pub use time::{Timestamp, fmt_num};
+pub use units::duration::{DURATION_PATTERN, PolicyDuration};

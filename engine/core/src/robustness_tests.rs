@@ -1,11 +1,11 @@
 //! Bad input never panics: mutated streams and policies go through parsing, compilation and replay and come
 //! out as values or errors. A small deterministic generator (xorshift) keeps the runs reproducible.
 
-use crate::compile::{compile, parse_documents};
+use crate::drive::replay::Replay;
 use crate::evaluate::EngineConfig;
-use crate::replay::Replay;
-use crate::script::ScriptEngine;
-use crate::stream::parse_stream;
+use crate::input::stream::parse_stream;
+use crate::judge::script::ScriptEngine;
+use crate::policy::compile::{compile, parse_documents};
 
 struct Rng(u64);
 
@@ -75,7 +75,7 @@ const POLICY: &str = r#"{"apiVersion": "trainwarden.dev/v1alpha1", "kind": "Prog
  {"name": "ot", "uses": "overtraining", "with": {"patience_validation": 2}}
 ]}}"#;
 
-fn run(policy_text: &str, stream_text: &str) -> Option<crate::replay::Summary> {
+fn run(policy_text: &str, stream_text: &str) -> Option<crate::drive::replay::Summary> {
     let engine = ScriptEngine::default();
     let docs = parse_documents(policy_text, "p.json").ok()?;
     let policies: Vec<_> = docs.iter().filter_map(|d| compile(d, &engine).ok()).collect();
@@ -84,7 +84,7 @@ fn run(policy_text: &str, stream_text: &str) -> Option<crate::replay::Summary> {
     for r in records {
         replay.feed(r);
     }
-    let until = replay.summary.last_time.and_then(|t| crate::detectors::add_seconds(t, 3.0 * 86400.0));
+    let until = replay.summary.last_time.and_then(|t| crate::time::add_seconds(t, 3.0 * 86400.0));
     replay.finish(until);
     Some(replay.summary.clone())
 }
@@ -116,7 +116,7 @@ fn mutated_streams_and_policies_never_panic() {
         run(&policy, &stream);
         // Line by line too, so one bad line does not hide the others.
         for line in stream.lines() {
-            let _ = crate::stream::parse_line(line, "s", 1, None);
+            let _ = crate::input::stream::parse_line(line, "s", 1, None);
         }
     }
 }

@@ -16,8 +16,15 @@ pub fn install_crypto_provider() {
 /// Why a client could not be built.
 #[derive(Debug, thiserror::Error)]
 pub enum ClientError {
+    /// The kubeconfig file could not be read or parsed.
     #[error("reading kubeconfig {path}: {source}")]
-    Kubeconfig { path: String, source: kube::config::KubeconfigError },
+    Kubeconfig {
+        /// The file.
+        path: String,
+        /// kube's reason.
+        source: kube::config::KubeconfigError,
+    },
+    /// kube could not build a client from the configuration.
     #[error("building the client: {0}")]
     Client(#[from] kube::Error),
 }

@@ -2,14 +2,15 @@
 //!
 //! - [`crd`]: the `ProgressPolicy` / `ClusterProgressPolicy` custom resources (`trainwarden.dev/v1alpha1`),
 //!   generated from the core's spec types, their CRD YAML, and their conversion into the core's
-//!   [`PolicyDocument`](trainwarden_core::compile::PolicyDocument);
+//!   [`PolicyDocument`](trainwarden_core::PolicyDocument);
 //! - [`status`]: the policies' status (counts, savings, conditions, a capped per-job list);
 //! - [`trainjob`]: Kubeflow `TrainJob`s as dynamic objects and their normalization into
-//!   [`JobSnapshot`](trainwarden_core::sample::JobSnapshot)s;
+//!   [`JobSnapshot`](trainwarden_core::JobSnapshot)s;
 //! - [`client`]: building a client (kubeconfig, crypto provider).
 //!
 //! Evaluation stays in `trainwarden-core`, which knows nothing of Kubernetes.
 #![forbid(unsafe_code)]
+#![warn(missing_docs)]
 
 pub mod client;
 pub mod crd;

@@ -11,7 +11,7 @@ use std::collections::BTreeMap;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
-use trainwarden_core::evaluate::RuleMemory;
+use trainwarden_core::RuleMemory;
 
 /// The most entries `status.jobs` holds. Enforced by the CRD schema (`maxItems`); [`JobStatus::cap`] sorts
 /// and truncates a list to it.

@@ -1,13 +1,13 @@
 //! Kubeflow Trainer `TrainJob`s (`trainer.kubeflow.org/v1alpha1`), untyped.
 //!
 //! trainwarden does not own the TrainJob CRD and reads only a handful of its fields, all through
-//! [`trainwarden_core::normalize::from_trainjob`]; so TrainJobs are [`DynamicObject`]s here rather than
+//! [`trainwarden_core::from_trainjob`]; so TrainJobs are [`DynamicObject`]s here rather than
 //! generated structs that would have to track every Trainer release.
 
 use kube::Client;
 use kube::api::{Api, ApiResource, DynamicObject, GroupVersionKind};
-use trainwarden_core::normalize::{self, NormalizeError};
-use trainwarden_core::sample::JobSnapshot;
+use trainwarden_core::JobSnapshot;
+use trainwarden_core::NormalizeError;
 
 /// API group of TrainJob.
 pub const TRAINJOB_GROUP: &str = "trainer.kubeflow.org";
@@ -42,5 +42,5 @@ pub fn trainjob_api(client: Client, namespace: Option<&str>) -> Api<DynamicObjec
 pub fn to_snapshot(job: &DynamicObject) -> Result<JobSnapshot, NormalizeError> {
     let value = serde_json::to_value(job)
         .map_err(|e| NormalizeError { path: "$".into(), message: format!("cannot serialize: {e}") })?;
-    normalize::from_trainjob(&value)
+    trainwarden_core::from_trainjob(&value)
 }

@@ -1,7 +1,8 @@
-//! Integration tests against a real kube-apiserver + etcd (see `support` for where it comes from): the CRDs
-//! as the API server sees them, validation, status subresources and the Kubeflow TrainJob status flow.
+//! Integration tests against a real kube-apiserver + etcd (see `trainwarden_testkit::apiserver` for where it
+//! comes from): the CRDs as the API server sees them, validation, status subresources and the Kubeflow TrainJob status flow.
 
-mod support;
+use trainwarden_testkit::apiserver as support;
+use trainwarden_testkit::setup;
 
 use std::time::Duration;
 
@@ -10,10 +11,8 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
 use kube::api::{Api, ApiResource, DynamicObject, Patch, PatchParams, PostParams};
 use kube::{Client, ResourceExt};
 use serde_json::{Value, json};
-use trainwarden_core::compile;
-use trainwarden_core::normalize;
-use trainwarden_core::policy::{KIND_CLUSTER, KIND_NAMESPACED, Mode, PolicyScope};
-use trainwarden_core::script::ScriptEngine;
+use trainwarden_core::ScriptEngine;
+use trainwarden_core::{Mode, PolicyKind, PolicyScope};
 use trainwarden_kube::FIELD_MANAGER;
 use trainwarden_kube::crd::{self, ClusterProgressPolicy, PolicyResource, ProgressPolicy};
 use trainwarden_kube::status::{CONDITION_READY, JobStatus, ProgressPolicyStatus};
@@ -140,7 +139,7 @@ async fn trainjob_progress_through_the_status_subresource() {
     assert_eq!(sample.updated_at.to_string(), "2025-01-23T10:30:45Z");
     // The same through the core's entry point on the raw JSON.
     assert_eq!(
-        normalize::from_trainjob(&serde_json::to_value(&fetched).unwrap()).unwrap().sample,
+        trainwarden_core::from_trainjob(&serde_json::to_value(&fetched).unwrap()).unwrap().sample,
         Some(sample)
     );
 
@@ -176,16 +175,17 @@ async fn rhoai_annotation_progress_is_read_from_the_api() {
     jobs.create(&PostParams::default(), &job).await.expect("create TrainJob");
     let snapshot = trainjob::to_snapshot(&jobs.get(&name).await.unwrap()).expect("normalize");
     let sample = snapshot.sample.expect("the annotation's sample");
-    assert_eq!(sample.source, trainwarden_core::sample::SampleSource::Annotation);
+    assert_eq!(sample.source, trainwarden_core::SampleSource::Annotation);
     assert_eq!((sample.progress_percent, sample.current_step), (Some(45.0), Some(340.0)));
     assert_eq!(sample.metric("loss"), Some(0.4523));
     assert_eq!(sample.metric("eval_accuracy"), Some(0.8123));
     assert_eq!(snapshot.gpus, Some(2.0));
-    assert!(!snapshot.annotations.contains_key(normalize::TRAINER_STATUS_ANNOTATION));
+    assert!(!snapshot.annotations.contains_key(trainwarden_core::TRAINER_STATUS_ANNOTATION));
 
     // The next poll: the loss went NaN, which the RHOAI controller writes as null.
     let nan = support::fixture("fixtures/kubeflow/payloads/rhoai-trainerStatus-annotation.nan-loss.json");
-    let patch = json!({"metadata": {"annotations": {normalize::TRAINER_STATUS_ANNOTATION: nan.trim()}}});
+    let patch =
+        json!({"metadata": {"annotations": {trainwarden_core::TRAINER_STATUS_ANNOTATION: nan.trim()}}});
     jobs.patch(&name, &PatchParams::default(), &Patch::Merge(&patch)).await.expect("merge-patch annotation");
     let sample = trainjob::to_snapshot(&jobs.get(&name).await.unwrap()).unwrap().sample.unwrap();
     assert!(sample.metric("loss").is_some_and(f64::is_nan), "{sample:?}");
@@ -209,13 +209,14 @@ async fn valid_policy_is_stored_and_compiles() {
     assert_eq!(stored["spec"], weekend_safe_value(&ctx.ns)["spec"]);
 
     let doc = fetched.to_document().expect("document");
-    assert_eq!(doc.reference.kind, KIND_NAMESPACED);
+    assert_eq!(doc.reference.kind, PolicyKind::Namespaced);
     assert_eq!(doc.reference.namespace.as_deref(), Some(ctx.ns.as_str()));
     assert_eq!(doc.reference.name, "weekend-safe");
     assert_eq!(doc.reference.generation, 1);
     assert_eq!(doc.scope, PolicyScope::Namespace(ctx.ns.clone()));
     assert_eq!(doc.spec.mode, Mode::Enforce);
-    let compiled = compile::compile(&doc, &ScriptEngine::default()).unwrap_or_else(|e| panic!("{e}"));
+    let compiled =
+        trainwarden_core::compile(&doc, &ScriptEngine::default()).unwrap_or_else(|e| panic!("{e}"));
     let rules: Vec<_> = compiled.rules.iter().map(|r| r.name.as_str()).collect();
     assert_eq!(rules, ["nan-loss", "loss-plateau", "stalled", "late"]);
 
@@ -318,7 +319,7 @@ async fn cluster_policy_is_cluster_scoped_with_a_namespace_selector() {
     assert_eq!(created.spec, cpp.spec);
 
     let doc = api.get(&name).await.unwrap().to_document().unwrap();
-    assert_eq!(doc.reference.kind, KIND_CLUSTER);
+    assert_eq!(doc.reference.kind, PolicyKind::Cluster);
     assert_eq!(doc.reference.namespace, None);
     let PolicyScope::Cluster { namespace_selector } = &doc.scope else { panic!("{:?}", doc.scope) };
     assert_eq!(
@@ -326,7 +327,8 @@ async fn cluster_policy_is_cluster_scoped_with_a_namespace_selector() {
         Some("cluster-policy")
     );
     assert_eq!(namespace_selector.match_expressions.len(), 1);
-    let compiled = compile::compile(&doc, &ScriptEngine::default()).unwrap_or_else(|e| panic!("{e}"));
+    let compiled =
+        trainwarden_core::compile(&doc, &ScriptEngine::default()).unwrap_or_else(|e| panic!("{e}"));
     // The test namespace carries that label, so the policy reaches a team=fraud job there.
     let job_labels = [("team".to_string(), "fraud".to_string())].into();
     let ns_labels = [("trainwarden.dev/test".to_string(), "cluster-policy".to_string())].into();
@@ -384,10 +386,10 @@ fn sample_status(generation: i64) -> ProgressPolicyStatus {
             last_error: None,
         }],
         // Rule memories round-trip through the API server (restart safety depends on it).
-        rule_states: vec![trainwarden_core::evaluate::RuleMemory {
+        rule_states: vec![trainwarden_core::RuleMemory {
             job: "fraud/bert-ft".into(),
             rule: "late".into(),
-            state: trainwarden_core::evaluate::RuleState::Pending,
+            state: trainwarden_core::RuleState::Pending,
             since: Some(now.0),
             cleared_at: None,
             firings: 2,
@@ -558,8 +560,8 @@ async fn example_policies_pass_server_side_validation() {
             serde_saphyr::from_multiple(&text).unwrap_or_else(|e| panic!("{}: {e}", file.display()));
         for doc in docs.into_iter().filter(|d| !d.is_null()) {
             let mut object: DynamicObject = serde_json::from_value(doc).unwrap();
-            let result = match object.types.as_ref().map(|t| t.kind.as_str()) {
-                Some(KIND_CLUSTER) => {
+            let result = match object.types.as_ref().and_then(|t| PolicyKind::parse(&t.kind)) {
+                Some(PolicyKind::Cluster) => {
                     object.metadata.name = Some(ctx.unique_name(&object.name_any()));
                     Api::<DynamicObject>::all_with(
                         ctx.client.clone(),

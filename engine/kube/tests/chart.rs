@@ -10,7 +10,8 @@
 //! The ServiceMonitor is applied for real: the tests install a minimal `monitoring.coreos.com/v1` ServiceMonitor
 //! CRD (see [`SERVICE_MONITOR_CRD`]) once per test binary.
 
-mod support;
+use trainwarden_testkit::apiserver as support;
+use trainwarden_testkit::setup;
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
@@ -153,7 +154,7 @@ impl Helm {
             .map(String::from)
             .collect();
         args.push(format!("--kube-version={KUBE_VERSION}"));
-        args.extend(values.iter().map(|v| v.to_string()));
+        args.extend(values.iter().map(std::string::ToString::to_string));
         args
     }
 
@@ -730,7 +731,7 @@ fn invalid_values_are_rejected_at_render_time() {
 /// A minimal prometheus-operator ServiceMonitor CRD: the fields the chart uses, typed, with Prometheus' duration
 /// format. Unknown fields are rejected by the strict field validation of the apply, so a field the chart renders
 /// wrongly (or one this schema lacks) fails the test instead of being pruned.
-const SERVICE_MONITOR_CRD: &str = r#"
+const SERVICE_MONITOR_CRD: &str = r"
 apiVersion: apiextensions.k8s.io/v1
 kind: CustomResourceDefinition
 metadata:
@@ -772,7 +773,7 @@ spec:
                       path: {type: string}
                       interval: {type: string, pattern: '^(0|(([0-9]+)y)?(([0-9]+)w)?(([0-9]+)d)?(([0-9]+)h)?(([0-9]+)m)?(([0-9]+)s)?(([0-9]+)ms)?)$'}
                       scrapeTimeout: {type: string, pattern: '^(0|(([0-9]+)y)?(([0-9]+)w)?(([0-9]+)d)?(([0-9]+)h)?(([0-9]+)m)?(([0-9]+)s)?(([0-9]+)ms)?)$'}
-"#;
+";
 
 static SERVICE_MONITOR: tokio::sync::OnceCell<()> = tokio::sync::OnceCell::const_new();
 

@@ -9,7 +9,7 @@
 //! * [`status_api`]: the endpoint's decisions, request by request (no I/O), matching upstream;
 //! * [`server`]: TLS and HTTP around it; [`credentials`]: the run's CA, certificate and token;
 //! * [`supervisor`]: the command in its own process group; signals;
-//! * [`recorder`]: the run as a replayable stream; [`watch`]: the driver that ties them together;
+//! * [`recorder`]: the run as a replayable stream; [`watch`](mod@watch): the driver that ties them together;
 //! * [`notify`]: `notify` actions delivered through the notifications crate (`--notify`).
 #![forbid(unsafe_code)]
 

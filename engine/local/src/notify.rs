@@ -1,4 +1,4 @@
-//! `trainwarden watch --notify`: the watch's [`Notifier`](crate::watch::Notifier) on top of the
+//! `trainwarden watch --notify`: the watch's [`Notifier`] on top of the
 //! notifications crate — the same grouping, delivery, retries and counters as the controller, on the wall
 //! clock, with secrets resolved at each delivery (from the environment or files, as `replay --notify` does).
 
@@ -7,10 +7,10 @@ use std::pin::Pin;
 use std::sync::Arc;
 use std::time::Duration as StdDuration;
 
-use trainwarden_core::compile::CompiledPolicy;
-use trainwarden_core::evaluate::Event;
-use trainwarden_core::policy::ActionSpec;
-use trainwarden_core::script::JobData;
+use trainwarden_core::ActionSpec;
+use trainwarden_core::CompiledPolicy;
+use trainwarden_core::Event;
+use trainwarden_core::JobData;
 use trainwarden_notify::{ChannelStats, JobProgress, NotifierConfig, SecretResolver};
 
 use crate::watch::Notifier;

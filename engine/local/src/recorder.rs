@@ -10,8 +10,8 @@ use std::io::{BufWriter, Write};
 use std::path::{Path, PathBuf};
 
 use serde_json::{Map, Value, json};
-use trainwarden_core::sample::{JobKey, JobPhase, Timestamp};
-use trainwarden_core::stream::{self, StreamRecord};
+use trainwarden_core::StreamRecord;
+use trainwarden_core::{JobKey, JobPhase, Timestamp};
 
 /// The first line: the job starts running, with its labels and size.
 pub fn start_line(
@@ -98,8 +98,8 @@ impl Recorder {
     pub fn record(&mut self, line: &str) -> Result<StreamRecord, String> {
         self.write(line)?;
         let source = self.path().map_or_else(|| "watch".to_string(), |p| p.display().to_string());
-        let record =
-            stream::parse_line(line, &source, self.lines, self.previous).map_err(|e| e.to_string())?;
+        let record = trainwarden_core::parse_line(line, &source, self.lines, self.previous)
+            .map_err(|e| e.to_string())?;
         self.previous = Some(record.time());
         Ok(record)
     }

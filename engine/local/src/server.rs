@@ -16,7 +16,7 @@ use serde_json::Value;
 use tokio::net::TcpListener;
 use tokio::sync::mpsc;
 use tokio_rustls::TlsAcceptor;
-use trainwarden_core::sample::JobKey;
+use trainwarden_core::JobKey;
 
 use crate::status_api::{self, MAX_BODY_BYTES, Reply, Route};
 
@@ -121,7 +121,10 @@ async fn decide(req: Request<Incoming>, state: &State) -> Reply {
         Route::Status(job) => job,
         Route::Other => return discard(body, Reply::not_found()).await,
     };
-    if !status_api::authorized(parts.headers.get(AUTHORIZATION).map(|v| v.as_bytes()), &state.token) {
+    if !status_api::authorized(
+        parts.headers.get(AUTHORIZATION).map(hyper::http::HeaderValue::as_bytes),
+        &state.token,
+    ) {
         return discard(body, Reply::forbidden()).await;
     }
     // Read past the limit (up to what Go would discard) so the client gets its 413 rather than a reset.

@@ -22,7 +22,7 @@
 //! Only an accepted update (8) reaches the evaluator: nothing a malformed request carries is ever observed.
 
 use serde_json::{Map, Value, json};
-use trainwarden_core::sample::{JobKey, Timestamp};
+use trainwarden_core::{JobKey, Timestamp};
 
 /// Upstream `maxBodySize = 1 << 16`.
 pub const MAX_BODY_BYTES: usize = 1 << 16;
@@ -283,7 +283,7 @@ fn decode_status(ts: &Map<String, Value>) -> Result<DecodedStatus, ()> {
                 match item {
                     Value::Null => status.metrics.push((String::new(), String::new())),
                     Value::Object(m) => {
-                        status.metrics.push((string(go_field(m, "name"))?, string(go_field(m, "value"))?))
+                        status.metrics.push((string(go_field(m, "name"))?, string(go_field(m, "value"))?));
                     }
                     _ => return Err(()),
                 }

@@ -1,7 +1,7 @@
 //! The wall-clock driver behind `trainwarden watch -- CMD`.
 //!
 //! One loop owns the evaluation: it takes accepted progress reports from the endpoint, runs timers at
-//! [`Evaluator::next_tick`](trainwarden_core::evaluate::Evaluator::next_tick) (so a command that stops
+//! [`Evaluator::next_tick`](trainwarden_core::Evaluator::next_tick) (so a command that stops
 //! reporting is a stall), and acts on what the policy decides. Evaluation goes through
 //! [`Replay`] — the same state machine `trainwarden replay` runs — fed with the very records the recorder
 //! writes, so a recording replays to the same decisions by construction.
@@ -25,14 +25,13 @@ use nix::sys::signal::Signal;
 use tokio::signal::unix::{SignalKind, signal};
 use tokio::sync::mpsc;
 use tokio::time::Instant;
-use trainwarden_core::compile::CompiledPolicy;
-use trainwarden_core::evaluate::{EngineConfig, Event};
-use trainwarden_core::normalize;
-use trainwarden_core::policy::{ActionSpec, Mode};
+use trainwarden_core::CompiledPolicy;
+use trainwarden_core::JobData;
+use trainwarden_core::StreamRecord;
 use trainwarden_core::replay::{self, Replay, Summary};
-use trainwarden_core::sample::{JobKey, JobPhase, Timestamp};
-use trainwarden_core::script::JobData;
-use trainwarden_core::stream::StreamRecord;
+use trainwarden_core::{ActionSpec, Mode};
+use trainwarden_core::{EngineConfig, Event};
+use trainwarden_core::{JobKey, JobPhase, Timestamp};
 
 use crate::credentials::{Credentials, RunDir};
 use crate::recorder::{self, Recorder};
@@ -236,7 +235,7 @@ impl Driver<'_> {
     /// (`"abc"`) was accepted too; it cannot be evaluated, so it is reported and left out of the evaluation
     /// and the recording rather than ending the watch.
     fn observe(&mut self, job: &JobKey, update: &AcceptedUpdate) -> Result<(), String> {
-        if let Err(e) = normalize::from_trainer_status(&update.trainer_status, "trainerStatus") {
+        if let Err(e) = trainwarden_core::from_trainer_status(&update.trainer_status, "trainerStatus") {
             self.say(&format!("report accepted (as Kubeflow would) but not evaluated: {e}"));
             return Ok(());
         }
@@ -334,7 +333,7 @@ pub async fn watch(
     .await?;
     let host = match server.addr.ip() {
         std::net::IpAddr::V6(ip) => format!("[{ip}]"),
-        ip => ip.to_string(),
+        ip @ std::net::IpAddr::V4(_) => ip.to_string(),
     };
     let url = format!("https://{host}:{}{}", server.addr.port(), status_api::status_path(&job));
 

@@ -11,13 +11,12 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use serde_json::{Value, json};
-use trainwarden_core::compile;
-use trainwarden_core::evaluate::{EngineConfig, Evaluator, Event};
-use trainwarden_core::sample::JobKey;
+use trainwarden_core::JobKey;
+use trainwarden_core::{EngineConfig, Evaluator, Event};
 use trainwarden_local::supervisor::Exit;
 use trainwarden_local::{Ending, ReportOnly, WatchOptions, watch};
 
-const POLICY: &str = r#"
+const POLICY: &str = r"
 apiVersion: trainwarden.dev/v1alpha1
 kind: ProgressPolicy
 metadata: {name: guard, namespace: ml}
@@ -27,7 +26,7 @@ spec:
   rules:
     - {name: nan-loss, uses: non_finite, with: {metric: loss}, actions: [{suspend: {}}]}
     - {name: progress-over-100, when: 'progress() > 100', actions: [{suspend: {}}]}
-"#;
+";
 
 /// Upstream's 403 body, from the shared fixtures (shared/ sits beside the repository).
 fn forbidden() -> String {
@@ -93,8 +92,9 @@ while [ ! -e '{1}' ]; do sleep 0.05; done"#,
         done.display()
     );
     let engine = EngineConfig { eval_interval: "1s".parse().unwrap(), ..EngineConfig::default() };
-    let docs = compile::parse_documents(POLICY, "policy.yaml").unwrap();
-    let policies = vec![compile::compile(&docs[0], Evaluator::new(engine.clone()).scripts()).unwrap()];
+    let docs = trainwarden_core::parse_documents(POLICY, "policy.yaml").unwrap();
+    let policies =
+        vec![trainwarden_core::compile(&docs[0], Evaluator::new(engine.clone()).scripts()).unwrap()];
     let options = WatchOptions {
         policies,
         engine,

@@ -6,11 +6,11 @@
 
 use std::collections::BTreeMap;
 
-use trainwarden_core::evaluate::{ActionIntent, Savings};
-use trainwarden_core::policy::{ActionSpec, Mode, PolicyRef};
-use trainwarden_core::sample::{JobKey, Timestamp};
-use trainwarden_core::script::JobData;
-use trainwarden_core::template::{Field, FieldValues};
+use trainwarden_core::JobData;
+use trainwarden_core::{ActionIntent, Savings};
+use trainwarden_core::{ActionSpec, Mode, PolicyId, PolicyRef};
+use trainwarden_core::{Field, FieldValues};
+use trainwarden_core::{JobKey, Timestamp};
 
 /// Firing or resolved.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
@@ -57,29 +57,6 @@ pub struct AlertKey {
     pub policy: PolicyId,
     pub rule: String,
     pub job: JobKey,
-}
-
-/// A policy regardless of its generation.
-#[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub struct PolicyId {
-    pub kind: &'static str,
-    pub namespace: Option<String>,
-    pub name: String,
-}
-
-impl From<&PolicyRef> for PolicyId {
-    fn from(p: &PolicyRef) -> Self {
-        PolicyId { kind: p.kind, namespace: p.namespace.clone(), name: p.name.clone() }
-    }
-}
-
-impl std::fmt::Display for PolicyId {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match &self.namespace {
-            Some(ns) => write!(f, "{ns}/{}", self.name),
-            None => write!(f, "{}", self.name),
-        }
-    }
 }
 
 /// One alert in a notification.

@@ -18,13 +18,14 @@
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 
-use trainwarden_core::duration::Duration;
-use trainwarden_core::evaluate::{ActionIntent, Savings};
-use trainwarden_core::policy::{ActionSpec, GroupLabel, PolicyRef};
-use trainwarden_core::receiver::CompiledReceiver;
-use trainwarden_core::sample::{JobKey, Timestamp};
+use trainwarden_core::CompiledReceiver;
+use trainwarden_core::PolicyDuration;
+use trainwarden_core::{ActionIntent, Savings};
+use trainwarden_core::{ActionSpec, GroupLabel, PolicyRef};
+use trainwarden_core::{JobKey, Timestamp};
 
-use crate::alert::{Alert, AlertKey, AlertStatus, JobProgress, PolicyId, describe_action};
+use crate::alert::{Alert, AlertKey, AlertStatus, JobProgress, describe_action};
+use trainwarden_core::PolicyId;
 
 /// Bounds on what the grouper holds, so a flood of jobs cannot exhaust memory.
 #[derive(Clone, Copy, Debug)]
@@ -104,7 +105,7 @@ pub struct Grouper {
     limits: GroupLimits,
 }
 
-fn after(t: Timestamp, d: Duration) -> Timestamp {
+fn after(t: Timestamp, d: PolicyDuration) -> Timestamp {
     t.checked_add(d.to_signed_duration()).unwrap_or(Timestamp::MAX)
 }
 
@@ -338,7 +339,7 @@ impl Grouper {
 
 /// A change in a group that was already flushed is announced `groupInterval` after that flush, at the
 /// earliest; a group not yet flushed keeps its `groupWait` deadline.
-fn schedule(group: &mut Group, now: Timestamp, group_interval: Duration) {
+fn schedule(group: &mut Group, now: Timestamp, group_interval: PolicyDuration) {
     if let Some(last) = group.last_flush {
         let candidate = after(last, group_interval).max(now);
         group.next_flush = Some(group.next_flush.map_or(candidate, |t| t.min(candidate)));
@@ -379,19 +380,19 @@ pub fn group_label_name(label: GroupLabel) -> &'static str {
 /// kept, so its resolution is announced when the job resumes or is deleted.
 fn needs_reminder(alert: &Alert) -> bool {
     alert.status == AlertStatus::Firing
-        && !(alert.mode == trainwarden_core::policy::Mode::Enforce
+        && !(alert.mode == trainwarden_core::Mode::Enforce
             && alert.actions.iter().any(|(k, _)| k == "suspend"))
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use trainwarden_core::evaluate::Reason;
-    use trainwarden_core::policy::{Mode, NotifyAction, SuspendAction};
+    use trainwarden_core::Reason;
+    use trainwarden_core::{Mode, NotifyAction, SuspendAction};
 
     fn policy() -> PolicyRef {
         PolicyRef {
-            kind: "ProgressPolicy",
+            kind: trainwarden_core::PolicyKind::Namespaced,
             namespace: Some("fraud".into()),
             name: "weekend-safe".into(),
             generation: 1,
@@ -402,9 +403,9 @@ mod tests {
         CompiledReceiver {
             name: name.into(),
             group_by: vec![GroupLabel::Policy, GroupLabel::Job],
-            group_wait: Duration::from_secs(wait),
-            group_interval: Duration::from_secs(interval),
-            repeat_interval: Duration::from_secs(repeat),
+            group_wait: PolicyDuration::from_secs(wait),
+            group_interval: PolicyDuration::from_secs(interval),
+            repeat_interval: PolicyDuration::from_secs(repeat),
             send_resolved,
             max_per_minute: 30,
             slack: None,
@@ -539,7 +540,7 @@ mod tests {
         let mut suspend = intent("plateau", "a", 0, ActionSpec::Suspend(SuspendAction::default()));
         suspend.savings = Some(Savings {
             until: t(3600),
-            basis: "estimatedEnd",
+            basis: trainwarden_core::SavingsBasis::EstimatedEnd,
             gpus: 8.0,
             gpu_hours: 8.0,
             dollars: Some(55.0),

@@ -10,8 +10,9 @@
 //!
 //! Modules: [`alert`] (alerts from intents, template values), [`grouping`] (the state machine, clock as an
 //! argument), [`render`] (Slack Block Kit, email parts, webhook JSON), [`send`] (one attempt per channel,
-//! HMAC signatures), [`delivery`] (queues, retries, counters), [`secret`] (redacted values; Kubernetes,
-//! environment and file resolvers), [`notifier`] (the handle the controller holds), [`offline`] (the same grouping on a replay's clock).
+//! HMAC signatures), [`delivery`] (queues, retries, counters), [`secret`] (redacted values; the
+//! resolver trait, environment and file resolvers — the controller brings the Kubernetes one), [`notifier`]
+//! (the handle the controller holds), [`offline`] (the same grouping on a replay's clock).
 //!
 //! Receivers are declared in the policy (`spec.receivers`, validated by `trainwarden-core`, where message
 //! templates are parsed so a template error is a validation error).
@@ -70,6 +71,6 @@ pub use delivery::RetryPolicy;
 pub use grouping::{GroupLimits, Grouper, Notification, Refused};
 pub use notifier::{ChannelStats, Notifier, NotifierConfig, ShutdownReport, SubmitError};
 pub use secret::{
-    EnvSecrets, FileSecrets, KubeSecrets, LocalSecrets, SecretError, SecretResolver, SecretValue,
+    EnvSecrets, FileSecrets, LocalSecrets, SecretError, SecretFuture, SecretResolver, SecretValue,
 };
 pub use send::{ChannelKind, SIGNATURE_HEADER, SendConfig, SendError, Sender, signature, verify_signature};

@@ -12,17 +12,18 @@ use std::time::{Duration as StdDuration, Instant};
 
 use tokio::sync::{Notify, mpsc, watch};
 use tokio::task::JoinHandle;
-use trainwarden_core::compile::CompiledPolicy;
-use trainwarden_core::evaluate::{ActionIntent, Event, TransitionKind};
-use trainwarden_core::policy::PolicyRef;
-use trainwarden_core::receiver::CompiledReceiver;
-use trainwarden_core::sample::{JobKey, Timestamp};
+use trainwarden_core::CompiledPolicy;
+use trainwarden_core::CompiledReceiver;
+use trainwarden_core::{ActionIntent, Event, TransitionKind};
+use trainwarden_core::{JobKey, Timestamp};
+use trainwarden_core::{PolicyKind, PolicyRef};
 
-use crate::alert::{JobProgress, PolicyId};
+use crate::alert::JobProgress;
 use crate::delivery::{Counters, Queued, RetryPolicy, run_worker};
 use crate::grouping::{GroupLimits, Grouper, Notification, Refused};
 use crate::secret::SecretResolver;
 use crate::send::{ChannelKind, SendConfig, Sender};
+use trainwarden_core::PolicyId;
 
 /// Everything configurable about delivery.
 #[derive(Clone, Debug)]
@@ -60,7 +61,7 @@ pub enum SubmitError {
 #[derive(Clone, Debug, PartialEq, Eq, serde::Serialize)]
 #[serde(rename_all = "camelCase")]
 pub struct ChannelStats {
-    pub policy_kind: &'static str,
+    pub policy_kind: PolicyKind,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub policy_namespace: Option<String>,
     pub policy_name: String,
@@ -241,7 +242,7 @@ impl Notifier {
         if state.shut_down {
             return Err(SubmitError::ShutDown);
         }
-        if let trainwarden_core::policy::ActionSpec::Notify(n) = &intent.action {
+        if let trainwarden_core::ActionSpec::Notify(n) = &intent.action {
             let id = PolicyId::from(&intent.policy);
             // A receiver that cannot take more now would only drop the message later: say so at once.
             let full = state
@@ -351,7 +352,7 @@ impl Notifier {
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     // A panic while holding the lock cannot leave the grouping state half-updated in a way that matters more
     // than losing notifications would: keep going.
-    m.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+    m.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
 }
 
 /// Hands notifications to their channels' queues; a full queue drops (and counts) the message.

@@ -9,11 +9,11 @@ use std::sync::Arc;
 
 use serde_json::{Value, json};
 use tokio::sync::watch;
-use trainwarden_core::compile::CompiledPolicy;
-use trainwarden_core::evaluate::{Event, TransitionKind};
-use trainwarden_core::receiver::CompiledReceiver;
-use trainwarden_core::sample::Timestamp;
-use trainwarden_core::template::Template;
+use trainwarden_core::CompiledPolicy;
+use trainwarden_core::CompiledReceiver;
+use trainwarden_core::Template;
+use trainwarden_core::Timestamp;
+use trainwarden_core::{Event, TransitionKind};
 
 use crate::alert::JobProgress;
 use crate::delivery::{Counters, Queued, RetryPolicy, deliver};
@@ -76,7 +76,7 @@ impl OfflineNotifications {
                 }
             }
             Event::Transition { kind: TransitionKind::Resolved, policy, rule, job, .. } => {
-                self.grouper.resolved(policy, rule, job, at)
+                self.grouper.resolved(policy, rule, job, at);
             }
             _ => {}
         }

@@ -3,7 +3,7 @@
 //! and versioned by [`WEBHOOK_SCHEMA_VERSION`]). Pure: no secrets, no I/O.
 
 use serde_json::{Value, json};
-use trainwarden_core::template::Template;
+use trainwarden_core::Template;
 
 use crate::alert::{AlertFields, GroupFields};
 use crate::grouping::{Notification, group_label_name};
@@ -142,19 +142,19 @@ mod tests {
     use super::*;
     use std::sync::Arc;
 
-    use trainwarden_core::duration::Duration;
-    use trainwarden_core::evaluate::Savings;
-    use trainwarden_core::policy::{GroupLabel, Mode, PolicyRef};
-    use trainwarden_core::receiver::CompiledReceiver;
-    use trainwarden_core::sample::{JobKey, Timestamp};
-    use trainwarden_core::template::{DEFAULT_TEXT, DEFAULT_TITLE, Scope};
+    use trainwarden_core::CompiledReceiver;
+    use trainwarden_core::PolicyDuration;
+    use trainwarden_core::Savings;
+    use trainwarden_core::{DEFAULT_TEXT, DEFAULT_TITLE, TemplateScope};
+    use trainwarden_core::{GroupLabel, Mode, PolicyRef};
+    use trainwarden_core::{JobKey, Timestamp};
 
     use crate::alert::{Alert, AlertStatus, JobProgress};
 
     fn notification() -> Notification {
         let at: Timestamp = "2026-11-27T23:11:26Z".parse().unwrap();
         let policy = PolicyRef {
-            kind: "ProgressPolicy",
+            kind: trainwarden_core::PolicyKind::Namespaced,
             namespace: Some("fraud".into()),
             name: "weekend-safe".into(),
             generation: 3,
@@ -174,7 +174,7 @@ mod tests {
             progress: Some(JobProgress { percent: Some(17.0), eta_seconds: None }),
             savings: Some(Savings {
                 until: at,
-                basis: "estimatedEnd",
+                basis: trainwarden_core::SavingsBasis::EstimatedEnd,
                 gpus: 8.0,
                 gpu_hours: 16.0,
                 dollars: None,
@@ -186,9 +186,9 @@ mod tests {
             receiver: Arc::new(CompiledReceiver {
                 name: "team".into(),
                 group_by: vec![GroupLabel::Policy, GroupLabel::Job],
-                group_wait: Duration::from_secs(30),
-                group_interval: Duration::from_secs(300),
-                repeat_interval: Duration::from_secs(3600),
+                group_wait: PolicyDuration::from_secs(30),
+                group_interval: PolicyDuration::from_secs(300),
+                repeat_interval: PolicyDuration::from_secs(3600),
                 send_resolved: false,
                 max_per_minute: 30,
                 slack: None,
@@ -210,8 +210,8 @@ mod tests {
     fn rendered(n: &Notification) -> Rendered {
         Rendered::new(
             n,
-            &Template::parse(DEFAULT_TITLE, Scope::Group).unwrap(),
-            &Template::parse(DEFAULT_TEXT, Scope::Alert).unwrap(),
+            &Template::parse(DEFAULT_TITLE, TemplateScope::Group).unwrap(),
+            &Template::parse(DEFAULT_TEXT, TemplateScope::Alert).unwrap(),
         )
     }
 

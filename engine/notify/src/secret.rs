@@ -2,21 +2,20 @@
 //!
 //! Policies only *reference* Secrets ([`SecretRef`]: namespace, name, key); a [`SecretResolver`] turns a
 //! reference into a [`SecretValue`] at delivery time, so a rotated Secret is picked up by the next message.
-//! Resolvers: [`KubeSecrets`] (the Kubernetes API, for the controller), [`EnvSecrets`] and [`FileSecrets`]
-//! (replay and local use), and [`LocalSecrets`] (environment first, then files).
+//! Resolvers: [`EnvSecrets`] and [`FileSecrets`] (replay and local use) and [`LocalSecrets`] (environment
+//! first, then files). The controller's resolver reads Kubernetes Secrets and lives with the controller
+//! (`trainwarden_controller::secrets::KubeSecrets`), so this crate, and local mode with it, does not link kube.
 //!
 //! A [`SecretValue`] prints as `[redacted]` through `Debug` and `Display`, and no error here ever contains a
-//! value: errors name the reference, never what it resolved to. This module reads the environment, files or
-//! the API; it sends nothing.
+//! value: errors name the reference, never what it resolved to. This module reads the environment or files;
+//! it sends nothing.
 
 use std::fmt;
 use std::future::Future;
 use std::path::PathBuf;
 use std::pin::Pin;
 
-use k8s_openapi::api::core::v1::Secret;
-use kube::Api;
-use trainwarden_core::receiver::SecretRef;
+use trainwarden_core::SecretRef;
 
 /// A secret string. Only [`SecretValue::expose`] reveals it; formatting never does.
 #[derive(Clone, PartialEq, Eq)]
@@ -25,6 +24,12 @@ pub struct SecretValue(String);
 impl SecretValue {
     pub fn new(value: impl Into<String>) -> Self {
         SecretValue(value.into())
+    }
+
+    /// A value read from a Secret store as bytes: UTF-8 text without the trailing newline an editor or `echo`
+    /// adds, and not empty. Errors name `reference`.
+    pub fn from_secret_bytes(reference: &SecretRef, bytes: Vec<u8>) -> Result<SecretValue, SecretError> {
+        checked(reference, bytes)
     }
 
     /// The value, for the one place that must use it (a request URL, an SMTP login, an HMAC key).
@@ -186,63 +191,6 @@ impl SecretResolver for LocalSecrets {
                 (result, _) => result,
             }
         })
-    }
-}
-
-/// Secrets from the Kubernetes API (`get` on `secrets` in the referenced namespace).
-#[derive(Clone)]
-pub struct KubeSecrets {
-    client: kube::Client,
-}
-
-impl KubeSecrets {
-    pub fn new(client: kube::Client) -> Self {
-        KubeSecrets { client }
-    }
-
-    async fn lookup(&self, reference: &SecretRef) -> Result<SecretValue, SecretError> {
-        let api: Api<Secret> = Api::namespaced(self.client.clone(), &reference.namespace);
-        let secret = match api.get_opt(&reference.name).await {
-            Ok(Some(s)) => s,
-            Ok(None) => {
-                return Err(SecretError::NotFound {
-                    reference: reference.to_string(),
-                    detail: format!("no Secret {}/{}", reference.namespace, reference.name),
-                });
-            }
-            // kube's errors carry the API status (reason, request path), never a Secret's data.
-            Err(kube::Error::Api(status)) if status.code == 401 || status.code == 403 => {
-                return Err(SecretError::Forbidden {
-                    reference: reference.to_string(),
-                    detail: format!("{} ({}); check the controller's RBAC", status.message, status.code),
-                });
-            }
-            Err(e) => {
-                return Err(SecretError::Unavailable {
-                    reference: reference.to_string(),
-                    detail: e.to_string(),
-                });
-            }
-        };
-        if let Some(bytes) = secret.data.as_ref().and_then(|d| d.get(&reference.key)) {
-            return checked(reference, bytes.0.clone());
-        }
-        if let Some(text) = secret.string_data.as_ref().and_then(|d| d.get(&reference.key)) {
-            return checked(reference, text.clone().into_bytes());
-        }
-        Err(SecretError::NotFound {
-            reference: reference.to_string(),
-            detail: format!(
-                "Secret {}/{} has no key {:?}",
-                reference.namespace, reference.name, reference.key
-            ),
-        })
-    }
-}
-
-impl SecretResolver for KubeSecrets {
-    fn resolve<'a>(&'a self, reference: &'a SecretRef) -> SecretFuture<'a> {
-        Box::pin(self.lookup(reference))
     }
 }
 

@@ -16,8 +16,8 @@ use lettre::message::{Mailbox, MultiPart};
 use lettre::transport::smtp::authentication::Credentials;
 use lettre::transport::smtp::client::{Certificate, Tls, TlsParameters};
 use lettre::{AsyncSmtpTransport, AsyncTransport, Message, Tokio1Executor};
-use trainwarden_core::policy::SmtpTls;
-use trainwarden_core::receiver::{EmailChannel, SlackChannel, WebhookChannel, WebhookUrl};
+use trainwarden_core::SmtpTls;
+use trainwarden_core::{EmailChannel, SlackChannel, WebhookChannel, WebhookUrl};
 
 use crate::grouping::Notification;
 use crate::render::{self, Rendered};
@@ -125,10 +125,7 @@ impl Sender {
         }
     }
 
-    async fn secret(
-        &self,
-        reference: &trainwarden_core::receiver::SecretRef,
-    ) -> Result<SecretValue, SendError> {
+    async fn secret(&self, reference: &trainwarden_core::SecretRef) -> Result<SecretValue, SendError> {
         self.secrets.resolve(reference).await.map_err(|e| match e {
             // The API or a file could not be read: that may pass.
             SecretError::Unavailable { .. } => SendError::Retryable(e.to_string()),

@@ -2,7 +2,7 @@
 //! message content, HMAC signatures, grouping, repeat interval, resolved messages, backoff, 4xx, queue bounds
 //! and secrets kept out of errors and logs.
 
-mod common;
+use trainwarden_testkit::receivers as common;
 
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -62,7 +62,7 @@ fn secrets(test: &str, server: &HttpReceiver) -> SecretsDir {
     dir
 }
 
-fn plateau_again(p: &trainwarden_core::compile::CompiledPolicy) -> trainwarden_core::evaluate::ActionIntent {
+fn plateau_again(p: &trainwarden_core::CompiledPolicy) -> trainwarden_core::ActionIntent {
     intent(p, "loss-plateau", "ft-llama", now(), notify("team"))
 }
 

@@ -3,7 +3,7 @@
 //! implicit TLS, with authentication. Checks the message (subject, text and HTML parts, envelope), that the
 //! certificate is really verified, and that a rejected login is reported and not retried.
 
-mod common;
+use trainwarden_testkit::receivers as common;
 
 use std::sync::Arc;
 use std::time::Duration;

@@ -10,10 +10,10 @@
 use std::io::{BufRead, BufReader, Write};
 use std::time::Instant;
 
-use trainwarden_core::compile::{compile, parse_documents};
-use trainwarden_core::evaluate::{EngineConfig, Evaluator};
+use trainwarden_core::parse_line;
 use trainwarden_core::replay::{self, Replay};
-use trainwarden_core::stream::parse_line;
+use trainwarden_core::{EngineConfig, Evaluator};
+use trainwarden_core::{compile, parse_documents};
 
 fn main() {
     let args: Vec<String> = std::env::args().collect();

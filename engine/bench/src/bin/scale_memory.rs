@@ -7,10 +7,10 @@
 use std::time::Instant;
 
 use trainwarden_bench::{Rng, hf_line, rss_bytes};
-use trainwarden_core::compile::{compile, parse_documents};
-use trainwarden_core::evaluate::{EngineConfig, Evaluator};
-use trainwarden_core::sample::JobKey;
-use trainwarden_core::stream::{StreamRecord, parse_line};
+use trainwarden_core::JobKey;
+use trainwarden_core::{EngineConfig, Evaluator};
+use trainwarden_core::{StreamRecord, parse_line};
+use trainwarden_core::{compile, parse_documents};
 
 const POLICY: &str = r#"
 apiVersion: trainwarden.dev/v1alpha1
@@ -70,7 +70,7 @@ fn main() {
         evaluator.job(&JobKey::new("scale", "job-00000")).map_or(0, |d| d.series.metric_names().count());
     let window = evaluator
         .job(&JobKey::new("scale", "job-00000"))
-        .and_then(|d| d.series.metric("loss").map(|m| m.window_len()))
+        .and_then(|d| d.series.metric("loss").map(trainwarden_core::MetricSeries::window_len))
         .unwrap_or(0);
 
     println!(

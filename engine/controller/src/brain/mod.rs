@@ -1,0 +1,662 @@
+//! The evaluation loop: one task owns the [`Evaluator`] and the per-policy books, reads [`Input`]s and the
+//! clock, and emits [`Work`] for the executor and [`StatusUpdate`]s for the status writer. No I/O here
+//! beyond those channels, so [`Brain`] itself is tested with plain `#[test]`s: a policy's receivers go to the
+//! executor as [`Work::Receivers`] (configuring them starts delivery tasks), the per-policy books live in
+//! `books` and the status projection in `status`.
+//!
+//! Restart safety: a policy's status carries its rule memories (`status.ruleStates`). The first time a
+//! policy is seen the memories are handed to [`Evaluator::restore`] — before any TrainJob is observed, since
+//! the TrainJob watch starts only once the policies are listed — so a pending `for` keeps its original
+//! deadline and a firing rule does not fire (and act) again. Memories of jobs that vanished meanwhile are
+//! dropped once the TrainJobs are listed.
+
+mod books;
+mod status;
+
+use std::collections::{HashMap, HashSet};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use tokio::sync::{mpsc, oneshot, watch};
+use tracing::{debug, info, warn};
+use trainwarden_core::compile;
+use trainwarden_core::{ActionSpec, PolicyId, PolicyKind};
+use trainwarden_core::{EngineConfig, Evaluator, Event, TransitionKind};
+use trainwarden_core::{JobKey, NormalizeError, Timestamp};
+use trainwarden_kube::ProgressPolicyStatus;
+
+use crate::config::ControllerConfig;
+use crate::messages::{Input, PolicyInput, ReceiverChange, StatusUpdate, TrainJobEvent, Work};
+use crate::metrics::{DroppedWork, InvalidInput, Metrics, ModeLabel, ModeLabels};
+use books::PolicyBook;
+use trainwarden_notify::{JobProgress, Notifier};
+
+pub struct Brain {
+    evaluator: Evaluator,
+    books: HashMap<PolicyId, PolicyBook>,
+    policy_kinds_listed: HashSet<PolicyKind>,
+    jobs_listed: bool,
+    exempt: HashSet<JobKey>,
+    unreadable: HashMap<JobKey, NormalizeError>,
+    events: Vec<Event>,
+    /// Output of the last step, for the caller to send.
+    pub work: Vec<Work>,
+    metrics: Arc<Metrics>,
+    last_sent: HashMap<PolicyId, ProgressPolicyStatus>,
+    removed: Vec<PolicyId>,
+    /// Intents handed to the executor and not yet reported back, per (policy, job, rule). While a firing's
+    /// actions are in flight its memory is persisted as "pending, due now" rather than "firing", so a
+    /// controller that dies before performing them fires again after the restart (same intent ids, so a
+    /// suspension that did happen is recognised) instead of remembering an action that never happened.
+    in_flight: HashMap<(PolicyId, JobKey, String), usize>,
+    /// Read for its counters (status, metrics). Receiver changes go to it through the executor (every
+    /// replica, so a new leader is ready); delivery happens on the leader only.
+    notifier: Option<Notifier>,
+}
+
+impl Brain {
+    pub fn new(config: &ControllerConfig, metrics: Arc<Metrics>, notifier: Option<Notifier>) -> Self {
+        let engine = EngineConfig {
+            eval_interval: trainwarden_core::PolicyDuration::from_secs(config.eval_interval.as_secs().max(1)),
+            ..EngineConfig::default()
+        };
+        Brain {
+            evaluator: Evaluator::new(engine),
+            books: HashMap::new(),
+            policy_kinds_listed: HashSet::new(),
+            jobs_listed: false,
+            exempt: HashSet::new(),
+            unreadable: HashMap::new(),
+            events: Vec::new(),
+            work: Vec::new(),
+            metrics,
+            last_sent: HashMap::new(),
+            removed: Vec::new(),
+            in_flight: HashMap::new(),
+            notifier,
+        }
+    }
+
+    pub fn evaluator(&self) -> &Evaluator {
+        &self.evaluator
+    }
+
+    /// Both policy kinds have been listed (the TrainJob watch may start).
+    pub fn policies_listed(&self) -> bool {
+        PolicyKind::ALL.iter().all(|kind| self.policy_kinds_listed.contains(kind))
+    }
+
+    pub fn jobs_listed(&self) -> bool {
+        self.jobs_listed
+    }
+
+    /// Handles one input at `now`; the resulting work is in [`Brain::work`].
+    pub fn handle(&mut self, input: Input, now: Timestamp) {
+        match input {
+            Input::Policy(p) => self.apply_policy(*p, now),
+            Input::PolicyGone(key) => {
+                if let Some(book) = self.books.remove(&key)
+                    && let Some(reference) = book.reference
+                {
+                    self.evaluator.remove_policy(&reference, now, &mut self.events);
+                    if self.notifier.is_some() {
+                        self.work.push(Work::Receivers(ReceiverChange::Remove(reference)));
+                    }
+                }
+                self.last_sent.remove(&key);
+                self.removed.push(key);
+            }
+            Input::PoliciesListed(kind) => {
+                self.policy_kinds_listed.insert(kind);
+            }
+            Input::Namespace { name, labels } => self.evaluator.set_namespace_labels(&name, labels),
+            Input::Job(job) => {
+                let job = *job;
+                if job.exempt {
+                    if self.exempt.insert(job.key.clone()) {
+                        self.evaluator.forget_job(&job.key, now, &mut self.events);
+                        self.work.push(Work::RecordEvent(Box::new(TrainJobEvent {
+                            job: job.key.clone(),
+                            warning: false,
+                            reason: "Exempt".into(),
+                            action: "Evaluate".into(),
+                            note: format!(
+                                "annotated {}=true: no progress policy applies to this TrainJob",
+                                crate::EXEMPT_ANNOTATION
+                            ),
+                        })));
+                    }
+                } else {
+                    self.exempt.remove(&job.key);
+                    match job.snapshot {
+                        Ok(snapshot) => {
+                            self.unreadable.remove(&job.key);
+                            let started = Instant::now();
+                            self.evaluator.observe(snapshot, now, &mut self.events);
+                            self.metrics.evaluations.inc();
+                            self.metrics.evaluation_seconds.observe(started.elapsed().as_secs_f64());
+                        }
+                        Err(message) => {
+                            self.metrics.invalid(InvalidInput::TrainjobProgress);
+                            if self.unreadable.get(&job.key) != Some(&message) {
+                                warn!(job = %job.key, error = %message, "cannot read the TrainJob's progress");
+                                self.unreadable.insert(job.key, message);
+                            }
+                        }
+                    }
+                }
+            }
+            Input::JobGone(key) => {
+                self.exempt.remove(&key);
+                self.unreadable.remove(&key);
+                self.evaluator.forget_job(&key, now, &mut self.events);
+            }
+            Input::JobsListed => {
+                if !self.jobs_listed {
+                    self.jobs_listed = true;
+                    let dropped = self.evaluator.drop_unclaimed_memories();
+                    info!(
+                        jobs = self.evaluator.job_count(),
+                        dropped_memories = dropped,
+                        "TrainJobs listed; ready"
+                    );
+                }
+            }
+            Input::Outcome(o) => self.record_outcome(*o),
+        }
+        self.metrics.jobs.set(self.evaluator.job_count() as i64);
+        self.drain_events();
+    }
+
+    /// Runs due timers at `now`.
+    pub fn tick(&mut self, now: Timestamp) {
+        let started = Instant::now();
+        self.evaluator.tick(now, &mut self.events);
+        self.metrics.evaluations.inc();
+        self.metrics.evaluation_seconds.observe(started.elapsed().as_secs_f64());
+        self.drain_events();
+    }
+
+    pub fn next_tick(&self) -> Option<Timestamp> {
+        self.evaluator.next_tick()
+    }
+
+    fn apply_policy(&mut self, p: PolicyInput, now: Timestamp) {
+        let first_sight = !self.books.contains_key(&p.key);
+        let book = self.books.entry(p.key.clone()).or_default();
+        // Our own status writes come back as watch events; the spec (metadata.generation) did not change, so
+        // there is nothing to compile again.
+        let judged =
+            book.reference.as_ref().is_some_and(|r| r.generation == p.generation) || book.error.is_some();
+        if !first_sight && book.generation == p.generation && judged {
+            return;
+        }
+        book.generation = p.generation;
+        if first_sight && let Some(status) = &p.status {
+            // Continuity across restarts: savings, counts and the last action come back from status.
+            book.gpu_hours_saved = status.gpu_hours_saved.unwrap_or(0.0);
+            book.dollars_saved = status.dollars_saved;
+            book.gpu_hours_would_save = status.gpu_hours_would_save.unwrap_or(0.0);
+            book.dollars_would_save = status.dollars_would_save;
+            book.action_counts = status.action_counts.clone();
+            book.conditions = status.conditions.clone();
+            if let (Some(what), Some(at)) = (&status.last_action, &status.last_action_time) {
+                book.last_action = Some((what.clone(), at.0));
+            }
+        }
+        let document = match p.document {
+            Ok(d) => d,
+            Err(e) => {
+                book.error = Some(e.to_string());
+                self.metrics.invalid(InvalidInput::Policy);
+                return;
+            }
+        };
+        match compile(&document, self.evaluator.scripts()) {
+            Ok(compiled) => {
+                let reference = compiled.reference.clone();
+                info!(policy = %reference, generation = reference.generation, "policy loaded");
+                if self.notifier.is_some() {
+                    self.work.push(Work::Receivers(ReceiverChange::Configure {
+                        policy: compiled.reference.clone(),
+                        receivers: compiled.receivers.clone(),
+                    }));
+                }
+                self.evaluator.upsert_policy(compiled, now, &mut self.events);
+                if first_sight
+                    && let Some(status) = p.status
+                    && !status.rule_states.is_empty()
+                {
+                    info!(policy = %reference, memories = status.rule_states.len(), "restoring rule state");
+                    self.evaluator.restore(&reference, status.rule_states);
+                }
+                book.reference = Some(reference);
+                book.error = None;
+            }
+            Err(errors) => {
+                self.metrics.invalid(InvalidInput::Policy);
+                warn!(policy = ?p.key, error = %errors, "invalid policy");
+                book.error = Some(errors.to_string());
+            }
+        }
+        self.metrics.policies.set(self.books.values().filter(|b| b.reference.is_some()).count() as i64);
+    }
+
+    fn drain_events(&mut self) {
+        self.drain_events_in_order();
+        // A firing's actions that stop the job go last: a suspended job's rules are frozen, so if the
+        // controller died after stopping the job but before its Events and notifications, those would never
+        // be redone; done first, a crash before the suspension is redone whole (see `in_flight`).
+        let stops = |w: &Work| matches!(w, Work::Act(i) if matches!(i.action, ActionSpec::Suspend(_) | ActionSpec::Scale(_)));
+        if self.work.iter().any(stops) {
+            let (last, mut first): (Vec<Work>, Vec<Work>) = self.work.drain(..).partition(stops);
+            first.extend(last);
+            self.work = first;
+        }
+    }
+
+    fn drain_events_in_order(&mut self) {
+        for event in self.events.drain(..) {
+            if let Some(_notifier) = &self.notifier
+                && matches!(
+                    event,
+                    Event::Intent(_) | Event::Transition { kind: TransitionKind::Resolved, .. }
+                )
+            {
+                let job = match &event {
+                    Event::Intent(i) => &i.job,
+                    Event::Transition { job, .. } => job,
+                    _ => unreachable!("matched above"),
+                };
+                let progress = self.evaluator.job(job).and_then(JobProgress::of);
+                self.work.push(Work::Notify(Box::new(event.clone()), progress));
+            }
+            match event {
+                Event::Intent(intent) => {
+                    let p = &intent.policy;
+                    let flight = (p.id(), intent.job.clone(), intent.rule.clone());
+                    *self.in_flight.entry(flight).or_default() += 1;
+                    self.work.push(Work::Act(Box::new(intent)));
+                }
+                Event::Transition { job, policy, rule, kind, reason, mode, .. } => {
+                    let values = reason
+                        .values
+                        .iter()
+                        .map(|(k, v)| format!("{k}={}", trainwarden_core::fmt_num(*v)))
+                        .collect::<Vec<_>>()
+                        .join(", ");
+                    let values = if values.is_empty() { String::new() } else { format!(" [{values}]") };
+                    let (warning, name) = match kind {
+                        TransitionKind::Firing => {
+                            self.metrics
+                                .firings
+                                .get_or_create(&ModeLabels { mode: ModeLabel(Some(mode)) })
+                                .inc();
+                            (true, "RuleFiring")
+                        }
+                        TransitionKind::Resolved => (false, "RuleResolved"),
+                        TransitionKind::Pending | TransitionKind::Cleared => {
+                            debug!(%job, %policy, rule, kind = kind.as_str(), "transition");
+                            continue;
+                        }
+                    };
+                    self.work.push(Work::RecordEvent(Box::new(TrainJobEvent {
+                        job,
+                        warning,
+                        reason: name.into(),
+                        action: "Evaluate".into(),
+                        note: format!(
+                            "{} {policy} rule {rule} {} [{}]: {}{values}",
+                            policy.kind,
+                            kind.as_str(),
+                            mode.as_str(),
+                            reason.summary
+                        ),
+                    })));
+                }
+                Event::RuleError { job, policy, rule, message, .. } => {
+                    warn!(%job, %policy, rule, error = %message, "rule evaluation failed");
+                    self.work.push(Work::RecordEvent(Box::new(TrainJobEvent {
+                        job,
+                        warning: true,
+                        reason: "RuleError".into(),
+                        action: "Evaluate".into(),
+                        note: format!("{} {policy} rule {rule}: {message}", policy.kind),
+                    })));
+                }
+                Event::Suppressed { job, policy, rule, action, until, .. } => {
+                    debug!(%job, %policy, rule, action = action.as_str(), %until, "suppressed by cooldown");
+                }
+            }
+        }
+    }
+}
+
+fn until(t: Timestamp, now: Timestamp) -> Duration {
+    let secs = t.duration_since(now).as_secs_f64();
+    Duration::from_secs_f64(secs.clamp(0.0, 3600.0))
+}
+
+/// The loop: inputs, timers and the status beat, one at a time.
+#[allow(clippy::too_many_arguments)]
+pub async fn run(
+    mut brain: Brain,
+    config: ControllerConfig,
+    mut inputs: mpsc::Receiver<Input>,
+    work: mpsc::Sender<Work>,
+    statuses: mpsc::Sender<StatusUpdate>,
+    policies_synced: oneshot::Sender<()>,
+    ready: watch::Sender<bool>,
+    metrics: Arc<Metrics>,
+) {
+    let mut policies_synced = Some(policies_synced);
+    // tokio's interval panics on zero.
+    let mut beat = tokio::time::interval(config.status_interval.max(Duration::from_millis(10)));
+    beat.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        let next = brain.next_tick();
+        let wait = next.map_or(Duration::from_secs(3600), |t| until(t, Timestamp::now()));
+        tokio::select! {
+            input = inputs.recv() => {
+                let Some(input) = input else { break };
+                brain.handle(input, Timestamp::now());
+                if brain.policies_listed() && let Some(tx) = policies_synced.take() {
+                    let _ = tx.send(());
+                }
+                if brain.jobs_listed() && !*ready.borrow() {
+                    let _ = ready.send(true);
+                }
+            }
+            _ = tokio::time::sleep(wait) => {
+                // Never evaluate a timer before its time (a sleep can end a hair early on some clocks).
+                let now = next.map_or_else(Timestamp::now, |n| Timestamp::now().max(n));
+                brain.tick(now);
+            }
+            _ = beat.tick() => {
+                brain.refresh_notification_metrics();
+                for update in brain.changed_statuses(Timestamp::now()) {
+                    if statuses.send(update).await.is_err() {
+                        return;
+                    }
+                }
+            }
+        }
+        for item in brain.work.drain(..) {
+            if work.send(item).await.is_err() {
+                metrics.dropped(DroppedWork::ExecutorGone);
+                return;
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::messages::{ActionResult, JobInput, Outcome};
+    use trainwarden_core::parse_documents;
+    use trainwarden_core::{ActionIntent, RuleMemory};
+    use trainwarden_core::{JobSnapshot, Metric, ProgressSample, SampleSource};
+    use trainwarden_core::{Mode, RuleState};
+    use trainwarden_kube::status::CONDITION_READY;
+
+    fn t(s: i64) -> Timestamp {
+        Timestamp::from_second(1_795_798_800 + s).unwrap()
+    }
+
+    fn brain() -> Brain {
+        Brain::new(&ControllerConfig::default(), Arc::new(Metrics::new()), None)
+    }
+
+    fn key() -> PolicyId {
+        PolicyId { kind: PolicyKind::Namespaced, namespace: Some("ml".into()), name: "p".into() }
+    }
+
+    fn policy_input(rules: &str, status: Option<ProgressPolicyStatus>) -> Input {
+        let yaml = format!(
+            "apiVersion: trainwarden.dev/v1alpha1\nkind: ProgressPolicy\nmetadata: {{name: p, namespace: ml}}\n\
+             spec:\n  mode: Enforce\n  samplingInterval: 1s\n  rules:\n{rules}"
+        );
+        let doc = parse_documents(&yaml, "test").unwrap().remove(0);
+        Input::Policy(Box::new(PolicyInput { key: key(), generation: 1, document: Ok(doc), status }))
+    }
+
+    fn job_reporting(loss: f64, at: Timestamp) -> Input {
+        let mut snapshot = JobSnapshot::new(JobKey::new("ml", "ft"));
+        snapshot.created_at = Some(t(-60));
+        let mut sample = ProgressSample::empty(at, SampleSource::TrainerStatus);
+        sample.metrics.push(Metric { name: "loss".into(), value: loss });
+        snapshot.sample = Some(sample);
+        Input::Job(Box::new(JobInput { key: snapshot.key.clone(), snapshot: Ok(snapshot), exempt: false }))
+    }
+
+    fn actions(brain: &mut Brain) -> Vec<String> {
+        brain
+            .work
+            .drain(..)
+            .filter_map(|w| match w {
+                Work::Act(i) => Some(format!("{} {}", i.action.kind(), i.job)),
+                Work::RecordEvent(_) | Work::Notify(..) | Work::Receivers(_) => None,
+            })
+            .collect()
+    }
+
+    #[test]
+    fn an_invalid_script_is_reported_with_its_position_and_nothing_is_loaded() {
+        let mut b = brain();
+        b.handle(
+            policy_input("    - {name: bad, when: 'metric(\"loss\") >', actions: [{suspend: {}}]}\n", None),
+            t(0),
+        );
+        let status = b.status_of(&key(), t(0));
+        let ready = status.conditions.iter().find(|c| c.type_ == CONDITION_READY).unwrap();
+        assert_eq!((ready.status.as_str(), ready.reason.as_str()), ("False", "InvalidPolicy"));
+        assert!(ready.message.contains("spec.rules[0].when: line 1:"), "{}", ready.message);
+        assert_eq!(status.matched_jobs, None);
+    }
+
+    #[test]
+    fn a_restored_pending_rule_fires_at_its_original_deadline() {
+        let rules =
+            "    - {name: high, when: 'metric(\"loss\") > 5.0', for: 10s, actions: [{suspend: {}}]}\n";
+        let status = ProgressPolicyStatus {
+            rule_states: vec![RuleMemory {
+                job: "ml/ft".into(),
+                rule: "high".into(),
+                state: RuleState::Pending,
+                since: Some(t(0)),
+                cleared_at: None,
+                firings: 0,
+                last_issued: vec![],
+                rule_hash: None,
+            }],
+            ..Default::default()
+        };
+        let mut b = brain();
+        b.handle(policy_input(rules, Some(status)), t(4));
+        b.handle(job_reporting(9.0, t(5)), t(6));
+        assert!(actions(&mut b).is_empty());
+        assert_eq!(b.next_tick(), Some(t(10)), "the timer is the original deadline");
+        b.tick(t(10));
+        assert_eq!(actions(&mut b), vec!["suspend ml/ft"]);
+    }
+
+    /// A controller that dies between issuing a suspension and performing it must not remember it as done.
+    #[test]
+    fn an_action_in_flight_is_persisted_as_due_and_redone_after_a_restart() {
+        let rules =
+            "    - {name: high, when: 'metric(\"loss\") > 5.0', for: 10s, actions: [{suspend: {}}]}\n";
+        let mut b = brain();
+        b.handle(policy_input(rules, None), t(0));
+        b.handle(job_reporting(9.0, t(0)), t(0));
+        b.tick(t(10));
+        let issued: Vec<ActionIntent> =
+            b.work.drain(..).filter_map(|w| if let Work::Act(i) = w { Some(*i) } else { None }).collect();
+        assert_eq!(issued.len(), 1);
+        // No outcome yet: persisted as pending since t(0), due now.
+        let status = b.status_of(&key(), t(10));
+        let m = &status.rule_states[0];
+        assert_eq!((m.state, m.since, m.firings), (RuleState::Pending, Some(t(0)), 0));
+        assert_eq!(m.last_issued, vec![None]);
+
+        // The restarted controller fires at once, with the same intent id.
+        let mut after = brain();
+        after.handle(policy_input(rules, Some(status)), t(12));
+        after.handle(job_reporting(9.0, t(11)), t(12));
+        let redone: Vec<String> = after
+            .work
+            .drain(..)
+            .filter_map(|w| if let Work::Act(i) = w { Some(i.id) } else { None })
+            .collect();
+        assert_eq!(redone, vec![issued[0].id.clone()]);
+
+        // Once the executor reports back, the memory is "firing".
+        let outcome = Outcome {
+            policy: key(),
+            job: JobKey::new("ml", "ft"),
+            rule: "high".into(),
+            action: crate::messages::ExecutedAction::Suspend,
+            mode: Mode::Enforce,
+            result: ActionResult::Done,
+            message: String::new(),
+            at: t(10),
+            savings: None,
+        };
+        b.handle(Input::Outcome(Box::new(outcome)), t(11));
+        let m = &b.status_of(&key(), t(11)).rule_states[0];
+        assert_eq!((m.state, m.firings), (RuleState::Firing, 1));
+    }
+
+    #[test]
+    fn actions_that_stop_the_job_are_performed_last() {
+        let rules = "    - {name: high, when: 'metric(\"loss\") > 5.0', actions: [{suspend: {}}, {event: {}}, {annotate: {key: k}}]}\n";
+        let mut b = brain();
+        b.handle(policy_input(rules, None), t(0));
+        b.handle(job_reporting(9.0, t(0)), t(0));
+        assert_eq!(actions(&mut b), vec!["event ml/ft", "annotate ml/ft", "suspend ml/ft"]);
+    }
+
+    #[test]
+    fn an_exempt_job_is_announced_once_and_never_judged() {
+        let mut b = brain();
+        b.handle(
+            policy_input(
+                "    - {name: high, when: 'metric(\"loss\") > 5.0', actions: [{suspend: {}}]}\n",
+                None,
+            ),
+            t(0),
+        );
+        for s in 1..3 {
+            let Input::Job(mut job) = job_reporting(9.0, t(s)) else { unreachable!() };
+            job.exempt = true;
+            b.handle(Input::Job(job), t(s));
+        }
+        let reasons: Vec<String> = b
+            .work
+            .drain(..)
+            .map(|w| match w {
+                Work::RecordEvent(a) => a.reason,
+                Work::Act(i) => format!("act {}", i.action.kind()),
+                Work::Notify(..) => "notify".into(),
+                Work::Receivers(_) => "receivers".into(),
+            })
+            .collect();
+        assert_eq!(reasons, vec!["Exempt"]);
+    }
+
+    #[test]
+    fn outcomes_feed_last_action_savings_and_counts() {
+        let mut b = brain();
+        b.handle(
+            policy_input(
+                "    - {name: high, when: 'metric(\"loss\") > 5.0', actions: [{suspend: {}}]}\n",
+                None,
+            ),
+            t(0),
+        );
+        let outcome = Outcome {
+            policy: key(),
+            job: JobKey::new("ml", "ft"),
+            rule: "high".into(),
+            action: crate::messages::ExecutedAction::Suspend,
+            mode: Mode::Enforce,
+            result: ActionResult::Done,
+            message: String::new(),
+            at: t(5),
+            savings: Some(trainwarden_core::Savings {
+                until: t(3605),
+                basis: trainwarden_core::SavingsBasis::EstimatedEnd,
+                gpus: 8.0,
+                gpu_hours: 8.0,
+                dollars: Some(80.0),
+            }),
+        };
+        b.handle(Input::Outcome(Box::new(outcome)), t(5));
+        let status = b.status_of(&key(), t(6));
+        assert_eq!(status.last_action.as_deref(), Some("suspend ml/ft (high)"));
+        assert_eq!((status.gpu_hours_saved, status.dollars_saved), (Some(8.0), Some(80.0)));
+        assert_eq!(status.action_counts.get("suspend/done"), Some(&1));
+        assert_eq!(status.jobs[0].last_action.as_deref(), Some("suspend (high)"));
+        // Unchanged statuses are not sent twice.
+        assert_eq!(b.changed_statuses(t(6)).len(), 1);
+        assert!(b.changed_statuses(t(7)).is_empty());
+    }
+}
+
+#[cfg(test)]
+mod watch_path_tests {
+    use super::*;
+    use trainwarden_core::parse_documents;
+
+    /// The controller's path end to end without a cluster: watched TrainJob objects (as JSON, the way the
+    /// API server sends them) through `inputs::job_input` into the brain, with a plateau rule.
+    #[test]
+    fn a_plateau_fires_from_watched_trainjob_objects() {
+        let mut b = Brain::new(&ControllerConfig::default(), Arc::new(Metrics::new()), None);
+        let yaml = "apiVersion: trainwarden.dev/v1alpha1\nkind: ProgressPolicy\nmetadata: {name: p, namespace: ns}\n\
+                    spec:\n  mode: Enforce\n  samplingInterval: 1s\n  rules:\n    - {name: plateau, uses: plateau, with: {metric: loss, window: 4, minDelta: 0.01}, actions: [{suspend: {}}]}\n";
+        let doc = parse_documents(yaml, "test").unwrap().remove(0);
+        let key = PolicyId {
+            kind: PolicyKind::Namespaced,
+            namespace: Some("ns".to_string()),
+            name: "p".to_string(),
+        };
+        b.handle(
+            Input::Policy(Box::new(PolicyInput { key, generation: 1, document: Ok(doc), status: None })),
+            t(0),
+        );
+        let losses = ["2.0", "1.5", "1.0", "0.80", "0.801", "0.799", "0.802", "0.800", "0.803"];
+        let mut fired = None;
+        for (i, loss) in losses.iter().enumerate() {
+            let obj: kube::api::DynamicObject = serde_json::from_value(serde_json::json!({
+                "apiVersion": "trainer.kubeflow.org/v1alpha1", "kind": "TrainJob",
+                "metadata": {"name": "j", "namespace": "ns", "creationTimestamp": "2026-11-30T09:59:00Z"},
+                "spec": {"trainer": {"numNodes": 1}},
+                "status": {"trainerStatus": {"progressPercentage": 10 + i, "metrics": [{"name": "loss", "value": loss}],
+                           "lastUpdatedTime": format!("2026-11-30T10:00:{i:02}Z")}}
+            }))
+            .unwrap();
+            if i == 5 {
+                // A status write comes back as a watch event of the unchanged policy: nothing may reset.
+                let doc = parse_documents(yaml, "test").unwrap().remove(0);
+                let key = PolicyId {
+                    kind: PolicyKind::Namespaced,
+                    namespace: Some("ns".to_string()),
+                    name: "p".to_string(),
+                };
+                let input = PolicyInput { key, generation: 1, document: Ok(doc), status: None };
+                b.handle(Input::Policy(Box::new(input)), t(i as i64));
+            }
+            let input = crate::sources::job_input(&obj).expect("a namespaced TrainJob");
+            b.handle(Input::Job(Box::new(input)), t(i as i64));
+            if b.work.drain(..).any(|w| matches!(w, Work::Act(_))) {
+                fired.get_or_insert(i);
+            }
+        }
+        assert_eq!(fired, Some(7), "fires on the 4th report without improvement after the best (0.80)");
+    }
+
+    fn t(s: i64) -> Timestamp {
+        Timestamp::from_second(1_795_798_800 + s).unwrap()
+    }
+}

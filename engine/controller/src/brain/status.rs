@@ -1,0 +1,235 @@
+//! The status projection: a policy's `status` from its book and the evaluator (counts, jobs, rule memories
+//! — with in-flight firings persisted as due, so a crash redoes them — conditions, notification counters).
+
+use std::collections::BTreeMap;
+
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
+use trainwarden_core::PolicyId;
+use trainwarden_core::RuleState;
+use trainwarden_core::{JobKey, Timestamp};
+use trainwarden_kube::status::{CONDITION_FIRING, CONDITION_READY, MAX_RULE_STATES};
+use trainwarden_kube::{JobStatus, ProgressPolicyStatus};
+
+use crate::messages::StatusUpdate;
+
+use super::Brain;
+
+impl Brain {
+    /// Copies the notifier's delivery counters into /metrics.
+    pub fn refresh_notification_metrics(&self) {
+        let Some(n) = &self.notifier else { return };
+        for s in n.stats() {
+            let policy = match &s.policy_namespace {
+                Some(ns) => format!("{}/{ns}/{}", s.policy_kind, s.policy_name),
+                None => format!("{}/{}", s.policy_kind, s.policy_name),
+            };
+            for (result, value) in
+                [("sent", s.sent), ("failed", s.failed), ("retried", s.retried), ("dropped", s.dropped)]
+            {
+                self.metrics
+                    .notifications
+                    .get_or_create(&crate::metrics::NotificationLabels {
+                        policy: policy.clone(),
+                        receiver: s.receiver.clone(),
+                        channel: s.channel.as_str().into(),
+                        result: result.into(),
+                    })
+                    .set(value as i64);
+            }
+        }
+    }
+
+    /// The statuses that changed since they were last returned (a removed policy comes back with a default
+    /// status, which tells the writer to forget it).
+    pub fn changed_statuses(&mut self, now: Timestamp) -> Vec<StatusUpdate> {
+        let mut out: Vec<StatusUpdate> = self
+            .removed
+            .drain(..)
+            .map(|key| StatusUpdate { key, status: ProgressPolicyStatus::default() })
+            .collect();
+        let keys: Vec<PolicyId> = self.books.keys().cloned().collect();
+        for key in keys {
+            let status = self.status_of(&key, now);
+            if self.last_sent.get(&key) != Some(&status) {
+                self.last_sent.insert(key.clone(), status.clone());
+                out.push(StatusUpdate { key, status });
+            }
+        }
+        out
+    }
+
+    /// The status of one policy now.
+    pub fn status_of(&mut self, key: &PolicyId, now: Timestamp) -> ProgressPolicyStatus {
+        let Some(book) = self.books.get(key) else { return ProgressPolicyStatus::default() };
+        let mut status = ProgressPolicyStatus {
+            observed_generation: Some(book.generation),
+            last_action: book.last_action.as_ref().map(|(w, _)| w.clone()),
+            last_action_time: book.last_action.as_ref().map(|(_, at)| Time(*at)),
+            gpu_hours_saved: (book.gpu_hours_saved > 0.0).then_some(round(book.gpu_hours_saved)),
+            dollars_saved: book.dollars_saved.map(round),
+            gpu_hours_would_save: (book.gpu_hours_would_save > 0.0)
+                .then_some(round(book.gpu_hours_would_save)),
+            dollars_would_save: book.dollars_would_save.map(round),
+            action_counts: book.action_counts.clone(),
+            ..ProgressPolicyStatus::default()
+        };
+        let mut ready = (true, "Evaluating", String::new());
+        if let Some(reference) = &book.reference {
+            let counts = self.evaluator.counts(reference);
+            status.matched_jobs = Some(counts.matched_jobs as i32);
+            status.firing_rules = Some(counts.firing as i32);
+            status.pending_rules = Some(counts.pending as i32);
+            let mut memories = self.evaluator.memories(reference, now);
+            let mut jobs: BTreeMap<String, JobStatus> = BTreeMap::new();
+            for m in &memories {
+                let entry = jobs
+                    .entry(m.job.clone())
+                    .or_insert_with(|| JobStatus { name: m.job.clone(), ..Default::default() });
+                match m.state {
+                    RuleState::Firing => entry.firing.push(m.rule.clone()),
+                    RuleState::Pending => entry.pending.push(m.rule.clone()),
+                    RuleState::Inactive => {}
+                }
+            }
+            for (job, (what, at)) in &book.job_actions {
+                let name = job.to_string();
+                let entry =
+                    jobs.entry(name.clone()).or_insert_with(|| JobStatus { name, ..Default::default() });
+                entry.last_action = Some(what.clone());
+                entry.last_action_time = Some(Time(*at));
+            }
+            for entry in jobs.values_mut() {
+                if let Some(key) = JobKey::parse(&entry.name) {
+                    // Whole percents: the status changes when progress does, not on every report.
+                    entry.progress_percent = self
+                        .evaluator
+                        .job(&key)
+                        .and_then(|d| d.series.last.and_then(|l| l.progress_percent))
+                        .map(|p| p.clamp(0.0, 100.0).floor());
+                }
+            }
+            status.jobs = JobStatus::cap(jobs.into_values().collect());
+            // Pending and firing first: they matter most after a restart.
+            memories.sort_by_key(|m| match m.state {
+                RuleState::Pending => 0,
+                RuleState::Firing => 1,
+                RuleState::Inactive => 2,
+            });
+            memories.truncate(MAX_RULE_STATES);
+            for m in memories.iter_mut().filter(|m| m.state == RuleState::Firing) {
+                let Some(job) = JobKey::parse(&m.job) else { continue };
+                if !self.in_flight.contains_key(&(key.clone(), job, m.rule.clone())) {
+                    continue;
+                }
+                let for_ = self
+                    .evaluator
+                    .policies()
+                    .find(|p| p.reference == *reference)
+                    .and_then(|p| p.rules.iter().find(|r| r.name == m.rule))
+                    .map_or(0.0, |r| r.for_.as_secs_f64());
+                let fired_at = m.since;
+                m.state = RuleState::Pending;
+                m.since =
+                    fired_at.and_then(|t| t.checked_sub(jiff::SignedDuration::from_secs_f64(for_)).ok());
+                m.firings = m.firings.saturating_sub(1);
+                for issued in &mut m.last_issued {
+                    if *issued == fired_at {
+                        *issued = None;
+                    }
+                }
+                m.cleared_at = None;
+            }
+            status.rule_states = memories;
+            ready.2 = format!("evaluating generation {}", reference.generation);
+            if let Some(error) = &book.error {
+                ready = (
+                    false,
+                    "InvalidPolicy",
+                    format!(
+                        "generation {} is invalid; still evaluating generation {}: {error}",
+                        book.generation, reference.generation
+                    ),
+                );
+            }
+        } else {
+            let error = book.error.clone().unwrap_or_else(|| "not loaded".into());
+            ready = (false, "InvalidPolicy", error);
+        }
+        if let Some(n) = &self.notifier {
+            let PolicyId { kind, namespace, name } = key;
+            status.notifications = n
+                .stats()
+                .into_iter()
+                .filter(|s| {
+                    s.policy_kind == *kind && s.policy_namespace == *namespace && s.policy_name == *name
+                })
+                .take(64)
+                .map(|s| trainwarden_kube::status::NotificationStatus {
+                    receiver: s.receiver,
+                    channel: s.channel.as_str().into(),
+                    sent: s.sent as i64,
+                    failed: s.failed as i64,
+                    retried: s.retried as i64,
+                    dropped: s.dropped as i64,
+                    last_error: s.last_error,
+                })
+                .collect();
+        }
+        let firing = status.firing_rules.unwrap_or(0) > 0;
+        let conditions = vec![
+            condition(&book.conditions, CONDITION_READY, ready.0, ready.1, &ready.2, book.generation, now),
+            condition(
+                &book.conditions,
+                CONDITION_FIRING,
+                firing,
+                if firing { "RulesFiring" } else { "NoneFiring" },
+                &format!("{} (job, rule) pair(s) firing", status.firing_rules.unwrap_or(0)),
+                book.generation,
+                now,
+            ),
+        ];
+        if let Some(book) = self.books.get_mut(key) {
+            book.conditions = conditions.clone();
+        }
+        status.conditions = conditions;
+        status
+    }
+}
+
+fn round(v: f64) -> f64 {
+    (v * 1000.0).round() / 1000.0
+}
+
+/// A condition, keeping its lastTransitionTime while its status does not change.
+fn condition(
+    previous: &[Condition],
+    type_: &str,
+    ok: bool,
+    reason: &str,
+    message: &str,
+    generation: i64,
+    now: Timestamp,
+) -> Condition {
+    let status = if ok { "True" } else { "False" };
+    let since = previous
+        .iter()
+        .find(|c| c.type_ == type_ && c.status == status)
+        .map(|c| c.last_transition_time.clone())
+        .unwrap_or(Time(now));
+    let mut message = message.to_string();
+    if message.len() > 8000 {
+        let mut end = 8000;
+        while !message.is_char_boundary(end) {
+            end -= 1;
+        }
+        message.truncate(end);
+    }
+    Condition {
+        type_: type_.into(),
+        status: status.into(),
+        reason: reason.into(),
+        message,
+        observed_generation: Some(generation),
+        last_transition_time: since,
+    }
+}

@@ -1,0 +1,39 @@
+//! The `annotate` action: one annotation on the TrainJob (the rule's summary unless a value is given).
+
+use kube::ResourceExt;
+use trainwarden_core::AnnotateAction;
+
+use super::super::{ActionError, Ended, Executor, Target};
+use crate::LAST_ACTION_ANNOTATION;
+use crate::messages::ActionResult;
+
+impl Executor {
+    pub(in crate::executor) async fn annotate(
+        &self,
+        target: &Target<'_>,
+        a: &AnnotateAction,
+        record: &str,
+    ) -> Result<Ended, ActionError> {
+        let summary = target.summary;
+        let value = a.value.clone().unwrap_or_else(|| summary.to_string());
+        if target.job.annotations().get(&a.key) == Some(&value) {
+            return Ok(Ended::new(ActionResult::Unchanged, format!("annotation {} already set", a.key)));
+        }
+        self.apply_to_job(
+            target.api,
+            target.job,
+            &[(&a.key, &value), (LAST_ACTION_ANNOTATION, record)],
+            None,
+        )
+        .await?;
+        self.publish(
+            &target.reference,
+            false,
+            "Annotated",
+            "Annotate",
+            &format!("{} set {}: {summary}", target.by, a.key),
+        )
+        .await;
+        Ok(Ended::new(ActionResult::Done, format!("annotation {} set", a.key)))
+    }
+}

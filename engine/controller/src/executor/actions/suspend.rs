@@ -1,0 +1,131 @@
+//! The `suspend` action: `spec.suspend: true` on the TrainJob, or, for a job Kueue manages, its Workload
+//! deactivated (Kueue owns `spec.suspend` of such jobs and would undo a direct suspension).
+
+use kube::ResourceExt;
+use kube::api::{Api, ApiResource, DynamicObject, GroupVersionKind, Patch, PatchParams};
+use serde_json::json;
+use trainwarden_core::SuspendAction;
+use trainwarden_kube::FIELD_MANAGER;
+
+use super::super::ssa::spec_bool;
+use super::super::{ActionError, Ended, Executor, Target};
+use crate::messages::{ActionResult, ExecutedAction};
+use crate::metrics::ApiOperation;
+use crate::{KUEUE_QUEUE_LABEL, LAST_ACTION_ANNOTATION, SUSPENDED_BY_ANNOTATION};
+
+/// Kueue's Workload (`kueue.x-k8s.io/v1beta1`), the object that owns admission of a Kueue-managed job.
+pub fn workload_resource() -> ApiResource {
+    workload_resource_version("v1beta1")
+}
+
+/// The Workload versions the executor uses, newest first. Kueue 0.15+ stores and serves `v1beta2`; there,
+/// `v1beta1` is deprecated and converted, and every write through it to a Workload with reserved quota fails
+/// its CEL rule (Kueue 0.17: `no such key: priorityClassSource evaluating rule: priorityClassSource is
+/// immutable while workload quota reserved`, 422; seen on the cluster tier). Older Kueue serves only `v1beta1`.
+pub(crate) const WORKLOAD_VERSIONS: [&str; 2] = ["v1beta2", "v1beta1"];
+
+/// Kueue's Workload at one API version.
+pub(crate) fn workload_resource_version(version: &str) -> ApiResource {
+    ApiResource::from_gvk_with_plural(
+        &GroupVersionKind::gvk("kueue.x-k8s.io", version, "Workload"),
+        "workloads",
+    )
+}
+
+impl Executor {
+    pub(in crate::executor) async fn suspend(
+        &self,
+        target: &Target<'_>,
+        s: &SuspendAction,
+        record: &str,
+        action: &mut ExecutedAction,
+    ) -> Result<Ended, ActionError> {
+        let (by, summary, job) = (&target.by, target.summary, target.job);
+        let note = match &s.message {
+            Some(m) => format!("{by}: {summary}. {m}"),
+            None => format!("{by}: {summary}"),
+        };
+        let queue = job.labels().get(KUEUE_QUEUE_LABEL).cloned();
+        if let (true, Some(queue)) = (self.kueue, queue) {
+            *action = ExecutedAction::Deactivate;
+            let ended = self.deactivate_workload(job, &queue).await?;
+            if ended.result == ActionResult::Done {
+                self.apply_to_job(target.api, job, &[(LAST_ACTION_ANNOTATION, record)], None).await?;
+                self.publish(
+                    &target.reference,
+                    true,
+                    "WorkloadDeactivated",
+                    "Suspend",
+                    &format!("{note} ({})", ended.message),
+                )
+                .await;
+            }
+            return Ok(ended);
+        }
+        if spec_bool(job, "/spec/suspend") == Some(true) {
+            return Ok(Ended::new(ActionResult::Unchanged, "the TrainJob is already suspended"));
+        }
+        self.apply_to_job(
+            target.api,
+            job,
+            &[(LAST_ACTION_ANNOTATION, record), (SUSPENDED_BY_ANNOTATION, by)],
+            Some(json!({"suspend": true})),
+        )
+        .await?;
+        self.publish(&target.reference, true, "Suspended", "Suspend", &note).await;
+        Ok(Ended::new(ActionResult::Done, "spec.suspend set to true"))
+    }
+
+    /// Deactivates the Kueue Workload owned by the TrainJob (`spec.active: false`): Kueue owns
+    /// `spec.suspend` of the jobs it manages and would undo a direct suspension; a deactivated Workload makes
+    /// Kueue evict and suspend the job itself.
+    async fn deactivate_workload(&self, job: &DynamicObject, queue: &str) -> Result<Ended, ActionError> {
+        let ns = job.namespace().unwrap_or_default();
+        let uid = job.uid().unwrap_or_default();
+        let list_params = kube::api::ListParams::default();
+        let context = || format!("listing Kueue Workloads in {ns} (queue {queue})");
+        // The newest served version; a 404 means this Kueue does not serve it, and the next one is tried.
+        let mut versions = WORKLOAD_VERSIONS.iter().peekable();
+        let (version, api, list) = loop {
+            let Some(version) = versions.next() else { return Err(ActionError::NoWorkloadApi) };
+            let api: Api<DynamicObject> =
+                Api::namespaced_with(self.client.clone(), &ns, &workload_resource_version(version));
+            match self.call(ApiOperation::ListWorkloads, || api.list(&list_params)).await {
+                Ok(list) => break (*version, api, list),
+                Err(e) if e.is_not_found() && versions.peek().is_some() => {}
+                Err(e) => return Err(ActionError::call(context(), e)),
+            }
+        };
+        let owned = list.items.into_iter().find(|w| {
+            w.owner_references().iter().any(|o| o.uid == uid)
+                || w.labels().get("kueue.x-k8s.io/job-uid").is_some_and(|u| *u == uid)
+        });
+        let Some(workload) = owned else {
+            return Err(ActionError::NoWorkload { queue: queue.to_string() });
+        };
+        let wname = workload.name_any();
+        if spec_bool(&workload, "/spec/active") == Some(false) {
+            return Ok(Ended::new(
+                ActionResult::Unchanged,
+                format!("Kueue Workload {wname} is already inactive"),
+            ));
+        }
+        let body = json!({
+            "apiVersion": format!("kueue.x-k8s.io/{version}"),
+            "kind": "Workload",
+            "metadata": {"name": wname, "namespace": ns},
+            "spec": {"active": false},
+        });
+        let params = PatchParams::apply(FIELD_MANAGER).force();
+        let patch = Patch::Apply(&body);
+        self.call(ApiOperation::PatchWorkload, || api.patch(&wname, &params, &patch))
+            .await
+            .map_err(|e| ActionError::call(format!("deactivating Kueue Workload {wname}"), e))?;
+        Ok(Ended::new(
+            ActionResult::Done,
+            format!(
+                "managed by Kueue (queue {queue}): deactivated Workload {wname} instead of setting spec.suspend"
+            ),
+        ))
+    }
+}

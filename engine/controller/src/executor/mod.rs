@@ -1,0 +1,296 @@
+//! The executor: the only code that writes to TrainJobs, Kueue Workloads and Events.
+//!
+//! Work arrives from the evaluation loop as descriptions ([`Work`]); each item is checked against the
+//! object's current state first, so repeating it changes nothing (idempotent), bounded by a deadline per API
+//! call, retried on transient failures, counted in metrics, and reported back as an [`Outcome`]. Only the
+//! leader executes; followers count what they skip.
+//!
+//! `queue` keeps work of one TrainJob in order; `call` makes one API call (deadline, retries, metrics);
+//! `ssa` writes by server-side apply, re-stating what trainwarden owns; `actions` has one module per
+//! action kind; `events` records Kubernetes Events. `status.trainerStatus` belongs to Kubeflow (manager
+//! `trainer-status`) and is never written.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use k8s_openapi::api::core::v1::ObjectReference;
+use kube::api::{Api, DynamicObject};
+use kube::runtime::events::{Recorder, Reporter};
+use kube::{Client, ResourceExt};
+use tokio::sync::mpsc;
+use tokio::task::JoinSet;
+use tracing::{info, warn};
+use trainwarden_core::{ActionIntent, ActionSpec, Mode};
+use trainwarden_kube::trainjob::trainjob_api;
+use trainwarden_notify::Notifier;
+
+use crate::LAST_ACTION_ANNOTATION;
+use crate::config::ControllerConfig;
+use crate::leader::Leadership;
+use crate::messages::{ActionResult, ExecutedAction, Input, Outcome, ReceiverChange, Work};
+use crate::metrics::{ActionLabel, ApiOperation, DroppedWork, Metrics, ModeLabel};
+
+mod actions;
+mod call;
+mod events;
+mod queue;
+mod ssa;
+
+pub use actions::workload_resource;
+use call::CallError;
+use events::object_reference;
+use queue::JobQueues;
+pub use ssa::{OwnedFields, owned_fields};
+use ssa::{last_action, last_action_id};
+
+/// How many jobs the executor works on at once.
+pub const CONCURRENCY: usize = 16;
+
+/// How a performed (or reported) action ended, and what to say about it.
+pub(crate) struct Ended {
+    result: ActionResult,
+    message: String,
+}
+
+impl Ended {
+    fn new(result: ActionResult, message: impl Into<String>) -> Self {
+        Ended { result, message: message.into() }
+    }
+}
+
+/// Why an action failed. Each cause is a variant, so the kind of a failure survives to the outcome (its
+/// message is the variant's text).
+#[derive(Debug, thiserror::Error)]
+pub(crate) enum ActionError {
+    #[error("the TrainJob no longer exists")]
+    JobGone,
+    #[error("the TrainJob is managed by Kueue (queue {queue}) but no Workload owned by it exists yet")]
+    NoWorkload { queue: String },
+    #[error(
+        "the API server serves no Kueue Workload version trainwarden knows (kueue.x-k8s.io v1beta2, v1beta1)"
+    )]
+    NoWorkloadApi,
+    #[error("{context}: {source}")]
+    Call { context: String, source: CallError },
+    /// Reading the TrainJob again between two writes failed.
+    #[error("{0}")]
+    Reread(CallError),
+    #[error("resized to {nodes} nodes but resuming failed, the job stays suspended: {source}")]
+    ResumeFailed { nodes: i32, source: CallError },
+}
+
+impl ActionError {
+    fn call(context: impl Into<String>, source: CallError) -> Self {
+        ActionError::Call { context: context.into(), source }
+    }
+}
+
+/// The TrainJob an action is performed on, as read just before, and how Events name the policy.
+pub(crate) struct Target<'a> {
+    api: &'a Api<DynamicObject>,
+    job: &'a DynamicObject,
+    reference: ObjectReference,
+    /// `ProgressPolicy ns/name (rule r)`.
+    by: String,
+    /// The rule's reason.
+    summary: &'a str,
+}
+
+pub struct Executor {
+    client: Client,
+    recorder: Recorder,
+    metrics: Arc<Metrics>,
+    leader: Leadership,
+    notifier: Option<Notifier>,
+    kueue: bool,
+    timeout: Duration,
+}
+
+impl Executor {
+    pub fn new(
+        client: Client,
+        config: &ControllerConfig,
+        metrics: Arc<Metrics>,
+        leader: Leadership,
+        notifier: Option<Notifier>,
+    ) -> Self {
+        let reporter = Reporter { controller: "trainwarden".into(), instance: Some(config.identity.clone()) };
+        Executor {
+            recorder: Recorder::new(client.clone(), reporter),
+            client,
+            metrics,
+            leader,
+            notifier,
+            kueue: config.kueue,
+            timeout: config.api_timeout,
+        }
+    }
+
+    /// Performs work items until the channel closes, reporting outcomes to `feedback`. Items of one job run
+    /// in order, one at a time; different jobs run concurrently (up to [`CONCURRENCY`]), so a burst of
+    /// firings (a node failure stalls 40 jobs at once) is not served one API round trip after the other.
+    /// Receiver changes are applied on arrival, on every replica.
+    pub async fn run(self, mut work: mpsc::Receiver<Work>, feedback: mpsc::Sender<Input>) {
+        let this = Arc::new(self);
+        let mut queues = JobQueues::default();
+        let mut running: JoinSet<trainwarden_core::JobKey> = JoinSet::new();
+        let mut open = true;
+        loop {
+            while running.len() < CONCURRENCY
+                && let Some((job, item)) = queues.next_ready()
+            {
+                let (this, feedback) = (this.clone(), feedback.clone());
+                running.spawn(async move {
+                    this.process(item, &feedback).await;
+                    job
+                });
+            }
+            if !open && running.is_empty() {
+                break;
+            }
+            tokio::select! {
+                item = work.recv(), if open => match item {
+                    Some(item) => match item.job().cloned() {
+                        Some(job) => queues.push(job, item),
+                        None => this.process(item, &feedback).await,
+                    },
+                    None => open = false,
+                },
+                Some(done) = running.join_next(), if !running.is_empty() => {
+                    let Ok(job) = done else { continue };
+                    queues.finished(job);
+                }
+            }
+        }
+    }
+
+    async fn process(&self, item: Work, feedback: &mpsc::Sender<Input>) {
+        match item {
+            Work::RecordEvent(a) => {
+                if self.leader.is_leader() {
+                    self.record_event(&a).await;
+                }
+            }
+            Work::Notify(event, progress) => {
+                if let (true, Some(notifier)) = (self.leader.is_leader(), &self.notifier)
+                    && let Err(e) = notifier.observe(&event, progress)
+                {
+                    self.metrics.dropped(DroppedWork::NotifierRefused);
+                    warn!(error = %e, "notification not queued");
+                }
+            }
+            Work::Receivers(change) => self.reconfigure(change),
+            Work::Act(intent) => {
+                let outcome = self.act(&intent).await;
+                self.metrics.action(
+                    ActionLabel::Executed(outcome.action),
+                    ModeLabel(Some(intent.mode)),
+                    outcome.result,
+                );
+                // Also when not the leader: the brain counts every intent until its outcome (see
+                // `Brain::in_flight`).
+                let _ = feedback.send(Input::Outcome(Box::new(outcome))).await;
+            }
+        }
+    }
+
+    /// Applies a policy's receiver change to the notifier (which starts or stops channel tasks).
+    fn reconfigure(&self, change: ReceiverChange) {
+        let Some(notifier) = &self.notifier else { return };
+        match change {
+            ReceiverChange::Configure { policy, receivers } => {
+                notifier.configure_receivers(&policy, &receivers);
+            }
+            ReceiverChange::Remove(policy) => notifier.remove(&policy),
+        }
+    }
+
+    /// Performs or reports one intent.
+    pub async fn act(&self, intent: &ActionIntent) -> Outcome {
+        let mut outcome = Outcome {
+            policy: intent.policy.id(),
+            job: intent.job.clone(),
+            rule: intent.rule.clone(),
+            action: intent.action.kind().into(),
+            mode: intent.mode,
+            result: ActionResult::NotLeader,
+            message: String::new(),
+            at: intent.at,
+            savings: intent.savings.clone(),
+        };
+        if !self.leader.is_leader() {
+            return outcome;
+        }
+        let ended = match self.perform(intent, &mut outcome.action).await {
+            Ok(ended) => ended,
+            Err(e) => Ended::new(ActionResult::Failed, e.to_string()),
+        };
+        outcome.result = ended.result;
+        outcome.message = ended.message;
+        match outcome.result {
+            ActionResult::Failed | ActionResult::Refused => {
+                warn!(job = %intent.job, rule = %intent.rule, action = outcome.action.as_str(), result = outcome.result.as_str(), message = %outcome.message, "action not performed");
+            }
+            _ => {
+                info!(job = %intent.job, rule = %intent.rule, action = outcome.action.as_str(), mode = intent.mode.as_str(), result = outcome.result.as_str(), "action");
+            }
+        }
+        outcome
+    }
+
+    /// Performs (or in Audit mode reports) one intent on the TrainJob as it is now. `action` becomes
+    /// [`ExecutedAction::Deactivate`] when a suspension goes through Kueue.
+    async fn perform(
+        &self,
+        intent: &ActionIntent,
+        action: &mut ExecutedAction,
+    ) -> Result<Ended, ActionError> {
+        let api = trainjob_api(self.client.clone(), Some(&intent.job.namespace));
+        let name = intent.job.name.as_str();
+        let job = match self.call(ApiOperation::GetTrainjob, || api.get(name)).await {
+            Ok(job) => job,
+            Err(e) if e.is_not_found() => return Err(ActionError::JobGone),
+            Err(e) => return Err(ActionError::call("reading the TrainJob", e)),
+        };
+        let target = Target {
+            api: &api,
+            job: &job,
+            reference: object_reference(&job),
+            by: format!("{} {} (rule {})", intent.policy.kind, intent.policy, intent.rule),
+            summary: &intent.reason.summary,
+        };
+        match &intent.action {
+            ActionSpec::Event(e) => return Ok(self.event_action(&target, e).await),
+            ActionSpec::Notify(n) => return Ok(self.notify_action(&target, n).await),
+            _ => {}
+        }
+        if intent.mode == Mode::Audit {
+            return Ok(self.audit(&target, &intent.action).await);
+        }
+        if job.annotations().get(LAST_ACTION_ANNOTATION).and_then(|v| last_action_id(v)).as_deref()
+            == Some(&intent.id)
+        {
+            return Ok(Ended::new(ActionResult::Unchanged, "this action was already performed"));
+        }
+        let record = last_action(intent);
+        match &intent.action {
+            ActionSpec::Suspend(s) => self.suspend(&target, s, &record, action).await,
+            ActionSpec::Annotate(a) => self.annotate(&target, a, &record).await,
+            ActionSpec::Scale(s) => self.scale(&target, s.num_nodes, &record).await,
+            ActionSpec::Event(_) | ActionSpec::Notify(_) => unreachable!("handled above"),
+        }
+    }
+
+    /// Audit mode: an Event says what would have been done; nothing is written to the TrainJob.
+    async fn audit(&self, target: &Target<'_>, action: &ActionSpec) -> Ended {
+        let (reason, what) = match action {
+            ActionSpec::Suspend(_) => ("WouldSuspend", "suspend the TrainJob".to_string()),
+            ActionSpec::Annotate(a) => ("WouldAnnotate", format!("set annotation {}", a.key)),
+            ActionSpec::Scale(s) => ("WouldScale", format!("scale to {} nodes", s.num_nodes)),
+            _ => ("WouldAct", action.kind().to_string()),
+        };
+        let note = format!("[Audit] {} would {what}: {}", target.by, target.summary);
+        self.publish(&target.reference, false, reason, "Audit", &note).await;
+        Ended::new(ActionResult::Reported, format!("Audit mode: would {what}"))
+    }
+}

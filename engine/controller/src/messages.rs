@@ -1,0 +1,214 @@
+//! What the controller's tasks say to each other, in one place so no task module imports another:
+//!
+//! ```text
+//!  sources ──Input──▶ brain ──Work──▶ executor ──Outcome (as an Input)──▶ brain
+//!                       └──StatusUpdate──▶ status writer
+//! ```
+//!
+//! A policy is named by one [`PolicyId`] (kind, namespace, name) everywhere.
+
+use std::collections::BTreeMap;
+
+use trainwarden_core::{
+    ActionIntent, ActionKind, CompiledReceiver, Event, JobKey, JobSnapshot, Mode, NormalizeError,
+    PolicyDocument, PolicyId, PolicyKind, PolicyRef, Savings, Timestamp,
+};
+use trainwarden_kube::ProgressPolicyStatus;
+use trainwarden_kube::crd::DocumentError;
+use trainwarden_notify::JobProgress;
+
+/// Something the evaluation loop must know about.
+#[derive(Debug)]
+pub enum Input {
+    /// A TrainJob appeared or changed.
+    Job(Box<JobInput>),
+    /// A TrainJob was deleted.
+    JobGone(JobKey),
+    /// The initial list of TrainJobs was delivered (again after every re-list).
+    JobsListed,
+    /// A policy appeared or changed.
+    Policy(Box<PolicyInput>),
+    /// A policy was deleted.
+    PolicyGone(PolicyId),
+    /// The initial list of one policy kind was delivered.
+    PoliciesListed(PolicyKind),
+    /// A namespace's labels (for ClusterProgressPolicy namespace selectors).
+    Namespace { name: String, labels: BTreeMap<String, String> },
+    /// What the executor did with an action.
+    Outcome(Box<Outcome>),
+}
+
+/// A watched TrainJob, read.
+#[derive(Debug)]
+pub struct JobInput {
+    pub key: JobKey,
+    /// The normalized job, or why its progress could not be read.
+    pub snapshot: Result<JobSnapshot, NormalizeError>,
+    /// Annotated `trainwarden.dev/exempt: "true"`.
+    pub exempt: bool,
+}
+
+/// A watched policy, read.
+#[derive(Debug)]
+pub struct PolicyInput {
+    pub key: PolicyId,
+    pub generation: i64,
+    pub document: Result<PolicyDocument, DocumentError>,
+    /// The status as last written (by this controller, before a restart): holds the rule memories.
+    pub status: Option<ProgressPolicyStatus>,
+}
+
+/// What the evaluation loop asks the executor for.
+#[derive(Debug)]
+pub enum Work {
+    /// Perform (Enforce) or report (Audit) an action intent.
+    Act(Box<ActionIntent>),
+    /// Record a Kubernetes Event on a TrainJob (a rule fired or resolved, a rule failed, a job is exempt).
+    RecordEvent(Box<TrainJobEvent>),
+    /// Hand an evaluator event to the notifier: every intent of a firing (so a message can say what was done)
+    /// and every resolution (resolved messages). Leader only, like every other side effect.
+    Notify(Box<Event>, Option<JobProgress>),
+    /// A policy's receivers changed: the notifier (re)configures its channels, which starts or stops their
+    /// delivery tasks. On every replica, so a new leader is ready to deliver.
+    Receivers(ReceiverChange),
+}
+
+/// A change of one policy's notification receivers.
+#[derive(Debug)]
+pub enum ReceiverChange {
+    /// The policy (a new generation of it) declares these receivers.
+    Configure { policy: PolicyRef, receivers: Vec<CompiledReceiver> },
+    /// The policy is gone.
+    Remove(PolicyRef),
+}
+
+impl Work {
+    /// The TrainJob the work is about (work of one job runs in order); `None` for work about a policy.
+    pub fn job(&self) -> Option<&JobKey> {
+        Some(match self {
+            Work::Act(i) => &i.job,
+            Work::RecordEvent(a) => &a.job,
+            Work::Notify(e, _) => match e.as_ref() {
+                Event::Transition { job, .. }
+                | Event::Suppressed { job, .. }
+                | Event::RuleError { job, .. } => job,
+                Event::Intent(i) => &i.job,
+            },
+            Work::Receivers(_) => return None,
+        })
+    }
+}
+
+/// A Kubernetes Event to record on a TrainJob.
+#[derive(Debug)]
+pub struct TrainJobEvent {
+    pub job: JobKey,
+    pub warning: bool,
+    /// CamelCase, e.g. RuleFiring.
+    pub reason: String,
+    /// What was done, e.g. Evaluate.
+    pub action: String,
+    pub note: String,
+}
+
+/// What the executor did: the intent's action kind, except that suspending a Kueue-managed TrainJob
+/// deactivates its Workload instead.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum ExecutedAction {
+    Suspend,
+    /// Suspension of a Kueue-managed job: its Workload's `spec.active` set to false.
+    Deactivate,
+    Notify,
+    Annotate,
+    Event,
+    Scale,
+}
+
+impl ExecutedAction {
+    /// The name in status, logs and the `action` metric label.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ExecutedAction::Suspend => "suspend",
+            ExecutedAction::Deactivate => "deactivate",
+            ExecutedAction::Notify => "notify",
+            ExecutedAction::Annotate => "annotate",
+            ExecutedAction::Event => "event",
+            ExecutedAction::Scale => "scale",
+        }
+    }
+
+    /// Whether the action stopped the job (its savings count).
+    pub fn stops_job(self) -> bool {
+        matches!(self, ExecutedAction::Suspend | ExecutedAction::Deactivate)
+    }
+}
+
+impl From<ActionKind> for ExecutedAction {
+    fn from(kind: ActionKind) -> Self {
+        match kind {
+            ActionKind::Suspend => ExecutedAction::Suspend,
+            ActionKind::Notify => ExecutedAction::Notify,
+            ActionKind::Annotate => ExecutedAction::Annotate,
+            ActionKind::Event => ExecutedAction::Event,
+            ActionKind::Scale => ExecutedAction::Scale,
+        }
+    }
+}
+
+impl std::fmt::Display for ExecutedAction {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// How an action ended.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum ActionResult {
+    /// Performed.
+    Done,
+    /// Nothing to do: the object already was in that state (or this intent was already executed).
+    Unchanged,
+    /// Audit mode (or notifications off): reported, not performed.
+    Reported,
+    /// Not possible on this TrainJob (for example `spec.trainer` is immutable); not retried.
+    Refused,
+    /// Failed (after retries, where retrying could help).
+    Failed,
+    /// This replica is not the leader: skipped.
+    NotLeader,
+}
+
+impl ActionResult {
+    /// The name in status, logs and the `result` metric label.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ActionResult::Done => "done",
+            ActionResult::Unchanged => "unchanged",
+            ActionResult::Reported => "reported",
+            ActionResult::Refused => "refused",
+            ActionResult::Failed => "failed",
+            ActionResult::NotLeader => "skipped_not_leader",
+        }
+    }
+}
+
+/// What the executor did with one intent, for status.
+#[derive(Clone, Debug)]
+pub struct Outcome {
+    pub policy: PolicyId,
+    pub job: JobKey,
+    pub rule: String,
+    pub action: ExecutedAction,
+    pub mode: Mode,
+    pub result: ActionResult,
+    pub message: String,
+    pub at: Timestamp,
+    pub savings: Option<Savings>,
+}
+
+/// A policy's new status, for the status writer.
+#[derive(Debug)]
+pub struct StatusUpdate {
+    pub key: PolicyId,
+    pub status: ProgressPolicyStatus,
+}

@@ -1,0 +1,204 @@
+//! The sources: watches turn into [`Input`]s for the evaluation loop.
+//!
+//! TrainJobs are watched with no predicate: their progress lives in `status.trainerStatus` (upstream) or in
+//! an annotation (RHOAI), and kube's generation predicate would hide both. Policies are watched first; the
+//! TrainJob watch starts only after the initial policy lists were processed, so the rule memories kept in
+//! policy status are restored before any job is judged (see [`crate::brain`]).
+
+use std::sync::Arc;
+
+use futures::StreamExt;
+use k8s_openapi::api::core::v1::Namespace;
+use kube::api::{Api, DynamicObject, ListParams};
+use kube::runtime::{WatchStreamExt, watcher};
+use kube::{Client, ResourceExt};
+use tokio::sync::{mpsc, oneshot};
+use tokio::task::JoinSet;
+use tracing::{debug, info, warn};
+use trainwarden_core::JobKey;
+use trainwarden_core::{PolicyId, PolicyKind};
+use trainwarden_kube::crd::PolicyResource;
+use trainwarden_kube::trainjob::{to_snapshot, trainjob_api};
+use trainwarden_kube::{ClusterProgressPolicy, ProgressPolicy, ProgressPolicyStatus};
+
+use crate::config::ControllerConfig;
+use crate::messages::{Input, JobInput, PolicyInput};
+use crate::metrics::{ApiOperation, Metrics};
+use crate::{EXEMPT_ANNOTATION, Error};
+
+/// Fails early, with the fix, when a CRD the controller needs is missing.
+pub async fn check_crds(client: &Client, config: &ControllerConfig) -> Result<(), Error> {
+    let one = ListParams::default().limit(1);
+    let ns = config.namespace.as_deref();
+    let pp: Api<ProgressPolicy> = match ns {
+        Some(ns) => Api::namespaced(client.clone(), ns),
+        None => Api::all(client.clone()),
+    };
+    pp.list_metadata(&one).await.map_err(|e| Error::MissingCrd("progresspolicies.trainwarden.dev", e))?;
+    Api::<ClusterProgressPolicy>::all(client.clone())
+        .list_metadata(&one)
+        .await
+        .map_err(|e| Error::MissingCrd("clusterprogresspolicies.trainwarden.dev", e))?;
+    trainjob_api(client.clone(), ns)
+        .list_metadata(&one)
+        .await
+        .map_err(|e| Error::MissingCrd("trainjobs.trainer.kubeflow.org", e))?;
+    Ok(())
+}
+
+/// Reads a watched TrainJob.
+pub fn job_input(obj: &DynamicObject) -> Option<JobInput> {
+    let key = JobKey::new(obj.namespace()?, obj.name_any());
+    let exempt = obj.annotations().get(EXEMPT_ANNOTATION).is_some_and(|v| v.eq_ignore_ascii_case("true"));
+    let snapshot = to_snapshot(obj);
+    Some(JobInput { key, snapshot, exempt })
+}
+
+fn policy_input<K>(obj: &K, kind: PolicyKind, status: Option<ProgressPolicyStatus>) -> PolicyInput
+where
+    K: PolicyResource + ResourceExt,
+{
+    PolicyInput {
+        key: PolicyId { kind, namespace: obj.namespace(), name: obj.name_any() },
+        generation: obj.meta().generation.unwrap_or(0),
+        document: obj.to_document(),
+        status,
+    }
+}
+
+/// Watches one policy kind until the loop's channel closes; returns the task's name.
+async fn watch_policies<K>(
+    api: Api<K>,
+    kind: PolicyKind,
+    status: fn(&K) -> Option<ProgressPolicyStatus>,
+    tx: mpsc::Sender<Input>,
+) -> &'static str
+where
+    K: PolicyResource
+        + kube::Resource
+        + Clone
+        + std::fmt::Debug
+        + serde::de::DeserializeOwned
+        + Send
+        + 'static,
+{
+    let mut stream = watcher(api, watcher::Config::default()).default_backoff().boxed();
+    while let Some(event) = stream.next().await {
+        let input = match event {
+            Ok(watcher::Event::Apply(p) | watcher::Event::InitApply(p)) => {
+                Input::Policy(Box::new(policy_input(&p, kind, status(&p))))
+            }
+            Ok(watcher::Event::Delete(p)) => {
+                Input::PolicyGone(PolicyId { kind, namespace: p.namespace(), name: p.name_any() })
+            }
+            Ok(watcher::Event::InitDone) => Input::PoliciesListed(kind),
+            Ok(watcher::Event::Init) => continue,
+            Err(e) => {
+                warn!(error = %e, %kind, "watching policies");
+                continue;
+            }
+        };
+        if tx.send(input).await.is_err() {
+            break;
+        }
+    }
+    match kind {
+        PolicyKind::Namespaced => "ProgressPolicy watch",
+        PolicyKind::Cluster => "ClusterProgressPolicy watch",
+    }
+}
+
+/// Starts the watches. The TrainJob watch waits for `policies_synced`.
+pub fn spawn_watchers(
+    tasks: &mut JoinSet<&'static str>,
+    client: Client,
+    config: &ControllerConfig,
+    inputs: mpsc::Sender<Input>,
+    policies_synced: oneshot::Receiver<()>,
+    metrics: Arc<Metrics>,
+) {
+    let ns = config.namespace.clone();
+    let job_watch = match &config.trainjob_selector {
+        Some(selector) => watcher::Config::default().labels(selector),
+        None => watcher::Config::default(),
+    };
+    {
+        let api: Api<ProgressPolicy> = match &ns {
+            Some(ns) => Api::namespaced(client.clone(), ns),
+            None => Api::all(client.clone()),
+        };
+        let tx = inputs.clone();
+        tasks.spawn(watch_policies(api, PolicyKind::Namespaced, |p| p.status.clone(), tx));
+    }
+    {
+        let api: Api<ClusterProgressPolicy> = Api::all(client.clone());
+        let tx = inputs.clone();
+        tasks.spawn(watch_policies(api, PolicyKind::Cluster, |p| p.status.clone(), tx));
+    }
+    {
+        let tx = inputs.clone();
+        let client = client.clone();
+        let ns = ns.clone();
+        tasks.spawn(async move {
+            // With a namespace scope only that namespace matters (and the service account may not be allowed
+            // to list the others).
+            let api: Api<Namespace> = Api::all(client);
+            let config = match &ns {
+                Some(ns) => watcher::Config::default().fields(&format!("metadata.name={ns}")),
+                None => watcher::Config::default(),
+            };
+            let mut stream = watcher(api, config).default_backoff().boxed();
+            while let Some(event) = stream.next().await {
+                match event {
+                    Ok(watcher::Event::Apply(n) | watcher::Event::InitApply(n)) => {
+                        let input = Input::Namespace { name: n.name_any(), labels: n.labels().clone() };
+                        if tx.send(input).await.is_err() {
+                            break;
+                        }
+                    }
+                    Ok(_) => {}
+                    Err(e) => warn!(error = %e, "watching namespaces"),
+                }
+            }
+            "Namespace watch"
+        });
+    }
+    {
+        let tx = inputs;
+        tasks.spawn(async move {
+            if policies_synced.await.is_err() {
+                return "TrainJob watch";
+            }
+            info!("policies listed; watching TrainJobs");
+            let api = trainjob_api(client, ns.as_deref());
+            let mut stream = watcher(api, job_watch).default_backoff().boxed();
+            while let Some(event) = stream.next().await {
+                let input = match event {
+                    Ok(watcher::Event::Apply(obj) | watcher::Event::InitApply(obj)) => {
+                        metrics.samples.inc();
+                        match job_input(&obj) {
+                            Some(job) => Input::Job(Box::new(job)),
+                            None => continue,
+                        }
+                    }
+                    Ok(watcher::Event::Delete(obj)) => match obj.namespace() {
+                        Some(ns) => Input::JobGone(JobKey::new(ns, obj.name_any())),
+                        None => continue,
+                    },
+                    Ok(watcher::Event::InitDone) => Input::JobsListed,
+                    Ok(watcher::Event::Init) => continue,
+                    Err(e) => {
+                        metrics.api_error(ApiOperation::WatchTrainjobs);
+                        warn!(error = %e, "watching TrainJobs");
+                        continue;
+                    }
+                };
+                if tx.send(input).await.is_err() {
+                    break;
+                }
+            }
+            debug!("TrainJob watch ended");
+            "TrainJob watch"
+        });
+    }
+}

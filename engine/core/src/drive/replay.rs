@@ -1,0 +1,422 @@
+//! Replay: recorded streams through the same evaluator the controller runs, on the stream's own clock.
+//!
+//! The driver feeds records in time order and calls [`Evaluator::tick`] at every timer deadline between
+//! them, so time-driven rules (stalls, `for`, `keepFiringFor`, calendar windows) fire exactly as they would
+//! have live. Enforced suspensions are simulated: once a suspend intent in Enforce mode is issued for a job,
+//! the job counts as suspended and its later records are ignored (they describe a run that would not have
+//! happened). Savings are counted once per job, at its first (would-be) suspension.
+
+use std::collections::{BTreeMap, HashSet};
+
+use rustc_hash::{FxHashMap, FxHashSet};
+
+use crate::evaluate::{ActionIntent, EngineConfig, Evaluator, Event, Savings};
+use crate::input::sample::{JobKey, JobPhase, JobSnapshot};
+use crate::input::stream::StreamRecord;
+use crate::policy::compile::CompiledPolicy;
+use crate::policy::{ActionSpec, Mode};
+use crate::time::Timestamp;
+use crate::time::{fmt_num, fmt_secs};
+
+/// The replay state machine.
+pub struct Replay {
+    evaluator: Evaluator,
+    jobs: FxHashMap<JobKey, JobSnapshot>,
+    suspended: FxHashSet<JobKey>,
+    /// Jobs whose savings were counted, per mode (an enforced suspension counts even after an audit one).
+    saved_for: [FxHashSet<JobKey>; 2],
+    seen: FxHashSet<JobKey>,
+    clock: Option<Timestamp>,
+    scratch: Vec<Event>,
+    /// Everything that happened, in order.
+    pub events: Vec<Event>,
+    pub summary: Summary,
+}
+
+/// Totals of a replay.
+#[derive(Clone, Debug, Default, PartialEq, serde::Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Summary {
+    pub records: u64,
+    /// Distinct jobs seen.
+    pub jobs: usize,
+    /// Records ignored because an enforced suspension had already stopped their job.
+    pub ignored_after_suspend: u64,
+    pub firings: u64,
+    pub rule_errors: u64,
+    /// Intents by action kind and mode, e.g. `suspend/Enforce`.
+    pub intents: BTreeMap<String, u64>,
+    /// GPU-hours and dollars freed by enforced suspensions.
+    pub saved: SavingsTotal,
+    /// What audit-mode suspensions would have freed.
+    pub would_save: SavingsTotal,
+    pub first_record: Option<Timestamp>,
+    pub last_time: Option<Timestamp>,
+}
+
+#[derive(Clone, Debug, Default, PartialEq, serde::Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct SavingsTotal {
+    pub jobs: u64,
+    pub gpu_hours: f64,
+    pub dollars: f64,
+}
+
+impl Replay {
+    /// Policies with the same kind, namespace and name would replace each other silently; that is an error.
+    pub fn check_unique(policies: &[CompiledPolicy]) -> Result<(), String> {
+        let mut seen = HashSet::new();
+        for p in policies {
+            let r = &p.reference;
+            if !seen.insert((r.kind, r.namespace.clone(), r.name.clone())) {
+                return Err(format!("{} {r} is defined twice", r.kind));
+            }
+        }
+        Ok(())
+    }
+
+    pub fn new(policies: Vec<CompiledPolicy>, config: EngineConfig) -> Self {
+        let mut evaluator = Evaluator::new(config);
+        let mut events = Vec::new();
+        let start = Timestamp::UNIX_EPOCH;
+        for p in policies {
+            evaluator.upsert_policy(p, start, &mut events);
+        }
+        Replay {
+            evaluator,
+            jobs: FxHashMap::default(),
+            suspended: FxHashSet::default(),
+            saved_for: [FxHashSet::default(), FxHashSet::default()],
+            seen: FxHashSet::default(),
+            clock: None,
+            scratch: Vec::new(),
+            events,
+            summary: Summary::default(),
+        }
+    }
+
+    pub fn evaluator(&self) -> &Evaluator {
+        &self.evaluator
+    }
+
+    /// Runs timers up to and including `until`.
+    pub fn advance_to(&mut self, until: Timestamp) {
+        self.run_timers(until, true);
+    }
+
+    /// Timers due before (or, with `inclusive`, at) `until`. A record at time T is applied after the
+    /// timers before T and before those at T, so a sample arriving exactly at a stall limit counts.
+    fn run_timers(&mut self, until: Timestamp, inclusive: bool) {
+        if self.clock.is_none() {
+            return; // Time starts with the first record.
+        }
+        while let Some(t) = self.evaluator.next_tick() {
+            if t > until || (!inclusive && t == until) {
+                break;
+            }
+            self.evaluator.tick(t, &mut self.scratch);
+            self.clock = Some(t);
+            self.drain(t);
+        }
+        if self.clock.is_some_and(|c| c < until) {
+            self.clock = Some(until);
+        }
+        self.summary.last_time = self.clock;
+    }
+
+    /// Feeds one record (records must come in time order; earlier ones are applied at the current time).
+    pub fn feed(&mut self, record: StreamRecord) {
+        let time = record.time().max(self.clock.unwrap_or(record.time()));
+        if self.clock.is_none() {
+            self.clock = Some(time);
+            self.summary.first_record = Some(time);
+            // The calendar and the timer cadence start with the stream.
+            self.evaluator.tick(time, &mut self.scratch);
+            self.drain(time);
+        }
+        self.run_timers(time, false);
+        self.summary.records += 1;
+        let key = record.job().clone();
+        if !self.seen.contains(&key) {
+            self.seen.insert(key.clone());
+        }
+        if self.suspended.contains(&key) {
+            self.summary.ignored_after_suspend += 1;
+            return;
+        }
+        match record {
+            StreamRecord::Object { snapshot, .. } => {
+                self.jobs.insert(key.clone(), snapshot.clone());
+                self.evaluator.observe(snapshot, time, &mut self.scratch);
+            }
+            StreamRecord::Update(u) => {
+                if u.deleted {
+                    self.jobs.remove(&key);
+                    self.evaluator.forget_job(&key, time, &mut self.scratch);
+                } else if u.phase.is_none()
+                    && u.labels.is_none()
+                    && u.gpus.is_none()
+                    && self.jobs.contains_key(&key)
+                {
+                    // Only progress: the hot path, no metadata copy.
+                    match u.sample {
+                        Some(sample) => self.evaluator.observe_sample(&key, sample, time, &mut self.scratch),
+                        None => self.evaluator.tick_job(&key, time, &mut self.scratch),
+                    }
+                } else {
+                    let snapshot =
+                        self.jobs.entry(key.clone()).or_insert_with(|| JobSnapshot::new(key.clone()));
+                    if let Some(phase) = u.phase {
+                        if phase == JobPhase::Running && snapshot.phase != JobPhase::Running {
+                            snapshot.running_since = Some(time);
+                        }
+                        snapshot.phase = phase;
+                    }
+                    if let Some(labels) = u.labels {
+                        snapshot.labels = labels;
+                    }
+                    if let Some(g) = u.gpus {
+                        snapshot.gpus = Some(g);
+                    }
+                    if snapshot.running_since.is_none() {
+                        snapshot.running_since = Some(time);
+                    }
+                    let mut update = snapshot.clone();
+                    update.sample = u.sample;
+                    self.evaluator.observe(update, time, &mut self.scratch);
+                }
+            }
+        }
+        self.summary.jobs = self.seen.len();
+        self.drain(time);
+        self.run_timers(time, true);
+    }
+
+    /// Runs timers to `until` (if given) and returns the summary.
+    pub fn finish(&mut self, until: Option<Timestamp>) -> &Summary {
+        if let Some(u) = until {
+            self.advance_to(u);
+        }
+        self.summary.jobs = self.seen.len();
+        &self.summary
+    }
+
+    fn drain(&mut self, now: Timestamp) {
+        let mut suspend_now = Vec::new();
+        for event in self.scratch.drain(..) {
+            match &event {
+                Event::Transition { kind, .. } if *kind == crate::evaluate::TransitionKind::Firing => {
+                    self.summary.firings += 1;
+                }
+                Event::RuleError { .. } => self.summary.rule_errors += 1,
+                Event::Intent(intent) => {
+                    *self
+                        .summary
+                        .intents
+                        .entry(format!("{}/{}", intent.action.kind(), intent.mode.as_str()))
+                        .or_default() += 1;
+                    if let ActionSpec::Suspend(_) = intent.action {
+                        let bucket = usize::from(intent.mode == Mode::Enforce);
+                        if let Some(s) = &intent.savings
+                            && self.saved_for[bucket].insert(intent.job.clone())
+                        {
+                            let total = match intent.mode {
+                                Mode::Enforce => &mut self.summary.saved,
+                                Mode::Audit => &mut self.summary.would_save,
+                            };
+                            total.jobs += 1;
+                            total.gpu_hours += s.gpu_hours;
+                            total.dollars += s.dollars.unwrap_or(0.0);
+                        }
+                        if intent.mode == Mode::Enforce {
+                            suspend_now.push(intent.job.clone());
+                        }
+                    }
+                }
+                _ => {}
+            }
+            self.events.push(event);
+        }
+        for key in suspend_now {
+            if self.suspended.insert(key.clone())
+                && let Some(snapshot) = self.jobs.get_mut(&key)
+            {
+                snapshot.phase = JobPhase::Suspended;
+                let mut update = snapshot.clone();
+                update.sample = None;
+                self.evaluator.observe(update, now, &mut self.scratch);
+                let more: Vec<Event> = self.scratch.drain(..).collect();
+                self.events.extend(more);
+            }
+        }
+    }
+}
+
+/// One output line of `replay --output json`.
+pub fn event_json(event: &Event) -> serde_json::Value {
+    use serde_json::json;
+    match event {
+        Event::Transition { at, job, policy, rule, kind, reason, mode } => json!({
+            "time": at.to_string(), "job": job.to_string(), "policy": policy.to_string(), "rule": rule,
+            "state": kind.as_str(), "action": null, "mode": mode.as_str(), "reason": reason,
+        }),
+        Event::Intent(i) => {
+            let mut v = json!({
+                "time": i.at.to_string(), "job": i.job.to_string(), "policy": i.policy.to_string(), "rule": i.rule,
+                "state": "firing", "action": i.action.kind(), "actionSpec": i.action, "mode": i.mode.as_str(),
+                "reason": i.reason, "intentId": i.id,
+            });
+            if let Some(s) = &i.savings {
+                v["savings"] = json!(s);
+            }
+            v
+        }
+        Event::Suppressed { at, job, policy, rule, action, until } => json!({
+            "time": at.to_string(), "job": job.to_string(), "policy": policy.to_string(), "rule": rule,
+            "state": "suppressed", "action": action, "mode": null,
+            "reason": {"summary": format!("cooldown until {until}")},
+        }),
+        Event::RuleError { at, job, policy, rule, message } => json!({
+            "time": at.to_string(), "job": job.to_string(), "policy": policy.to_string(), "rule": rule,
+            "state": "error", "action": null, "mode": null, "reason": {"summary": message},
+        }),
+    }
+}
+
+/// The `summary` object of `replay --output json`.
+pub fn summary_json(summary: &Summary) -> serde_json::Value {
+    serde_json::json!({ "summary": summary })
+}
+
+fn local(t: Timestamp, tz: &jiff::tz::TimeZone) -> String {
+    t.to_zoned(tz.clone()).strftime("%a %Y-%m-%d %H:%M:%S %:z").to_string()
+}
+
+fn savings_text(s: &Savings) -> String {
+    let basis = if s.basis == crate::evaluate::SavingsBasis::WindowEnd {
+        "the end of the unattended window"
+    } else {
+        "its estimated end"
+    };
+    let mut out = format!(
+        "frees {} GPUs × {} until {basis} = {} GPU-hours",
+        fmt_num(s.gpus),
+        fmt_secs(s.gpu_hours / s.gpus * 3600.0),
+        fmt_num(s.gpu_hours)
+    );
+    if let Some(d) = s.dollars {
+        out += &format!(" (${})", money(d));
+    }
+    out
+}
+
+fn money(d: f64) -> String {
+    let cents = (d * 100.0).round() as i64;
+    let whole = cents / 100;
+    let mut digits = whole.abs().to_string();
+    let mut i = digits.len() as i64 - 3;
+    while i > 0 {
+        digits.insert(i as usize, ',');
+        i -= 3;
+    }
+    format!("{}{}.{:02}", if whole < 0 { "-" } else { "" }, digits, (cents % 100).abs())
+}
+
+fn intent_line(i: &ActionIntent) -> String {
+    let what = match &i.action {
+        ActionSpec::Suspend(_) => "suspend the TrainJob (SIGTERM → just-in-time checkpoint)".to_string(),
+        ActionSpec::Notify(n) => format!("notify {}", n.to),
+        ActionSpec::Annotate(a) => format!("annotate {}", a.key),
+        ActionSpec::Event(_) => "emit a Kubernetes Event".to_string(),
+        ActionSpec::Scale(s) => format!("scale to {} nodes", s.num_nodes),
+    };
+    let verb = if i.mode == Mode::Audit { "would" } else { "will" };
+    let mut line = format!("→ {verb} {what}");
+    if let Some(s) = &i.savings {
+        line += &format!("; {}", savings_text(s));
+    }
+    line
+}
+
+/// One event as a timeline line (with its newline), as [`render_text`] prints it. Times are shown in `tz`.
+pub fn render_event(e: &Event, tz: &jiff::tz::TimeZone) -> String {
+    let mut out = String::new();
+    match e {
+        Event::Transition { at, job, rule, kind, reason, mode, .. } => {
+            out += &format!(
+                "{}  {job}  {rule:<16} {:<9} [{}] {}\n",
+                local(*at, tz),
+                kind.as_str().to_uppercase(),
+                mode.as_str(),
+                reason.summary
+            );
+        }
+        Event::Intent(i) => {
+            out += &format!("{}  {}  {:<16}           {}\n", local(i.at, tz), i.job, i.rule, intent_line(i));
+        }
+        Event::Suppressed { at, job, rule, action, until, .. } => {
+            out += &format!(
+                "{}  {job}  {rule:<16}           ✗ {action} suppressed by cooldown until {}\n",
+                local(*at, tz),
+                local(*until, tz)
+            );
+        }
+        Event::RuleError { at, job, rule, message, .. } => {
+            out += &format!("{}  {job}  {rule:<16} ERROR     {message}\n", local(*at, tz));
+        }
+    }
+    out
+}
+
+/// Renders the human timeline and summary. Times are shown in `tz` (the policy's zone).
+pub fn render_text(events: &[Event], summary: &Summary, tz: &jiff::tz::TimeZone) -> String {
+    let mut out = String::new();
+    for e in events {
+        out += &render_event(e, tz);
+    }
+    out += "\nSummary\n";
+    if let (Some(a), Some(b)) = (summary.first_record, summary.last_time) {
+        out += &format!(
+            "  stream       {} → {} ({})\n",
+            local(a, tz),
+            local(b, tz),
+            fmt_secs(crate::time::seconds(a, b))
+        );
+    }
+    out += &format!(
+        "  input        {} records, {} job(s), {} ignored after an enforced suspension\n",
+        summary.records, summary.jobs, summary.ignored_after_suspend
+    );
+    out += &format!(
+        "  rules        {} firing(s), {} evaluation error(s)\n",
+        summary.firings, summary.rule_errors
+    );
+    let intents: Vec<String> = summary.intents.iter().map(|(k, v)| format!("{v} {k}")).collect();
+    out += &format!(
+        "  actions      {}\n",
+        if intents.is_empty() { "none".to_string() } else { intents.join(", ") }
+    );
+    for (label, total) in [("saved", &summary.saved), ("would save", &summary.would_save)] {
+        if total.jobs > 0 {
+            out += &format!(
+                "  {label:<12} {} GPU-hours, ${} across {} job(s)\n",
+                fmt_num((total.gpu_hours * 10.0).round() / 10.0),
+                money(total.dollars),
+                total.jobs
+            );
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::money;
+
+    #[test]
+    fn money_has_thousands_separators() {
+        assert_eq!(money(1512.5), "1,512.50");
+        assert_eq!(money(0.0), "0.00");
+        assert_eq!(money(1234567.891), "1,234,567.89");
+    }
+}

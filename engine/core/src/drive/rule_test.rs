@@ -1,0 +1,494 @@
+//! `trainwarden test`: offline rule tests, like `promtool test rules` and `kyverno test`.
+//!
+//! A test file (YAML) names the policy files it tests and a list of cases. Each case builds an input —
+//! series in promtool's expanding notation at an `interval`, or a recorded stream — runs it through the
+//! replay driver (the controller's code path), and checks the expected rule states at given times and the
+//! exact list of action intents. Every failing expectation is reported with what was expected and what
+//! happened.
+//!
+//! ```yaml
+//! policies: [plateau.yaml]
+//! tests:
+//!   - name: flat loss fires after the window
+//!     interval: 1m
+//!     job: {namespace: ml, name: ft, labels: {team: ml}, gpus: 8}
+//!     series:
+//!       loss: "2.0-0.01x100 1.0x150"
+//!       progress: "0+0.4x250"
+//!     expect:
+//!       - {at: 3h, rule: loss-plateau, state: firing}
+//!     expectActions:
+//!       - {at: 3h31m, rule: loss-plateau, action: suspend, mode: Enforce}
+//! ```
+//!
+//! Series names `progress`, `eta` (seconds), `step`, `totalSteps`, `epoch` fill the progress fields; every
+//! other name is a metric. A step where every series has a gap (`_`) sends no sample at all, which is how a
+//! stall is written. `at` is an offset from `start` (a duration) or an RFC 3339 time.
+
+use std::collections::BTreeMap;
+
+use serde::Deserialize;
+
+use crate::drive::notation::{self, Step};
+use crate::drive::replay::Replay;
+use crate::error::FieldError;
+use crate::evaluate::{EngineConfig, Event, RuleState};
+use crate::input::sample::{JobKey, JobPhase, Metric, ProgressSample, SampleSource};
+use crate::input::stream::{StreamRecord, Update};
+use crate::policy::PolicyRef;
+use crate::policy::compile::{CompiledPolicy, PolicyDocument};
+use crate::time::Timestamp;
+use crate::units::duration::PolicyDuration;
+
+/// A test file.
+#[derive(Clone, Debug, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct TestFile {
+    /// Policy files, relative to the test file.
+    pub policies: Vec<String>,
+    /// Timer resolution (default 30s).
+    #[serde(default)]
+    pub eval_interval: Option<String>,
+    pub tests: Vec<TestCase>,
+}
+
+#[derive(Clone, Debug, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct TestCase {
+    pub name: String,
+    /// Start of the input (default 2026-01-05T00:00:00Z, a Monday).
+    #[serde(default)]
+    pub start: Option<String>,
+    /// Spacing of series steps (default 1m).
+    #[serde(default)]
+    pub interval: Option<String>,
+    #[serde(default)]
+    pub job: TestJob,
+    /// Input series in expanding notation.
+    #[serde(default)]
+    pub series: BTreeMap<String, String>,
+    /// Or a JSONL stream file, relative to the test file.
+    #[serde(default)]
+    pub stream: Option<String>,
+    /// Phase changes of the job: `{at: 3h, phase: Complete}`.
+    #[serde(default)]
+    pub phases: Vec<PhaseChange>,
+    /// Keep the clock running until this offset/time after the input ends (for stalls).
+    #[serde(default)]
+    pub until: Option<String>,
+    #[serde(default)]
+    pub expect: Vec<StateExpectation>,
+    /// The exact list of intents issued over the whole run (omit to not check).
+    #[serde(default)]
+    pub expect_actions: Option<Vec<ActionExpectation>>,
+}
+
+#[derive(Clone, Debug, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct TestJob {
+    #[serde(default = "default_ns")]
+    pub namespace: String,
+    #[serde(default = "default_name")]
+    pub name: String,
+    #[serde(default)]
+    pub labels: BTreeMap<String, String>,
+    #[serde(default)]
+    pub gpus: Option<f64>,
+}
+
+impl Default for TestJob {
+    fn default() -> Self {
+        TestJob { namespace: default_ns(), name: default_name(), labels: BTreeMap::new(), gpus: None }
+    }
+}
+
+fn default_ns() -> String {
+    "default".into()
+}
+fn default_name() -> String {
+    "job".into()
+}
+
+#[derive(Clone, Debug, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct PhaseChange {
+    pub at: String,
+    pub phase: String,
+}
+
+#[derive(Clone, Debug, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct StateExpectation {
+    pub at: String,
+    pub rule: String,
+    /// inactive, pending or firing.
+    pub state: String,
+    /// Policy name, when the file loads several policies with the same rule name.
+    #[serde(default)]
+    pub policy: Option<String>,
+    /// Job `ns/name` for stream inputs with several jobs.
+    #[serde(default)]
+    pub job: Option<String>,
+}
+
+#[derive(Clone, Debug, Deserialize, PartialEq)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct ActionExpectation {
+    pub at: String,
+    pub rule: String,
+    pub action: String,
+    #[serde(default)]
+    pub mode: Option<String>,
+    #[serde(default)]
+    pub job: Option<String>,
+}
+
+/// The outcome of one case.
+#[derive(Clone, Debug, PartialEq)]
+pub struct CaseResult {
+    pub name: String,
+    pub failures: Vec<String>,
+}
+
+/// Access to files next to the test file, so the core stays free of I/O.
+pub trait FileSource {
+    fn read(&self, relative: &str) -> Result<String, String>;
+}
+
+fn parse_time_or_offset(s: &str, start: Timestamp) -> Result<Timestamp, String> {
+    if let Ok(t) = s.parse::<Timestamp>() {
+        return Ok(t);
+    }
+    let d: PolicyDuration =
+        s.parse().map_err(|e| format!("{s:?} is neither an RFC 3339 time nor a duration: {e}"))?;
+    crate::time::add_seconds(start, d.as_secs_f64()).ok_or_else(|| format!("{s:?} is out of range"))
+}
+
+fn offset_text(t: Timestamp, start: Timestamp) -> String {
+    let secs = crate::time::seconds(start, t);
+    if secs >= 0.0 && secs.fract() == 0.0 {
+        PolicyDuration::from_secs(secs as u64).to_string()
+    } else {
+        t.to_string()
+    }
+}
+
+/// Parses a test file; errors carry the YAML position or field.
+pub fn parse_test_file(text: &str) -> Result<TestFile, String> {
+    serde_saphyr::from_str::<TestFile>(text).map_err(|e| e.to_string())
+}
+
+struct Input {
+    records: Vec<StreamRecord>,
+    end: Timestamp,
+}
+
+fn build_input(case: &TestCase, start: Timestamp, files: &dyn FileSource) -> Result<Input, Vec<String>> {
+    let mut errors = Vec::new();
+    let key = JobKey::new(case.job.namespace.clone(), case.job.name.clone());
+    let mut records = Vec::new();
+    if let Some(stream) = &case.stream {
+        if !case.series.is_empty() {
+            errors.push("give series or stream, not both".to_string());
+        }
+        match files.read(stream) {
+            Ok(text) => match crate::input::stream::parse_stream(&text, stream) {
+                Ok(r) => records = r,
+                Err(es) => errors.extend(es.into_iter().map(|e| e.to_string())),
+            },
+            Err(e) => errors.push(format!("stream {stream}: {e}")),
+        }
+    } else {
+        let interval: PolicyDuration = match case.interval.as_deref().unwrap_or("1m").parse() {
+            Ok(d) => d,
+            Err(e) => {
+                errors.push(format!("interval: {e}"));
+                PolicyDuration::from_secs(60)
+            }
+        };
+        let mut expanded: Vec<(&str, Vec<Step>)> = Vec::new();
+        for (name, text) in &case.series {
+            match notation::expand(text) {
+                Ok(steps) => expanded.push((name.as_str(), steps)),
+                Err(e) => errors.push(format!("series.{name}: {e}")),
+            }
+        }
+        let len = expanded.iter().map(|(_, s)| s.len()).max().unwrap_or(0);
+        for i in 0..len {
+            let Some(t) = crate::time::add_seconds(start, interval.as_secs_f64() * i as f64) else {
+                break;
+            };
+            let mut sample = ProgressSample::empty(t, SampleSource::TrainerStatus);
+            let mut any = false;
+            for (name, steps) in &expanded {
+                let Some(Step::Value(v)) = steps.get(i) else { continue };
+                any = true;
+                match *name {
+                    "progress" => sample.progress_percent = Some(*v),
+                    "eta" => sample.eta_seconds = Some(*v),
+                    "step" => sample.current_step = Some(*v),
+                    "totalSteps" => sample.total_steps = Some(*v),
+                    "epoch" => sample.current_epoch = Some(*v),
+                    metric => sample
+                        .metrics
+                        .push(Metric { name: crate::input::canonical_metric_name(metric), value: *v }),
+                }
+            }
+            let first = records.is_empty();
+            if any || first {
+                records.push(StreamRecord::Update(Update {
+                    time: t,
+                    job: key.clone(),
+                    sample: any.then_some(sample),
+                    phase: None,
+                    labels: first.then(|| case.job.labels.clone()),
+                    gpus: if first { case.job.gpus } else { None },
+                    deleted: false,
+                }));
+            }
+        }
+        if records.is_empty() {
+            records.push(StreamRecord::Update(Update {
+                time: start,
+                job: key.clone(),
+                sample: None,
+                phase: None,
+                labels: Some(case.job.labels.clone()),
+                gpus: case.job.gpus,
+                deleted: false,
+            }));
+        }
+        let end = crate::time::add_seconds(start, interval.as_secs_f64() * len.saturating_sub(1) as f64)
+            .unwrap_or(start);
+        records.push(StreamRecord::Update(Update {
+            time: end,
+            job: key.clone(),
+            sample: None,
+            phase: None,
+            labels: None,
+            gpus: None,
+            deleted: false,
+        }));
+    }
+    for (i, p) in case.phases.iter().enumerate() {
+        let phase = match p.phase.as_str() {
+            "Running" => JobPhase::Running,
+            "Suspended" => JobPhase::Suspended,
+            "Complete" => JobPhase::Complete,
+            "Failed" => JobPhase::Failed,
+            other => {
+                errors.push(format!(
+                    "phases[{i}].phase: expected Running, Suspended, Complete or Failed, got {other:?}"
+                ));
+                continue;
+            }
+        };
+        match parse_time_or_offset(&p.at, start) {
+            Ok(t) => records.push(StreamRecord::Update(Update {
+                time: t,
+                job: key.clone(),
+                sample: None,
+                phase: Some(phase),
+                labels: None,
+                gpus: None,
+                deleted: false,
+            })),
+            Err(e) => errors.push(format!("phases[{i}].at: {e}")),
+        }
+    }
+    records.sort_by_key(super::super::input::stream::StreamRecord::time);
+    let end = records.iter().map(super::super::input::stream::StreamRecord::time).max().unwrap_or(start);
+    if errors.is_empty() { Ok(Input { records, end }) } else { Err(errors) }
+}
+
+fn state_name(s: RuleState) -> &'static str {
+    match s {
+        RuleState::Inactive => "inactive",
+        RuleState::Pending => "pending",
+        RuleState::Firing => "firing",
+    }
+}
+
+fn find_policy<'a>(policies: &'a [PolicyRef], rule_policy: Option<&str>) -> Vec<&'a PolicyRef> {
+    policies.iter().filter(|p| rule_policy.is_none_or(|n| p.name == n)).collect()
+}
+
+/// Runs one case against freshly compiled policies.
+pub fn run_case(
+    case: &TestCase,
+    policies: Vec<CompiledPolicy>,
+    config: EngineConfig,
+    files: &dyn FileSource,
+) -> CaseResult {
+    let mut failures = Vec::new();
+    let start = match case.start.as_deref().unwrap_or("2026-01-05T00:00:00Z").parse::<Timestamp>() {
+        Ok(t) => t,
+        Err(e) => return CaseResult { name: case.name.clone(), failures: vec![format!("start: {e}")] },
+    };
+    let input = match build_input(case, start, files) {
+        Ok(i) => i,
+        Err(e) => return CaseResult { name: case.name.clone(), failures: e },
+    };
+    let refs: Vec<PolicyRef> = policies.iter().map(|p| p.reference.clone()).collect();
+    let rules_of: BTreeMap<String, Vec<String>> = policies
+        .iter()
+        .map(|p| (p.reference.name.clone(), p.rules.iter().map(|r| r.name.clone()).collect()))
+        .collect();
+    let default_job = JobKey::new(case.job.namespace.clone(), case.job.name.clone());
+    let mut checkpoints = Vec::new();
+    for (i, e) in case.expect.iter().enumerate() {
+        match parse_time_or_offset(&e.at, start) {
+            Ok(t) => checkpoints.push((t, i)),
+            Err(err) => failures.push(format!("expect[{i}].at: {err}")),
+        }
+        if !matches!(e.state.as_str(), "inactive" | "pending" | "firing") {
+            failures
+                .push(format!("expect[{i}].state: expected inactive, pending or firing, got {:?}", e.state));
+        }
+        if !rules_of
+            .iter()
+            .any(|(p, rules)| e.policy.as_deref().is_none_or(|n| n == p) && rules.contains(&e.rule))
+        {
+            failures.push(format!("expect[{i}].rule: no rule {:?} in the tested policies", e.rule));
+        }
+    }
+    let until = match case.until.as_deref().map(|u| parse_time_or_offset(u, start)) {
+        None => input.end,
+        Some(Ok(t)) => t.max(input.end),
+        Some(Err(e)) => {
+            failures.push(format!("until: {e}"));
+            input.end
+        }
+    };
+    if !failures.is_empty() {
+        return CaseResult { name: case.name.clone(), failures };
+    }
+    checkpoints.sort();
+    let mut replay = Replay::new(policies, config);
+    let mut records = input.records.into_iter().peekable();
+    for (t, i) in checkpoints {
+        while let Some(r) = records.next_if(|r| r.time() <= t) {
+            replay.feed(r);
+        }
+        replay.advance_to(t);
+        let e = &case.expect[i];
+        let job = match &e.job {
+            Some(j) => match JobKey::parse(j) {
+                Some(k) => k,
+                None => {
+                    failures.push(format!("expect[{i}].job: expected ns/name, got {j:?}"));
+                    continue;
+                }
+            },
+            None => default_job.clone(),
+        };
+        let states: Vec<RuleState> = find_policy(&refs, e.policy.as_deref())
+            .into_iter()
+            .filter_map(|p| replay.evaluator().rule_state(&job, p, &e.rule))
+            .collect();
+        let got = states.first().copied().unwrap_or(RuleState::Inactive);
+        if state_name(got) != e.state {
+            failures.push(format!(
+                "at {} ({}): rule {} on {job}: expected state {}, got {}",
+                e.at,
+                t,
+                e.rule,
+                e.state,
+                state_name(got)
+            ));
+        }
+    }
+    for r in records {
+        replay.feed(r);
+    }
+    replay.finish(Some(until));
+    // A rule that cannot be evaluated never fires, which would make every "must not fire" case pass.
+    for e in &replay.events {
+        if let Event::RuleError { at, job, rule, message, .. } = e {
+            failures.push(format!(
+                "at {}: rule {rule} on {job} could not be evaluated: {message}",
+                offset_text(*at, start)
+            ));
+        }
+    }
+    if let Some(expected) = &case.expect_actions {
+        let got: Vec<ActionExpectation> = replay
+            .events
+            .iter()
+            .filter_map(|e| match e {
+                Event::Intent(i) => Some(ActionExpectation {
+                    at: offset_text(i.at, start),
+                    rule: i.rule.clone(),
+                    action: i.action.kind().to_string(),
+                    mode: Some(i.mode.as_str().to_string()),
+                    job: Some(i.job.to_string()),
+                }),
+                _ => None,
+            })
+            .collect();
+        let normalize =
+            |e: &ActionExpectation| -> Option<(Timestamp, String, String, Option<String>, String)> {
+                let at = parse_time_or_offset(&e.at, start).ok()?;
+                Some((
+                    at,
+                    e.rule.clone(),
+                    e.action.clone(),
+                    e.mode.clone(),
+                    e.job.clone().unwrap_or_else(|| default_job.to_string()),
+                ))
+            };
+        let want: Vec<_> = expected.iter().map(normalize).collect();
+        let have: Vec<_> = got.iter().map(normalize).collect();
+        let matches = want.len() == have.len()
+            && want.iter().zip(&have).all(|(w, h)| match (w, h) {
+                (Some(w), Some(h)) => {
+                    w.0 == h.0 && w.1 == h.1 && w.2 == h.2 && w.4 == h.4 && (w.3.is_none() || w.3 == h.3)
+                }
+                _ => false,
+            });
+        if !matches {
+            let fmt = |list: &[ActionExpectation]| {
+                list.iter()
+                    .map(|a| {
+                        format!(
+                            "    {{at: {}, rule: {}, action: {}{}{}}}",
+                            a.at,
+                            a.rule,
+                            a.action,
+                            a.mode.as_ref().map(|m| format!(", mode: {m}")).unwrap_or_default(),
+                            a.job.as_ref().map(|j| format!(", job: {j}")).unwrap_or_default()
+                        )
+                    })
+                    .collect::<Vec<_>>()
+                    .join("\n")
+            };
+            failures.push(format!(
+                "actions differ\n  expected:\n{}\n  got:\n{}",
+                if expected.is_empty() { "    (none)".into() } else { fmt(expected) },
+                if got.is_empty() { "    (none)".into() } else { fmt(&got) }
+            ));
+        }
+    }
+    CaseResult { name: case.name.clone(), failures }
+}
+
+/// Loads the policy documents a test file names. Errors are prefixed with the policy file.
+pub fn load_policies(
+    file: &TestFile,
+    files: &dyn FileSource,
+) -> Result<Vec<PolicyDocument>, Vec<FieldError>> {
+    let mut docs = Vec::new();
+    let mut errors = Vec::new();
+    for path in &file.policies {
+        match files.read(path) {
+            Ok(text) => match crate::policy::compile::parse_documents(&text, path) {
+                Ok(d) => docs.extend(d),
+                Err(e) => errors.extend(
+                    e.errors.into_iter().map(|x| FieldError::new(format!("{path}: {}", x.path), x.message)),
+                ),
+            },
+            Err(e) => errors.push(FieldError::new(path.clone(), e)),
+        }
+    }
+    if errors.is_empty() { Ok(docs) } else { Err(errors) }
+}

@@ -1,0 +1,207 @@
+//! One rule for one job, Prometheus style: the condition (detector and/or script), the state machine
+//! inactive → pending → firing → resolved, firing's action intents with cooldowns, and resolution.
+
+use super::{ActionIntent, Alert, Event, Reason, RuleTrack, TransitionKind, savings};
+use crate::history::job::JobData;
+use crate::input::sample::JobKey;
+use crate::judge::script::ScriptEngine;
+use crate::policy::ActionSpec;
+use crate::policy::compile::{CompiledPolicy, CompiledRule};
+use crate::time::Timestamp;
+
+/// Evaluates the rule's condition: `Some(reason)` when it holds, and when a time-driven function of its
+/// script would turn true (see [`crate::judge::script::Frame::wake`]).
+pub(super) fn condition(
+    scripts: &ScriptEngine,
+    policy: &CompiledPolicy,
+    rule: &CompiledRule,
+    track: &RuleTrack,
+    data: &mut Option<Box<JobData>>,
+    now: Timestamp,
+) -> Result<(Option<Reason>, Option<Timestamp>), String> {
+    let mut findings = Vec::new();
+    if let Some(detector) = &rule.detector {
+        let Some(job) = data.as_deref() else { return Ok((None, None)) };
+        match detector.check(&track.detector_state, &job.view(&policy.env, now)) {
+            Some(f) => findings.push(f),
+            None => return Ok((None, None)),
+        }
+    }
+    let mut wake = None;
+    if let Some(script) = &rule.script {
+        let outcome = scripts.eval_condition(script, data, &policy.env, now).map_err(|e| e.to_string())?;
+        if !outcome.value {
+            return Ok((None, outcome.wake));
+        }
+        wake = outcome.wake;
+        findings.extend(outcome.evidence);
+    }
+    Ok((Some(Reason::from_findings(findings, rule.when.as_deref())), wake))
+}
+
+#[allow(clippy::too_many_arguments)]
+pub(super) fn advance(
+    track: &mut RuleTrack,
+    key: &JobKey,
+    policy: &CompiledPolicy,
+    rule: &CompiledRule,
+    reason: Option<Reason>,
+    now: Timestamp,
+    data: Option<&JobData>,
+    out: &mut Vec<Event>,
+) {
+    let transition = |kind: TransitionKind, reason: Reason, out: &mut Vec<Event>| {
+        out.push(Event::Transition {
+            at: now,
+            job: key.clone(),
+            policy: policy.reference.clone(),
+            rule: rule.name.clone(),
+            kind,
+            reason,
+            mode: rule.mode,
+        });
+    };
+    match (track.alert, reason) {
+        (Alert::Inactive, Some(reason)) => {
+            if rule.for_.is_zero() {
+                fire(track, key, policy, rule, reason, now, data, out);
+            } else {
+                track.alert = Alert::Pending { since: Some(now) };
+                track.last_reason = reason.clone();
+                transition(TransitionKind::Pending, reason, out);
+            }
+        }
+        (Alert::Pending { since }, Some(reason)) => {
+            let since = since.unwrap_or(now);
+            track.last_reason = reason.clone();
+            if crate::time::seconds(since, now) >= rule.for_.as_secs_f64() {
+                fire(track, key, policy, rule, reason, now, data, out);
+            }
+        }
+        (Alert::Pending { .. }, None) => {
+            track.alert = Alert::Inactive;
+            transition(TransitionKind::Cleared, std::mem::take(&mut track.last_reason), out);
+        }
+        (Alert::Firing { since, .. }, Some(reason)) => {
+            track.alert = Alert::Firing { since, cleared_at: None };
+            track.last_reason = reason;
+        }
+        (Alert::Firing { since, cleared_at }, None) => {
+            let cleared = cleared_at.unwrap_or(now);
+            track.alert = Alert::Firing { since, cleared_at: Some(cleared) };
+            if crate::time::seconds(cleared, now) >= rule.keep_firing_for.as_secs_f64() {
+                track.alert = Alert::Inactive;
+                transition(TransitionKind::Resolved, std::mem::take(&mut track.last_reason), out);
+            }
+        }
+        (Alert::Inactive, None) => {}
+    }
+}
+
+#[allow(clippy::too_many_arguments)]
+pub(super) fn fire(
+    track: &mut RuleTrack,
+    key: &JobKey,
+    policy: &CompiledPolicy,
+    rule: &CompiledRule,
+    reason: Reason,
+    now: Timestamp,
+    data: Option<&JobData>,
+    out: &mut Vec<Event>,
+) {
+    track.alert = Alert::Firing { since: Some(now), cleared_at: None };
+    track.firings += 1;
+    track.last_reason = reason.clone();
+    out.push(Event::Transition {
+        at: now,
+        job: key.clone(),
+        policy: policy.reference.clone(),
+        rule: rule.name.clone(),
+        kind: TransitionKind::Firing,
+        reason: reason.clone(),
+        mode: rule.mode,
+    });
+    track.last_issued.resize(rule.actions.len(), None);
+    for (i, action) in rule.actions.iter().enumerate() {
+        if let Some(last) = track.last_issued[i] {
+            // A cooldown past the representable range means "never again".
+            let until = crate::time::add_seconds(last, rule.cooldown.as_secs_f64()).unwrap_or(Timestamp::MAX);
+            if until > now {
+                out.push(Event::Suppressed {
+                    at: now,
+                    job: key.clone(),
+                    policy: policy.reference.clone(),
+                    rule: rule.name.clone(),
+                    action: action.kind(),
+                    until,
+                });
+                continue;
+            }
+        }
+        track.last_issued[i] = Some(now);
+        let savings = match action {
+            ActionSpec::Suspend(_) => data.and_then(|d| savings::estimate(d, policy, &reason, now)),
+            _ => None,
+        };
+        out.push(Event::Intent(ActionIntent {
+            id: intent_id(policy, rule, key, data, track.firings, i),
+            at: now,
+            job: key.clone(),
+            policy: policy.reference.clone(),
+            rule: rule.name.clone(),
+            action: action.clone(),
+            mode: rule.mode,
+            reason: reason.clone(),
+            savings,
+        }));
+    }
+}
+
+/// Unique per policy version, rule, job incarnation (its first-seen time: a re-created job is a new one),
+/// firing and action, so an executor can deduplicate on it across retries and restarts.
+pub(super) fn intent_id(
+    policy: &CompiledPolicy,
+    rule: &CompiledRule,
+    key: &JobKey,
+    data: Option<&JobData>,
+    firing: u64,
+    action: usize,
+) -> String {
+    let p = &policy.reference;
+    // The job's creation time where known, so ids stay the same across controller restarts.
+    let since = data.map_or(0, |d| d.snapshot.created_at.unwrap_or(d.first_seen).as_second());
+    format!(
+        "{}:{}:{}:{}:{}:{}:{}:{since}:{firing}:{action}",
+        p.kind,
+        p.namespace.as_deref().unwrap_or(""),
+        p.name,
+        p.generation,
+        rule.name,
+        key.namespace,
+        key.name
+    )
+}
+
+pub(super) fn resolve_track(
+    track: RuleTrack,
+    key: &JobKey,
+    policy: &CompiledPolicy,
+    rule: &CompiledRule,
+    now: Timestamp,
+    out: &mut Vec<Event>,
+) {
+    let kind = match track.alert {
+        Alert::Firing { .. } => TransitionKind::Resolved,
+        Alert::Pending { .. } => TransitionKind::Cleared,
+        Alert::Inactive => return,
+    };
+    out.push(Event::Transition {
+        at: now,
+        job: key.clone(),
+        policy: policy.reference.clone(),
+        rule: rule.name.clone(),
+        kind,
+        reason: track.last_reason,
+        mode: rule.mode,
+    });
+}

@@ -1,0 +1,624 @@
+//! The evaluator: per-job history, per-(job, rule) firing lifecycle, and action intents.
+//!
+//! ```text
+//!   JobSnapshot ──observe──▶ JobSeries (history) ──▶ rules of every selecting policy ──▶ Events
+//!   time ────────tick─────▶ (timers: stalled, for, keepFiringFor, calendar windows) ──┘
+//! ```
+//!
+//! Lifecycle per job × rule, as Prometheus alerting rules: inactive → pending (while `for` has not elapsed)
+//! → firing → resolved after the condition has been false for `keepFiringFor`. Entering firing issues one
+//! [`ActionIntent`] per action, unless the same action was issued for the same job and rule less than
+//! `cooldown` ago. Intents are descriptions; the executor performs them, or in Audit mode only reports them.
+//!
+//! A suspended job's rules are frozen (neither evaluated nor resolved); a finished job's rules resolve, and
+//! so do all rules of a policy outside its active windows.
+//!
+//! The evaluator is sans-IO and clock-free: every call takes `now`, so the controller (wall clock), replay
+//! and `trainwarden test` (the stream's clock) share this exact code path. Callers drive time with
+//! [`Evaluator::tick`] at [`Evaluator::next_tick`]; the replay driver does so between samples, which is how a
+//! stall fires with no new sample arriving. `next_tick` is exact: each job carries one timer, the earliest of
+//! its pending rules' `for`, its firing rules' `keepFiringFor` and its time-driven detectors' deadlines
+//! ([`crate::judge::detectors::Detector::wake_at`], also for `stalled()` inside a script), so such rules fire on the second they are
+//! due; the `eval_interval` cadence (every job re-evaluated at least that often) is only a backstop, e.g. for
+//! scripts that read the clock through `hour()`.
+
+mod event;
+mod lifecycle;
+mod memory;
+mod savings;
+mod timers;
+
+pub use event::{ActionIntent, Event, Reason, RuleState, Savings, SavingsBasis, TransitionKind};
+use lifecycle::{advance, condition, resolve_track};
+pub use memory::RuleMemory;
+use memory::claim_memories;
+
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+
+use rustc_hash::FxHashMap;
+
+use crate::history::job::JobData;
+use crate::history::job_series::{JobSeries, Recorded};
+use crate::input::sample::{JobKey, JobPhase, JobSnapshot, ProgressSample};
+use crate::judge::detectors::DetectorState;
+use crate::judge::script::{Limits, ScriptEngine};
+use crate::policy::PolicyRef;
+use crate::policy::compile::CompiledPolicy;
+use crate::time::Timestamp;
+use crate::units::duration::PolicyDuration;
+
+/// Engine settings shared by every policy.
+#[derive(Clone, Debug)]
+pub struct EngineConfig {
+    /// How often jobs without new samples are re-evaluated (timers' resolution).
+    pub eval_interval: PolicyDuration,
+    pub limits: Limits,
+}
+
+impl Default for EngineConfig {
+    fn default() -> Self {
+        EngineConfig { eval_interval: PolicyDuration::from_secs(30), limits: Limits::default() }
+    }
+}
+
+/// Where one rule is for one job, with the instants each state needs (Prometheus' `ActiveAt`, `FiredAt`,
+/// `KeepFiringSince`). Memories restored from a status may lack an instant, hence the options.
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+enum Alert {
+    #[default]
+    Inactive,
+    /// The condition holds; the rule fires once `for` has elapsed since `since`.
+    Pending { since: Option<Timestamp> },
+    /// Fired at `since`. `cleared_at`: when the condition last turned false (`keepFiringFor` runs from there).
+    Firing { since: Option<Timestamp>, cleared_at: Option<Timestamp> },
+}
+
+impl Alert {
+    /// From what a restored memory says.
+    fn restored(state: RuleState, since: Option<Timestamp>, cleared_at: Option<Timestamp>) -> Alert {
+        match state {
+            RuleState::Inactive => Alert::Inactive,
+            RuleState::Pending => Alert::Pending { since },
+            RuleState::Firing => Alert::Firing { since, cleared_at },
+        }
+    }
+
+    fn state(self) -> RuleState {
+        match self {
+            Alert::Inactive => RuleState::Inactive,
+            Alert::Pending { .. } => RuleState::Pending,
+            Alert::Firing { .. } => RuleState::Firing,
+        }
+    }
+
+    /// Pending since or firing since.
+    fn since(self) -> Option<Timestamp> {
+        match self {
+            Alert::Inactive => None,
+            Alert::Pending { since } | Alert::Firing { since, .. } => since,
+        }
+    }
+
+    fn cleared_at(self) -> Option<Timestamp> {
+        match self {
+            Alert::Firing { cleared_at, .. } => cleared_at,
+            _ => None,
+        }
+    }
+}
+
+#[derive(Clone, Debug, Default)]
+struct RuleTrack {
+    alert: Alert,
+    detector_state: DetectorState,
+    firings: u64,
+    last_issued: Vec<Option<Timestamp>>,
+    last_error: Option<String>,
+    last_reason: Reason,
+    /// From the last evaluation of a script: when a time-driven function in it would turn true.
+    script_wake: Option<Timestamp>,
+}
+
+struct JobEntry {
+    data: Option<Box<JobData>>,
+    last_evaluated: Option<Timestamp>,
+    /// The job's entry in [`Evaluator::wakes`]: the earliest time its rules may change with no new sample.
+    wake: Option<Timestamp>,
+    /// The job's index in [`Evaluator::ids`], so timers carry a number instead of a copy of the key (the
+    /// timer moves with nearly every sample of a job with a stall rule).
+    id: usize,
+    /// Rule tracks by policy index, then rule index; empty for policies that never selected the job.
+    tracks: Vec<Vec<RuleTrack>>,
+    /// Policies selecting the job, recomputed only when its labels or the policy set change (the hot path
+    /// — a new sample — never clones labels or re-matches selectors).
+    selected_by: Vec<usize>,
+    selection_stale: bool,
+}
+
+impl JobEntry {
+    fn tracks_mut(&mut self, policy: usize, rules: usize) -> &mut Vec<RuleTrack> {
+        if self.tracks.len() <= policy {
+            self.tracks.resize_with(policy + 1, Vec::new);
+        }
+        let tracks = &mut self.tracks[policy];
+        if tracks.len() < rules {
+            tracks.resize_with(rules, RuleTrack::default);
+        }
+        tracks
+    }
+}
+
+struct PolicySlot {
+    policy: CompiledPolicy,
+    /// Cached next calendar change after the last tick, so `next_tick` is cheap.
+    next_calendar_change: Option<Timestamp>,
+    /// Whether the calendar is active, valid until `next_calendar_change` (a cron search per evaluation
+    /// would dominate the hot path).
+    active: Option<bool>,
+}
+
+impl PolicySlot {
+    fn is_active(&self, now: Timestamp) -> bool {
+        match (self.active, self.next_calendar_change) {
+            (Some(active), Some(change)) if now < change => active,
+            (Some(active), None) => active,
+            _ => self.policy.env.calendar.is_active(now),
+        }
+    }
+}
+
+/// The evaluation engine.
+pub struct Evaluator {
+    config: EngineConfig,
+    scripts: ScriptEngine,
+    /// `None` marks a removed policy (indices stay stable for the job tracks).
+    policies: Vec<Option<PolicySlot>>,
+    jobs: FxHashMap<JobKey, JobEntry>,
+    namespace_labels: HashMap<String, BTreeMap<String, String>>,
+    /// The last cadence tick (every job re-evaluated at least once per `eval_interval`).
+    last_tick: Option<Timestamp>,
+    /// Exact timers: `for` and `keepFiringFor` running out, stall deadlines, budgets. Ordered by time, so the
+    /// next one is the first entry; each job has at most one (its earliest, [`JobEntry::wake`]).
+    wakes: BTreeSet<(Timestamp, usize)>,
+    /// Job keys by [`JobEntry::id`]; `None` marks a free id (reused).
+    ids: Vec<Option<JobKey>>,
+    free_ids: Vec<usize>,
+    /// Rule memories restored from a previous run (see [`Evaluator::restore`]), claimed by each job the first
+    /// time a policy's rules are set up for it.
+    restored: HashMap<(usize, JobKey), Vec<RuleMemory>>,
+}
+
+/// Counters for status and metrics.
+#[derive(Clone, Copy, Debug, Default, PartialEq, serde::Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct RuleCounts {
+    pub matched_jobs: usize,
+    pub firing: usize,
+    pub pending: usize,
+}
+
+impl Evaluator {
+    pub fn new(config: EngineConfig) -> Self {
+        let scripts = ScriptEngine::new(config.limits.clone());
+        Evaluator {
+            config,
+            scripts,
+            policies: Vec::new(),
+            jobs: FxHashMap::default(),
+            namespace_labels: HashMap::new(),
+            last_tick: None,
+            wakes: BTreeSet::new(),
+            ids: Vec::new(),
+            free_ids: Vec::new(),
+            restored: HashMap::new(),
+        }
+    }
+
+    /// The script engine policies must be compiled with.
+    pub fn scripts(&self) -> &ScriptEngine {
+        &self.scripts
+    }
+
+    pub fn config(&self) -> &EngineConfig {
+        &self.config
+    }
+
+    /// Adds or replaces (same kind, namespace and name) a policy. Rules of a replaced policy start over: their
+    /// firing rules are resolved first, so nothing is left firing under a definition that no longer exists.
+    ///
+    /// Rules are matched by name: a rule whose definition is unchanged keeps its state (a re-applied or
+    /// resynced policy changes nothing); a changed rule resolves and starts over, but keeps its cooldown
+    /// history so a policy edit does not re-issue actions the cooldown would suppress. Rules that no longer
+    /// exist resolve.
+    pub fn upsert_policy(&mut self, policy: CompiledPolicy, now: Timestamp, out: &mut Vec<Event>) {
+        let slot = PolicySlot { policy, next_calendar_change: None, active: None };
+        match self.find_policy(&slot.policy.reference) {
+            Some(index) => {
+                self.carry_over(index, &slot.policy, now, out);
+                self.policies[index] = Some(slot);
+            }
+            None => match self.policies.iter().position(Option::is_none) {
+                // Removed policies' slots are reused; retiring emptied their tracks in every job.
+                Some(free) => self.policies[free] = Some(slot),
+                None => self.policies.push(Some(slot)),
+            },
+        }
+        self.mark_selection_stale();
+        self.refresh_calendar(now);
+    }
+
+    /// Maps a replaced policy's rule tracks onto the new rules by name (see [`Evaluator::upsert_policy`]).
+    fn carry_over(&mut self, index: usize, new: &CompiledPolicy, now: Timestamp, out: &mut Vec<Event>) {
+        let Some(old) = self.policies[index].as_ref().map(|s| &s.policy) else { return };
+        let mut keys: Vec<JobKey> = self.jobs.keys().cloned().collect();
+        keys.sort();
+        for key in keys {
+            let Some(job) = self.jobs.get_mut(&key) else { continue };
+            let Some(old_tracks) = job.tracks.get_mut(index).map(std::mem::take) else { continue };
+            if old_tracks.is_empty() {
+                continue;
+            }
+            let mut new_tracks: Vec<RuleTrack> = (0..new.rules.len()).map(|_| RuleTrack::default()).collect();
+            for (r, mut track) in old_tracks.into_iter().enumerate() {
+                let Some(old_rule) = old.rules.get(r) else { continue };
+                match new.rules.iter().position(|n| n.name == old_rule.name) {
+                    Some(n) if new.rules[n].fingerprint == old_rule.fingerprint => new_tracks[n] = track,
+                    Some(n) => {
+                        let history = (std::mem::take(&mut track.last_issued), track.firings);
+                        resolve_track(track, &key, old, old_rule, now, out);
+                        let fresh = &mut new_tracks[n];
+                        (fresh.last_issued, fresh.firings) = history;
+                        fresh.last_issued.resize(new.rules[n].actions.len(), None);
+                    }
+                    None => resolve_track(track, &key, old, old_rule, now, out),
+                }
+            }
+            job.tracks[index] = new_tracks;
+        }
+    }
+
+    /// Removes a policy, resolving its firing rules.
+    pub fn remove_policy(&mut self, reference: &PolicyRef, now: Timestamp, out: &mut Vec<Event>) {
+        if let Some(index) = self.find_policy(reference) {
+            self.retire_policy(index, now, out);
+            self.policies[index] = None;
+            self.restored.retain(|(p, _), _| *p != index);
+            self.mark_selection_stale();
+        }
+    }
+
+    fn mark_selection_stale(&mut self) {
+        for job in self.jobs.values_mut() {
+            job.selection_stale = true;
+        }
+    }
+
+    fn find_policy(&self, r: &PolicyRef) -> Option<usize> {
+        self.policies.iter().position(|p| {
+            p.as_ref().is_some_and(|p| {
+                let q = &p.policy.reference;
+                q.kind == r.kind && q.namespace == r.namespace && q.name == r.name
+            })
+        })
+    }
+
+    fn retire_policy(&mut self, index: usize, now: Timestamp, out: &mut Vec<Event>) {
+        let Some(slot) = &self.policies[index] else { return };
+        let mut keys: Vec<&JobKey> = self.jobs.keys().collect();
+        keys.sort();
+        let keys: Vec<JobKey> = keys.into_iter().cloned().collect();
+        for key in keys {
+            let Some(job) = self.jobs.get_mut(&key) else { continue };
+            job.selected_by.retain(|&p| p != index);
+            if let Some(tracks) = job.tracks.get_mut(index) {
+                for (r, track) in std::mem::take(tracks).into_iter().enumerate() {
+                    resolve_track(track, &key, &slot.policy, &slot.policy.rules[r], now, out);
+                }
+            }
+        }
+    }
+
+    pub fn policies(&self) -> impl Iterator<Item = &CompiledPolicy> {
+        self.policies.iter().flatten().map(|s| &s.policy)
+    }
+
+    /// Namespace labels, for ClusterProgressPolicy namespace selectors.
+    pub fn set_namespace_labels(&mut self, namespace: &str, labels: BTreeMap<String, String>) {
+        self.namespace_labels.insert(namespace.to_string(), labels);
+        for (key, job) in self.jobs.iter_mut() {
+            if key.namespace == namespace {
+                job.selection_stale = true;
+            }
+        }
+    }
+
+    /// A job appeared or changed (phase, labels, size, and possibly a new sample). Replaces what is known about
+    /// the job, records its sample (duplicates are dropped) and evaluates the rules of every selecting policy.
+    pub fn observe(&mut self, mut snapshot: JobSnapshot, now: Timestamp, out: &mut Vec<Event>) {
+        let sample = snapshot.sample.take();
+        let key = snapshot.key.clone();
+        let entry = self.entry(&key, now);
+        let mut resumed = false;
+        if let Some(data) = entry.data.as_mut() {
+            if data.snapshot.labels != snapshot.labels {
+                entry.selection_stale = true;
+            }
+            resumed = data.snapshot.phase != JobPhase::Running && snapshot.phase == JobPhase::Running;
+            data.snapshot = snapshot;
+        }
+        if resumed {
+            self.restart_after_resume(&key, now, out);
+        }
+        self.record_and_evaluate(&key, sample, now, out);
+    }
+
+    /// A new progress sample of a job whose metadata did not change (the hot path of a watch or a stream).
+    /// An unknown job is created with default metadata.
+    pub fn observe_sample(
+        &mut self,
+        key: &JobKey,
+        sample: ProgressSample,
+        now: Timestamp,
+        out: &mut Vec<Event>,
+    ) {
+        self.entry(key, now);
+        self.record_and_evaluate(key, Some(sample), now, out);
+    }
+
+    fn entry(&mut self, key: &JobKey, now: Timestamp) -> &mut JobEntry {
+        if !self.jobs.contains_key(key) {
+            self.insert_job(key, now);
+        }
+        self.jobs.get_mut(key).expect("inserted above")
+    }
+
+    fn insert_job(&mut self, key: &JobKey, now: Timestamp) {
+        let id = match self.free_ids.pop() {
+            Some(id) => {
+                self.ids[id] = Some(key.clone());
+                id
+            }
+            None => {
+                self.ids.push(Some(key.clone()));
+                self.ids.len() - 1
+            }
+        };
+        self.jobs.insert(
+            key.clone(),
+            JobEntry {
+                data: Some(Box::new(JobData {
+                    series: JobSeries::new(now),
+                    snapshot: JobSnapshot::new(key.clone()),
+                    first_seen: now,
+                })),
+                last_evaluated: None,
+                wake: None,
+                id,
+                tracks: Vec::new(),
+                selected_by: Vec::new(),
+                selection_stale: true,
+            },
+        );
+    }
+
+    fn record_and_evaluate(
+        &mut self,
+        key: &JobKey,
+        sample: Option<ProgressSample>,
+        now: Timestamp,
+        out: &mut Vec<Event>,
+    ) {
+        self.refresh_selection(key);
+        let Some(entry) = self.jobs.get_mut(key) else { return };
+        if let (Some(sample), Some(data)) = (&sample, entry.data.as_mut())
+            && data.series.record(sample) == Recorded::New
+        {
+            // Stateful detectors advance on every new sample, whether or not their policy is active now.
+            for i in 0..entry.selected_by.len() {
+                let p_index = entry.selected_by[i];
+                let Some(Some(slot)) = self.policies.get(p_index) else { continue };
+                let rules = &slot.policy.rules;
+                entry.tracks_mut(p_index, rules.len());
+                claim_memories(&mut self.restored, entry, key, p_index, &slot.policy);
+                let Some(data) = entry.data.as_ref() else { continue };
+                let series = &data.series;
+                let tracks = &mut entry.tracks[p_index];
+                for (r_index, rule) in rules.iter().enumerate() {
+                    if let Some(d) = &rule.detector {
+                        d.observe(&mut tracks[r_index].detector_state, series, sample);
+                    }
+                }
+            }
+        }
+        self.evaluate_job(key, now, out);
+    }
+
+    /// A job that runs again starts its judgement afresh: time spent suspended must not count toward `for`
+    /// or a detector's patience, or a job resumed on purpose would be suspended again the moment it restarts.
+    /// Pending rules clear and detector state resets; firing rules stay firing until they resolve.
+    fn restart_after_resume(&mut self, key: &JobKey, now: Timestamp, out: &mut Vec<Event>) {
+        let Some(entry) = self.jobs.get_mut(key) else { return };
+        for (p, tracks) in entry.tracks.iter_mut().enumerate() {
+            let Some(Some(slot)) = self.policies.get(p) else { continue };
+            for (r, track) in tracks.iter_mut().enumerate() {
+                track.detector_state = DetectorState::default();
+                if matches!(track.alert, Alert::Pending { .. }) {
+                    track.alert = Alert::Inactive;
+                    out.push(Event::Transition {
+                        at: now,
+                        job: key.clone(),
+                        policy: slot.policy.reference.clone(),
+                        rule: slot.policy.rules[r].name.clone(),
+                        kind: TransitionKind::Cleared,
+                        reason: Reason { summary: "the job was resumed".into(), ..Reason::default() },
+                        mode: slot.policy.rules[r].mode,
+                    });
+                }
+            }
+        }
+    }
+
+    /// Evaluates one job now without new information (a heartbeat: time passes).
+    pub fn tick_job(&mut self, key: &JobKey, now: Timestamp, out: &mut Vec<Event>) {
+        self.refresh_selection(key);
+        self.evaluate_job(key, now, out);
+    }
+
+    /// Recomputes which policies select a job, if its labels or the policy set changed.
+    fn refresh_selection(&mut self, key: &JobKey) {
+        let Some(entry) = self.jobs.get_mut(key) else { return };
+        if !entry.selection_stale {
+            return;
+        }
+        entry.selection_stale = false;
+        let Some(data) = entry.data.as_ref() else { return };
+        let ns_labels = self.namespace_labels.get(&key.namespace);
+        entry.selected_by = self
+            .policies
+            .iter()
+            .enumerate()
+            .filter_map(|(i, slot)| {
+                let slot = slot.as_ref()?;
+                slot.policy.selects(&key.namespace, &data.snapshot.labels, ns_labels).then_some(i)
+            })
+            .collect();
+    }
+
+    /// A job was deleted: its firing rules resolve and its history is dropped.
+    pub fn forget_job(&mut self, key: &JobKey, now: Timestamp, out: &mut Vec<Event>) {
+        if let Some(job) = self.jobs.remove(key) {
+            if let Some(wake) = job.wake {
+                self.wakes.remove(&(wake, job.id));
+            }
+            if let Some(slot) = self.ids.get_mut(job.id) {
+                *slot = None;
+                self.free_ids.push(job.id);
+            }
+            for (p, tracks) in job.tracks.into_iter().enumerate() {
+                if let Some(Some(slot)) = self.policies.get(p) {
+                    for (r, track) in tracks.into_iter().enumerate() {
+                        resolve_track(track, key, &slot.policy, &slot.policy.rules[r], now, out);
+                    }
+                }
+            }
+        }
+    }
+
+    fn evaluate_job(&mut self, key: &JobKey, now: Timestamp, out: &mut Vec<Event>) {
+        let Some(entry) = self.jobs.get_mut(key) else { return };
+        entry.last_evaluated = Some(now);
+        let Some(phase) = entry.data.as_ref().map(|d| d.snapshot.phase) else { return };
+        let running = phase == JobPhase::Running;
+        for i in 0..entry.selected_by.len() {
+            let p_index = entry.selected_by[i];
+            let Some(Some(slot)) = self.policies.get(p_index) else { continue };
+            let policy = &slot.policy;
+            // A suspended job teaches us nothing new: its rules keep their state, so a job a person resumed on
+            // purpose is not suspended again the moment it restarts, only after its rule resolves and re-fires.
+            if phase == JobPhase::Suspended {
+                continue;
+            }
+            let active = running && slot.is_active(now);
+            entry.tracks_mut(p_index, policy.rules.len());
+            claim_memories(&mut self.restored, entry, key, p_index, policy);
+            for (r_index, rule) in policy.rules.iter().enumerate() {
+                let track = &mut entry.tracks[p_index][r_index];
+                let verdict = if active {
+                    condition(&self.scripts, policy, rule, track, &mut entry.data, now)
+                } else {
+                    Ok((None, None))
+                };
+                let track = &mut entry.tracks[p_index][r_index];
+                match verdict {
+                    Ok((reason, wake)) => {
+                        track.last_error = None;
+                        track.script_wake = wake;
+                        advance(track, key, policy, rule, reason, now, entry.data.as_deref(), out);
+                    }
+                    Err(message) => {
+                        if track.last_error.as_deref() != Some(message.as_str()) {
+                            out.push(Event::RuleError {
+                                at: now,
+                                job: key.clone(),
+                                policy: policy.reference.clone(),
+                                rule: rule.name.clone(),
+                                message: message.clone(),
+                            });
+                            track.last_error = Some(message);
+                        }
+                    }
+                }
+            }
+        }
+        // Policies that no longer select the job (labels changed): their rules resolve.
+        for p in 0..entry.tracks.len() {
+            if entry.tracks[p].is_empty() || entry.selected_by.contains(&p) {
+                continue;
+            }
+            let tracks = std::mem::take(&mut entry.tracks[p]);
+            if let Some(Some(slot)) = self.policies.get(p) {
+                for (r, track) in tracks.into_iter().enumerate() {
+                    resolve_track(track, key, &slot.policy, &slot.policy.rules[r], now, out);
+                }
+            }
+        }
+        self.rearm(key, now);
+    }
+
+    /// Rule state of one job, for status and tests.
+    pub fn rule_state(&self, job: &JobKey, policy: &PolicyRef, rule: &str) -> Option<RuleState> {
+        let p = self.find_policy(policy)?;
+        let slot = self.policies[p].as_ref()?;
+        let r = slot.policy.rules.iter().position(|x| x.name == rule)?;
+        let track = self.jobs.get(job)?.tracks.get(p)?.get(r)?;
+        Some(track.alert.state())
+    }
+
+    /// Jobs selected and rules firing/pending per policy.
+    pub fn counts(&self, policy: &PolicyRef) -> RuleCounts {
+        let Some(p) = self.find_policy(policy) else { return RuleCounts::default() };
+        let mut counts = RuleCounts::default();
+        for job in self.jobs.values() {
+            if job.selected_by.contains(&p) {
+                counts.matched_jobs += 1;
+            }
+            for t in job.tracks.get(p).into_iter().flatten() {
+                match t.alert {
+                    Alert::Firing { .. } => counts.firing += 1,
+                    Alert::Pending { .. } => counts.pending += 1,
+                    Alert::Inactive => {}
+                }
+            }
+        }
+        counts
+    }
+
+    pub fn job_count(&self) -> usize {
+        self.jobs.len()
+    }
+
+    /// The job's history, for status and reports.
+    pub fn job(&self, key: &JobKey) -> Option<&JobData> {
+        self.jobs.get(key).and_then(|j| j.data.as_deref())
+    }
+
+    /// Approximate bytes held per job: history, metadata and rule tracks.
+    pub fn job_bytes(&self, key: &JobKey) -> Option<usize> {
+        let j = self.jobs.get(key)?;
+        let data = j.data.as_ref()?;
+        let strings =
+            |m: &BTreeMap<String, String>| m.iter().map(|(k, v)| k.len() + v.len() + 48).sum::<usize>();
+        Some(
+            std::mem::size_of::<JobEntry>()
+                + std::mem::size_of::<JobData>()
+                + data.series.approx_bytes()
+                + strings(&data.snapshot.labels)
+                + strings(&data.snapshot.annotations)
+                + j.tracks.iter().map(|t| t.capacity() * std::mem::size_of::<RuleTrack>()).sum::<usize>()
+                + j.tracks.iter().flatten().map(|t| t.last_issued.capacity() * 16).sum::<usize>(),
+        )
+    }
+}
+
+#[cfg(test)]
+mod tests;

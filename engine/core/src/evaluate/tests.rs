@@ -1,0 +1,601 @@
+//! Lifecycle tests of the evaluator: pending → firing → resolved, `for`, `keepFiringFor`, `cooldown`,
+//! timers that fire with no new sample, calendar windows, modes, selection changes and policy updates.
+
+use std::collections::BTreeMap;
+
+use super::*;
+use crate::input::sample::{Metric, ProgressSample, SampleSource};
+use crate::policy::compile::{compile, parse_documents};
+
+/// 2026-11-27T17:00:00Z, a Friday.
+fn t(minutes: i64) -> Timestamp {
+    Timestamp::from_second(1_795_798_800 + minutes * 60).unwrap()
+}
+
+struct World {
+    ev: Evaluator,
+    events: Vec<Event>,
+    clock: Timestamp,
+    /// When the job last started running (moves on resume, as the TrainJob's Suspended condition does).
+    running_since: Timestamp,
+}
+
+impl World {
+    fn with_policy(yaml: &str) -> World {
+        let mut ev = Evaluator::new(EngineConfig::default());
+        let docs = parse_documents(yaml, "test").unwrap();
+        let mut events = Vec::new();
+        for d in docs {
+            let p = compile(&d, ev.scripts()).unwrap_or_else(|e| panic!("{e}"));
+            ev.upsert_policy(p, t(0), &mut events);
+        }
+        World { ev, events, clock: t(0), running_since: t(0) }
+    }
+
+    fn job(&self) -> JobSnapshot {
+        let mut s = JobSnapshot::new(JobKey::new("ml", "ft"));
+        s.labels = BTreeMap::from([("team".to_string(), "ml".to_string())]);
+        s.gpus = Some(8.0);
+        s.running_since = Some(self.running_since);
+        s
+    }
+
+    /// Runs timers up to `minute`.
+    fn advance(&mut self, minute: i64) {
+        while let Some(next) = self.ev.next_tick() {
+            if next > t(minute) {
+                break;
+            }
+            self.ev.tick(next, &mut self.events);
+            self.clock = next;
+        }
+    }
+
+    fn sample(&mut self, minute: i64, loss: f64, eta_minutes: Option<f64>) {
+        self.advance(minute);
+        let mut snap = self.job();
+        let mut s = ProgressSample::empty(t(minute), SampleSource::TrainerStatus);
+        s.metrics.push(Metric { name: "loss".into(), value: loss });
+        s.eta_seconds = eta_minutes.map(|m| m * 60.0);
+        s.progress_percent = Some(50.0);
+        snap.sample = Some(s);
+        self.ev.observe(snap, t(minute), &mut self.events);
+    }
+
+    fn phase(&mut self, minute: i64, phase: JobPhase) {
+        self.advance(minute);
+        if phase == JobPhase::Running {
+            self.running_since = t(minute);
+        }
+        let mut snap = self.job();
+        snap.phase = phase;
+        self.ev.observe(snap, t(minute), &mut self.events);
+    }
+
+    /// `(minute, "rule kind")` for transitions and `(minute, "rule → action")` for intents, in order.
+    fn log(&self) -> Vec<(i64, String)> {
+        let m = |at: &Timestamp| (at.as_second() - t(0).as_second()) / 60;
+        self.events
+            .iter()
+            .map(|e| match e {
+                Event::Transition { at, rule, kind, .. } => (m(at), format!("{rule} {}", kind.as_str())),
+                Event::Intent(i) => {
+                    (m(&i.at), format!("{} → {} [{}]", i.rule, i.action.kind(), i.mode.as_str()))
+                }
+                Event::Suppressed { at, rule, action, .. } => (m(at), format!("{rule} ✗ {action}")),
+                Event::RuleError { at, rule, message, .. } => (m(at), format!("{rule} error: {message}")),
+            })
+            .collect()
+    }
+}
+
+fn policy(rules: &str, extra: &str) -> String {
+    format!(
+        "apiVersion: trainwarden.dev/v1alpha1\nkind: ProgressPolicy\nmetadata: {{name: p, namespace: ml}}\nspec:\n  mode: Enforce\n  gpuHourCost: 5\n{extra}  rules:\n{rules}"
+    )
+}
+
+fn log(entries: &[(i64, &str)]) -> Vec<(i64, String)> {
+    entries.iter().map(|(m, s)| (*m, s.to_string())).collect()
+}
+
+#[test]
+fn a_stall_fires_with_no_new_sample_arriving() {
+    let mut w = World::with_policy(&policy(
+        "    - {name: stalled, uses: stalled, with: {after: 30m}, actions: [{suspend: {}}]}\n",
+        "",
+    ));
+    w.sample(0, 2.0, Some(600.0));
+    w.sample(1, 1.9, Some(599.0));
+    // Nothing arrives after minute 1: only timers run.
+    w.advance(30);
+    assert!(w.log().is_empty(), "{:?}", w.log());
+    w.advance(32);
+    assert_eq!(w.log(), log(&[(31, "stalled firing"), (31, "stalled → suspend [Enforce]")]));
+    let Event::Intent(i) = &w.events[1] else { panic!() };
+    assert_eq!(i.reason.summary, "no progress sample for 30m (limit 30m)");
+    let s = i.savings.as_ref().expect("savings from the ETA: no active window");
+    assert_eq!((s.basis, s.gpus), (SavingsBasis::EstimatedEnd, 8.0));
+    // Estimated end: minute 1 + 599 minutes = minute 600; suspended at 31 → 569 min × 8 GPUs.
+    assert!((s.gpu_hours - 569.0 / 60.0 * 8.0).abs() < 1e-9, "{}", s.gpu_hours);
+    assert!((s.dollars.unwrap() - s.gpu_hours * 5.0).abs() < 1e-9);
+}
+
+#[test]
+fn for_keeps_a_rule_pending_and_clearing_resets_it() {
+    let rules =
+        "    - {name: high, when: 'metric(\"loss\") > 1.0', for: 10m, actions: [{notify: {to: team}}]}\n";
+    let mut w = World::with_policy(&policy(rules, ""));
+    w.sample(0, 2.0, None);
+    w.sample(5, 2.0, None);
+    w.sample(8, 0.5, None); // clears before `for` elapses
+    w.sample(9, 2.0, None);
+    w.sample(15, 2.0, None);
+    w.sample(19, 2.0, None);
+    w.advance(25);
+    assert_eq!(
+        w.log(),
+        log(&[
+            (0, "high pending"),
+            (8, "high cleared"),
+            (9, "high pending"),
+            (19, "high firing"),
+            (19, "high → notify [Enforce]"),
+        ])
+    );
+}
+
+#[test]
+fn keep_firing_for_bridges_a_flapping_condition() {
+    let rules = "    - {name: high, when: 'metric(\"loss\") > 1.0', keepFiringFor: 10m, actions: [{notify: {to: team}}]}\n";
+    let mut w = World::with_policy(&policy(rules, ""));
+    w.sample(0, 2.0, None);
+    w.sample(2, 0.5, None); // false for 8 minutes: still firing, no new intent
+    w.sample(10, 2.0, None);
+    w.sample(12, 0.5, None); // false from 12 → resolves once 10 minutes have passed
+    w.advance(30);
+    assert_eq!(w.log(), log(&[(0, "high firing"), (0, "high → notify [Enforce]"), (22, "high resolved")]));
+}
+
+#[test]
+fn cooldown_suppresses_a_repeat_of_the_same_action() {
+    let rules =
+        "    - {name: high, when: 'metric(\"loss\") > 1.0', cooldown: 1h, actions: [{notify: {to: team}}]}\n";
+    let mut w = World::with_policy(&policy(rules, ""));
+    w.sample(0, 2.0, None);
+    w.sample(1, 0.5, None);
+    w.sample(20, 2.0, None); // re-fires inside the cooldown
+    w.sample(21, 0.5, None);
+    w.sample(70, 2.0, None); // after the cooldown
+    let log_ = w.log();
+    assert_eq!(
+        log_,
+        log(&[
+            (0, "high firing"),
+            (0, "high → notify [Enforce]"),
+            (1, "high resolved"),
+            (20, "high firing"),
+            (20, "high ✗ notify"),
+            (21, "high resolved"),
+            (70, "high firing"),
+            (70, "high → notify [Enforce]"),
+        ])
+    );
+}
+
+#[test]
+fn each_intent_is_issued_once_per_firing() {
+    let rules = "    - {name: high, when: 'metric(\"loss\") > 1.0', actions: [{notify: {to: team}}, {suspend: {}}]}\n";
+    let mut w = World::with_policy(&policy(rules, ""));
+    for m in 0..30 {
+        w.sample(m, 2.0, None);
+    }
+    w.advance(120);
+    let intents = w.events.iter().filter(|e| matches!(e, Event::Intent(_))).count();
+    assert_eq!(intents, 2, "{:?}", w.log());
+    let ids: Vec<&str> = w
+        .events
+        .iter()
+        .filter_map(|e| if let Event::Intent(i) = e { Some(i.id.as_str()) } else { None })
+        .collect();
+    let first_seen = t(0).as_second();
+    assert_eq!(
+        ids,
+        vec![
+            format!("ProgressPolicy:ml:p:0:high:ml:ft:{first_seen}:1:0"),
+            format!("ProgressPolicy:ml:p:0:high:ml:ft:{first_seen}:1:1"),
+        ]
+    );
+}
+
+#[test]
+fn a_recreated_job_gets_new_intent_ids() {
+    let rules = "    - {name: high, when: 'metric(\"loss\") > 1.0', actions: [{suspend: {}}]}\n";
+    let mut w = World::with_policy(&policy(rules, ""));
+    w.sample(0, 2.0, None);
+    w.ev.forget_job(&JobKey::new("ml", "ft"), t(1), &mut w.events);
+    w.sample(2, 2.0, None);
+    let ids: Vec<String> = w
+        .events
+        .iter()
+        .filter_map(|e| if let Event::Intent(i) = e { Some(i.id.clone()) } else { None })
+        .collect();
+    assert_eq!(ids.len(), 2);
+    assert_ne!(ids[0], ids[1]);
+}
+
+#[test]
+fn re_applying_an_unchanged_policy_changes_nothing() {
+    let rules =
+        "    - {name: high, when: 'metric(\"loss\") > 1.0', cooldown: 6h, actions: [{notify: {to: team}}]}\n";
+    let yaml = policy(rules, "");
+    let mut w = World::with_policy(&yaml);
+    w.sample(0, 2.0, None);
+    for minute in 1..5 {
+        w.advance(minute);
+        let docs = parse_documents(&yaml, "again").unwrap();
+        let p = compile(&docs[0], w.ev.scripts()).unwrap();
+        w.ev.upsert_policy(p, t(minute), &mut w.events);
+        w.sample(minute, 2.0, None);
+    }
+    assert_eq!(w.log(), log(&[(0, "high firing"), (0, "high → notify [Enforce]")]));
+}
+
+#[test]
+fn editing_a_rule_restarts_it_but_keeps_its_cooldown() {
+    let v1 =
+        "    - {name: high, when: 'metric(\"loss\") > 1.0', cooldown: 6h, actions: [{notify: {to: team}}]}\n";
+    let v2 =
+        "    - {name: high, when: 'metric(\"loss\") > 1.5', cooldown: 6h, actions: [{notify: {to: team}}]}\n";
+    let mut w = World::with_policy(&policy(v1, ""));
+    w.sample(0, 2.0, None);
+    w.advance(10);
+    let docs = parse_documents(&policy(v2, ""), "v2").unwrap();
+    let p = compile(&docs[0], w.ev.scripts()).unwrap();
+    w.ev.upsert_policy(p, t(10), &mut w.events);
+    w.sample(11, 2.0, None);
+    assert_eq!(
+        w.log(),
+        log(&[
+            (0, "high firing"),
+            (0, "high → notify [Enforce]"),
+            (10, "high resolved"),
+            (10, "high firing"),
+            (10, "high ✗ notify")
+        ])
+    );
+}
+
+#[test]
+fn time_suspended_counts_toward_neither_for_nor_patience() {
+    let rules = "    - {name: flat, uses: plateau, with: {metric: loss, window: 20m}, for: 15m, actions: [{suspend: {}}]}\n";
+    let mut w = World::with_policy(&policy(rules, ""));
+    for m in 0..=25 {
+        w.sample(m, 1.0, None);
+    }
+    assert_eq!(w.log(), log(&[(20, "flat pending")]));
+    w.phase(26, JobPhase::Suspended); // preempted while pending
+    w.phase(600, JobPhase::Running); // re-admitted ten hours later
+    w.sample(601, 1.0, None);
+    // A fresh window after the resume: nothing fires at once.
+    assert_eq!(w.log(), log(&[(20, "flat pending"), (600, "flat cleared")]));
+    for m in 602..=636 {
+        w.sample(m, 1.0, None);
+    }
+    let l = w.log();
+    assert_eq!(l[2], (621, "flat pending".to_string()), "{l:?}");
+    assert_eq!(l[3], (636, "flat firing".to_string()), "{l:?}");
+}
+
+#[test]
+fn a_hung_job_that_keeps_answering_polls_still_stalls() {
+    // RHOAI polls the rank-0 pod every 30 s and stamps each answer; a hung pod repeats its last state.
+    let rules = "    - {name: stalled, uses: stalled, with: {after: 30m}, actions: [{suspend: {}}]}\n";
+    let mut w = World::with_policy(&policy(rules, ""));
+    w.sample(0, 1.0, None);
+    for half_minutes in 1..=70 {
+        w.advance(half_minutes / 2);
+        let mut snap = w.job();
+        let mut s = ProgressSample::empty(
+            Timestamp::from_second(t(0).as_second() + half_minutes * 30).unwrap(),
+            SampleSource::Annotation,
+        );
+        s.metrics.push(Metric { name: "loss".into(), value: 1.0 });
+        s.progress_percent = Some(50.0);
+        snap.sample = Some(s);
+        let now = Timestamp::from_second(t(0).as_second() + half_minutes * 30).unwrap();
+        w.ev.observe(snap, now, &mut w.events);
+    }
+    assert_eq!(w.log(), log(&[(30, "stalled firing"), (30, "stalled → suspend [Enforce]")]));
+}
+
+#[test]
+fn audit_mode_reports_what_it_would_do() {
+    let rules = "    - {name: high, when: 'metric(\"loss\") > 1.0', actions: [{suspend: {}}]}\n    - {name: enforced, mode: Enforce, when: 'metric(\"loss\") > 1.5', actions: [{suspend: {}}]}\n";
+    let yaml = policy(rules, "").replace("mode: Enforce\n  gpuHourCost", "mode: Audit\n  gpuHourCost");
+    let mut w = World::with_policy(&yaml);
+    w.sample(0, 2.0, None);
+    assert_eq!(
+        w.log(),
+        log(&[
+            (0, "high firing"),
+            (0, "high → suspend [Audit]"),
+            (0, "enforced firing"),
+            (0, "enforced → suspend [Enforce]")
+        ])
+    );
+}
+
+#[test]
+fn rules_resolve_when_the_active_window_closes_and_wake_up_when_it_opens() {
+    // Fridays 18:00–20:00 UTC; t(0) is Friday 17:00 UTC.
+    let rules = "    - {name: high, when: 'metric(\"loss\") > 1.0', actions: [{notify: {to: team}}]}\n";
+    let extra = "  activeWindows: [{start: \"0 18 * * FRI\", duration: 2h}]\n";
+    let mut w = World::with_policy(&policy(rules, extra));
+    w.sample(0, 2.0, None);
+    assert!(w.log().is_empty(), "inactive before 18:00");
+    // No sample at 18:00: the window opening alone evaluates the job.
+    w.advance(60);
+    assert_eq!(w.log(), log(&[(60, "high firing"), (60, "high → notify [Enforce]")]));
+    w.advance(180);
+    assert_eq!(w.log().last().unwrap(), &(180, "high resolved".to_string()));
+}
+
+#[test]
+fn a_stall_inside_an_unattended_window_saves_until_the_window_ends() {
+    let rules = "    - {name: stalled, when: 'stalled(\"30m\")', actions: [{suspend: {}}]}\n";
+    let extra = "  activeWindows: [{start: \"0 17 * * FRI\", duration: 63h}]\n";
+    let mut w = World::with_policy(&policy(rules, extra));
+    w.sample(0, 2.0, Some(600.0));
+    w.advance(120);
+    let Some(Event::Intent(i)) = w.events.iter().find(|e| matches!(e, Event::Intent(_))) else {
+        panic!("{:?}", w.log())
+    };
+    let s = i.savings.as_ref().unwrap();
+    assert_eq!(s.basis, SavingsBasis::WindowEnd);
+    assert_eq!(s.until, t(63 * 60));
+    assert!((s.gpu_hours - (63.0 * 60.0 - 30.0) / 60.0 * 8.0).abs() < 1e-9);
+}
+
+#[test]
+fn suspended_jobs_freeze_and_finished_jobs_resolve() {
+    let rules = "    - {name: high, when: 'metric(\"loss\") > 1.0', actions: [{notify: {to: team}}]}\n    - {name: stalled, uses: stalled, with: {after: 30m}}\n";
+    let mut w = World::with_policy(&policy(rules, ""));
+    w.sample(0, 2.0, None);
+    w.phase(5, JobPhase::Suspended);
+    w.advance(300); // no stall while suspended, `high` stays firing
+    w.phase(300, JobPhase::Running); // resumed by a person: not re-notified
+    w.sample(301, 2.0, None);
+    w.phase(310, JobPhase::Complete);
+    assert_eq!(w.log(), log(&[(0, "high firing"), (0, "high → notify [Enforce]"), (310, "high resolved")]));
+}
+
+#[test]
+fn a_label_change_that_deselects_a_job_resolves_its_rules() {
+    let rules = "    - {name: high, when: 'metric(\"loss\") > 1.0'}\n";
+    let extra = "  selector: {matchLabels: {team: ml}}\n";
+    let mut w = World::with_policy(&policy(rules, extra));
+    w.sample(0, 2.0, None);
+    let mut snap = w.job();
+    snap.labels.insert("team".into(), "other".into());
+    w.ev.observe(snap, t(1), &mut w.events);
+    assert_eq!(w.log(), log(&[(0, "high firing"), (1, "high resolved")]));
+    assert_eq!(w.ev.counts(&w.ev.policies().next().unwrap().reference.clone()).matched_jobs, 0);
+}
+
+#[test]
+fn replacing_a_policy_resolves_the_old_rules_first() {
+    let rules = "    - {name: high, when: 'metric(\"loss\") > 1.0'}\n";
+    let mut w = World::with_policy(&policy(rules, ""));
+    w.sample(0, 2.0, None);
+    let docs =
+        parse_documents(&policy("    - {name: higher, when: 'metric(\"loss\") > 5.0'}\n", ""), "v2").unwrap();
+    let p = compile(&docs[0], w.ev.scripts()).unwrap();
+    w.ev.upsert_policy(p, t(1), &mut w.events);
+    w.sample(2, 2.0, None);
+    assert_eq!(w.log(), log(&[(0, "high firing"), (1, "high resolved")]));
+    assert_eq!(w.ev.policies().count(), 1);
+}
+
+#[test]
+fn a_script_error_is_reported_once_and_leaves_other_rules_alone() {
+    let rules = "    - {name: broken, when: 'stalled(label(\"bad\"))'}\n    - {name: high, when: 'metric(\"loss\") > 1.0'}\n";
+    let mut w = World::with_policy(&policy(rules, ""));
+    w.sample(0, 2.0, None);
+    w.sample(1, 2.0, None);
+    let l = w.log();
+    assert_eq!(l.len(), 2, "{l:?}");
+    assert!(l[0].1.starts_with("broken error: rule \"broken\", line 1:"), "{l:?}");
+    assert_eq!(l[1], (0, "high firing".to_string()));
+}
+
+#[test]
+fn stateful_detectors_see_every_sample_and_duplicates_are_dropped() {
+    let rules = "    - {name: flat, uses: plateau, with: {metric: loss, window: 3}}\n";
+    let mut w = World::with_policy(&policy(rules, ""));
+    w.sample(0, 2.0, None);
+    w.sample(1, 2.01, None);
+    // The same report again (same lastUpdatedTime): not a new sample.
+    w.sample(1, 2.01, None);
+    w.sample(2, 2.02, None);
+    assert!(w.log().is_empty(), "{:?}", w.log());
+    w.sample(3, 2.03, None);
+    assert_eq!(w.log(), log(&[(3, "flat firing")]));
+    assert_eq!(w.ev.job(&JobKey::new("ml", "ft")).unwrap().series.duplicates, 1);
+}
+
+#[test]
+fn forgetting_a_job_resolves_and_frees_it() {
+    let rules = "    - {name: high, when: 'metric(\"loss\") > 1.0'}\n";
+    let mut w = World::with_policy(&policy(rules, ""));
+    w.sample(0, 2.0, None);
+    w.ev.forget_job(&JobKey::new("ml", "ft"), t(1), &mut w.events);
+    assert_eq!(w.log(), log(&[(0, "high firing"), (1, "high resolved")]));
+    assert_eq!(w.ev.job_count(), 0);
+}
+
+/// Ticks exactly at every timer up to `until` and returns the times ticked (seconds after t(0)).
+fn tick_times(w: &mut World, until: Timestamp) -> Vec<i64> {
+    let mut times = Vec::new();
+    while let Some(next) = w.ev.next_tick() {
+        if next > until {
+            break;
+        }
+        w.ev.tick(next, &mut w.events);
+        times.push(next.as_second() - t(0).as_second());
+    }
+    times
+}
+
+#[test]
+fn time_driven_rules_fire_at_their_deadline_not_at_the_next_interval() {
+    // A stall detector, a stall script and a `for`: all three must fire on the second they are due, with
+    // the 30s evaluation interval only as a backstop.
+    let rules = "    - {name: stall-detector, uses: stalled, with: {after: 10m}, actions: [{suspend: {}}]}\n\
+                 \x20   - {name: stall-script, when: 'stalled(\"10m\")', actions: [{event: {}}]}\n\
+                 \x20   - {name: high-for, when: 'metric(\"loss\") > 1.0', for: 7m, actions: [{annotate: {key: x, value: \"v1\"}}]}\n";
+    let mut w = World::with_policy(&policy(rules, ""));
+    let at = |s: i64| Timestamp::from_second(t(0).as_second() + s).unwrap();
+    let mut snap = w.job();
+    let mut sample = ProgressSample::empty(at(17), SampleSource::TrainerStatus);
+    sample.metrics.push(Metric { name: "loss".into(), value: 2.0 });
+    snap.sample = Some(sample);
+    w.ev.observe(snap, at(17), &mut w.events);
+    tick_times(&mut w, at(17 + 600 + 5));
+    let fired: Vec<(i64, String)> = w
+        .events
+        .iter()
+        .filter_map(|e| match e {
+            Event::Transition { at, rule, kind: TransitionKind::Firing, .. } => {
+                Some((at.as_second() - t(0).as_second(), rule.clone()))
+            }
+            _ => None,
+        })
+        .collect();
+    assert_eq!(
+        fired,
+        vec![
+            (17 + 420, "high-for".to_string()),
+            (17 + 600, "stall-detector".to_string()),
+            (17 + 600, "stall-script".to_string())
+        ]
+    );
+}
+
+#[test]
+fn the_next_tick_is_the_earliest_timer() {
+    let rules = "    - {name: stall, uses: stalled, with: {after: 10m}, actions: [{suspend: {}}]}\n";
+    let mut w = World::with_policy(&policy(rules, ""));
+    w.sample(0, 2.0, None);
+    w.ev.tick(t(0), &mut w.events);
+    // Cadence: t(0) + 30s; stall: t(10). The cadence comes first...
+    assert_eq!(w.ev.next_tick(), Some(Timestamp::from_second(t(0).as_second() + 30).unwrap()));
+    // ...and a new sample moves the stall deadline with it.
+    w.sample(3, 1.9, None);
+    let ticks = tick_times(&mut w, t(14));
+    assert!(ticks.contains(&(13 * 60)), "{ticks:?}");
+    assert_eq!(w.log(), log(&[(13, "stall firing"), (13, "stall → suspend [Enforce]")]));
+}
+
+/// A second evaluator with the same policy, given the first one's memories, as the controller does after a
+/// restart.
+fn restarted(w: &World, now: Timestamp) -> World {
+    let yaml = policy_yaml_of(w);
+    let mut fresh = World::with_policy(&yaml);
+    let reference = w.ev.policies().next().unwrap().reference.clone();
+    fresh.ev.restore(&reference, w.ev.memories(&reference, now));
+    fresh.clock = now;
+    fresh
+}
+
+thread_local! {
+    static LAST_POLICY: std::cell::RefCell<String> = const { std::cell::RefCell::new(String::new()) };
+}
+
+fn policy_yaml_of(_w: &World) -> String {
+    LAST_POLICY.with(|p| p.borrow().clone())
+}
+
+fn world(yaml: String) -> World {
+    LAST_POLICY.with(|p| *p.borrow_mut() = yaml.clone());
+    World::with_policy(&yaml)
+}
+
+#[test]
+fn a_restart_keeps_a_pending_for_timer_and_never_repeats_an_action() {
+    let rules = "    - {name: high, when: 'metric(\"loss\") > 1.0', for: 10m, actions: [{suspend: {}}]}\n\
+                 \x20   - {name: nan, when: 'metric(\"loss\") > 1.5', cooldown: 1h, actions: [{event: {}}]}\n";
+    let mut w = world(policy(rules, ""));
+    w.sample(0, 2.0, None);
+    w.sample(4, 2.0, None);
+    assert_eq!(w.log(), log(&[(0, "high pending"), (0, "nan firing"), (0, "nan → event [Enforce]")]));
+    let memories = w.ev.memories(&w.ev.policies().next().unwrap().reference.clone(), t(4));
+    assert_eq!(memories.len(), 2, "{memories:?}");
+    assert_eq!((memories[0].rule.as_str(), memories[0].state), ("high", RuleState::Pending));
+    assert_eq!(memories[0].since, Some(t(0)));
+
+    // The controller dies at minute 4 and comes back at minute 6, seeing the same loss again.
+    let mut after = restarted(&w, t(6));
+    after.sample(6, 2.0, None);
+    after.advance(11);
+    // `high` fires at the original deadline (minute 10), and `nan`, still firing, issues nothing again.
+    assert_eq!(after.log(), log(&[(10, "high firing"), (10, "high → suspend [Enforce]")]));
+    let Event::Intent(restarted_intent) = &after.events[1] else { panic!() };
+
+    // The intent id is what it would have been without the restart (the executor deduplicates on it).
+    w.advance(11);
+    let original = w.events.iter().rev().find_map(|e| if let Event::Intent(i) = e { Some(i) } else { None });
+    assert_eq!(original.unwrap().id.split(':').next_back(), restarted_intent.id.split(':').next_back());
+}
+
+#[test]
+fn memories_of_unknown_rules_and_vanished_jobs_are_dropped() {
+    let rules = "    - {name: high, when: 'metric(\"loss\") > 1.0', for: 10m, actions: [{suspend: {}}]}\n";
+    let mut w = world(policy(rules, ""));
+    let reference = w.ev.policies().next().unwrap().reference.clone();
+    let memory = |job: &str, rule: &str| RuleMemory {
+        job: job.into(),
+        rule: rule.into(),
+        state: RuleState::Pending,
+        since: Some(t(0)),
+        cleared_at: None,
+        firings: 0,
+        last_issued: vec![],
+        rule_hash: None,
+    };
+    w.ev.restore(
+        &reference,
+        vec![memory("ml/ft", "gone"), memory("ml/deleted", "high"), memory("bad", "high")],
+    );
+    w.sample(1, 0.5, None);
+    assert!(w.log().is_empty(), "{:?}", w.log());
+    // The deleted job's memory is still held (and persisted) until the controller says the initial sync is
+    // over.
+    assert_eq!(w.ev.memories(&reference, t(1)).len(), 1);
+    assert_eq!(w.ev.drop_unclaimed_memories(), 1);
+    assert!(w.ev.memories(&reference, t(1)).is_empty());
+}
+
+#[test]
+fn a_rule_edited_while_nobody_watched_does_not_inherit_its_old_memory() {
+    let old = "    - {name: high, when: 'metric(\"loss\") > 1.0', for: 10m, actions: [{suspend: {}}]}\n";
+    let mut w = world(policy(old, ""));
+    w.sample(0, 2.0, None);
+    let reference = w.ev.policies().next().unwrap().reference.clone();
+    let memories = w.ev.memories(&reference, t(4));
+    assert!(memories[0].rule_hash.is_some());
+
+    // The same rule name, now with `for: 20m`: pending starts again at the first evaluation after the
+    // restart (minute 6), so nothing fires at the old deadline (minute 10) or at 20.
+    let edited = "    - {name: high, when: 'metric(\"loss\") > 1.0', for: 20m, actions: [{suspend: {}}]}\n";
+    let mut after = World::with_policy(&policy(edited, ""));
+    after.ev.restore(&reference, memories);
+    after.sample(6, 2.0, None);
+    after.advance(25);
+    assert_eq!(after.log(), log(&[(6, "high pending")]));
+    after.advance(27);
+    assert_eq!(
+        after.log(),
+        log(&[(6, "high pending"), (26, "high firing"), (26, "high → suspend [Enforce]")])
+    );
+}

@@ -1,0 +1,115 @@
+//! When jobs are evaluated with no new sample: the `eval_interval` cadence, calendar window changes and each
+//! job's one exact timer (the earliest of its `for`, `keepFiringFor` and time-driven detector deadlines).
+
+use super::{Alert, Evaluator, Event};
+use crate::input::sample::{JobKey, JobPhase};
+use crate::time::Timestamp;
+
+impl Evaluator {
+    /// When the next timer evaluation is due.
+    pub fn next_tick(&self) -> Option<Timestamp> {
+        let interval = self.config.eval_interval.as_secs_f64();
+        let cadence = self.last_tick.and_then(|t| crate::time::add_seconds(t, interval));
+        let calendar = self.policies.iter().flatten().filter_map(|s| s.next_calendar_change).min();
+        let timer = self.wakes.first().map(|(t, _)| *t);
+        [cadence, calendar, timer].into_iter().flatten().min()
+    }
+
+    /// Evaluates jobs not evaluated within the last interval (and every job when a calendar window opens
+    /// or closes). Call it at [`Evaluator::next_tick`].
+    pub fn tick(&mut self, now: Timestamp, out: &mut Vec<Event>) {
+        let calendar_changed =
+            self.policies.iter().flatten().any(|s| s.next_calendar_change.is_some_and(|c| c <= now));
+        let interval = self.config.eval_interval.as_secs_f64();
+        let cadence = self.last_tick.is_none_or(|t| crate::time::seconds(t, now) >= interval);
+        let mut due: Vec<JobKey> = if calendar_changed || cadence {
+            self.jobs
+                .iter()
+                .filter(|(_, j)| {
+                    calendar_changed
+                        || j.last_evaluated.is_none_or(|t| crate::time::seconds(t, now) >= interval)
+                        || j.wake.is_some_and(|w| w <= now)
+                })
+                .map(|(k, _)| k.clone())
+                .collect()
+        } else {
+            Vec::new()
+        };
+        // Timers that ran out (the cheap path: only those jobs).
+        let ids = &self.ids;
+        due.extend(
+            self.wakes.iter().take_while(|(t, _)| *t <= now).filter_map(|(_, id)| ids.get(*id)?.clone()),
+        );
+        due.sort();
+        due.dedup();
+        for key in due {
+            self.refresh_selection(&key);
+            self.evaluate_job(&key, now, out);
+        }
+        if cadence {
+            self.last_tick = Some(now);
+        }
+        if calendar_changed {
+            self.refresh_calendar(now);
+        }
+    }
+
+    pub(super) fn refresh_calendar(&mut self, now: Timestamp) {
+        for slot in self.policies.iter_mut().flatten() {
+            slot.next_calendar_change = slot.policy.env.calendar.next_change_after(now);
+            slot.active = Some(slot.policy.env.calendar.is_active(now));
+        }
+        if self.last_tick.is_none() {
+            self.last_tick = Some(now);
+        }
+    }
+
+    /// Recomputes a job's timer after an evaluation: the earliest of its pending rules' `for`, its firing
+    /// rules' `keepFiringFor`, and its time-driven detectors' deadlines.
+    pub(super) fn rearm(&mut self, key: &JobKey, now: Timestamp) {
+        let Some(entry) = self.jobs.get_mut(key) else { return };
+        let mut wake: Option<Timestamp> = None;
+        let mut consider = |t: Option<Timestamp>| {
+            if let Some(t) = t.filter(|t| *t > now) {
+                wake = Some(wake.map_or(t, |w| w.min(t)));
+            }
+        };
+        if let Some(data) = entry.data.as_deref()
+            && data.snapshot.phase == JobPhase::Running
+        {
+            for &p in &entry.selected_by {
+                let Some(Some(slot)) = self.policies.get(p) else { continue };
+                let Some(tracks) = entry.tracks.get(p) else { continue };
+                for (rule, track) in slot.policy.rules.iter().zip(tracks) {
+                    match track.alert {
+                        Alert::Pending { since } => {
+                            consider(
+                                since.and_then(|s| crate::time::add_seconds(s, rule.for_.as_secs_f64())),
+                            );
+                        }
+                        Alert::Firing { cleared_at, .. } => {
+                            consider(cleared_at.and_then(|c| {
+                                crate::time::add_seconds(c, rule.keep_firing_for.as_secs_f64())
+                            }));
+                        }
+                        Alert::Inactive => {
+                            if let Some(d) = &rule.detector {
+                                consider(d.wake_at(&track.detector_state, &data.view(&slot.policy.env, now)));
+                            }
+                            consider(track.script_wake);
+                        }
+                    }
+                }
+            }
+        }
+        if entry.wake != wake {
+            if let Some(old) = entry.wake {
+                self.wakes.remove(&(old, entry.id));
+            }
+            if let Some(new) = wake {
+                self.wakes.insert((new, entry.id));
+            }
+            entry.wake = wake;
+        }
+    }
+}

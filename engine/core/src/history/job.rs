@@ -1,0 +1,85 @@
+//! The per-job view the judges look at: what the evaluator keeps about a job ([`JobData`]), the policy's
+//! job-independent context ([`PolicyEnv`]), and both seen at one instant ([`JobView`]).
+
+use crate::history::job_series::JobSeries;
+use crate::input::sample::{JobPhase, JobSnapshot};
+use crate::time::{Timestamp, add_seconds, seconds};
+use crate::units::calendar::Calendar;
+
+/// The job-independent context of an evaluation: the policy's calendar, GPU price and default size.
+#[derive(Debug)]
+pub struct PolicyEnv {
+    pub calendar: Calendar,
+    pub gpu_hour_cost: Option<f64>,
+    pub assume_gpus: Option<f64>,
+}
+
+/// What the evaluator knows about a job, moved into the thread-local frame during an evaluation.
+#[derive(Clone, Debug)]
+pub struct JobData {
+    pub snapshot: JobSnapshot,
+    pub series: JobSeries,
+    pub first_seen: Timestamp,
+}
+
+impl JobData {
+    pub fn view<'a>(&'a self, env: &'a PolicyEnv, now: Timestamp) -> JobView<'a> {
+        JobView {
+            snapshot: &self.snapshot,
+            series: &self.series,
+            now,
+            first_seen: self.first_seen,
+            gpus: self.snapshot.gpus.or(env.assume_gpus),
+            gpu_hour_cost: env.gpu_hour_cost,
+            calendar: &env.calendar,
+        }
+    }
+}
+
+/// Everything a detector may look at for one job at one instant.
+#[derive(Clone, Copy)]
+pub struct JobView<'a> {
+    pub snapshot: &'a JobSnapshot,
+    pub series: &'a JobSeries,
+    pub now: Timestamp,
+    /// When the engine first saw the job (fallback for runtime and stall clocks).
+    pub first_seen: Timestamp,
+    /// GPUs held: the job's own figure, else the policy's `assumeGpus`.
+    pub gpus: Option<f64>,
+    /// The policy's `gpuHourCost`.
+    pub gpu_hour_cost: Option<f64>,
+    pub calendar: &'a Calendar,
+}
+
+impl JobView<'_> {
+    /// The job's runtime since it last started running, in seconds.
+    pub fn runtime_seconds(&self) -> f64 {
+        let since = self.snapshot.running_since.unwrap_or(self.first_seen);
+        seconds(since, self.now).max(0.0)
+    }
+
+    /// The last sign of progress: the latest sample that changed something (see
+    /// [`JobSeries::last_progress_at`]), or the (re)start of the job if that is later.
+    pub fn last_activity(&self) -> Timestamp {
+        let started = self.snapshot.running_since.unwrap_or(self.first_seen);
+        match self.series.last_progress_at {
+            Some(t) if t > started => t,
+            _ => started,
+        }
+    }
+
+    /// Estimated end as reported by the latest sample: its time plus its ETA.
+    pub fn estimated_end(&self) -> Option<Timestamp> {
+        let at = self.series.last_sample_at?;
+        let eta = self.series.last?.eta_seconds?;
+        add_seconds(at, eta)
+    }
+
+    pub fn progress_percent(&self) -> Option<f64> {
+        self.series.last.and_then(|l| l.progress_percent)
+    }
+
+    pub fn is_running(&self) -> bool {
+        self.snapshot.phase == JobPhase::Running
+    }
+}

@@ -1,0 +1,500 @@
+//! One metric's bounded history: a ring of the last [`WINDOW`] finite points with running sums (mean,
+//! variance, least-squares slope) and monotonic queues (min, max), so every update is O(1) amortized and
+//! every windowed query over the whole ring is O(1). Sub-window queries (`mean over the last n`) scan at most
+//! `WINDOW` points.
+//!
+//! A report that repeats a metric's latest value bit for bit is a repeat of a cached value, not a new
+//! observation (see [`MetricSeries::push`]): sample counts and windows count distinct observations.
+//!
+//! NaN and ±Inf never enter the ring or any aggregate: they are counted as non-finite events with their
+//! time, so one diverged step cannot poison a mean, a slope or a best value (the Ray Tune median bug).
+//!
+//! Memory: a series is a fixed-size array of `WINDOW` × 16-byte points plus two inline index queues of
+//! `WINDOW` one-byte entries and ~150 bytes of scalars.
+
+use crate::time::Timestamp;
+
+/// Points kept per metric.
+pub(crate) const WINDOW: usize = 64;
+/// Smoothing factor of the exponential moving average (weight of the newest point).
+pub(crate) const EMA_ALPHA: f64 = 0.1;
+
+/// Which way is better for a metric.
+#[derive(
+    Clone, Copy, Debug, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize, schemars::JsonSchema,
+)]
+#[serde(rename_all = "lowercase")]
+pub enum Direction {
+    /// Lower is better (losses, perplexity).
+    Min,
+    /// Higher is better (accuracy, F1, throughput).
+    Max,
+}
+
+impl Direction {
+    /// Keras' `mode="auto"`: metrics whose name says accuracy-like are maximized, everything else minimized.
+    pub fn infer(metric: &str) -> Direction {
+        const HIGHER_IS_BETTER: [&str; 12] = [
+            "acc",
+            "accuracy",
+            "f1",
+            "precision",
+            "recall",
+            "auc",
+            "bleu",
+            "rouge",
+            "score",
+            "map",
+            "throughput",
+            "samples_per_second",
+        ];
+        let contains = |needle: &str| {
+            metric.as_bytes().windows(needle.len()).any(|w| w.eq_ignore_ascii_case(needle.as_bytes()))
+        };
+        if HIGHER_IS_BETTER
+            .iter()
+            .any(|w| metric.split(['_', '.', '-']).any(|part| part.eq_ignore_ascii_case(w)))
+            || contains("accuracy")
+            || contains("throughput")
+        {
+            Direction::Max
+        } else {
+            Direction::Min
+        }
+    }
+
+    /// True when `candidate` is strictly better than `reference`.
+    pub fn better(self, candidate: f64, reference: f64) -> bool {
+        match self {
+            Direction::Min => candidate < reference,
+            Direction::Max => candidate > reference,
+        }
+    }
+
+    /// The better of two values.
+    pub fn pick(self, a: f64, b: f64) -> f64 {
+        if self.better(b, a) { b } else { a }
+    }
+}
+
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+struct Point {
+    /// Seconds since the series' base time (kept small so the running sums stay precise).
+    t: f64,
+    v: f64,
+}
+
+/// The best value seen and when it was first reached.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Best {
+    pub value: f64,
+    pub at: Timestamp,
+    /// Index of the sample (1-based count) that reached it.
+    pub sample: u64,
+}
+
+/// Windowed statistics over the points currently in the ring.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct WindowStats {
+    pub count: usize,
+    pub min: f64,
+    pub max: f64,
+    pub mean: f64,
+    /// Population standard deviation.
+    pub std: f64,
+    /// Least-squares slope in value units per second; 0 with fewer than two points or no time spread.
+    pub slope_per_second: f64,
+}
+
+/// A deque of at most [`WINDOW`] sequence numbers, stored inline: the monotonic min/max queues are touched on
+/// every push, and a heap buffer per queue would be two more cache lines to fetch per sample.
+#[derive(Clone, Debug)]
+struct SeqQueue {
+    items: [u8; WINDOW],
+    head: u8,
+    len: u8,
+}
+
+impl SeqQueue {
+    const fn new() -> Self {
+        SeqQueue { items: [0; WINDOW], head: 0, len: 0 }
+    }
+
+    fn front(&self) -> Option<u8> {
+        (self.len > 0).then(|| self.items[self.head as usize])
+    }
+
+    fn back(&self) -> Option<u8> {
+        (self.len > 0).then(|| self.items[(self.head as usize + self.len as usize - 1) % WINDOW])
+    }
+
+    fn pop_front(&mut self) {
+        self.head = ((self.head as usize + 1) % WINDOW) as u8;
+        self.len -= 1;
+    }
+
+    fn pop_back(&mut self) {
+        self.len -= 1;
+    }
+
+    /// Never more than [`WINDOW`] entries: each names a point in the ring, and the ring evicts first.
+    fn push_back(&mut self, seq: u8) {
+        self.items[(self.head as usize + self.len as usize) % WINDOW] = seq;
+        self.len += 1;
+    }
+}
+
+/// History of one metric.
+#[derive(Clone, Debug)]
+pub struct MetricSeries {
+    base: Timestamp,
+    ring: [Point; WINDOW],
+    /// Index of the oldest point in `ring`.
+    head: u8,
+    len: u8,
+    /// Ring offsets (0..len, oldest = 0 at head) are unstable, so the queues hold absolute sequence numbers
+    /// modulo 256; WINDOW < 256 keeps them unambiguous.
+    min_queue: SeqQueue,
+    max_queue: SeqQueue,
+    /// Sequence number (mod 256) of the point at `head`.
+    head_seq: u8,
+    sum_t: f64,
+    sum_v: f64,
+    sum_tt: f64,
+    sum_tv: f64,
+    sum_vv: f64,
+    /// Number of finite points ever pushed.
+    count: u64,
+    last: Option<(Timestamp, f64)>,
+    best_min: Option<Best>,
+    best_max: Option<Best>,
+    /// Best values among points that already left the ring, for "best before the window" questions.
+    evicted_min: f64,
+    evicted_max: f64,
+    ema: Option<f64>,
+    non_finite_count: u64,
+    last_non_finite: Option<(Timestamp, f64)>,
+    /// Evictions since the sums were last recomputed exactly from the ring.
+    evictions_since_resum: u32,
+    /// Reports that repeated the latest observation bit for bit (see [`MetricSeries::push`]).
+    repeats: u64,
+    last_seen_at: Option<Timestamp>,
+    /// Whether the latest push was a new observation rather than a repeat.
+    fresh: bool,
+}
+
+impl MetricSeries {
+    /// An empty series whose time offsets are measured from `base`.
+    pub fn new(base: Timestamp) -> Self {
+        MetricSeries {
+            base,
+            ring: [Point::default(); WINDOW],
+            head: 0,
+            len: 0,
+            min_queue: SeqQueue::new(),
+            max_queue: SeqQueue::new(),
+            head_seq: 0,
+            sum_t: 0.0,
+            sum_v: 0.0,
+            sum_tt: 0.0,
+            sum_tv: 0.0,
+            sum_vv: 0.0,
+            count: 0,
+            last: None,
+            best_min: None,
+            best_max: None,
+            evicted_min: f64::INFINITY,
+            evicted_max: f64::NEG_INFINITY,
+            ema: None,
+            non_finite_count: 0,
+            last_non_finite: None,
+            evictions_since_resum: 0,
+            repeats: 0,
+            last_seen_at: None,
+            fresh: false,
+        }
+    }
+
+    /// Records one observation. Non-finite values are counted, not aggregated.
+    ///
+    /// A value bit-identical to the latest observation is a repeat, not an observation: reporters re-send
+    /// their cached values (the HF callback repeats the last logged loss in every 5-second report until the
+    /// next logging step; RHOAI re-polls every 30 s). Counting repeats would make "10 samples without
+    /// improvement" fire on a loss that was simply not logged again, and would pull a window's std to zero.
+    /// Repeats only move [`MetricSeries::last_seen_at`].
+    pub fn push(&mut self, at: Timestamp, value: f64) {
+        self.last_seen_at = Some(at);
+        if self.latest_observation().is_some_and(|prev| prev.to_bits() == value.to_bits()) {
+            self.repeats += 1;
+            self.fresh = false;
+            return;
+        }
+        self.fresh = true;
+        if !value.is_finite() {
+            self.non_finite_count += 1;
+            self.last_non_finite = Some((at, value));
+            return;
+        }
+        self.count += 1;
+        self.last = Some((at, value));
+        let sample = self.count;
+        match self.best_min {
+            Some(b) if b.value <= value => {}
+            _ => self.best_min = Some(Best { value, at, sample }),
+        }
+        match self.best_max {
+            Some(b) if b.value >= value => {}
+            _ => self.best_max = Some(Best { value, at, sample }),
+        }
+        self.ema = Some(match self.ema {
+            None => value,
+            Some(prev) => prev + EMA_ALPHA * (value - prev),
+        });
+
+        if self.len as usize == WINDOW {
+            self.evict_oldest();
+        }
+        let t = crate::time::seconds(self.base, at);
+        let slot = (self.head as usize + self.len as usize) % WINDOW;
+        self.ring[slot] = Point { t, v: value };
+        let seq = self.head_seq.wrapping_add(self.len);
+        self.len += 1;
+        self.sum_t += t;
+        self.sum_v += value;
+        self.sum_tt += t * t;
+        self.sum_tv += t * value;
+        self.sum_vv += value * value;
+        while let Some(back) = self.min_queue.back() {
+            if self.value_at_seq(back) >= value {
+                self.min_queue.pop_back();
+            } else {
+                break;
+            }
+        }
+        self.min_queue.push_back(seq);
+        while let Some(back) = self.max_queue.back() {
+            if self.value_at_seq(back) <= value {
+                self.max_queue.pop_back();
+            } else {
+                break;
+            }
+        }
+        self.max_queue.push_back(seq);
+    }
+
+    fn value_at_seq(&self, seq: u8) -> f64 {
+        let offset = seq.wrapping_sub(self.head_seq) as usize;
+        self.ring[(self.head as usize + offset) % WINDOW].v
+    }
+
+    fn evict_oldest(&mut self) {
+        let p = self.ring[self.head as usize];
+        self.evicted_min = self.evicted_min.min(p.v);
+        self.evicted_max = self.evicted_max.max(p.v);
+        if self.min_queue.front() == Some(self.head_seq) {
+            self.min_queue.pop_front();
+        }
+        if self.max_queue.front() == Some(self.head_seq) {
+            self.max_queue.pop_front();
+        }
+        self.head = ((self.head as usize + 1) % WINDOW) as u8;
+        self.head_seq = self.head_seq.wrapping_add(1);
+        self.len -= 1;
+        self.sum_t -= p.t;
+        self.sum_v -= p.v;
+        self.sum_tt -= p.t * p.t;
+        self.sum_tv -= p.t * p.v;
+        self.sum_vv -= p.v * p.v;
+        // Subtracting from running sums accumulates rounding error; recompute exactly now and then.
+        self.evictions_since_resum += 1;
+        if self.evictions_since_resum >= WINDOW as u32 {
+            self.resum();
+        }
+    }
+
+    fn resum(&mut self) {
+        self.evictions_since_resum = 0;
+        // Rebase times onto the oldest point so sums of t² stay small however long the job runs.
+        let shift = self.ring[self.head as usize].t;
+        if shift != 0.0 && self.len > 0 {
+            for i in 0..self.len as usize {
+                self.ring[(self.head as usize + i) % WINDOW].t -= shift;
+            }
+            if let Some(base) = crate::time::add_seconds(self.base, shift) {
+                self.base = base;
+            }
+        }
+        let (mut st, mut sv, mut stt, mut stv, mut svv) = (0.0, 0.0, 0.0, 0.0, 0.0);
+        for p in self.points() {
+            st += p.t;
+            sv += p.v;
+            stt += p.t * p.t;
+            stv += p.t * p.v;
+            svv += p.v * p.v;
+        }
+        (self.sum_t, self.sum_v, self.sum_tt, self.sum_tv, self.sum_vv) = (st, sv, stt, stv, svv);
+    }
+
+    fn points(&self) -> impl DoubleEndedIterator<Item = Point> + '_ {
+        (0..self.len as usize).map(move |i| self.ring[(self.head as usize + i) % WINDOW])
+    }
+
+    /// Whether the latest report brought a new value (false for a repeat).
+    pub fn is_fresh(&self) -> bool {
+        self.fresh
+    }
+
+    /// Reports that repeated the latest value.
+    pub fn repeats(&self) -> u64 {
+        self.repeats
+    }
+
+    /// When the metric was last reported, repeats included.
+    pub fn last_seen_at(&self) -> Option<Timestamp> {
+        self.last_seen_at
+    }
+
+    /// The latest observation, finite or not.
+    pub fn latest_observation(&self) -> Option<f64> {
+        match (self.last, self.last_non_finite) {
+            (Some((good_at, _)), Some((bad_at, bad))) if bad_at > good_at => Some(bad),
+            (Some((_, good)), _) => Some(good),
+            (None, Some((_, bad))) => Some(bad),
+            (None, None) => None,
+        }
+    }
+
+    /// Finite points ever observed.
+    pub fn count(&self) -> u64 {
+        self.count
+    }
+
+    /// The latest finite value and its time.
+    pub fn last(&self) -> Option<(Timestamp, f64)> {
+        self.last
+    }
+
+    /// Best finite value in the given direction over the whole history.
+    pub fn best(&self, direction: Direction) -> Option<Best> {
+        match direction {
+            Direction::Min => self.best_min,
+            Direction::Max => self.best_max,
+        }
+    }
+
+    /// Exponential moving average of finite values (α = `EMA_ALPHA`).
+    pub fn ema(&self) -> Option<f64> {
+        self.ema
+    }
+
+    /// NaN/Inf observations so far.
+    pub fn non_finite_count(&self) -> u64 {
+        self.non_finite_count
+    }
+
+    /// The latest non-finite observation.
+    pub fn last_non_finite(&self) -> Option<(Timestamp, f64)> {
+        self.last_non_finite
+    }
+
+    /// Points currently in the ring.
+    pub fn window_len(&self) -> usize {
+        self.len as usize
+    }
+
+    /// Statistics over the whole ring in O(1).
+    pub fn stats(&self) -> Option<WindowStats> {
+        let n = self.len as usize;
+        if n == 0 {
+            return None;
+        }
+        let nf = n as f64;
+        let mean = self.sum_v / nf;
+        let variance = (self.sum_vv / nf - mean * mean).max(0.0);
+        let denom = nf * self.sum_tt - self.sum_t * self.sum_t;
+        let slope = if n >= 2 && denom.abs() > f64::EPSILON * nf * self.sum_tt.abs().max(1.0) {
+            (nf * self.sum_tv - self.sum_t * self.sum_v) / denom
+        } else {
+            0.0
+        };
+        let min = self.min_queue.front().map(|s| self.value_at_seq(s)).unwrap_or(f64::NAN);
+        let max = self.max_queue.front().map(|s| self.value_at_seq(s)).unwrap_or(f64::NAN);
+        Some(WindowStats { count: n, min, max, mean, std: variance.sqrt(), slope_per_second: slope })
+    }
+
+    /// Statistics over the newest `n` points (all of them if fewer), scanning at most `WINDOW` points.
+    pub fn stats_last(&self, n: usize) -> Option<WindowStats> {
+        if n >= self.len as usize {
+            return self.stats();
+        }
+        stats_of(self.points().rev().take(n))
+    }
+
+    /// Statistics over the points observed at or after `since`.
+    pub fn stats_since(&self, since: Timestamp) -> Option<WindowStats> {
+        let from = crate::time::seconds(self.base, since);
+        stats_of(self.points().rev().take_while(|p| p.t >= from))
+    }
+
+    /// The best value among all points older than the newest `n` (including evicted ones), in `direction`.
+    /// `None` when there is no such point.
+    pub fn best_before_last(&self, n: usize, direction: Direction) -> Option<f64> {
+        let older = (self.len as usize).saturating_sub(n);
+        let in_ring = self.points().take(older).map(|p| p.v);
+        let evicted = match direction {
+            Direction::Min => self.evicted_min,
+            Direction::Max => self.evicted_max,
+        };
+        let start = if evicted.is_finite() { Some(evicted) } else { None };
+        in_ring.fold(start, |acc, v| Some(acc.map_or(v, |a| direction.pick(a, v))))
+    }
+
+    /// The best value among the newest `n` points.
+    pub fn best_of_last(&self, n: usize, direction: Direction) -> Option<f64> {
+        self.points().rev().take(n).map(|p| p.v).reduce(|a, v| direction.pick(a, v))
+    }
+
+    /// The finite value observed `n` points before the latest (0 = latest), if still in the ring.
+    pub fn value_back(&self, n: usize) -> Option<f64> {
+        self.points().rev().nth(n).map(|p| p.v)
+    }
+
+    /// Bytes this series occupies, heap included.
+    pub fn approx_bytes(&self) -> usize {
+        std::mem::size_of::<Self>()
+    }
+}
+
+fn stats_of(points: impl Iterator<Item = Point>) -> Option<WindowStats> {
+    let (mut n, mut st, mut sv, mut stt, mut stv, mut svv) = (0usize, 0.0, 0.0, 0.0, 0.0, 0.0);
+    let (mut min, mut max) = (f64::INFINITY, f64::NEG_INFINITY);
+    for p in points {
+        n += 1;
+        st += p.t;
+        sv += p.v;
+        stt += p.t * p.t;
+        stv += p.t * p.v;
+        svv += p.v * p.v;
+        min = min.min(p.v);
+        max = max.max(p.v);
+    }
+    if n == 0 {
+        return None;
+    }
+    let nf = n as f64;
+    let mean = sv / nf;
+    let denom = nf * stt - st * st;
+    let slope = if n >= 2 && denom.abs() > f64::EPSILON * nf * stt.abs().max(1.0) {
+        (nf * stv - st * sv) / denom
+    } else {
+        0.0
+    };
+    Some(WindowStats {
+        count: n,
+        min,
+        max,
+        mean,
+        std: (svv / nf - mean * mean).max(0.0).sqrt(),
+        slope_per_second: slope,
+    })
+}

@@ -1,0 +1,228 @@
+//! The series' tests: aggregates against naive computations, evictions, repeats, memory.
+
+use super::job_series::*;
+use super::metric_series::*;
+use crate::input::sample::ProgressSample;
+use crate::input::sample::{Metric, SampleSource};
+use crate::time::Timestamp;
+
+fn t(secs: i64) -> Timestamp {
+    Timestamp::from_second(1_700_000_000 + secs).unwrap()
+}
+
+fn series_of(values: &[f64]) -> MetricSeries {
+    let mut s = MetricSeries::new(t(0));
+    for (i, v) in values.iter().enumerate() {
+        s.push(t(i as i64 * 10), *v);
+    }
+    s
+}
+
+fn naive_stats(values: &[f64]) -> (f64, f64, f64, f64) {
+    let n = values.len() as f64;
+    let mean = values.iter().sum::<f64>() / n;
+    let var = values.iter().map(|v| (v - mean).powi(2)).sum::<f64>() / n;
+    let min = values.iter().copied().fold(f64::INFINITY, f64::min);
+    let max = values.iter().copied().fold(f64::NEG_INFINITY, f64::max);
+    (mean, var.sqrt(), min, max)
+}
+
+#[test]
+fn window_stats_match_a_naive_computation_after_many_evictions() {
+    // A wavy series long enough to wrap the ring many times and the u8 sequence numbers too.
+    let values: Vec<f64> =
+        (0..1000).map(|i| 2.0 + ((i * 37 % 101) as f64 / 50.0) - i as f64 * 1e-3).collect();
+    let s = series_of(&values);
+    let window = &values[values.len() - WINDOW..];
+    let (mean, std, min, max) = naive_stats(window);
+    let got = s.stats().unwrap();
+    assert_eq!(got.count, WINDOW);
+    assert!((got.mean - mean).abs() < 1e-9, "{} vs {}", got.mean, mean);
+    assert!((got.std - std).abs() < 1e-9);
+    assert_eq!(got.min, min);
+    assert_eq!(got.max, max);
+    assert_eq!(s.count(), 1000);
+    assert_eq!(s.best(Direction::Min).unwrap().value, values.iter().copied().fold(f64::INFINITY, f64::min));
+}
+
+#[test]
+fn min_and_max_match_the_window_after_every_push() {
+    let mut s = MetricSeries::new(t(0));
+    let mut values = Vec::new();
+    let mut x = 0x2545_F491_4F6C_DD1Du64;
+    for i in 0..600 {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        // Runs up and down, so the monotonic queues both fill up and drain.
+        let v = (x % 1000) as f64 + if (i / 80) % 2 == 0 { i as f64 } else { -(i as f64) };
+        s.push(t(i), v);
+        values.push(v);
+        let window = &values[values.len().saturating_sub(WINDOW)..];
+        let st = s.stats().unwrap();
+        assert_eq!(st.min, window.iter().copied().fold(f64::INFINITY, f64::min), "after {i}");
+        assert_eq!(st.max, window.iter().copied().fold(f64::NEG_INFINITY, f64::max), "after {i}");
+    }
+}
+
+#[test]
+fn slope_is_least_squares_in_units_per_second() {
+    // v = 5 - 0.01 * t (t in seconds, one point every 10 s)
+    let values: Vec<f64> = (0..20).map(|i| 5.0 - 0.1 * i as f64).collect();
+    let s = series_of(&values);
+    assert!((s.stats().unwrap().slope_per_second + 0.01).abs() < 1e-12);
+    let last5 = s.stats_last(5).unwrap();
+    assert_eq!(last5.count, 5);
+    assert!((last5.slope_per_second + 0.01).abs() < 1e-12);
+    assert_eq!(series_of(&[1.0]).stats().unwrap().slope_per_second, 0.0);
+}
+
+#[test]
+fn non_finite_values_never_enter_aggregates() {
+    let mut s = series_of(&[1.0, 2.0, 3.0]);
+    s.push(t(100), f64::NAN);
+    s.push(t(110), f64::INFINITY);
+    s.push(t(120), f64::NEG_INFINITY);
+    let st = s.stats().unwrap();
+    assert_eq!(st.count, 3);
+    assert_eq!(st.mean, 2.0);
+    assert_eq!(st.max, 3.0);
+    assert_eq!(s.best(Direction::Min).unwrap().value, 1.0);
+    assert_eq!(s.best(Direction::Max).unwrap().value, 3.0);
+    assert_eq!(s.ema().map(f64::is_finite), Some(true));
+    assert_eq!(s.last(), Some((t(20), 3.0)));
+    assert_eq!(s.non_finite_count(), 3);
+    assert_eq!(s.last_non_finite().unwrap().0, t(120));
+    assert_eq!(s.count(), 3);
+}
+
+#[test]
+fn best_remembers_when_it_was_reached() {
+    let s = series_of(&[3.0, 2.0, 2.5, 2.0, 1.5, 1.7]);
+    let best = s.best(Direction::Min).unwrap();
+    assert_eq!((best.value, best.at, best.sample), (1.5, t(40), 5));
+    // Ties do not count as improvement: the first time 2.0 was reached stays.
+    let s = series_of(&[3.0, 2.0, 2.0]);
+    assert_eq!(s.best(Direction::Min).unwrap().sample, 2);
+}
+
+#[test]
+fn best_before_the_window_includes_evicted_points() {
+    let mut values = vec![0.5];
+    values.extend((0..WINDOW + 10).map(|i| 2.0 + i as f64 * 0.001));
+    let s = series_of(&values);
+    assert_eq!(s.best_before_last(5, Direction::Min), Some(0.5));
+    assert_eq!(s.best_of_last(2, Direction::Max), Some(*values.last().unwrap()));
+    assert_eq!(series_of(&[1.0, 2.0]).best_before_last(2, Direction::Min), None);
+}
+
+#[test]
+fn stats_since_selects_by_time() {
+    let s = series_of(&[1.0, 2.0, 3.0, 4.0]);
+    let st = s.stats_since(t(15)).unwrap();
+    assert_eq!((st.count, st.mean), (2, 3.5));
+    assert!(s.stats_since(t(31)).is_none());
+}
+
+#[test]
+fn ema_weights_the_newest_point_by_alpha() {
+    let s = series_of(&[1.0, 2.0]);
+    assert!((s.ema().unwrap() - (1.0 + EMA_ALPHA)).abs() < 1e-12);
+}
+
+fn sample(at: Timestamp, metrics: &[(&'static str, f64)]) -> ProgressSample {
+    let mut s = ProgressSample::empty(at, SampleSource::TrainerStatus);
+    s.metrics = metrics.iter().map(|(n, v)| Metric { name: (*n).into(), value: *v }).collect();
+    s
+}
+
+#[test]
+fn job_series_drops_duplicates_and_out_of_order_samples() {
+    let mut j = JobSeries::new(t(0));
+    assert_eq!(j.record(&sample(t(10), &[("loss", 1.0)])), Recorded::New);
+    assert_eq!(j.record(&sample(t(10), &[("loss", 0.5)])), Recorded::Duplicate);
+    assert_eq!(j.record(&sample(t(5), &[("loss", 0.5)])), Recorded::Duplicate);
+    assert_eq!(j.samples, 1);
+    assert_eq!(j.duplicates, 2);
+    assert_eq!(j.metric("loss").unwrap().last(), Some((t(10), 1.0)));
+}
+
+#[test]
+fn a_repeated_report_is_a_sample_but_not_progress() {
+    let mut j = JobSeries::new(t(0));
+    let mut s = sample(t(0), &[("loss", 1.0)]);
+    s.current_step = Some(90.0);
+    j.record(&s);
+    // The RHOAI controller polls a hung pod: same step, same values, a new lastUpdatedTime.
+    for i in 1..5 {
+        s.updated_at = t(i * 30);
+        assert_eq!(j.record(&s), Recorded::New);
+    }
+    assert_eq!((j.samples, j.last_progress_at), (5, Some(t(0))));
+    s.updated_at = t(200);
+    s.current_step = Some(91.0);
+    j.record(&s);
+    assert_eq!(j.last_progress_at, Some(t(200)));
+    s.updated_at = t(230);
+    s.metrics[0].value = f64::NAN;
+    j.record(&s);
+    assert_eq!(j.last_progress_at, Some(t(230)), "a new NaN is news too");
+}
+
+#[test]
+fn sums_stay_precise_years_after_the_series_began() {
+    // First point at the base, then three years later a linear stretch: without rebasing, t² ≈ 1e16
+    // and the running sums lose the slope.
+    let mut s = MetricSeries::new(t(0));
+    s.push(t(0), 9.0);
+    let start = 100_000_000;
+    for i in 0..1_000i64 {
+        s.push(t(start + i * 10), 5.0 - 0.001 * i as f64);
+    }
+    let st = s.stats().unwrap();
+    assert!((st.slope_per_second + 0.0001).abs() < 1e-12, "{}", st.slope_per_second);
+    assert!((st.mean - (5.0 - 0.001 * (936.0 + 999.0) / 2.0)).abs() < 1e-9, "{}", st.mean);
+}
+
+#[test]
+fn job_series_caps_the_number_of_metrics() {
+    let mut j = JobSeries::new(t(0));
+    let names: Vec<&'static str> =
+        (0..MAX_METRICS_PER_JOB + 5).map(|i| &*Box::leak(format!("m{i}").into_boxed_str())).collect();
+    let metrics: Vec<(&'static str, f64)> = names.iter().map(|n| (*n, 1.0)).collect();
+    j.record(&sample(t(1), &metrics));
+    assert_eq!(j.metric_names().count(), MAX_METRICS_PER_JOB);
+    assert_eq!(j.dropped_metrics, 5);
+}
+
+#[test]
+fn series_memory_for_eight_metrics_is_within_16_kib() {
+    let mut j = JobSeries::new(t(0));
+    let names = [
+        "loss",
+        "eval_loss",
+        "grad_norm",
+        "learning_rate",
+        "eval_accuracy",
+        "epoch",
+        "train_loss",
+        "throughput_samples_per_second",
+    ];
+    for i in 0..500 {
+        let metrics: Vec<(&'static str, f64)> =
+            names.iter().map(|n| (*n, ((i * 7919) % 113) as f64)).collect();
+        j.record(&sample(t(i), &metrics));
+    }
+    let bytes = j.approx_bytes();
+    assert!(bytes <= 16 * 1024, "{bytes} bytes");
+}
+
+#[test]
+fn direction_is_inferred_from_the_name() {
+    assert_eq!(Direction::infer("loss"), Direction::Min);
+    assert_eq!(Direction::infer("eval_loss"), Direction::Min);
+    assert_eq!(Direction::infer("eval_accuracy"), Direction::Max);
+    assert_eq!(Direction::infer("eval_f1"), Direction::Max);
+    assert_eq!(Direction::infer("throughput_samples_per_second"), Direction::Max);
+    assert_eq!(Direction::infer("grad_norm"), Direction::Min);
+}

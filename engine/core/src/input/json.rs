@@ -1,0 +1,120 @@
+//! Reading JSON fields with their paths: the type, range and time checks every format shares.
+
+use std::fmt;
+
+use serde_json::{Map, Value};
+
+use crate::time::Timestamp;
+
+use super::NormalizeError;
+
+pub(super) fn join(base: &str, field: &str) -> String {
+    if base.is_empty() { field.to_owned() } else { format!("{base}.{field}") }
+}
+
+/// A string shown in an error message, cut to a readable length (inputs can be 64 KiB of garbage).
+pub(super) struct Snippet<'a>(pub(super) &'a str);
+
+impl fmt::Display for Snippet<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        const MAX: usize = 64;
+        if self.0.len() <= MAX {
+            return write!(f, "{:?}", self.0);
+        }
+        let mut end = MAX;
+        while !self.0.is_char_boundary(end) {
+            end -= 1;
+        }
+        write!(f, "{:?}…", &self.0[..end])
+    }
+}
+
+pub(super) fn json_kind(v: &Value) -> &'static str {
+    match v {
+        Value::Null => "null",
+        Value::Bool(_) => "a boolean",
+        Value::Number(_) => "a number",
+        Value::String(_) => "a string",
+        Value::Array(_) => "an array",
+        Value::Object(_) => "an object",
+    }
+}
+
+pub(super) fn type_error(path: String, expected: &str, found: &str) -> NormalizeError {
+    NormalizeError::new(path, format!("expected {expected}, found {found}"))
+}
+
+pub(super) fn missing(path: String) -> NormalizeError {
+    NormalizeError::new(path, "missing (required)")
+}
+
+pub(super) fn parse_time(s: &str) -> Result<Timestamp, String> {
+    s.parse::<Timestamp>().map_err(|e| format!("invalid RFC 3339 timestamp {}: {e}", Snippet(s)))
+}
+
+/// Parses a metric value string. Rust's float grammar already accepts `nan`, `inf`, `infinity` in any
+/// case with an optional sign, which covers Python's `str(float)` and the JavaScript spellings.
+pub(super) fn parse_metric_value(s: &str) -> Option<f64> {
+    let t = s.trim();
+    if t.is_empty() {
+        return None;
+    }
+    t.parse::<f64>().ok()
+}
+
+pub(super) fn check_percent(v: f64) -> Result<f64, &'static str> {
+    if (0.0..=100.0).contains(&v) { Ok(v) } else { Err("progress must be within 0..=100") }
+}
+
+pub(super) fn check_eta(v: f64) -> Result<f64, &'static str> {
+    if v >= 0.0 { Ok(v) } else { Err("estimated remaining seconds must be >= 0") }
+}
+
+/// An optional JSON number (`null` counts as absent).
+pub(super) fn opt_number(
+    v: Option<&Value>,
+    path: impl FnOnce() -> String,
+    check: fn(f64) -> Result<f64, &'static str>,
+) -> Result<Option<f64>, NormalizeError> {
+    match v {
+        None | Some(Value::Null) => Ok(None),
+        Some(Value::Number(n)) => {
+            // serde_json numbers are always finite; as_f64 only fails with arbitrary_precision.
+            let x = n.as_f64().unwrap_or(f64::NAN);
+            check(x).map(Some).map_err(|m| NormalizeError::new(path(), format!("{m}, found {n}")))
+        }
+        Some(other) => Err(type_error(path(), "a number", json_kind(other))),
+    }
+}
+
+pub(super) fn opt_object<'v>(
+    v: Option<&'v Value>,
+    path: &str,
+) -> Result<Option<&'v Map<String, Value>>, NormalizeError> {
+    match v {
+        None | Some(Value::Null) => Ok(None),
+        Some(Value::Object(m)) => Ok(Some(m)),
+        Some(other) => Err(type_error(path.to_owned(), "an object", json_kind(other))),
+    }
+}
+
+pub(super) fn opt_str(
+    v: Option<&Value>,
+    path: impl FnOnce() -> String,
+) -> Result<Option<&str>, NormalizeError> {
+    match v {
+        None | Some(Value::Null) => Ok(None),
+        Some(Value::String(s)) => Ok(Some(s.as_str())),
+        Some(other) => Err(type_error(path(), "a string", json_kind(other))),
+    }
+}
+
+pub(super) fn opt_time(
+    v: Option<&Value>,
+    path: impl Fn() -> String,
+) -> Result<Option<Timestamp>, NormalizeError> {
+    match opt_str(v, &path)? {
+        None => Ok(None),
+        Some(s) => parse_time(s).map(Some).map_err(|m| NormalizeError::new(path(), m)),
+    }
+}

@@ -1,0 +1,321 @@
+//! Recorded progress streams (JSONL), the input of `trainwarden replay` and stream-based tests.
+//!
+//! Each line is one of:
+//! * a full TrainJob object, as a watch delivers it (`apiVersion: trainer.kubeflow.org/v1alpha1`); its time
+//!   is its progress sample's `lastUpdatedTime` (else its creation time), but never earlier than the line
+//!   before it, since a watch re-delivers objects with an old `trainerStatus` when anything else changes;
+//! * the compact form `{"time": RFC3339, "job": "ns/name", "trainerStatus": {...}}` or
+//!   `{"time": ..., "job": ..., "annotation": "<json>"}`, optionally with `"phase"` (Running, Suspended,
+//!   Complete, Failed), `"labels"`, `"gpus"`, or `"deleted": true`. A compact line without progress is a
+//!   heartbeat: time passes, nothing is reported — which is exactly what a hung job looks like.
+//!
+//! Blank lines and lines starting with `#` are skipped. Errors name the line and, for JSON syntax, the column.
+
+use std::collections::BTreeMap;
+
+use serde_json::Value;
+
+use crate::input::sample::{JobKey, JobPhase, JobSnapshot, ProgressSample};
+use crate::input::{self, NormalizeError};
+use crate::time::Timestamp;
+
+/// One line of a stream.
+#[derive(Clone, Debug, PartialEq)]
+pub enum StreamRecord {
+    /// A whole TrainJob: everything about the job is replaced.
+    Object { time: Timestamp, snapshot: JobSnapshot },
+    /// A compact update of a job.
+    Update(Update),
+}
+
+impl StreamRecord {
+    pub fn time(&self) -> Timestamp {
+        match self {
+            StreamRecord::Object { time, .. } => *time,
+            StreamRecord::Update(u) => u.time,
+        }
+    }
+
+    pub fn job(&self) -> &JobKey {
+        match self {
+            StreamRecord::Object { snapshot, .. } => &snapshot.key,
+            StreamRecord::Update(u) => &u.job,
+        }
+    }
+}
+
+/// The compact form.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Update {
+    pub time: Timestamp,
+    pub job: JobKey,
+    pub sample: Option<ProgressSample>,
+    pub phase: Option<JobPhase>,
+    pub labels: Option<BTreeMap<String, String>>,
+    pub gpus: Option<f64>,
+    pub deleted: bool,
+}
+
+/// A bad line: where and what.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[error("{file}:{line}{}: {message}", column.map(|c| format!(":{c}")).unwrap_or_default())]
+pub struct RecordError {
+    pub file: String,
+    pub line: usize,
+    pub column: Option<usize>,
+    pub message: String,
+}
+
+/// The compact progress line, borrowed: the fast path of [`parse_line`].
+#[derive(serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+struct CompactProgress<'a> {
+    #[serde(borrow)]
+    time: std::borrow::Cow<'a, str>,
+    #[serde(borrow)]
+    job: std::borrow::Cow<'a, str>,
+    #[serde(borrow, rename = "trainerStatus")]
+    trainer_status: input::TrainerStatusWire<'a>,
+}
+
+/// Progress-only compact lines (by far the most common) skip the generic `Value` tree. Anything else, and
+/// any line the fast path cannot take, goes through the general path, which also words the errors.
+fn parse_compact_fast(line: &str) -> Option<StreamRecord> {
+    let wire: CompactProgress<'_> = serde_json::from_str(line).ok()?;
+    let time = wire.time.parse::<Timestamp>().ok()?;
+    let job = JobKey::parse(&wire.job)?;
+    let sample = input::from_trainer_status_wire(wire.trainer_status, "trainerStatus").ok()?;
+    Some(StreamRecord::Update(Update {
+        time,
+        job,
+        sample: Some(sample),
+        phase: None,
+        labels: None,
+        gpus: None,
+        deleted: false,
+    }))
+}
+
+/// Parses one non-empty line. `previous` is the time of the line before (for objects without a time).
+pub fn parse_line(
+    line: &str,
+    source: &str,
+    line_no: usize,
+    previous: Option<Timestamp>,
+) -> Result<StreamRecord, RecordError> {
+    if let Some(record) = parse_compact_fast(line) {
+        return Ok(record);
+    }
+    let err = |column: Option<usize>, message: String| RecordError {
+        file: source.to_string(),
+        line: line_no,
+        column,
+        message,
+    };
+    let value: Value =
+        serde_json::from_str(line).map_err(|e| err(Some(e.column()), format!("invalid JSON: {e}")))?;
+    let Value::Object(obj) = &value else {
+        return Err(err(None, "expected a JSON object".into()));
+    };
+    if obj.contains_key("apiVersion") || obj.contains_key("kind") {
+        let snapshot = input::from_trainjob(&value).map_err(|e: NormalizeError| err(None, e.to_string()))?;
+        // A watch delivers the object on any change (phase, suspend, labels) often with an old trainerStatus,
+        // so its sample time is only a lower bound: the line is never placed before the line above it.
+        let own = snapshot.sample.as_ref().map(|s| s.updated_at).or(snapshot.created_at);
+        let time = match (own, previous) {
+            (Some(a), Some(b)) => a.max(b),
+            (a, b) => a.or(b).ok_or_else(|| {
+                err(
+                    None,
+                    "a TrainJob line needs a progress sample or a creationTimestamp to place it in time"
+                        .into(),
+                )
+            })?,
+        };
+        return Ok(StreamRecord::Object { time, snapshot });
+    }
+    for key in obj.keys() {
+        if !matches!(
+            key.as_str(),
+            "time" | "job" | "trainerStatus" | "annotation" | "phase" | "labels" | "gpus" | "deleted"
+        ) {
+            return Err(err(
+                None,
+                format!(
+                    "unknown field {key:?} (expected time, job, trainerStatus, annotation, phase, labels, gpus, deleted)"
+                ),
+            ));
+        }
+    }
+    let time = match obj.get("time") {
+        Some(Value::String(s)) => s.parse::<Timestamp>().map_err(|e| err(None, format!("time: {e}")))?,
+        Some(other) => return Err(err(None, format!("time: expected an RFC 3339 string, got {other}"))),
+        None => return Err(err(None, "time: required".into())),
+    };
+    let job = match obj.get("job") {
+        Some(Value::String(s)) => JobKey::parse(s)
+            .ok_or_else(|| err(None, format!("job: expected \"namespace/name\", got {s:?}")))?,
+        _ => return Err(err(None, "job: required (\"namespace/name\")".into())),
+    };
+    let sample = match (obj.get("trainerStatus"), obj.get("annotation")) {
+        (Some(_), Some(_)) => return Err(err(None, "give trainerStatus or annotation, not both".into())),
+        (Some(ts), None) => {
+            Some(input::from_trainer_status(ts, "trainerStatus").map_err(|e| err(None, e.to_string()))?)
+        }
+        (None, Some(Value::String(a))) => {
+            Some(input::from_annotation(a, "annotation").map_err(|e| err(None, e.to_string()))?)
+        }
+        (None, Some(other)) => {
+            return Err(err(None, format!("annotation: expected the annotation's JSON string, got {other}")));
+        }
+        (None, None) => None,
+    };
+    let phase = match obj.get("phase") {
+        None => None,
+        Some(Value::String(s)) => Some(match s.as_str() {
+            "Running" => JobPhase::Running,
+            "Suspended" => JobPhase::Suspended,
+            "Complete" => JobPhase::Complete,
+            "Failed" => JobPhase::Failed,
+            other => {
+                return Err(err(
+                    None,
+                    format!("phase: expected Running, Suspended, Complete or Failed, got {other:?}"),
+                ));
+            }
+        }),
+        Some(other) => return Err(err(None, format!("phase: expected a string, got {other}"))),
+    };
+    let labels = match obj.get("labels") {
+        None => None,
+        Some(Value::Object(m)) => {
+            let mut labels = BTreeMap::new();
+            for (k, v) in m {
+                let v = v.as_str().ok_or_else(|| err(None, format!("labels.{k}: expected a string")))?;
+                labels.insert(k.clone(), v.to_string());
+            }
+            Some(labels)
+        }
+        Some(other) => return Err(err(None, format!("labels: expected an object, got {other}"))),
+    };
+    let gpus = match obj.get("gpus") {
+        None => None,
+        Some(v) => match v.as_f64() {
+            Some(g) if g >= 0.0 => Some(g),
+            _ => return Err(err(None, format!("gpus: expected a number >= 0, got {v}"))),
+        },
+    };
+    let deleted = match obj.get("deleted") {
+        None => false,
+        Some(Value::Bool(b)) => *b,
+        Some(other) => return Err(err(None, format!("deleted: expected true or false, got {other}"))),
+    };
+    Ok(StreamRecord::Update(Update { time, job, sample, phase, labels, gpus, deleted }))
+}
+
+/// Parses a whole stream. Every bad line is reported (up to 20), not just the first.
+pub fn parse_stream(text: &str, source: &str) -> Result<Vec<StreamRecord>, Vec<RecordError>> {
+    let mut records = Vec::new();
+    let mut errors = Vec::new();
+    let mut previous = None;
+    for (i, line) in text.lines().enumerate() {
+        let trimmed = line.trim();
+        if trimmed.is_empty() || trimmed.starts_with('#') {
+            continue;
+        }
+        match parse_line(trimmed, source, i + 1, previous) {
+            Ok(r) => {
+                previous = Some(r.time());
+                records.push(r);
+            }
+            Err(e) => {
+                if errors.len() < 20 {
+                    errors.push(e);
+                }
+            }
+        }
+    }
+    if errors.is_empty() { Ok(records) } else { Err(errors) }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn compact_lines_of_both_flavours() {
+        let r = parse_line(
+            r#"{"time":"2026-11-27T17:00:00Z","job":"fraud/ft","trainerStatus":{"progressPercentage":5,"metrics":[{"name":"loss","value":"2.5"}],"lastUpdatedTime":"2026-11-27T17:00:00Z"},"gpus":8,"labels":{"team":"fraud"}}"#,
+            "s.jsonl",
+            1,
+            None,
+        )
+        .unwrap();
+        let StreamRecord::Update(u) = r else { panic!() };
+        assert_eq!(u.job.to_string(), "fraud/ft");
+        assert_eq!(u.sample.unwrap().metric("loss"), Some(2.5));
+        assert_eq!(u.gpus, Some(8.0));
+        let r = parse_line(
+            r#"{"time":"2026-11-27T17:00:30Z","job":"fraud/ft","annotation":"{\"progressPercentage\":5,\"trainMetrics\":{\"loss\":null},\"lastUpdatedTime\":\"2026-11-27T17:00:30Z\"}"}"#,
+            "s.jsonl",
+            2,
+            None,
+        )
+        .unwrap();
+        let StreamRecord::Update(u) = r else { panic!() };
+        assert!(u.sample.unwrap().metric("loss").unwrap().is_nan());
+    }
+
+    #[test]
+    fn the_fast_path_agrees_with_the_general_path() {
+        let lines = [
+            r#"{"time":"2026-11-27T17:00:00Z","job":"a/b","trainerStatus":{"progressPercentage":45,"estimatedRemainingSeconds":795649,"metrics":[{"name":"loss","value":"0.2347"},{"name":"eval_loss","value":"nan"},{"name":"current_step","value":"10"},{"name":"loss","value":"-inf"}],"lastUpdatedTime":"2026-03-20T14:02:11.532918+00:00"}}"#,
+            r#"{"time":"2026-11-27T17:00:00Z","job":"a/b","trainerStatus":{"lastUpdatedTime":"2026-03-20T14:02:11Z"}}"#,
+            r#"{"time":"2026-11-27T17:00:00Z","job":"a/b","trainerStatus":{"progressPercentage":null,"metrics":null,"lastUpdatedTime":"2026-03-20T14:02:11Z","extra":1}}"#,
+        ];
+        for line in lines {
+            let fast = parse_compact_fast(line).expect("fast path takes it");
+            let v: Value = serde_json::from_str(line).unwrap();
+            let general = input::from_trainer_status(&v["trainerStatus"], "trainerStatus").unwrap();
+            let StreamRecord::Update(u) = fast else { panic!() };
+            // Debug text, because NaN != NaN.
+            assert_eq!(format!("{:?}", u.sample.unwrap()), format!("{general:?}"), "{line}");
+        }
+        // Lines the fast path refuses still parse (or fail with a precise message) on the general path.
+        for (line, expect) in [
+            (
+                r#"{"time":"2026-11-27T17:00:00Z","job":"a/b","trainerStatus":{"progressPercentage":150,"lastUpdatedTime":"2026-03-20T14:02:11Z"}}"#,
+                "trainerStatus.progressPercentage",
+            ),
+            (
+                r#"{"time":"2026-11-27T17:00:00Z","job":"a/b","trainerStatus":{"metrics":[{"name":"loss","value":1}],"lastUpdatedTime":"2026-03-20T14:02:11Z"}}"#,
+                "trainerStatus.metrics[0].value",
+            ),
+        ] {
+            assert!(parse_compact_fast(line).is_none());
+            let e = parse_line(line, "s", 1, None).unwrap_err();
+            assert!(e.message.starts_with(expect), "{e}");
+        }
+    }
+
+    #[test]
+    fn heartbeats_and_phase_changes() {
+        let r = parse_line(r#"{"time":"2026-11-30T07:00:00Z","job":"a/b","phase":"Complete"}"#, "s", 3, None)
+            .unwrap();
+        let StreamRecord::Update(u) = r else { panic!() };
+        assert_eq!((u.sample, u.phase), (None, Some(JobPhase::Complete)));
+    }
+
+    #[test]
+    fn errors_say_where() {
+        let e = parse_line(r#"{"time":"2026-11-30T07:00:00Z","job":"ab"}"#, "s.jsonl", 7, None).unwrap_err();
+        assert_eq!(e.to_string(), "s.jsonl:7: job: expected \"namespace/name\", got \"ab\"");
+        let e = parse_line(r#"{"time": 5,"#, "s.jsonl", 8, None).unwrap_err();
+        assert!(e.to_string().starts_with("s.jsonl:8:11: invalid JSON"), "{e}");
+        let e = parse_line(r#"{"time":"2026-11-30T07:00:00Z","job":"a/b","colour":1}"#, "s", 9, None)
+            .unwrap_err();
+        assert!(e.message.contains("unknown field \"colour\""));
+        let errors = parse_stream("# comment\n\n{}\n[1]\n", "s").unwrap_err();
+        assert_eq!(errors.iter().map(|e| e.line).collect::<Vec<_>>(), vec![3, 4]);
+    }
+}

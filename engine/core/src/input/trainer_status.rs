@@ -1,0 +1,169 @@
+//! Upstream Kubeflow Trainer (>= v2.2) `status.trainerStatus`: metric values are strings (`"0.2347"`,
+//! `"nan"`, `"-inf"`); non-finite values are kept. Two readers: one from a `serde_json::Value`, one borrowing
+//! straight from the stream's line ([`TrainerStatusWire`]).
+
+use std::borrow::Cow;
+use std::fmt;
+
+use serde::de::{self, Deserialize, Deserializer, SeqAccess, Visitor};
+use serde_json::Value;
+
+use crate::input::sample::{Metric, ProgressSample, SampleSource};
+
+use crate::time::Timestamp;
+
+use super::NormalizeError;
+use super::canonical_metric_name;
+use super::json::{
+    Snippet, check_eta, check_percent, join, json_kind, missing, opt_number, opt_time, parse_metric_value,
+    parse_time, type_error,
+};
+use super::names::Collector;
+
+/// The upstream `trainerStatus` as it appears on the wire, borrowed from the input text: the fast path for
+/// streams and watch events. It accepts a subset of what [`from_trainer_status`] accepts (well-typed input);
+/// callers fall back to the `Value` path when it does not deserialize, which also produces the precise error.
+#[derive(Debug, serde::Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub(crate) struct TrainerStatusWire<'a> {
+    progress_percentage: Option<f64>,
+    estimated_remaining_seconds: Option<f64>,
+    metrics: Option<MetricsWire>,
+    /// `&str`, not `Option<Cow>`, which serde would always copy; a time with escapes takes the general path.
+    #[serde(borrow)]
+    last_updated_time: Option<&'a str>,
+}
+
+#[derive(serde::Deserialize)]
+pub(super) struct MetricWire<'a> {
+    #[serde(borrow)]
+    name: Cow<'a, str>,
+    #[serde(borrow)]
+    value: Cow<'a, str>,
+}
+
+thread_local! {
+    /// Where [`MetricsWire`] collects a list before copying it out at its exact size, kept between samples.
+    static SCRATCH: std::cell::Cell<Vec<Metric>> = const { std::cell::Cell::new(Vec::new()) };
+}
+
+/// The `metrics` list, normalized while it is read: canonical names, progress counters routed to their
+/// fields, duplicates merged, with no intermediate list and one exactly sized allocation per sample (the
+/// list is collected in a per-thread scratch vector). Anything [`from_trainer_status`] would reject fails to deserialize, so the caller's general path
+/// words the error.
+#[derive(Debug)]
+pub(super) struct MetricsWire(ProgressSample);
+
+impl<'de> Deserialize<'de> for MetricsWire {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct MetricsVisitor;
+        impl<'de> Visitor<'de> for MetricsVisitor {
+            type Value = MetricsWire;
+            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str("a list of {name, value} objects")
+            }
+            fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<MetricsWire, A::Error> {
+                // The time is set by the caller; this only carries the metrics and the counters.
+                let mut sample = ProgressSample::empty(Timestamp::UNIX_EPOCH, SampleSource::TrainerStatus);
+                // Empty: it is put back only after its contents moved out.
+                let mut collector = Collector { metrics: SCRATCH.take(), unchecked: false };
+                while let Some(m) = seq.next_element::<MetricWire<'de>>()? {
+                    if m.name.is_empty() {
+                        return Err(de::Error::custom("empty metric name"));
+                    }
+                    let value =
+                        parse_metric_value(&m.value).ok_or_else(|| de::Error::custom("not a number"))?;
+                    collector
+                        .add(&mut sample, canonical_metric_name(&m.name), value)
+                        .map_err(de::Error::custom)?;
+                }
+                let mut scratch = collector.finish();
+                // Exactly sized: a replay may hold a million samples at once.
+                sample.metrics = Vec::with_capacity(scratch.len());
+                sample.metrics.append(&mut scratch);
+                SCRATCH.set(scratch);
+                Ok(MetricsWire(sample))
+            }
+        }
+        d.deserialize_seq(MetricsVisitor)
+    }
+}
+
+/// Same result as [`from_trainer_status`] for input that deserialized into [`TrainerStatusWire`].
+pub(crate) fn from_trainer_status_wire(
+    w: TrainerStatusWire<'_>,
+    path: &str,
+) -> Result<ProgressSample, NormalizeError> {
+    let time_path = || join(path, "lastUpdatedTime");
+    let raw_time = w.last_updated_time.ok_or_else(|| missing(time_path()))?;
+    let updated_at = parse_time(raw_time).map_err(|m| NormalizeError::new(time_path(), m))?;
+    let mut sample = match w.metrics {
+        Some(MetricsWire(sample)) => sample,
+        None => ProgressSample::empty(updated_at, SampleSource::TrainerStatus),
+    };
+    sample.updated_at = updated_at;
+    let checked = |v: Option<f64>, field: &str, check: fn(f64) -> Result<f64, &'static str>| {
+        v.map(|x| check(x).map_err(|m| NormalizeError::new(join(path, field), format!("{m}, found {x}"))))
+            .transpose()
+    };
+    sample.progress_percent = checked(w.progress_percentage, "progressPercentage", check_percent)?;
+    sample.eta_seconds = checked(w.estimated_remaining_seconds, "estimatedRemainingSeconds", check_eta)?;
+    Ok(sample)
+}
+
+/// Normalizes an upstream `status.trainerStatus` object (the value of that field, not the request body).
+/// `path` prefixes error paths, e.g. `"status.trainerStatus"`.
+pub fn from_trainer_status(v: &Value, path: &str) -> Result<ProgressSample, NormalizeError> {
+    let obj = match v {
+        Value::Object(o) => o,
+        other => return Err(type_error(path.to_owned(), "an object", json_kind(other))),
+    };
+    let time_path = || join(path, "lastUpdatedTime");
+    // The CRD requires lastUpdatedTime (CEL `has(self.lastUpdatedTime)`); dedup and staleness need it.
+    let updated_at = opt_time(obj.get("lastUpdatedTime"), time_path)?.ok_or_else(|| missing(time_path()))?;
+
+    let mut sample = ProgressSample::empty(updated_at, SampleSource::TrainerStatus);
+    sample.progress_percent =
+        opt_number(obj.get("progressPercentage"), || join(path, "progressPercentage"), check_percent)?;
+    sample.eta_seconds = opt_number(
+        obj.get("estimatedRemainingSeconds"),
+        || join(path, "estimatedRemainingSeconds"),
+        check_eta,
+    )?;
+
+    let items = match obj.get("metrics") {
+        None | Some(Value::Null) => return Ok(sample),
+        Some(Value::Array(items)) => items,
+        Some(other) => {
+            return Err(type_error(join(path, "metrics"), "an array", json_kind(other)));
+        }
+    };
+    let mut collector = Collector::with_capacity(items.len());
+    for (i, item) in items.iter().enumerate() {
+        let at = |field: &str| format!("{}[{i}]{field}", join(path, "metrics"));
+        let m = match item {
+            Value::Object(m) => m,
+            other => return Err(type_error(at(""), "an object", json_kind(other))),
+        };
+        let name = match m.get("name") {
+            Some(Value::String(s)) if !s.is_empty() => s,
+            Some(Value::String(_)) => {
+                return Err(NormalizeError::new(at(".name"), "empty metric name"));
+            }
+            None | Some(Value::Null) => return Err(missing(at(".name"))),
+            Some(other) => return Err(type_error(at(".name"), "a string", json_kind(other))),
+        };
+        let value = match m.get("value") {
+            Some(Value::String(s)) => parse_metric_value(s)
+                .ok_or_else(|| NormalizeError::new(at(".value"), format!("not a number: {}", Snippet(s))))?,
+            None | Some(Value::Null) => return Err(missing(at(".value"))),
+            // The CRD types value as a string; a bare number would be rejected by the API server.
+            Some(other) => return Err(type_error(at(".value"), "a string", json_kind(other))),
+        };
+        collector
+            .add(&mut sample, canonical_metric_name(name), value)
+            .map_err(|msg| NormalizeError::new(at(".value"), format!("{msg}, found {value}")))?;
+    }
+    sample.metrics = collector.finish();
+    Ok(sample)
+}

@@ -1,0 +1,303 @@
+//! Built-in detectors.
+//!
+//! A detector answers one question about one job ("has the loss stopped improving?"). Each is a pure
+//! function of its parameters, the job's bounded history ([`JobSeries`]), the job's snapshot and the
+//! evaluation time, plus — for the few that follow the Lightning/Keras "wait counter" semantics — a small
+//! per-(rule, job) [`DetectorState`] that [`Detector::observe`] advances on every new sample. No detector does
+//! I/O or reads a clock: `now` is an input, so replay and tests are exact.
+//!
+//! Each detector lives in its own module with its documentation, an example and its tests, VRL style.
+//! [`DETECTORS`] is the catalog; [`build`] turns a rule's `uses` + `with` into a [`Detector`], reporting every
+//! parameter problem with its field path.
+
+use std::fmt;
+
+use crate::error::FieldError;
+use crate::history::job::JobView;
+use crate::history::job_series::JobSeries;
+use crate::input::sample::ProgressSample;
+use crate::time::Timestamp;
+
+mod budget;
+mod diverging;
+mod eta;
+mod non_finite;
+mod params;
+mod plateau;
+mod sagemaker;
+mod stalled;
+
+pub(crate) use diverging::Diverging;
+pub(crate) use eta::{EtaAfter, EtaExceeds, parse_deadline};
+pub(crate) use non_finite::NonFinite;
+pub(crate) use params::{DirectionParam, Params};
+pub(crate) use plateau::PlateauState;
+pub(crate) use sagemaker::OvertrainingState;
+pub(crate) use stalled::Stalled;
+
+/// Why a detector fired: a sentence for humans and the values behind it for machines.
+#[derive(Clone, Debug, PartialEq, serde::Serialize)]
+pub struct Finding {
+    pub summary: String,
+    pub values: Vec<(String, f64)>,
+    /// What kind of waste this finding signals; savings accounting uses it.
+    pub kind: FindingKind,
+}
+
+/// Savings are counted to the job's estimated end, except for a stall: a hung job never reaches its ETA, so
+/// the time saved runs to the end of the unattended window.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "camelCase")]
+pub enum FindingKind {
+    Progress,
+    Stall,
+}
+
+impl Finding {
+    pub fn new(summary: impl Into<String>) -> Self {
+        Finding { summary: summary.into(), values: Vec::new(), kind: FindingKind::Progress }
+    }
+
+    pub fn value(mut self, name: &str, v: f64) -> Self {
+        self.values.push((name.to_string(), v));
+        self
+    }
+
+    pub fn stall(mut self) -> Self {
+        self.kind = FindingKind::Stall;
+        self
+    }
+}
+
+/// Per-(rule, job) memory of the stateful detectors.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub enum DetectorState {
+    #[default]
+    None,
+    Plateau(PlateauState),
+    Overtraining(OvertrainingState),
+}
+
+/// A configured detector.
+pub trait Detector: fmt::Debug + Send + Sync {
+    /// Advances per-job state with a new (deduplicated) sample, after it was recorded in `series`.
+    fn observe(&self, _state: &mut DetectorState, _series: &JobSeries, _sample: &ProgressSample) {}
+
+    /// Whether the detector fires now, and why.
+    fn check(&self, state: &DetectorState, view: &JobView<'_>) -> Option<Finding>;
+
+    /// For time-driven detectors: the earliest time at which [`Detector::check`] may start to fire with no
+    /// new sample arriving (a stall deadline, a runtime budget running out). The evaluator sets a timer for
+    /// it, so such rules fire on time instead of at the next evaluation interval. `None`: only new samples
+    /// can change the answer.
+    fn wake_at(&self, _state: &DetectorState, _view: &JobView<'_>) -> Option<Timestamp> {
+        None
+    }
+
+    /// Durations the detector waits on, checked against the policy's sampling interval.
+    fn windows(&self) -> Vec<(&'static str, crate::units::duration::PolicyDuration)> {
+        Vec::new()
+    }
+
+    /// Whether the detector needs the policy's gpuHourCost (validation checks that it is set).
+    fn needs_gpu_hour_cost(&self) -> bool {
+        false
+    }
+}
+
+/// One documented parameter of a detector.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ParamDoc {
+    /// The key in `with`.
+    pub name: &'static str,
+    /// What it takes (`duration`, `number`, ...).
+    pub ty: &'static str,
+    /// Its default, or `required`.
+    pub default: &'static str,
+    /// What it means.
+    pub doc: &'static str,
+}
+
+/// One catalog entry: name, what it does, its parameters, an example `with`.
+pub struct DetectorInfo {
+    pub name: &'static str,
+    pub summary: &'static str,
+    pub params: &'static [ParamDoc],
+    pub example: &'static str,
+    build: fn(&mut Params<'_>) -> Option<Box<dyn Detector>>,
+}
+
+/// The detector catalog, in documentation order.
+pub const DETECTORS: &[DetectorInfo] = &[
+    plateau::INFO,
+    diverging::INFO,
+    non_finite::INFO,
+    stalled::INFO,
+    eta::INFO_AFTER,
+    eta::INFO_EXCEEDS,
+    budget::INFO,
+    sagemaker::INFO_LOSS_NOT_DECREASING,
+    sagemaker::INFO_OVERTRAINING,
+    stalled::INFO_STALLED_TRAINING,
+];
+
+/// Looks up a detector by name.
+pub(crate) fn info(name: &str) -> Option<&'static DetectorInfo> {
+    DETECTORS.iter().find(|d| d.name == name)
+}
+
+/// Builds the detector `name` from its `with` parameters. All problems are returned, each with its path
+/// under `path` (for example `spec.rules[0].with`).
+pub(crate) fn build(
+    name: &str,
+    with: Option<&serde_json::Map<String, serde_json::Value>>,
+    path: &str,
+) -> Result<Box<dyn Detector>, Vec<FieldError>> {
+    let Some(info) = info(name) else {
+        return Err(vec![FieldError::new(
+            path.trim_end_matches(".with").to_string() + ".uses",
+            format!(
+                "unknown detector {name:?}; known detectors: {}",
+                DETECTORS.iter().map(|d| d.name).collect::<Vec<_>>().join(", ")
+            ),
+        )]);
+    };
+    let empty = serde_json::Map::new();
+    let mut params = Params::new(with.unwrap_or(&empty), path);
+    let detector = (info.build)(&mut params);
+    let errors = params.finish();
+    match detector {
+        Some(d) if errors.is_empty() => Ok(d),
+        _ => Err(errors),
+    }
+}
+
+#[cfg(test)]
+pub(crate) mod testkit {
+    //! Builders for detector tests: a job, a series fed from plain values, a view at a time.
+    use super::*;
+    use crate::input::sample::{JobKey, JobSnapshot, Metric, SampleSource};
+    use crate::units::calendar::Calendar;
+
+    pub(crate) fn t(secs: i64) -> Timestamp {
+        Timestamp::from_second(1_767_225_600 + secs).unwrap() // 2026-01-01T00:00:00Z
+    }
+
+    pub(crate) struct Job {
+        pub snapshot: JobSnapshot,
+        pub series: JobSeries,
+        pub state: DetectorState,
+        pub calendar: Calendar,
+        pub gpus: Option<f64>,
+        pub cost: Option<f64>,
+    }
+
+    impl Job {
+        pub(crate) fn new() -> Self {
+            Job {
+                snapshot: JobSnapshot::new(JobKey::new("ns", "job")),
+                series: JobSeries::new(t(0)),
+                state: DetectorState::None,
+                calendar: Calendar::new(jiff::tz::TimeZone::UTC, Vec::new()),
+                gpus: None,
+                cost: None,
+            }
+        }
+
+        /// Records a sample at `secs` with the given metrics and progress fields, running `detector.observe`.
+        pub(crate) fn sample(
+            &mut self,
+            detector: &dyn Detector,
+            secs: i64,
+            metrics: &[(&'static str, f64)],
+            progress: Option<f64>,
+            eta: Option<f64>,
+        ) {
+            let mut s = ProgressSample::empty(t(secs), SampleSource::TrainerStatus);
+            s.metrics = metrics.iter().map(|(n, v)| Metric { name: (*n).into(), value: *v }).collect();
+            s.progress_percent = progress;
+            s.eta_seconds = eta;
+            if self.series.record(&s) == crate::history::job_series::Recorded::New {
+                detector.observe(&mut self.state, &self.series, &s);
+            }
+        }
+
+        /// Feeds `values` of `metric` one every `every` seconds starting at 0; returns the last time.
+        pub(crate) fn feed(
+            &mut self,
+            detector: &dyn Detector,
+            metric: &'static str,
+            every: i64,
+            values: &[f64],
+        ) -> i64 {
+            let mut last = 0;
+            for (i, v) in values.iter().enumerate() {
+                last = i as i64 * every;
+                self.sample(detector, last, &[(metric, *v)], None, None);
+            }
+            last
+        }
+
+        pub(crate) fn check(&self, detector: &dyn Detector, now_secs: i64) -> Option<Finding> {
+            let view = JobView {
+                snapshot: &self.snapshot,
+                series: &self.series,
+                now: t(now_secs),
+                first_seen: t(0),
+                gpus: self.gpus.or(self.snapshot.gpus),
+                gpu_hour_cost: self.cost,
+                calendar: &self.calendar,
+            };
+            detector.check(&self.state, &view)
+        }
+    }
+
+    /// Builds a detector from a JSON `with` object, panicking with the errors (tests only).
+    pub(crate) fn detector(name: &str, with: serde_json::Value) -> Box<dyn Detector> {
+        let map = with.as_object().cloned().unwrap_or_default();
+        match build(name, Some(&map), "with") {
+            Ok(d) => d,
+            Err(e) => panic!("{name}: {e:?}"),
+        }
+    }
+
+    /// The errors building a detector produces.
+    pub(crate) fn errors(name: &str, with: serde_json::Value) -> Vec<String> {
+        let map = with.as_object().cloned().unwrap_or_default();
+        match build(name, Some(&map), "with") {
+            Ok(d) => panic!("expected errors, got {d:?}"),
+            Err(e) => e.into_iter().map(|e| e.to_string()).collect(),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn catalog_matches_the_names_the_crd_schema_accepts() {
+        let names: Vec<&str> = DETECTORS.iter().map(|d| d.name).collect();
+        assert_eq!(names, crate::policy::DETECTOR_NAMES.to_vec());
+    }
+
+    #[test]
+    fn every_catalog_example_builds() {
+        for d in DETECTORS {
+            let with: serde_json::Value =
+                serde_json::from_str(d.example).unwrap_or_else(|e| panic!("{}: {e}", d.name));
+            let map = with.as_object().cloned().unwrap();
+            if let Err(e) = build(d.name, Some(&map), "with") {
+                panic!("example of {} does not build: {e:?}", d.name);
+            }
+        }
+    }
+
+    #[test]
+    fn unknown_detector_lists_the_known_ones() {
+        let e = build("plato", None, "spec.rules[2].with").unwrap_err();
+        assert_eq!(e[0].path, "spec.rules[2].uses");
+        assert!(e[0].message.contains("unknown detector \"plato\""));
+        assert!(e[0].message.contains("plateau"));
+    }
+}

@@ -1,0 +1,553 @@
+//! The host functions rule scripts call, one [`Builtin`] entry each: signature, documentation, an example
+//! and its expected value on the documentation fixture (a test runs every example, VRL style).
+
+use rhai::{Dynamic, Engine, EvalAltResult, ImmutableString, Map};
+
+use super::frame::{HostResult, metric_series, view_of, with_frame};
+use crate::history::metric_series::{Direction, MetricSeries};
+use crate::input::sample::JobPhase;
+use crate::judge::detectors::{
+    self, Detector, DetectorState, DirectionParam, Diverging, EtaAfter, EtaExceeds, Finding, NonFinite,
+    Stalled,
+};
+use crate::time::Timestamp;
+use crate::units::duration::PolicyDuration;
+
+pub(super) fn parse_duration(s: &str) -> HostResult<PolicyDuration> {
+    s.parse::<PolicyDuration>().map_err(|e| format!("invalid duration {s:?}: {e}").into())
+}
+
+pub(super) fn parse_direction(mode: &str) -> HostResult<Direction> {
+    match mode {
+        "min" => Ok(Direction::Min),
+        "max" => Ok(Direction::Max),
+        other => Err(format!("mode must be \"min\" or \"max\", got {other:?}").into()),
+    }
+}
+
+/// Runs a stateless detector inside the frame, recording its finding as evidence.
+pub(super) fn detect(detector: &dyn Detector) -> HostResult<bool> {
+    with_frame(|frame| {
+        let finding = detector.check(&DetectorState::None, &view_of(frame));
+        match finding {
+            Some(f) => {
+                frame.evidence.push(f);
+                true
+            }
+            None => {
+                if let Some(t) = detector.wake_at(&DetectorState::None, &view_of(frame)) {
+                    frame.wake = Some(frame.wake.map_or(t, |w| w.min(t)));
+                }
+                false
+            }
+        }
+    })
+}
+
+pub(super) fn window_stat(
+    name: &str,
+    n: i64,
+    pick: fn(&crate::history::metric_series::WindowStats) -> f64,
+) -> HostResult<f64> {
+    if n < 1 {
+        return Err(format!("the sample count must be at least 1, got {n}").into());
+    }
+    with_frame(|frame| {
+        metric_series(frame, name)
+            .and_then(|s| s.stats_last(n as usize))
+            .map(|st| pick(&st))
+            .unwrap_or(f64::NAN)
+    })
+}
+
+/// Stateless plateau over the recorded history: the best value of the last `n` samples (or of the samples
+/// in the last `duration` before the latest) did not beat the best before them by more than `min_delta`.
+pub(super) fn plateau_fn(name: &str, window: PlateauWindow, min_delta: f64) -> HostResult<bool> {
+    if !min_delta.is_finite() || min_delta < 0.0 {
+        return Err(format!("min_delta must be >= 0, got {min_delta}").into());
+    }
+    let verdict = with_frame(|frame| -> HostResult<Option<Finding>> {
+        let Some(series) = metric_series(frame, name) else { return Ok(None) };
+        let direction = Direction::infer(name);
+        let Some((last_at, last)) = series.last() else { return Ok(None) };
+        let n = match window {
+            PlateauWindow::Samples(n) => {
+                if n as usize >= crate::history::metric_series::WINDOW {
+                    return Err(format!(
+                        "plateau() keeps {} samples; use `uses: plateau` for longer windows",
+                        crate::history::metric_series::WINDOW - 1
+                    )
+                    .into());
+                }
+                n as usize
+            }
+            PlateauWindow::Time(d) => {
+                let since = crate::time::add_seconds(last_at, -d.as_secs_f64()).unwrap_or(Timestamp::MIN);
+                let Some(stats) = series.stats_since(since) else { return Ok(None) };
+                if stats.count >= series.window_len() && series.count() > series.window_len() as u64 {
+                    return Err(format!(
+                        "plateau() window {d} spans more than the {} samples kept; use `uses: plateau`",
+                        crate::history::metric_series::WINDOW
+                    )
+                    .into());
+                }
+                stats.count
+            }
+        };
+        let (Some(before), Some(recent)) =
+            (series.best_before_last(n, direction), series.best_of_last(n, direction))
+        else {
+            return Ok(None);
+        };
+        let improvement = match direction {
+            Direction::Min => before - recent,
+            Direction::Max => recent - before,
+        };
+        Ok((improvement <= min_delta).then(|| {
+            Finding::new(format!(
+                "{name} improved by {} over the last {n} samples (best before {}, last {})",
+                crate::time::fmt_num(improvement.max(0.0)),
+                crate::time::fmt_num(before),
+                crate::time::fmt_num(last)
+            ))
+            .value("improvement", improvement)
+        }))
+    })??;
+    with_frame(|frame| match verdict {
+        Some(f) => {
+            frame.evidence.push(f);
+            true
+        }
+        None => false,
+    })
+}
+
+#[derive(Clone, Copy)]
+pub(super) enum PlateauWindow {
+    Samples(i64),
+    Time(PolicyDuration),
+}
+
+pub(super) fn map_to_json(map: &Map) -> HostResult<serde_json::Map<String, serde_json::Value>> {
+    let value: serde_json::Value = rhai::serde::from_dynamic(&Dynamic::from_map(map.clone()))?;
+    match value {
+        serde_json::Value::Object(m) => Ok(m),
+        _ => Err("expected an object map".into()),
+    }
+}
+
+/// One host function: how to call it, what it does, an example and the example's value on the
+/// documentation fixture ([`doc_fixture`]).
+pub struct Builtin {
+    pub signature: &'static str,
+    pub doc: &'static str,
+    pub example: &'static str,
+    pub expected: &'static str,
+    pub(super) register: fn(&mut Engine),
+}
+
+/// Every function rule scripts can call, besides Rhai's own.
+pub const BUILTINS: &[Builtin] = &[
+    Builtin {
+        signature: "metric(name) -> float",
+        doc: "Latest observation of a metric (canonical name); NaN/Inf if the latest report was non-finite, NaN if never reported.",
+        example: r#"metric("loss")"#,
+        expected: "1.25",
+        register: |e| {
+            e.register_fn("metric", |name: &str| -> HostResult<f64> {
+                with_frame(|f| {
+                    metric_series(f, name).and_then(MetricSeries::latest_observation).unwrap_or(f64::NAN)
+                })
+            });
+        },
+    },
+    Builtin {
+        signature: "best(name) -> float, best(name, \"min\"|\"max\") -> float",
+        doc: "Best finite value so far; the direction is inferred from the name (accuracy-like names are maximized) unless given.",
+        example: r#"best("loss")"#,
+        expected: "1.1",
+        register: |e| {
+            e.register_fn("best", |name: &str| -> HostResult<f64> {
+                with_frame(|f| {
+                    metric_series(f, name)
+                        .and_then(|s| s.best(Direction::infer(name)))
+                        .map_or(f64::NAN, |b| b.value)
+                })
+            });
+            e.register_fn("best", |name: &str, mode: &str| -> HostResult<f64> {
+                let d = parse_direction(mode)?;
+                with_frame(|f| metric_series(f, name).and_then(|s| s.best(d)).map_or(f64::NAN, |b| b.value))
+            });
+        },
+    },
+    Builtin {
+        signature: "window_mean(name, n) / window_min / window_max / window_std -> float",
+        doc: "Mean, minimum, maximum or standard deviation of the last n finite values (at most 64 are kept).",
+        example: r#"window_mean("loss", 2)"#,
+        expected: "1.225",
+        register: |e| {
+            e.register_fn("window_mean", |name: &str, n: i64| window_stat(name, n, |s| s.mean));
+            e.register_fn("window_min", |name: &str, n: i64| window_stat(name, n, |s| s.min));
+            e.register_fn("window_max", |name: &str, n: i64| window_stat(name, n, |s| s.max));
+            e.register_fn("window_std", |name: &str, n: i64| window_stat(name, n, |s| s.std));
+        },
+    },
+    Builtin {
+        signature: "slope(name, n) -> float",
+        doc: "Least-squares slope of the last n finite values, in units per hour (negative = falling).",
+        example: r#"slope("loss", 4) < 0"#,
+        expected: "true",
+        register: |e| {
+            e.register_fn("slope", |name: &str, n: i64| {
+                window_stat(name, n, |s| s.slope_per_second * 3600.0)
+            });
+        },
+    },
+    Builtin {
+        signature: "ema(name) -> float",
+        doc: "Exponential moving average of the finite values (α = 0.1).",
+        example: r#"ema("loss") > 1.2"#,
+        expected: "true",
+        register: |e| {
+            e.register_fn("ema", |name: &str| -> HostResult<f64> {
+                with_frame(|f| metric_series(f, name).and_then(MetricSeries::ema).unwrap_or(f64::NAN))
+            });
+        },
+    },
+    Builtin {
+        signature: "count(name) -> int",
+        doc: "Number of finite values of the metric observed so far.",
+        example: r#"count("loss")"#,
+        expected: "5",
+        register: |e| {
+            e.register_fn("count", |name: &str| -> HostResult<i64> {
+                with_frame(|f| metric_series(f, name).map_or(0, |s| s.count() as i64))
+            });
+        },
+    },
+    Builtin {
+        signature: "since_improvement(name) -> float",
+        doc: "Seconds from the time the metric reached its best value to now.",
+        example: r#"since_improvement("loss")"#,
+        expected: "180.0",
+        register: |e| {
+            e.register_fn("since_improvement", |name: &str| -> HostResult<f64> {
+                with_frame(|f| {
+                    metric_series(f, name)
+                        .and_then(|s| s.best(Direction::infer(name)))
+                        .map_or(f64::NAN, |b| crate::time::seconds(b.at, f.now))
+                })
+            });
+        },
+    },
+    Builtin {
+        signature: "finite(x) -> bool",
+        doc: "True unless x is NaN or ±Inf.",
+        example: r#"finite(metric("grad_norm"))"#,
+        expected: "false",
+        register: |e| {
+            e.register_fn("finite", |x: f64| x.is_finite());
+            e.register_fn("finite", |_: i64| true);
+        },
+    },
+    Builtin {
+        signature: "progress() -> float",
+        doc: "Latest progress in percent (0–100), NaN if the job never reported it.",
+        example: "progress()",
+        expected: "42.0",
+        register: |e| {
+            e.register_fn("progress", || -> HostResult<f64> {
+                with_frame(|f| f.job.series.last.and_then(|l| l.progress_percent).unwrap_or(f64::NAN))
+            });
+        },
+    },
+    Builtin {
+        signature: "eta() -> float",
+        doc: "Seconds the job still needs, as of its latest report (NaN if unknown).",
+        example: "eta() / 3600",
+        expected: "10.0",
+        register: |e| {
+            e.register_fn("eta", || -> HostResult<f64> {
+                with_frame(|f| f.job.series.last.and_then(|l| l.eta_seconds).unwrap_or(f64::NAN))
+            });
+        },
+    },
+    Builtin {
+        signature: "step() -> float, total_steps() -> float, epoch() -> float",
+        doc: "Latest reported training step, total steps and (fractional) epoch; NaN if unknown.",
+        example: "step() / total_steps()",
+        expected: "0.42",
+        register: |e| {
+            e.register_fn("step", || -> HostResult<f64> {
+                with_frame(|f| f.job.series.last.and_then(|l| l.current_step).unwrap_or(f64::NAN))
+            });
+            e.register_fn("total_steps", || -> HostResult<f64> {
+                with_frame(|f| f.job.series.last.and_then(|l| l.total_steps).unwrap_or(f64::NAN))
+            });
+            e.register_fn("epoch", || -> HostResult<f64> {
+                with_frame(|f| f.job.series.last.and_then(|l| l.current_epoch).unwrap_or(f64::NAN))
+            });
+        },
+    },
+    Builtin {
+        signature: "runtime() -> float",
+        doc: "Seconds since the job last started running (creation or resume).",
+        example: "runtime() / 3600",
+        expected: "2.0",
+        register: |e| {
+            e.register_fn("runtime", || -> HostResult<f64> { with_frame(|f| view_of(f).runtime_seconds()) });
+        },
+    },
+    Builtin {
+        signature: "silence() -> float",
+        doc: "Seconds since the latest progress sample (or the job's start, if later).",
+        example: "silence()",
+        expected: "60.0",
+        register: |e| {
+            e.register_fn("silence", || -> HostResult<f64> {
+                with_frame(|f| crate::time::seconds(view_of(f).last_activity(), f.now))
+            });
+        },
+    },
+    Builtin {
+        signature: "now() -> int",
+        doc: "Evaluation time in Unix seconds (the stream's clock in replay).",
+        example: "now()",
+        expected: "1767232800",
+        register: |e| {
+            e.register_fn("now", || -> HostResult<i64> { with_frame(|f| f.now.as_second()) });
+        },
+    },
+    Builtin {
+        signature: "duration(text) -> float",
+        doc: "Seconds in a duration such as \"90m\" or \"1h30m\", to compare with runtime(), eta() or silence().",
+        example: r#"duration("1h30m")"#,
+        expected: "5400.0",
+        register: |e| {
+            e.register_fn("duration", |s: &str| -> HostResult<f64> { Ok(parse_duration(s)?.as_secs_f64()) });
+        },
+    },
+    Builtin {
+        signature: "gpus() -> float, gpu_hours() -> float, cost() -> float",
+        doc: "GPUs held (from the job or the policy's assumeGpus), GPU-hours since the last start, and their cost at gpuHourCost. NaN when unknown.",
+        example: "cost()",
+        expected: "110.0",
+        register: |e| {
+            e.register_fn("gpus", || -> HostResult<f64> {
+                with_frame(|f| view_of(f).gpus.unwrap_or(f64::NAN))
+            });
+            e.register_fn("gpu_hours", || -> HostResult<f64> {
+                with_frame(|f| {
+                    let v = view_of(f);
+                    v.gpus.map_or(f64::NAN, |g| g * v.runtime_seconds() / 3600.0)
+                })
+            });
+            e.register_fn("cost", || -> HostResult<f64> {
+                with_frame(|f| {
+                    let v = view_of(f);
+                    match (v.gpus, v.gpu_hour_cost) {
+                        (Some(g), Some(c)) => g * v.runtime_seconds() / 3600.0 * c,
+                        _ => f64::NAN,
+                    }
+                })
+            });
+        },
+    },
+    Builtin {
+        signature: "phase() -> string",
+        doc: "Running, Suspended, Complete or Failed.",
+        example: "phase()",
+        expected: "Running",
+        register: |e| {
+            e.register_fn("phase", || -> HostResult<ImmutableString> {
+                with_frame(|f| {
+                    match f.job.snapshot.phase {
+                        JobPhase::Running => "Running",
+                        JobPhase::Suspended => "Suspended",
+                        JobPhase::Complete => "Complete",
+                        JobPhase::Failed => "Failed",
+                    }
+                    .into()
+                })
+            });
+        },
+    },
+    Builtin {
+        signature: "label(key) -> string, annotation(key) -> string; variables labels, annotations",
+        doc: "A label or annotation of the TrainJob (\"\" if absent). The maps `labels` and `annotations` hold them all.",
+        example: r#"label("team") == "fraud" && labels["team"] == "fraud""#,
+        expected: "true",
+        register: |e| {
+            e.register_fn("label", |k: &str| -> HostResult<ImmutableString> {
+                with_frame(|f| f.job.snapshot.labels.get(k).map(|v| v.as_str().into()).unwrap_or_default())
+            });
+            e.register_fn("annotation", |k: &str| -> HostResult<ImmutableString> {
+                with_frame(|f| {
+                    f.job.snapshot.annotations.get(k).map(|v| v.as_str().into()).unwrap_or_default()
+                })
+            });
+        },
+    },
+    Builtin {
+        signature: "weekday() -> int, hour() -> int, minute() -> int",
+        doc: "ISO weekday (1 = Monday … 7 = Sunday), hour and minute of now() in the policy's time zone.",
+        example: "weekday() == 4 && hour() == 2",
+        expected: "true",
+        register: |e| {
+            e.register_fn("weekday", || -> HostResult<i64> {
+                with_frame(|f| f.env.calendar.weekday_hour(f.now).0 as i64)
+            });
+            e.register_fn("hour", || -> HostResult<i64> {
+                with_frame(|f| f.env.calendar.weekday_hour(f.now).1 as i64)
+            });
+            e.register_fn("minute", || -> HostResult<i64> {
+                with_frame(|f| f.env.calendar.weekday_hour(f.now).2 as i64)
+            });
+        },
+    },
+    Builtin {
+        signature: "non_finite(metric) -> bool",
+        doc: "The detector non_finite: the metric's latest observation is NaN/Inf (\"*\" = any metric).",
+        example: r#"non_finite("grad_norm")"#,
+        expected: "true",
+        register: |e| {
+            e.register_fn("non_finite", |metric: &str| {
+                detect(&NonFinite { metric: (metric != "*").then(|| metric.to_string()) })
+            });
+        },
+    },
+    Builtin {
+        signature: "stalled(duration) -> bool",
+        doc: "The detector stalled: no progress sample for the duration while the job runs.",
+        example: r#"stalled("30m")"#,
+        expected: "false",
+        register: |e| {
+            e.register_fn("stalled", |after: &str| {
+                detect(&Stalled { after: parse_duration(after)?, require_first_sample: true })
+            });
+        },
+    },
+    Builtin {
+        signature: "eta_after(deadline) -> bool, eta_exceeds(duration) -> bool",
+        doc: "The ETA detectors: estimated end later than an RFC 3339 deadline, or further away than a duration.",
+        example: r#"eta_after("2026-01-01T09:00:00Z") && !eta_exceeds("12h")"#,
+        expected: "true",
+        register: |e| {
+            e.register_fn("eta_after", |deadline: &str| {
+                let deadline =
+                    detectors::parse_deadline(deadline).map_err(|m| -> Box<EvalAltResult> { m.into() })?;
+                detect(&EtaAfter { deadline })
+            });
+            e.register_fn("eta_exceeds", |d: &str| detect(&EtaExceeds { duration: parse_duration(d)? }));
+        },
+    },
+    Builtin {
+        signature: "diverging(metric, threshold) -> bool, diverging_factor(metric, factor) -> bool",
+        doc: "The detector diverging: latest value worse than a threshold, or worse than factor × best.",
+        example: r#"diverging("loss", 1.15) && !diverging_factor("loss", 2.0)"#,
+        expected: "true",
+        register: |e| {
+            e.register_fn("diverging", |metric: &str, threshold: f64| {
+                detect(&Diverging {
+                    metric: metric.to_string(),
+                    mode: DirectionParam::Auto,
+                    threshold: Some(threshold),
+                    factor: None,
+                    warmup: 0,
+                })
+            });
+            e.register_fn("diverging_factor", |metric: &str, factor: f64| -> HostResult<bool> {
+                if factor.is_nan() || factor <= 1.0 {
+                    return Err(format!("factor must be > 1, got {factor}").into());
+                }
+                detect(&Diverging {
+                    metric: metric.to_string(),
+                    mode: DirectionParam::Auto,
+                    threshold: None,
+                    factor: Some(factor),
+                    warmup: 0,
+                })
+            });
+        },
+    },
+    Builtin {
+        signature: "plateau(metric, n) / plateau(metric, duration) [, min_delta] -> bool",
+        doc: "No improvement larger than min_delta (default 0) in the last n samples or the last duration before the latest sample, against the best before them. Works on the kept history (64 samples); `uses: plateau` has no such bound.",
+        example: r#"plateau("loss", 2) && !plateau("loss", 4)"#,
+        expected: "true",
+        register: |e| {
+            e.register_fn("plateau", |m: &str, n: i64| plateau_fn(m, PlateauWindow::Samples(n.max(1)), 0.0));
+            e.register_fn("plateau", |m: &str, n: i64, d: f64| {
+                plateau_fn(m, PlateauWindow::Samples(n.max(1)), d)
+            });
+            e.register_fn("plateau", |m: &str, w: &str| {
+                plateau_fn(m, PlateauWindow::Time(parse_duration(w)?), 0.0)
+            });
+            e.register_fn("plateau", |m: &str, w: &str, d: f64| {
+                plateau_fn(m, PlateauWindow::Time(parse_duration(w)?), d)
+            });
+        },
+    },
+    Builtin {
+        signature: "over_budget(#{maxRuntime, maxGpuHours, maxCost}) -> bool",
+        doc: "The detector over_budget with the same parameters.",
+        example: r#"over_budget(#{maxGpuHours: 15.0}) && !over_budget(#{maxRuntime: "3h"})"#,
+        expected: "true",
+        register: |e| {
+            e.register_fn("over_budget", |params: Map| -> HostResult<bool> {
+                let json = map_to_json(&params)?;
+                if json.contains_key("maxCost") && with_frame(|f| f.env.gpu_hour_cost.is_none())? {
+                    return Err("over_budget(#{maxCost}) needs spec.gpuHourCost".into());
+                }
+                let detector = detectors::build("over_budget", Some(&json), "over_budget()").map_err(
+                    |errs| -> Box<EvalAltResult> {
+                        errs.iter()
+                            .map(std::string::ToString::to_string)
+                            .collect::<Vec<_>>()
+                            .join("; ")
+                            .into()
+                    },
+                )?;
+                detect(detector.as_ref())
+            });
+        },
+    },
+];
+
+/// The job every builtin example runs against: loss 1.5, 1.3, 1.1, 1.2, 1.25 one per minute from
+/// 2026-01-01T01:55Z, grad_norm ended in Inf, progress 42 %, step 420 of 1000, ETA 10 h, 10 GPUs at $5.5,
+/// running since 00:00Z, evaluated at 02:00Z (a Thursday), label team=fraud.
+#[cfg(test)]
+pub(super) fn doc_fixture()
+-> (Box<crate::history::job::JobData>, std::sync::Arc<crate::history::job::PolicyEnv>, Timestamp) {
+    use std::sync::Arc;
+
+    use crate::history::job::{JobData, PolicyEnv};
+    use crate::history::job_series::JobSeries;
+    use crate::input::sample::JobSnapshot;
+    use crate::input::sample::{JobKey, Metric, ProgressSample, SampleSource};
+    use crate::units::calendar::Calendar;
+    let t0 = Timestamp::from_second(1_767_225_600).unwrap_or(Timestamp::UNIX_EPOCH);
+    let at = |m: i64| Timestamp::from_second(t0.as_second() + m * 60).unwrap_or(t0);
+    let mut snapshot = JobSnapshot::new(JobKey::new("fraud", "ft-llama"));
+    snapshot.labels.insert("team".into(), "fraud".into());
+    snapshot.gpus = Some(10.0);
+    snapshot.running_since = Some(t0);
+    let mut series = JobSeries::new(t0);
+    for (i, loss) in [1.5, 1.3, 1.1, 1.2, 1.25].iter().enumerate() {
+        let mut s = ProgressSample::empty(at(115 + i as i64), SampleSource::TrainerStatus);
+        s.metrics.push(Metric { name: "loss".into(), value: *loss });
+        s.metrics.push(Metric { name: "grad_norm".into(), value: if i == 4 { f64::INFINITY } else { 2.0 } });
+        s.progress_percent = Some(42.0);
+        s.current_step = Some(420.0);
+        s.total_steps = Some(1000.0);
+        s.eta_seconds = Some(36_000.0);
+        series.record(&s);
+    }
+    let env = PolicyEnv {
+        calendar: Calendar::new(jiff::tz::TimeZone::UTC, Vec::new()),
+        gpu_hour_cost: Some(5.5),
+        assume_gpus: None,
+    };
+    (Box::new(JobData { snapshot, series, first_seen: t0 }), Arc::new(env), at(120))
+}

@@ -1,0 +1,50 @@
+//! The thread-local frame host functions read during one evaluation: the job (moved in, then back out, so
+//! nothing is copied), the policy context, the evaluation time and deadline, and what the functions found.
+
+use std::cell::RefCell;
+use std::sync::Arc;
+use std::time::Instant;
+
+use rhai::EvalAltResult;
+
+use crate::history::job::{JobData, JobView, PolicyEnv};
+use crate::history::metric_series::MetricSeries;
+use crate::judge::detectors::Finding;
+use crate::time::Timestamp;
+
+/// The state host functions see during one evaluation.
+pub(super) struct Frame {
+    pub job: Box<JobData>,
+    pub env: Arc<PolicyEnv>,
+    pub now: Timestamp,
+    pub(super) deadline: Instant,
+    /// Findings of detector functions that returned true, reported as the rule's reason.
+    pub evidence: Vec<Finding>,
+    /// The earliest time a time-driven detector function that returned false (`stalled`, ...) would turn
+    /// true with no new sample: the evaluator's timer for the rule.
+    pub wake: Option<Timestamp>,
+}
+
+thread_local! {
+    pub(super) static FRAME: RefCell<Option<Frame>> = const { RefCell::new(None) };
+}
+
+pub(super) fn with_frame<R>(f: impl FnOnce(&mut Frame) -> R) -> Result<R, Box<EvalAltResult>> {
+    FRAME.with(|cell| match cell.try_borrow_mut() {
+        Ok(mut guard) => match guard.as_mut() {
+            Some(frame) => Ok(f(frame)),
+            None => Err("trainwarden functions can only be used inside a rule evaluation".into()),
+        },
+        Err(_) => Err("re-entrant evaluation".into()),
+    })
+}
+
+pub(super) type HostResult<T> = Result<T, Box<EvalAltResult>>;
+
+pub(super) fn view_of(frame: &Frame) -> JobView<'_> {
+    frame.job.view(&frame.env, frame.now)
+}
+
+pub(super) fn metric_series<'a>(frame: &'a Frame, name: &str) -> Option<&'a MetricSeries> {
+    frame.job.series.metric(name)
+}

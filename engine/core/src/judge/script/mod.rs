@@ -1,0 +1,354 @@
+//! Rhai conditions: a hardened engine, compiled once per policy version, with host functions over the job.
+//!
+//! The engine starts from `Engine::new_raw()` (no module resolver, so no `import` of files; no time
+//! package, so scripts read only the evaluation clock) plus the core language, logic, math, string, array
+//! and map packages. Every limit is explicit ([`Limits`]) so tests and production behave alike, and a
+//! wall-clock deadline stops runaway scripts. `print`/`debug` go to tracing.
+//!
+//! Host functions read the job being evaluated from a thread-local [`Frame`] that the evaluator installs
+//! for the duration of one evaluation ([`ScriptEngine::eval_condition`]); the job's data is moved in and
+//! back out, so nothing is copied and no `unsafe` is needed. Each function is declared once in
+//! [`BUILTINS`] with its signature, documentation, an example and the example's expected value; a test runs
+//! every example, VRL style.
+
+mod builtins;
+mod frame;
+
+pub use builtins::BUILTINS;
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::Instant;
+
+use rhai::packages::{
+    BasicArrayPackage, BasicMapPackage, BasicMathPackage, CorePackage, LogicPackage, MoreStringPackage,
+    Package,
+};
+use rhai::{Dynamic, Engine, EvalAltResult, ImmutableString, Map, Position, Scope};
+
+use crate::history::job::{JobData, PolicyEnv};
+use crate::judge::detectors::Finding;
+use crate::time::Timestamp;
+
+use frame::{FRAME, Frame};
+
+/// Explicit resource limits for rule scripts.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Limits {
+    pub max_operations: u64,
+    pub max_call_levels: usize,
+    pub max_expr_depth: usize,
+    pub max_function_expr_depth: usize,
+    pub max_string_size: usize,
+    pub max_array_size: usize,
+    pub max_map_size: usize,
+    pub max_variables: usize,
+    pub max_functions: usize,
+    /// Wall-clock budget of one evaluation.
+    pub deadline: std::time::Duration,
+}
+
+impl Default for Limits {
+    fn default() -> Self {
+        Limits {
+            max_operations: 50_000,
+            max_call_levels: 16,
+            max_expr_depth: 64,
+            max_function_expr_depth: 32,
+            max_string_size: 16 * 1024,
+            max_array_size: 4096,
+            max_map_size: 512,
+            max_variables: 128,
+            max_functions: 32,
+            // Generous: the operations limit is the real bound; a tight wall-clock budget would make replay
+            // and `trainwarden test` results depend on machine load.
+            deadline: std::time::Duration::from_millis(250),
+        }
+    }
+}
+
+/// A script problem, located: which rule, and line:column inside its `when`.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[error("rule {rule:?}, line {line}:{column}: {message}")]
+pub struct ScriptError {
+    pub rule: String,
+    pub line: usize,
+    pub column: usize,
+    pub message: String,
+    pub kind: ScriptErrorKind,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ScriptErrorKind {
+    Compile,
+    /// A limit (operations, depth, sizes, deadline) stopped the script.
+    Limit,
+    Runtime,
+}
+
+/// The hardened engine shared by all policies (it is `Send + Sync`).
+pub struct ScriptEngine {
+    engine: Engine,
+    limits: Limits,
+}
+
+impl std::fmt::Debug for ScriptEngine {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ScriptEngine").field("limits", &self.limits).finish()
+    }
+}
+
+/// A compiled `when`.
+#[derive(Clone, Debug)]
+pub struct CompiledScript {
+    pub rule: String,
+    ast: rhai::AST,
+    uses_labels: bool,
+    uses_annotations: bool,
+}
+
+/// Result of one evaluation.
+#[derive(Debug, PartialEq)]
+pub struct ScriptOutcome {
+    pub value: bool,
+    pub evidence: Vec<Finding>,
+    /// See [`Frame::wake`].
+    pub wake: Option<Timestamp>,
+}
+
+impl Default for ScriptEngine {
+    fn default() -> Self {
+        ScriptEngine::new(Limits::default())
+    }
+}
+
+impl ScriptEngine {
+    pub fn new(limits: Limits) -> Self {
+        let mut engine = Engine::new_raw();
+        for package in [
+            CorePackage::new().as_shared_module(),
+            LogicPackage::new().as_shared_module(),
+            BasicMathPackage::new().as_shared_module(),
+            MoreStringPackage::new().as_shared_module(),
+            BasicArrayPackage::new().as_shared_module(),
+            BasicMapPackage::new().as_shared_module(),
+        ] {
+            engine.register_global_module(package);
+        }
+        engine
+            .set_max_operations(limits.max_operations)
+            .set_max_call_levels(limits.max_call_levels)
+            .set_max_expr_depths(limits.max_expr_depth, limits.max_function_expr_depth)
+            .set_max_string_size(limits.max_string_size)
+            .set_max_array_size(limits.max_array_size)
+            .set_max_map_size(limits.max_map_size)
+            .set_max_variables(limits.max_variables)
+            .set_max_functions(limits.max_functions)
+            .set_max_modules(0)
+            .set_strict_variables(true)
+            .set_fail_on_invalid_map_property(true);
+        // Modules are off (no resolver, max 0); rejecting the keywords makes that a compile error with a position.
+        engine.disable_symbol("import").disable_symbol("export");
+        engine.on_print(|s| tracing::info!(target: "trainwarden::script", "{s}"));
+        engine
+            .on_debug(|s, source, pos| tracing::debug!(target: "trainwarden::script", ?source, %pos, "{s}"));
+        engine.on_progress(|ops| {
+            // Reading the clock on every operation would dominate cheap scripts; every 256 is plenty.
+            if ops % 256 != 0 {
+                return None;
+            }
+            let expired = FRAME.with(|cell| {
+                cell.try_borrow()
+                    .ok()
+                    .and_then(|f| f.as_ref().map(|f| Instant::now() > f.deadline))
+                    .unwrap_or(false)
+            });
+            expired.then(|| Dynamic::from("deadline"))
+        });
+        // Fast operators bypass registered overloads; the IEEE comparisons below must win.
+        engine.set_fast_operators(false);
+        register_ieee_comparisons(&mut engine);
+        for builtin in BUILTINS {
+            (builtin.register)(&mut engine);
+        }
+        ScriptEngine { engine, limits }
+    }
+
+    pub fn limits(&self) -> &Limits {
+        &self.limits
+    }
+
+    fn scope(
+        &self,
+        labels: &BTreeMap<String, String>,
+        annotations: &BTreeMap<String, String>,
+        which: (bool, bool),
+    ) -> Scope<'static> {
+        // Plain variables, not constants: the optimizer would fold compile-time constants into the AST.
+        let mut scope = Scope::new();
+        let to_map = |m: &BTreeMap<String, String>| -> Map {
+            m.iter()
+                .map(|(k, v)| (k.as_str().into(), Dynamic::from(ImmutableString::from(v.as_str()))))
+                .collect()
+        };
+        if which.0 {
+            scope.push("labels", to_map(labels));
+        }
+        if which.1 {
+            scope.push("annotations", to_map(annotations));
+        }
+        scope
+    }
+
+    /// Compiles a rule's `when`. Errors carry the rule name and line:column inside the script.
+    pub fn compile(&self, rule: &str, source: &str) -> Result<CompiledScript, ScriptError> {
+        let empty = BTreeMap::new();
+        let scope = self.scope(&empty, &empty, (true, true));
+        let ast = self.engine.compile_with_scope(&scope, source).map_err(|e| {
+            let (line, column) = line_column(e.position());
+            ScriptError {
+                rule: rule.to_string(),
+                line,
+                column,
+                message: e.err_type().to_string(),
+                kind: ScriptErrorKind::Compile,
+            }
+        })?;
+        Ok(CompiledScript {
+            rule: rule.to_string(),
+            uses_labels: source.contains("labels"),
+            uses_annotations: source.contains("annotations"),
+            ast,
+        })
+    }
+
+    /// Evaluates a compiled condition for one job. The job's data is moved into the frame and handed back
+    /// through `job` whatever the outcome.
+    pub fn eval_condition(
+        &self,
+        script: &CompiledScript,
+        job: &mut Option<Box<JobData>>,
+        env: &Arc<PolicyEnv>,
+        now: Timestamp,
+    ) -> Result<ScriptOutcome, ScriptError> {
+        let Some(data) = job.take() else {
+            return Err(runtime_error(&script.rule, Position::NONE, "no job data".into()));
+        };
+        let mut scope = self.scope(
+            &data.snapshot.labels,
+            &data.snapshot.annotations,
+            (script.uses_labels, script.uses_annotations),
+        );
+        FRAME.with(|cell| {
+            *cell.borrow_mut() = Some(Frame {
+                job: data,
+                env: env.clone(),
+                now,
+                deadline: Instant::now() + self.limits.deadline,
+                evidence: Vec::new(),
+                wake: None,
+            });
+        });
+        // The job must come back out of the frame whatever happens, even if evaluation unwinds.
+        struct Restore<'a> {
+            job: &'a mut Option<Box<JobData>>,
+            evidence: Vec<Finding>,
+            wake: Option<Timestamp>,
+        }
+        impl Restore<'_> {
+            fn take_back(&mut self) {
+                if let Some(frame) = FRAME.with(|cell| cell.borrow_mut().take()) {
+                    *self.job = Some(frame.job);
+                    self.evidence = frame.evidence;
+                    self.wake = frame.wake;
+                }
+            }
+        }
+        impl Drop for Restore<'_> {
+            fn drop(&mut self) {
+                self.take_back();
+            }
+        }
+        let mut restore = Restore { job, evidence: Vec::new(), wake: None };
+        let result = self.engine.eval_ast_with_scope::<Dynamic>(&mut scope, &script.ast);
+        restore.take_back();
+        let evidence = std::mem::take(&mut restore.evidence);
+        let wake = restore.wake;
+        drop(restore);
+        let value = result.map_err(|e| classify(&script.rule, &e))?;
+        match value.as_bool() {
+            Ok(b) => Ok(ScriptOutcome { value: b, evidence, wake }),
+            Err(type_name) => Err(runtime_error(
+                &script.rule,
+                Position::new(1, 1),
+                format!("the condition must evaluate to true or false, got {type_name} ({value})"),
+            )),
+        }
+    }
+}
+
+/// Rhai's checked float comparisons are relative-epsilon (`(x - y) / max(|x|, |y|) > ε`), which makes every
+/// comparison with an infinite value false — `metric("loss") > 10` would miss an exploded loss — and treats
+/// values within ε as equal. Metrics need plain IEEE 754 comparisons, so the operators are registered for
+/// float/float and float/int pairs; registered functions take precedence over the built-ins once fast
+/// operators are off.
+fn register_ieee_comparisons(engine: &mut Engine) {
+    macro_rules! ops {
+        ($($op:literal => $f:expr),* $(,)?) => {$(
+            engine.register_fn($op, |x: f64, y: f64| -> bool { $f(x, y) });
+            engine.register_fn($op, |x: f64, y: i64| -> bool { $f(x, y as f64) });
+            engine.register_fn($op, |x: i64, y: f64| -> bool { $f(x as f64, y) });
+        )*};
+    }
+    ops!(
+        ">" => |x: f64, y: f64| x > y,
+        ">=" => |x: f64, y: f64| x >= y,
+        "<" => |x: f64, y: f64| x < y,
+        "<=" => |x: f64, y: f64| x <= y,
+        "==" => |x: f64, y: f64| x == y,
+        "!=" => |x: f64, y: f64| x != y,
+    );
+}
+
+fn line_column(pos: Position) -> (usize, usize) {
+    (pos.line().unwrap_or(0), pos.position().unwrap_or(0))
+}
+
+fn runtime_error(rule: &str, pos: Position, message: String) -> ScriptError {
+    let (line, column) = line_column(pos);
+    ScriptError { rule: rule.to_string(), line, column, message, kind: ScriptErrorKind::Runtime }
+}
+
+fn classify(rule: &str, err: &EvalAltResult) -> ScriptError {
+    let pos = err.position();
+    let (line, column) = line_column(pos);
+    let (kind, message) = match err {
+        EvalAltResult::ErrorTerminated(..) => {
+            (ScriptErrorKind::Limit, "exceeded the evaluation deadline".to_string())
+        }
+        EvalAltResult::ErrorTooManyOperations(..) => {
+            (ScriptErrorKind::Limit, "exceeded the operations limit".to_string())
+        }
+        EvalAltResult::ErrorStackOverflow(..) => {
+            (ScriptErrorKind::Limit, "exceeded the call depth limit".to_string())
+        }
+        EvalAltResult::ErrorDataTooLarge(what, ..) => {
+            (ScriptErrorKind::Limit, format!("{what} exceeds its size limit"))
+        }
+        EvalAltResult::ErrorTooManyVariables(..) => {
+            (ScriptErrorKind::Limit, "exceeded the variables limit".to_string())
+        }
+        EvalAltResult::ErrorInFunctionCall(name, _, inner, _) => {
+            let inner = classify(rule, inner);
+            (inner.kind, format!("in {name}(): {}", inner.message))
+        }
+        other => (
+            ScriptErrorKind::Runtime,
+            other.to_string().split(" (line ").next().unwrap_or_default().to_string(),
+        ),
+    };
+    ScriptError { rule: rule.to_string(), line, column, message, kind }
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,56 @@
+//! Part of step 3 of [`compile`](super::compile): each action's own fields, and that a `notify` names a
+//! receiver the policy declares.
+
+use crate::error::FieldError;
+use crate::policy::{ActionSpec, ReceiverSpec};
+
+/// Checks the actions of the rule at `path`.
+pub(super) fn check(
+    path: &str,
+    actions: &[ActionSpec],
+    receivers: &[ReceiverSpec],
+    errors: &mut Vec<FieldError>,
+) {
+    for (j, action) in actions.iter().enumerate() {
+        let apath = format!("{path}.actions[{j}]");
+        match action {
+            ActionSpec::Notify(n) if n.to.trim().is_empty() => {
+                errors.push(FieldError::new(format!("{apath}.notify.to"), "required"));
+            }
+            // A policy without receivers leaves delivery to receivers configured outside it; once it
+            // declares any, every notify must name one of them.
+            ActionSpec::Notify(n) if !receivers.is_empty() && !receivers.iter().any(|r| r.name == n.to) => {
+                errors.push(FieldError::new(
+                    format!("{apath}.notify.to"),
+                    format!(
+                        "no receiver named {:?} in spec.receivers (defined: {})",
+                        n.to,
+                        receivers.iter().map(|r| r.name.as_str()).collect::<Vec<_>>().join(", ")
+                    ),
+                ));
+            }
+            ActionSpec::Annotate(a) if !valid_annotation_key(&a.key) => errors.push(FieldError::new(
+                format!("{apath}.annotate.key"),
+                format!(
+                    "{:?} is not a valid annotation key (prefix/name, name at most 63 characters)",
+                    a.key
+                ),
+            )),
+            ActionSpec::Scale(s) if s.num_nodes < 1 => {
+                errors.push(FieldError::new(format!("{apath}.scale.numNodes"), "must be at least 1"));
+            }
+            _ => {}
+        }
+    }
+}
+
+pub(super) fn valid_annotation_key(key: &str) -> bool {
+    let name = key.rsplit_once('/').map_or(key, |(_, n)| n);
+    let ok_char = |c: char| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.');
+    !name.is_empty()
+        && name.len() <= 63
+        && name.chars().all(ok_char)
+        && name.starts_with(|c: char| c.is_ascii_alphanumeric())
+        && name.ends_with(|c: char| c.is_ascii_alphanumeric())
+        && key.rsplit_once('/').is_none_or(|(prefix, _)| !prefix.is_empty() && prefix.len() <= 253)
+}

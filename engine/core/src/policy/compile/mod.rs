@@ -1,0 +1,581 @@
+//! validate → build: from a policy document to a [`CompiledPolicy`] the evaluator runs.
+//!
+//! Everything is checked in one pass and every problem is reported with its field path: unknown fields,
+//! durations, cron windows, the time zone, rule names, detectors and their parameters, windows shorter
+//! than the sampling interval, Rhai compile errors (with line:column), notification receivers
+//! ([`crate::policy::receiver`]: durations, message templates, Secret namespaces, `notify.to` names), and
+//! cross-field requirements such as a cost budget without `gpuHourCost`. A policy that has any error is not compiled at all, so nothing
+//! is half-applied. Scripts are compiled here, once per policy version.
+
+mod actions;
+mod calendar;
+mod rules;
+
+use std::sync::Arc;
+
+use serde_json::Value;
+
+use crate::error::{FieldError, FieldErrors};
+use crate::history::job::PolicyEnv;
+use crate::judge::detectors::Detector;
+use crate::judge::script::{CompiledScript, ScriptEngine};
+use crate::policy::receiver::{self, CompiledReceiver};
+use crate::policy::{
+    API_VERSION, ActionSpec, ClusterPolicySpec, LabelSelector, Mode, PolicyKind, PolicyRef, PolicyScope,
+    PolicySpec,
+};
+use crate::units::duration::PolicyDuration;
+
+/// A policy document as read from a file or the API: identity, scope and spec.
+#[derive(Clone, Debug, PartialEq)]
+pub struct PolicyDocument {
+    pub reference: PolicyRef,
+    pub scope: PolicyScope,
+    pub spec: PolicySpec,
+}
+
+/// One rule, ready to evaluate.
+#[derive(Debug)]
+pub struct CompiledRule {
+    pub name: String,
+    pub detector_name: Option<String>,
+    pub detector: Option<Box<dyn Detector>>,
+    pub script: Option<CompiledScript>,
+    /// The `when` text, for reasons.
+    pub when: Option<String>,
+    pub for_: PolicyDuration,
+    pub keep_firing_for: PolicyDuration,
+    pub cooldown: PolicyDuration,
+    pub mode: Mode,
+    pub actions: Vec<ActionSpec>,
+    /// The rule's spec as JSON: a rule whose definition did not change keeps its state when its policy is
+    /// replaced.
+    pub fingerprint: String,
+}
+
+/// A validated policy with compiled rules.
+#[derive(Debug)]
+pub struct CompiledPolicy {
+    pub reference: PolicyRef,
+    pub scope: PolicyScope,
+    pub selector: LabelSelector,
+    pub mode: Mode,
+    pub env: Arc<PolicyEnv>,
+    pub sampling_interval: PolicyDuration,
+    pub rules: Vec<CompiledRule>,
+    /// `spec.receivers`, for the notifier.
+    pub receivers: Vec<CompiledReceiver>,
+}
+
+impl CompiledPolicy {
+    /// Whether a job with these labels in a namespace with these labels is selected.
+    pub fn selects(
+        &self,
+        namespace: &str,
+        job_labels: &std::collections::BTreeMap<String, String>,
+        namespace_labels: Option<&std::collections::BTreeMap<String, String>>,
+    ) -> bool {
+        let in_scope = match &self.scope {
+            PolicyScope::Namespace(ns) => ns == namespace,
+            PolicyScope::Cluster { namespace_selector } => {
+                namespace_selector.is_empty()
+                    || namespace_labels.is_some_and(|labels| namespace_selector.matches(labels))
+            }
+        };
+        in_scope && self.selector.matches(job_labels)
+    }
+}
+
+/// Validates and compiles a policy. `Err` lists every problem. One step per module, in the order their
+/// errors are reported: the calendar, the policy-wide settings (here), the receivers, then the rules.
+pub fn compile(doc: &PolicyDocument, engine: &ScriptEngine) -> Result<CompiledPolicy, FieldErrors> {
+    let mut errors = Vec::new();
+    let spec = &doc.spec;
+    let calendar = calendar::calendar(spec, &mut errors);
+    let sampling_interval = check_settings(doc, &mut errors);
+    let receivers = receiver::compile_receivers(&spec.receivers, &doc.scope, &mut errors);
+    let rules = rules::rules(spec, sampling_interval, engine, &mut errors);
+    if !errors.is_empty() {
+        return Err(FieldErrors { document: doc.reference.to_string(), errors });
+    }
+    Ok(CompiledPolicy {
+        reference: doc.reference.clone(),
+        scope: doc.scope.clone(),
+        selector: spec.selector.clone(),
+        mode: spec.mode,
+        env: Arc::new(PolicyEnv {
+            calendar,
+            gpu_hour_cost: spec.gpu_hour_cost,
+            assume_gpus: spec.assume_gpus,
+        }),
+        sampling_interval,
+        rules,
+        receivers,
+    })
+}
+
+/// Step 2: the policy-wide settings (sampling interval, GPU price and size, selectors, at least one rule).
+/// Returns the sampling interval the rules' windows are checked against.
+fn check_settings(doc: &PolicyDocument, errors: &mut Vec<FieldError>) -> PolicyDuration {
+    let spec = &doc.spec;
+    let sampling_interval = match spec.sampling_interval.as_ref().map(super::spec::DurationText::parse) {
+        None => PolicyDuration::from_secs(30),
+        Some(Ok(d)) if d > PolicyDuration::from_secs(0) => d,
+        Some(Ok(_)) => {
+            errors.push(FieldError::new("spec.samplingInterval", "must be longer than 0s"));
+            PolicyDuration::from_secs(30)
+        }
+        Some(Err(e)) => {
+            errors.push(FieldError::new("spec.samplingInterval", e));
+            PolicyDuration::from_secs(30)
+        }
+    };
+    if let Some(cost) = spec.gpu_hour_cost
+        && !(cost.is_finite() && cost >= 0.0)
+    {
+        errors.push(FieldError::new("spec.gpuHourCost", format!("must be a number >= 0, got {cost}")));
+    }
+    if let Some(gpus) = spec.assume_gpus
+        && !(gpus.is_finite() && gpus >= 0.0)
+    {
+        errors.push(FieldError::new("spec.assumeGpus", format!("must be a number >= 0, got {gpus}")));
+    }
+    validate_selector(errors, "spec.selector", &spec.selector);
+    if let PolicyScope::Cluster { namespace_selector } = &doc.scope {
+        validate_selector(errors, "spec.namespaceSelector", namespace_selector);
+    }
+    if spec.rules.is_empty() {
+        errors.push(FieldError::new("spec.rules", "a policy needs at least one rule"));
+    }
+    sampling_interval
+}
+
+fn validate_selector(errors: &mut Vec<FieldError>, path: &str, selector: &LabelSelector) {
+    use crate::policy::SelectorOperator::*;
+    for (i, e) in selector.match_expressions.iter().enumerate() {
+        let p = format!("{path}.matchExpressions[{i}].values");
+        match e.operator {
+            In | NotIn if e.values.is_empty() => errors.push(FieldError::new(p, "In and NotIn need values")),
+            Exists | DoesNotExist if !e.values.is_empty() => {
+                errors.push(FieldError::new(p, "Exists and DoesNotExist take no values"));
+            }
+            _ => {}
+        }
+    }
+}
+
+/// Reads policy documents (one or more YAML documents, `---` separated) from text. `source` names the file in
+/// errors. Unknown fields are errors, with their paths; YAML syntax errors carry line:column.
+pub fn parse_documents(text: &str, source: &str) -> Result<Vec<PolicyDocument>, FieldErrors> {
+    let values: Vec<Value> = serde_saphyr::from_multiple(text).map_err(|e| FieldErrors {
+        document: source.to_string(),
+        errors: vec![FieldError::new("(yaml)", e.to_string())],
+    })?;
+    let mut docs = Vec::new();
+    let mut errors = Vec::new();
+    for (i, value) in values.into_iter().enumerate() {
+        if value.is_null() {
+            continue;
+        }
+        let prefix = if i == 0 { String::new() } else { format!("document[{i}].") };
+        match parse_document(value) {
+            Ok(doc) => docs.push(doc),
+            Err(es) => errors
+                .extend(es.into_iter().map(|e| FieldError::new(format!("{prefix}{}", e.path), e.message))),
+        }
+    }
+    if errors.is_empty() { Ok(docs) } else { Err(FieldErrors { document: source.to_string(), errors }) }
+}
+
+/// One policy object (as YAML/JSON value) to a document.
+pub(crate) fn parse_document(value: Value) -> Result<PolicyDocument, Vec<FieldError>> {
+    let mut errors = Vec::new();
+    let Value::Object(mut obj) = value else {
+        return Err(vec![FieldError::new(
+            "(document)",
+            "expected a ProgressPolicy or ClusterProgressPolicy object",
+        )]);
+    };
+    let kind = obj.get("kind").and_then(Value::as_str).unwrap_or_default().to_string();
+    let kind = PolicyKind::parse(&kind).unwrap_or_else(|| {
+        errors.push(FieldError::new(
+            "kind",
+            format!("expected {} or {}, got {kind:?}", PolicyKind::Namespaced, PolicyKind::Cluster),
+        ));
+        PolicyKind::Namespaced
+    });
+    match obj.get("apiVersion").and_then(Value::as_str) {
+        Some(API_VERSION) => {}
+        other => errors.push(FieldError::new("apiVersion", format!("expected {API_VERSION}, got {other:?}"))),
+    }
+    let metadata = obj.remove("metadata").unwrap_or(Value::Null);
+    let name = metadata.get("name").and_then(Value::as_str).unwrap_or_default().to_string();
+    if name.is_empty() {
+        errors.push(FieldError::new("metadata.name", "required"));
+    }
+    let namespace = metadata.get("namespace").and_then(Value::as_str).map(str::to_string);
+    let generation = metadata.get("generation").and_then(Value::as_i64).unwrap_or(0);
+    let spec_value = obj.remove("spec").unwrap_or(Value::Null);
+    for key in obj.keys() {
+        if !matches!(key.as_str(), "apiVersion" | "kind" | "status") {
+            errors.push(FieldError::new(key.clone(), "unknown field"));
+        }
+    }
+    let (scope, spec) = if kind == PolicyKind::Cluster {
+        if namespace.is_some() {
+            errors.push(FieldError::new(
+                "metadata.namespace",
+                "a ClusterProgressPolicy is cluster-scoped: remove the namespace",
+            ));
+        }
+        let parsed: Option<ClusterPolicySpec> =
+            deserialize_reporting_unknown(spec_value, "spec", &mut errors);
+        match parsed {
+            Some(c) => (PolicyScope::Cluster { namespace_selector: c.namespace_selector }, Some(c.policy)),
+            None => (PolicyScope::Cluster { namespace_selector: LabelSelector::default() }, None),
+        }
+    } else {
+        let parsed: Option<PolicySpec> = deserialize_reporting_unknown(spec_value, "spec", &mut errors);
+        (PolicyScope::Namespace(namespace.clone().unwrap_or_else(|| "default".into())), parsed)
+    };
+    match spec {
+        Some(spec) if errors.is_empty() => Ok(PolicyDocument {
+            reference: PolicyRef {
+                kind,
+                namespace: if kind == PolicyKind::Namespaced {
+                    Some(namespace.unwrap_or_else(|| "default".into()))
+                } else {
+                    None
+                },
+                name,
+                generation,
+            },
+            scope,
+            spec,
+        }),
+        _ => Err(errors),
+    }
+}
+
+fn deserialize_reporting_unknown<T: serde::de::DeserializeOwned>(
+    value: Value,
+    root: &str,
+    errors: &mut Vec<FieldError>,
+) -> Option<T> {
+    if value.is_null() {
+        errors.push(FieldError::new(root, "required"));
+        return None;
+    }
+    let mut unknown = Vec::new();
+    let result: Result<T, _> = serde_ignored::deserialize(value, |path| unknown.push(path.to_string()));
+    for path in unknown {
+        errors.push(FieldError::new(format!("{root}.{}", json_path(&path)), "unknown field"));
+    }
+    match result {
+        Ok(v) => Some(v),
+        Err(e) => {
+            errors.push(FieldError::new(root, e.to_string()));
+            None
+        }
+    }
+}
+
+/// serde_ignored writes `rules.0.foo`; Kubernetes users read `rules[0].foo`.
+fn json_path(path: &str) -> String {
+    let mut out = String::new();
+    for part in path.split('.') {
+        if part.parse::<usize>().is_ok() {
+            out.push_str(&format!("[{part}]"));
+        } else {
+            if !out.is_empty() {
+                out.push('.');
+            }
+            out.push_str(part);
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn compile_yaml(yaml: &str) -> Result<CompiledPolicy, Vec<String>> {
+        let docs = parse_documents(yaml, "test.yaml")
+            .map_err(|e| e.errors.iter().map(std::string::ToString::to_string).collect::<Vec<_>>())?;
+        compile(&docs[0], &ScriptEngine::default())
+            .map_err(|e| e.errors.iter().map(std::string::ToString::to_string).collect())
+    }
+
+    /// The issue's example policy, shared with the CRD and real-API tests.
+    const WEEKEND_SAFE: &str =
+        include_str!(concat!(env!("CARGO_MANIFEST_DIR"), "/../../tests/fixtures/weekend-safe.yaml"));
+
+    #[test]
+    fn the_issue_example_compiles() {
+        let p = compile_yaml(WEEKEND_SAFE).unwrap();
+        assert_eq!(p.reference.to_string(), "fraud/weekend-safe");
+        assert_eq!(p.mode, Mode::Enforce);
+        assert_eq!(p.rules.len(), 4);
+        assert_eq!(p.rules[1].for_, PolicyDuration::from_secs(900));
+        assert_eq!(p.rules[3].cooldown, PolicyDuration::from_secs(6 * 3600));
+        assert!(p.rules[2].script.is_some());
+    }
+
+    #[test]
+    fn every_validation_error_is_reported_at_once_with_its_path() {
+        let yaml = r#"
+apiVersion: trainwarden.dev/v1alpha1
+kind: ProgressPolicy
+metadata: {name: broken, namespace: ns}
+spec:
+  timezone: Mars/Olympus
+  samplingInterval: 1m
+  activeWindows:
+    - {start: "0 18 * * FRYDAY", duration: 62h}
+    - {start: "0 18 * * FRI", duration: "-5m"}
+  rules:
+    - name: a
+      uses: plato
+    - name: a
+      uses: plateau
+      with: {metric: loss, window: 30s, minDelta: -1, colour: red}
+      for: 15 minutes
+    - name: c
+      when: 'metric("loss") >'
+    - name: d
+    - name: e
+      uses: over_budget
+      with: {maxCost: 100}
+      actions: [{annotate: {key: "bad key!"}}]
+    - name: w
+      uses: stalled
+      with: {after: 30s}
+"#;
+        let errors = compile_yaml(yaml).unwrap_err();
+        let paths: Vec<&str> = errors.iter().map(|e| e.split(": ").next().unwrap()).collect();
+        assert_eq!(
+            paths,
+            vec![
+                "spec.timezone",
+                "spec.activeWindows[0].start",
+                "spec.activeWindows[1].duration",
+                "spec.rules[0].uses",
+                "spec.rules[1].name",
+                "spec.rules[1].with.minDelta",
+                "spec.rules[1].with.colour",
+                "spec.rules[1].for",
+                "spec.rules[2].when",
+                "spec.rules[3]",
+                "spec.rules[4].with.maxCost",
+                "spec.rules[4].actions[0].annotate.key",
+                "spec.rules[5].with.after",
+            ],
+            "{errors:#?}"
+        );
+        assert!(errors[12].contains("30s is shorter than the sampling interval 1m"), "{}", errors[12]);
+        assert!(errors[8].contains("line 1:17"), "{}", errors[8]);
+    }
+
+    #[test]
+    fn the_remaining_validation_errors() {
+        let yaml = r#"
+apiVersion: trainwarden.dev/v1alpha1
+kind: ClusterProgressPolicy
+metadata: {name: c, namespace: should-not-be-here}
+spec:
+  samplingInterval: 0s
+  gpuHourCost: -1
+  assumeGpus: -2
+  namespaceSelector: {matchExpressions: [{key: tier, operator: Exists, values: [x]}]}
+  selector: {matchExpressions: [{key: team, operator: In}]}
+  rules:
+    - name: r
+      with: {metric: loss}
+      when: "   "
+      keepFiringFor: soon
+      cooldown: 1x
+      actions: [{notify: {to: " "}}, {scale: {numNodes: 0}}]
+"#;
+        let docs = parse_documents(yaml, "c.yaml");
+        let errors = docs.unwrap_err().errors.into_iter().map(|e| e.to_string()).collect::<Vec<_>>();
+        assert_eq!(
+            errors,
+            vec!["metadata.namespace: a ClusterProgressPolicy is cluster-scoped: remove the namespace"]
+        );
+        let yaml = yaml.replace("metadata: {name: c, namespace: should-not-be-here}", "metadata: {name: c}");
+        let errors = compile_yaml(&yaml).unwrap_err();
+        let paths: Vec<&str> = errors.iter().map(|e| e.split(": ").next().unwrap()).collect();
+        assert_eq!(
+            paths,
+            vec![
+                "spec.samplingInterval",
+                "spec.gpuHourCost",
+                "spec.assumeGpus",
+                "spec.selector.matchExpressions[0].values",
+                "spec.namespaceSelector.matchExpressions[0].values",
+                "spec.rules[0].with",
+                "spec.rules[0].when",
+                "spec.rules[0].keepFiringFor",
+                "spec.rules[0].cooldown",
+                "spec.rules[0].actions[0].notify.to",
+                "spec.rules[0].actions[1].scale.numNodes",
+            ],
+            "{errors:#?}"
+        );
+        let e = compile_yaml("apiVersion: trainwarden.dev/v1alpha1\nkind: ProgressPolicy\nmetadata: {name: e}\nspec: {rules: []}\n").unwrap_err();
+        assert_eq!(e, vec!["spec.rules: a policy needs at least one rule"]);
+    }
+
+    #[test]
+    fn unknown_fields_are_errors_with_paths() {
+        let yaml = r#"
+apiVersion: trainwarden.dev/v1alpha1
+kind: ProgressPolicy
+metadata: {name: typo}
+spec:
+  mode: Audit
+  rules:
+    - name: r
+      when: "true"
+      keepFiringfor: 10m
+"#;
+        let errors = compile_yaml(yaml).unwrap_err();
+        assert_eq!(errors, vec!["spec.rules[0].keepFiringfor: unknown field"]);
+    }
+
+    #[test]
+    fn bad_enums_and_kinds_are_reported() {
+        let yaml = "apiVersion: v1\nkind: Pod\nmetadata: {name: x}\nspec: {mode: Sometimes, rules: []}\n";
+        let errors = compile_yaml(yaml).unwrap_err();
+        assert!(errors[0].starts_with("kind: expected ProgressPolicy"), "{errors:?}");
+        assert!(errors[1].starts_with("apiVersion:"), "{errors:?}");
+        assert!(errors[2].starts_with("spec: unknown variant `Sometimes`"), "{errors:?}");
+    }
+
+    #[test]
+    fn yaml_syntax_errors_carry_a_position() {
+        let e = parse_documents("spec: [unclosed", "bad.yaml").unwrap_err();
+        assert_eq!(e.document, "bad.yaml");
+        assert!(e.errors[0].message.contains("line"), "{}", e);
+    }
+
+    #[test]
+    fn cluster_policies_select_by_namespace_labels() {
+        let yaml = r"
+apiVersion: trainwarden.dev/v1alpha1
+kind: ClusterProgressPolicy
+metadata: {name: gpu-reclaim}
+spec:
+  namespaceSelector: {matchLabels: {tier: research}}
+  selector: {matchExpressions: [{key: team, operator: Exists}]}
+  rules: [{name: stalled, uses: stalled, with: {after: 1h}}]
+";
+        let p = compile_yaml(yaml).unwrap();
+        let labels =
+            |pairs: &[(&str, &str)]| pairs.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect();
+        assert!(p.selects("any", &labels(&[("team", "x")]), Some(&labels(&[("tier", "research")]))));
+        assert!(!p.selects("any", &labels(&[("team", "x")]), Some(&labels(&[("tier", "prod")]))));
+        assert!(!p.selects("any", &labels(&[]), Some(&labels(&[("tier", "research")]))));
+        assert!(p.reference.namespace.is_none());
+    }
+
+    #[test]
+    fn receivers_compile_with_defaults_and_settled_secret_namespaces() {
+        let yaml = r#"
+apiVersion: trainwarden.dev/v1alpha1
+kind: ProgressPolicy
+metadata: {name: p, namespace: fraud}
+spec:
+  receivers:
+    - name: team
+      slack: {urlSecret: {name: slack, key: url}, text: "{{rule}}: {{summary}}"}
+      email:
+        smarthost: smtp.example.com:587
+        from: Trainwarden <tw@example.com>
+        to: [ml@example.com]
+        username: tw
+        passwordSecret: {name: smtp, key: password, namespace: fraud}
+    - name: hook
+      groupBy: [job, rule, job]
+      groupWait: 0s
+      sendResolved: true
+      webhook: {url: "https://hooks.example.com/x", hmacSecret: {name: hook, key: hmac}}
+  rules:
+    - {name: r, when: "true", actions: [{notify: {to: team}}, {notify: {to: hook}}]}
+"#;
+        let p = compile_yaml(yaml).unwrap();
+        let team = &p.receivers[0];
+        assert_eq!(team.group_by, vec![crate::policy::GroupLabel::Policy, crate::policy::GroupLabel::Job]);
+        assert_eq!(team.group_wait, PolicyDuration::from_secs(30));
+        assert_eq!(team.repeat_interval, PolicyDuration::from_secs(4 * 3600));
+        assert_eq!(team.slack.as_ref().unwrap().url.to_string(), "fraud/slack[url]");
+        let email = team.email.as_ref().unwrap();
+        assert_eq!((email.host.as_str(), email.port), ("smtp.example.com", 587));
+        assert_eq!(email.password.as_ref().unwrap().to_string(), "fraud/smtp[password]");
+        let hook = &p.receivers[1];
+        assert_eq!(hook.group_by, vec![crate::policy::GroupLabel::Job, crate::policy::GroupLabel::Rule]);
+        assert!(hook.group_wait.is_zero() && hook.send_resolved);
+    }
+
+    #[test]
+    fn receiver_errors_have_paths() {
+        let yaml = r#"
+apiVersion: trainwarden.dev/v1alpha1
+kind: ProgressPolicy
+metadata: {name: p, namespace: fraud}
+spec:
+  receivers:
+    - name: team
+      groupInterval: 0s
+      slack: {urlSecret: {name: slack, key: url, namespace: payments}, title: "{{summary}}", text: "{{rule}"}
+    - name: team
+      email: {smarthost: smtp, tls: None, from: me, to: [], passwordSecret: {name: s, key: p}}
+    - name: hook
+      webhook: {url: "ftp://x", urlSecret: {name: h, key: u}}
+    - name: empty
+  rules:
+    - {name: r, when: "true", actions: [{notify: {to: oncall}}]}
+"#;
+        let errors = compile_yaml(yaml).unwrap_err();
+        let paths: Vec<&str> = errors.iter().map(|e| e.split(": ").next().unwrap()).collect();
+        assert_eq!(
+            paths,
+            vec![
+                "spec.receivers[0].groupInterval",
+                "spec.receivers[0].slack.urlSecret.namespace",
+                "spec.receivers[0].slack.title",
+                "spec.receivers[0].slack.text",
+                "spec.receivers[1].name",
+                "spec.receivers[1].email.smarthost",
+                "spec.receivers[1].email.from",
+                "spec.receivers[1].email.to",
+                "spec.receivers[1].email.username",
+                "spec.receivers[1].email.tls",
+                "spec.receivers[2].webhook",
+                "spec.receivers[3]",
+                "spec.rules[0].actions[0].notify.to",
+            ],
+            "{errors:#?}"
+        );
+        assert!(errors[1].contains("own namespace \"fraud\", not \"payments\""), "{}", errors[1]);
+        assert!(errors[3].contains("column 1: `{{` is not closed"), "{}", errors[3]);
+        assert!(errors[12].contains("no receiver named \"oncall\""), "{}", errors[12]);
+        let cluster = yaml
+            .replace("kind: ProgressPolicy", "kind: ClusterProgressPolicy")
+            .replace("{name: p, namespace: fraud}", "{name: p}");
+        let errors = compile_yaml(&cluster).unwrap_err();
+        assert!(
+            errors.contains(&"spec.receivers[1].email.passwordSecret.namespace: a ClusterProgressPolicy must name the Secret's namespace".to_string()),
+            "{errors:#?}"
+        );
+    }
+
+    #[test]
+    fn namespaced_policies_only_see_their_namespace() {
+        let p = compile_yaml(WEEKEND_SAFE).unwrap();
+        let labels = [("team".to_string(), "fraud".to_string())].into_iter().collect();
+        assert!(p.selects("fraud", &labels, None));
+        assert!(!p.selects("other", &labels, None));
+    }
+}

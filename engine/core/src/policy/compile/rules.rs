@@ -1,0 +1,138 @@
+//! Step 3 of [`compile`](super::compile): each rule's name, detector (with its windows checked against the
+//! sampling interval), Rhai condition, durations and actions, as [`CompiledRule`]s.
+
+use std::collections::HashSet;
+
+use crate::error::FieldError;
+use crate::judge::detectors;
+use crate::judge::script::ScriptEngine;
+use crate::policy::{PolicySpec, RuleSpec};
+use crate::units::duration::PolicyDuration;
+
+use super::{CompiledRule, actions};
+
+/// Every rule of the spec, compiled; problems go to `errors` (a rule with errors is still returned, and the
+/// policy is then not compiled at all).
+pub(super) fn rules(
+    spec: &PolicySpec,
+    sampling_interval: PolicyDuration,
+    engine: &ScriptEngine,
+    errors: &mut Vec<FieldError>,
+) -> Vec<CompiledRule> {
+    let mut names = HashSet::new();
+    let mut rules = Vec::new();
+    for (i, rule) in spec.rules.iter().enumerate() {
+        let path = format!("spec.rules[{i}]");
+        if rule.name.is_empty() {
+            errors.push(FieldError::new(format!("{path}.name"), "required"));
+        } else if !names.insert(rule.name.as_str()) {
+            errors.push(FieldError::new(
+                format!("{path}.name"),
+                format!("duplicate rule name {:?}", rule.name),
+            ));
+        }
+        rules.push(compile_rule(spec, &path, rule, sampling_interval, engine, errors));
+    }
+    rules
+}
+
+/// One rule at `path`, after its name was checked.
+fn compile_rule(
+    spec: &PolicySpec,
+    path: &str,
+    rule: &RuleSpec,
+    sampling_interval: PolicyDuration,
+    engine: &ScriptEngine,
+    errors: &mut Vec<FieldError>,
+) -> CompiledRule {
+    let detector = match &rule.uses {
+        Some(name) => match detectors::build(name, rule.with.as_ref(), &format!("{path}.with")) {
+            Ok(d) => Some(d),
+            Err(e) => {
+                errors.extend(e);
+                None
+            }
+        },
+        None => {
+            if rule.with.is_some() {
+                errors.push(FieldError::new(format!("{path}.with"), "`with` needs `uses` (a detector)"));
+            }
+            None
+        }
+    };
+    if let Some(d) = &detector {
+        for (param, window) in d.windows() {
+            if window < sampling_interval {
+                errors.push(FieldError::new(
+                    format!("{path}.with.{param}"),
+                    format!(
+                        "{window} is shorter than the sampling interval {sampling_interval}: there would be no sample to judge; raise it or set spec.samplingInterval"
+                    ),
+                ));
+            }
+        }
+        if d.needs_gpu_hour_cost() && spec.gpu_hour_cost.is_none() {
+            errors.push(FieldError::new(
+                format!("{path}.with.maxCost"),
+                "a cost budget needs spec.gpuHourCost",
+            ));
+        }
+    }
+    let script = match &rule.when {
+        Some(src) if src.trim().is_empty() => {
+            errors.push(FieldError::new(format!("{path}.when"), "empty condition"));
+            None
+        }
+        Some(src) => match engine.compile(&rule.name, src) {
+            Ok(s) => Some(s),
+            Err(e) => {
+                errors.push(FieldError::new(
+                    format!("{path}.when"),
+                    format!("line {}:{}: {}", e.line, e.column, e.message),
+                ));
+                None
+            }
+        },
+        None => None,
+    };
+    if rule.uses.is_none() && rule.when.is_none() {
+        errors.push(FieldError::new(
+            path,
+            "a rule needs `uses` (a detector), `when` (a Rhai condition), or both",
+        ));
+    }
+    let for_ = duration_field(errors, format!("{path}.for"), rule.for_.as_ref());
+    let keep_firing_for =
+        duration_field(errors, format!("{path}.keepFiringFor"), rule.keep_firing_for.as_ref());
+    let cooldown = duration_field(errors, format!("{path}.cooldown"), rule.cooldown.as_ref());
+    actions::check(path, &rule.actions, &spec.receivers, errors);
+    CompiledRule {
+        name: rule.name.clone(),
+        detector_name: rule.uses.clone(),
+        detector,
+        script,
+        when: rule.when.clone(),
+        for_,
+        keep_firing_for,
+        cooldown,
+        mode: rule.mode.unwrap_or(spec.mode),
+        actions: rule.actions.clone(),
+        fingerprint: serde_json::to_string(&(rule, spec.mode, spec.gpu_hour_cost, spec.assume_gpus))
+            .unwrap_or_default(),
+    }
+}
+
+pub(super) fn duration_field(
+    errors: &mut Vec<FieldError>,
+    path: String,
+    text: Option<&crate::policy::DurationText>,
+) -> PolicyDuration {
+    match text.map(super::super::spec::DurationText::parse) {
+        None => PolicyDuration::from_secs(0),
+        Some(Ok(d)) => d,
+        Some(Err(e)) => {
+            errors.push(FieldError::new(path, e));
+            PolicyDuration::from_secs(0)
+        }
+    }
+}

@@ -1,0 +1,9 @@
+//! Policies: the CRD [`spec`] types, their validation and [`compile`]ation into what the evaluator runs,
+//! and the notification side of a policy ([`receiver`]s and message [`template`]s).
+
+pub(crate) mod compile;
+pub(crate) mod receiver;
+pub(crate) mod spec;
+pub(crate) mod template;
+
+pub use spec::*;

@@ -1,0 +1,697 @@
+//! The policy document: the `spec` of `ProgressPolicy` and `ClusterProgressPolicy`.
+//!
+//! These types are the CRD types (the kube crate wraps them with `CustomResource`), so every field carries a
+//! doc comment that becomes its `kubectl explain` text, and the schema attributes are what the API server
+//! enforces. Everything the schema cannot express (cron syntax, time zones, Rhai, detector parameters) is
+//! checked by [`crate::policy::compile`], which reports all problems at once with their field paths.
+
+use std::collections::BTreeMap;
+
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+
+use crate::units::duration::PolicyDuration;
+
+/// What a policy does when a rule fires.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize, JsonSchema)]
+pub enum Mode {
+    /// Report what would be done (Events, status, notifications marked as audit) and never act on jobs.
+    #[default]
+    Audit,
+    /// Perform the rule's actions.
+    Enforce,
+}
+
+impl Mode {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Mode::Audit => "Audit",
+            Mode::Enforce => "Enforce",
+        }
+    }
+}
+
+/// A progress policy: which TrainJobs it watches, when it is active, and its rules.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct PolicySpec {
+    /// Label selector for the TrainJobs this policy applies to. An empty selector selects every TrainJob in
+    /// scope (the policy's namespace for a ProgressPolicy).
+    #[serde(default, skip_serializing_if = "LabelSelector::is_empty")]
+    pub selector: LabelSelector,
+
+    /// Audit (the default) only reports what the rules would do; Enforce performs the actions.
+    #[serde(default)]
+    pub mode: Mode,
+
+    /// IANA time zone (for example Europe/Rome) for activeWindows and the calendar functions weekday() and
+    /// hour(). Defaults to UTC.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(min = 1, max = 64))]
+    pub timezone: Option<String>,
+
+    /// Calendar windows during which the policy is active. Outside every window the policy is inactive and its
+    /// rules resolve. Empty means always active.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(max = 32))]
+    pub active_windows: Vec<ActiveWindowSpec>,
+
+    /// Price of one GPU-hour in dollars, used for cost budgets and savings figures.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 0.0))]
+    pub gpu_hour_cost: Option<f64>,
+
+    /// GPUs to assume for a TrainJob whose spec does not say (no GPU resource in resourcesPerNode).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 0.0))]
+    pub assume_gpus: Option<f64>,
+
+    /// How often the selected jobs are expected to report progress (RHOAI polls every 30s by default, the
+    /// upstream callback at most every 5s). Windows and durations shorter than this are rejected. Default 30s.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sampling_interval: Option<DurationText>,
+
+    /// The rules, evaluated independently for every selected TrainJob. Rule names are unique (the API server
+    /// merges rules by name).
+    #[schemars(length(min = 1, max = 64))]
+    #[schemars(extend("x-kubernetes-list-type" = "map", "x-kubernetes-list-map-keys" = ["name"]))]
+    pub rules: Vec<RuleSpec>,
+
+    /// Where `notify` actions deliver: named receivers (Slack, email, webhook) with Alertmanager-style grouping
+    /// and repeat control. A rule's `notify: {to: NAME}` names one of them.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(max = 16))]
+    #[schemars(extend("x-kubernetes-list-type" = "map", "x-kubernetes-list-map-keys" = ["name"]))]
+    pub receivers: Vec<ReceiverSpec>,
+}
+
+impl PolicySpec {
+    /// The sampling interval, defaulted.
+    pub fn sampling_interval(&self) -> PolicyDuration {
+        self.sampling_interval.as_ref().and_then(|d| d.parse().ok()).unwrap_or(PolicyDuration::from_secs(30))
+    }
+}
+
+/// A duration as written in the document (`15m`, `1h30m`). Kept as text so that validation can report every
+/// malformed duration at once with its path; the CRD schema enforces the same pattern server-side.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(transparent)]
+pub struct DurationText(pub String);
+
+impl DurationText {
+    pub fn parse(&self) -> Result<PolicyDuration, String> {
+        self.0.parse::<PolicyDuration>().map_err(|e| e.to_string())
+    }
+}
+
+impl From<&str> for DurationText {
+    fn from(s: &str) -> Self {
+        DurationText(s.to_string())
+    }
+}
+
+impl JsonSchema for DurationText {
+    fn schema_name() -> std::borrow::Cow<'static, str> {
+        "Duration".into()
+    }
+
+    fn json_schema(generator: &mut schemars::SchemaGenerator) -> schemars::Schema {
+        <PolicyDuration as JsonSchema>::json_schema(generator)
+    }
+}
+
+/// A recurring calendar window.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ActiveWindowSpec {
+    /// Five-field cron expression for the window's start, in the policy's time zone (for example
+    /// "0 18 * * FRI" for Friday 18:00).
+    #[schemars(length(min = 9, max = 128))]
+    pub start: String,
+    /// How long each window lasts, for example 62h (Friday 18:00 to Monday 08:00).
+    pub duration: DurationText,
+}
+
+/// A Kubernetes-style label selector.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct LabelSelector {
+    /// Labels that must all be present with these values.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub match_labels: BTreeMap<String, String>,
+    /// Set-based requirements, all of which must hold.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub match_expressions: Vec<LabelSelectorRequirement>,
+}
+
+impl LabelSelector {
+    pub fn is_empty(&self) -> bool {
+        self.match_labels.is_empty() && self.match_expressions.is_empty()
+    }
+
+    /// Whether a set of labels satisfies the selector (Kubernetes semantics).
+    pub fn matches(&self, labels: &BTreeMap<String, String>) -> bool {
+        self.match_labels.iter().all(|(k, v)| labels.get(k) == Some(v))
+            && self.match_expressions.iter().all(|e| e.matches(labels))
+    }
+}
+
+/// One set-based label requirement.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct LabelSelectorRequirement {
+    /// The label key.
+    pub key: String,
+    /// In, NotIn, Exists or DoesNotExist.
+    pub operator: SelectorOperator,
+    /// Values for In and NotIn; must be empty for Exists and DoesNotExist.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub values: Vec<String>,
+}
+
+impl LabelSelectorRequirement {
+    fn matches(&self, labels: &BTreeMap<String, String>) -> bool {
+        let value = labels.get(&self.key);
+        match self.operator {
+            SelectorOperator::In => value.is_some_and(|v| self.values.contains(v)),
+            SelectorOperator::NotIn => value.is_none_or(|v| !self.values.contains(v)),
+            SelectorOperator::Exists => value.is_some(),
+            SelectorOperator::DoesNotExist => value.is_none(),
+        }
+    }
+}
+
+/// Label selector operators.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+pub enum SelectorOperator {
+    In,
+    NotIn,
+    Exists,
+    DoesNotExist,
+}
+
+/// The detectors a rule can use. Kept in sync with [`crate::judge::detectors::DETECTORS`] by a test.
+pub(crate) const DETECTOR_NAMES: [&str; 10] = [
+    "plateau",
+    "diverging",
+    "non_finite",
+    "stalled",
+    "eta_after",
+    "eta_exceeds",
+    "over_budget",
+    "loss_not_decreasing",
+    "overtraining",
+    "stalled_training",
+];
+
+fn detector_name_schema(generator: &mut schemars::SchemaGenerator) -> schemars::Schema {
+    let mut schema = <String as JsonSchema>::json_schema(generator);
+    schema.insert("enum".into(), serde_json::json!(DETECTOR_NAMES));
+    schema
+}
+
+fn free_form_object(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
+    schemars::json_schema!({
+        "type": "object",
+        "x-kubernetes-preserve-unknown-fields": true,
+    })
+}
+
+/// One rule: a condition (a built-in detector, a Rhai expression, or both) and what to do when it fires.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+#[schemars(extend("x-kubernetes-validations" = [
+    {"rule": "has(self.uses) || has(self.when)", "message": "a rule needs uses (a detector), when (a Rhai condition), or both"},
+    {"rule": "!has(self.with) || has(self.uses)", "message": "with needs uses (a detector)"},
+]))]
+pub struct RuleSpec {
+    /// Rule name, unique within the policy; it appears in Events, reasons and status.
+    #[schemars(length(min = 1, max = 63), regex(pattern = r"^[a-z0-9]([-a-z0-9_.]*[a-z0-9])?$"))]
+    pub name: String,
+
+    /// A built-in detector: plateau, diverging, non_finite, stalled, eta_after, eta_exceeds, over_budget, or the
+    /// SageMaker Debugger ports loss_not_decreasing, overtraining, stalled_training.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(schema_with = "detector_name_schema_opt")]
+    pub uses: Option<String>,
+
+    /// Parameters of the detector named in `uses` (see the detector catalog).
+    #[serde(default, rename = "with", skip_serializing_if = "Option::is_none")]
+    #[schemars(schema_with = "free_form_object_opt")]
+    pub with: Option<serde_json::Map<String, serde_json::Value>>,
+
+    /// A Rhai expression that must be true for the rule to fire, for example
+    /// `metric("loss") > 2 * best("loss") && progress() > 20`. With `uses`, both must hold.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(min = 1, max = 16384))]
+    pub when: Option<String>,
+
+    /// How long the condition must hold before the rule fires (the rule is pending meanwhile). Default 0s.
+    #[serde(default, rename = "for", skip_serializing_if = "Option::is_none")]
+    pub for_: Option<DurationText>,
+
+    /// How long the rule keeps firing after its condition stops holding, so a flapping signal does not
+    /// resolve and re-fire. Default 0s.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub keep_firing_for: Option<DurationText>,
+
+    /// Minimum time before the same action is issued again for the same job, across firings. Default 0s.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cooldown: Option<DurationText>,
+
+    /// Overrides the policy's mode for this rule.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub mode: Option<Mode>,
+
+    /// What to do, in order, once per firing. A rule without actions only reports.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(max = 16))]
+    pub actions: Vec<ActionSpec>,
+}
+
+fn detector_name_schema_opt(generator: &mut schemars::SchemaGenerator) -> schemars::Schema {
+    detector_name_schema(generator)
+}
+
+fn free_form_object_opt(generator: &mut schemars::SchemaGenerator) -> schemars::Schema {
+    free_form_object(generator)
+}
+
+/// One action. Exactly one key is set.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub enum ActionSpec {
+    /// Suspend the TrainJob (`spec.suspend: true`). Pods get SIGTERM, which makes RHOAI's just-in-time
+    /// checkpointing save a checkpoint; a later resume continues from it. For Kueue-managed jobs the executor
+    /// deactivates the Kueue Workload instead of fighting Kueue over `spec.suspend`.
+    Suspend(SuspendAction),
+    /// Send a notification to a receiver configured in the controller (Slack, email or webhook).
+    Notify(NotifyAction),
+    /// Set an annotation on the TrainJob.
+    Annotate(AnnotateAction),
+    /// Emit a Kubernetes Event on the TrainJob.
+    Event(EventAction),
+    /// Change the number of training nodes (suspend, patch `spec.trainer.numNodes`, resume) where the
+    /// TrainJob API allows it (RHOAI 3.4; upstream Trainer makes `spec.trainer` immutable).
+    Scale(ScaleAction),
+}
+
+/// What kind of action an [`ActionSpec`] is, without its parameters.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum ActionKind {
+    /// [`ActionSpec::Suspend`].
+    Suspend,
+    /// [`ActionSpec::Notify`].
+    Notify,
+    /// [`ActionSpec::Annotate`].
+    Annotate,
+    /// [`ActionSpec::Event`].
+    Event,
+    /// [`ActionSpec::Scale`].
+    Scale,
+}
+
+impl ActionKind {
+    /// The kind's name in policies, reports and metrics (`suspend`, `notify`, ...).
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            ActionKind::Suspend => "suspend",
+            ActionKind::Notify => "notify",
+            ActionKind::Annotate => "annotate",
+            ActionKind::Event => "event",
+            ActionKind::Scale => "scale",
+        }
+    }
+}
+
+impl std::fmt::Display for ActionKind {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+impl ActionSpec {
+    /// The action's kind.
+    pub fn kind(&self) -> ActionKind {
+        match self {
+            ActionSpec::Suspend(_) => ActionKind::Suspend,
+            ActionSpec::Notify(_) => ActionKind::Notify,
+            ActionSpec::Annotate(_) => ActionKind::Annotate,
+            ActionSpec::Event(_) => ActionKind::Event,
+            ActionSpec::Scale(_) => ActionKind::Scale,
+        }
+    }
+
+    /// Whether the action changes the TrainJob (Audit mode never performs these).
+    pub fn mutates_job(&self) -> bool {
+        matches!(self, ActionSpec::Suspend(_) | ActionSpec::Annotate(_) | ActionSpec::Scale(_))
+    }
+}
+
+/// Parameters of the suspend action.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct SuspendAction {
+    /// Extra text for the Event and annotation that record the suspension.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(max = 1024))]
+    pub message: Option<String>,
+}
+
+/// Parameters of the notify action.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct NotifyAction {
+    /// Receiver name: one of the policy's spec.receivers (for example `team` or `oncall`).
+    #[schemars(length(min = 1, max = 253))]
+    pub to: String,
+    /// Extra text added to the generated message.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(max = 4096))]
+    pub message: Option<String>,
+}
+
+/// Parameters of the annotate action.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct AnnotateAction {
+    /// Annotation key, for example trainwarden.dev/verdict.
+    #[schemars(length(min = 1, max = 317))]
+    pub key: String,
+    /// Annotation value. Defaults to the rule's reason.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub value: Option<String>,
+}
+
+/// Parameters of the event action.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct EventAction {
+    /// Event type. Default Warning.
+    #[serde(default, rename = "type", skip_serializing_if = "Option::is_none")]
+    pub type_: Option<EventType>,
+    /// Event reason (CamelCase). Defaults to ProgressRuleFiring.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(min = 1, max = 128), regex(pattern = r"^[A-Za-z][A-Za-z0-9]*$"))]
+    pub reason: Option<String>,
+}
+
+/// Kubernetes Event types.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+pub enum EventType {
+    Normal,
+    Warning,
+}
+
+/// Parameters of the scale action.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ScaleAction {
+    /// The new `spec.trainer.numNodes`.
+    #[schemars(range(min = 1, max = 10000))]
+    pub num_nodes: i32,
+}
+
+/// The spec of a ClusterProgressPolicy: a policy plus the namespaces it reaches.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ClusterPolicySpec {
+    /// Namespaces whose TrainJobs this policy applies to, by namespace labels. Empty selects every namespace.
+    #[serde(default, skip_serializing_if = "LabelSelector::is_empty")]
+    pub namespace_selector: LabelSelector,
+    #[serde(flatten)]
+    pub policy: PolicySpec,
+}
+
+/// Where a policy applies.
+#[derive(Clone, Debug, PartialEq)]
+pub enum PolicyScope {
+    /// A ProgressPolicy: jobs in its own namespace.
+    Namespace(String),
+    /// A ClusterProgressPolicy: jobs in namespaces whose labels match.
+    Cluster { namespace_selector: LabelSelector },
+}
+
+/// The two kinds of policy object. Ordered by their Kubernetes names, as the `&str` kinds were.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub enum PolicyKind {
+    /// `ProgressPolicy`: judges TrainJobs in its own namespace.
+    #[serde(rename = "ProgressPolicy")]
+    Namespaced,
+    /// `ClusterProgressPolicy`: judges TrainJobs in the namespaces its `namespaceSelector` matches.
+    #[serde(rename = "ClusterProgressPolicy")]
+    Cluster,
+}
+
+impl PolicyKind {
+    /// Both kinds, namespaced first.
+    pub const ALL: [PolicyKind; 2] = [PolicyKind::Namespaced, PolicyKind::Cluster];
+
+    /// The Kubernetes `kind`: `ProgressPolicy` or `ClusterProgressPolicy`.
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            PolicyKind::Namespaced => "ProgressPolicy",
+            PolicyKind::Cluster => "ClusterProgressPolicy",
+        }
+    }
+
+    /// The kind named by a Kubernetes `kind` string.
+    pub fn parse(kind: &str) -> Option<PolicyKind> {
+        PolicyKind::ALL.into_iter().find(|k| k.as_str() == kind)
+    }
+}
+
+impl Ord for PolicyKind {
+    fn cmp(&self, other: &Self) -> std::cmp::Ordering {
+        self.as_str().cmp(other.as_str())
+    }
+}
+
+impl PartialOrd for PolicyKind {
+    fn partial_cmp(&self, other: &Self) -> Option<std::cmp::Ordering> {
+        Some(self.cmp(other))
+    }
+}
+
+impl std::fmt::Display for PolicyKind {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// Identifies a policy in reasons, intents and status.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct PolicyRef {
+    /// ProgressPolicy or ClusterProgressPolicy.
+    pub kind: PolicyKind,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub namespace: Option<String>,
+    pub name: String,
+    /// metadata.generation the rules were compiled from (0 for files).
+    pub generation: i64,
+}
+
+impl std::fmt::Display for PolicyRef {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match &self.namespace {
+            Some(ns) => write!(f, "{}/{}", ns, self.name),
+            None => write!(f, "{}", self.name),
+        }
+    }
+}
+
+/// A policy regardless of its generation: the one key of a policy in the notifier and the controller.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct PolicyId {
+    /// ProgressPolicy or ClusterProgressPolicy.
+    pub kind: PolicyKind,
+    /// The namespace of a ProgressPolicy; `None` for a ClusterProgressPolicy.
+    pub namespace: Option<String>,
+    /// `metadata.name`.
+    pub name: String,
+}
+
+impl From<&PolicyRef> for PolicyId {
+    fn from(p: &PolicyRef) -> Self {
+        PolicyId { kind: p.kind, namespace: p.namespace.clone(), name: p.name.clone() }
+    }
+}
+
+impl std::fmt::Display for PolicyId {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match &self.namespace {
+            Some(ns) => write!(f, "{ns}/{}", self.name),
+            None => write!(f, "{}", self.name),
+        }
+    }
+}
+
+impl PolicyRef {
+    /// The policy regardless of its generation.
+    pub fn id(&self) -> PolicyId {
+        PolicyId::from(self)
+    }
+}
+
+/// A notification receiver: one or more channels and how alerts are grouped and repeated (Alertmanager's
+/// semantics). Alerts for the same group (by default the same policy and job) that arrive within `groupWait`
+/// become one message.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+#[schemars(extend("x-kubernetes-validations" = [
+    {"rule": "has(self.slack) || has(self.email) || has(self.webhook)", "message": "a receiver needs slack, email or webhook"},
+]))]
+pub struct ReceiverSpec {
+    /// Receiver name, unique within the policy; `notify: {to: NAME}` refers to it.
+    #[schemars(length(min = 1, max = 63), regex(pattern = r"^[a-z0-9]([-a-z0-9_.]*[a-z0-9])?$"))]
+    pub name: String,
+
+    /// Alert properties that form a group (one message per group): any of policy, job, namespace, rule.
+    /// Default [policy, job]: every rule firing on one job within groupWait becomes one message.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(max = 4))]
+    pub group_by: Option<Vec<GroupLabel>>,
+
+    /// How long to wait after the first alert of a new group for others to join it. Default 30s.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub group_wait: Option<DurationText>,
+
+    /// How long to wait before notifying about new alerts in a group that was already notified. Default 5m.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub group_interval: Option<DurationText>,
+
+    /// How long to wait before repeating a notification for alerts that are still firing. Default 4h.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub repeat_interval: Option<DurationText>,
+
+    /// Also notify when a rule stops firing (resolved). Default false.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub send_resolved: bool,
+
+    /// Most messages per minute to this receiver; more wait in its queue. Default 30.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 1, max = 6000))]
+    pub max_per_minute: Option<u32>,
+
+    /// Slack incoming webhook (Block Kit message).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub slack: Option<SlackReceiverSpec>,
+
+    /// Email over SMTP (plain text and HTML).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub email: Option<EmailReceiverSpec>,
+
+    /// JSON POST in trainwarden's documented schema, optionally signed with HMAC-SHA256.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub webhook: Option<WebhookReceiverSpec>,
+}
+
+/// An alert property notifications are grouped by.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub enum GroupLabel {
+    Policy,
+    Job,
+    Namespace,
+    Rule,
+}
+
+/// A key of a Kubernetes Secret. A ProgressPolicy may only name Secrets in its own namespace (leave
+/// `namespace` out or set it to the policy's); a ClusterProgressPolicy must say which namespace.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct SecretKeySelector {
+    /// Secret name.
+    #[schemars(length(min = 1, max = 253))]
+    pub name: String,
+    /// Key in the Secret's data.
+    #[schemars(length(min = 1, max = 253))]
+    pub key: String,
+    /// Namespace of the Secret: required for a ClusterProgressPolicy, the policy's own for a ProgressPolicy.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(min = 1, max = 63))]
+    pub namespace: Option<String>,
+}
+
+/// A Slack incoming webhook.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct SlackReceiverSpec {
+    /// The Secret key holding the incoming-webhook URL (`https://hooks.slack.com/services/…`).
+    pub url_secret: SecretKeySelector,
+    /// Header template, once per message (group fields only; see the Notifications section of the README).
+    /// Default `[{{status}}] {{rules}} on {{job}}`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(min = 1, max = 1024))]
+    pub title: Option<String>,
+    /// Body template, rendered once per alert (every field).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(min = 1, max = 4096))]
+    pub text: Option<String>,
+}
+
+/// How an SMTP connection is secured.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+pub enum SmtpTls {
+    /// Plain connection upgraded with STARTTLS, which the server must offer (port 587).
+    #[default]
+    StartTLS,
+    /// TLS from the first byte (port 465).
+    Implicit,
+    /// No encryption: only for a relay on the same host or pod network. Not allowed with a password.
+    None,
+}
+
+/// Email over SMTP.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct EmailReceiverSpec {
+    /// The SMTP server, `host:port`.
+    #[schemars(length(min = 3, max = 261))]
+    pub smarthost: String,
+    /// StartTLS (the default), Implicit or None.
+    #[serde(default)]
+    pub tls: SmtpTls,
+    /// Sender address, `trainwarden@example.com` or `Trainwarden <trainwarden@example.com>`.
+    #[schemars(length(min = 3, max = 320))]
+    pub from: String,
+    /// Recipient addresses.
+    #[schemars(length(min = 1, max = 32))]
+    pub to: Vec<String>,
+    /// SMTP user name; needs passwordSecret.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(min = 1, max = 320))]
+    pub username: Option<String>,
+    /// The Secret key holding the SMTP password.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub password_secret: Option<SecretKeySelector>,
+    /// Subject template (group fields only). Default `[{{status}}] {{rules}} on {{job}}`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(min = 1, max = 1024))]
+    pub subject: Option<String>,
+    /// Body template, rendered once per alert (every field).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(min = 1, max = 4096))]
+    pub text: Option<String>,
+}
+
+/// A generic webhook: JSON POST (schema in the README's Notifications section).
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct WebhookReceiverSpec {
+    /// The endpoint URL (http or https), when it is not a secret. Exactly one of url and urlSecret.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(min = 8, max = 2048))]
+    pub url: Option<String>,
+    /// The Secret key holding the endpoint URL.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub url_secret: Option<SecretKeySelector>,
+    /// The Secret key holding the HMAC-SHA256 key; with it every request carries
+    /// `X-Trainwarden-Signature: sha256=<hex HMAC of the body>`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub hmac_secret: Option<SecretKeySelector>,
+}
+
+pub(crate) const API_VERSION: &str = "trainwarden.dev/v1alpha1";

@@ -1,0 +1,12 @@
+//! Test helpers shared by trainwarden's crates (`publish = false`).
+//!
+//! - [`apiserver`]: the real kube-apiserver + etcd of the integration tests, one per test binary, a namespace
+//!   per test; under `CI=true` a test that needs it fails (never skips) when it is missing. Tests use it as
+//!   `use trainwarden_testkit::apiserver as support;` and start with `let ctx = setup!("name");`.
+//! - [`receivers`]: what notification tests deliver to and with: a local HTTP receiver that records requests,
+//!   an SMTP server (aiosmtpd), policies compiled by the real core, intents, secrets in a directory.
+#![forbid(unsafe_code)]
+#![warn(missing_docs)]
+
+pub mod apiserver;
+pub mod receivers;
