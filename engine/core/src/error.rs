@@ -5,11 +5,14 @@ use std::fmt;
 /// One problem in a policy or test document, at a field path such as `spec.rules[1].with.minDelta`.
 #[derive(Clone, Debug, PartialEq, Eq, serde::Serialize)]
 pub struct FieldError {
+    /// Where the problem is: a field path such as `spec.rules[1].with.minDelta`.
     pub path: String,
+    /// What is wrong there.
     pub message: String,
 }
 
 impl FieldError {
+    /// An error at `path`.
     pub fn new(path: impl Into<String>, message: impl Into<String>) -> Self {
         FieldError { path: path.into(), message: message.into() }
     }
@@ -26,6 +29,7 @@ impl fmt::Display for FieldError {
 pub struct FieldErrors {
     /// What was checked, for example `policies/plateau.yaml` or `ProgressPolicy fraud/weekend-safe`.
     pub document: String,
+    /// The problems, in the order they were found.
     pub errors: Vec<FieldError>,
 }
 

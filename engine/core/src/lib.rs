@@ -20,6 +20,7 @@
 //! exception is the wall-clock deadline that stops a runaway Rhai script ([`Limits::deadline`]); it only
 //! turns an evaluation into an error, never into a different answer.
 #![forbid(unsafe_code)]
+#![warn(missing_docs)]
 
 mod drive;
 mod error;

@@ -30,6 +30,7 @@ pub struct Replay {
     scratch: Vec<Event>,
     /// Everything that happened, in order.
     pub events: Vec<Event>,
+    /// Totals so far; [`Replay::finish`] completes them.
     pub summary: Summary,
 }
 
@@ -37,12 +38,15 @@ pub struct Replay {
 #[derive(Clone, Debug, Default, PartialEq, serde::Serialize)]
 #[serde(rename_all = "camelCase")]
 pub struct Summary {
+    /// Stream records fed.
     pub records: u64,
     /// Distinct jobs seen.
     pub jobs: usize,
     /// Records ignored because an enforced suspension had already stopped their job.
     pub ignored_after_suspend: u64,
+    /// Transitions to firing, over every rule and job.
     pub firings: u64,
+    /// Rule evaluations that failed (script errors), each a [`Event::RuleError`].
     pub rule_errors: u64,
     /// Intents by action kind and mode, e.g. `suspend/Enforce`.
     pub intents: BTreeMap<String, u64>,
@@ -50,15 +54,21 @@ pub struct Summary {
     pub saved: SavingsTotal,
     /// What audit-mode suspensions would have freed.
     pub would_save: SavingsTotal,
+    /// Time of the first record, where the replay's clock starts.
     pub first_record: Option<Timestamp>,
+    /// Where the clock stopped: the last record or timer run, or `until` of [`Replay::finish`].
     pub last_time: Option<Timestamp>,
 }
 
+/// GPU time freed by suspensions in one mode, each job counted once.
 #[derive(Clone, Debug, Default, PartialEq, serde::Serialize)]
 #[serde(rename_all = "camelCase")]
 pub struct SavingsTotal {
+    /// Jobs whose suspension was counted.
     pub jobs: u64,
+    /// GPU-hours freed.
     pub gpu_hours: f64,
+    /// Dollars freed, for policies that set a GPU-hour price (0 otherwise).
     pub dollars: f64,
 }
 
@@ -75,6 +85,7 @@ impl Replay {
         Ok(())
     }
 
+    /// A replay of `policies`, loaded at the Unix epoch; the clock starts with the first record fed.
     pub fn new(policies: Vec<CompiledPolicy>, config: EngineConfig) -> Self {
         let mut evaluator = Evaluator::new(config);
         let mut events = Vec::new();
@@ -95,6 +106,7 @@ impl Replay {
         }
     }
 
+    /// The evaluator being driven, for rule states and job histories.
     pub fn evaluator(&self) -> &Evaluator {
         &self.evaluator
     }

@@ -49,12 +49,15 @@ pub struct TestFile {
     /// Timer resolution (default 30s).
     #[serde(default)]
     pub eval_interval: Option<String>,
+    /// The test cases, run independently of each other.
     pub tests: Vec<TestCase>,
 }
 
+/// One test case: a job, its input, and the rule states and actions expected from it.
 #[derive(Clone, Debug, Deserialize)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct TestCase {
+    /// Name of the case, as reported.
     pub name: String,
     /// Start of the input (default 2026-01-05T00:00:00Z, a Monday).
     #[serde(default)]
@@ -62,6 +65,7 @@ pub struct TestCase {
     /// Spacing of series steps (default 1m).
     #[serde(default)]
     pub interval: Option<String>,
+    /// The job the series and phases describe (default `default/job`).
     #[serde(default)]
     pub job: TestJob,
     /// Input series in expanding notation.
@@ -76,6 +80,7 @@ pub struct TestCase {
     /// Keep the clock running until this offset/time after the input ends (for stalls).
     #[serde(default)]
     pub until: Option<String>,
+    /// Rule states to check at given instants.
     #[serde(default)]
     pub expect: Vec<StateExpectation>,
     /// The exact list of intents issued over the whole run (omit to not check).
@@ -83,15 +88,20 @@ pub struct TestCase {
     pub expect_actions: Option<Vec<ActionExpectation>>,
 }
 
+/// The TrainJob a case's series and phases describe.
 #[derive(Clone, Debug, Deserialize)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct TestJob {
+    /// Its namespace (default `default`).
     #[serde(default = "default_ns")]
     pub namespace: String,
+    /// Its name (default `job`).
     #[serde(default = "default_name")]
     pub name: String,
+    /// Its labels, for the policies' selectors.
     #[serde(default)]
     pub labels: BTreeMap<String, String>,
+    /// Accelerators it holds; leave out for a job that does not say (the policy's `assumeGpus` applies).
     #[serde(default)]
     pub gpus: Option<f64>,
 }
@@ -109,17 +119,23 @@ fn default_name() -> String {
     "job".into()
 }
 
+/// A change of the job's phase at one instant.
 #[derive(Clone, Debug, Deserialize)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct PhaseChange {
+    /// When: an offset from the case's start (`3h`) or an RFC 3339 time.
     pub at: String,
+    /// Running, Suspended, Complete or Failed.
     pub phase: String,
 }
 
+/// The state a rule must be in at one instant.
 #[derive(Clone, Debug, Deserialize)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct StateExpectation {
+    /// When: an offset from the case's start (`3h`) or an RFC 3339 time.
     pub at: String,
+    /// The rule's name.
     pub rule: String,
     /// inactive, pending or firing.
     pub state: String,
@@ -131,14 +147,20 @@ pub struct StateExpectation {
     pub job: Option<String>,
 }
 
+/// One action intent expected in `expectActions`.
 #[derive(Clone, Debug, Deserialize, PartialEq)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct ActionExpectation {
+    /// When it is issued: an offset from the case's start (`3h`) or an RFC 3339 time.
     pub at: String,
+    /// The rule that issues it.
     pub rule: String,
+    /// The action kind: `suspend`, `notify`, ...
     pub action: String,
+    /// Audit or Enforce; leave out to accept either.
     #[serde(default)]
     pub mode: Option<String>,
+    /// Job `ns/name` (default the case's job).
     #[serde(default)]
     pub job: Option<String>,
 }
@@ -146,12 +168,15 @@ pub struct ActionExpectation {
 /// The outcome of one case.
 #[derive(Clone, Debug, PartialEq)]
 pub struct CaseResult {
+    /// The case's name.
     pub name: String,
+    /// What did not match, one message each; empty when the case passed.
     pub failures: Vec<String>,
 }
 
 /// Access to files next to the test file, so the core stays free of I/O.
 pub trait FileSource {
+    /// The text of the file at `relative` (a path relative to the test file), or why it cannot be read.
     fn read(&self, relative: &str) -> Result<String, String>;
 }
 

@@ -12,8 +12,11 @@ use crate::time::Timestamp;
 #[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "PascalCase")]
 pub enum RuleState {
+    /// The condition does not hold (or the rule has not been evaluated yet).
     Inactive,
+    /// The condition holds; `for` has not elapsed yet.
     Pending,
+    /// The condition has held for `for`: the rule's actions were issued.
     Firing,
 }
 
@@ -23,6 +26,7 @@ pub enum RuleState {
 pub enum TransitionKind {
     /// Condition became true, waiting for `for`.
     Pending,
+    /// Pending → firing (or inactive → firing when `for` is 0): the actions are issued.
     Firing,
     /// Firing → inactive.
     Resolved,
@@ -31,6 +35,7 @@ pub enum TransitionKind {
 }
 
 impl TransitionKind {
+    /// The name in lowercase: `pending`, `firing`, `resolved` or `cleared`.
     pub fn as_str(self) -> &'static str {
         match self {
             TransitionKind::Pending => "pending",
@@ -44,8 +49,11 @@ impl TransitionKind {
 /// Why a rule fired: one sentence and the values behind it.
 #[derive(Clone, Debug, Default, PartialEq, serde::Serialize)]
 pub struct Reason {
+    /// One sentence per finding, `; `-joined; for a script rule without findings, "`<when>` is true".
     pub summary: String,
+    /// The numbers behind the summary, by name (for example a plateau's `delta`).
     pub values: BTreeMap<String, f64>,
+    /// What kind of finding it was (a stall wins); not serialized.
     #[serde(skip)]
     pub kind: Option<FindingKind>,
 }
@@ -97,8 +105,11 @@ pub struct Savings {
     pub until: Timestamp,
     /// What `until` is.
     pub basis: SavingsBasis,
+    /// Accelerators the job holds (its own count or the policy's `assumeGpus`).
     pub gpus: f64,
+    /// `gpus` × the hours from the action to `until`.
     pub gpu_hours: f64,
+    /// `gpu_hours` × the policy's GPU-hour price, when it sets one.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub dollars: Option<f64>,
 }
@@ -109,13 +120,21 @@ pub struct Savings {
 pub struct ActionIntent {
     /// Stable within one firing: `policy/rule/job/firing#/action#`, for idempotent execution.
     pub id: String,
+    /// When the intent was issued.
     pub at: Timestamp,
+    /// The job to act on.
     pub job: JobKey,
+    /// The policy the rule belongs to.
     pub policy: PolicyRef,
+    /// The rule's name.
     pub rule: String,
+    /// The action to perform, with its parameters.
     pub action: ActionSpec,
+    /// Enforce: perform it; Audit: only report it.
     pub mode: Mode,
+    /// Why the rule fired.
     pub reason: Reason,
+    /// GPU time a suspension frees, when it can be estimated.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub savings: Option<Savings>,
 }
@@ -123,31 +142,51 @@ pub struct ActionIntent {
 /// Everything evaluation reports.
 #[derive(Clone, Debug, PartialEq)]
 pub enum Event {
+    /// A rule changed state for a job.
     Transition {
+        /// When.
         at: Timestamp,
+        /// The job.
         job: JobKey,
+        /// The policy the rule belongs to.
         policy: PolicyRef,
+        /// The rule's name.
         rule: String,
+        /// Which change.
         kind: TransitionKind,
+        /// Why the condition held; for resolved and cleared, the last reason it held for.
         reason: Reason,
+        /// The rule's mode (its own or its policy's).
         mode: Mode,
     },
+    /// An action to perform (Enforce) or report (Audit).
     Intent(ActionIntent),
     /// An action skipped because the same one was issued less than `cooldown` ago.
     Suppressed {
+        /// When the action would have been issued.
         at: Timestamp,
+        /// The job.
         job: JobKey,
+        /// The policy the rule belongs to.
         policy: PolicyRef,
+        /// The rule's name.
         rule: String,
+        /// The kind of action skipped.
         action: ActionKind,
+        /// When the cooldown ends.
         until: Timestamp,
     },
     /// A rule could not be evaluated (script error); its state is left as it was.
     RuleError {
+        /// When the evaluation failed.
         at: Timestamp,
+        /// The job.
         job: JobKey,
+        /// The policy the rule belongs to.
         policy: PolicyRef,
+        /// The rule's name.
         rule: String,
+        /// The error, located in the rule's `when`.
         message: String,
     },
 }

@@ -52,6 +52,7 @@ use crate::units::duration::PolicyDuration;
 pub struct EngineConfig {
     /// How often jobs without new samples are re-evaluated (timers' resolution).
     pub eval_interval: PolicyDuration,
+    /// Resource limits of rule scripts.
     pub limits: Limits,
 }
 
@@ -192,12 +193,16 @@ pub struct Evaluator {
 #[derive(Clone, Copy, Debug, Default, PartialEq, serde::Serialize)]
 #[serde(rename_all = "camelCase")]
 pub struct RuleCounts {
+    /// Jobs the policy's selector matches.
     pub matched_jobs: usize,
+    /// (job, rule) pairs firing.
     pub firing: usize,
+    /// (job, rule) pairs pending.
     pub pending: usize,
 }
 
 impl Evaluator {
+    /// An evaluator with no policies and no jobs.
     pub fn new(config: EngineConfig) -> Self {
         let scripts = ScriptEngine::new(config.limits.clone());
         Evaluator {
@@ -219,6 +224,7 @@ impl Evaluator {
         &self.scripts
     }
 
+    /// The settings it was created with.
     pub fn config(&self) -> &EngineConfig {
         &self.config
     }
@@ -318,6 +324,7 @@ impl Evaluator {
         }
     }
 
+    /// The loaded policies.
     pub fn policies(&self) -> impl Iterator<Item = &CompiledPolicy> {
         self.policies.iter().flatten().map(|s| &s.policy)
     }
@@ -593,6 +600,7 @@ impl Evaluator {
         counts
     }
 
+    /// Jobs the evaluator tracks.
     pub fn job_count(&self) -> usize {
         self.jobs.len()
     }

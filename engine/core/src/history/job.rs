@@ -17,12 +17,16 @@ pub struct PolicyEnv {
 /// What the evaluator knows about a job, moved into the thread-local frame during an evaluation.
 #[derive(Clone, Debug)]
 pub struct JobData {
+    /// The job's latest snapshot.
     pub snapshot: JobSnapshot,
+    /// Its progress history.
     pub series: JobSeries,
+    /// When the evaluator first saw the job; stands in for `running_since` when the job does not say.
     pub first_seen: Timestamp,
 }
 
 impl JobData {
+    /// The job as seen by one policy at `now`: its GPU count falls back to the policy's `assumeGpus`.
     pub fn view<'a>(&'a self, env: &'a PolicyEnv, now: Timestamp) -> JobView<'a> {
         JobView {
             snapshot: &self.snapshot,

@@ -27,12 +27,15 @@ pub struct JobSeries {
     pub duplicates: u64,
     /// Metric names ignored because the job already had `MAX_METRICS_PER_JOB`.
     pub dropped_metrics: u64,
+    /// `lastUpdatedTime` of the first accepted sample.
     pub first_sample_at: Option<Timestamp>,
+    /// `lastUpdatedTime` of the latest accepted sample.
     pub last_sample_at: Option<Timestamp>,
     /// When a sample last differed from the one before (a new step, progress or metric value). RHOAI's
     /// controller re-stamps `lastUpdatedTime` on every poll, and a hung pod keeps answering with its last
     /// state, so "a new sample" alone does not mean "progress"; stall detection uses this.
     pub last_progress_at: Option<Timestamp>,
+    /// The progress fields of the latest sample.
     pub last: Option<LastProgress>,
 }
 
@@ -56,6 +59,7 @@ pub enum Recorded {
 }
 
 impl JobSeries {
+    /// An empty history whose time offsets are measured from `base`.
     pub fn new(base: Timestamp) -> Self {
         JobSeries {
             base,
@@ -124,10 +128,12 @@ impl JobSeries {
         Recorded::New
     }
 
+    /// The series of a canonical metric name, if the job reported it.
     pub fn metric(&self, name: &str) -> Option<&MetricSeries> {
         self.metrics.iter().find(|(n, _)| same_name(n, name)).map(|(_, s)| s)
     }
 
+    /// The canonical names of the metrics tracked, in the order first seen.
     pub fn metric_names(&self) -> impl Iterator<Item = &str> {
         self.metrics.iter().map(|(n, _)| n.as_ref())
     }

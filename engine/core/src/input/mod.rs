@@ -55,7 +55,9 @@ pub use trainjob::from_trainjob;
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
 #[error("{path}: {message}")]
 pub struct NormalizeError {
+    /// The offending field, for example `status.trainerStatus.progressPercentage` (`$` for the root).
     pub path: String,
+    /// What is wrong with it.
     pub message: String,
 }
 

@@ -24,7 +24,9 @@ pub enum SampleSource {
 /// A metric value under its canonical name. `value` may be non-finite.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Metric {
+    /// Canonical name (aliases resolved), shared `&'static str` for known names.
     pub name: Cow<'static, str>,
+    /// The reported value.
     pub value: f64,
 }
 
@@ -33,14 +35,19 @@ pub struct Metric {
 pub struct ProgressSample {
     /// `lastUpdatedTime` of the report. Deduplication and staleness use it.
     pub updated_at: Timestamp,
+    /// Which status field the sample came from.
     pub source: SampleSource,
     /// 0–100.
     pub progress_percent: Option<f64>,
     /// Seconds the reporter expects the job still needs.
     pub eta_seconds: Option<f64>,
+    /// Training step reached.
     pub current_step: Option<f64>,
+    /// Steps the run will take.
     pub total_steps: Option<f64>,
+    /// Epoch reached.
     pub current_epoch: Option<f64>,
+    /// Epochs the run will take.
     pub total_epochs: Option<f64>,
     /// RHOAI's human summary (`"complete"`, `"failed at 62%"`, ...), kept for reasons and reports.
     pub summary: Option<String>,
@@ -81,11 +88,14 @@ pub(crate) fn same_name(a: &str, b: &str) -> bool {
 /// `namespace/name` of a TrainJob.
 #[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, serde::Serialize)]
 pub struct JobKey {
+    /// The TrainJob's namespace.
     pub namespace: String,
+    /// The TrainJob's name.
     pub name: String,
 }
 
 impl JobKey {
+    /// The key `namespace/name`.
     pub fn new(namespace: impl Into<String>, name: impl Into<String>) -> Self {
         JobKey { namespace: namespace.into(), name: name.into() }
     }
@@ -110,13 +120,18 @@ impl fmt::Display for JobKey {
 #[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
 #[serde(rename_all = "camelCase")]
 pub enum JobPhase {
+    /// Neither suspended nor finished.
     Running,
+    /// `spec.suspend` is true (by trainwarden, Kueue or a user).
     Suspended,
+    /// The `Complete` condition is true.
     Complete,
+    /// The `Failed` condition is true.
     Failed,
 }
 
 impl JobPhase {
+    /// Complete or Failed: the job will not run again.
     pub fn is_finished(self) -> bool {
         matches!(self, JobPhase::Complete | JobPhase::Failed)
     }
@@ -126,9 +141,13 @@ impl JobPhase {
 /// progress, the latest sample.
 #[derive(Clone, Debug, PartialEq)]
 pub struct JobSnapshot {
+    /// The job's `namespace/name`.
     pub key: JobKey,
+    /// `metadata.labels`, for policy selectors.
     pub labels: BTreeMap<String, String>,
+    /// `metadata.annotations`.
     pub annotations: BTreeMap<String, String>,
+    /// Where the job is in its life.
     pub phase: JobPhase,
     /// Accelerators held while running: `numNodes` × accelerators per node. `None` when the job does not say.
     pub gpus: Option<f64>,
@@ -138,6 +157,7 @@ pub struct JobSnapshot {
     pub created_at: Option<Timestamp>,
     /// When the job last started running (creation or last resume), for runtime budgets.
     pub running_since: Option<Timestamp>,
+    /// The latest progress report, `None` when the job reports none.
     pub sample: Option<ProgressSample>,
 }
 

@@ -23,12 +23,18 @@ use crate::time::Timestamp;
 #[derive(Clone, Debug, PartialEq)]
 pub enum StreamRecord {
     /// A whole TrainJob: everything about the job is replaced.
-    Object { time: Timestamp, snapshot: JobSnapshot },
+    Object {
+        /// Its sample's `lastUpdatedTime` (else its creation time), never earlier than the line before.
+        time: Timestamp,
+        /// The job as the object describes it.
+        snapshot: JobSnapshot,
+    },
     /// A compact update of a job.
     Update(Update),
 }
 
 impl StreamRecord {
+    /// When the record happened.
     pub fn time(&self) -> Timestamp {
         match self {
             StreamRecord::Object { time, .. } => *time,
@@ -36,6 +42,7 @@ impl StreamRecord {
         }
     }
 
+    /// The job the record is about.
     pub fn job(&self) -> &JobKey {
         match self {
             StreamRecord::Object { snapshot, .. } => &snapshot.key,

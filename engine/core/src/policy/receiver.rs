@@ -20,8 +20,11 @@ pub(crate) const DEFAULT_MAX_PER_MINUTE: u32 = 30;
 /// A Secret key with its namespace settled.
 #[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct SecretRef {
+    /// The Secret's namespace.
     pub namespace: String,
+    /// The Secret's name.
     pub name: String,
+    /// The key in the Secret's data.
     pub key: String,
 }
 
@@ -35,54 +38,81 @@ impl std::fmt::Display for SecretRef {
 /// A Slack channel.
 #[derive(Clone, Debug, PartialEq)]
 pub struct SlackChannel {
+    /// The Secret key holding the incoming-webhook URL.
     pub url: SecretRef,
+    /// Header, rendered once per message (group scope).
     pub title: Template,
+    /// Body, rendered once per alert (alert scope).
     pub text: Template,
 }
 
 /// An SMTP channel.
 #[derive(Clone, Debug, PartialEq)]
 pub struct EmailChannel {
+    /// SMTP server host, from `smarthost`.
     pub host: String,
+    /// SMTP server port, from `smarthost`.
     pub port: u16,
+    /// How the connection is secured.
     pub tls: SmtpTls,
+    /// Sender address.
     pub from: String,
+    /// Recipient addresses.
     pub to: Vec<String>,
+    /// SMTP user name, to log in with `password`.
     pub username: Option<String>,
+    /// The Secret key holding the SMTP password.
     pub password: Option<SecretRef>,
+    /// Subject, rendered once per message (group scope).
     pub subject: Template,
+    /// Body, rendered once per alert (alert scope).
     pub text: Template,
 }
 
 /// Where a webhook's URL comes from.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum WebhookUrl {
+    /// A URL written in the policy.
     Plain(String),
+    /// A URL read from a Secret key.
     Secret(SecretRef),
 }
 
 /// A generic webhook channel.
 #[derive(Clone, Debug, PartialEq)]
 pub struct WebhookChannel {
+    /// Where to POST: a URL written in the policy or a Secret key holding one.
     pub url: WebhookUrl,
+    /// The Secret key holding the HMAC-SHA256 key the body is signed with.
     pub hmac_key: Option<SecretRef>,
+    /// Header, rendered once per message (group scope).
     pub title: Template,
+    /// Body, rendered once per alert (alert scope).
     pub text: Template,
 }
 
 /// One receiver, ready for the notifier.
 #[derive(Clone, Debug, PartialEq)]
 pub struct CompiledReceiver {
+    /// Unique within the policy; `notify: {to: NAME}` refers to it.
     pub name: String,
     /// Sorted, deduplicated, never empty.
     pub group_by: Vec<GroupLabel>,
+    /// How long to wait after the first alert of a new group for others to join it.
     pub group_wait: PolicyDuration,
+    /// How long to wait before notifying about new alerts in a group that was already notified.
     pub group_interval: PolicyDuration,
+    /// How long to wait before repeating a notification for alerts that are still firing.
     pub repeat_interval: PolicyDuration,
+    /// Whether to notify when a rule stops firing.
     pub send_resolved: bool,
+    /// Most messages per minute; more wait in the receiver's queue.
     pub max_per_minute: u32,
+    /// Set when the receiver posts to Slack.
     pub slack: Option<SlackChannel>,
+    /// Set when the receiver sends email.
     pub email: Option<EmailChannel>,
+    /// Set when the receiver posts to a webhook.
     pub webhook: Option<WebhookChannel>,
 }
 

@@ -23,6 +23,7 @@ pub enum Mode {
 }
 
 impl Mode {
+    /// `Audit` or `Enforce`, as written in a spec.
     pub fn as_str(self) -> &'static str {
         match self {
             Mode::Audit => "Audit",
@@ -145,6 +146,7 @@ pub struct LabelSelector {
 }
 
 impl LabelSelector {
+    /// Whether the selector has no requirements (it then selects everything).
     pub fn is_empty(&self) -> bool {
         self.match_labels.is_empty() && self.match_expressions.is_empty()
     }
@@ -400,7 +402,9 @@ pub struct EventAction {
 /// Kubernetes Event types.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 pub enum EventType {
+    /// Routine: nothing needs attention.
     Normal,
+    /// Something may need attention.
     Warning,
 }
 
@@ -420,6 +424,7 @@ pub struct ClusterPolicySpec {
     /// Namespaces whose TrainJobs this policy applies to, by namespace labels. Empty selects every namespace.
     #[serde(default, skip_serializing_if = "LabelSelector::is_empty")]
     pub namespace_selector: LabelSelector,
+    /// The policy itself, its fields inlined.
     #[serde(flatten)]
     pub policy: PolicySpec,
 }
@@ -430,7 +435,10 @@ pub enum PolicyScope {
     /// A ProgressPolicy: jobs in its own namespace.
     Namespace(String),
     /// A ClusterProgressPolicy: jobs in namespaces whose labels match.
-    Cluster { namespace_selector: LabelSelector },
+    Cluster {
+        /// `spec.namespaceSelector`; empty selects every namespace.
+        namespace_selector: LabelSelector,
+    },
 }
 
 /// The two kinds of policy object. Ordered by their Kubernetes names, as the `&str` kinds were.
@@ -486,8 +494,10 @@ impl std::fmt::Display for PolicyKind {
 pub struct PolicyRef {
     /// ProgressPolicy or ClusterProgressPolicy.
     pub kind: PolicyKind,
+    /// Set for a ProgressPolicy, `None` for a ClusterProgressPolicy.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub namespace: Option<String>,
+    /// `metadata.name`.
     pub name: String,
     /// metadata.generation the rules were compiled from (0 for files).
     pub generation: i64,
@@ -592,9 +602,13 @@ pub struct ReceiverSpec {
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub enum GroupLabel {
+    /// The policy that fired.
     Policy,
+    /// The TrainJob, `namespace/name`.
     Job,
+    /// The TrainJob's namespace.
     Namespace,
+    /// The rule that fired.
     Rule,
 }
 

@@ -29,25 +29,46 @@ pub enum Scope {
 /// A template field. `FIELDS` documents each one.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub enum Field {
+    /// `firing` or `resolved` (group).
     Status,
+    /// The receiver's name (group).
     Receiver,
+    /// The policy, `namespace/name` or `name` (group).
     Policy,
+    /// The TrainJob, `namespace/name` (group).
     Job,
+    /// The TrainJob's namespace (group).
     Namespace,
+    /// The TrainJob's name (group).
     JobName,
+    /// The rules in the notification, `, `-joined (group).
     Rules,
+    /// How many alerts the notification carries (group).
     Count,
+    /// The rule's name.
     Rule,
+    /// `Audit` or `Enforce`.
     Mode,
+    /// Why the rule fired, one sentence.
     Summary,
+    /// The values behind it, `name=value, …`.
     Values,
+    /// The rule's other actions: `will suspend the TrainJob` (Enforce) or `would …` (Audit).
     Actions,
+    /// The notify action's `message`.
     Message,
+    /// When the rule fired (or resolved), RFC 3339.
     At,
+    /// The job's progress, `62%`.
     Progress,
+    /// The job's reported time to completion.
     Eta,
+    /// GPU-hours a suspension frees.
     GpuHours,
+    /// Dollars a suspension frees.
     Dollars,
+    /// Whichever is known of progress and ETA, actions and GPU time at stake, `; `-joined (empty once
+    /// resolved).
     Details,
 }
 
@@ -126,6 +147,7 @@ pub(crate) const FIELDS: &[FieldDoc] = &[
 ];
 
 impl Field {
+    /// The field's name in templates, for example `jobName`.
     pub fn name(self) -> &'static str {
         FIELDS.iter().find(|d| d.field == self).map_or("?", |d| d.name)
     }
@@ -137,6 +159,7 @@ impl Field {
 
 /// The text of every field, supplied by the renderer's caller. Fields with no value (`None`) render as `-`.
 pub trait FieldValues {
+    /// The text of `field`, or `None` when it has no value (rendered as `-`).
     fn value(&self, field: Field) -> Option<String>;
 }
 

@@ -120,9 +120,13 @@ pub struct ParamDoc {
 
 /// One catalog entry: name, what it does, its parameters, an example `with`.
 pub struct DetectorInfo {
+    /// The name rules use in `detector:`.
     pub name: &'static str,
+    /// What it detects, one sentence.
     pub summary: &'static str,
+    /// The keys it takes in `with`.
     pub params: &'static [ParamDoc],
+    /// An example `with`, as inline JSON.
     pub example: &'static str,
     build: fn(&mut Params<'_>) -> Option<Box<dyn Detector>>,
 }

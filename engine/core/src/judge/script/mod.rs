@@ -35,14 +35,23 @@ use frame::{FRAME, Frame};
 /// Explicit resource limits for rule scripts.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Limits {
+    /// Rhai operations one evaluation may run (the real bound on a script's work).
     pub max_operations: u64,
+    /// Deepest nesting of function calls.
     pub max_call_levels: usize,
+    /// Deepest nesting of expressions at the top level.
     pub max_expr_depth: usize,
+    /// Deepest nesting of expressions inside functions.
     pub max_function_expr_depth: usize,
+    /// Longest string, in bytes.
     pub max_string_size: usize,
+    /// Most elements in an array.
     pub max_array_size: usize,
+    /// Most entries in an object map.
     pub max_map_size: usize,
+    /// Most variables in scope at any instant.
     pub max_variables: usize,
+    /// Most functions a script may define.
     pub max_functions: usize,
     /// Wall-clock budget of one evaluation.
     pub deadline: std::time::Duration,
@@ -123,6 +132,7 @@ impl Default for ScriptEngine {
 }
 
 impl ScriptEngine {
+    /// A sandboxed engine under `limits`: Rhai's basic packages plus [`BUILTINS`]; no modules, no I/O.
     pub fn new(limits: Limits) -> Self {
         let mut engine = Engine::new_raw();
         for package in [
@@ -174,6 +184,7 @@ impl ScriptEngine {
         ScriptEngine { engine, limits }
     }
 
+    /// The limits scripts run under.
     pub fn limits(&self) -> &Limits {
         &self.limits
     }

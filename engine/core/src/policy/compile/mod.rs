@@ -29,8 +29,11 @@ use crate::units::duration::PolicyDuration;
 /// A policy document as read from a file or the API: identity, scope and spec.
 #[derive(Clone, Debug, PartialEq)]
 pub struct PolicyDocument {
+    /// Kind, namespace, name and generation.
     pub reference: PolicyRef,
+    /// Which jobs it may reach: its namespace, or namespaces by label.
     pub scope: PolicyScope,
+    /// The policy as written.
     pub spec: PolicySpec,
 }
 
@@ -56,12 +59,19 @@ pub struct CompiledRule {
 /// A validated policy with compiled rules.
 #[derive(Debug)]
 pub struct CompiledPolicy {
+    /// Kind, namespace, name and generation.
     pub reference: PolicyRef,
+    /// Which namespaces it reaches.
     pub scope: PolicyScope,
+    /// `spec.selector`: which TrainJobs in them it judges.
     pub selector: LabelSelector,
+    /// The policy's mode; a rule may override it.
     pub mode: Mode,
+    /// Calendar, GPU price and default GPU count, shared by every job's view.
     pub env: Arc<PolicyEnv>,
+    /// How often jobs are expected to report progress.
     pub sampling_interval: PolicyDuration,
+    /// The rules, in spec order.
     pub rules: Vec<CompiledRule>,
     /// `spec.receivers`, for the notifier.
     pub receivers: Vec<CompiledReceiver>,
