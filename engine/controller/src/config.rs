@@ -15,7 +15,9 @@ pub struct ControllerConfig {
     pub trainjob_selector: Option<String>,
     /// Leader election on a Lease; without it this replica always acts (run exactly one).
     pub leader_election: bool,
+    /// Name of the leader-election Lease.
     pub lease_name: String,
+    /// Namespace of the leader-election Lease (the chart passes the release namespace).
     pub lease_namespace: String,
     /// This replica's name in the Lease (the pod name).
     pub identity: String,
@@ -36,7 +38,10 @@ pub struct ControllerConfig {
     pub status_interval: Duration,
     /// Deadline of each API call the executor and status writer make.
     pub api_timeout: Duration,
+    /// Capacity of the channel into the evaluation loop (watch events, executor outcomes); a full one makes
+    /// the watches wait.
     pub input_queue: usize,
+    /// Capacity of the channels to the executor and to the status writer.
     pub work_queue: usize,
 }
 

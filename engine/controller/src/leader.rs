@@ -29,10 +29,12 @@ impl Leadership {
         Leadership { is_leader: rx, stop: Arc::default(), done: Arc::default() }
     }
 
+    /// Whether this replica holds the Lease now.
     pub fn is_leader(&self) -> bool {
         *self.is_leader.borrow()
     }
 
+    /// A receiver that sees every change of leadership (`true` while leading).
     pub fn subscribe(&self) -> watch::Receiver<bool> {
         self.is_leader.clone()
     }

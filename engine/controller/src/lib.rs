@@ -21,6 +21,7 @@
 //! - [`status_writer`] coalesces and writes policy status, including the rule memories that make a restart safe.
 //! - [`leader`] is Lease-based leader election; [`http`] serves `/healthz`, `/readyz` and `/metrics`.
 #![forbid(unsafe_code)]
+#![warn(missing_docs)]
 
 pub mod brain;
 pub mod config;
@@ -55,14 +56,24 @@ pub const KUEUE_QUEUE_LABEL: &str = "kueue.x-k8s.io/queue-name";
 /// Why the controller stopped.
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
+    /// Leader election on the Lease failed.
     #[error("leader election: {0}")]
     Leader(#[from] kube_lease_manager::LeaseManagerError),
+    /// The `/healthz`, `/readyz`, `/metrics` port could not be bound.
     #[error("serving {addr}: {source}")]
-    Http { addr: String, source: std::io::Error },
+    Http {
+        /// The address asked for (`config.http_addr`).
+        addr: String,
+        /// Why binding it failed.
+        source: std::io::Error,
+    },
+    /// The notifier could not be started (for example the extra CA certificates could not be read).
     #[error("starting the notifier: {0}")]
     Notifier(String),
+    /// A task (named) ended while the controller was still meant to run.
     #[error("{0} stopped unexpectedly")]
     TaskEnded(&'static str),
+    /// A CRD the controller watches (named) is not installed in the cluster.
     #[error("the {0} CRD is not installed: {1} (install it with `kubectl apply -f crds/`)")]
     MissingCrd(&'static str, kube::Error),
 }

@@ -33,7 +33,12 @@ pub enum Input {
     /// The initial list of one policy kind was delivered.
     PoliciesListed(PolicyKind),
     /// A namespace's labels (for ClusterProgressPolicy namespace selectors).
-    Namespace { name: String, labels: BTreeMap<String, String> },
+    Namespace {
+        /// Name of the namespace whose labels these are.
+        name: String,
+        /// Its labels, now (the selectors of ClusterProgressPolicies match against them).
+        labels: BTreeMap<String, String>,
+    },
     /// What the executor did with an action.
     Outcome(Box<Outcome>),
 }
@@ -41,6 +46,7 @@ pub enum Input {
 /// A watched TrainJob, read.
 #[derive(Debug)]
 pub struct JobInput {
+    /// The TrainJob's namespace and name.
     pub key: JobKey,
     /// The normalized job, or why its progress could not be read.
     pub snapshot: Result<JobSnapshot, NormalizeError>,
@@ -51,8 +57,11 @@ pub struct JobInput {
 /// A watched policy, read.
 #[derive(Debug)]
 pub struct PolicyInput {
+    /// The policy's kind, namespace and name.
     pub key: PolicyId,
+    /// `metadata.generation`, reported back as the status's observed generation.
     pub generation: i64,
+    /// The parsed spec, or why the object is not a valid policy document.
     pub document: Result<PolicyDocument, DocumentError>,
     /// The status as last written (by this controller, before a restart): holds the rule memories.
     pub status: Option<ProgressPolicyStatus>,
@@ -77,7 +86,12 @@ pub enum Work {
 #[derive(Debug)]
 pub enum ReceiverChange {
     /// The policy (a new generation of it) declares these receivers.
-    Configure { policy: PolicyRef, receivers: Vec<CompiledReceiver> },
+    Configure {
+        /// The policy that declares them.
+        policy: PolicyRef,
+        /// Its receivers, compiled; they replace the policy's previous ones.
+        receivers: Vec<CompiledReceiver>,
+    },
     /// The policy is gone.
     Remove(PolicyRef),
 }
@@ -102,12 +116,15 @@ impl Work {
 /// A Kubernetes Event to record on a TrainJob.
 #[derive(Debug)]
 pub struct TrainJobEvent {
+    /// The TrainJob the Event is recorded on.
     pub job: JobKey,
+    /// Whether the Event's type is `Warning` (a rule fired, a rule failed) rather than `Normal`.
     pub warning: bool,
     /// CamelCase, e.g. RuleFiring.
     pub reason: String,
     /// What was done, e.g. Evaluate.
     pub action: String,
+    /// The Event's message: policy, rule, state, mode, reason and values.
     pub note: String,
 }
 
@@ -115,12 +132,17 @@ pub struct TrainJobEvent {
 /// deactivates its Workload instead.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum ExecutedAction {
+    /// Set `spec.suspend: true` on the TrainJob.
     Suspend,
     /// Suspension of a Kueue-managed job: its Workload's `spec.active` set to false.
     Deactivate,
+    /// Deliver a `notify` action to the policy's receivers (or only record it, with notifications off).
     Notify,
+    /// Set the annotation the action names.
     Annotate,
+    /// Record a Kubernetes Event named by the action.
     Event,
+    /// Change `spec.trainer.numNodes` (refused where the CRD makes `spec.trainer` immutable).
     Scale,
 }
 
@@ -195,20 +217,31 @@ impl ActionResult {
 /// What the executor did with one intent, for status.
 #[derive(Clone, Debug)]
 pub struct Outcome {
+    /// The policy whose rule issued the intent.
     pub policy: PolicyId,
+    /// The TrainJob it was for.
     pub job: JobKey,
+    /// The rule that fired.
     pub rule: String,
+    /// What was done (a Kueue job's suspension is [`ExecutedAction::Deactivate`]).
     pub action: ExecutedAction,
+    /// The policy's mode when the intent was issued.
     pub mode: Mode,
+    /// How it ended.
     pub result: ActionResult,
+    /// Why, for status and logs (e.g. `this action was already performed`); empty when nothing needs saying.
     pub message: String,
+    /// When the intent was issued (the firing's time, not when the executor finished).
     pub at: Timestamp,
+    /// What the job's suspension frees (GPU-hours, dollars), copied from the intent; `None` when not known.
     pub savings: Option<Savings>,
 }
 
 /// A policy's new status, for the status writer.
 #[derive(Debug)]
 pub struct StatusUpdate {
+    /// The policy the status belongs to.
     pub key: PolicyId,
+    /// The full status to apply; the default (empty) status means the policy is gone.
     pub status: ProgressPolicyStatus,
 }

@@ -16,6 +16,7 @@ use crate::messages::{ActionResult, ExecutedAction};
 /// Labels of `trainwarden_actions`.
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct ActionLabels {
+    /// What was done: the executed action, or `event_record`.
     pub action: ActionLabel,
     /// Audit or Enforce; `-` for Event records.
     pub mode: ModeLabel,
@@ -26,7 +27,9 @@ pub struct ActionLabels {
 /// The `action` label: what the executor did, or `event_record` for a Kubernetes Event it recorded.
 #[derive(Clone, Copy, Debug, Hash, PartialEq, Eq)]
 pub enum ActionLabel {
+    /// An action the executor performed or reported.
     Executed(ExecutedAction),
+    /// A Kubernetes Event the executor recorded on a TrainJob (firing, resolution, rule error, exemption).
     EventRecord,
 }
 
@@ -37,12 +40,19 @@ pub struct ModeLabel(pub Option<Mode>);
 /// The Kubernetes API calls the executor and the status writer make, and the TrainJob watch (its errors).
 #[derive(Clone, Copy, Debug, Hash, PartialEq, Eq)]
 pub enum ApiOperation {
+    /// `get_trainjob`: reading a TrainJob before acting on it.
     GetTrainjob,
+    /// `patch_trainjob`: a patch of a TrainJob (suspend, annotate, scale and its dry run).
     PatchTrainjob,
+    /// `list_workloads`: finding a Kueue-managed TrainJob's Workload.
     ListWorkloads,
+    /// `patch_workload`: deactivating a Workload.
     PatchWorkload,
+    /// `create_event`: recording a Kubernetes Event.
     CreateEvent,
+    /// `patch_policy_status`: a policy status write.
     PatchPolicyStatus,
+    /// `watch_trainjobs`: the TrainJob watch (only its errors are counted).
     WatchTrainjobs,
 }
 
@@ -64,6 +74,7 @@ impl ApiOperation {
 /// Labels of `trainwarden_api_requests` and `trainwarden_api_errors`.
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct OperationLabels {
+    /// Which API call.
     pub operation: ApiOperation,
 }
 
@@ -79,6 +90,7 @@ pub enum InvalidInput {
 /// Labels of `trainwarden_invalid_inputs`.
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct InvalidInputLabels {
+    /// Which kind of object.
     pub input: InvalidInput,
 }
 
@@ -94,19 +106,25 @@ pub enum DroppedWork {
 /// Labels of `trainwarden_work_dropped`.
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct DroppedWorkLabels {
+    /// Why it was dropped.
     pub reason: DroppedWork,
 }
 
 /// Labels of `trainwarden_firings`.
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct ModeLabels {
+    /// Policy mode of the rule that started firing.
     pub mode: ModeLabel,
 }
 
+/// Labels of `trainwarden_notifications`: deliveries of one policy's receiver channel, by result.
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct NotificationLabels {
+    /// The policy, as `kind/namespace/name` (`kind/name` for a ClusterProgressPolicy).
     pub policy: String,
+    /// The receiver's name in the policy.
     pub receiver: String,
+    /// `slack`, `email` or `webhook`.
     pub channel: String,
     /// sent, failed, retried, dropped.
     pub result: String,
@@ -115,16 +133,20 @@ pub struct NotificationLabels {
 /// How a policy status write ended.
 #[derive(Clone, Copy, Debug, Hash, PartialEq, Eq)]
 pub enum StatusWrite {
+    /// Applied.
     Done,
     /// The policy no longer exists.
     Gone,
+    /// The API call failed (retried on the next 5 s beat).
     Failed,
+    /// The API call did not return within the API timeout (retried on the next 5 s beat).
     Timeout,
 }
 
 /// Labels of `trainwarden_status_writes`.
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct ResultLabels {
+    /// How the write ended.
     pub result: StatusWrite,
 }
 
@@ -167,19 +189,33 @@ label_value! {
 /// Every metric the controller exports.
 pub struct Metrics {
     registry: Registry,
+    /// `trainwarden_samples`: progress samples received from TrainJob watch events.
     pub samples: Counter,
+    /// `trainwarden_evaluations`: evaluator runs (a watch event or a timer).
     pub evaluations: Counter,
+    /// `trainwarden_evaluation_seconds`: how long one evaluator run took, in seconds (decoding excluded).
     pub evaluation_seconds: Histogram,
+    /// `trainwarden_firings`: rules that started firing, by mode.
     pub firings: Family<ModeLabels, Counter>,
+    /// `trainwarden_actions`: actions and Event records by kind, mode and result.
     pub actions: Family<ActionLabels, Counter>,
+    /// `trainwarden_api_errors`: Kubernetes API calls that failed or timed out, by operation.
     pub api_errors: Family<OperationLabels, Counter>,
+    /// `trainwarden_api_requests`: Kubernetes API requests of the executor and status writer (not watches).
     pub api_requests: Family<OperationLabels, Counter>,
+    /// `trainwarden_status_writes`: policy status writes by result.
     pub status_writes: Family<ResultLabels, Counter>,
+    /// `trainwarden_invalid_inputs`: watched objects that could not be read, by kind.
     pub invalid_inputs: Family<InvalidInputLabels, Counter>,
+    /// `trainwarden_work_dropped`: work the evaluation loop produced that never reached its destination.
     pub work_dropped: Family<DroppedWorkLabels, Counter>,
+    /// `trainwarden_notifications`: deliveries since start (a gauge set from the notifier's counters).
     pub notifications: Family<NotificationLabels, Gauge>,
+    /// `trainwarden_jobs`: TrainJobs tracked now.
     pub jobs: Gauge,
+    /// `trainwarden_policies`: valid policies loaded now.
     pub policies: Gauge,
+    /// `trainwarden_leader`: 1 while this replica holds the leader Lease, else 0.
     pub leader: Gauge,
 }
 
@@ -190,6 +226,7 @@ impl Default for Metrics {
 }
 
 impl Metrics {
+    /// Every metric at zero, registered under the `trainwarden_` prefix.
     pub fn new() -> Self {
         let mut registry = Registry::with_prefix("trainwarden");
         let samples = Counter::default();
@@ -264,22 +301,27 @@ impl Metrics {
         }
     }
 
+    /// Counts one action (or Event record) in `trainwarden_actions`.
     pub fn action(&self, action: ActionLabel, mode: ModeLabel, result: ActionResult) {
         self.actions.get_or_create(&ActionLabels { action, mode, result }).inc();
     }
 
+    /// Counts a failed or timed-out API call in `trainwarden_api_errors`.
     pub fn api_error(&self, operation: ApiOperation) {
         self.api_errors.get_or_create(&OperationLabels { operation }).inc();
     }
 
+    /// Counts an API request in `trainwarden_api_requests`.
     pub fn api_request(&self, operation: ApiOperation) {
         self.api_requests.get_or_create(&OperationLabels { operation }).inc();
     }
 
+    /// Counts an unreadable watched object in `trainwarden_invalid_inputs`.
     pub fn invalid(&self, input: InvalidInput) {
         self.invalid_inputs.get_or_create(&InvalidInputLabels { input }).inc();
     }
 
+    /// Counts dropped work in `trainwarden_work_dropped`.
     pub fn dropped(&self, reason: DroppedWork) {
         self.work_dropped.get_or_create(&DroppedWorkLabels { reason }).inc();
     }

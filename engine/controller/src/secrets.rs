@@ -13,6 +13,7 @@ pub struct KubeSecrets {
 }
 
 impl KubeSecrets {
+    /// A resolver that reads Secrets with `client` (its service account needs `get` on `secrets`).
     pub fn new(client: kube::Client) -> Self {
         KubeSecrets { client }
     }

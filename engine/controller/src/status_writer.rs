@@ -21,6 +21,8 @@ use crate::leader::Leadership;
 use crate::messages::StatusUpdate;
 use crate::metrics::{ApiOperation, Metrics, ResultLabels, StatusWrite};
 
+/// Writes policy status (server-side apply of the status subresource), on the leader only: the latest status
+/// of each policy, skipping writes that would change nothing, retrying failed ones every 5 s.
 pub struct StatusWriter {
     client: Client,
     metrics: Arc<Metrics>,
@@ -31,6 +33,7 @@ pub struct StatusWriter {
 }
 
 impl StatusWriter {
+    /// A writer whose API calls time out after `config.api_timeout`.
     pub fn new(client: Client, config: &ControllerConfig, metrics: Arc<Metrics>, leader: Leadership) -> Self {
         StatusWriter {
             client,
@@ -42,6 +45,7 @@ impl StatusWriter {
         }
     }
 
+    /// Writes the statuses received on `updates` until the channel closes; rewrites all on becoming leader.
     pub async fn run(mut self, mut updates: mpsc::Receiver<StatusUpdate>) {
         // `None` once leadership can no longer change (leader election off): nothing to wait for then.
         let mut leadership = Some(self.leader.subscribe());

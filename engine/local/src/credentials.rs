@@ -24,6 +24,7 @@ pub struct Credentials {
     pub ca_pem: String,
     /// The bearer token the endpoint accepts.
     pub token: String,
+    /// The endpoint's TLS configuration: the serving certificate and chain, HTTP/1.1 only.
     pub tls: Arc<rustls::ServerConfig>,
 }
 
@@ -70,12 +71,16 @@ impl Credentials {
 
 /// A directory only this user can read, removed on drop, holding `ca.crt` and `token`.
 pub struct RunDir {
+    /// The directory itself (`$TMPDIR/trainwarden-watch-<random>`, mode 0700).
     pub path: PathBuf,
+    /// `ca.crt` in it: the CA as PEM; the command gets its path in `KUBEFLOW_TRAINER_SERVER_CA_CERT`.
     pub ca_file: PathBuf,
+    /// `token` in it: the bearer token; the command gets its path in `KUBEFLOW_TRAINER_SERVER_TOKEN`.
     pub token_file: PathBuf,
 }
 
 impl RunDir {
+    /// Creates the directory and writes the CA and the token into it (files mode 0600, never overwritten).
     pub fn create(credentials: &Credentials) -> Result<RunDir, String> {
         let mut random = [0u8; 8];
         getrandom::fill(&mut random).map_err(|e| format!("reading random bytes: {e}"))?;

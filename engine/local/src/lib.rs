@@ -12,6 +12,7 @@
 //! * [`recorder`]: the run as a replayable stream; [`watch`](mod@watch): the driver that ties them together;
 //! * [`notify`]: `notify` actions delivered through the notifications crate (`--notify`).
 #![forbid(unsafe_code)]
+#![warn(missing_docs)]
 
 pub mod credentials;
 pub mod notify;

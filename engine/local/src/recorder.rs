@@ -80,6 +80,7 @@ impl Recorder {
         Ok(recorder)
     }
 
+    /// The file being written, if the run is recorded (`--record`).
     pub fn path(&self) -> Option<&Path> {
         self.file.as_ref().map(|(p, _)| p.as_path())
     }

@@ -25,6 +25,7 @@ const READ_TIMEOUT: Duration = Duration::from_secs(10);
 /// An accepted `trainerStatus` (in its stored form), for the evaluator.
 #[derive(Debug)]
 pub struct AcceptedUpdate {
+    /// The `trainerStatus` object as the endpoint echoed it back to the command.
     pub trainer_status: Value,
 }
 
@@ -36,6 +37,7 @@ struct State {
 
 /// A running endpoint. Dropping it stops accepting connections.
 pub struct StatusServer {
+    /// The address the endpoint listens on (with the port actually bound when port 0 was asked for).
     pub addr: SocketAddr,
     task: tokio::task::JoinHandle<()>,
 }

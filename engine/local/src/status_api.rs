@@ -37,7 +37,9 @@ pub fn status_path(job: &JobKey) -> String {
 /// A response: status code and JSON body (Go's encoder ends it with a newline).
 #[derive(Clone, Debug, PartialEq)]
 pub struct Reply {
+    /// HTTP status code.
     pub status: u16,
+    /// Response body: the echoed object on success, a Kubernetes `Status` (`Failure`) on error.
     pub body: String,
     /// The accepted `trainerStatus` (as stored: the echo's), for the evaluator. `None` for errors and for
     /// requests without a `trainerStatus`.
@@ -56,18 +58,22 @@ impl Reply {
         Reply { status: code, body: go_json(&body), accepted: None }
     }
 
+    /// 413 `RequestEntityTooLarge`: the body is over [`MAX_BODY_BYTES`].
     pub fn payload_too_large() -> Reply {
         Reply::failure("Payload too large", "RequestEntityTooLarge", 413)
     }
 
+    /// 404 `NotFound`: a request that is not a TrainJob status update (method or path).
     pub fn not_found() -> Reply {
         Reply::failure("Not found", "NotFound", 404)
     }
 
+    /// 403 `Forbidden`: a missing or wrong bearer token.
     pub fn forbidden() -> Reply {
         Reply::failure("Forbidden", "Forbidden", 403)
     }
 
+    /// 422 `Invalid`: a body Go's decoder would reject (not JSON, wrong types) or that could not be read.
     pub fn invalid_payload() -> Reply {
         Reply::failure("Invalid payload", "Invalid", 422)
     }

@@ -20,6 +20,7 @@ pub struct Supervised {
 /// Why a command could not be started, with the exit code a shell would use.
 #[derive(Debug)]
 pub struct SpawnError {
+    /// What went wrong, for the user (e.g. `cannot run train.py: No such file or directory`).
     pub message: String,
     /// 127: not found; 126: found but not executable.
     pub exit_code: u8,
@@ -34,7 +35,9 @@ impl fmt::Display for SpawnError {
 /// How the command ended.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Exit {
+    /// It exited with this status code.
     Code(i32),
+    /// It was killed by this signal number.
     Signal(i32),
 }
 
@@ -56,6 +59,7 @@ impl Exit {
         }
     }
 
+    /// Whether it exited with code 0.
     pub fn success(self) -> bool {
         self == Exit::Code(0)
     }
@@ -113,6 +117,7 @@ impl Supervised {
 pub struct ProcessGroup(Pid);
 
 impl ProcessGroup {
+    /// The process group id (the command's pid).
     pub fn id(self) -> i32 {
         self.0.as_raw()
     }

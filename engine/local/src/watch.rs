@@ -81,15 +81,19 @@ impl Notifier for ReportOnly {
 
 /// Everything a watch needs.
 pub struct WatchOptions {
+    /// The compiled policies to evaluate; those that select [`job`](Self::job) apply.
     pub policies: Vec<CompiledPolicy>,
+    /// Script limits and other evaluator settings shared by every policy.
     pub engine: EngineConfig,
     /// The TrainJob the command reports as (namespace and name in the endpoint URL).
     pub job: JobKey,
+    /// The job's labels, which the policies' selectors match against (`--label`).
     pub labels: BTreeMap<String, String>,
     /// Accelerators the command holds, for savings (`None`: the policy's `assumeGpus`).
     pub gpus: Option<f64>,
     /// SIGTERM → SIGKILL.
     pub grace_period: StdDuration,
+    /// Where to write the run as a replayable stream (`--record`); `None` records nothing.
     pub record: Option<PathBuf>,
     /// Address for the endpoint; port 0 picks a free one.
     pub listen: SocketAddr,
@@ -105,16 +109,37 @@ pub enum Ending {
     /// It ran to its end.
     Finished(Exit),
     /// An enforced `suspend` stopped it.
-    Suspended { policy: String, rule: String, at: Timestamp, exit: Exit, killed: bool },
+    Suspended {
+        /// The policy whose rule suspended the job.
+        policy: String,
+        /// The rule that fired.
+        rule: String,
+        /// When the suspension was issued (the wall clock of the firing).
+        at: Timestamp,
+        /// How the command exited once signalled.
+        exit: Exit,
+        /// Whether it had to be killed (SIGKILL) after the grace period or a second signal.
+        killed: bool,
+    },
     /// trainwarden was interrupted (Ctrl-C, SIGTERM) and stopped it.
-    Interrupted { signal: &'static str, exit: Exit, killed: bool },
+    Interrupted {
+        /// The signal trainwarden received (`SIGINT` or `SIGTERM`).
+        signal: &'static str,
+        /// How the command exited once signalled.
+        exit: Exit,
+        /// Whether it had to be killed (SIGKILL) after the grace period or a second signal.
+        killed: bool,
+    },
 }
 
 /// What a watch did.
 #[derive(Debug)]
 pub struct Outcome {
+    /// Why the command stopped.
     pub ending: Ending,
+    /// Every event the evaluator emitted, in order (firings, resolutions, actions).
     pub events: Vec<Event>,
+    /// Totals as `replay` prints them (records, firings, intents, savings).
     pub summary: Summary,
 }
 
@@ -142,7 +167,9 @@ impl Outcome {
 /// A failure of trainwarden itself, with the exit status to use.
 #[derive(Debug)]
 pub struct WatchError {
+    /// What went wrong, for the user.
     pub message: String,
+    /// The status `trainwarden watch` exits with.
     pub exit_code: u8,
 }
 

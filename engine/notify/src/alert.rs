@@ -16,11 +16,14 @@ use trainwarden_core::{JobKey, Timestamp};
 #[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
 #[serde(rename_all = "camelCase")]
 pub enum AlertStatus {
+    /// The rule is firing (or, in a reminder, still firing).
     Firing,
+    /// The rule stopped firing, or its job was resumed or deleted.
     Resolved,
 }
 
 impl AlertStatus {
+    /// `firing` or `resolved`, as in templates and the webhook payload.
     pub fn as_str(self) -> &'static str {
         match self {
             AlertStatus::Firing => "firing",
@@ -54,28 +57,42 @@ impl JobProgress {
 /// Identity of an alert: one rule on one job under one policy (any generation).
 #[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct AlertKey {
+    /// The policy (kind, namespace, name), whatever its generation.
     pub policy: PolicyId,
+    /// The rule's name in the policy.
     pub rule: String,
+    /// The TrainJob the rule fires on.
     pub job: JobKey,
 }
 
 /// One alert in a notification.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Alert {
+    /// The policy and generation whose rule fired.
     pub policy: PolicyRef,
+    /// The rule's name in the policy.
     pub rule: String,
+    /// The TrainJob the rule fired on.
     pub job: JobKey,
+    /// Firing or resolved.
     pub status: AlertStatus,
+    /// The policy's mode when the rule fired (in Audit mode nothing was done).
     pub mode: Mode,
+    /// The rule's reason, e.g. `loss has not improved by more than 0.001 for 97 samples`.
     pub summary: String,
+    /// The values the rule's condition saw, by name (e.g. `loss`, `best`).
     pub values: BTreeMap<String, f64>,
     /// The rule's other actions of this firing, as `(kind, description)`.
     pub actions: Vec<(String, String)>,
     /// The notify action's `message`.
     pub message: Option<String>,
+    /// When the rule started firing.
     pub fired_at: Timestamp,
+    /// When it stopped firing; `None` while it fires.
     pub resolved_at: Option<Timestamp>,
+    /// The job's progress and ETA when the rule fired, if it reported any.
     pub progress: Option<JobProgress>,
+    /// What the firing's suspension frees (GPU-hours, dollars), when known.
     pub savings: Option<Savings>,
     /// The notify intent's id (stable per firing), for receivers that deduplicate.
     pub intent_id: String,
@@ -104,6 +121,7 @@ impl Alert {
         Some((alert, notify.to.clone()))
     }
 
+    /// This alert's identity, which grouping and deduplication key on.
     pub fn key(&self) -> AlertKey {
         AlertKey { policy: PolicyId::from(&self.policy), rule: self.rule.clone(), job: self.job.clone() }
     }
@@ -208,14 +226,19 @@ pub fn fmt_seconds(seconds: f64) -> String {
 
 /// Template values of one alert inside its group.
 pub struct AlertFields<'a> {
+    /// The group the alert belongs to (receiver, status, the other alerts).
     pub group: &'a GroupFields<'a>,
+    /// The alert itself: rule, mode, summary, values, actions, progress, savings.
     pub alert: &'a Alert,
 }
 
 /// Template values of a whole group.
 pub struct GroupFields<'a> {
+    /// The receiver's name in the policy.
     pub receiver: &'a str,
+    /// Firing if any alert in the group fires, else resolved.
     pub status: AlertStatus,
+    /// The group's alerts, firing ones first.
     pub alerts: &'a [Alert],
 }
 

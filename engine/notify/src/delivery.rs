@@ -21,7 +21,9 @@ use crate::send::{ChannelKind, SendError, Sender};
 /// Retry and queue settings.
 #[derive(Clone, Debug)]
 pub struct RetryPolicy {
+    /// The pause before the first retry (default 1 s); each further one doubles it.
     pub initial_backoff: StdDuration,
+    /// The longest pause between two attempts (default 5 min).
     pub max_backoff: StdDuration,
     /// A message still failing this long after it was queued is given up (counted `failed`).
     pub give_up_after: StdDuration,
@@ -49,9 +51,13 @@ impl RetryPolicy {
 /// Counters of one receiver channel. `sent`, `failed`, `retried` and `dropped` only grow.
 #[derive(Debug, Default)]
 pub struct Counters {
+    /// Messages delivered (the receiver answered 2xx or the SMTP server accepted it).
     pub sent: AtomicU64,
+    /// Messages given up: a permanent failure, or still failing after `give_up_after`.
     pub failed: AtomicU64,
+    /// Failed attempts that were retried (one message may count several times).
     pub retried: AtomicU64,
+    /// Messages never attempted: the queue was full, or shutdown's deadline passed first.
     pub dropped: AtomicU64,
     /// Waiting in the queue or being delivered.
     pub queued: AtomicU64,
@@ -59,12 +65,14 @@ pub struct Counters {
 }
 
 impl Counters {
+    /// Keeps `message` as the channel's last error (for status).
     pub fn record_error(&self, message: String) {
         if let Ok(mut last) = self.last_error.lock() {
             *last = Some(message);
         }
     }
 
+    /// The channel's most recent delivery error, if any (redacted: no secret values).
     pub fn last_error(&self) -> Option<String> {
         self.last_error.lock().ok().and_then(|l| l.clone())
     }
@@ -72,7 +80,9 @@ impl Counters {
 
 /// One message in a queue.
 pub struct Queued {
+    /// The grouped, rendered-on-send message.
     pub notification: Arc<Notification>,
+    /// When it was queued (for `give_up_after`).
     pub queued_at: Instant,
 }
 

@@ -30,7 +30,9 @@ use trainwarden_core::PolicyId;
 /// Bounds on what the grouper holds, so a flood of jobs cannot exhaust memory.
 #[derive(Clone, Copy, Debug)]
 pub struct GroupLimits {
+    /// Most groups one receiver holds (default 10 000); an alert that would open another is refused.
     pub max_groups_per_receiver: usize,
+    /// Most alerts one group holds (default 500); a further alert is refused.
     pub max_alerts_per_group: usize,
 }
 
@@ -43,15 +45,19 @@ impl Default for GroupLimits {
 /// One message to deliver: a group's alerts at one moment.
 #[derive(Clone, Debug)]
 pub struct Notification {
+    /// The policy whose receiver this is for.
     pub policy: PolicyRef,
+    /// The receiver: channels, templates, grouping settings.
     pub receiver: Arc<CompiledReceiver>,
     /// `receiver{label="value",…}`, stable for the group's lifetime.
     pub group_key: String,
+    /// The `groupBy` labels and their values for this group, e.g. `job=fraud/ft-llama`.
     pub group_labels: Vec<(GroupLabel, String)>,
     /// Firing if any alert is firing.
     pub status: AlertStatus,
     /// Firing alerts first, then resolved ones; each in (rule, job) order.
     pub alerts: Vec<Alert>,
+    /// When the group was flushed into this message (the grouper's `now`).
     pub created_at: Timestamp,
     /// Nothing changed since the last message: a `repeatInterval` reminder.
     pub repeat: bool,
@@ -60,10 +66,26 @@ pub struct Notification {
 /// Why an alert was not taken.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
 pub enum Refused {
+    /// The `notify` action names a receiver the policy does not declare.
     #[error("policy {policy} has no receiver named {receiver:?}")]
-    UnknownReceiver { policy: String, receiver: String },
+    UnknownReceiver {
+        /// The policy, as printed (kind, namespace, name).
+        policy: String,
+        /// The receiver name the action gave.
+        receiver: String,
+    },
+    /// The receiver is at a [`GroupLimits`] bound; the alert is dropped.
     #[error("receiver {receiver:?} of policy {policy} holds its maximum of {limit} {what}; alert dropped")]
-    Full { policy: String, receiver: String, what: &'static str, limit: usize },
+    Full {
+        /// The policy, as printed (kind, namespace, name).
+        policy: String,
+        /// The receiver's name.
+        receiver: String,
+        /// Which bound: `groups` or `alerts in one group`.
+        what: &'static str,
+        /// The bound's value.
+        limit: usize,
+    },
 }
 
 #[derive(Debug)]
@@ -110,6 +132,7 @@ fn after(t: Timestamp, d: PolicyDuration) -> Timestamp {
 }
 
 impl Grouper {
+    /// An empty grouper that holds at most what `limits` allow.
     pub fn new(limits: GroupLimits) -> Self {
         Grouper { receivers: BTreeMap::new(), context: HashMap::new(), limits }
     }

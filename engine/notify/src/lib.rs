@@ -56,6 +56,7 @@
 //!
 //! Fields are only ever added within a version; consumers should ignore unknown fields.
 #![forbid(unsafe_code)]
+#![warn(missing_docs)]
 
 pub mod alert;
 pub mod delivery;

@@ -30,8 +30,11 @@ use trainwarden_core::PolicyId;
 pub struct NotifierConfig {
     /// Messages per receiver channel waiting for delivery; more are dropped (and counted).
     pub queue_capacity: usize,
+    /// Retries and backoff of each channel's worker.
     pub retry: RetryPolicy,
+    /// Bounds on the groups and alerts the grouper holds.
     pub limits: GroupLimits,
+    /// Per-attempt settings: timeout, extra CA roots.
     pub send: SendConfig,
 }
 
@@ -49,10 +52,20 @@ impl Default for NotifierConfig {
 /// Why [`Notifier::submit`] did not take an intent. Every case is also counted.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
 pub enum SubmitError {
+    /// The grouper refused the alert: an unknown receiver, or one at its limits.
     #[error(transparent)]
     Refused(#[from] Refused),
+    /// A channel of the receiver has no room in its queue (see [`NotifierConfig::queue_capacity`]).
     #[error("the queue of receiver {receiver:?} ({channel}) of policy {policy} is full; alert dropped")]
-    QueueFull { policy: String, receiver: String, channel: &'static str },
+    QueueFull {
+        /// The policy, as printed (kind, namespace, name).
+        policy: String,
+        /// The receiver's name.
+        receiver: String,
+        /// The full channel: `slack`, `email` or `webhook`.
+        channel: &'static str,
+    },
+    /// [`Notifier::shutdown`] has been called; nothing more is taken.
     #[error("the notifier is shut down")]
     ShutDown,
 }
@@ -61,16 +74,26 @@ pub enum SubmitError {
 #[derive(Clone, Debug, PartialEq, Eq, serde::Serialize)]
 #[serde(rename_all = "camelCase")]
 pub struct ChannelStats {
+    /// Kind of the policy that declares the receiver.
     pub policy_kind: PolicyKind,
+    /// Namespace of that policy; `None` for a ClusterProgressPolicy.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub policy_namespace: Option<String>,
+    /// Name of that policy.
     pub policy_name: String,
+    /// The receiver's name in the policy.
     pub receiver: String,
+    /// Slack, email or webhook.
     pub channel: ChannelKind,
+    /// Messages delivered, since start.
     pub sent: u64,
+    /// Messages given up (permanent failure, or still failing after the retry limit), since start.
     pub failed: u64,
+    /// Failed attempts that were retried, since start (one message may count several times).
     pub retried: u64,
+    /// Messages never attempted (queue full, shutdown), since start.
     pub dropped: u64,
+    /// Messages waiting in the queue or being delivered, now.
     pub queued: u64,
     /// The last delivery error (secret-free), if any.
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -82,6 +105,7 @@ pub struct ChannelStats {
 pub struct ShutdownReport {
     /// Workers still busy at the deadline (their remaining messages are counted as dropped).
     pub unfinished_workers: usize,
+    /// Messages those workers still held, now counted as dropped.
     pub dropped: u64,
 }
 

@@ -39,6 +39,7 @@ fn event_time(event: &Event) -> Timestamp {
 }
 
 impl OfflineNotifications {
+    /// A grouper configured with every receiver of `policies` (default limits), holding no notifications yet.
     pub fn new(policies: &[CompiledPolicy]) -> Self {
         let mut grouper = Grouper::new(GroupLimits::default());
         for p in policies {
@@ -161,9 +162,13 @@ pub fn notification_json(n: &Notification) -> Value {
 
 /// The outcome of sending one notification on one channel.
 pub struct SendOutcome {
+    /// Position of the notification in the slice given to [`send_all`].
     pub index: usize,
+    /// Its receiver's name.
     pub receiver: String,
+    /// The channel it was sent on.
     pub channel: ChannelKind,
+    /// `Ok` once delivered, or the last attempt's error.
     pub result: Result<(), SendError>,
 }
 

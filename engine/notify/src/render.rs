@@ -19,12 +19,14 @@ const SLACK_HEADER_CHARS: usize = 150;
 /// A message rendered with one channel's templates.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Rendered {
+    /// The rendered title (Slack header, email subject), on one line.
     pub title: String,
     /// One rendered `text` per alert, in the notification's order.
     pub alert_texts: Vec<String>,
 }
 
 impl Rendered {
+    /// Renders `title` once for `n`'s group and `text` once per alert, as `n`'s receiver would send them.
     pub fn new(n: &Notification, title: &Template, text: &Template) -> Rendered {
         let group = GroupFields { receiver: &n.receiver.name, status: n.status, alerts: &n.alerts };
         // A title is one line (a subject header cannot hold a newline).

@@ -22,6 +22,7 @@ use trainwarden_core::SecretRef;
 pub struct SecretValue(String);
 
 impl SecretValue {
+    /// A value as given (no checks: for tests and for values that did not come from a Secret store).
     pub fn new(value: impl Into<String>) -> Self {
         SecretValue(value.into())
     }
@@ -53,24 +54,51 @@ impl fmt::Display for SecretValue {
 /// Why a reference could not be resolved. Messages name the reference, never a value.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
 pub enum SecretError {
+    /// No such Secret, key, variable or file. Not retried.
     #[error("secret {reference} not found: {detail}")]
-    NotFound { reference: String, detail: String },
+    NotFound {
+        /// The reference, as `namespace/name[key]`.
+        reference: String,
+        /// Where it was looked for, e.g. `environment variable … is not set`.
+        detail: String,
+    },
+    /// The value is not UTF-8. Not retried.
     #[error("secret {reference} is not valid UTF-8 text")]
-    NotText { reference: String },
+    NotText {
+        /// The reference, as `namespace/name[key]`.
+        reference: String,
+    },
+    /// The value is empty (or only a newline). Not retried.
     #[error("secret {reference} is empty")]
-    Empty { reference: String },
+    Empty {
+        /// The reference, as `namespace/name[key]`.
+        reference: String,
+    },
+    /// The store could not be read now (an I/O or API error); retried.
     #[error("secret {reference} could not be read: {detail}")]
-    Unavailable { reference: String, detail: String },
+    Unavailable {
+        /// The reference, as `namespace/name[key]`.
+        reference: String,
+        /// What failed (never a value).
+        detail: String,
+    },
     /// The API server refused to show the Secret (401/403: missing RBAC). Not retried: waiting does not
     /// grant permissions.
     #[error("secret {reference} may not be read: {detail}")]
-    Forbidden { reference: String, detail: String },
+    Forbidden {
+        /// The reference, as `namespace/name[key]`.
+        reference: String,
+        /// The API server's reason.
+        detail: String,
+    },
 }
 
+/// What [`SecretResolver::resolve`] returns: a boxed future of the value, so the trait stays object-safe.
 pub type SecretFuture<'a> = Pin<Box<dyn Future<Output = Result<SecretValue, SecretError>> + Send + 'a>>;
 
 /// Turns a Secret reference into its value.
 pub trait SecretResolver: Send + Sync + 'static {
+    /// Looks `reference` up; errors name the reference, never a value.
     fn resolve<'a>(&'a self, reference: &'a SecretRef) -> SecretFuture<'a>;
 }
 
@@ -92,6 +120,7 @@ fn checked(reference: &SecretRef, bytes: Vec<u8>) -> Result<SecretValue, SecretE
 pub struct EnvSecrets;
 
 impl EnvSecrets {
+    /// The variable that holds `reference`'s value, e.g. `TRAINWARDEN_SECRET_FRAUD_SLACK_HOOK_URL`.
     pub fn variable(reference: &SecretRef) -> String {
         let part = |s: &str| {
             s.chars()
@@ -127,14 +156,17 @@ impl SecretResolver for EnvSecrets {
 /// Secrets from files laid out like mounted Secret volumes: `<root>/<namespace>/<name>/<key>`.
 #[derive(Clone, Debug)]
 pub struct FileSecrets {
+    /// The directory holding `<namespace>/<name>/<key>` files (`--secrets-dir`).
     pub root: PathBuf,
 }
 
 impl FileSecrets {
+    /// Files under `root`.
     pub fn new(root: impl Into<PathBuf>) -> Self {
         FileSecrets { root: root.into() }
     }
 
+    /// The file for `reference`; `None` when a part is empty, `.`, `..` or holds a path separator.
     pub fn path(&self, reference: &SecretRef) -> Option<PathBuf> {
         // Names come from policies: refuse anything that could step out of the root.
         let safe = |s: &str| !s.is_empty() && s != "." && s != ".." && !s.contains(['/', '\\', '\0']);
@@ -171,6 +203,7 @@ impl SecretResolver for FileSecrets {
 /// is given.
 #[derive(Clone, Debug, Default)]
 pub struct LocalSecrets {
+    /// Where to look when the environment has no value (`--secrets-dir`); `None`: the environment only.
     pub files: Option<FileSecrets>,
 }
 

@@ -30,12 +30,16 @@ pub const SIGNATURE_HEADER: &str = "X-Trainwarden-Signature";
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, serde::Serialize)]
 #[serde(rename_all = "camelCase")]
 pub enum ChannelKind {
+    /// Slack incoming webhook (Block Kit).
     Slack,
+    /// Email over SMTP.
     Email,
+    /// Generic webhook (the JSON payload, optionally HMAC-signed).
     Webhook,
 }
 
 impl ChannelKind {
+    /// `slack`, `email` or `webhook`, as in metrics, status and logs.
     pub fn as_str(self) -> &'static str {
         match self {
             ChannelKind::Slack => "slack",
@@ -48,13 +52,17 @@ impl ChannelKind {
 /// Why an attempt failed.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
 pub enum SendError {
+    /// Worth trying again later: HTTP 5xx, 408, 429, timeouts, connection and TLS errors, SMTP 4xx, an
+    /// unreadable Secret.
     #[error("{0} (will retry)")]
     Retryable(String),
+    /// Retrying would not help: other HTTP 4xx, SMTP 5xx, a missing, forbidden or unusable Secret.
     #[error("{0} (not retried)")]
     Permanent(String),
 }
 
 impl SendError {
+    /// Whether the delivery worker should retry after this.
     pub fn is_retryable(&self) -> bool {
         matches!(self, SendError::Retryable(_))
     }
@@ -89,6 +97,8 @@ pub fn install_crypto_provider() {
 }
 
 impl Sender {
+    /// A sender with `config`'s timeout and CA roots that resolves Secrets through `secrets`; fails on an
+    /// unusable extra CA certificate.
     pub fn new(config: SendConfig, secrets: Arc<dyn SecretResolver>) -> Result<Sender, String> {
         install_crypto_provider();
         let mut builder = reqwest::Client::builder()

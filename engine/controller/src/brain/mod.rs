@@ -31,6 +31,8 @@ use crate::metrics::{DroppedWork, InvalidInput, Metrics, ModeLabel, ModeLabels};
 use books::PolicyBook;
 use trainwarden_notify::{JobProgress, Notifier};
 
+/// The evaluation loop's state: the [`Evaluator`], per-policy books for status, the last step's work. No
+/// I/O: it reads inputs and the clock and leaves [`Work`] and status updates for the caller to send.
 pub struct Brain {
     evaluator: Evaluator,
     books: HashMap<PolicyId, PolicyBook>,
@@ -55,6 +57,7 @@ pub struct Brain {
 }
 
 impl Brain {
+    /// A brain with no policies or jobs yet, re-evaluating on `config.eval_interval` (at least 1 s).
     pub fn new(config: &ControllerConfig, metrics: Arc<Metrics>, notifier: Option<Notifier>) -> Self {
         let engine = EngineConfig {
             eval_interval: trainwarden_core::PolicyDuration::from_secs(config.eval_interval.as_secs().max(1)),
@@ -77,6 +80,7 @@ impl Brain {
         }
     }
 
+    /// The evaluator, for reading its policies, jobs and timers.
     pub fn evaluator(&self) -> &Evaluator {
         &self.evaluator
     }
@@ -86,6 +90,7 @@ impl Brain {
         PolicyKind::ALL.iter().all(|kind| self.policy_kinds_listed.contains(kind))
     }
 
+    /// The TrainJobs have been listed once: from then on the controller reports ready (`/readyz`).
     pub fn jobs_listed(&self) -> bool {
         self.jobs_listed
     }
@@ -177,6 +182,7 @@ impl Brain {
         self.drain_events();
     }
 
+    /// When the next timer is due (a `for` ending, a stall deadline, a window edge); `None`: no timer is set.
     pub fn next_tick(&self) -> Option<Timestamp> {
         self.evaluator.next_tick()
     }

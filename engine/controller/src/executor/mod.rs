@@ -96,6 +96,8 @@ pub(crate) struct Target<'a> {
     summary: &'a str,
 }
 
+/// Performs the brain's [`Work`]: actions, Kubernetes Events, notifications. Only the
+/// leader writes; each API call has a deadline and is counted.
 pub struct Executor {
     client: Client,
     recorder: Recorder,
@@ -107,6 +109,8 @@ pub struct Executor {
 }
 
 impl Executor {
+    /// An executor whose calls time out after `config.api_timeout`; `notifier` is `None` with notifications
+    /// off.
     pub fn new(
         client: Client,
         config: &ControllerConfig,

@@ -18,11 +18,15 @@ use crate::metrics::ApiOperation;
 /// The fields trainwarden's field manager owns on an object, from its `managedFields`.
 #[derive(Debug, Default, PartialEq)]
 pub struct OwnedFields {
+    /// Annotation keys trainwarden has applied.
     pub annotations: Vec<String>,
+    /// Whether trainwarden has applied `spec.suspend`.
     pub suspend: bool,
+    /// Whether trainwarden has applied `spec.trainer.numNodes` (a scale).
     pub num_nodes: bool,
 }
 
+/// What trainwarden's field manager (its `Apply` entries) owns on `obj`, so the next apply re-states it.
 pub fn owned_fields(obj: &DynamicObject) -> OwnedFields {
     let mut owned = OwnedFields::default();
     for entry in obj.metadata.managed_fields.iter().flatten() {
