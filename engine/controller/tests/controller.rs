@@ -193,8 +193,17 @@ async fn nan_loss_in_either_source_suspends_at_once() {
     controller.stop().await;
 }
 
-/// A minimal Kueue Workload CRD (the API server needs one to store Workloads; no Kueue runs here).
+/// A minimal Kueue Workload CRD (the API server needs one to store Workloads; no Kueue runs here), serving
+/// `v1beta2` (stored) and the deprecated `v1beta1`, as Kueue 0.17 does.
 async fn install_workload_crd(client: &Client) {
+    let schema = json!({"openAPIV3Schema": {"type": "object", "properties": {
+        "spec": {"type": "object", "properties": {
+            "active": {"type": "boolean"},
+            "queueName": {"type": "string"},
+            "podSets": {"type": "array", "items": {"type": "object", "x-kubernetes-preserve-unknown-fields": true}}
+        }},
+        "status": {"type": "object", "x-kubernetes-preserve-unknown-fields": true}
+    }}});
     let crd: CustomResourceDefinition = serde_json::from_value(json!({
         "apiVersion": "apiextensions.k8s.io/v1",
         "kind": "CustomResourceDefinition",
@@ -203,18 +212,10 @@ async fn install_workload_crd(client: &Client) {
             "group": "kueue.x-k8s.io",
             "names": {"kind": "Workload", "plural": "workloads", "singular": "workload", "listKind": "WorkloadList"},
             "scope": "Namespaced",
-            "versions": [{
-                "name": "v1beta1", "served": true, "storage": true,
-                "subresources": {"status": {}},
-                "schema": {"openAPIV3Schema": {"type": "object", "properties": {
-                    "spec": {"type": "object", "properties": {
-                        "active": {"type": "boolean"},
-                        "queueName": {"type": "string"},
-                        "podSets": {"type": "array", "items": {"type": "object", "x-kubernetes-preserve-unknown-fields": true}}
-                    }},
-                    "status": {"type": "object", "x-kubernetes-preserve-unknown-fields": true}
-                }}}
-            }]
+            "versions": [
+                {"name": "v1beta2", "served": true, "storage": true, "subresources": {"status": {}}, "schema": schema},
+                {"name": "v1beta1", "served": true, "storage": false, "subresources": {"status": {}}, "schema": schema}
+            ]
         }
     }))
     .unwrap();
@@ -251,13 +252,24 @@ async fn a_kueue_managed_job_is_stopped_by_deactivating_its_workload() {
         (w.data.pointer("/spec/active") == Some(&json!(false))).then_some(())
     })
     .await;
-    // spec.suspend is Kueue's: trainwarden does not touch it.
-    assert!(!suspended(&job(c, ns, "queued").await));
+    // Written through v1beta2, the version Kueue 0.17 stores (its v1beta1 rules refuse writes to a Workload
+    // that holds quota).
+    let w = workloads.get("trainjob-queued-1a2b3").await.expect("the Workload");
+    let ours: Vec<_> = w
+        .managed_fields()
+        .iter()
+        .filter(|m| m.manager.as_deref() == Some(trainwarden_kube::FIELD_MANAGER))
+        .map(|m| m.api_version.clone())
+        .collect();
+    assert_eq!(ours, [Some("kueue.x-k8s.io/v1beta2".to_string())], "{:?}", w.managed_fields());
+    // The Event is the executor's last step for this action: after it, the TrainJob is as trainwarden left it.
     let e = eventually("the Event", Duration::from_secs(10), || async {
         let e = events(c, ns, "queued").await;
         (count(&e, "WorkloadDeactivated") == 1).then_some(e)
     })
     .await;
+    // spec.suspend is Kueue's: trainwarden does not touch it.
+    assert!(!suspended(&job(c, ns, "queued").await));
     assert!(e.iter().any(|(_, note, _)| note.contains("Kueue") && note.contains("gpu-queue")), "{e:?}");
     let s = eventually("status", Duration::from_secs(10), || async {
         let s = policy_status(c, ns, "nan").await;

@@ -246,8 +246,8 @@ pub fn free_port() -> u16 {
 }
 
 /// A running aiosmtpd (engine/notify/tests/smtp_server.py) with a self-signed certificate and one accepted login
-/// (`user`, `password`); stopped (stdin closed, then killed) on drop. Shared with the controller's
-/// end-to-end notification test, which includes this module by path.
+/// (`user`, `password`); stopped (stdin closed, then killed) on drop. Used by the notifier's SMTP tests and
+/// the controller's end-to-end notification test.
 pub struct SmtpServer {
     child: std::process::Child,
     /// Its loopback port.
@@ -271,7 +271,7 @@ impl SmtpServer {
         let key = files.path().join("key.pem");
         std::fs::write(&cert, &cert_pem).unwrap();
         std::fs::write(&key, key_pem).unwrap();
-        // Both crates that include this module live at engine/<crate>: the script is found from the root.
+        // The script lives with the notifier's tests (this crate is engine/testkit).
         let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("../notify/tests/smtp_server.py");
         // A free port is bound and released here, so another process may take it before the server binds
         // it: then the server says so and another port is tried.

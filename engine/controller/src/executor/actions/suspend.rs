@@ -13,7 +13,8 @@ use crate::messages::{ActionResult, ExecutedAction};
 use crate::metrics::ApiOperation;
 use crate::{KUEUE_QUEUE_LABEL, LAST_ACTION_ANNOTATION, SUSPENDED_BY_ANNOTATION};
 
-/// Kueue's Workload (`kueue.x-k8s.io/v1beta1`), the object that owns admission of a Kueue-managed job.
+/// Kueue's Workload at `v1beta1`, the version every Kueue serves (the executor itself prefers `v1beta2`, see
+/// `WORKLOAD_VERSIONS`); the object that owns admission of a Kueue-managed job.
 pub fn workload_resource() -> ApiResource {
     workload_resource_version("v1beta1")
 }
@@ -84,15 +85,16 @@ impl Executor {
         let uid = job.uid().unwrap_or_default();
         let list_params = kube::api::ListParams::default();
         let context = || format!("listing Kueue Workloads in {ns} (queue {queue})");
-        // The newest served version; a 404 means this Kueue does not serve it, and the next one is tried.
-        let mut versions = WORKLOAD_VERSIONS.iter().peekable();
+        // The newest served version: a 404 on the list means this Kueue does not serve that version (an
+        // older one serves only v1beta1), so the next one is tried; none served is an error of its own.
+        let mut versions = WORKLOAD_VERSIONS.iter();
         let (version, api, list) = loop {
             let Some(version) = versions.next() else { return Err(ActionError::NoWorkloadApi) };
             let api: Api<DynamicObject> =
                 Api::namespaced_with(self.client.clone(), &ns, &workload_resource_version(version));
             match self.call(ApiOperation::ListWorkloads, || api.list(&list_params)).await {
                 Ok(list) => break (*version, api, list),
-                Err(e) if e.is_not_found() && versions.peek().is_some() => {}
+                Err(e) if e.is_not_found() => {}
                 Err(e) => return Err(ActionError::call(context(), e)),
             }
         };

@@ -1,4 +1,4 @@
-//! Part of step 3 of [`compile`](super::compile): each action's own fields, and that a `notify` names a
+//! Part of step 4 (the rules) of [`compile`](super::compile): each action's own fields, and that a `notify` names a
 //! receiver the policy declares.
 
 use crate::error::FieldError;

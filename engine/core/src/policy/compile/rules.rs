@@ -1,4 +1,4 @@
-//! Step 3 of [`compile`](super::compile): each rule's name, detector (with its windows checked against the
+//! Step 4 of [`compile`](super::compile): each rule's name, detector (with its windows checked against the
 //! sampling interval), Rhai condition, durations and actions, as [`CompiledRule`]s.
 
 use std::collections::HashSet;
