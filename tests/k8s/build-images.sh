@@ -36,6 +36,8 @@ DOCKER=/usr/bin/docker
 BASE_IMAGE=trainwarden-test/debian-base:bookworm
 TRAINING_IMAGE=trainwarden-test/training:dev
 TRAINWARDEN_IMAGE=trainwarden:dev
+# The Dockerfile's builder stage, tagged so its cached dependency layer is never pruned.
+TRAINWARDEN_BUILDER_IMAGE=trainwarden-test/trainwarden-builder:dev
 
 log() { printf '[build-images] %s\n' "$*" >&2; }
 die() { printf '[build-images] ERROR: %s\n' "$*" >&2; exit 1; }
@@ -166,9 +168,19 @@ build_training() {
 build_trainwarden() {
   local t0=$SECONDS
   log "building $TRAINWARDEN_IMAGE from $REPO/Dockerfile (builder $RUST_IMAGE, runtime $BASE_IMAGE)"
-  "$DOCKER" build --network host --build-arg "BUILDER_IMAGE=$RUST_IMAGE" --build-arg "RUNTIME_IMAGE=$BASE_IMAGE" \
-    -t "$TRAINWARDEN_IMAGE" "$REPO" >"$IMAGES/trainwarden-build.log" 2>&1 ||
-    { tail -n 40 "$IMAGES/trainwarden-build.log" >&2; die "building $TRAINWARDEN_IMAGE failed (log: $IMAGES/trainwarden-build.log)"; }
+  # The builder stage gets a tag of its own first, so that its layers (the cached dependency build) are not
+  # dangling and survive the prune below; the full build then reuses them.
+  local stage
+  : >"$IMAGES/trainwarden-build.log"
+  for stage in builder final; do
+    local target=() tag="$TRAINWARDEN_IMAGE"
+    [[ "$stage" == builder ]] && target=(--target builder) && tag="$TRAINWARDEN_BUILDER_IMAGE"
+    "$DOCKER" build --network host --build-arg "BUILDER_IMAGE=$RUST_IMAGE" --build-arg "RUNTIME_IMAGE=$BASE_IMAGE" \
+      "${target[@]}" -t "$tag" "$REPO" >>"$IMAGES/trainwarden-build.log" 2>&1 ||
+      { tail -n 40 "$IMAGES/trainwarden-build.log" >&2; die "building $tag failed (log: $IMAGES/trainwarden-build.log)"; }
+  done
+  # Earlier builds' layers (each source change leaves a workspace build of 1-2 GB behind) are dangling now.
+  "$DOCKER" image prune -f >/dev/null || log "WARNING: docker image prune failed"
   log "$TRAINWARDEN_IMAGE built in $((SECONDS - t0)) s"
 }
 

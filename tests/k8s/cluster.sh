@@ -34,6 +34,7 @@
 # Environment:
 #   TRAINWARDEN_CLUSTER_DIR        state dir (default ~/.cache/trainwarden/cluster)
 #   TRAINWARDEN_CLUSTER_TIMEOUT    seconds to wait for each component in `up` (default 90)
+#   TRAINWARDEN_CLUSTER_MIN_FREE_GIB  free disk `up` insists on (default 4; the kubelet evicts below 1 %)
 set -euo pipefail
 
 SCRIPT_DIR="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
@@ -48,6 +49,7 @@ STATE="${TRAINWARDEN_CLUSTER_DIR:-$HOME/.cache/trainwarden/cluster}"
 RUN="$STATE/run"
 LOGS="$STATE/logs"
 TIMEOUT="${TRAINWARDEN_CLUSTER_TIMEOUT:-90}"
+MIN_FREE_GIB="${TRAINWARDEN_CLUSTER_MIN_FREE_GIB:-4}"
 
 BRIDGE=twcni0
 NODE_IP=10.217.0.1
@@ -638,6 +640,13 @@ cmd_up() {
   local t0=$SECONDS
   "$SCRIPT_DIR/cluster-prereqs.sh"
   find_binaries
+  # The kubelet evicts pods and images below 1% free (its eviction thresholds here); a full disk would show up
+  # only as pods that never start, so it is refused here with the reason.
+  local free_kib
+  mkdir -p "$STATE"
+  free_kib="$(df -Pk "$STATE" | awk 'NR == 2 {print $4}')"
+  ((free_kib >= MIN_FREE_GIB * 1024 * 1024)) ||
+    die "only $((free_kib / 1024)) MiB free on the filesystem of $STATE; the cluster tier needs ${MIN_FREE_GIB} GiB (TRAINWARDEN_CLUSTER_MIN_FREE_GIB) so the kubelet does not evict under disk pressure"
   if [[ -d "$RUN" ]]; then
     log "state of a previous run in $RUN; cleaning it up first"
     cmd_down

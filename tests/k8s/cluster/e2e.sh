@@ -31,6 +31,9 @@ fail() {
   printf '[e2e %s] FAILED: %s\n' "$CURRENT" "$*" >&2
   {
     kubectl get trainjob,jobset,job,pod,workloads.v1beta2.kueue.x-k8s.io -A -o wide
+    kubectl get nodes -o custom-columns='NODE:.metadata.name,CONDITIONS:.status.conditions[?(@.status=="True")].type,TAINTS:.spec.taints[*].key'
+    kubectl get pods -n trainwarden-system -o wide
+    kubectl get events -n trainwarden-system --sort-by=.lastTimestamp | tail -n 20
     kubectl get events -A --sort-by=.lastTimestamp | tail -n 40
     kubectl logs -n trainwarden-system deploy/trainwarden --tail=60
   } >"$OUT/failure-$CURRENT.txt" 2>&1 || true

@@ -28,6 +28,9 @@ fail() {
   printf '[smoke] FAILED: %s\n' "$*" >&2
   {
     kubectl get trainjob,jobset,job,pod -n "$NS" -o wide
+    kubectl get nodes -o custom-columns='NODE:.metadata.name,CONDITIONS:.status.conditions[?(@.status=="True")].type,TAINTS:.spec.taints[*].key'
+    kubectl get pods -n trainwarden-system -o wide
+    kubectl get events -n trainwarden-system --sort-by=.lastTimestamp | tail -n 20
     kubectl get events -n "$NS" --sort-by=.lastTimestamp
     kubectl logs -n trainwarden-system deploy/trainwarden --tail=60
   } >"$OUT/failure.txt" 2>&1 || true
