@@ -358,14 +358,26 @@ ensure_pause_image() {
   log "imported $PAUSE_IMAGE (built from tests/k8s/cluster/pause.c)"
 }
 
-# Images that build-images.sh saved but this containerd does not have yet (e.g. its root was removed).
+# Images that build-images.sh saved but this containerd does not have (its root was removed, or the kubelet's
+# image GC deleted them under disk pressure): the import mark alone is not trusted, the image must be there.
 import_cached_images() {
-  local f id mark
+  local f id mark tags tag missing
+  local have
+  have="$(ctr_ images ls -q)"
   for f in "$STATE"/images/*.tar; do
     [[ -f "$f" && -f "$f.id" ]] || continue
     id="$(cat "$f.id")"
     mark="$STATE/containerd/imported-$(basename "$f" .tar).id"
-    [[ "$(cat "$mark" 2>/dev/null)" == "$id" ]] && continue
+    # `docker save` lists the image's tags in manifest.json; containerd names them docker.io/<tag>, or
+    # docker.io/library/<tag> for a tag without a repository path.
+    tags="$(tar -xOf "$f" manifest.json | python3 -c 'import json, sys; print("\n".join(t for m in json.load(sys.stdin) for t in m.get("RepoTags") or []))')" ||
+      die "cannot read the tags of $f"
+    missing=0
+    for tag in $tags; do
+      [[ "$tag" == */* ]] || tag="library/$tag"
+      grep -qxF "docker.io/$tag" <<<"$have" || missing=1
+    done
+    [[ "$(cat "$mark" 2>/dev/null)" == "$id" ]] && ((missing == 0)) && continue
     ctr_ images import "$f" >/dev/null || die "ctr images import $f failed"
     printf '%s\n' "$id" >"$mark"
     log "imported $(basename "$f")"
