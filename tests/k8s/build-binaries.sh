@@ -27,6 +27,9 @@ K8S_VERSION=v1.35.4
 STAGING_VERSION="v0.${K8S_VERSION#v1.}"
 
 SCRIPT_DIR="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+# free_kib, require_free_gib
+# shellcheck source=disk.sh
+. "$SCRIPT_DIR/disk.sh"
 WRAPPERS="$SCRIPT_DIR/wrappers"
 CACHE_ROOT="${TRAINWARDEN_K8S_CACHE:-$HOME/.cache/trainwarden/k8s-bins}"
 MIN_FREE_GIB="${TRAINWARDEN_K8S_MIN_FREE_GIB:-6}"
@@ -159,24 +162,12 @@ bin_ok() {
   out="$("$dir/bin/kubectl" version --client 2>&1)" && [[ "$out" == *"$K8S_VERSION"* ]] || return 1
 }
 
-# Free KiB on the filesystem holding $1 (walks up to the nearest existing parent).
-free_kib() {
-  local p="$1"
-  while [[ ! -e "$p" ]]; do p="$(dirname "$p")"; done
-  df -Pk "$p" | awk 'NR == 2 {print $4}'
-}
-
 check_disk() {
-  local need_kib=$((MIN_FREE_GIB * 1024 * 1024)) p free
   local gomodcache gocache
   gomodcache="$(go env GOMODCACHE)"
   gocache="$(go env GOCACHE)"
-  for p in "$CACHE_ROOT" "$gomodcache" "$gocache"; do
-    free="$(free_kib "$p")"
-    if ((free < need_kib)); then
-      die "only $((free / 1024)) MiB free on the filesystem of $p; a cold build of kube-apiserver/etcd/kubectl needs about ${MIN_FREE_GIB} GiB (module cache + build cache + binaries). Free some space, or point TRAINWARDEN_K8S_CACHE / GOMODCACHE / GOCACHE somewhere bigger."
-    fi
-  done
+  require_free_gib "$MIN_FREE_GIB" "a cold build of kube-apiserver/etcd/kubectl needs about ${MIN_FREE_GIB} GiB (module cache + build cache + binaries). Free some space, or point TRAINWARDEN_K8S_CACHE / GOMODCACHE / GOCACHE somewhere bigger." \
+    "$CACHE_ROOT" "$gomodcache" "$gocache"
   log "disk ok: >= ${MIN_FREE_GIB} GiB free for $CACHE_ROOT, GOMODCACHE=$gomodcache, GOCACHE=$gocache"
 }
 

@@ -33,6 +33,9 @@ JOBSET_VERSION=v0.11.1
 KUEUE_VERSION=v0.17.0
 
 SCRIPT_DIR="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+# free_kib, require_free_gib
+# shellcheck source=disk.sh
+. "$SCRIPT_DIR/disk.sh"
 WRAPPERS="$SCRIPT_DIR/wrappers"
 CACHE_ROOT="${TRAINWARDEN_K8S_CACHE:-$HOME/.cache/trainwarden/k8s-bins}"
 MIN_FREE_GIB="${TRAINWARDEN_CLUSTER_MIN_FREE_GIB:-8}"
@@ -191,19 +194,9 @@ bin_ok() {
   return 0
 }
 
-free_kib() {
-  local p="$1"
-  while [[ ! -e "$p" ]]; do p="$(dirname "$p")"; done
-  df -Pk "$p" | awk 'NR == 2 {print $4}'
-}
-
 check_disk() {
-  local need_kib=$((MIN_FREE_GIB * 1024 * 1024)) p free
-  for p in "$CACHE_ROOT" "$(go env GOMODCACHE)" "$(go env GOCACHE)"; do
-    free="$(free_kib "$p")"
-    ((free >= need_kib)) ||
-      die "only $((free / 1024)) MiB free on the filesystem of $p; a cold build of the cluster tier needs about ${MIN_FREE_GIB} GiB (module cache + build cache + binaries)"
-  done
+  require_free_gib "$MIN_FREE_GIB" "a cold build of the cluster tier needs about ${MIN_FREE_GIB} GiB (module cache + build cache + binaries)" \
+    "$CACHE_ROOT" "$(go env GOMODCACHE)" "$(go env GOCACHE)"
 }
 
 build_one() {

@@ -24,6 +24,9 @@ HELM_VERSION=v4.3.1
 HELM_MODULE=helm.sh/helm/v4
 
 SCRIPT_DIR="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+# free_kib, require_free_gib
+# shellcheck source=disk.sh
+. "$SCRIPT_DIR/disk.sh"
 WRAPPER="$SCRIPT_DIR/wrappers/helm"
 CACHE_ROOT="${TRAINWARDEN_K8S_CACHE:-$HOME/.cache/trainwarden/k8s-bins}"
 MIN_FREE_GIB="${TRAINWARDEN_HELM_MIN_FREE_GIB:-3}"
@@ -111,21 +114,9 @@ bin_ok() {
   [[ "$out" == "$hv" ]]
 }
 
-# Free KiB on the filesystem holding $1 (walks up to the nearest existing parent).
-free_kib() {
-  local p="$1"
-  while [[ ! -e "$p" ]]; do p="$(dirname "$p")"; done
-  df -Pk "$p" | awk 'NR == 2 {print $4}'
-}
-
 check_disk() {
-  local need_kib=$((MIN_FREE_GIB * 1024 * 1024)) p free
-  for p in "$CACHE_ROOT" "$(go env GOMODCACHE)" "$(go env GOCACHE)"; do
-    free="$(free_kib "$p")"
-    if ((free < need_kib)); then
-      die "only $((free / 1024)) MiB free on the filesystem of $p; a cold helm build needs about ${MIN_FREE_GIB} GiB (module cache + build cache). Free some space, or point TRAINWARDEN_K8S_CACHE / GOMODCACHE / GOCACHE somewhere bigger."
-    fi
-  done
+  require_free_gib "$MIN_FREE_GIB" "a cold helm build needs about ${MIN_FREE_GIB} GiB (module cache + build cache). Free some space, or point TRAINWARDEN_K8S_CACHE / GOMODCACHE / GOCACHE somewhere bigger." \
+    "$CACHE_ROOT" "$(go env GOMODCACHE)" "$(go env GOCACHE)"
 }
 
 build_helm() {

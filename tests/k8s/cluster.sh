@@ -34,13 +34,16 @@
 # Environment:
 #   TRAINWARDEN_CLUSTER_DIR        state dir (default ~/.cache/trainwarden/cluster)
 #   TRAINWARDEN_CLUSTER_TIMEOUT    seconds to wait for each component in `up` (default 90)
-#   TRAINWARDEN_CLUSTER_MIN_FREE_GIB  free disk `up` insists on (default 4; the kubelet evicts below 1 %)
+#   TRAINWARDEN_CLUSTER_UP_MIN_FREE_GIB  free disk `up` insists on (default 4; the kubelet evicts below 1 %)
 set -euo pipefail
 
 SCRIPT_DIR="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 # spawn, stop_pidfile, pid_alive, pid_is_ours, free_ports, ...
 # shellcheck source=control-plane.sh
 . "$SCRIPT_DIR/control-plane.sh"
+# require_free_gib
+# shellcheck source=disk.sh
+. "$SCRIPT_DIR/disk.sh"
 
 log() { printf '[cluster] %s\n' "$*" >&2; }
 die() { printf '[cluster] ERROR: %s\n' "$*" >&2; exit 1; }
@@ -49,7 +52,7 @@ STATE="${TRAINWARDEN_CLUSTER_DIR:-$HOME/.cache/trainwarden/cluster}"
 RUN="$STATE/run"
 LOGS="$STATE/logs"
 TIMEOUT="${TRAINWARDEN_CLUSTER_TIMEOUT:-90}"
-MIN_FREE_GIB="${TRAINWARDEN_CLUSTER_MIN_FREE_GIB:-4}"
+UP_MIN_FREE_GIB="${TRAINWARDEN_CLUSTER_UP_MIN_FREE_GIB:-4}"
 
 BRIDGE=twcni0
 NODE_IP=10.217.0.1
@@ -654,11 +657,7 @@ cmd_up() {
   find_binaries
   # The kubelet evicts pods and images below 1% free (its eviction thresholds here); a full disk would show up
   # only as pods that never start, so it is refused here with the reason.
-  local free_kib
-  mkdir -p "$STATE"
-  free_kib="$(df -Pk "$STATE" | awk 'NR == 2 {print $4}')"
-  ((free_kib >= MIN_FREE_GIB * 1024 * 1024)) ||
-    die "only $((free_kib / 1024)) MiB free on the filesystem of $STATE; the cluster tier needs ${MIN_FREE_GIB} GiB (TRAINWARDEN_CLUSTER_MIN_FREE_GIB) so the kubelet does not evict under disk pressure"
+  require_free_gib "$UP_MIN_FREE_GIB" "the cluster needs ${UP_MIN_FREE_GIB} GiB (TRAINWARDEN_CLUSTER_UP_MIN_FREE_GIB) so the kubelet does not evict pods and images under disk pressure" "$STATE"
   if [[ -d "$RUN" ]]; then
     log "state of a previous run in $RUN; cleaning it up first"
     cmd_down

@@ -465,8 +465,9 @@ test_rbac() {
   local user
   user="$(kubectl -n trainwarden-system exec deploy/trainwarden -- cat /var/run/secrets/kubernetes.io/serviceaccount/token 2>/dev/null |
     python3 -c 'import base64,json,sys; p=sys.stdin.read().split(".")[1]; print(json.loads(base64.urlsafe_b64decode(p+"==="))["sub"])' 2>/dev/null || true)"
-  [[ -z "$user" || "$user" == "$SA" ]] || fail "the pod runs with $user"
-  log "the controller pod's token subject: ${user:-<no shell in the image to read it; serviceAccountName=$(jp pods -n trainwarden-system -l app.kubernetes.io/name=trainwarden -o jsonpath='{.items[0].spec.serviceAccountName}')>}"
+  # The tier's runtime image (Debian) has `cat`; an unreadable token is a failure, not a pass.
+  [[ "$user" == "$SA" ]] || fail "the controller pod's token subject is '${user:-unreadable}', not $SA"
+  log "the controller pod's token subject: $user"
   kubectl delete namespace "$other" --wait=false >/dev/null
 }
 
