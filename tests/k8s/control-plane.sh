@@ -9,6 +9,12 @@
 #   tests/k8s/control-plane.sh install-crds KUBECONFIG
 #                                                     server-side apply the Kubeflow Trainer CRDs
 #                                                     (+ the repo's crds/*.yaml) and wait for Established
+#   tests/k8s/control-plane.sh kill etcd|kube-apiserver DIR
+#                                                     SIGKILL one of them (a fault for the fault-injection
+#                                                     tests); its command line is kept in DIR/NAME.argv
+#   tests/k8s/control-plane.sh revive etcd|kube-apiserver DIR
+#                                                     start it again as it was (same ports, flags and data)
+#                                                     and wait until it is ready
 #
 # After `start`, DIR holds: kubeconfig, env (shell-sourceable), etcd.pid,
 # kube-apiserver.pid (plus *.pid.start: process start times, checked before
@@ -440,6 +446,48 @@ cmd_install_crds() {
   log "installed and established: ${crds[*]#customresourcedefinition.apiextensions.k8s.io/}"
 }
 
+# --- faults ------------------------------------------------------------------
+
+cmd_kill() {
+  local name="$1" dir="$2" pid
+  local pidfile="$dir/$name.pid"
+  [[ -f "$pidfile" ]] || die "kill: no $pidfile"
+  pid="$(cat "$pidfile")"
+  pid_alive "$pid" && pid_is_ours "$pid" "$pidfile" || die "kill: $name (PID $pid) is not running"
+  # NUL-separated, exactly as exec'd: revive re-runs it.
+  cp "/proc/$pid/cmdline" "$dir/$name.argv"
+  kill -KILL "$pid"
+  local i
+  for ((i = 0; i < 100; i++)); do
+    pid_alive "$pid" || break
+    sleep 0.1
+  done
+  pid_alive "$pid" && die "$name (PID $pid) survived SIGKILL"
+  rm -f "$pidfile" "$pidfile.start"
+  log "killed $name (PID $pid) with SIGKILL"
+}
+
+cmd_revive() {
+  local name="$1" dir="$2" argv=() rc=0
+  [[ -f "$dir/$name.argv" ]] || die "revive: no $dir/$name.argv (kill it first)"
+  mapfile -d '' argv <"$dir/$name.argv"
+  # A port just released can still be held by the kernel for a moment: retry the bind.
+  local attempt
+  for attempt in 1 2 3 4 5; do
+    spawn "$dir/$name.pid" "$dir/$name.revived.log" "${argv[@]}"
+    rc=0
+    case "$name" in
+      etcd) wait_ready etcd "$dir/$name.pid" "$dir/$name.revived.log" etcd_healthy "$(cat "$dir/etcd.port")" || rc=$? ;;
+      kube-apiserver) wait_ready kube-apiserver "$dir/$name.pid" "$dir/$name.revived.log" \
+        apiserver_ready "$(cat "$dir/apiserver.port")" "$dir" || rc=$? ;;
+    esac
+    ((rc == 2)) || break
+    sleep 1
+  done
+  ((rc == 0)) || { tail -n 40 "$dir/$name.revived.log" >&2; die "revive: $name did not become ready"; }
+  log "revived $name"
+}
+
 main() {
   (($# >= 1)) || { usage; exit 2; }
   local cmd="$1"
@@ -448,6 +496,10 @@ main() {
     start) (($# == 1)) || die "usage: $0 start DIR"; cmd_start "$1" ;;
     stop) (($# == 1)) || die "usage: $0 stop DIR"; cmd_stop "$1" ;;
     install-crds) (($# == 1)) || die "usage: $0 install-crds KUBECONFIG"; cmd_install_crds "$1" ;;
+    kill | revive)
+      (($# == 2)) && [[ "$1" == etcd || "$1" == kube-apiserver ]] ||
+        die "usage: $0 $cmd etcd|kube-apiserver DIR"
+      "cmd_$cmd" "$1" "$2" ;;
     -h | --help | help) usage ;;
     *) usage; die "unknown subcommand: $cmd" ;;
   esac

@@ -48,6 +48,14 @@ pub const EXEMPT_ANNOTATION: &str = "trainwarden.dev/exempt";
 /// Annotation the executor writes on a TrainJob it acted on: the last action as JSON (intent id, action,
 /// policy, rule, reason, time). Also how a repeated intent is recognised (idempotence).
 pub const LAST_ACTION_ANNOTATION: &str = "trainwarden.dev/last-action";
+/// Annotation the executor keeps on a TrainJob it acted on: the ids of the last
+/// [`executor::RECORDED_INTENTS`] intents performed on it, as a JSON array, written in the same apply as
+/// the action's own change. An intent found there is not performed again (`already_done`), whichever
+/// replica or restart tries it: exactly-once effect by intent id.
+pub const INTENTS_ANNOTATION: &str = "trainwarden.dev/intents";
+/// Annotation a scale's first write (suspend and resize) sets when a resume must follow: the intent id. A
+/// leader that takes over a scale interrupted between the two writes finds it and resumes the job.
+pub const SCALE_PENDING_ANNOTATION: &str = "trainwarden.dev/scale-pending";
 /// Annotation naming the policy and rule that suspended a TrainJob.
 pub const SUSPENDED_BY_ANNOTATION: &str = "trainwarden.dev/suspended-by";
 /// Kueue's queue label: Kueue owns `spec.suspend` of TrainJobs that carry it.
@@ -147,9 +155,10 @@ pub async fn run_with_listener(
     };
     let brain = brain::Brain::new(&config, metrics.clone(), notifier.clone());
     {
-        let (cfg, m) = (config.clone(), metrics.clone());
+        let (cfg, m, leading) = (config.clone(), metrics.clone(), leader.subscribe());
         tasks.spawn(async move {
-            brain::run(brain, cfg, input_rx, work_tx, status_tx, policies_synced_tx, ready_tx, m).await;
+            brain::run(brain, cfg, input_rx, work_tx, status_tx, policies_synced_tx, ready_tx, leading, m)
+                .await;
             "evaluation loop"
         });
     }

@@ -188,15 +188,19 @@ impl std::fmt::Display for ExecutedAction {
 pub enum ActionResult {
     /// Performed.
     Done,
-    /// Nothing to do: the object already was in that state (or this intent was already executed).
+    /// Nothing to do: the object already was in that state.
     Unchanged,
+    /// This very intent was performed before (its id is in the TrainJob's `trainwarden.dev/intents` record):
+    /// by an earlier leader, or by this replica before a restart. Counts as done, once.
+    AlreadyDone,
     /// Audit mode (or notifications off): reported, not performed.
     Reported,
     /// Not possible on this TrainJob (for example `spec.trainer` is immutable); not retried.
     Refused,
-    /// Failed (after retries, where retrying could help).
+    /// Failed; the brain tries again after a backoff while the rule still wants it.
     Failed,
-    /// This replica is not the leader: skipped.
+    /// This replica is not the leader (or stopped leading before its next write): skipped, owed until a
+    /// leader performs it.
     NotLeader,
 }
 
@@ -206,17 +210,25 @@ impl ActionResult {
         match self {
             ActionResult::Done => "done",
             ActionResult::Unchanged => "unchanged",
+            ActionResult::AlreadyDone => "already_done",
             ActionResult::Reported => "reported",
             ActionResult::Refused => "refused",
             ActionResult::Failed => "failed",
             ActionResult::NotLeader => "skipped_not_leader",
         }
     }
+
+    /// Whether the intent is settled for good (nothing more to try).
+    pub fn settles(self) -> bool {
+        !matches!(self, ActionResult::Failed | ActionResult::NotLeader)
+    }
 }
 
 /// What the executor did with one intent, for status.
 #[derive(Clone, Debug)]
 pub struct Outcome {
+    /// The intent's id.
+    pub intent: String,
     /// The policy whose rule issued the intent.
     pub policy: PolicyId,
     /// The TrainJob it was for.

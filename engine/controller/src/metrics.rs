@@ -178,6 +178,11 @@ label_value! {
         DroppedWork::ExecutorGone => "executor_gone",
         DroppedWork::NotifierRefused => "notifier_refused",
     };
+    WatchedKind => |v| match v {
+        WatchedKind::Trainjob => "trainjob",
+        WatchedKind::Progresspolicy => "progresspolicy",
+        WatchedKind::Clusterprogresspolicy => "clusterprogresspolicy",
+    };
     StatusWrite => |v| match v {
         StatusWrite::Done => "done",
         StatusWrite::Gone => "gone",
@@ -217,6 +222,47 @@ pub struct Metrics {
     pub policies: Gauge,
     /// `trainwarden_leader`: 1 while this replica holds the leader Lease, else 0.
     pub leader: Gauge,
+    /// `trainwarden_action_retries`: failed actions scheduled again (capped exponential backoff), by action.
+    pub action_retries: Family<ExecutedActionLabels, Counter>,
+    /// `trainwarden_actions_owed`: intents issued and not yet settled (performed, found done, refused).
+    pub actions_owed: Gauge,
+    /// `trainwarden_actions_abandoned`: owed intents dropped because their rule, job or policy no longer wants
+    /// them (the rule resolved, the job or policy was deleted).
+    pub actions_abandoned: Counter,
+    /// `trainwarden_handovers`: times this replica became leader and took over the owed intents.
+    pub handovers: Counter,
+    /// `trainwarden_actions_inherited`: owed intents a new leader re-issued at its hand-over.
+    pub actions_inherited: Counter,
+    /// `trainwarden_executor_panics`: panics caught in the executor (the work is reported failed, retried).
+    pub executor_panics: Counter,
+    /// `trainwarden_relist_deletions`: objects found deleted by a watch re-list (no Delete event came), by
+    /// kind.
+    pub relist_deletions: Family<WatchedKindLabels, Counter>,
+}
+
+/// Labels of `trainwarden_action_retries`.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ExecutedActionLabels {
+    /// The action.
+    pub action: ActionLabel,
+}
+
+/// The watched kinds, for `trainwarden_relist_deletions`.
+#[derive(Clone, Copy, Debug, Hash, PartialEq, Eq)]
+pub enum WatchedKind {
+    /// `trainjob`.
+    Trainjob,
+    /// `progresspolicy`.
+    Progresspolicy,
+    /// `clusterprogresspolicy`.
+    Clusterprogresspolicy,
+}
+
+/// Labels of `trainwarden_relist_deletions`.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct WatchedKindLabels {
+    /// Which kind of object.
+    pub kind: WatchedKind,
 }
 
 impl Default for Metrics {
@@ -282,6 +328,44 @@ impl Metrics {
         registry.register("policies", "Policies loaded (valid ones)", policies.clone());
         let leader = Gauge::default();
         registry.register("leader", "1 while this replica holds the leader Lease", leader.clone());
+        let action_retries = Family::<ExecutedActionLabels, Counter>::default();
+        registry.register(
+            "action_retries",
+            "Failed actions scheduled again after a capped exponential backoff, by action",
+            action_retries.clone(),
+        );
+        let actions_owed = Gauge::default();
+        registry.register("actions_owed", "Action intents issued and not yet settled", actions_owed.clone());
+        let actions_abandoned = Counter::default();
+        registry.register(
+            "actions_abandoned",
+            "Owed action intents dropped because their rule resolved or their job or policy was deleted",
+            actions_abandoned.clone(),
+        );
+        let handovers = Counter::default();
+        registry.register(
+            "handovers",
+            "Times this replica became leader and took over the owed action intents",
+            handovers.clone(),
+        );
+        let actions_inherited = Counter::default();
+        registry.register(
+            "actions_inherited",
+            "Owed action intents re-issued by a new leader at its hand-over",
+            actions_inherited.clone(),
+        );
+        let executor_panics = Counter::default();
+        registry.register(
+            "executor_panics",
+            "Panics caught in the executor (the work is reported failed and retried)",
+            executor_panics.clone(),
+        );
+        let relist_deletions = Family::<WatchedKindLabels, Counter>::default();
+        registry.register(
+            "relist_deletions",
+            "Objects found deleted by a watch re-list, without a Delete event, by kind",
+            relist_deletions.clone(),
+        );
         Metrics {
             registry,
             samples,
@@ -298,6 +382,13 @@ impl Metrics {
             jobs,
             policies,
             leader,
+            action_retries,
+            actions_owed,
+            actions_abandoned,
+            handovers,
+            actions_inherited,
+            executor_panics,
+            relist_deletions,
         }
     }
 

@@ -4,7 +4,13 @@
 //! an annotation (RHOAI), and kube's generation predicate would hide both. Policies are watched first; the
 //! TrainJob watch starts only after the initial policy lists were processed, so the rule memories kept in
 //! policy status are restored before any job is judged (see [`crate::brain`]).
+//!
+//! A re-list (after a 410 Gone, an API server restart, a long disconnect) comes from kube's watcher as
+//! `Init`, `InitApply`… and `InitDone`, with no `Delete` for objects deleted while the watch was down;
+//! [`Relist`] compares the keys and reports those as gone.
 
+use std::collections::HashSet;
+use std::hash::Hash;
 use std::sync::Arc;
 
 use futures::StreamExt;
@@ -23,8 +29,53 @@ use trainwarden_kube::{ClusterProgressPolicy, ProgressPolicy, ProgressPolicyStat
 
 use crate::config::ControllerConfig;
 use crate::messages::{Input, JobInput, PolicyInput};
-use crate::metrics::{ApiOperation, Metrics};
+use crate::metrics::{ApiOperation, Metrics, WatchedKind, WatchedKindLabels};
 use crate::{EXEMPT_ANNOTATION, Error};
+
+/// The keys a watch has delivered, so that a re-list reports the objects deleted while the watch was down.
+#[derive(Debug)]
+pub struct Relist<K> {
+    known: HashSet<K>,
+    /// Keys listed so far by the re-list in progress.
+    listing: Option<HashSet<K>>,
+}
+
+impl<K> Default for Relist<K> {
+    fn default() -> Self {
+        Relist { known: HashSet::new(), listing: None }
+    }
+}
+
+impl<K: Eq + Hash + Clone> Relist<K> {
+    /// A (re-)list starts (`Init`).
+    pub fn started(&mut self) {
+        self.listing = Some(HashSet::new());
+    }
+
+    /// An object was listed or changed (`InitApply`, `Apply`).
+    pub fn seen(&mut self, key: &K) {
+        if let Some(listing) = &mut self.listing {
+            listing.insert(key.clone());
+        }
+        self.known.insert(key.clone());
+    }
+
+    /// An object's `Delete` event.
+    pub fn deleted(&mut self, key: &K) {
+        self.known.remove(key);
+        if let Some(listing) = &mut self.listing {
+            listing.remove(key);
+        }
+    }
+
+    /// The list is complete (`InitDone`): the keys known before that it did not list, which are gone.
+    pub fn done(&mut self) -> Vec<K> {
+        let Some(listed) = self.listing.take() else { return Vec::new() };
+        let gone = self.known.iter().filter(|k| !listed.contains(*k)).cloned().collect();
+        self.known = listed;
+        gone
+    }
+}
 
 /// Fails early, with the fix, when a CRD the controller needs is missing.
 pub async fn check_crds(client: &Client, config: &ControllerConfig) -> Result<(), Error> {
@@ -72,6 +123,7 @@ async fn watch_policies<K>(
     kind: PolicyKind,
     status: fn(&K) -> Option<ProgressPolicyStatus>,
     tx: mpsc::Sender<Input>,
+    metrics: Arc<Metrics>,
 ) -> &'static str
 where
     K: PolicyResource
@@ -83,16 +135,36 @@ where
         + 'static,
 {
     let mut stream = watcher(api, watcher::Config::default()).default_backoff().boxed();
+    let mut relist = Relist::default();
+    let id = |p: &K| PolicyId { kind, namespace: p.namespace(), name: p.name_any() };
+    let watched = match kind {
+        PolicyKind::Namespaced => WatchedKind::Progresspolicy,
+        PolicyKind::Cluster => WatchedKind::Clusterprogresspolicy,
+    };
     while let Some(event) = stream.next().await {
         let input = match event {
             Ok(watcher::Event::Apply(p) | watcher::Event::InitApply(p)) => {
+                relist.seen(&id(&p));
                 Input::Policy(Box::new(policy_input(&p, kind, status(&p))))
             }
             Ok(watcher::Event::Delete(p)) => {
-                Input::PolicyGone(PolicyId { kind, namespace: p.namespace(), name: p.name_any() })
+                relist.deleted(&id(&p));
+                Input::PolicyGone(id(&p))
             }
-            Ok(watcher::Event::InitDone) => Input::PoliciesListed(kind),
-            Ok(watcher::Event::Init) => continue,
+            Ok(watcher::Event::InitDone) => {
+                for gone in relist.done() {
+                    info!(policy = ?gone, "policy deleted while the watch was down (found by the re-list)");
+                    metrics.relist_deletions.get_or_create(&WatchedKindLabels { kind: watched }).inc();
+                    if tx.send(Input::PolicyGone(gone)).await.is_err() {
+                        return "policy watch";
+                    }
+                }
+                Input::PoliciesListed(kind)
+            }
+            Ok(watcher::Event::Init) => {
+                relist.started();
+                continue;
+            }
             Err(e) => {
                 warn!(error = %e, %kind, "watching policies");
                 continue;
@@ -128,12 +200,12 @@ pub fn spawn_watchers(
             None => Api::all(client.clone()),
         };
         let tx = inputs.clone();
-        tasks.spawn(watch_policies(api, PolicyKind::Namespaced, |p| p.status.clone(), tx));
+        tasks.spawn(watch_policies(api, PolicyKind::Namespaced, |p| p.status.clone(), tx, metrics.clone()));
     }
     {
         let api: Api<ClusterProgressPolicy> = Api::all(client.clone());
         let tx = inputs.clone();
-        tasks.spawn(watch_policies(api, PolicyKind::Cluster, |p| p.status.clone(), tx));
+        tasks.spawn(watch_policies(api, PolicyKind::Cluster, |p| p.status.clone(), tx, metrics.clone()));
     }
     {
         let tx = inputs.clone();
@@ -172,21 +244,42 @@ pub fn spawn_watchers(
             info!("policies listed; watching TrainJobs");
             let api = trainjob_api(client, ns.as_deref());
             let mut stream = watcher(api, job_watch).default_backoff().boxed();
+            let mut relist = Relist::default();
             while let Some(event) = stream.next().await {
                 let input = match event {
                     Ok(watcher::Event::Apply(obj) | watcher::Event::InitApply(obj)) => {
                         metrics.samples.inc();
                         match job_input(&obj) {
-                            Some(job) => Input::Job(Box::new(job)),
+                            Some(job) => {
+                                relist.seen(&job.key);
+                                Input::Job(Box::new(job))
+                            }
                             None => continue,
                         }
                     }
                     Ok(watcher::Event::Delete(obj)) => match obj.namespace() {
-                        Some(ns) => Input::JobGone(JobKey::new(ns, obj.name_any())),
+                        Some(ns) => {
+                            let key = JobKey::new(ns, obj.name_any());
+                            relist.deleted(&key);
+                            Input::JobGone(key)
+                        }
                         None => continue,
                     },
-                    Ok(watcher::Event::InitDone) => Input::JobsListed,
-                    Ok(watcher::Event::Init) => continue,
+                    Ok(watcher::Event::InitDone) => {
+                        let labels = WatchedKindLabels { kind: WatchedKind::Trainjob };
+                        for gone in relist.done() {
+                            info!(job = %gone, "TrainJob deleted while the watch was down (found by the re-list)");
+                            metrics.relist_deletions.get_or_create(&labels).inc();
+                            if tx.send(Input::JobGone(gone)).await.is_err() {
+                                return "TrainJob watch";
+                            }
+                        }
+                        Input::JobsListed
+                    }
+                    Ok(watcher::Event::Init) => {
+                        relist.started();
+                        continue;
+                    }
                     Err(e) => {
                         metrics.api_error(ApiOperation::WatchTrainjobs);
                         warn!(error = %e, "watching TrainJobs");
@@ -200,5 +293,47 @@ pub fn spawn_watchers(
             debug!("TrainJob watch ended");
             "TrainJob watch"
         });
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Relist;
+
+    #[test]
+    fn a_relist_reports_the_keys_it_no_longer_lists() {
+        let mut r = Relist::default();
+        r.started();
+        for k in ["a", "b", "c"] {
+            r.seen(&k);
+        }
+        assert!(r.done().is_empty(), "the first list finds nothing gone");
+        r.seen(&"d");
+        r.deleted(&"c");
+        // Re-list: b and d were deleted while the watch was down; e is new.
+        r.started();
+        r.seen(&"a");
+        r.seen(&"e");
+        let mut gone = r.done();
+        gone.sort();
+        assert_eq!(gone, vec!["b", "d"]);
+        r.started();
+        r.seen(&"a");
+        r.seen(&"e");
+        assert!(r.done().is_empty());
+    }
+
+    #[test]
+    fn a_delete_during_the_relist_is_not_reported_twice() {
+        let mut r = Relist::default();
+        r.started();
+        r.seen(&"a");
+        r.seen(&"b");
+        r.done();
+        r.started();
+        r.seen(&"a");
+        r.deleted(&"a");
+        assert_eq!(r.done(), vec!["b"]);
+        assert!(r.done().is_empty(), "no list in progress: nothing");
     }
 }

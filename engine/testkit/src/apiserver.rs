@@ -60,6 +60,9 @@ pub struct Plane {
     pub kubectl: Option<PathBuf>,
     /// kubectl's discovery cache for this plane (keeps ~/.kube/cache free of throw-away ports).
     pub kube_cache_dir: Option<PathBuf>,
+    /// The plane's directory (`control-plane.sh` state), for a private plane: what [`Plane::kill`] and
+    /// [`Plane::revive`] act on.
+    pub dir: Option<PathBuf>,
     /// Held, never written: its closing at process exit tells the supervisor to stop the plane.
     _lifeline: Option<ChildStdin>,
 }
@@ -92,6 +95,7 @@ fn start_plane() -> Result<Plane, String> {
             kubeconfig: kc.into(),
             kubectl: std::env::var_os("TRAINWARDEN_KUBECTL").filter(|v| !v.is_empty()).map(PathBuf::from),
             kube_cache_dir: std::env::var_os("KUBECACHEDIR").filter(|v| !v.is_empty()).map(PathBuf::from),
+            dir: None,
             _lifeline: None,
         });
     }
@@ -156,8 +160,87 @@ pub fn start_private_plane() -> Result<Plane, String> {
         kubeconfig: path("kubeconfig").ok_or("the supervisor reported no kubeconfig")?,
         kubectl: path("kubectl"),
         kube_cache_dir: path("kubecachedir"),
+        dir: Some(dir),
         _lifeline: lifeline,
     })
+}
+
+/// A component of the control plane, for fault injection.
+#[derive(Clone, Copy, Debug)]
+pub enum Component {
+    /// etcd.
+    Etcd,
+    /// kube-apiserver.
+    ApiServer,
+}
+
+impl Component {
+    fn name(self) -> &'static str {
+        match self {
+            Component::Etcd => "etcd",
+            Component::ApiServer => "kube-apiserver",
+        }
+    }
+}
+
+impl Plane {
+    /// `kill -9` of one component of a private plane (`control-plane.sh kill`).
+    pub fn kill(&self, component: Component) {
+        self.fault("kill", component);
+    }
+
+    /// Starts a killed component again as it was, and waits until it is ready (`control-plane.sh revive`).
+    pub fn revive(&self, component: Component) {
+        self.fault("revive", component);
+    }
+
+    fn fault(&self, verb: &str, component: Component) {
+        let dir = self.dir.as_ref().expect("kill/revive need a private plane (start_private_plane)");
+        let script = repo_root().join("tests/k8s/control-plane.sh");
+        let out = Command::new(&script)
+            .args([verb, component.name()])
+            .arg(dir)
+            .output()
+            .unwrap_or_else(|e| panic!("running {}: {e}", script.display()));
+        assert!(
+            out.status.success(),
+            "control-plane.sh {verb} {} failed: {}",
+            component.name(),
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+
+    /// The API server's address (from the kubeconfig's server URL).
+    pub fn apiserver_addr(&self) -> std::net::SocketAddr {
+        let text = std::fs::read_to_string(&self.kubeconfig).expect("kubeconfig");
+        let server = text
+            .lines()
+            .find_map(|l| l.trim().strip_prefix("server:"))
+            .expect("a server: line in the kubeconfig")
+            .trim()
+            .trim_start_matches("https://")
+            .trim_end_matches('/')
+            .to_string();
+        server.parse().unwrap_or_else(|e| panic!("server address {server}: {e}"))
+    }
+
+    /// A copy of the kubeconfig whose server is `addr` (a [`crate::faultproxy::FaultProxy`] in front of
+    /// the API server; the serving certificate names 127.0.0.1, so TLS still verifies), written to `path`.
+    pub fn kubeconfig_via(&self, addr: std::net::SocketAddr, path: &Path) -> PathBuf {
+        let text = std::fs::read_to_string(&self.kubeconfig).expect("kubeconfig");
+        let rewritten: Vec<String> = text
+            .lines()
+            .map(|l| match l.trim().strip_prefix("server:") {
+                Some(_) => {
+                    let indent = &l[..l.len() - l.trim_start().len()];
+                    format!("{indent}server: https://{addr}")
+                }
+                None => l.to_string(),
+            })
+            .collect();
+        std::fs::write(path, rewritten.join("\n") + "\n").expect("write kubeconfig");
+        path.to_path_buf()
+    }
 }
 
 static PLANE: OnceLock<Result<Plane, String>> = OnceLock::new();

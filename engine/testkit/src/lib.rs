@@ -3,10 +3,13 @@
 //! - [`apiserver`]: the real kube-apiserver + etcd of the integration tests, one per test binary, a namespace
 //!   per test; under `CI=true` a test that needs it fails (never skips) when it is missing. Tests use it as
 //!   `use trainwarden_testkit::apiserver as support;` and start with `let ctx = setup!("name");`.
+//! - [`faultproxy`]: a TCP proxy between the controller and the API server that black-holes, resets or
+//!   refuses connections, for the fault-injection tests.
 //! - [`receivers`]: what notification tests deliver to and with: a local HTTP receiver that records requests,
 //!   an SMTP server (aiosmtpd), policies compiled by the real core, intents, secrets in a directory.
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]
 
 pub mod apiserver;
+pub mod faultproxy;
 pub mod receivers;

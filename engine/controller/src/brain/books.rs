@@ -4,12 +4,16 @@
 use std::collections::{BTreeMap, HashMap};
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
+use tracing::{info, warn};
 use trainwarden_core::{JobKey, Timestamp};
 use trainwarden_core::{Mode, PolicyRef};
+use trainwarden_kube::ProgressPolicyStatus;
 
 use crate::messages::{ActionResult, Outcome};
+use crate::metrics::{ActionLabel, ExecutedActionLabels};
 
 use super::Brain;
+use super::ledger::Settled;
 
 /// What the controller keeps per policy beyond the evaluator, for status.
 #[derive(Debug, Default)]
@@ -34,14 +38,39 @@ pub(super) struct PolicyBook {
 /// The most jobs a book remembers the last action of (the status lists at most 50).
 pub(super) const MAX_JOB_ACTIONS: usize = 200;
 
+impl PolicyBook {
+    /// Takes the totals (savings, action counts, last action) from a status this controller's leader wrote:
+    /// after a restart, or while another replica leads. What this replica adds when it leads goes on top.
+    pub(super) fn adopt(&mut self, status: &ProgressPolicyStatus) {
+        self.gpu_hours_saved = status.gpu_hours_saved.unwrap_or(0.0);
+        self.dollars_saved = status.dollars_saved;
+        self.gpu_hours_would_save = status.gpu_hours_would_save.unwrap_or(0.0);
+        self.dollars_would_save = status.dollars_would_save;
+        self.action_counts = status.action_counts.clone();
+        if let (Some(what), Some(at)) = (&status.last_action, &status.last_action_time) {
+            self.last_action = Some((what.clone(), at.0));
+        }
+    }
+}
+
 impl Brain {
-    pub(super) fn record_outcome(&mut self, o: Outcome) {
-        let flight = (o.policy.clone(), o.job.clone(), o.rule.clone());
-        if let Some(n) = self.in_flight.get_mut(&flight) {
-            *n -= 1;
-            if *n == 0 {
-                self.in_flight.remove(&flight);
+    pub(super) fn record_outcome(&mut self, o: Outcome, now: Timestamp) {
+        let settled =
+            self.ledger.settle(&o.intent, o.result.settles(), o.result == ActionResult::NotLeader, now);
+        match settled {
+            Settled::RetryAt { due, failures } => {
+                let action = ActionLabel::Executed(o.action);
+                self.metrics.action_retries.get_or_create(&ExecutedActionLabels { action }).inc();
+                warn!(job = %o.job, rule = %o.rule, action = o.action.as_str(), failures, retry_at = %due, error = %o.message, "action failed; trying again later");
             }
+            Settled::Confirmed { was_owed: false } if o.result == ActionResult::AlreadyDone => {
+                // Not owed any more (its job or policy went meanwhile): nothing to count.
+                return;
+            }
+            Settled::Confirmed { .. } | Settled::AwaitingLeadership => {}
+        }
+        if o.result == ActionResult::AlreadyDone {
+            info!(job = %o.job, rule = %o.rule, action = o.action.as_str(), "action found already performed (by an earlier leader or before a restart)");
         }
         if o.result == ActionResult::NotLeader {
             return;
@@ -50,7 +79,7 @@ impl Brain {
         *book.action_counts.entry(format!("{}/{}", o.action, o.result.as_str())).or_default() += 1;
         let verb = match (o.mode, &o.result) {
             (Mode::Audit, _) | (_, ActionResult::Reported) => format!("would {}", o.action),
-            (_, ActionResult::Done) => o.action.to_string(),
+            (_, ActionResult::Done | ActionResult::AlreadyDone) => o.action.to_string(),
             (_, other) => format!("{} {}", o.action, other.as_str()),
         };
         let what = format!("{verb} {} ({})", o.job, o.rule);
@@ -66,7 +95,9 @@ impl Brain {
             && o.action.stops_job()
         {
             match (o.mode, &o.result) {
-                (Mode::Enforce, ActionResult::Done) => {
+                // Found done by its id: the leader that did it was lost before its status counted it
+                // (a status that counted it would have settled the intent here), so it counts now, once.
+                (Mode::Enforce, ActionResult::Done | ActionResult::AlreadyDone) => {
                     book.gpu_hours_saved += s.gpu_hours;
                     if let Some(d) = s.dollars {
                         *book.dollars_saved.get_or_insert(0.0) += d;

@@ -11,6 +11,7 @@
 //! dropped once the TrainJobs are listed.
 
 mod books;
+pub mod ledger;
 mod status;
 
 use std::collections::{HashMap, HashSet};
@@ -29,6 +30,7 @@ use crate::config::ControllerConfig;
 use crate::messages::{Input, PolicyInput, ReceiverChange, StatusUpdate, TrainJobEvent, Work};
 use crate::metrics::{DroppedWork, InvalidInput, Metrics, ModeLabel, ModeLabels};
 use books::PolicyBook;
+use ledger::Ledger;
 use trainwarden_notify::{JobProgress, Notifier};
 
 /// The evaluation loop's state: the [`Evaluator`], per-policy books for status, the last step's work. No
@@ -46,11 +48,15 @@ pub struct Brain {
     metrics: Arc<Metrics>,
     last_sent: HashMap<PolicyId, ProgressPolicyStatus>,
     removed: Vec<PolicyId>,
-    /// Intents handed to the executor and not yet reported back, per (policy, job, rule). While a firing's
-    /// actions are in flight its memory is persisted as "pending, due now" rather than "firing", so a
-    /// controller that dies before performing them fires again after the restart (same intent ids, so a
-    /// suspension that did happen is recognised) instead of remembering an action that never happened.
-    in_flight: HashMap<(PolicyId, JobKey, String), usize>,
+    /// Intents issued and not yet settled (see [`ledger`]). While a firing has an owed intent its memory is
+    /// persisted as "pending, due now" rather than "firing", so a controller that dies before performing
+    /// it fires again after the restart (same intent ids, so an action that did happen is recognised)
+    /// instead of remembering an action that never happened; a live follower holds the same intents and
+    /// performs them when it leads.
+    ledger: Ledger,
+    /// Whether this replica leads now (its executor performs; otherwise the leader's status is the
+    /// authority for totals and settles this replica's owed intents).
+    leading: bool,
     /// Read for its counters (status, metrics). Receiver changes go to it through the executor (every
     /// replica, so a new leader is ready); delivery happens on the leader only.
     notifier: Option<Notifier>,
@@ -75,7 +81,8 @@ impl Brain {
             metrics,
             last_sent: HashMap::new(),
             removed: Vec::new(),
-            in_flight: HashMap::new(),
+            ledger: Ledger::default(),
+            leading: false,
             notifier,
         }
     }
@@ -100,6 +107,7 @@ impl Brain {
         match input {
             Input::Policy(p) => self.apply_policy(*p, now),
             Input::PolicyGone(key) => {
+                self.abandon(|i| i.policy.id() == key);
                 if let Some(book) = self.books.remove(&key)
                     && let Some(reference) = book.reference
                 {
@@ -120,6 +128,7 @@ impl Brain {
                 if job.exempt {
                     if self.exempt.insert(job.key.clone()) {
                         self.evaluator.forget_job(&job.key, now, &mut self.events);
+                        self.abandon(|i| i.job == job.key);
                         self.work.push(Work::RecordEvent(Box::new(TrainJobEvent {
                             job: job.key.clone(),
                             warning: false,
@@ -152,6 +161,7 @@ impl Brain {
                 }
             }
             Input::JobGone(key) => {
+                self.abandon(|i| i.job == key);
                 self.exempt.remove(&key);
                 self.unreadable.remove(&key);
                 self.evaluator.forget_job(&key, now, &mut self.events);
@@ -167,24 +177,99 @@ impl Brain {
                     );
                 }
             }
-            Input::Outcome(o) => self.record_outcome(*o),
+            Input::Outcome(o) => self.record_outcome(*o, now),
         }
         self.metrics.jobs.set(self.evaluator.job_count() as i64);
         self.drain_events();
+        self.metrics.actions_owed.set(self.ledger.len() as i64);
     }
 
-    /// Runs due timers at `now`.
+    /// Runs due timers at `now`: the evaluator's, and failed actions whose backoff has passed.
     pub fn tick(&mut self, now: Timestamp) {
         let started = Instant::now();
         self.evaluator.tick(now, &mut self.events);
         self.metrics.evaluations.inc();
         self.metrics.evaluation_seconds.observe(started.elapsed().as_secs_f64());
         self.drain_events();
+        let (due, dropped) = {
+            let (ledger, wanted) = self.ledger_and_wanted();
+            ledger.take_due(now, wanted)
+        };
+        self.dropped_owed(dropped);
+        for intent in due {
+            debug!(job = %intent.job, rule = %intent.rule, id = %intent.id, "retrying an action");
+            self.work.push(Work::Act(Box::new(intent)));
+        }
+        self.metrics.actions_owed.set(self.ledger.len() as i64);
     }
 
-    /// When the next timer is due (a `for` ending, a stall deadline, a window edge); `None`: no timer is set.
+    /// When the next timer is due (a `for` ending, a stall deadline, a window edge, a failed action's
+    /// retry); `None`: no timer is set.
     pub fn next_tick(&self) -> Option<Timestamp> {
-        self.evaluator.next_tick()
+        match (self.evaluator.next_tick(), self.ledger.next_due()) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        }
+    }
+
+    /// This replica starts or stops leading. On becoming leader every owed intent it inherited (parked
+    /// while it followed, or due later) is re-issued first, before anything else this step produces.
+    pub fn lead(&mut self, leading: bool) {
+        if leading == self.leading {
+            return;
+        }
+        self.leading = leading;
+        if !leading {
+            info!("not leading: owed actions wait for the next leader");
+            return;
+        }
+        self.metrics.handovers.inc();
+        let (inherited, dropped) = {
+            let (ledger, wanted) = self.ledger_and_wanted();
+            ledger.take_inherited(wanted)
+        };
+        self.dropped_owed(dropped);
+        info!(inherited = inherited.len(), owed = self.ledger.len(), "leading: taking over the owed actions");
+        self.metrics.actions_inherited.inc_by(inherited.len() as u64);
+        let mut first: Vec<Work> = inherited.into_iter().map(|i| Work::Act(Box::new(i))).collect();
+        first.append(&mut self.work);
+        self.work = first;
+    }
+
+    /// Whether this replica leads (as the brain last heard).
+    pub fn leading(&self) -> bool {
+        self.leading
+    }
+
+    /// The ledger and a test of whether an owed intent is still wanted: its policy is loaded, its job is not
+    /// exempt and its rule still fires for the job.
+    fn ledger_and_wanted(&mut self) -> (&mut Ledger, impl Fn(&trainwarden_core::ActionIntent) -> bool + '_) {
+        let (books, exempt, evaluator) = (&self.books, &self.exempt, &self.evaluator);
+        let wanted = move |i: &trainwarden_core::ActionIntent| {
+            let Some(reference) = books.get(&i.policy.id()).and_then(|b| b.reference.as_ref()) else {
+                return false;
+            };
+            !exempt.contains(&i.job)
+                && evaluator.rule_state(&i.job, reference, &i.rule)
+                    == Some(trainwarden_core::RuleState::Firing)
+        };
+        (&mut self.ledger, wanted)
+    }
+
+    fn dropped_owed(&mut self, dropped: Vec<trainwarden_core::ActionIntent>) {
+        for i in &dropped {
+            info!(job = %i.job, rule = %i.rule, id = %i.id, "owed action dropped: its rule no longer fires");
+        }
+        self.metrics.actions_abandoned.inc_by(dropped.len() as u64);
+    }
+
+    /// Forgets owed intents whose job or policy is gone (or exempt).
+    fn abandon(&mut self, gone: impl Fn(&trainwarden_core::ActionIntent) -> bool) {
+        let n = self.ledger.forget(gone);
+        if n > 0 {
+            info!(forgotten = n, "owed actions forgotten: their job or policy is gone");
+            self.metrics.actions_abandoned.inc_by(n as u64);
+        }
     }
 
     fn apply_policy(&mut self, p: PolicyInput, now: Timestamp) {
@@ -194,21 +279,23 @@ impl Brain {
         // there is nothing to compile again.
         let judged =
             book.reference.as_ref().is_some_and(|r| r.generation == p.generation) || book.error.is_some();
+        if !first_sight
+            && !self.leading
+            && let Some(status) = &p.status
+        {
+            // The leader's status: its totals are the truth while it leads (a hand-over continues from
+            // them), and the firings it persisted as settled settle this replica's owed intents.
+            book.adopt(status);
+            self.ledger.settle_from_status(&p.key, &status.rule_states);
+        }
         if !first_sight && book.generation == p.generation && judged {
             return;
         }
         book.generation = p.generation;
         if first_sight && let Some(status) = &p.status {
             // Continuity across restarts: savings, counts and the last action come back from status.
-            book.gpu_hours_saved = status.gpu_hours_saved.unwrap_or(0.0);
-            book.dollars_saved = status.dollars_saved;
-            book.gpu_hours_would_save = status.gpu_hours_would_save.unwrap_or(0.0);
-            book.dollars_would_save = status.dollars_would_save;
-            book.action_counts = status.action_counts.clone();
+            book.adopt(status);
             book.conditions = status.conditions.clone();
-            if let (Some(what), Some(at)) = (&status.last_action, &status.last_action_time) {
-                book.last_action = Some((what.clone(), at.0));
-            }
         }
         let document = match p.document {
             Ok(d) => d,
@@ -279,9 +366,7 @@ impl Brain {
             }
             match event {
                 Event::Intent(intent) => {
-                    let p = &intent.policy;
-                    let flight = (p.id(), intent.job.clone(), intent.rule.clone());
-                    *self.in_flight.entry(flight).or_default() += 1;
+                    self.ledger.issue(&intent);
                     self.work.push(Work::Act(Box::new(intent)));
                 }
                 Event::Transition { job, policy, rule, kind, reason, mode, .. } => {
@@ -353,9 +438,13 @@ pub async fn run(
     statuses: mpsc::Sender<StatusUpdate>,
     policies_synced: oneshot::Sender<()>,
     ready: watch::Sender<bool>,
+    leadership: watch::Receiver<bool>,
     metrics: Arc<Metrics>,
 ) {
     let mut policies_synced = Some(policies_synced);
+    brain.lead(*leadership.borrow());
+    // `None` once leadership can no longer change (leader election off).
+    let mut leadership = Some(leadership);
     // tokio's interval panics on zero.
     let mut beat = tokio::time::interval(config.status_interval.max(Duration::from_millis(10)));
     beat.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
@@ -377,6 +466,15 @@ pub async fn run(
                 // Never evaluate a timer before its time (a sleep can end a hair early on some clocks).
                 let now = next.map_or_else(Timestamp::now, |n| Timestamp::now().max(n));
                 brain.tick(now);
+            }
+            changed = async { leadership.as_mut()?.changed().await.ok() }, if leadership.is_some() => {
+                match changed {
+                    None => leadership = None,
+                    Some(()) => {
+                        let leading = leadership.as_mut().is_some_and(|l| *l.borrow_and_update());
+                        brain.lead(leading);
+                    }
+                }
             }
             _ = beat.tick() => {
                 brain.refresh_notification_metrics();
@@ -518,6 +616,7 @@ mod tests {
 
         // Once the executor reports back, the memory is "firing".
         let outcome = Outcome {
+            intent: issued[0].id.clone(),
             policy: key(),
             job: JobKey::new("ml", "ft"),
             rule: "high".into(),
@@ -581,6 +680,7 @@ mod tests {
             t(0),
         );
         let outcome = Outcome {
+            intent: "ProgressPolicy:ml:p:1:high:ml:ft:0:1:0".into(),
             policy: key(),
             job: JobKey::new("ml", "ft"),
             rule: "high".into(),
@@ -606,6 +706,165 @@ mod tests {
         // Unchanged statuses are not sent twice.
         assert_eq!(b.changed_statuses(t(6)).len(), 1);
         assert!(b.changed_statuses(t(7)).is_empty());
+    }
+}
+
+#[cfg(test)]
+mod handover_tests {
+    use super::*;
+    use crate::messages::{ActionResult, ExecutedAction, JobInput, Outcome};
+    use trainwarden_core::parse_documents;
+    use trainwarden_core::{ActionIntent, JobSnapshot, Metric, Mode, ProgressSample, SampleSource};
+    use trainwarden_core::{RuleMemory, RuleState};
+
+    fn t(s: i64) -> Timestamp {
+        Timestamp::from_second(1_795_798_800 + s).unwrap()
+    }
+
+    fn key() -> PolicyId {
+        PolicyId { kind: PolicyKind::Namespaced, namespace: Some("ml".into()), name: "p".into() }
+    }
+
+    fn policy(status: Option<ProgressPolicyStatus>) -> Input {
+        let yaml = "apiVersion: trainwarden.dev/v1alpha1\nkind: ProgressPolicy\nmetadata: {name: p, namespace: ml}\n\
+                    spec:\n  mode: Enforce\n  samplingInterval: 1s\n  rules:\n    \
+                    - {name: high, when: 'metric(\"loss\") > 5.0', actions: [{suspend: {}}]}\n";
+        let doc = parse_documents(yaml, "test").unwrap().remove(0);
+        Input::Policy(Box::new(PolicyInput { key: key(), generation: 1, document: Ok(doc), status }))
+    }
+
+    fn report(loss: f64, at: Timestamp) -> Input {
+        let mut snapshot = JobSnapshot::new(JobKey::new("ml", "ft"));
+        snapshot.created_at = Some(t(-60));
+        let mut sample = ProgressSample::empty(at, SampleSource::TrainerStatus);
+        sample.metrics.push(Metric { name: "loss".into(), value: loss });
+        snapshot.sample = Some(sample);
+        Input::Job(Box::new(JobInput { key: snapshot.key.clone(), snapshot: Ok(snapshot), exempt: false }))
+    }
+
+    fn brain(leading: bool) -> Brain {
+        let mut b = Brain::new(&ControllerConfig::default(), Arc::new(Metrics::new()), None);
+        b.lead(leading);
+        b.work.clear();
+        b
+    }
+
+    fn acts(b: &mut Brain) -> Vec<ActionIntent> {
+        b.work.drain(..).filter_map(|w| if let Work::Act(i) = w { Some(*i) } else { None }).collect()
+    }
+
+    fn outcome(i: &ActionIntent, result: ActionResult) -> Input {
+        Input::Outcome(Box::new(Outcome {
+            intent: i.id.clone(),
+            policy: i.policy.id(),
+            job: i.job.clone(),
+            rule: i.rule.clone(),
+            action: ExecutedAction::Suspend,
+            mode: Mode::Enforce,
+            result,
+            message: String::new(),
+            at: i.at,
+            savings: Some(trainwarden_core::Savings {
+                until: t(3600),
+                basis: trainwarden_core::SavingsBasis::EstimatedEnd,
+                gpus: 8.0,
+                gpu_hours: 8.0,
+                dollars: None,
+            }),
+        }))
+    }
+
+    /// Hole 1 of the reliability issue: a follower's skipped intents were dropped, so a leader lost between
+    /// firing and acting left the job running.
+    #[test]
+    fn a_follower_keeps_what_it_could_not_do_and_does_it_first_when_it_leads() {
+        let mut b = brain(false);
+        b.handle(policy(None), t(0));
+        b.handle(report(9.0, t(1)), t(1));
+        let fired = acts(&mut b);
+        assert_eq!(fired.len(), 1);
+        b.handle(outcome(&fired[0], ActionResult::NotLeader), t(1));
+        b.tick(t(100));
+        assert!(acts(&mut b).is_empty(), "nothing is retried while following");
+        b.handle(report(9.5, t(2)), t(2));
+        b.work.clear();
+        b.lead(true);
+        let inherited = acts(&mut b);
+        assert_eq!(inherited.iter().map(|i| &i.id).collect::<Vec<_>>(), vec![&fired[0].id]);
+        b.handle(outcome(&fired[0], ActionResult::AlreadyDone), t(3));
+        let status = b.status_of(&key(), t(3));
+        assert_eq!(status.gpu_hours_saved, Some(8.0), "found done by its id: counted once");
+        assert_eq!(status.rule_states[0].state, RuleState::Firing);
+        b.lead(false);
+        b.lead(true);
+        assert!(acts(&mut b).is_empty(), "settled: nothing left to inherit");
+    }
+
+    #[test]
+    fn a_failed_action_is_tried_again_with_a_growing_wait_until_its_rule_stops_wanting_it() {
+        let mut b = brain(true);
+        b.handle(policy(None), t(0));
+        b.handle(report(9.0, t(0)), t(0));
+        let fired = acts(&mut b);
+        b.handle(outcome(&fired[0], ActionResult::Failed), t(0));
+        assert_eq!(b.next_tick(), Some(t(2)));
+        b.tick(t(2));
+        assert_eq!(acts(&mut b)[0].id, fired[0].id);
+        b.handle(outcome(&fired[0], ActionResult::Failed), t(3));
+        assert_eq!(b.next_tick(), Some(t(7)), "then 4 s");
+        let status = b.status_of(&key(), t(3));
+        assert_eq!(status.rule_states[0].state, RuleState::Pending, "persisted as due while owed");
+        // The rule resolves: the owed suspension is no longer wanted.
+        b.handle(report(1.0, t(5)), t(5));
+        b.work.clear();
+        b.tick(t(7));
+        assert!(acts(&mut b).is_empty());
+        assert!(b.ledger.is_empty());
+        assert_eq!(b.ledger.next_due(), None);
+    }
+
+    #[test]
+    fn the_leaders_status_settles_a_followers_intents_and_its_totals_carry_over() {
+        let mut b = brain(false);
+        b.handle(policy(None), t(0));
+        b.handle(report(9.0, t(1)), t(1));
+        let fired = acts(&mut b);
+        b.handle(outcome(&fired[0], ActionResult::NotLeader), t(1));
+        // The leader performed it and wrote status: the firing as settled, its totals.
+        let leaders = ProgressPolicyStatus {
+            gpu_hours_saved: Some(20.0),
+            action_counts: [("suspend/done".to_string(), 3)].into(),
+            rule_states: vec![RuleMemory {
+                job: "ml/ft".into(),
+                rule: "high".into(),
+                state: RuleState::Firing,
+                since: Some(fired[0].at),
+                cleared_at: None,
+                firings: 1,
+                last_issued: vec![Some(fired[0].at)],
+                rule_hash: None,
+            }],
+            ..Default::default()
+        };
+        b.handle(policy(Some(leaders)), t(2));
+        b.lead(true);
+        assert!(acts(&mut b).is_empty(), "the leader did it: nothing inherited");
+        let status = b.status_of(&key(), t(3));
+        assert_eq!(status.gpu_hours_saved, Some(20.0));
+        assert_eq!(status.action_counts.get("suspend/done"), Some(&3));
+    }
+
+    #[test]
+    fn a_deleted_job_takes_its_owed_actions_with_it() {
+        let mut b = brain(false);
+        b.handle(policy(None), t(0));
+        b.handle(report(9.0, t(1)), t(1));
+        let fired = acts(&mut b);
+        b.handle(outcome(&fired[0], ActionResult::NotLeader), t(1));
+        b.handle(Input::JobGone(JobKey::new("ml", "ft")), t(2));
+        b.lead(true);
+        assert!(acts(&mut b).is_empty());
+        assert!(b.ledger.is_empty());
     }
 }
 

@@ -118,7 +118,7 @@ impl Brain {
             memories.truncate(MAX_RULE_STATES);
             for m in memories.iter_mut().filter(|m| m.state == RuleState::Firing) {
                 let Some(job) = JobKey::parse(&m.job) else { continue };
-                if !self.in_flight.contains_key(&(key.clone(), job, m.rule.clone())) {
+                if !self.ledger.owes(key, &job, &m.rule) {
                     continue;
                 }
                 let for_ = self

@@ -1,5 +1,6 @@
-//! One API call as the executor makes it: under a deadline, retried with backoff while the failure is
-//! transient, counted by operation.
+//! One API call as the executor makes it: only while this replica leads (checked before every attempt,
+//! so a Lease lost in the middle of an action stops its next write), under a deadline, retried with
+//! backoff while the failure is transient, counted by operation.
 
 use std::future::Future;
 use std::time::Duration;
@@ -12,6 +13,8 @@ use crate::metrics::ApiOperation;
 /// A failure of one API call.
 #[derive(Debug)]
 pub(crate) enum CallError {
+    /// This replica stopped leading before the call was made.
+    NotLeader,
     Timeout,
     Api(kube::Error),
 }
@@ -19,6 +22,7 @@ pub(crate) enum CallError {
 impl std::fmt::Display for CallError {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
+            CallError::NotLeader => write!(f, "this replica is no longer the leader"),
             CallError::Timeout => write!(f, "the API server did not answer in time"),
             CallError::Api(kube::Error::Api(s)) => write!(f, "{} ({})", s.message, s.code),
             CallError::Api(e) => write!(f, "{e}"),
@@ -29,6 +33,7 @@ impl std::fmt::Display for CallError {
 impl CallError {
     pub(crate) fn is_transient(&self) -> bool {
         match self {
+            CallError::NotLeader => false,
             CallError::Timeout => true,
             CallError::Api(kube::Error::Api(s)) => s.code == 409 || s.code == 429 || s.code >= 500,
             CallError::Api(_) => true,
@@ -43,7 +48,7 @@ impl CallError {
 impl std::error::Error for CallError {
     fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
         match self {
-            CallError::Timeout => None,
+            CallError::NotLeader | CallError::Timeout => None,
             CallError::Api(e) => Some(e),
         }
     }
@@ -57,6 +62,9 @@ impl Executor {
         let mut delay = Duration::from_millis(200);
         let mut attempt = 0;
         loop {
+            if !self.leader.is_leader() {
+                return Err(CallError::NotLeader);
+            }
             attempt += 1;
             self.metrics.api_request(operation);
             let result = match tokio::time::timeout(self.timeout, f()).await {

@@ -30,6 +30,10 @@ impl Executor {
         action: &str,
         note: &str,
     ) {
+        // Per write, like every API call of the executor.
+        if !self.leader.is_leader() {
+            return;
+        }
         let event = KubeEvent {
             type_: if warning { EventType::Warning } else { EventType::Normal },
             reason: reason.into(),

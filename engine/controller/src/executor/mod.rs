@@ -24,11 +24,11 @@ use trainwarden_core::{ActionIntent, ActionSpec, Mode};
 use trainwarden_kube::trainjob::trainjob_api;
 use trainwarden_notify::Notifier;
 
-use crate::LAST_ACTION_ANNOTATION;
 use crate::config::ControllerConfig;
 use crate::leader::Leadership;
 use crate::messages::{ActionResult, ExecutedAction, Input, Outcome, ReceiverChange, Work};
 use crate::metrics::{ActionLabel, ApiOperation, DroppedWork, Metrics, ModeLabel};
+use crate::{INTENTS_ANNOTATION, LAST_ACTION_ANNOTATION};
 
 mod actions;
 mod call;
@@ -41,10 +41,27 @@ use call::CallError;
 use events::object_reference;
 use queue::JobQueues;
 pub use ssa::{OwnedFields, owned_fields};
-use ssa::{last_action, last_action_id};
+use ssa::{intents_with, last_action, last_action_id, performed_intents};
 
 /// How many jobs the executor works on at once.
 pub const CONCURRENCY: usize = 16;
+
+/// How many intent ids a TrainJob's `trainwarden.dev/intents` record keeps (a firing issues at most 16
+/// actions, and older firings' intents are settled long before).
+pub const RECORDED_INTENTS: usize = 16;
+
+/// What an action's write records on the TrainJob, in the same apply as the change itself: the last action
+/// and the intents record with this intent's id.
+pub(crate) struct Record {
+    last_action: String,
+    intents: String,
+}
+
+impl Record {
+    fn annotations(&self) -> [(&'static str, &str); 2] {
+        [(LAST_ACTION_ANNOTATION, &self.last_action), (INTENTS_ANNOTATION, &self.intents)]
+    }
+}
 
 /// How a performed (or reported) action ended, and what to say about it.
 pub(crate) struct Ended {
@@ -83,6 +100,29 @@ impl ActionError {
     fn call(context: impl Into<String>, source: CallError) -> Self {
         ActionError::Call { context: context.into(), source }
     }
+
+    /// The replica stopped leading before one of the action's calls: the intent is owed, not failed.
+    fn lost_leadership(&self) -> bool {
+        matches!(
+            self,
+            ActionError::Call { source: CallError::NotLeader, .. }
+                | ActionError::Reread(CallError::NotLeader)
+                | ActionError::ResumeFailed { source: CallError::NotLeader, .. }
+        )
+    }
+}
+
+/// Runs `work` and turns a panic in it into `Err` with the panic's message: one job's broken action must
+/// not take the executor (or that job's queue) down with it.
+pub async fn supervise<T>(work: impl std::future::Future<Output = T>) -> Result<T, String> {
+    use futures::FutureExt;
+    std::panic::AssertUnwindSafe(work).catch_unwind().await.map_err(|panic| {
+        panic
+            .downcast_ref::<&str>()
+            .map(ToString::to_string)
+            .or_else(|| panic.downcast_ref::<String>().cloned())
+            .unwrap_or_else(|| "a panic without a message".into())
+    })
 }
 
 /// The TrainJob an action is performed on, as read just before, and how Events name the policy.
@@ -145,7 +185,11 @@ impl Executor {
             {
                 let (this, feedback) = (this.clone(), feedback.clone());
                 running.spawn(async move {
-                    this.process(item, &feedback).await;
+                    // Whatever happens inside, the job comes back, so its queue moves on.
+                    if let Err(panic) = supervise(this.process(item, &feedback)).await {
+                        this.metrics.executor_panics.inc();
+                        tracing::error!(%job, panic, "the executor panicked on this job's work; it goes on");
+                    }
                     job
                 });
             }
@@ -161,6 +205,7 @@ impl Executor {
                     None => open = false,
                 },
                 Some(done) = running.join_next(), if !running.is_empty() => {
+                    // A join error here can only be a cancellation (panics are caught inside the task).
                     let Ok(job) = done else { continue };
                     queues.finished(job);
                 }
@@ -185,7 +230,10 @@ impl Executor {
             }
             Work::Receivers(change) => self.reconfigure(change),
             Work::Act(intent) => {
-                let outcome = self.act(&intent).await;
+                let outcome = match supervise(self.act(&intent)).await {
+                    Ok(outcome) => outcome,
+                    Err(panic) => self.panicked(&intent, panic).await,
+                };
                 self.metrics.action(
                     ActionLabel::Executed(outcome.action),
                     ModeLabel(Some(intent.mode)),
@@ -209,9 +257,40 @@ impl Executor {
         }
     }
 
+    /// An action panicked: counted, recorded as an Event on the job, and reported as failed (so the brain
+    /// tries it again after a backoff, like any failure).
+    async fn panicked(&self, intent: &ActionIntent, panic: String) -> Outcome {
+        self.metrics.executor_panics.inc();
+        tracing::error!(job = %intent.job, rule = %intent.rule, panic, "an action panicked");
+        let api = trainjob_api(self.client.clone(), Some(&intent.job.namespace));
+        if self.leader.is_leader()
+            && let Ok(job) = self.call(ApiOperation::GetTrainjob, || api.get(&intent.job.name)).await
+        {
+            let note = format!(
+                "trainwarden failed on action {} of rule {} (it will try again): {panic}",
+                intent.action.kind(),
+                intent.rule
+            );
+            self.publish(&object_reference(&job), true, "ActionPanicked", "Execute", &note).await;
+        }
+        Outcome {
+            intent: intent.id.clone(),
+            policy: intent.policy.id(),
+            job: intent.job.clone(),
+            rule: intent.rule.clone(),
+            action: intent.action.kind().into(),
+            mode: intent.mode,
+            result: ActionResult::Failed,
+            message: format!("the executor panicked: {panic}"),
+            at: intent.at,
+            savings: intent.savings.clone(),
+        }
+    }
+
     /// Performs or reports one intent.
     pub async fn act(&self, intent: &ActionIntent) -> Outcome {
         let mut outcome = Outcome {
+            intent: intent.id.clone(),
             policy: intent.policy.id(),
             job: intent.job.clone(),
             rule: intent.rule.clone(),
@@ -227,11 +306,15 @@ impl Executor {
         }
         let ended = match self.perform(intent, &mut outcome.action).await {
             Ok(ended) => ended,
+            Err(e) if e.lost_leadership() => Ended::new(ActionResult::NotLeader, e.to_string()),
             Err(e) => Ended::new(ActionResult::Failed, e.to_string()),
         };
         outcome.result = ended.result;
         outcome.message = ended.message;
         match outcome.result {
+            ActionResult::NotLeader => {
+                info!(job = %intent.job, rule = %intent.rule, action = outcome.action.as_str(), "leadership lost before the action's next write; owed to the next leader");
+            }
             ActionResult::Failed | ActionResult::Refused => {
                 warn!(job = %intent.job, rule = %intent.rule, action = outcome.action.as_str(), result = outcome.result.as_str(), message = %outcome.message, "action not performed");
             }
@@ -263,25 +346,30 @@ impl Executor {
             by: format!("{} {} (rule {})", intent.policy.kind, intent.policy, intent.rule),
             summary: &intent.reason.summary,
         };
-        match &intent.action {
-            ActionSpec::Event(e) => return Ok(self.event_action(&target, e).await),
-            ActionSpec::Notify(n) => return Ok(self.notify_action(&target, n).await),
-            _ => {}
+        if let ActionSpec::Notify(n) = &intent.action {
+            return Ok(self.notify_action(&target, n).await);
         }
         if intent.mode == Mode::Audit {
-            return Ok(self.audit(&target, &intent.action).await);
+            // Audit writes nothing to the TrainJob, so it keeps no record either: its Events are
+            // at-least-once (a new leader may report an intent again).
+            return Ok(match &intent.action {
+                ActionSpec::Event(e) => self.event_action_unrecorded(&target, e).await,
+                other => self.audit(&target, other).await,
+            });
         }
-        if job.annotations().get(LAST_ACTION_ANNOTATION).and_then(|v| last_action_id(v)).as_deref()
-            == Some(&intent.id)
-        {
-            return Ok(Ended::new(ActionResult::Unchanged, "this action was already performed"));
+        let performed = performed_intents(&job).contains(&intent.id)
+            || job.annotations().get(LAST_ACTION_ANNOTATION).and_then(|v| last_action_id(v)).as_deref()
+                == Some(&intent.id);
+        if performed {
+            return Ok(Ended::new(ActionResult::AlreadyDone, "this intent was already performed"));
         }
-        let record = last_action(intent);
+        let record = Record { last_action: last_action(intent), intents: intents_with(&job, &intent.id) };
         match &intent.action {
+            ActionSpec::Event(e) => self.event_action(&target, e, &record).await,
             ActionSpec::Suspend(s) => self.suspend(&target, s, &record, action).await,
             ActionSpec::Annotate(a) => self.annotate(&target, a, &record).await,
-            ActionSpec::Scale(s) => self.scale(&target, s.num_nodes, &record).await,
-            ActionSpec::Event(_) | ActionSpec::Notify(_) => unreachable!("handled above"),
+            ActionSpec::Scale(s) => self.scale(&target, s.num_nodes, &intent.id, &record).await,
+            ActionSpec::Notify(_) => unreachable!("handled above"),
         }
     }
 

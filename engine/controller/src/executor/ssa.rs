@@ -12,7 +12,8 @@ use trainwarden_core::ActionIntent;
 use trainwarden_kube::FIELD_MANAGER;
 use trainwarden_kube::trainjob::{TRAINJOB_GROUP, TRAINJOB_KIND, TRAINJOB_VERSION};
 
-use super::{ActionError, Executor};
+use super::{ActionError, Executor, RECORDED_INTENTS};
+use crate::INTENTS_ANNOTATION;
 use crate::metrics::ApiOperation;
 
 /// The fields trainwarden's field manager owns on an object, from its `managedFields`.
@@ -62,6 +63,25 @@ pub(super) fn last_action(intent: &ActionIntent) -> String {
     .to_string()
 }
 
+/// The intent ids in a TrainJob's `trainwarden.dev/intents` record (empty when absent or unreadable).
+pub(super) fn performed_intents(job: &DynamicObject) -> Vec<String> {
+    job.annotations()
+        .get(INTENTS_ANNOTATION)
+        .and_then(|v| serde_json::from_str::<Vec<String>>(v).ok())
+        .unwrap_or_default()
+}
+
+/// The record with `id` added (the oldest dropped beyond [`RECORDED_INTENTS`]).
+pub(super) fn intents_with(job: &DynamicObject, id: &str) -> String {
+    let mut ids = performed_intents(job);
+    ids.retain(|i| i != id);
+    ids.push(id.to_string());
+    if ids.len() > RECORDED_INTENTS {
+        ids.drain(..ids.len() - RECORDED_INTENTS);
+    }
+    Value::from(ids).to_string()
+}
+
 pub(super) fn last_action_id(annotation: &str) -> Option<String> {
     serde_json::from_str::<Value>(annotation).ok()?.get("id")?.as_str().map(str::to_string)
 }
@@ -80,9 +100,20 @@ pub(super) fn truncate(s: &str, max: usize) -> String {
 impl Executor {
     /// The apply body that re-states what trainwarden owns on the TrainJob plus `annotations`.
     pub(super) fn owned_state(&self, job: &DynamicObject, annotations: &[(&str, &str)]) -> Value {
+        self.owned_state_without(job, annotations, &[])
+    }
+
+    /// [`Executor::owned_state`] without the annotations in `drop` (an apply that omits a field trainwarden
+    /// applied before removes it).
+    pub(super) fn owned_state_without(
+        &self,
+        job: &DynamicObject,
+        annotations: &[(&str, &str)],
+        drop: &[&str],
+    ) -> Value {
         let owned = owned_fields(job);
         let mut merged: BTreeMap<String, String> = BTreeMap::new();
-        for key in &owned.annotations {
+        for key in owned.annotations.iter().filter(|k| !drop.contains(&k.as_str())) {
             if let Some(v) = job.annotations().get(key) {
                 merged.insert(key.clone(), v.clone());
             }
@@ -176,6 +207,22 @@ mod tests {
         assert_eq!(last_action_id(&v).as_deref(), Some("a:b:c"));
         assert_eq!(last_action_id("not json"), None);
         assert_eq!(last_action_id("{\"id\": 3}"), None);
+    }
+
+    #[test]
+    fn the_intents_record_keeps_the_latest_ids_once_each() {
+        let mut job = job_with_managed_fields(json!({}));
+        assert!(performed_intents(&job).is_empty());
+        for i in 0..20 {
+            let record = intents_with(&job, &format!("id{}", i % 18));
+            job.annotations_mut().insert(INTENTS_ANNOTATION.into(), record);
+        }
+        let ids = performed_intents(&job);
+        assert_eq!(ids.len(), RECORDED_INTENTS);
+        assert_eq!(ids.last().map(String::as_str), Some("id1"));
+        assert_eq!(ids.iter().filter(|i| *i == "id1").count(), 1, "a repeated id moves to the end");
+        job.annotations_mut().insert(INTENTS_ANNOTATION.into(), "not json".into());
+        assert!(performed_intents(&job).is_empty());
     }
 
     #[test]

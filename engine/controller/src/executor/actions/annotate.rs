@@ -3,8 +3,7 @@
 use kube::ResourceExt;
 use trainwarden_core::AnnotateAction;
 
-use super::super::{ActionError, Ended, Executor, Target};
-use crate::LAST_ACTION_ANNOTATION;
+use super::super::{ActionError, Ended, Executor, Record, Target};
 use crate::messages::ActionResult;
 
 impl Executor {
@@ -12,20 +11,15 @@ impl Executor {
         &self,
         target: &Target<'_>,
         a: &AnnotateAction,
-        record: &str,
+        record: &Record,
     ) -> Result<Ended, ActionError> {
         let summary = target.summary;
         let value = a.value.clone().unwrap_or_else(|| summary.to_string());
         if target.job.annotations().get(&a.key) == Some(&value) {
             return Ok(Ended::new(ActionResult::Unchanged, format!("annotation {} already set", a.key)));
         }
-        self.apply_to_job(
-            target.api,
-            target.job,
-            &[(&a.key, &value), (LAST_ACTION_ANNOTATION, record)],
-            None,
-        )
-        .await?;
+        let [last, intents] = record.annotations();
+        self.apply_to_job(target.api, target.job, &[(&a.key, &value), last, intents], None).await?;
         self.publish(
             &target.reference,
             false,

@@ -2,11 +2,29 @@
 
 use trainwarden_core::EventAction;
 
-use super::super::{Ended, Executor, Target};
+use super::super::{ActionError, Ended, Executor, Record, Target};
 use crate::messages::ActionResult;
 
 impl Executor {
-    pub(in crate::executor) async fn event_action(&self, target: &Target<'_>, e: &EventAction) -> Ended {
+    /// Records the Event, then the intent (Enforce): a repeat after that finds it performed. A replica lost
+    /// between the two records the Event again (at-least-once).
+    pub(in crate::executor) async fn event_action(
+        &self,
+        target: &Target<'_>,
+        e: &EventAction,
+        record: &Record,
+    ) -> Result<Ended, ActionError> {
+        let ended = self.event_action_unrecorded(target, e).await;
+        self.apply_to_job(target.api, target.job, &record.annotations(), None).await?;
+        Ok(ended)
+    }
+
+    /// Records the Event only (Audit mode writes nothing to the TrainJob).
+    pub(in crate::executor) async fn event_action_unrecorded(
+        &self,
+        target: &Target<'_>,
+        e: &EventAction,
+    ) -> Ended {
         let warning = !matches!(e.type_, Some(trainwarden_core::EventType::Normal));
         let reason = e.reason.clone().unwrap_or_else(|| "ProgressRuleFiring".into());
         let note = format!("{}: {}", target.by, target.summary);

@@ -2,14 +2,14 @@
 //! allows it (RHOAI 3.4; the upstream CRD makes `spec.trainer` immutable, which is a refusal).
 
 use kube::ResourceExt;
-use kube::api::{Patch, PatchParams};
+use kube::api::{Api, DynamicObject, Patch, PatchParams};
 use serde_json::{Value, json};
 use trainwarden_kube::FIELD_MANAGER;
 
 use super::super::call::CallError;
 use super::super::ssa::spec_bool;
-use super::super::{ActionError, Ended, Executor, Target};
-use crate::LAST_ACTION_ANNOTATION;
+use super::super::{ActionError, Ended, Executor, Record, Target};
+use crate::SCALE_PENDING_ANNOTATION;
 use crate::messages::ActionResult;
 use crate::metrics::ApiOperation;
 
@@ -21,22 +21,36 @@ impl Executor {
         &self,
         target: &Target<'_>,
         nodes: i32,
-        record: &str,
+        id: &str,
+        record: &Record,
     ) -> Result<Ended, ActionError> {
         let (api, job, by, summary, reference) =
             (target.api, target.job, target.by.as_str(), target.summary, &target.reference);
         let name = job.name_any();
         let current = job.data.pointer("/spec/trainer/numNodes").and_then(Value::as_i64);
+        let suspended = spec_bool(job, "/spec/suspend") == Some(true);
         if current == Some(nodes as i64) {
+            // This intent suspended and resized the job, and the replica doing it was lost before resuming
+            // (the pending mark names the intent): finish it.
+            if suspended && job.annotations().get(SCALE_PENDING_ANNOTATION).map(String::as_str) == Some(id) {
+                self.resume_after_scale(api, job, record, nodes).await?;
+                let message =
+                    format!("numNodes is {nodes}; resumed (the scale was interrupted before resuming)");
+                self.publish(reference, false, "Scaled", "Scale", &format!("{by}: {message}: {summary}"))
+                    .await;
+                return Ok(Ended::new(ActionResult::Done, message));
+            }
             return Ok(Ended::new(ActionResult::Unchanged, format!("numNodes is already {nodes}")));
         }
-        let was_suspended = spec_bool(job, "/spec/suspend") == Some(true);
-        // The intent counts as performed (last-action record) only with the last write: when resuming fails,
-        // a repeat of the intent must not find it "already performed" and leave the job suspended.
-        let resize_record: &[(&str, &str)] =
-            if was_suspended { &[(LAST_ACTION_ANNOTATION, record)] } else { &[] };
+        // The intent counts as performed (its record) only with the last write: when resuming fails (or
+        // the replica is lost first), a repeat must not find it performed; the pending mark tells it to resume.
+        let was_suspended = suspended;
         let body = |suspend: bool| {
-            let mut body = self.owned_state(job, resize_record);
+            let mut body = if was_suspended {
+                self.owned_state(job, &record.annotations())
+            } else {
+                self.owned_state(job, &[(SCALE_PENDING_ANNOTATION, id)])
+            };
             body["spec"]["suspend"] = json!(suspend);
             body["spec"]["trainer"]["numNodes"] = json!(nodes);
             body
@@ -59,15 +73,13 @@ impl Executor {
             .await
             .map_err(|e| ActionError::call("suspending and resizing", e))?;
         if !was_suspended {
-            let resumed =
+            let resized =
                 self.call(ApiOperation::GetTrainjob, || api.get(&name)).await.map_err(ActionError::Reread)?;
-            let mut resume = self.owned_state(&resumed, &[(LAST_ACTION_ANNOTATION, record)]);
-            resume["spec"]["suspend"] = json!(false);
-            let patch = Patch::Apply(&resume);
-            if let Err(e) = self.call(ApiOperation::PatchTrainjob, || api.patch(&name, &params, &patch)).await
-            {
-                let error = ActionError::ResumeFailed { nodes, source: e };
-                self.publish(reference, true, "ScaleResumeFailed", "Scale", &format!("{by}: {error}")).await;
+            if let Err(error) = self.resume_after_scale(api, &resized, record, nodes).await {
+                if !error.lost_leadership() {
+                    self.publish(reference, true, "ScaleResumeFailed", "Scale", &format!("{by}: {error}"))
+                        .await;
+                }
                 return Err(error);
             }
         }
@@ -81,5 +93,24 @@ impl Executor {
         )
         .await;
         Ok(Ended::new(ActionResult::Done, format!("numNodes {from} → {nodes}")))
+    }
+
+    /// The scale's last write: resume, record the intent, drop the pending mark.
+    async fn resume_after_scale(
+        &self,
+        api: &Api<DynamicObject>,
+        job: &DynamicObject,
+        record: &Record,
+        nodes: i32,
+    ) -> Result<(), ActionError> {
+        let mut resume = self.owned_state_without(job, &record.annotations(), &[SCALE_PENDING_ANNOTATION]);
+        resume["spec"]["suspend"] = json!(false);
+        let params = PatchParams::apply(FIELD_MANAGER).force();
+        let patch = Patch::Apply(&resume);
+        let name = job.name_any();
+        self.call(ApiOperation::PatchTrainjob, || api.patch(&name, &params, &patch))
+            .await
+            .map(|_| ())
+            .map_err(|source| ActionError::ResumeFailed { nodes, source })
     }
 }

@@ -8,10 +8,10 @@ use trainwarden_core::SuspendAction;
 use trainwarden_kube::FIELD_MANAGER;
 
 use super::super::ssa::spec_bool;
-use super::super::{ActionError, Ended, Executor, Target};
+use super::super::{ActionError, Ended, Executor, Record, Target};
 use crate::messages::{ActionResult, ExecutedAction};
 use crate::metrics::ApiOperation;
-use crate::{KUEUE_QUEUE_LABEL, LAST_ACTION_ANNOTATION, SUSPENDED_BY_ANNOTATION};
+use crate::{KUEUE_QUEUE_LABEL, SUSPENDED_BY_ANNOTATION};
 
 /// Kueue's Workload at `v1beta1`, the version every Kueue serves (the executor itself prefers `v1beta2`, see
 /// `WORKLOAD_VERSIONS`); the object that owns admission of a Kueue-managed job.
@@ -38,7 +38,7 @@ impl Executor {
         &self,
         target: &Target<'_>,
         s: &SuspendAction,
-        record: &str,
+        record: &Record,
         action: &mut ExecutedAction,
     ) -> Result<Ended, ActionError> {
         let (by, summary, job) = (&target.by, target.summary, target.job);
@@ -50,8 +50,10 @@ impl Executor {
         if let (true, Some(queue)) = (self.kueue, queue) {
             *action = ExecutedAction::Deactivate;
             let ended = self.deactivate_workload(job, &queue).await?;
+            // Recorded also when the Workload was found inactive already: a leader lost between
+            // deactivating and recording leaves exactly that, and the record completes the intent.
+            self.apply_to_job(target.api, job, &record.annotations(), None).await?;
             if ended.result == ActionResult::Done {
-                self.apply_to_job(target.api, job, &[(LAST_ACTION_ANNOTATION, record)], None).await?;
                 self.publish(
                     &target.reference,
                     true,
@@ -66,10 +68,11 @@ impl Executor {
         if spec_bool(job, "/spec/suspend") == Some(true) {
             return Ok(Ended::new(ActionResult::Unchanged, "the TrainJob is already suspended"));
         }
+        let [last, intents] = record.annotations();
         self.apply_to_job(
             target.api,
             job,
-            &[(LAST_ACTION_ANNOTATION, record), (SUSPENDED_BY_ANNOTATION, by)],
+            &[last, intents, (SUSPENDED_BY_ANNOTATION, by)],
             Some(json!({"suspend": true})),
         )
         .await?;

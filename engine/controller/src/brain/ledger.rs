@@ -1,0 +1,323 @@
+//! The ledger of owed actions: what the rules want done and no replica has confirmed yet.
+//!
+//! Every intent a firing issues is owed from the moment it is issued until an outcome settles it (done,
+//! unchanged, already done, reported, refused). A failure makes it due again after a capped exponential
+//! backoff, for as long as the rule still fires; "not leader" parks it until this replica leads, when the
+//! hand-over re-issues it before anything else. Every replica keeps its own ledger (every replica
+//! evaluates), and a follower settles its entries from the leader's policy status: a firing the leader
+//! persisted as `Firing` (not "pending, due now", see `status`) had all its intents settled.
+//!
+//! Re-issuing is safe because the executor recognises an intent it performed by its id (the
+//! `trainwarden.dev/intents` record on the TrainJob): done once, never twice.
+
+use std::collections::{BTreeMap, HashMap};
+use std::time::Duration;
+
+use trainwarden_core::{ActionIntent, JobKey, PolicyId, RuleMemory, RuleState, Timestamp};
+
+/// The first retry of a failed action waits this long; each further failure doubles it.
+pub const RETRY_BASE: Duration = Duration::from_secs(2);
+/// The longest wait between two attempts of a failed action.
+pub const RETRY_CAP: Duration = Duration::from_secs(300);
+
+/// One owed intent.
+#[derive(Debug)]
+struct Owed {
+    intent: ActionIntent,
+    /// Failed attempts so far (sets the backoff).
+    failures: u32,
+    /// With the executor now (an outcome will come back): not re-issued meanwhile.
+    sent: bool,
+    /// When to re-issue it (after a failure); `None` while sent or while waiting for leadership.
+    due: Option<Timestamp>,
+}
+
+/// How an outcome settled an owed intent.
+#[derive(Debug, PartialEq)]
+pub enum Settled {
+    /// Settled for good; `was_owed` is false when the ledger no longer held it (forgotten meanwhile).
+    Confirmed {
+        /// Whether the ledger held the intent.
+        was_owed: bool,
+    },
+    /// Failed: due again at this time (attempt number `failures + 1`).
+    RetryAt {
+        /// When it is re-issued.
+        due: Timestamp,
+        /// Failed attempts so far.
+        failures: u32,
+    },
+    /// This replica is not the leader: parked until it leads.
+    AwaitingLeadership,
+}
+
+/// The owed intents of one replica, by intent id.
+#[derive(Debug, Default)]
+pub struct Ledger {
+    owed: BTreeMap<String, Owed>,
+    /// Owed intents per (policy, job, rule): a firing with any of them owed is persisted as due.
+    per_rule: HashMap<(PolicyId, JobKey, String), usize>,
+}
+
+fn rule_key(intent: &ActionIntent) -> (PolicyId, JobKey, String) {
+    (intent.policy.id(), intent.job.clone(), intent.rule.clone())
+}
+
+/// The wait before attempt `failures + 1`: [`RETRY_BASE`] doubled per failure, at most [`RETRY_CAP`].
+pub fn backoff(failures: u32) -> Duration {
+    let doublings = failures.saturating_sub(1).min(16);
+    RETRY_BASE.saturating_mul(1 << doublings).min(RETRY_CAP)
+}
+
+impl Ledger {
+    /// Records a newly issued intent as owed and sent.
+    pub fn issue(&mut self, intent: &ActionIntent) {
+        let owed = Owed { intent: intent.clone(), failures: 0, sent: true, due: None };
+        if self.owed.insert(intent.id.clone(), owed).is_none() {
+            *self.per_rule.entry(rule_key(intent)).or_default() += 1;
+        }
+    }
+
+    /// How many intents are owed.
+    pub fn len(&self) -> usize {
+        self.owed.len()
+    }
+
+    /// Whether nothing is owed.
+    pub fn is_empty(&self) -> bool {
+        self.owed.is_empty()
+    }
+
+    /// Whether an intent of this (policy, job, rule) is owed.
+    pub fn owes(&self, policy: &PolicyId, job: &JobKey, rule: &str) -> bool {
+        self.per_rule.contains_key(&(policy.clone(), job.clone(), rule.to_string()))
+    }
+
+    /// Applies the executor's outcome of intent `id` at `now`. `confirmed` is true for a result that
+    /// settles it; `not_leader` for a skip by a follower; otherwise it failed.
+    pub fn settle(&mut self, id: &str, confirmed: bool, not_leader: bool, now: Timestamp) -> Settled {
+        if confirmed {
+            return Settled::Confirmed { was_owed: self.remove(id) };
+        }
+        let Some(owed) = self.owed.get_mut(id) else { return Settled::Confirmed { was_owed: false } };
+        owed.sent = false;
+        if not_leader {
+            owed.due = None;
+            return Settled::AwaitingLeadership;
+        }
+        owed.failures += 1;
+        let wait = jiff::SignedDuration::from_secs(backoff(owed.failures).as_secs() as i64);
+        let due = now.checked_add(wait).unwrap_or(Timestamp::MAX);
+        owed.due = Some(due);
+        Settled::RetryAt { due, failures: owed.failures }
+    }
+
+    /// The earliest time a failed intent is due again.
+    pub fn next_due(&self) -> Option<Timestamp> {
+        self.owed.values().filter_map(|o| o.due).min()
+    }
+
+    /// Intents due at `now`, marked sent; those `wanted` rejects are forgotten and returned second.
+    pub fn take_due(
+        &mut self,
+        now: Timestamp,
+        wanted: impl Fn(&ActionIntent) -> bool,
+    ) -> (Vec<ActionIntent>, Vec<ActionIntent>) {
+        self.take(|o| !o.sent && o.due.is_some_and(|d| d <= now), wanted)
+    }
+
+    /// Every intent not with the executor (due later, or parked for leadership), marked sent: a new
+    /// leader's inheritance. Those `wanted` rejects are forgotten and returned second.
+    pub fn take_inherited(
+        &mut self,
+        wanted: impl Fn(&ActionIntent) -> bool,
+    ) -> (Vec<ActionIntent>, Vec<ActionIntent>) {
+        self.take(|o| !o.sent, wanted)
+    }
+
+    fn take(
+        &mut self,
+        pick: impl Fn(&Owed) -> bool,
+        wanted: impl Fn(&ActionIntent) -> bool,
+    ) -> (Vec<ActionIntent>, Vec<ActionIntent>) {
+        let ids: Vec<String> = self.owed.iter().filter(|(_, o)| pick(o)).map(|(id, _)| id.clone()).collect();
+        let (mut send, mut dropped) = (Vec::new(), Vec::new());
+        for id in ids {
+            let Some(owed) = self.owed.get_mut(&id) else { continue };
+            if wanted(&owed.intent) {
+                owed.sent = true;
+                owed.due = None;
+                send.push(owed.intent.clone());
+            } else if let Some(o) = self.take_out(&id) {
+                dropped.push(o.intent);
+            }
+        }
+        (send, dropped)
+    }
+
+    /// Forgets every owed intent `gone` selects (its policy or job is gone); returns how many.
+    pub fn forget(&mut self, gone: impl Fn(&ActionIntent) -> bool) -> usize {
+        let ids: Vec<String> =
+            self.owed.iter().filter(|(_, o)| gone(&o.intent)).map(|(id, _)| id.clone()).collect();
+        ids.iter().filter(|id| self.remove(id)).count()
+    }
+
+    /// Settles, from the leader's status of `policy`, the owed intents of firings the leader persisted as
+    /// settled: the rule's memory for the job is `Firing` since the intent's firing (or a later one).
+    /// Returns how many were settled.
+    pub fn settle_from_status(&mut self, policy: &PolicyId, memories: &[RuleMemory]) -> usize {
+        let settled: HashMap<(&str, &str), Timestamp> = memories
+            .iter()
+            .filter(|m| m.state == RuleState::Firing)
+            .filter_map(|m| Some(((m.job.as_str(), m.rule.as_str()), m.since?)))
+            .collect();
+        let ids: Vec<String> = self
+            .owed
+            .iter()
+            .filter(|(_, o)| {
+                let i = &o.intent;
+                i.policy.id() == *policy
+                    && settled
+                        .get(&(i.job.to_string().as_str(), i.rule.as_str()))
+                        .is_some_and(|since| *since >= i.at)
+            })
+            .map(|(id, _)| id.clone())
+            .collect();
+        ids.iter().filter(|id| self.remove(id)).count()
+    }
+
+    fn remove(&mut self, id: &str) -> bool {
+        self.take_out(id).is_some()
+    }
+
+    fn take_out(&mut self, id: &str) -> Option<Owed> {
+        let owed = self.owed.remove(id)?;
+        let key = rule_key(&owed.intent);
+        if let Some(n) = self.per_rule.get_mut(&key) {
+            *n -= 1;
+            if *n == 0 {
+                self.per_rule.remove(&key);
+            }
+        }
+        Some(owed)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use trainwarden_core::{ActionSpec, Mode, PolicyKind, PolicyRef, Reason, SuspendAction};
+
+    fn t(s: i64) -> Timestamp {
+        Timestamp::from_second(1_795_798_800 + s).unwrap()
+    }
+
+    fn intent(id: &str, job: &str, at: Timestamp) -> ActionIntent {
+        ActionIntent {
+            id: id.into(),
+            at,
+            job: JobKey::new("ml", job),
+            policy: PolicyRef {
+                kind: PolicyKind::Namespaced,
+                namespace: Some("ml".into()),
+                name: "p".into(),
+                generation: 1,
+            },
+            rule: "stall".into(),
+            action: ActionSpec::Suspend(SuspendAction::default()),
+            mode: Mode::Enforce,
+            reason: Reason::default(),
+            savings: None,
+        }
+    }
+
+    fn memory(job: &str, state: RuleState, since: Timestamp) -> RuleMemory {
+        RuleMemory {
+            job: format!("ml/{job}"),
+            rule: "stall".into(),
+            state,
+            since: Some(since),
+            cleared_at: None,
+            firings: 1,
+            last_issued: vec![],
+            rule_hash: None,
+        }
+    }
+
+    #[test]
+    fn backoff_doubles_from_two_seconds_and_stops_at_five_minutes() {
+        let waits: Vec<u64> = (1..=10).map(|f| backoff(f).as_secs()).collect();
+        assert_eq!(waits, vec![2, 4, 8, 16, 32, 64, 128, 256, 300, 300]);
+        assert_eq!(backoff(u32::MAX), RETRY_CAP);
+    }
+
+    #[test]
+    fn a_failed_intent_is_due_again_after_the_backoff_and_only_then() {
+        let mut l = Ledger::default();
+        l.issue(&intent("a", "j", t(0)));
+        assert_eq!(l.settle("a", false, false, t(10)), Settled::RetryAt { due: t(12), failures: 1 });
+        assert_eq!(l.next_due(), Some(t(12)));
+        assert!(l.take_due(t(11), |_| true).0.is_empty());
+        let (due, dropped) = l.take_due(t(12), |_| true);
+        assert_eq!((due.len(), dropped.len()), (1, 0));
+        assert_eq!(l.next_due(), None, "sent again: no timer until its outcome");
+        assert_eq!(l.settle("a", false, false, t(13)), Settled::RetryAt { due: t(17), failures: 2 });
+        assert_eq!(l.settle("a", true, false, t(17)), Settled::Confirmed { was_owed: true });
+        assert!(l.is_empty());
+    }
+
+    #[test]
+    fn a_due_intent_the_rule_no_longer_wants_is_forgotten() {
+        let mut l = Ledger::default();
+        l.issue(&intent("a", "j", t(0)));
+        l.settle("a", false, false, t(0));
+        let (due, dropped) = l.take_due(t(100), |_| false);
+        assert_eq!((due.len(), dropped.len()), (0, 1));
+        assert!(l.is_empty() && !l.owes(&dropped[0].policy.id(), &dropped[0].job, "stall"));
+    }
+
+    #[test]
+    fn skipped_intents_wait_for_leadership_and_are_inherited_whole() {
+        let mut l = Ledger::default();
+        l.issue(&intent("a", "j1", t(0)));
+        l.issue(&intent("b", "j2", t(0)));
+        l.issue(&intent("c", "j3", t(0)));
+        assert_eq!(l.settle("a", false, true, t(1)), Settled::AwaitingLeadership);
+        l.settle("b", false, false, t(1));
+        assert_eq!(l.next_due(), Some(t(3)), "only the failure has a timer");
+        let (inherited, _) = l.take_inherited(|_| true);
+        let ids: Vec<&str> = inherited.iter().map(|i| i.id.as_str()).collect();
+        assert_eq!(ids, vec!["a", "b"], "c is still with the executor");
+        assert_eq!(l.len(), 3);
+    }
+
+    #[test]
+    fn the_leaders_status_settles_a_followers_intents_of_firings_it_persisted_as_firing() {
+        let mut l = Ledger::default();
+        l.issue(&intent("a", "j1", t(10)));
+        l.issue(&intent("b", "j2", t(10)));
+        l.issue(&intent("c", "j3", t(10)));
+        let policy = intent("x", "j1", t(0)).policy.id();
+        let memories = vec![
+            memory("j1", RuleState::Firing, t(10)),
+            // In flight on the leader: persisted as pending.
+            memory("j2", RuleState::Pending, t(0)),
+            // An older firing of j3 does not settle this one.
+            memory("j3", RuleState::Firing, t(5)),
+        ];
+        assert_eq!(l.settle_from_status(&policy, &memories), 1);
+        let job = |n: &str| JobKey::new("ml", n);
+        assert!(!l.owes(&policy, &job("j1"), "stall"));
+        assert!(l.owes(&policy, &job("j2"), "stall") && l.owes(&policy, &job("j3"), "stall"));
+    }
+
+    #[test]
+    fn forgetting_a_job_drops_its_intents_only() {
+        let mut l = Ledger::default();
+        l.issue(&intent("a", "j1", t(0)));
+        l.issue(&intent("b", "j2", t(0)));
+        assert_eq!(l.forget(|i| i.job.name == "j1"), 1);
+        assert_eq!(l.len(), 1);
+        assert_eq!(l.settle("a", true, false, t(1)), Settled::Confirmed { was_owed: false });
+    }
+}
