@@ -12,11 +12,20 @@ export TRAINWARDEN_PYTHON="${TRAINWARDEN_VENV:-$HOME/.cache/trainwarden/venv}/bi
 # Build first, outside the control plane's lifetime, so a slow cold compile does not keep it running idle.
 cargo build --workspace --all-targets --locked
 
+# The fault-injection suite (engine/cli/tests/faults.rs) appends one row per scenario here.
+fault_table="${CARGO_TARGET_DIR:-target}/tmp/fault-table.tsv"
+rm -f "$fault_table"
+
 tests/k8s/with-control-plane.sh bash -c '
   set -euo pipefail
   cargo test --workspace --locked
   cargo run --quiet --locked -p trainwarden -- test policies/ examples/
 '
+
+if [[ -s "$fault_table" ]]; then
+  echo "== fault injection (real kube-apiserver + etcd, controllers as processes): every action once =="
+  { printf 'scenario\texpected\tperformed\tdoubled\tlost\trecovered in\n'; cat "$fault_table"; } | column -t -s $'\t'
+fi
 
 # The cluster tier: a real node (kubelet + containerd), the real Kubeflow Trainer, JobSet and Kueue, and
 # trainwarden installed by its chart from the image its Dockerfile builds (tests/k8s/README.md). It changes host

@@ -26,6 +26,13 @@ pub(crate) struct ControllerArgs {
     leader_election: bool,
     #[arg(long, default_value = "trainwarden-leader")]
     lease_name: String,
+    /// How long the leader Lease is valid without renewal: a new leader takes over at most this long after
+    /// the old one was lost.
+    #[arg(long, default_value = "15s", value_parser = parse_positive_duration)]
+    lease_duration: Duration,
+    /// Deadline of each API call the executor and status writer make.
+    #[arg(long, default_value = "10s", value_parser = parse_positive_duration)]
+    api_timeout: Duration,
     /// Namespace of the Lease (default: $POD_NAMESPACE, else "default").
     #[arg(long, env = "POD_NAMESPACE", default_value = "default")]
     lease_namespace: String,
@@ -89,6 +96,8 @@ pub(crate) fn run(args: ControllerArgs) -> ExitCode {
         leader_election: args.leader_election,
         lease_name: args.lease_name.clone(),
         lease_namespace: args.lease_namespace.clone(),
+        lease_duration: args.lease_duration,
+        api_timeout: args.api_timeout,
         identity,
         kueue: args.kueue,
         notifications: args.notifications,
