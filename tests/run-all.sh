@@ -24,7 +24,8 @@ tests/k8s/with-control-plane.sh bash -c '
 
 if [[ -s "$fault_table" ]]; then
   echo "== fault injection (real kube-apiserver + etcd, controllers as processes): every action once =="
-  { printf 'scenario\texpected\tperformed\tdoubled\tlost\trecovered in\n'; cat "$fault_table"; } | column -t -s $'\t'
+  { printf 'scenario\texpected\tperformed\tdoubled\tlost\trecovered in\n'; cat "$fault_table"; } |
+    if command -v column >/dev/null; then column -t -s $'\t'; else cat; fi
 fi
 
 # The cluster tier: a real node (kubelet + containerd), the real Kubeflow Trainer, JobSet and Kueue, and
