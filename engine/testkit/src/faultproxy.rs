@@ -65,7 +65,11 @@ impl FaultProxy {
                 let mut tasks = JoinSet::new();
                 let accept = async {
                     loop {
-                        let Ok((inbound, _)) = listener.accept().await else { continue };
+                        let Ok((inbound, _)) = listener.accept().await else {
+                            // Out of descriptors and the like: do not spin.
+                            tokio::time::sleep(Duration::from_millis(50)).await;
+                            continue;
+                        };
                         *counter.lock().unwrap() += 1;
                         if *fault_rx.borrow() == Fault::Refuse {
                             reset_now(inbound);
@@ -190,18 +194,20 @@ async fn pump(
 ) {
     let mut buf = vec![0u8; 64 * 1024];
     loop {
-        let n = match from.read(&mut buf).await {
+        let read = from.read(&mut buf).await;
+        // Nothing passes a black hole, not even the end of a connection (a server killed meanwhile).
+        while *fault.borrow_and_update() == Fault::BlackHole {
+            if fault.changed().await.is_err() {
+                return;
+            }
+        }
+        let n = match read {
             Ok(0) | Err(_) => {
                 let _ = to.shutdown().await;
                 return;
             }
             Ok(n) => n,
         };
-        while *fault.borrow_and_update() == Fault::BlackHole {
-            if fault.changed().await.is_err() {
-                return;
-            }
-        }
         if to.write_all(&buf[..n]).await.is_err() {
             return;
         }

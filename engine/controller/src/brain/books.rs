@@ -55,8 +55,13 @@ impl PolicyBook {
 
 impl Brain {
     pub(super) fn record_outcome(&mut self, o: Outcome, now: Timestamp) {
-        let settled =
-            self.ledger.settle(&o.intent, o.result.settles(), o.result == ActionResult::NotLeader, now);
+        let settled = self.ledger.settle(
+            &o.intent,
+            o.result.settles(),
+            o.result == ActionResult::NotLeader,
+            self.leading,
+            now,
+        );
         match settled {
             Settled::RetryAt { due, failures } => {
                 let action = ActionLabel::Executed(o.action);

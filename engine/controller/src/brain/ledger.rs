@@ -32,6 +32,12 @@ struct Owed {
     due: Option<Timestamp>,
 }
 
+/// The firing number an intent id carries (`…:{firing}:{action}`, see the core's `intent_id`): the same on
+/// every replica, unlike the time each replica fired at.
+pub fn firing_of(id: &str) -> Option<u64> {
+    id.rsplit(':').nth(1)?.parse().ok()
+}
+
 /// How an outcome settled an owed intent.
 #[derive(Debug, PartialEq)]
 pub enum Settled {
@@ -94,15 +100,24 @@ impl Ledger {
     }
 
     /// Applies the executor's outcome of intent `id` at `now`. `confirmed` is true for a result that
-    /// settles it; `not_leader` for a skip by a follower; otherwise it failed.
-    pub fn settle(&mut self, id: &str, confirmed: bool, not_leader: bool, now: Timestamp) -> Settled {
+    /// settles it; `not_leader` for a skip by a follower; otherwise it failed. `leading` is whether this
+    /// replica leads now: a "not leader" that comes back after the hand-over (the executor looked before the
+    /// brain heard) is due at once instead of parked, or nothing would ever re-issue it.
+    pub fn settle(
+        &mut self,
+        id: &str,
+        confirmed: bool,
+        not_leader: bool,
+        leading: bool,
+        now: Timestamp,
+    ) -> Settled {
         if confirmed {
             return Settled::Confirmed { was_owed: self.remove(id) };
         }
         let Some(owed) = self.owed.get_mut(id) else { return Settled::Confirmed { was_owed: false } };
         owed.sent = false;
         if not_leader {
-            owed.due = None;
+            owed.due = leading.then_some(now);
             return Settled::AwaitingLeadership;
         }
         owed.failures += 1;
@@ -163,23 +178,25 @@ impl Ledger {
     }
 
     /// Settles, from the leader's status of `policy`, the owed intents of firings the leader persisted as
-    /// settled: the rule's memory for the job is `Firing` since the intent's firing (or a later one).
-    /// Returns how many were settled.
+    /// settled: the rule's memory for the job is `Firing` and counts the intent's firing (a firing with an
+    /// intent still owed is persisted as pending with its count one lower). Returns how many were settled.
     pub fn settle_from_status(&mut self, policy: &PolicyId, memories: &[RuleMemory]) -> usize {
-        let settled: HashMap<(&str, &str), Timestamp> = memories
+        let settled: HashMap<(&str, &str), u64> = memories
             .iter()
             .filter(|m| m.state == RuleState::Firing)
-            .filter_map(|m| Some(((m.job.as_str(), m.rule.as_str()), m.since?)))
+            .map(|m| ((m.job.as_str(), m.rule.as_str()), m.firings))
             .collect();
         let ids: Vec<String> = self
             .owed
             .iter()
-            .filter(|(_, o)| {
+            .filter(|(id, o)| {
                 let i = &o.intent;
                 i.policy.id() == *policy
-                    && settled
-                        .get(&(i.job.to_string().as_str(), i.rule.as_str()))
-                        .is_some_and(|since| *since >= i.at)
+                    && firing_of(id).is_some_and(|firing| {
+                        settled
+                            .get(&(i.job.to_string().as_str(), i.rule.as_str()))
+                            .is_some_and(|n| *n >= firing)
+                    })
             })
             .map(|(id, _)| id.clone())
             .collect();
@@ -231,14 +248,14 @@ mod tests {
         }
     }
 
-    fn memory(job: &str, state: RuleState, since: Timestamp) -> RuleMemory {
+    fn memory(job: &str, state: RuleState, firings: u64) -> RuleMemory {
         RuleMemory {
             job: format!("ml/{job}"),
             rule: "stall".into(),
             state,
-            since: Some(since),
+            since: Some(t(0)),
             cleared_at: None,
-            firings: 1,
+            firings,
             last_issued: vec![],
             rule_hash: None,
         }
@@ -255,14 +272,14 @@ mod tests {
     fn a_failed_intent_is_due_again_after_the_backoff_and_only_then() {
         let mut l = Ledger::default();
         l.issue(&intent("a", "j", t(0)));
-        assert_eq!(l.settle("a", false, false, t(10)), Settled::RetryAt { due: t(12), failures: 1 });
+        assert_eq!(l.settle("a", false, false, true, t(10)), Settled::RetryAt { due: t(12), failures: 1 });
         assert_eq!(l.next_due(), Some(t(12)));
         assert!(l.take_due(t(11), |_| true).0.is_empty());
         let (due, dropped) = l.take_due(t(12), |_| true);
         assert_eq!((due.len(), dropped.len()), (1, 0));
         assert_eq!(l.next_due(), None, "sent again: no timer until its outcome");
-        assert_eq!(l.settle("a", false, false, t(13)), Settled::RetryAt { due: t(17), failures: 2 });
-        assert_eq!(l.settle("a", true, false, t(17)), Settled::Confirmed { was_owed: true });
+        assert_eq!(l.settle("a", false, false, true, t(13)), Settled::RetryAt { due: t(17), failures: 2 });
+        assert_eq!(l.settle("a", true, false, true, t(17)), Settled::Confirmed { was_owed: true });
         assert!(l.is_empty());
     }
 
@@ -270,7 +287,7 @@ mod tests {
     fn a_due_intent_the_rule_no_longer_wants_is_forgotten() {
         let mut l = Ledger::default();
         l.issue(&intent("a", "j", t(0)));
-        l.settle("a", false, false, t(0));
+        l.settle("a", false, false, true, t(0));
         let (due, dropped) = l.take_due(t(100), |_| false);
         assert_eq!((due.len(), dropped.len()), (0, 1));
         assert!(l.is_empty() && !l.owes(&dropped[0].policy.id(), &dropped[0].job, "stall"));
@@ -282,8 +299,8 @@ mod tests {
         l.issue(&intent("a", "j1", t(0)));
         l.issue(&intent("b", "j2", t(0)));
         l.issue(&intent("c", "j3", t(0)));
-        assert_eq!(l.settle("a", false, true, t(1)), Settled::AwaitingLeadership);
-        l.settle("b", false, false, t(1));
+        assert_eq!(l.settle("a", false, true, false, t(1)), Settled::AwaitingLeadership);
+        l.settle("b", false, false, false, t(1));
         assert_eq!(l.next_due(), Some(t(3)), "only the failure has a timer");
         let (inherited, _) = l.take_inherited(|_| true);
         let ids: Vec<&str> = inherited.iter().map(|i| i.id.as_str()).collect();
@@ -294,16 +311,17 @@ mod tests {
     #[test]
     fn the_leaders_status_settles_a_followers_intents_of_firings_it_persisted_as_firing() {
         let mut l = Ledger::default();
-        l.issue(&intent("a", "j1", t(10)));
-        l.issue(&intent("b", "j2", t(10)));
-        l.issue(&intent("c", "j3", t(10)));
+        // Ids end in firing:action, as the core makes them; the times differ from the leader's.
+        l.issue(&intent("p:stall:ml:j1:0:1:0", "j1", t(10)));
+        l.issue(&intent("p:stall:ml:j2:0:1:0", "j2", t(10)));
+        l.issue(&intent("p:stall:ml:j3:0:2:0", "j3", t(10)));
         let policy = intent("x", "j1", t(0)).policy.id();
         let memories = vec![
-            memory("j1", RuleState::Firing, t(10)),
+            memory("j1", RuleState::Firing, 1),
             // In flight on the leader: persisted as pending.
-            memory("j2", RuleState::Pending, t(0)),
-            // An older firing of j3 does not settle this one.
-            memory("j3", RuleState::Firing, t(5)),
+            memory("j2", RuleState::Pending, 0),
+            // The leader settled only j3's first firing; this is its second.
+            memory("j3", RuleState::Firing, 1),
         ];
         assert_eq!(l.settle_from_status(&policy, &memories), 1);
         let job = |n: &str| JobKey::new("ml", n);
@@ -318,6 +336,22 @@ mod tests {
         l.issue(&intent("b", "j2", t(0)));
         assert_eq!(l.forget(|i| i.job.name == "j1"), 1);
         assert_eq!(l.len(), 1);
-        assert_eq!(l.settle("a", true, false, t(1)), Settled::Confirmed { was_owed: false });
+        assert_eq!(l.settle("a", true, false, true, t(1)), Settled::Confirmed { was_owed: false });
+    }
+
+    #[test]
+    fn a_not_leader_that_comes_back_after_the_hand_over_is_due_at_once() {
+        let mut l = Ledger::default();
+        l.issue(&intent("a", "j", t(0)));
+        // The brain already leads (its hand-over skipped "a", which was with the executor).
+        assert_eq!(l.settle("a", false, true, true, t(5)), Settled::AwaitingLeadership);
+        assert_eq!(l.next_due(), Some(t(5)));
+        assert_eq!(l.take_due(t(5), |_| true).0.len(), 1);
+    }
+
+    #[test]
+    fn the_firing_number_is_read_from_the_intent_id() {
+        assert_eq!(firing_of("ProgressPolicy:ml:p:3:stall:ml:job:1795798740:2:1"), Some(2));
+        assert_eq!(firing_of("no-colons"), None);
     }
 }

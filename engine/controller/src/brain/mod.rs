@@ -9,6 +9,9 @@
 //! the TrainJob watch starts only once the policies are listed — so a pending `for` keeps its original
 //! deadline and a firing rule does not fire (and act) again. Memories of jobs that vanished meanwhile are
 //! dropped once the TrainJobs are listed.
+//!
+//! Owed actions: every intent issued stays in the [`ledger`] until an outcome settles it; failures come back
+//! as timers (capped exponential backoff), "not leader" parks them until [`Brain::lead`] hands them over.
 
 mod books;
 pub mod ledger;
@@ -838,10 +841,11 @@ mod handover_tests {
                 job: "ml/ft".into(),
                 rule: "high".into(),
                 state: RuleState::Firing,
-                since: Some(fired[0].at),
+                // The leader's own time (it fired a moment before this replica): settled by the firing count.
+                since: Some(t(0)),
                 cleared_at: None,
                 firings: 1,
-                last_issued: vec![Some(fired[0].at)],
+                last_issued: vec![Some(t(0))],
                 rule_hash: None,
             }],
             ..Default::default()

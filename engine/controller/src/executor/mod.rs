@@ -1,9 +1,11 @@
 //! The executor: the only code that writes to TrainJobs, Kueue Workloads and Events.
 //!
 //! Work arrives from the evaluation loop as descriptions ([`Work`]); each item is checked against the
-//! object's current state first, so repeating it changes nothing (idempotent), bounded by a deadline per API
-//! call, retried on transient failures, counted in metrics, and reported back as an [`Outcome`]. Only the
-//! leader executes; followers count what they skip.
+//! object's current state first, so repeating it changes nothing (idempotent: an intent whose id is in the
+//! TrainJob's `trainwarden.dev/intents` record is `already_done`), bounded by a deadline per API call,
+//! retried on transient failures, counted in metrics, and reported back as an [`Outcome`]. Only the leader
+//! executes, checked before every call; what a follower skips stays owed in its brain's ledger. Each job's
+//! work runs supervised: a panic is caught, counted and reported as a failure.
 //!
 //! `queue` keeps work of one TrainJob in order; `call` makes one API call (deadline, retries, metrics);
 //! `ssa` writes by server-side apply, re-stating what trainwarden owns; `actions` has one module per
