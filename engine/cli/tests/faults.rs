@@ -185,6 +185,32 @@ async fn lease_holder(c: &Client, ns: &str) -> Option<String> {
     lease.spec?.holder_identity
 }
 
+/// Waits until exactly one of `replicas` says it leads (`trainwarden_leader` 1) and the Lease names it, the
+/// same on two looks a second apart (two replicas starting together can both believe they lead for a moment,
+/// until the loser's next renewal); returns its index.
+async fn settled_leader(c: &Client, ns: &str, replicas: &[&Replica]) -> usize {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let mut previous = None;
+    loop {
+        let leading: Vec<usize> =
+            (0..replicas.len()).filter(|i| replicas[*i].metric("trainwarden_leader") == 1.0).collect();
+        let holder = lease_holder(c, ns).await;
+        let now = match leading.as_slice() {
+            [i] if holder.as_deref() == Some(replicas[*i].identity.as_str()) => Some(*i),
+            _ => None,
+        };
+        if now.is_some() && now == previous {
+            return now.unwrap_or_default();
+        }
+        assert!(
+            Instant::now() < deadline,
+            "no settled leader after 30 s (leading: {leading:?}, Lease: {holder:?})"
+        );
+        previous = now;
+        tokio::time::sleep(Duration::from_secs(1)).await;
+    }
+}
+
 /// Waits until one of `ids` holds the Lease; returns it.
 async fn wait_for_leader(c: &Client, ns: &str, ids: &[&str]) -> String {
     eventually("a leader", Duration::from_secs(30), || async {
@@ -336,8 +362,9 @@ async fn the_leader_killed_between_firing_and_acting_is_replaced_and_the_job_sus
     apply_policy(c, ns, &stall_policy()).await;
     let mut a = Replica::start(&s, "replica-a", true);
     let mut b = Replica::start(&s, "replica-b", true);
-    let leader = wait_for_leader(c, ns, &["replica-a", "replica-b"]).await;
-    let (leading, following) = if leader == "replica-a" { (&mut a, &mut b) } else { (&mut b, &mut a) };
+    wait_for_leader(c, ns, &["replica-a", "replica-b"]).await;
+    let leader = settled_leader(c, ns, &[&a, &b]).await;
+    let (leading, following) = if leader == 0 { (&mut a, &mut b) } else { (&mut b, &mut a) };
     wait_until_watching(c, ns, "stall", 0).await;
     let (names, deadline) = stalling_jobs(c, ns, "job", 1).await;
     wait_until_watching(c, ns, "stall", 1).await;
