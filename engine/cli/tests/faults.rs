@@ -524,9 +524,12 @@ async fn a_job_and_a_policy_deleted_during_a_relist_are_forgotten() {
     })
     .await;
     let recovered = t0.elapsed();
-    // How they were found is reported, not asserted: a Delete event already past the proxy when the black
-    // hole began is delivered normally (seen here now and then), and a forgotten object is what matters.
-    eprintln!("found by a re-list: {}", r.metric("trainwarden_relist_deletions_total"));
+    // Both by a re-list (no Delete event got through): the policy watches re-list on their own backoff,
+    // possibly after the TrainJob watch has.
+    eventually("both deletions found by a re-list", Duration::from_secs(30), || async {
+        (r.metric("trainwarden_relist_deletions_total") >= 2.0).then_some(())
+    })
+    .await;
     sleep_until(Timestamp::from_second(deadline.as_second() + 1).unwrap()).await;
     let names = vec!["stays".to_string()];
     wait_all_suspended(c, ns, &names, Duration::from_secs(15)).await;
@@ -620,13 +623,12 @@ async fn many_jobs_firing_while_the_leader_is_killed_every_ten_seconds_are_each_
     );
     assert!(counted(&status) <= n as i64, "a suspension counted twice: {:?}", status.action_counts);
     assert!(total <= one_job * n as f64 + 0.002, "GPU-hours {total} exceed {n} x {one_job}");
-    assert!(
-        (total - one_job * counted(&status) as f64).abs() < 0.002,
-        "GPU-hours {total} for {} suspensions",
-        counted(&status)
-    );
+    // A suspension found done by a replica that restarted counts the savings of its own (later) firing,
+    // a little less than the original's: at most a minute late here, 8 GPUs, so within 0.15 GPU-hours.
+    let low = (one_job - 0.15) * counted(&status) as f64;
+    assert!(total >= low, "GPU-hours {total} for {} suspensions (at least {low})", counted(&status));
     if let Some(dollars) = status.dollars_saved {
-        assert!((dollars - total * 10.0).abs() < 0.02, "{dollars} dollars for {total} GPU-hours at $10");
+        assert!((dollars - total * 10.0).abs() < 0.5, "{dollars} dollars for {total} GPU-hours at $10");
     }
     record(&Row {
         scenario: if n >= 100 {
