@@ -349,7 +349,8 @@ EOF
 
 # The sandbox image, built from tests/k8s/cluster/pause.c (static) and imported without a registry.
 ensure_pause_image() {
-  if ctr_ images ls -q | grep -qxF "$PAUSE_IMAGE"; then return 0; fi
+  # Not `ctr | grep -q` under pipefail: grep stopping early makes the pipeline fail (SIGPIPE).
+  if grep -qxF "$PAUSE_IMAGE" <<<"$(ctr_ images ls -q)"; then return 0; fi
   command -v gcc >/dev/null 2>&1 || die "gcc is needed to build the pause binary (apt-get install gcc libc6-dev)"
   local d="$RUN/pause-build"
   mkdir -p "$d"

@@ -51,8 +51,11 @@ until_() {
 jp() { kubectl get "$@" 2>/dev/null; }
 
 # --- images ----------------------------------------------------------------------------------------------
+# The list first, then grep: `ctr ... | grep -q` under pipefail fails when grep stops reading early (SIGPIPE),
+# which depends on where the image sorts in the list (seen once after a re-import).
+images="$($TRAINWARDEN_CTR images ls -q)"
 for img in trainwarden:dev trainwarden-test/training:dev; do
-  $TRAINWARDEN_CTR images ls -q | grep -qx "docker.io/$([[ "$img" == */* ]] || printf library/)$img" ||
+  grep -qx "docker.io/$([[ "$img" == */* ]] || printf library/)$img" <<<"$images" ||
     fail "image $img is not in the cluster's containerd (run tests/k8s/build-images.sh)"
 done
 
