@@ -388,3 +388,21 @@ impl Executor {
         Ended::new(ActionResult::Reported, format!("Audit mode: would {what}"))
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::supervise;
+
+    #[tokio::test]
+    async fn a_panic_in_supervised_work_comes_back_as_its_message_and_work_goes_on() {
+        let caught = supervise(async { panic!("broken action on ml/ft") }).await;
+        assert_eq!(caught.err().as_deref(), Some("broken action on ml/ft"));
+        let formatted = supervise(async {
+            let n = 3;
+            panic!("attempt {n}")
+        })
+        .await;
+        assert_eq!(formatted.err().as_deref(), Some("attempt 3"));
+        assert_eq!(supervise(async { 7 }).await, Ok(7), "the next job's work runs as usual");
+    }
+}
