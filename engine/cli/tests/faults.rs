@@ -65,15 +65,7 @@ async fn scene(name: &str) -> Option<Scene> {
     };
     let client = trainwarden_kube::client::client_from_kubeconfig(&plane.kubeconfig).await.expect("client");
     support::apply_crds(&client).await.expect("CRDs");
-    let ns = format!("fault-{name}-{}", std::process::id());
-    let namespace = Namespace {
-        metadata: ObjectMeta { name: Some(ns.clone()), ..ObjectMeta::default() },
-        ..Namespace::default()
-    };
-    Api::<Namespace>::all(client.clone())
-        .create(&PostParams::default(), &namespace)
-        .await
-        .expect("namespace");
+    let ns = namespace(&client, &format!("fault-{name}")).await;
     let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join(&ns);
     std::fs::create_dir_all(&dir).expect("scene dir");
     Some(Scene { client, ns, plane, dir, _serial: Some(serial) })

@@ -249,6 +249,24 @@ pub struct Outcome {
     pub savings: Option<Savings>,
 }
 
+impl Outcome {
+    /// The outcome of `intent` with this result and message (the action as the intent names it).
+    pub fn of(intent: &ActionIntent, result: ActionResult, message: impl Into<String>) -> Self {
+        Outcome {
+            intent: intent.id.clone(),
+            policy: intent.policy.id(),
+            job: intent.job.clone(),
+            rule: intent.rule.clone(),
+            action: intent.action.kind().into(),
+            mode: intent.mode,
+            result,
+            message: message.into(),
+            at: intent.at,
+            savings: intent.savings.clone(),
+        }
+    }
+}
+
 /// A policy's new status, for the status writer.
 #[derive(Debug)]
 pub struct StatusUpdate {

@@ -507,7 +507,7 @@ mod tests {
     use trainwarden_core::{Mode, RuleState};
     use trainwarden_kube::status::CONDITION_READY;
 
-    fn t(s: i64) -> Timestamp {
+    pub(super) fn t(s: i64) -> Timestamp {
         Timestamp::from_second(1_795_798_800 + s).unwrap()
     }
 
@@ -515,11 +515,11 @@ mod tests {
         Brain::new(&ControllerConfig::default(), Arc::new(Metrics::new()), None)
     }
 
-    fn key() -> PolicyId {
+    pub(super) fn key() -> PolicyId {
         PolicyId { kind: PolicyKind::Namespaced, namespace: Some("ml".into()), name: "p".into() }
     }
 
-    fn policy_input(rules: &str, status: Option<ProgressPolicyStatus>) -> Input {
+    pub(super) fn policy_input(rules: &str, status: Option<ProgressPolicyStatus>) -> Input {
         let yaml = format!(
             "apiVersion: trainwarden.dev/v1alpha1\nkind: ProgressPolicy\nmetadata: {{name: p, namespace: ml}}\n\
              spec:\n  mode: Enforce\n  samplingInterval: 1s\n  rules:\n{rules}"
@@ -528,7 +528,7 @@ mod tests {
         Input::Policy(Box::new(PolicyInput { key: key(), generation: 1, document: Ok(doc), status }))
     }
 
-    fn job_reporting(loss: f64, at: Timestamp) -> Input {
+    pub(super) fn job_reporting(loss: f64, at: Timestamp) -> Input {
         let mut snapshot = JobSnapshot::new(JobKey::new("ml", "ft"));
         snapshot.created_at = Some(t(-60));
         let mut sample = ProgressSample::empty(at, SampleSource::TrainerStatus);
@@ -714,35 +714,14 @@ mod tests {
 
 #[cfg(test)]
 mod handover_tests {
+    use super::tests::{job_reporting as report, key, policy_input, t};
     use super::*;
-    use crate::messages::{ActionResult, ExecutedAction, JobInput, Outcome};
-    use trainwarden_core::parse_documents;
-    use trainwarden_core::{ActionIntent, JobSnapshot, Metric, Mode, ProgressSample, SampleSource};
+    use crate::messages::{ActionResult, ExecutedAction, Outcome};
+    use trainwarden_core::{ActionIntent, Mode};
     use trainwarden_core::{RuleMemory, RuleState};
 
-    fn t(s: i64) -> Timestamp {
-        Timestamp::from_second(1_795_798_800 + s).unwrap()
-    }
-
-    fn key() -> PolicyId {
-        PolicyId { kind: PolicyKind::Namespaced, namespace: Some("ml".into()), name: "p".into() }
-    }
-
     fn policy(status: Option<ProgressPolicyStatus>) -> Input {
-        let yaml = "apiVersion: trainwarden.dev/v1alpha1\nkind: ProgressPolicy\nmetadata: {name: p, namespace: ml}\n\
-                    spec:\n  mode: Enforce\n  samplingInterval: 1s\n  rules:\n    \
-                    - {name: high, when: 'metric(\"loss\") > 5.0', actions: [{suspend: {}}]}\n";
-        let doc = parse_documents(yaml, "test").unwrap().remove(0);
-        Input::Policy(Box::new(PolicyInput { key: key(), generation: 1, document: Ok(doc), status }))
-    }
-
-    fn report(loss: f64, at: Timestamp) -> Input {
-        let mut snapshot = JobSnapshot::new(JobKey::new("ml", "ft"));
-        snapshot.created_at = Some(t(-60));
-        let mut sample = ProgressSample::empty(at, SampleSource::TrainerStatus);
-        sample.metrics.push(Metric { name: "loss".into(), value: loss });
-        snapshot.sample = Some(sample);
-        Input::Job(Box::new(JobInput { key: snapshot.key.clone(), snapshot: Ok(snapshot), exempt: false }))
+        policy_input("    - {name: high, when: 'metric(\"loss\") > 5.0', actions: [{suspend: {}}]}\n", status)
     }
 
     fn brain(leading: bool) -> Brain {

@@ -275,34 +275,12 @@ impl Executor {
             );
             self.publish(&object_reference(&job), true, "ActionPanicked", "Execute", &note).await;
         }
-        Outcome {
-            intent: intent.id.clone(),
-            policy: intent.policy.id(),
-            job: intent.job.clone(),
-            rule: intent.rule.clone(),
-            action: intent.action.kind().into(),
-            mode: intent.mode,
-            result: ActionResult::Failed,
-            message: format!("the executor panicked: {panic}"),
-            at: intent.at,
-            savings: intent.savings.clone(),
-        }
+        Outcome::of(intent, ActionResult::Failed, format!("the executor panicked: {panic}"))
     }
 
     /// Performs or reports one intent.
     pub async fn act(&self, intent: &ActionIntent) -> Outcome {
-        let mut outcome = Outcome {
-            intent: intent.id.clone(),
-            policy: intent.policy.id(),
-            job: intent.job.clone(),
-            rule: intent.rule.clone(),
-            action: intent.action.kind().into(),
-            mode: intent.mode,
-            result: ActionResult::NotLeader,
-            message: String::new(),
-            at: intent.at,
-            savings: intent.savings.clone(),
-        };
+        let mut outcome = Outcome::of(intent, ActionResult::NotLeader, String::new());
         if !self.leader.is_leader() {
             return outcome;
         }
