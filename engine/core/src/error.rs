@@ -13,8 +13,10 @@ pub struct FieldError {
 
 impl FieldError {
     /// An error at `path`.
+    /// An error at `path`. Long tokens in either are clipped ([`clip_tokens`]): an input can be huge, and
+    /// the message only needs to show which one it was.
     pub fn new(path: impl Into<String>, message: impl Into<String>) -> Self {
-        FieldError { path: path.into(), message: message.into() }
+        FieldError { path: clip_tokens(&path.into()), message: clip_tokens(&message.into()) }
     }
 }
 
@@ -41,5 +43,56 @@ impl fmt::Display for FieldErrors {
             write!(f, "\n  - {e}")?;
         }
         Ok(())
+    }
+}
+
+/// The longest run of non-space characters a message echoes; a longer one is cut, with its size.
+pub const MAX_ECHOED_TOKEN: usize = 80;
+
+/// Cuts every whitespace-separated token longer than [`MAX_ECHOED_TOKEN`] characters to that length, with
+/// `…(N bytes)` after it, so a 50 MB identifier is named without being printed.
+pub fn clip_tokens(text: &str) -> String {
+    if text.len() <= MAX_ECHOED_TOKEN {
+        return text.to_string();
+    }
+    let mut out = String::with_capacity(text.len().min(4 * MAX_ECHOED_TOKEN));
+    let mut rest = text;
+    while !rest.is_empty() {
+        let end = rest.find(char::is_whitespace).unwrap_or(rest.len());
+        let (token, after) = rest.split_at(end);
+        match token.char_indices().nth(MAX_ECHOED_TOKEN) {
+            Some((cut, _)) => {
+                out.push_str(&token[..cut]);
+                out.push_str(&format!("…({} bytes)", token.len()));
+            }
+            None => out.push_str(token),
+        }
+        let spaces = after.find(|c: char| !c.is_whitespace()).unwrap_or(after.len());
+        out.push_str(&after[..spaces]);
+        rest = &after[spaces..];
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn long_tokens_are_clipped_with_their_size() {
+        let long = "x".repeat(5_000);
+        let clipped = clip_tokens(&format!("unknown field {long} here"));
+        assert_eq!(clipped, format!("unknown field {}…(5000 bytes) here", "x".repeat(MAX_ECHOED_TOKEN)));
+        assert_eq!(clip_tokens("short text"), "short text");
+        let e = FieldError::new(format!("spec.{long}"), "unknown field");
+        assert!(e.path.len() < 120, "{}", e.path);
+    }
+
+    #[test]
+    fn clipping_respects_character_boundaries() {
+        let long = "é".repeat(200);
+        let clipped = clip_tokens(&long);
+        assert!(clipped.starts_with(&"é".repeat(MAX_ECHOED_TOKEN)));
+        assert!(clipped.ends_with("…(400 bytes)"));
     }
 }

@@ -14,7 +14,7 @@ use crate::time::Timestamp;
 use crate::units::duration::PolicyDuration;
 
 pub(super) fn parse_duration(s: &str) -> HostResult<PolicyDuration> {
-    s.parse::<PolicyDuration>().map_err(|e| format!("invalid duration {s:?}: {e}").into())
+    s.parse::<PolicyDuration>().map_err(|e| e.to_string().into())
 }
 
 pub(super) fn parse_direction(mode: &str) -> HostResult<Direction> {

@@ -12,9 +12,12 @@
 //! every example, VRL style.
 
 mod builtins;
+mod check;
 mod frame;
+mod job_maps;
 
 pub use builtins::BUILTINS;
+pub use check::ScriptContext;
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -24,7 +27,7 @@ use rhai::packages::{
     BasicArrayPackage, BasicMapPackage, BasicMathPackage, CorePackage, LogicPackage, MoreStringPackage,
     Package,
 };
-use rhai::{Dynamic, Engine, EvalAltResult, ImmutableString, Map, Position, Scope};
+use rhai::{Dynamic, Engine, EvalAltResult, Position, Scope};
 
 use crate::history::job::{JobData, PolicyEnv};
 use crate::judge::detectors::Finding;
@@ -99,6 +102,8 @@ pub enum ScriptErrorKind {
 pub struct ScriptEngine {
     engine: Engine,
     limits: Limits,
+    /// What scripts may call, for [`ScriptEngine::check`].
+    callables: check::Callables,
 }
 
 impl std::fmt::Debug for ScriptEngine {
@@ -181,7 +186,9 @@ impl ScriptEngine {
         for builtin in BUILTINS {
             (builtin.register)(&mut engine);
         }
-        ScriptEngine { engine, limits }
+        job_maps::register(&mut engine);
+        let callables = check::Callables::of(&engine);
+        ScriptEngine { engine, limits, callables }
     }
 
     /// The limits scripts run under.
@@ -197,16 +204,11 @@ impl ScriptEngine {
     ) -> Scope<'static> {
         // Plain variables, not constants: the optimizer would fold compile-time constants into the AST.
         let mut scope = Scope::new();
-        let to_map = |m: &BTreeMap<String, String>| -> Map {
-            m.iter()
-                .map(|(k, v)| (k.as_str().into(), Dynamic::from(ImmutableString::from(v.as_str()))))
-                .collect()
-        };
         if which.0 {
-            scope.push("labels", to_map(labels));
+            scope.push("labels", job_maps::JobMap::new(labels));
         }
         if which.1 {
-            scope.push("annotations", to_map(annotations));
+            scope.push("annotations", job_maps::JobMap::new(annotations));
         }
         scope
     }
@@ -231,6 +233,25 @@ impl ScriptEngine {
             uses_annotations: source.contains("annotations"),
             ast,
         })
+    }
+
+    /// The compile-time checks of a compiled `when` (see [`check`](self::check)): unknown functions, wrong
+    /// argument counts, invalid constant arguments of host functions, a condition that cannot be true or
+    /// false. Every problem, in source order; empty means the script will run.
+    pub fn check(&self, script: &CompiledScript, context: &ScriptContext) -> Vec<ScriptError> {
+        check::check(&script.ast, &self.callables, context)
+            .into_iter()
+            .map(|p| {
+                let (line, column) = line_column(p.pos);
+                ScriptError {
+                    rule: script.rule.clone(),
+                    line,
+                    column,
+                    message: p.message,
+                    kind: ScriptErrorKind::Compile,
+                }
+            })
+            .collect()
     }
 
     /// Evaluates a compiled condition for one job. The job's data is moved into the frame and handed back
@@ -289,10 +310,10 @@ impl ScriptEngine {
         let value = result.map_err(|e| classify(&script.rule, &e))?;
         match value.as_bool() {
             Ok(b) => Ok(ScriptOutcome { value: b, evidence, wake }),
-            Err(type_name) => Err(runtime_error(
+            Err(_) => Err(runtime_error(
                 &script.rule,
                 Position::new(1, 1),
-                format!("the condition must evaluate to true or false, got {type_name} ({value})"),
+                format!("the condition must be true or false, but it was {}", describe_value(&value)),
             )),
         }
     }
@@ -319,6 +340,54 @@ fn register_ieee_comparisons(engine: &mut Engine) {
         "==" => |x: f64, y: f64| x == y,
         "!=" => |x: f64, y: f64| x != y,
     );
+}
+
+/// A value as a person reads it: `the integer 2`, `the string "x"`, `nothing (())`.
+fn describe_value(value: &Dynamic) -> String {
+    let shown = crate::error::clip_tokens(&value.to_string());
+    if value.is_unit() {
+        "nothing (())".into()
+    } else if value.is_int() {
+        format!("the integer {shown}")
+    } else if value.is_float() {
+        format!("the number {shown}")
+    } else if value.is_string() {
+        format!("the string {:?}", shown)
+    } else if value.is_array() {
+        "an array".into()
+    } else if value.is_map() {
+        "an object map".into()
+    } else {
+        format!("a value of type {}", friendly_type(value.type_name()))
+    }
+}
+
+/// Rhai's Rust type names as script types: `&str | ImmutableString | String` is a string, `i64` an integer.
+fn friendly_type(rust: &str) -> &str {
+    match rust.trim() {
+        "&str | ImmutableString | String" | "ImmutableString" | "string" | "&str" => "string",
+        "i64" | "int" => "integer",
+        "f64" | "float" => "float",
+        "bool" => "bool",
+        "()" => "()",
+        "char" => "char",
+        "array" | "Array" | "rhai::Array" => "array",
+        "map" | "Map" | "rhai::Map" => "map",
+        other => other.rsplit("::").next().unwrap_or(other),
+    }
+}
+
+/// `Function not found: metric (&str | ImmutableString | String, i64, i64)` as a person reads it:
+/// `no function metric(string, integer, integer)`.
+fn function_not_found(signature: &str) -> String {
+    let signature = signature.trim();
+    let (name, args) = match signature.split_once(" (") {
+        Some((name, rest)) => (name, rest.strip_suffix(')').unwrap_or(rest)),
+        None => (signature, ""),
+    };
+    // Split on the commas between arguments; a union type has no commas, only `|`.
+    let args: Vec<&str> = if args.trim().is_empty() { Vec::new() } else { args.split(',').map(friendly_type).collect() };
+    format!("no function {name}({}) for these argument types", args.join(", "))
 }
 
 fn line_column(pos: Position) -> (usize, usize) {
@@ -353,9 +422,12 @@ fn classify(rule: &str, err: &EvalAltResult) -> ScriptError {
             let inner = classify(rule, inner);
             (inner.kind, format!("in {name}(): {}", inner.message))
         }
+        EvalAltResult::ErrorFunctionNotFound(signature, _) => {
+            (ScriptErrorKind::Runtime, function_not_found(signature))
+        }
         other => (
             ScriptErrorKind::Runtime,
-            other.to_string().split(" (line ").next().unwrap_or_default().to_string(),
+            crate::error::clip_tokens(other.to_string().split(" (line ").next().unwrap_or_default()),
         ),
     };
     ScriptError { rule: rule.to_string(), line, column, message, kind }

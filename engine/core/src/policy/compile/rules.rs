@@ -5,7 +5,7 @@ use std::collections::HashSet;
 
 use crate::error::FieldError;
 use crate::judge::detectors;
-use crate::judge::script::ScriptEngine;
+use crate::judge::script::{ScriptContext, ScriptEngine};
 use crate::policy::{PolicySpec, RuleSpec};
 use crate::units::duration::PolicyDuration;
 
@@ -84,7 +84,18 @@ fn compile_rule(
             None
         }
         Some(src) => match engine.compile(&rule.name, src) {
-            Ok(s) => Some(s),
+            Ok(s) => {
+                let context = ScriptContext {
+                    sampling_interval,
+                    has_gpu_hour_cost: spec.gpu_hour_cost.is_some(),
+                };
+                let problems = engine.check(&s, &context);
+                let ok = problems.is_empty();
+                errors.extend(problems.into_iter().map(|e| {
+                    FieldError::new(format!("{path}.when"), format!("line {}:{}: {}", e.line, e.column, e.message))
+                }));
+                ok.then_some(s)
+            }
             Err(e) => {
                 errors.push(FieldError::new(
                     format!("{path}.when"),
