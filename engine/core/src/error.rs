@@ -9,6 +9,18 @@ pub struct FieldError {
     pub path: String,
     /// What is wrong there.
     pub message: String,
+    /// Where the field is in the file, when the document came from one.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub position: Option<Position>,
+}
+
+/// A place in a file: 1-based line and column.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, serde::Serialize)]
+pub struct Position {
+    /// 1-based line.
+    pub line: usize,
+    /// 1-based column, in characters.
+    pub column: usize,
 }
 
 impl FieldError {
@@ -16,7 +28,7 @@ impl FieldError {
     /// An error at `path`. Long tokens in either are clipped ([`clip_tokens`]): an input can be huge, and
     /// the message only needs to show which one it was.
     pub fn new(path: impl Into<String>, message: impl Into<String>) -> Self {
-        FieldError { path: clip_tokens(&path.into()), message: clip_tokens(&message.into()) }
+        FieldError { path: clip_tokens(&path.into()), message: clip_tokens(&message.into()), position: None }
     }
 }
 
@@ -31,6 +43,8 @@ impl fmt::Display for FieldError {
 pub struct FieldErrors {
     /// What was checked, for example `policies/plateau.yaml` or `ProgressPolicy fraud/weekend-safe`.
     pub document: String,
+    /// The file the document was read from, for `file:line:column` before each positioned error.
+    pub file: Option<String>,
     /// The problems, in the order they were found.
     pub errors: Vec<FieldError>,
 }
@@ -40,7 +54,11 @@ impl fmt::Display for FieldErrors {
         let n = self.errors.len();
         write!(f, "{}: {} error{}", self.document, n, if n == 1 { "" } else { "s" })?;
         for e in &self.errors {
-            write!(f, "\n  - {e}")?;
+            match (&self.file, e.position) {
+                (Some(file), Some(p)) => write!(f, "\n  - {file}:{}:{}: {e}", p.line, p.column)?,
+                (None, Some(p)) => write!(f, "\n  - {}:{}: {e}", p.line, p.column)?,
+                (_, None) => write!(f, "\n  - {e}")?,
+            }
         }
         Ok(())
     }

@@ -36,7 +36,7 @@ mod units;
 mod robustness_tests;
 
 pub use drive::{replay, rule_test};
-pub use error::{FieldError, FieldErrors, MAX_ECHOED_TOKEN, clip_tokens};
+pub use error::{FieldError, FieldErrors, MAX_ECHOED_TOKEN, Position, clip_tokens};
 pub use evaluate::{
     ActionIntent, EngineConfig, Evaluator, Event, Reason, RuleCounts, RuleMemory, RuleState, Savings,
     SavingsBasis, TransitionKind,
@@ -53,6 +53,7 @@ pub use input::{
 pub use judge::detectors::{DETECTORS, DetectorInfo, ParamDoc};
 pub use judge::script::{BUILTINS, Limits, ScriptContext, ScriptEngine};
 pub use policy::compile::{CompiledPolicy, PolicyDocument, compile, parse_documents};
+pub use policy::positions::DocumentPositions;
 pub use policy::receiver::{
     CompiledReceiver, EmailChannel, SecretRef, SlackChannel, WebhookChannel, WebhookUrl,
 };

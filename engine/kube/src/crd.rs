@@ -247,6 +247,8 @@ impl PolicyResource for ProgressPolicy {
             },
             scope: PolicyScope::Namespace(namespace),
             spec: self.spec.policy.clone(),
+            positions: None,
+            schema_errors: Vec::new(),
         })
     }
 }
@@ -258,6 +260,8 @@ impl PolicyResource for ClusterProgressPolicy {
             reference: PolicyRef { kind: PolicyKind::Cluster, namespace: None, name, generation },
             scope: PolicyScope::Cluster { namespace_selector: self.spec.policy.namespace_selector.clone() },
             spec: self.spec.policy.policy.clone(),
+            positions: None,
+            schema_errors: Vec::new(),
         })
     }
 }

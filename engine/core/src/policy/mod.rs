@@ -2,7 +2,9 @@
 //! and the notification side of a policy ([`receiver`]s and message [`template`]s).
 
 pub(crate) mod compile;
+pub(crate) mod positions;
 pub(crate) mod receiver;
+pub(crate) mod schema;
 pub(crate) mod spec;
 pub(crate) mod template;
 

@@ -12,6 +12,12 @@ use serde::{Deserialize, Serialize};
 
 use crate::units::duration::PolicyDuration;
 
+/// What a rule or receiver name may be (the CRD's pattern; `validate` applies the same).
+pub const NAME_PATTERN: &str = r"^[a-z0-9]([-a-z0-9_.]*[a-z0-9])?$";
+
+/// What an Event reason may be (the CRD's pattern).
+pub const REASON_PATTERN: &str = r"^[A-Za-z][A-Za-z0-9]*$";
+
 /// What a policy does when a rule fires.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize, JsonSchema)]
 pub enum Mode {
@@ -228,7 +234,7 @@ fn free_form_object(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
 ]))]
 pub struct RuleSpec {
     /// Rule name, unique within the policy; it appears in Events, reasons and status.
-    #[schemars(length(min = 1, max = 63), regex(pattern = r"^[a-z0-9]([-a-z0-9_.]*[a-z0-9])?$"))]
+    #[schemars(length(min = 1, max = 63), regex(pattern = NAME_PATTERN))]
     pub name: String,
 
     /// A built-in detector: plateau, diverging, non_finite, stalled, eta_after, eta_exceeds, over_budget, or the
@@ -395,7 +401,7 @@ pub struct EventAction {
     pub type_: Option<EventType>,
     /// Event reason (CamelCase). Defaults to ProgressRuleFiring.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schemars(length(min = 1, max = 128), regex(pattern = r"^[A-Za-z][A-Za-z0-9]*$"))]
+    #[schemars(length(min = 1, max = 128), regex(pattern = REASON_PATTERN))]
     pub reason: Option<String>,
 }
 
@@ -555,7 +561,7 @@ impl PolicyRef {
 ]))]
 pub struct ReceiverSpec {
     /// Receiver name, unique within the policy; `notify: {to: NAME}` refers to it.
-    #[schemars(length(min = 1, max = 63), regex(pattern = r"^[a-z0-9]([-a-z0-9_.]*[a-z0-9])?$"))]
+    #[schemars(length(min = 1, max = 63), regex(pattern = NAME_PATTERN))]
     pub name: String,
 
     /// Alert properties that form a group (one message per group): any of policy, job, namespace, rule.

@@ -16,6 +16,8 @@ use std::sync::Arc;
 use serde_json::Value;
 
 use crate::error::{FieldError, FieldErrors};
+use crate::policy::positions::{self, DocumentPositions};
+use crate::policy::schema;
 use crate::history::job::PolicyEnv;
 use crate::judge::detectors::Detector;
 use crate::judge::script::{CompiledScript, ScriptEngine};
@@ -35,6 +37,11 @@ pub struct PolicyDocument {
     pub scope: PolicyScope,
     /// The policy as written.
     pub spec: PolicySpec,
+    /// Where its fields are in the file it was read from (none for objects from the API).
+    pub positions: Option<Arc<DocumentPositions>>,
+    /// What the CRD schema refused in a spec that could still be read: [`compile`] reports these with its
+    /// own checks (so every problem shows at once) and never compiles such a document.
+    pub schema_errors: Vec<FieldError>,
 }
 
 /// One rule, ready to evaluate.
@@ -105,8 +112,16 @@ pub fn compile(doc: &PolicyDocument, engine: &ScriptEngine) -> Result<CompiledPo
     let sampling_interval = check_settings(doc, &mut errors);
     let receivers = receiver::compile_receivers(&spec.receivers, &doc.scope, &mut errors);
     let rules = rules::rules(spec, sampling_interval, engine, &mut errors);
+    // A field the compiler has something to say about needs no second, vaguer line from the schema.
+    let own: std::collections::HashSet<String> = errors.iter().map(|e| e.path.clone()).collect();
+    let schema_errors = doc.schema_errors.iter().filter(|e| !own.contains(&e.path)).cloned();
+    let mut errors: Vec<FieldError> = schema_errors.chain(errors).collect();
     if !errors.is_empty() {
-        return Err(FieldErrors { document: doc.reference.to_string(), errors });
+        let file = doc.positions.as_ref().map(|p| p.file.clone());
+        locate(&mut errors, doc.positions.as_deref());
+        // In file order, when the document came from a file (stable: errors of one field keep their order).
+        errors.sort_by_key(|e| e.position.map_or((usize::MAX, 0), |p| (p.line, p.column)));
+        return Err(FieldErrors { document: doc.reference.to_string(), file, errors });
     }
     Ok(CompiledPolicy {
         reference: doc.reference.clone(),
@@ -175,12 +190,14 @@ fn validate_selector(errors: &mut Vec<FieldError>, path: &str, selector: &LabelS
 }
 
 /// Reads policy documents (one or more YAML documents, `---` separated) from text. `source` names the file in
-/// errors. Unknown fields are errors, with their paths; YAML syntax errors carry line:column.
+/// errors. Every error of every document is reported, with its field path and line:column in the file;
+/// the spec is checked against the CRD's schema first ([`schema`]), so what the API server would refuse is
+/// refused here too. A file with no document at all is an error.
 pub fn parse_documents(text: &str, source: &str) -> Result<Vec<PolicyDocument>, FieldErrors> {
-    let values: Vec<Value> = serde_saphyr::from_multiple(text).map_err(|e| FieldErrors {
-        document: source.to_string(),
-        errors: vec![FieldError::new("(yaml)", e.to_string())],
-    })?;
+    let failed = |errors| FieldErrors { document: source.to_string(), file: Some(source.to_string()), errors };
+    let values: Vec<Value> = serde_saphyr::from_multiple(text)
+        .map_err(|e| failed(vec![FieldError::new("(yaml)", yaml_error(&e.to_string()))]))?;
+    let positions = positions::scan(text, source);
     let mut docs = Vec::new();
     let mut errors = Vec::new();
     for (i, value) in values.into_iter().enumerate() {
@@ -188,13 +205,40 @@ pub fn parse_documents(text: &str, source: &str) -> Result<Vec<PolicyDocument>, 
             continue;
         }
         let prefix = if i == 0 { String::new() } else { format!("document[{i}].") };
+        let at = positions.get(i).cloned().map(Arc::new);
         match parse_document(value) {
-            Ok(doc) => docs.push(doc),
-            Err(es) => errors
-                .extend(es.into_iter().map(|e| FieldError::new(format!("{prefix}{}", e.path), e.message))),
+            Ok(mut doc) => {
+                doc.positions = at;
+                docs.push(doc);
+            }
+            Err(mut es) => {
+                locate(&mut es, at.as_deref());
+                errors.extend(es.into_iter().map(|e| FieldError { path: format!("{prefix}{}", e.path), ..e }));
+            }
         }
     }
-    if errors.is_empty() { Ok(docs) } else { Err(FieldErrors { document: source.to_string(), errors }) }
+    if docs.is_empty() && errors.is_empty() {
+        errors.push(FieldError::new(
+            "(file)",
+            "no policy in this file: it is empty, or holds only comments and `---`",
+        ));
+    }
+    if errors.is_empty() { Ok(docs) } else { Err(failed(errors)) }
+}
+
+/// Puts the file position of each error's field on it (the key for an unknown field, else the value).
+fn locate(errors: &mut [FieldError], positions: Option<&DocumentPositions>) {
+    let Some(positions) = positions else { return };
+    for e in errors {
+        if e.position.is_none() {
+            e.position = positions.of(&e.path, e.message.starts_with("unknown field"));
+        }
+    }
+}
+
+/// The YAML reader's message without its source snippet (the error line already says where).
+fn yaml_error(message: &str) -> String {
+    message.lines().next().unwrap_or(message).trim().to_string()
 }
 
 /// One policy object (as YAML/JSON value) to a document.
@@ -206,48 +250,76 @@ pub(crate) fn parse_document(value: Value) -> Result<PolicyDocument, Vec<FieldEr
             "expected a ProgressPolicy or ClusterProgressPolicy object",
         )]);
     };
-    let kind = obj.get("kind").and_then(Value::as_str).unwrap_or_default().to_string();
-    let kind = PolicyKind::parse(&kind).unwrap_or_else(|| {
+    let kind_text = obj.get("kind").and_then(Value::as_str).unwrap_or_default().to_string();
+    let kind = PolicyKind::parse(&kind_text).unwrap_or_else(|| {
+        let got = if kind_text.is_empty() { "nothing".to_string() } else { format!("{kind_text:?}") };
         errors.push(FieldError::new(
             "kind",
-            format!("expected {} or {}, got {kind:?}", PolicyKind::Namespaced, PolicyKind::Cluster),
+            format!("expected {} or {}, got {got}", PolicyKind::Namespaced, PolicyKind::Cluster),
         ));
         PolicyKind::Namespaced
     });
-    match obj.get("apiVersion").and_then(Value::as_str) {
-        Some(API_VERSION) => {}
-        other => errors.push(FieldError::new("apiVersion", format!("expected {API_VERSION}, got {other:?}"))),
+    match obj.get("apiVersion") {
+        Some(Value::String(v)) if v == API_VERSION => {}
+        Some(Value::String(v)) => {
+            errors.push(FieldError::new("apiVersion", format!("expected {API_VERSION}, got {v:?}")));
+        }
+        Some(_) => errors.push(FieldError::new("apiVersion", format!("expected the string {API_VERSION}"))),
+        None => errors.push(FieldError::new("apiVersion", format!("required: {API_VERSION}"))),
     }
     let metadata = obj.remove("metadata").unwrap_or(Value::Null);
     let name = metadata.get("name").and_then(Value::as_str).unwrap_or_default().to_string();
     if name.is_empty() {
-        errors.push(FieldError::new("metadata.name", "required"));
+        errors.push(FieldError::new("metadata.name", "Required value"));
+    } else if let Err(e) = dns_subdomain(&name) {
+        errors.push(FieldError::new("metadata.name", format!("Invalid value: {name:?}: {e}")));
     }
     let namespace = metadata.get("namespace").and_then(Value::as_str).map(str::to_string);
+    if let Some(ns) = &namespace
+        && let Err(e) = dns_label(ns)
+    {
+        errors.push(FieldError::new("metadata.namespace", format!("Invalid value: {ns:?}: {e}")));
+    }
     let generation = metadata.get("generation").and_then(Value::as_i64).unwrap_or(0);
     let spec_value = obj.remove("spec").unwrap_or(Value::Null);
     for key in obj.keys() {
         if !matches!(key.as_str(), "apiVersion" | "kind" | "status") {
-            errors.push(FieldError::new(key.clone(), "unknown field"));
+            errors.push(FieldError::new(key.clone(), "unknown field; expected apiVersion, kind, metadata or spec"));
         }
     }
+    if kind == PolicyKind::Cluster && namespace.is_some() {
+        errors.push(FieldError::new(
+            "metadata.namespace",
+            "a ClusterProgressPolicy is cluster-scoped: remove the namespace",
+        ));
+    }
+    if spec_value.is_null() {
+        errors.push(FieldError::new("spec", "Required value"));
+        return Err(errors);
+    }
+    // The CRD's schema first: it reports every type and structure error at once, where reading into the spec
+    // types would stop at the first. If the spec can still be read, its errors go to `compile` with it.
+    let mut schema_errors = Vec::new();
+    schema::check(&spec_value, schema::spec_schema(kind), "spec", &mut schema_errors);
+    let mut read_errors = Vec::new();
     let (scope, spec) = if kind == PolicyKind::Cluster {
-        if namespace.is_some() {
-            errors.push(FieldError::new(
-                "metadata.namespace",
-                "a ClusterProgressPolicy is cluster-scoped: remove the namespace",
-            ));
-        }
         let parsed: Option<ClusterPolicySpec> =
-            deserialize_reporting_unknown(spec_value, "spec", &mut errors);
+            deserialize_reporting_unknown(spec_value, "spec", &mut read_errors);
         match parsed {
             Some(c) => (PolicyScope::Cluster { namespace_selector: c.namespace_selector }, Some(c.policy)),
             None => (PolicyScope::Cluster { namespace_selector: LabelSelector::default() }, None),
         }
     } else {
-        let parsed: Option<PolicySpec> = deserialize_reporting_unknown(spec_value, "spec", &mut errors);
+        let parsed: Option<PolicySpec> = deserialize_reporting_unknown(spec_value, "spec", &mut read_errors);
         (PolicyScope::Namespace(namespace.clone().unwrap_or_else(|| "default".into())), parsed)
     };
+    // The schema's errors cover what reading found (unknown fields, wrong types), with better messages.
+    if schema_errors.is_empty() {
+        errors.extend(read_errors);
+    } else if spec.is_none() {
+        errors.extend(schema_errors);
+        return Err(errors);
+    }
     match spec {
         Some(spec) if errors.is_empty() => Ok(PolicyDocument {
             reference: PolicyRef {
@@ -262,8 +334,39 @@ pub(crate) fn parse_document(value: Value) -> Result<PolicyDocument, Vec<FieldEr
             },
             scope,
             spec,
+            positions: None,
+            schema_errors,
         }),
-        _ => Err(errors),
+        _ => {
+            errors.extend(schema_errors);
+            Err(errors)
+        }
+    }
+}
+
+/// A Kubernetes object name (RFC 1123 subdomain): what the API server accepts as `metadata.name`.
+fn dns_subdomain(name: &str) -> Result<(), String> {
+    if name.len() > 253 {
+        return Err(format!("must be no more than 253 characters, got {}", name.len()));
+    }
+    if name.split('.').all(|part| dns_label(part).is_ok()) {
+        Ok(())
+    } else {
+        Err("a lowercase RFC 1123 subdomain must consist of lower case alphanumeric characters, '-' or '.', and must start and end with an alphanumeric character (e.g. 'example.com')".into())
+    }
+}
+
+/// A namespace name (RFC 1123 label).
+fn dns_label(name: &str) -> Result<(), String> {
+    let bytes = name.as_bytes();
+    let alnum = |b: &u8| b.is_ascii_lowercase() || b.is_ascii_digit();
+    if name.is_empty() || name.len() > 63 {
+        return Err(format!("must be 1 to 63 characters, got {}", name.len()));
+    }
+    if bytes.iter().all(|b| alnum(b) || *b == b'-') && bytes.first().is_some_and(alnum) && bytes.last().is_some_and(alnum) {
+        Ok(())
+    } else {
+        Err("a lowercase RFC 1123 label must consist of lower case alphanumeric characters or '-', and must start and end with an alphanumeric character (e.g. 'my-name')".into())
     }
 }
 
@@ -284,6 +387,8 @@ fn deserialize_reporting_unknown<T: serde::de::DeserializeOwned>(
     match result {
         Ok(v) => Some(v),
         Err(e) => {
+            // The schema check has passed, so this is a value the schema cannot express (a duration's
+            // content, say). serde's message names the Rust types; keep only what is about the value.
             errors.push(FieldError::new(root, e.to_string()));
             None
         }
@@ -409,9 +514,17 @@ spec:
 "#;
         let docs = parse_documents(yaml, "c.yaml");
         let errors = docs.unwrap_err().errors.into_iter().map(|e| e.to_string()).collect::<Vec<_>>();
+        // What the schema refuses comes with the document-level error, all at once.
         assert_eq!(
             errors,
-            vec!["metadata.namespace: a ClusterProgressPolicy is cluster-scoped: remove the namespace"]
+            vec![
+                "metadata.namespace: a ClusterProgressPolicy is cluster-scoped: remove the namespace",
+                "spec.assumeGpus: Invalid value: -2: must be greater than or equal to 0",
+                "spec.gpuHourCost: Invalid value: -1: must be greater than or equal to 0",
+                "spec.rules[0].actions[1].scale.numNodes: Invalid value: 0: must be greater than or equal to 1",
+                "spec.rules[0].cooldown: invalid duration \"1x\": unknown unit \"x\" (valid units: w, d, h, m, s, ms)",
+                "spec.rules[0].keepFiringFor: invalid duration \"soon\": expected a number before \"soon\"",
+            ]
         );
         let yaml = yaml.replace("metadata: {name: c, namespace: should-not-be-here}", "metadata: {name: c}");
         let errors = compile_yaml(&yaml).unwrap_err();
@@ -422,8 +535,8 @@ spec:
                 "spec.samplingInterval",
                 "spec.gpuHourCost",
                 "spec.assumeGpus",
-                "spec.selector.matchExpressions[0].values",
                 "spec.namespaceSelector.matchExpressions[0].values",
+                "spec.selector.matchExpressions[0].values",
                 "spec.rules[0].with",
                 "spec.rules[0].when",
                 "spec.rules[0].keepFiringFor",
@@ -451,7 +564,12 @@ spec:
       keepFiringfor: 10m
 "#;
         let errors = compile_yaml(yaml).unwrap_err();
-        assert_eq!(errors, vec!["spec.rules[0].keepFiringfor: unknown field"]);
+        assert_eq!(
+            errors,
+            vec![
+                "spec.rules[0].keepFiringfor: unknown field; expected one of actions, cooldown, for, keepFiringFor, mode, name, uses, when, with"
+            ]
+        );
     }
 
     #[test]
@@ -460,7 +578,8 @@ spec:
         let errors = compile_yaml(yaml).unwrap_err();
         assert!(errors[0].starts_with("kind: expected ProgressPolicy"), "{errors:?}");
         assert!(errors[1].starts_with("apiVersion:"), "{errors:?}");
-        assert!(errors[2].starts_with("spec: unknown variant `Sometimes`"), "{errors:?}");
+        assert_eq!(errors[2], "spec.mode: Unsupported value: \"Sometimes\": supported values: \"Audit\", \"Enforce\"");
+        assert_eq!(errors[3], "spec.rules: must have at least 1 item");
     }
 
     #[test]
@@ -557,12 +676,13 @@ spec:
                 "spec.receivers[0].slack.title",
                 "spec.receivers[0].slack.text",
                 "spec.receivers[1].name",
+                "spec.receivers[1].email.username",
                 "spec.receivers[1].email.smarthost",
+                "spec.receivers[1].email.tls",
                 "spec.receivers[1].email.from",
                 "spec.receivers[1].email.to",
-                "spec.receivers[1].email.username",
-                "spec.receivers[1].email.tls",
                 "spec.receivers[2].webhook",
+                "spec.receivers[2].webhook.url",
                 "spec.receivers[3]",
                 "spec.rules[0].actions[0].notify.to",
             ],
@@ -570,7 +690,7 @@ spec:
         );
         assert!(errors[1].contains("own namespace \"fraud\", not \"payments\""), "{}", errors[1]);
         assert!(errors[3].contains("column 1: `{{` is not closed"), "{}", errors[3]);
-        assert!(errors[12].contains("no receiver named \"oncall\""), "{}", errors[12]);
+        assert!(errors[13].contains("no receiver named \"oncall\""), "{}", errors[13]);
         let cluster = yaml
             .replace("kind: ProgressPolicy", "kind: ClusterProgressPolicy")
             .replace("{name: p, namespace: fraud}", "{name: p}");
