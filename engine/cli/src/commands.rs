@@ -134,10 +134,18 @@ pub(crate) fn replay(
     };
     result.map_err(|e| format!("writing output: {e}"))?;
     drop(out);
-    if notify.send {
-        return send_notifications(&notifications, notify.secrets_dir.as_deref());
+    let delivered =
+        if notify.send { send_notifications(&notifications, notify.secrets_dir.as_deref())? } else { true };
+    // A rule that cannot be evaluated never fires: a replay that looks quiet would be a lie.
+    let errors = replay.summary.rule_errors;
+    if errors > 0 {
+        eprintln!(
+            "error: {} failed (the RuleError lines above say where); those rules never fired",
+            count(errors as usize, "rule evaluation")
+        );
+        return Ok(false);
     }
-    Ok(true)
+    Ok(delivered)
 }
 
 /// Feeds the replay's new events to the notification grouper.
@@ -293,21 +301,63 @@ pub(crate) fn test(paths: &[PathBuf]) -> Result<bool, String> {
     Ok(failed == 0)
 }
 
-pub(crate) fn validate(files: &[PathBuf]) -> Result<bool, String> {
+/// Policy files under `path`: the file itself, or every `*.yaml`/`*.yml` below a directory except test files
+/// (`*.test.yaml`, checked by `trainwarden test`), in name order.
+fn collect_policy_files(path: &Path, out: &mut Vec<PathBuf>) -> Result<(), String> {
+    if path.is_dir() {
+        let mut entries: Vec<PathBuf> = std::fs::read_dir(path)
+            .map_err(|e| format!("{}: {e}", path.display()))?
+            .filter_map(|e| e.ok().map(|e| e.path()))
+            .collect();
+        entries.sort();
+        for e in entries {
+            let name = e.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
+            let is_policy = (name.ends_with(".yaml") || name.ends_with(".yml"))
+                && !name.ends_with(".test.yaml")
+                && !name.ends_with(".test.yml");
+            if e.is_dir() || is_policy {
+                collect_policy_files(&e, out)?;
+            }
+        }
+        Ok(())
+    } else if path.exists() {
+        out.push(path.to_path_buf());
+        Ok(())
+    } else {
+        Err(format!("{}: no such file or directory", path.display()))
+    }
+}
+
+/// `1 rule`, `2 rules`.
+pub(crate) fn count(n: usize, thing: &str) -> String {
+    if n == 1 { format!("1 {thing}") } else { format!("{n} {thing}s") }
+}
+
+pub(crate) fn validate(paths: &[PathBuf]) -> Result<bool, String> {
+    let mut files = Vec::new();
+    for p in paths {
+        collect_policy_files(p, &mut files)?;
+    }
+    if files.is_empty() {
+        return Err(format!(
+            "no policy files (*.yaml, *.yml) in {}",
+            paths.iter().map(|p| p.display().to_string()).collect::<Vec<_>>().join(", ")
+        ));
+    }
     let engine = ScriptEngine::default();
     let mut ok = true;
     for file in files {
-        let text = read(file)?;
+        let text = read(&file)?;
         let source = file.display().to_string();
         match trainwarden_core::parse_documents(&text, &source) {
             Ok(docs) => {
                 for doc in docs {
                     match trainwarden_core::compile(&doc, &engine) {
                         Ok(p) => println!(
-                            "{source}: {} {} is valid ({} rules)",
+                            "{source}: {} {} is valid ({})",
                             p.reference.kind,
                             p.reference,
-                            p.rules.len()
+                            count(p.rules.len(), "rule")
                         ),
                         Err(e) => {
                             ok = false;

@@ -77,7 +77,10 @@ fn parse_duration(text: &str) -> Result<Duration, String> {
 
 pub(crate) fn run(args: ControllerArgs) -> ExitCode {
     let filter = tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info".into());
-    let builder = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr);
+    let builder = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .with_ansi(crate::colour_on_stderr());
     match args.log_format {
         LogFormat::Json => builder.json().with_current_span(true).init(),
         LogFormat::Text => builder.init(),

@@ -53,7 +53,8 @@ enum Command {
     },
     /// Run policy test files (*.test.yaml); directories are searched recursively. Default: policies/.
     Test { paths: Vec<PathBuf> },
-    /// Validate policy files and report every problem with its field path.
+    /// Validate policy files (directories are searched for *.yaml, test files excepted) and report every
+    /// problem with its field path and file:line:column. Valid means the API server accepts it and it runs.
     Validate {
         #[arg(required = true)]
         files: Vec<PathBuf>,
@@ -78,6 +79,7 @@ enum Command {
 }
 
 fn main() -> ExitCode {
+    exit_quietly_on_broken_pipe();
     let command = match Cli::parse().command {
         // The controller sets up its own logging (JSON by default) and runtime.
         Command::Controller(args) => return controller::run(args),
@@ -88,6 +90,7 @@ fn main() -> ExitCode {
             tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "warn".into()),
         )
         .with_writer(std::io::stderr)
+        .with_ansi(colour_on_stderr())
         .init();
     let result = match command {
         Command::Replay { policies, output, eval_interval, until, streams, notify, secrets_dir } => {
@@ -125,6 +128,31 @@ fn main() -> ExitCode {
             ExitCode::from(2)
         }
     }
+}
+
+/// Colour codes only for a person at a terminal, and never with `NO_COLOR` set (no-color.org).
+pub(crate) fn colour_on_stderr() -> bool {
+    use std::io::IsTerminal;
+    std::io::stderr().is_terminal() && std::env::var_os("NO_COLOR").is_none_or(|v| v.is_empty())
+}
+
+/// `trainwarden crd | head`: when the reader goes away, printing fails with EPIPE and `println!` panics.
+/// That is the normal end of a pipeline, not a failure: exit quietly with status 0 (a shell pipeline with
+/// `pipefail` then still passes). Rust ignores SIGPIPE, so sockets are unaffected.
+fn exit_quietly_on_broken_pipe() {
+    let default = std::panic::take_hook();
+    std::panic::set_hook(Box::new(move |info| {
+        let payload = info.payload();
+        let message = payload
+            .downcast_ref::<String>()
+            .map(String::as_str)
+            .or_else(|| payload.downcast_ref::<&str>().copied())
+            .unwrap_or_default();
+        if message.starts_with("failed printing to stdout") && message.contains("Broken pipe") {
+            std::process::exit(0);
+        }
+        default(info);
+    }));
 }
 
 pub(crate) fn read(path: &Path) -> Result<String, String> {

@@ -62,8 +62,8 @@ pub use policy::template::{
 };
 pub use policy::{
     ActionKind, ActionSpec, AnnotateAction, ClusterPolicySpec, EventAction, EventType, GroupLabel,
-    LabelSelector, Mode, NotifyAction, PolicyId, PolicyKind, PolicyRef, PolicyScope, PolicySpec, SmtpTls,
-    SuspendAction,
+    LabelSelector, Mode, NAME_PATTERN, NotifyAction, PolicyId, PolicyKind, PolicyRef, PolicyScope,
+    PolicySpec, REASON_PATTERN, SmtpTls, SuspendAction,
 };
 pub use time::{Timestamp, fmt_num};
 pub use units::duration::{DURATION_PATTERN, PolicyDuration};

@@ -338,6 +338,43 @@ fn find_policy<'a>(policies: &'a [PolicyRef], rule_policy: Option<&str>) -> Vec<
     policies.iter().filter(|p| rule_policy.is_none_or(|n| p.name == n)).collect()
 }
 
+/// `job ml/ft is not selected by any policy (ml/p: namespace ml, labels team=fraud)`, with a hint.
+fn not_selected(job: &JobKey, labels: &BTreeMap<String, String>, policies: &[CompiledPolicy]) -> String {
+    let show_labels = |m: &BTreeMap<String, String>| {
+        if m.is_empty() {
+            "none".to_string()
+        } else {
+            m.iter().map(|(k, v)| format!("{k}={v}")).collect::<Vec<_>>().join(",")
+        }
+    };
+    let described: Vec<String> = policies
+        .iter()
+        .map(|p| {
+            let scope = match &p.scope {
+                crate::policy::PolicyScope::Namespace(ns) => format!("namespace {ns}"),
+                crate::policy::PolicyScope::Cluster { namespace_selector }
+                    if namespace_selector.is_empty() =>
+                {
+                    "every namespace".to_string()
+                }
+                crate::policy::PolicyScope::Cluster { .. } => {
+                    "namespaces by label (a test job's namespace has no labels)".to_string()
+                }
+            };
+            let mut selector = show_labels(&p.selector.match_labels);
+            if !p.selector.match_expressions.is_empty() {
+                selector.push_str(&format!(" and {} matchExpressions", p.selector.match_expressions.len()));
+            }
+            format!("{}: {scope}, labels {selector}", p.reference)
+        })
+        .collect();
+    format!(
+        "job {job} (labels {}) is not selected by any policy ({}): set job.namespace and job.labels in the case",
+        show_labels(labels),
+        described.join("; ")
+    )
+}
+
 /// Runs one case against freshly compiled policies.
 pub fn run_case(
     case: &TestCase,
@@ -385,6 +422,14 @@ pub fn run_case(
             input.end
         }
     };
+    // A case whose job no policy selects passes every "does not fire" expectation for the wrong reason.
+    // (A recorded stream brings its jobs' own labels; the check is for jobs the case describes.)
+    let about_default_job = case.stream.is_none() && case.expect.iter().any(|e| e.job.is_none());
+    if about_default_job
+        && !policies.iter().any(|p| p.selects(&default_job.namespace, &case.job.labels, None))
+    {
+        failures.push(not_selected(&default_job, &case.job.labels, &policies));
+    }
     if !failures.is_empty() {
         return CaseResult { name: case.name.clone(), failures };
     }

@@ -121,7 +121,8 @@ mod tests {
         let text = "apiVersion: v1\nspec:\n  rules:\n    - name: a\n      for: 5\n    - {name: b, actions: [{suspend: {}}]}\n---\nkind: X\n";
         let docs = scan(text, "p.yaml");
         assert_eq!(docs.len(), 2);
-        let at = |doc: &DocumentPositions, path: &str, key: bool| doc.of(path, key).map(|p| (p.line, p.column));
+        let at =
+            |doc: &DocumentPositions, path: &str, key: bool| doc.of(path, key).map(|p| (p.line, p.column));
         assert_eq!(at(&docs[0], "spec.rules[0].for", false), Some((5, 12)));
         assert_eq!(at(&docs[0], "spec.rules[0].for", true), Some((5, 7)));
         assert_eq!(at(&docs[0], "spec.rules[1].name", false), Some((6, 14)));

@@ -19,13 +19,16 @@ use crate::policy::PolicyKind;
 
 const PROGRESS_POLICY_CRD: &str =
     include_str!(concat!(env!("CARGO_MANIFEST_DIR"), "/../../crds/progresspolicies.trainwarden.dev.yaml"));
-const CLUSTER_PROGRESS_POLICY_CRD: &str =
-    include_str!(concat!(env!("CARGO_MANIFEST_DIR"), "/../../crds/clusterprogresspolicies.trainwarden.dev.yaml"));
+const CLUSTER_PROGRESS_POLICY_CRD: &str = include_str!(concat!(
+    env!("CARGO_MANIFEST_DIR"),
+    "/../../crds/clusterprogresspolicies.trainwarden.dev.yaml"
+));
 
 /// The `spec` schema of a kind's CRD.
 pub(crate) fn spec_schema(kind: PolicyKind) -> &'static Value {
     static SCHEMAS: OnceLock<(Value, Value)> = OnceLock::new();
-    let (namespaced, cluster) = SCHEMAS.get_or_init(|| (load(PROGRESS_POLICY_CRD), load(CLUSTER_PROGRESS_POLICY_CRD)));
+    let (namespaced, cluster) =
+        SCHEMAS.get_or_init(|| (load(PROGRESS_POLICY_CRD), load(CLUSTER_PROGRESS_POLICY_CRD)));
     match kind {
         PolicyKind::Namespaced => namespaced,
         PolicyKind::Cluster => cluster,
@@ -82,12 +85,19 @@ fn check_string(s: &str, schema: &serde_json::Map<String, Value>, path: &str, er
     if let Some(max) = schema.get("maxLength").and_then(Value::as_u64)
         && chars > max
     {
-        errors.push(FieldError::new(path, format!("Too long: may not be more than {max} characters, got {chars}")));
+        errors.push(FieldError::new(
+            path,
+            format!("Too long: may not be more than {max} characters, got {chars}"),
+        ));
     }
     if let Some(min) = schema.get("minLength").and_then(Value::as_u64)
         && chars < min
     {
-        let what = if s.is_empty() { "must not be empty".to_string() } else { format!("must be at least {min} characters long, got {chars}") };
+        let what = if s.is_empty() {
+            "must not be empty".to_string()
+        } else {
+            format!("must be at least {min} characters long, got {chars}")
+        };
         errors.push(FieldError::new(path, what));
     }
     if let Some(pattern) = schema.get("pattern").and_then(Value::as_str)
@@ -116,21 +126,37 @@ fn pattern_message(s: &str, pattern: &str) -> String {
     format!("Invalid value: {s:?}: should match '{pattern}'{meaning}")
 }
 
-fn check_number(n: &serde_json::Number, schema: &serde_json::Map<String, Value>, path: &str, errors: &mut Vec<FieldError>) {
+fn check_number(
+    n: &serde_json::Number,
+    schema: &serde_json::Map<String, Value>,
+    path: &str,
+    errors: &mut Vec<FieldError>,
+) {
     let Some(x) = n.as_f64() else { return };
     if let Some(min) = schema.get("minimum").and_then(Value::as_f64)
         && x < min
     {
-        errors.push(FieldError::new(path, format!("Invalid value: {n}: must be greater than or equal to {}", crate::time::fmt_num(min))));
+        errors.push(FieldError::new(
+            path,
+            format!("Invalid value: {n}: must be greater than or equal to {}", crate::time::fmt_num(min)),
+        ));
     }
     if let Some(max) = schema.get("maximum").and_then(Value::as_f64)
         && x > max
     {
-        errors.push(FieldError::new(path, format!("Invalid value: {n}: must be less than or equal to {}", crate::time::fmt_num(max))));
+        errors.push(FieldError::new(
+            path,
+            format!("Invalid value: {n}: must be less than or equal to {}", crate::time::fmt_num(max)),
+        ));
     }
 }
 
-fn check_array(items: &[Value], schema: &serde_json::Map<String, Value>, path: &str, errors: &mut Vec<FieldError>) {
+fn check_array(
+    items: &[Value],
+    schema: &serde_json::Map<String, Value>,
+    path: &str,
+    errors: &mut Vec<FieldError>,
+) {
     let n = items.len() as u64;
     if let Some(max) = schema.get("maxItems").and_then(Value::as_u64)
         && n > max
@@ -140,7 +166,10 @@ fn check_array(items: &[Value], schema: &serde_json::Map<String, Value>, path: &
     if let Some(min) = schema.get("minItems").and_then(Value::as_u64)
         && n < min
     {
-        errors.push(FieldError::new(path, format!("must have at least {min} item{}", if min == 1 { "" } else { "s" })));
+        errors.push(FieldError::new(
+            path,
+            format!("must have at least {min} item{}", if min == 1 { "" } else { "s" }),
+        ));
     }
     if let Some(item_schema) = schema.get("items") {
         for (i, item) in items.iter().enumerate() {
@@ -153,7 +182,8 @@ fn check_array(items: &[Value], schema: &serde_json::Map<String, Value>, path: &
     {
         let mut seen = BTreeSet::new();
         for (i, item) in items.iter().enumerate() {
-            let key: Vec<&Value> = keys.iter().filter_map(Value::as_str).filter_map(|k| item.get(k)).collect();
+            let key: Vec<&Value> =
+                keys.iter().filter_map(Value::as_str).filter_map(|k| item.get(k)).collect();
             if key.is_empty() {
                 continue; // reported as a missing required field
             }
@@ -176,7 +206,9 @@ fn check_object(
     errors: &mut Vec<FieldError>,
 ) {
     let properties = schema.get("properties").and_then(Value::as_object);
-    for required in schema.get("required").and_then(Value::as_array).into_iter().flatten().filter_map(Value::as_str) {
+    for required in
+        schema.get("required").and_then(Value::as_array).into_iter().flatten().filter_map(Value::as_str)
+    {
         if !fields.contains_key(required) {
             errors.push(FieldError::new(format!("{path}.{required}"), "Required value"));
         }
@@ -186,7 +218,9 @@ fn check_object(
         match (properties.and_then(|p| p.get(key)), schema.get("additionalProperties")) {
             (Some(s), _) => check(value, s, &child, errors),
             (None, Some(s)) if s.is_object() => check(value, s, &child, errors),
-            (None, _) if properties.is_some() => errors.push(FieldError::new(child, unknown_field(properties))),
+            (None, _) if properties.is_some() => {
+                errors.push(FieldError::new(child, unknown_field(properties)))
+            }
             (None, _) => {}
         }
     }
@@ -200,7 +234,10 @@ fn check_object(
         let set: Vec<&str> = keys.iter().copied().filter(|k| fields.contains_key(*k)).collect();
         if set.len() != 1 {
             let found = if set.is_empty() { "none".to_string() } else { set.join(" and ") };
-            errors.push(FieldError::new(path, format!("exactly one of {} must be set, found {found}", keys.join(", "))));
+            errors.push(FieldError::new(
+                path,
+                format!("exactly one of {} must be set, found {found}", keys.join(", ")),
+            ));
         }
     }
 }
@@ -329,8 +366,14 @@ mod tests {
         assert_eq!(got, vec!["spec.rules: Too many: 65: must have at most 64 items"]);
         let got = errors(json!({"rules": [{"name": "x".repeat(64), "when": "w".repeat(16385)}]}));
         assert_eq!(got.len(), 2, "{got:?}");
-        assert!(got[0].starts_with("spec.rules[0].name: Too long: may not be more than 63 characters, got 64"), "{got:?}");
-        assert!(got[1].starts_with("spec.rules[0].when: Too long: may not be more than 16384 characters"), "{got:?}");
+        assert!(
+            got[0].starts_with("spec.rules[0].name: Too long: may not be more than 63 characters, got 64"),
+            "{got:?}"
+        );
+        assert!(
+            got[1].starts_with("spec.rules[0].when: Too long: may not be more than 16384 characters"),
+            "{got:?}"
+        );
         assert_eq!(errors(json!({"rules": []})), vec!["spec.rules: must have at least 1 item"]);
         assert_eq!(errors(json!({"rules": [{"when": "true"}]})), vec!["spec.rules[0].name: Required value"]);
     }

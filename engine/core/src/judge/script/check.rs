@@ -150,9 +150,11 @@ pub(super) struct Callables {
 impl Callables {
     pub(super) fn of(engine: &Engine) -> Self {
         let mut arities: BTreeMap<String, BTreeSet<usize>> = BTreeMap::new();
-        for (name, n) in
-            engine.collect_fn_metadata(None, |f| Some((f.metadata.name.to_string(), f.metadata.num_params)), true)
-        {
+        for (name, n) in engine.collect_fn_metadata(
+            None,
+            |f| Some((f.metadata.name.to_string(), f.metadata.num_params)),
+            true,
+        ) {
             arities.entry(name).or_default().insert(n);
         }
         for (name, counts) in KEYWORD_FUNCTIONS {
@@ -255,8 +257,12 @@ fn unknown_function(
         .min()
         .map(|(_, k)| k.clone());
     match closest {
-        Some(k) => format!("unknown function {name}(); did you mean {k}()? (`trainwarden functions` lists them)"),
-        None => format!("unknown function {name}() (`trainwarden functions` lists the functions rules can call)"),
+        Some(k) => {
+            format!("unknown function {name}(); did you mean {k}()? (`trainwarden functions` lists them)")
+        }
+        None => {
+            format!("unknown function {name}() (`trainwarden functions` lists the functions rules can call)")
+        }
     }
 }
 
@@ -272,7 +278,11 @@ fn wrong_arity(name: &str, n: usize, known: &BTreeSet<usize>, receiver: usize) -
     } else {
         format!("is called as {}", host.join(" or "))
     };
-    format!("{name}() {takes}, but is given {} argument{}", n - receiver, if n - receiver == 1 { "" } else { "s" })
+    format!(
+        "{name}() {takes}, but is given {} argument{}",
+        n - receiver,
+        if n - receiver == 1 { "" } else { "s" }
+    )
 }
 
 fn join_or(items: &[String]) -> String {
@@ -321,7 +331,12 @@ fn constant(expr: &Expr) -> Option<Constant> {
     })
 }
 
-fn check_host_arguments(call: &FnCallExpr, pos: Position, context: &ScriptContext, problems: &mut Vec<Problem>) {
+fn check_host_arguments(
+    call: &FnCallExpr,
+    pos: Position,
+    context: &ScriptContext,
+    problems: &mut Vec<Problem>,
+) {
     let name = call.name.as_str();
     let overloads: Vec<&Signature> =
         HOST_SIGNATURES.iter().filter(|s| s.name == name && s.params.len() == call.args.len()).collect();
@@ -341,7 +356,12 @@ fn check_host_arguments(call: &FnCallExpr, pos: Position, context: &ScriptContex
                 let at = if arg.start_position().is_none() { pos } else { arg.start_position() };
                 complaints.push(Problem {
                     pos: at,
-                    message: format!("{name}(): argument {} ({}): {}", i + 1, param.noun(), complaint.message),
+                    message: format!(
+                        "{name}(): argument {} ({}): {}",
+                        i + 1,
+                        param.noun(),
+                        complaint.message
+                    ),
                 });
             }
         }
@@ -400,9 +420,13 @@ impl Param {
             Constant::Other => "a value of another type",
         };
         match (self, value) {
-            (Metric, Constant::Text(s)) if s.is_empty() => Err(String::from("a metric name cannot be empty").into()),
+            (Metric, Constant::Text(s)) if s.is_empty() => {
+                Err(String::from("a metric name cannot be empty").into())
+            }
             (Metric | Key, Constant::Text(_)) => Ok(()),
-            (Duration, Constant::Text(s)) => s.parse::<PolicyDuration>().map(drop).map_err(|e| e.to_string().into()),
+            (Duration, Constant::Text(s)) => {
+                s.parse::<PolicyDuration>().map(drop).map_err(|e| e.to_string().into())
+            }
             (Window, Constant::Text(s)) => {
                 let window = s.parse::<PolicyDuration>().map_err(|e| Complaint::from(e.to_string()))?;
                 if window.is_zero() {
@@ -493,7 +517,10 @@ fn constant_map(entries: &[(rhai::Ident, Expr)]) -> Option<serde_json::Map<Strin
 }
 
 /// An `over_budget(#{…})` literal: the same parameter checks as `uses: over_budget, with: {…}`.
-fn check_budget(json: &serde_json::Map<String, serde_json::Value>, context: &ScriptContext) -> Result<(), String> {
+fn check_budget(
+    json: &serde_json::Map<String, serde_json::Value>,
+    context: &ScriptContext,
+) -> Result<(), String> {
     let detector = detectors::build("over_budget", Some(json), "#{…}")
         .map_err(|errs| errs.iter().map(ToString::to_string).collect::<Vec<_>>().join("; "))?;
     if detector.needs_gpu_hour_cost() && !context.has_gpu_hour_cost {

@@ -352,7 +352,7 @@ fn describe_value(value: &Dynamic) -> String {
     } else if value.is_float() {
         format!("the number {shown}")
     } else if value.is_string() {
-        format!("the string {:?}", shown)
+        format!("the string {shown:?}")
     } else if value.is_array() {
         "an array".into()
     } else if value.is_map() {
@@ -386,7 +386,8 @@ fn function_not_found(signature: &str) -> String {
         None => (signature, ""),
     };
     // Split on the commas between arguments; a union type has no commas, only `|`.
-    let args: Vec<&str> = if args.trim().is_empty() { Vec::new() } else { args.split(',').map(friendly_type).collect() };
+    let args: Vec<&str> =
+        if args.trim().is_empty() { Vec::new() } else { args.split(',').map(friendly_type).collect() };
     format!("no function {name}({}) for these argument types", args.join(", "))
 }
 
@@ -421,6 +422,10 @@ fn classify(rule: &str, err: &EvalAltResult) -> ScriptError {
         EvalAltResult::ErrorInFunctionCall(name, _, inner, _) => {
             let inner = classify(rule, inner);
             (inner.kind, format!("in {name}(): {}", inner.message))
+        }
+        // A host function's own message (`invalid duration "5x": …`), without Rhai's "Runtime error:" prefix.
+        EvalAltResult::ErrorRuntime(value, _) => {
+            (ScriptErrorKind::Runtime, crate::error::clip_tokens(&value.to_string()))
         }
         EvalAltResult::ErrorFunctionNotFound(signature, _) => {
             (ScriptErrorKind::Runtime, function_not_found(signature))

@@ -99,7 +99,7 @@ fn a_non_boolean_condition_is_an_error() {
     let engine = ScriptEngine::default();
     let e = eval(&engine, r#"let x = metric("loss"); x"#).unwrap_err();
     assert_eq!(e.message, "the condition must be true or false, but it was the number 1.25");
-    let e = eval(&engine, r#"if progress() > 1 { 2 } else { false }"#).unwrap_err();
+    let e = eval(&engine, "if progress() > 1 { 2 } else { false }").unwrap_err();
     assert_eq!(e.message, "the condition must be true or false, but it was the integer 2");
 }
 
@@ -107,7 +107,11 @@ fn a_non_boolean_condition_is_an_error() {
 fn problems(src: &str, context: ScriptContext) -> Vec<String> {
     let engine = ScriptEngine::default();
     let script = engine.compile("r", src).unwrap_or_else(|e| panic!("{src}: {e}"));
-    engine.check(&script, &context).iter().map(|e| format!("{}:{}: {}", e.line, e.column, e.message)).collect()
+    engine
+        .check(&script, &context)
+        .iter()
+        .map(|e| format!("{}:{}: {}", e.line, e.column, e.message))
+        .collect()
 }
 
 #[test]
@@ -149,7 +153,8 @@ fn the_checks_reject_what_would_fail_at_every_evaluation() {
 
 #[test]
 fn the_checks_report_every_problem_at_once() {
-    let got = problems("undefined_fn(1) || stalled(\"-1m\") ||\n metric(\"a\", 2) > 0.0", ScriptContext::default());
+    let got =
+        problems("undefined_fn(1) || stalled(\"-1m\") ||\n metric(\"a\", 2) > 0.0", ScriptContext::default());
     assert_eq!(got.len(), 3, "{got:?}");
     assert!(got[0].starts_with("1:1: unknown function"), "{got:?}");
     assert!(got[1].starts_with("1:20: stalled()") || got[1].starts_with("1:28: stalled()"), "{got:?}");
@@ -189,7 +194,11 @@ fn the_host_signatures_are_exactly_the_registered_host_functions() {
         (b.register)(&mut host);
     }
     let registered: BTreeSet<(String, Vec<TypeId>)> = host
-        .collect_fn_metadata(None, |f| Some((f.metadata.name.to_string(), f.metadata.param_types.to_vec())), false)
+        .collect_fn_metadata(
+            None,
+            |f| Some((f.metadata.name.to_string(), f.metadata.param_types.to_vec())),
+            false,
+        )
         .into_iter()
         .collect();
     let type_of = |p: check::Param| -> Vec<TypeId> {

@@ -16,12 +16,12 @@ use std::sync::Arc;
 use serde_json::Value;
 
 use crate::error::{FieldError, FieldErrors};
-use crate::policy::positions::{self, DocumentPositions};
-use crate::policy::schema;
 use crate::history::job::PolicyEnv;
 use crate::judge::detectors::Detector;
 use crate::judge::script::{CompiledScript, ScriptEngine};
+use crate::policy::positions::{self, DocumentPositions};
 use crate::policy::receiver::{self, CompiledReceiver};
+use crate::policy::schema;
 use crate::policy::{
     API_VERSION, ActionSpec, ClusterPolicySpec, LabelSelector, Mode, PolicyKind, PolicyRef, PolicyScope,
     PolicySpec,
@@ -194,9 +194,10 @@ fn validate_selector(errors: &mut Vec<FieldError>, path: &str, selector: &LabelS
 /// the spec is checked against the CRD's schema first ([`schema`]), so what the API server would refuse is
 /// refused here too. A file with no document at all is an error.
 pub fn parse_documents(text: &str, source: &str) -> Result<Vec<PolicyDocument>, FieldErrors> {
-    let failed = |errors| FieldErrors { document: source.to_string(), file: Some(source.to_string()), errors };
-    let values: Vec<Value> = serde_saphyr::from_multiple(text)
-        .map_err(|e| failed(vec![FieldError::new("(yaml)", yaml_error(&e.to_string()))]))?;
+    let failed =
+        |errors| FieldErrors { document: source.to_string(), file: Some(source.to_string()), errors };
+    let values: Vec<Value> =
+        serde_saphyr::from_multiple(text).map_err(|e| failed(vec![yaml_error(&e.to_string())]))?;
     let positions = positions::scan(text, source);
     let mut docs = Vec::new();
     let mut errors = Vec::new();
@@ -213,7 +214,9 @@ pub fn parse_documents(text: &str, source: &str) -> Result<Vec<PolicyDocument>, 
             }
             Err(mut es) => {
                 locate(&mut es, at.as_deref());
-                errors.extend(es.into_iter().map(|e| FieldError { path: format!("{prefix}{}", e.path), ..e }));
+                es.sort_by_key(|e| e.position.map_or((usize::MAX, 0), |p| (p.line, p.column)));
+                errors
+                    .extend(es.into_iter().map(|e| FieldError { path: format!("{prefix}{}", e.path), ..e }));
             }
         }
     }
@@ -236,9 +239,23 @@ fn locate(errors: &mut [FieldError], positions: Option<&DocumentPositions>) {
     }
 }
 
-/// The YAML reader's message without its source snippet (the error line already says where).
-fn yaml_error(message: &str) -> String {
-    message.lines().next().unwrap_or(message).trim().to_string()
+/// The YAML reader's `error: line 10 column 7: simple key expected ':'` (and a source snippet) as an error
+/// at that position.
+fn yaml_error(message: &str) -> FieldError {
+    let first = message.lines().next().unwrap_or(message).trim();
+    let first = first.strip_prefix("error: ").unwrap_or(first);
+    let located = first.strip_prefix("line ").and_then(|rest| {
+        let (line, rest) = rest.split_once(" column ")?;
+        let (column, what) = rest.split_once(": ")?;
+        Some((line.parse().ok()?, column.parse().ok()?, what))
+    });
+    match located {
+        Some((line, column, what)) => FieldError {
+            position: Some(crate::error::Position { line, column }),
+            ..FieldError::new("(yaml)", what)
+        },
+        None => FieldError::new("(yaml)", first),
+    }
 }
 
 /// One policy object (as YAML/JSON value) to a document.
@@ -284,7 +301,10 @@ pub(crate) fn parse_document(value: Value) -> Result<PolicyDocument, Vec<FieldEr
     let spec_value = obj.remove("spec").unwrap_or(Value::Null);
     for key in obj.keys() {
         if !matches!(key.as_str(), "apiVersion" | "kind" | "status") {
-            errors.push(FieldError::new(key.clone(), "unknown field; expected apiVersion, kind, metadata or spec"));
+            errors.push(FieldError::new(
+                key.clone(),
+                "unknown field; expected apiVersion, kind, metadata or spec",
+            ));
         }
     }
     if kind == PolicyKind::Cluster && namespace.is_some() {
@@ -363,7 +383,10 @@ fn dns_label(name: &str) -> Result<(), String> {
     if name.is_empty() || name.len() > 63 {
         return Err(format!("must be 1 to 63 characters, got {}", name.len()));
     }
-    if bytes.iter().all(|b| alnum(b) || *b == b'-') && bytes.first().is_some_and(alnum) && bytes.last().is_some_and(alnum) {
+    if bytes.iter().all(|b| alnum(b) || *b == b'-')
+        && bytes.first().is_some_and(alnum)
+        && bytes.last().is_some_and(alnum)
+    {
         Ok(())
     } else {
         Err("a lowercase RFC 1123 label must consist of lower case alphanumeric characters or '-', and must start and end with an alphanumeric character (e.g. 'my-name')".into())
@@ -519,11 +542,11 @@ spec:
             errors,
             vec![
                 "metadata.namespace: a ClusterProgressPolicy is cluster-scoped: remove the namespace",
-                "spec.assumeGpus: Invalid value: -2: must be greater than or equal to 0",
                 "spec.gpuHourCost: Invalid value: -1: must be greater than or equal to 0",
-                "spec.rules[0].actions[1].scale.numNodes: Invalid value: 0: must be greater than or equal to 1",
-                "spec.rules[0].cooldown: invalid duration \"1x\": unknown unit \"x\" (valid units: w, d, h, m, s, ms)",
+                "spec.assumeGpus: Invalid value: -2: must be greater than or equal to 0",
                 "spec.rules[0].keepFiringFor: invalid duration \"soon\": expected a number before \"soon\"",
+                "spec.rules[0].cooldown: invalid duration \"1x\": unknown unit \"x\" (valid units: w, d, h, m, s, ms)",
+                "spec.rules[0].actions[1].scale.numNodes: Invalid value: 0: must be greater than or equal to 1",
             ]
         );
         let yaml = yaml.replace("metadata: {name: c, namespace: should-not-be-here}", "metadata: {name: c}");
@@ -576,9 +599,12 @@ spec:
     fn bad_enums_and_kinds_are_reported() {
         let yaml = "apiVersion: v1\nkind: Pod\nmetadata: {name: x}\nspec: {mode: Sometimes, rules: []}\n";
         let errors = compile_yaml(yaml).unwrap_err();
-        assert!(errors[0].starts_with("kind: expected ProgressPolicy"), "{errors:?}");
-        assert!(errors[1].starts_with("apiVersion:"), "{errors:?}");
-        assert_eq!(errors[2], "spec.mode: Unsupported value: \"Sometimes\": supported values: \"Audit\", \"Enforce\"");
+        assert!(errors[0].starts_with("apiVersion:"), "{errors:?}");
+        assert!(errors[1].starts_with("kind: expected ProgressPolicy"), "{errors:?}");
+        assert_eq!(
+            errors[2],
+            "spec.mode: Unsupported value: \"Sometimes\": supported values: \"Audit\", \"Enforce\""
+        );
         assert_eq!(errors[3], "spec.rules: must have at least 1 item");
     }
 
@@ -586,7 +612,8 @@ spec:
     fn yaml_syntax_errors_carry_a_position() {
         let e = parse_documents("spec: [unclosed", "bad.yaml").unwrap_err();
         assert_eq!(e.document, "bad.yaml");
-        assert!(e.errors[0].message.contains("line"), "{}", e);
+        assert_eq!(e.errors[0].position, Some(crate::error::Position { line: 1, column: 7 }));
+        assert_eq!(e.to_string(), "bad.yaml: 1 error\n  - bad.yaml:1:7: (yaml): unclosed bracket '['");
     }
 
     #[test]

@@ -85,14 +85,15 @@ fn compile_rule(
         }
         Some(src) => match engine.compile(&rule.name, src) {
             Ok(s) => {
-                let context = ScriptContext {
-                    sampling_interval,
-                    has_gpu_hour_cost: spec.gpu_hour_cost.is_some(),
-                };
+                let context =
+                    ScriptContext { sampling_interval, has_gpu_hour_cost: spec.gpu_hour_cost.is_some() };
                 let problems = engine.check(&s, &context);
                 let ok = problems.is_empty();
                 errors.extend(problems.into_iter().map(|e| {
-                    FieldError::new(format!("{path}.when"), format!("line {}:{}: {}", e.line, e.column, e.message))
+                    FieldError::new(
+                        format!("{path}.when"),
+                        format!("line {}:{}: {}", e.line, e.column, e.message),
+                    )
                 }));
                 ok.then_some(s)
             }
