@@ -495,3 +495,64 @@ fn a_transformers_trainer_reporting_through_kubeflow_callback_is_checkpointed_an
     assert_replays_identically(HF_POLICY, &run, "local/hf-trainer");
     let _ = std::fs::remove_dir_all(&run.dir);
 }
+
+/// Whether process `pid` is gone (or a zombie nobody has reaped yet: it runs no more).
+fn process_gone(pid: &str) -> bool {
+    match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
+        // The state follows the parenthesized command name.
+        Ok(stat) => stat.rsplit_once(") ").is_some_and(|(_, rest)| rest.starts_with('Z')),
+        Err(_) => true,
+    }
+}
+
+/// Waits up to 20 s for `path` and returns its first line.
+fn wait_for_line(path: &Path) -> String {
+    let started = std::time::Instant::now();
+    loop {
+        if let Some(line) =
+            std::fs::read_to_string(path).ok().and_then(|t| t.lines().next().map(String::from))
+        {
+            return line;
+        }
+        assert!(
+            started.elapsed().as_secs() < 20,
+            "{} did not appear: the command did not start",
+            path.display()
+        );
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+}
+
+/// Issue 14: `kill -9` of `trainwarden watch` (no handler runs) left the command running, orphaned, with its
+/// GPUs. It now gets SIGKILL from the kernel when trainwarden dies (PR_SET_PDEATHSIG).
+#[cfg(target_os = "linux")]
+#[test]
+fn the_command_dies_with_a_sigkilled_trainwarden() {
+    let dir = temp_dir("kill-9");
+    let pid_file = dir.join("pid");
+    // `exec`: the shell becomes `sleep`, so the pid written is the supervised process's own.
+    let script = format!("echo $$ > '{0}.tmp' && mv '{0}.tmp' '{0}' && exec sleep 1000", pid_file.display());
+    let mut watch = Command::new(env!("CARGO_BIN_EXE_trainwarden"))
+        .args(["watch", "--policy", POLICY, "--eval-interval", "1s", "--", "sh", "-c", &script])
+        .current_dir(repo())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let pid = wait_for_line(&pid_file);
+    // Past a few evaluation ticks, so that trainwarden's own threads have come and gone meanwhile.
+    std::thread::sleep(std::time::Duration::from_secs(3));
+    let cmdline = std::fs::read(format!("/proc/{pid}/cmdline")).unwrap_or_default();
+    assert!(String::from_utf8_lossy(&cmdline).starts_with("sleep"), "pid {pid} is not the command");
+    assert!(!process_gone(&pid), "the command ended before trainwarden was killed");
+    watch.kill().unwrap(); // SIGKILL
+    watch.wait().unwrap();
+    let killed = std::time::Instant::now();
+    while !process_gone(&pid) {
+        if killed.elapsed().as_secs() >= 5 {
+            let _ = Command::new("kill").args(["-KILL", &pid]).status();
+            panic!("the command (pid {pid}) outlived trainwarden by 5 s");
+        }
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}
