@@ -556,3 +556,78 @@ fn the_command_dies_with_a_sigkilled_trainwarden() {
     }
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+const SILENT_POLICY: &str = "engine/local/tests/fixtures/watch-policy-silent.yaml";
+
+/// Lines of trainwarden's warning that the command has not reported yet.
+fn no_report_warnings(stderr: &str) -> Vec<&str> {
+    stderr.lines().filter(|l| l.starts_with("[trainwarden] warning: no progress report yet")).collect()
+}
+
+/// Issue 14: a command that never reports is never stopped by a default `stalled` rule (it requires a first
+/// report), and nothing said so. Now trainwarden warns once, after the sampling interval, with the URL and
+/// the variables the command should use.
+#[test]
+fn a_command_that_never_reports_gets_one_warning_naming_the_endpoint() {
+    // POLICY's samplingInterval is 5s and its `stalled` rule (after 9s) requires a first report.
+    let out = trainwarden(&["watch", "--policy", POLICY, "--eval-interval", "1s", "--", "sleep", "12"]);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(0), "the default stalled rule does not stop it:\n{stderr}");
+    let warnings = no_report_warnings(&stderr);
+    assert_eq!(warnings.len(), 1, "one warning:\n{stderr}");
+    let url = stderr
+        .split("progress endpoint ")
+        .nth(1)
+        .and_then(|rest| rest.split_whitespace().next())
+        .expect("the endpoint URL is printed");
+    for needed in [
+        "no progress report yet after 5s (the policy's samplingInterval)",
+        url,
+        "$KUBEFLOW_TRAINER_SERVER_URL",
+        "$KUBEFLOW_TRAINER_SERVER_CA_CERT",
+        "$KUBEFLOW_TRAINER_SERVER_TOKEN",
+        "requireFirstSample: false",
+    ] {
+        assert!(warnings[0].contains(needed), "the warning lacks {needed:?}: {}", warnings[0]);
+    }
+    assert!(!stderr.contains("FIRING"), "{stderr}");
+}
+
+/// What the README advises for such a command: a `stalled` rule with `requireFirstSample: false` stops it
+/// after `after` of silence from its start, and the recording replays to the same decision.
+#[test]
+fn a_stalled_rule_without_a_first_sample_stops_a_command_that_never_reports() {
+    let dir = temp_dir("silent");
+    let recording = dir.join("run.jsonl");
+    let args = [
+        "watch",
+        "--policy",
+        SILENT_POLICY,
+        "--eval-interval",
+        "1s",
+        "--grace-period",
+        "5s",
+        "--record",
+        recording.to_str().unwrap(),
+        "--job",
+        "local/silent",
+        "--",
+        "sleep",
+        "60",
+    ];
+    let started = std::time::Instant::now();
+    let output = trainwarden(&args);
+    let stderr = String::from_utf8_lossy(&output.stderr).into_owned();
+    assert_eq!(output.status.code(), Some(124), "stopped by policy:\n{stderr}");
+    assert!(started.elapsed().as_secs() < 20, "stopped after 3 s of silence, not at the end:\n{stderr}");
+    assert!(stderr.contains("never-reported   FIRING    [Enforce] no progress sample yet for"), "{stderr}");
+    assert!(stderr.contains("stopped by local/local-silent rule never-reported"), "{stderr}");
+    assert!(stderr.contains("exited after SIGTERM (killed by SIGTERM)"), "{stderr}");
+    assert_eq!(no_report_warnings(&stderr).len(), 1, "{stderr}");
+    let run = Run { output, stderr, dir, recording };
+    let intents = replayed_intents(SILENT_POLICY, &run);
+    assert_eq!(intents.len(), 1, "{intents:?}");
+    assert_eq!((intents[0].0.as_str(), intents[0].1.as_str()), ("never-reported", "suspend"));
+    assert_replays_identically(SILENT_POLICY, &run, "local/silent");
+    let _ = std::fs::remove_dir_all(&run.dir);
+}
