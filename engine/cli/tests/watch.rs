@@ -524,33 +524,43 @@ fn wait_for_line(path: &Path) -> String {
 }
 
 /// Issue 14: `kill -9` of `trainwarden watch` (no handler runs) left the command running, orphaned, with its
-/// GPUs. It now gets SIGKILL from the kernel when trainwarden dies (PR_SET_PDEATHSIG).
+/// GPUs. Now the command gets SIGKILL from the kernel when trainwarden dies (PR_SET_PDEATHSIG), and what it
+/// started (here `sleep` under `sh`, like `python` under `sh -c` or `torchrun`'s ranks) from the watchdog
+/// of its process group.
 #[cfg(target_os = "linux")]
 #[test]
-fn the_command_dies_with_a_sigkilled_trainwarden() {
+fn the_command_and_its_children_die_with_a_sigkilled_trainwarden() {
     let dir = temp_dir("kill-9");
-    let pid_file = dir.join("pid");
-    // `exec`: the shell becomes `sleep`, so the pid written is the supervised process's own.
-    let script = format!("echo $$ > '{0}.tmp' && mv '{0}.tmp' '{0}' && exec sleep 1000", pid_file.display());
+    let pid_file = dir.join("pids");
+    let script =
+        format!("sleep 1000 & echo $$ $! > '{0}.tmp' && mv '{0}.tmp' '{0}'; wait", pid_file.display());
     let mut watch = Command::new(env!("CARGO_BIN_EXE_trainwarden"))
         .args(["watch", "--policy", POLICY, "--eval-interval", "1s", "--", "sh", "-c", &script])
         .current_dir(repo())
         .stderr(std::process::Stdio::null())
         .spawn()
         .unwrap();
-    let pid = wait_for_line(&pid_file);
+    let line = wait_for_line(&pid_file);
+    let pids: Vec<&str> = line.split_whitespace().collect();
+    let [shell, sleep] = pids[..] else { panic!("unexpected pid file: {line:?}") };
     // Past a few evaluation ticks, so that trainwarden's own threads have come and gone meanwhile.
     std::thread::sleep(std::time::Duration::from_secs(3));
-    let cmdline = std::fs::read(format!("/proc/{pid}/cmdline")).unwrap_or_default();
-    assert!(String::from_utf8_lossy(&cmdline).starts_with("sleep"), "pid {pid} is not the command");
-    assert!(!process_gone(&pid), "the command ended before trainwarden was killed");
+    for (pid, program) in [(shell, "sh"), (sleep, "sleep")] {
+        let cmdline = std::fs::read(format!("/proc/{pid}/cmdline")).unwrap_or_default();
+        assert!(String::from_utf8_lossy(&cmdline).starts_with(program), "pid {pid} is not {program}");
+        assert!(!process_gone(pid), "{program} ended before trainwarden was killed");
+    }
     watch.kill().unwrap(); // SIGKILL
     watch.wait().unwrap();
     let killed = std::time::Instant::now();
-    while !process_gone(&pid) {
+    while !(process_gone(shell) && process_gone(sleep)) {
         if killed.elapsed().as_secs() >= 5 {
-            let _ = Command::new("kill").args(["-KILL", &pid]).status();
-            panic!("the command (pid {pid}) outlived trainwarden by 5 s");
+            let _ = Command::new("kill").args(["-KILL", shell, sleep]).status();
+            panic!(
+                "outlived trainwarden by 5 s: the command (pid {shell}) {}, its child (pid {sleep}) {}",
+                if process_gone(shell) { "did not" } else { "did" },
+                if process_gone(sleep) { "did not" } else { "did" }
+            );
         }
         std::thread::sleep(std::time::Duration::from_millis(20));
     }

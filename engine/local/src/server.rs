@@ -1,7 +1,7 @@
 //! The HTTPS side of the status endpoint: TLS with the run's certificate, HTTP/1.1, and upstream's limits
 //! (64 KiB bodies, 10 s to read a request's headers and body). Decisions are [`crate::status_api`]'s; accepted
 //! updates go to the driver through a channel, in arrival order. Connections end with a lingering close
-//! ([`linger`]), so an oversized body gets its 413 rather than a reset.
+//! (`linger`), so an oversized body gets its 413 rather than a reset.
 
 use std::convert::Infallible;
 use std::net::SocketAddr;

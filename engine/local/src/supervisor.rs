@@ -4,7 +4,8 @@
 //!
 //! The command dies with its supervisor, even one killed with SIGKILL (which no handler sees): on Linux it
 //! is started with a parent-death signal (`PR_SET_PDEATHSIG`, SIGKILL) from a thread that lives as long as
-//! the [`Supervised`] handle. That covers the command's own process only; see [`Supervised::spawn`].
+//! the [`Supervised`] handle. That covers the command's own process only; a watchdog (`Guard`) kills the
+//! rest of its process group. See [`Supervised::spawn`].
 
 use std::ffi::OsString;
 use std::fmt;
@@ -19,6 +20,8 @@ pub struct Supervised {
     child: tokio::process::Child,
     /// The process group id (the child's pid, as it leads its own group).
     group: Pid,
+    /// Kills the whole group if trainwarden dies while the command runs (`None`: it could not be started).
+    guard: Option<Guard>,
     /// Keeps the thread that forked the command alive (see [`Supervised::spawn`]); dropped last.
     _keep: std::sync::mpsc::Sender<()>,
 }
@@ -90,9 +93,9 @@ impl Supervised {
     /// On Linux the command gets SIGKILL when trainwarden dies (`PR_SET_PDEATHSIG`). SIGKILL rather than
     /// SIGTERM: with the supervisor gone nobody enforces the grace period, so a command that traps SIGTERM
     /// (to checkpoint, or because it hangs) would keep its GPUs forever — the orphan this is meant to prevent;
-    /// a checkpoint on SIGTERM is what a policy's suspend or a Ctrl-C of trainwarden gives. The signal goes
-    /// to the command's process only: what it started (the Python under `sh -c`, data-loader workers) is
-    /// not covered by it, and outlives a SIGKILLed trainwarden unless it dies with its parent on its own.
+    /// a checkpoint on SIGTERM is what a policy's suspend or a Ctrl-C of trainwarden gives. That signal
+    /// goes to the command's process only; what it started (the Python under `sh -c`, `torchrun`'s ranks,
+    /// data-loader workers) is reached by a watchdog (`Guard`) instead, which kills the whole process group.
     pub fn spawn(command: &[OsString], env: &[(String, OsString)]) -> Result<Supervised, SpawnError> {
         let fail = |message: String| SpawnError { message, exit_code: 1 };
         let runtime = tokio::runtime::Handle::try_current()
@@ -114,8 +117,12 @@ impl Supervised {
             })
             .map_err(|e| fail(format!("starting the supervisor thread: {e}")))?;
         let (child, group) = started.recv().map_err(|e| fail(format!("starting the command: {e}")))??;
-        Ok(Supervised { child, group, _keep: keep })
+        let guard = Guard::start(group)
+            .map_err(|e| tracing::warn!("the command's processes may outlive a killed trainwarden: {e}"))
+            .ok();
+        Ok(Supervised { child, group, guard, _keep: keep })
     }
+
     /// The command's process group, for signalling while [`Supervised::wait`] is pending.
     pub fn group(&self) -> ProcessGroup {
         ProcessGroup(self.group)
@@ -123,7 +130,53 @@ impl Supervised {
 
     /// Waits for the command (the group leader) to exit.
     pub async fn wait(&mut self) -> Result<Exit, String> {
-        self.child.wait().await.map(Exit::from_status).map_err(|e| format!("waiting for the command: {e}"))
+        let status = self.child.wait().await;
+        if status.is_ok()
+            && let Some(guard) = &mut self.guard
+        {
+            // Reaped: from now on its process group id may name another group once this one is empty.
+            guard.disarm();
+        }
+        status.map(Exit::from_status).map_err(|e| format!("waiting for the command: {e}"))
+    }
+}
+
+/// A watchdog for the command's process group, for what the parent-death signal does not reach (the
+/// command's own children, e.g. the Python under `sh -c`, `torchrun`'s ranks): a `sh` in a process group of
+/// its own (so Ctrl-C at the terminal does not reach it) that blocks reading a pipe only trainwarden can
+/// write to. When trainwarden dies, however it dies, the kernel closes the pipe; `read` sees the end of it
+/// and the watchdog sends SIGKILL to the command's group. After the command has exited (and been reaped)
+/// it is disarmed with `done`, so it never signals a group id that may have been reused; what the command
+/// leaves behind after its own end is therefore not covered.
+struct Guard {
+    disarm: Option<std::io::PipeWriter>,
+    /// Reaped by Tokio in the background once dropped.
+    _watchdog: tokio::process::Child,
+}
+
+impl Guard {
+    const SCRIPT: &str = r#"read -r word; [ "$word" = done ] || kill -s KILL -- "-$1""#;
+
+    fn start(group: Pid) -> Result<Guard, String> {
+        // Both ends close on exec: the command (already started) and the watchdog's own exec keep no writer.
+        let (reader, writer) = std::io::pipe().map_err(|e| format!("creating a pipe: {e}"))?;
+        let watchdog = tokio::process::Command::new("/bin/sh")
+            .args(["-c", Guard::SCRIPT, "trainwarden-guard"])
+            .arg(group.as_raw().to_string())
+            .stdin(reader)
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .process_group(0)
+            .spawn()
+            .map_err(|e| format!("starting /bin/sh: {e}"))?;
+        Ok(Guard { disarm: Some(writer), _watchdog: watchdog })
+    }
+
+    fn disarm(&mut self) {
+        if let Some(mut writer) = self.disarm.take() {
+            // A watchdog that is gone already (EPIPE) has nothing left to do either.
+            let _ = std::io::Write::write_all(&mut writer, b"done\n");
+        }
     }
 }
 
