@@ -103,9 +103,9 @@ impl Supervised {
         let (command, env) = (command.to_vec(), env.to_vec());
         let (started_tx, started) = std::sync::mpsc::channel();
         let (keep, kept) = std::sync::mpsc::channel::<()>();
-        // The parent-death signal fires when the *thread* that forked the child ends, not the process. A
-        // Tokio worker or blocking-pool thread may end while the watch goes on (blocking-pool threads do
-        // after 10 s idle; a worker after `block_in_place`), which would kill the command early. So the
+        // The parent-death signal fires when the *thread* that forked the child ends, not the process. The
+        // caller's thread may end while the watch goes on (a plain thread, a blocking-pool thread after 10 s
+        // idle; which runtime thread polls a task is not fixed), which would kill the command early. So the
         // command is forked from a thread of its own that waits, doing nothing, until the `Supervised`
         // handle (holding `keep`) is dropped: at the end of the watch, or when trainwarden dies.
         std::thread::Builder::new()
