@@ -495,3 +495,149 @@ fn a_transformers_trainer_reporting_through_kubeflow_callback_is_checkpointed_an
     assert_replays_identically(HF_POLICY, &run, "local/hf-trainer");
     let _ = std::fs::remove_dir_all(&run.dir);
 }
+
+/// Whether process `pid` is gone (or a zombie nobody has reaped yet: it runs no more).
+fn process_gone(pid: &str) -> bool {
+    match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
+        // The state follows the parenthesized command name.
+        Ok(stat) => stat.rsplit_once(") ").is_some_and(|(_, rest)| rest.starts_with('Z')),
+        Err(_) => true,
+    }
+}
+
+/// Waits up to 20 s for `path` and returns its first line.
+fn wait_for_line(path: &Path) -> String {
+    let started = std::time::Instant::now();
+    loop {
+        if let Some(line) =
+            std::fs::read_to_string(path).ok().and_then(|t| t.lines().next().map(String::from))
+        {
+            return line;
+        }
+        assert!(
+            started.elapsed().as_secs() < 20,
+            "{} did not appear: the command did not start",
+            path.display()
+        );
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+}
+
+/// Issue 14: `kill -9` of `trainwarden watch` (no handler runs) left the command running, orphaned, with its
+/// GPUs. Now the command gets SIGKILL from the kernel when trainwarden dies (PR_SET_PDEATHSIG), and what it
+/// started (here `sleep` under `sh`, like `python` under `sh -c` or `torchrun`'s ranks) from the watchdog
+/// of its process group.
+#[cfg(target_os = "linux")]
+#[test]
+fn the_command_and_its_children_die_with_a_sigkilled_trainwarden() {
+    let dir = temp_dir("kill-9");
+    let pid_file = dir.join("pids");
+    let script =
+        format!("sleep 1000 & echo $$ $! > '{0}.tmp' && mv '{0}.tmp' '{0}'; wait", pid_file.display());
+    let mut watch = Command::new(env!("CARGO_BIN_EXE_trainwarden"))
+        .args(["watch", "--policy", POLICY, "--eval-interval", "1s", "--", "sh", "-c", &script])
+        .current_dir(repo())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let line = wait_for_line(&pid_file);
+    let pids: Vec<&str> = line.split_whitespace().collect();
+    let [shell, sleep] = pids[..] else { panic!("unexpected pid file: {line:?}") };
+    // Past a few evaluation ticks, so that trainwarden's own threads have come and gone meanwhile.
+    std::thread::sleep(std::time::Duration::from_secs(3));
+    for (pid, program) in [(shell, "sh"), (sleep, "sleep")] {
+        let cmdline = std::fs::read(format!("/proc/{pid}/cmdline")).unwrap_or_default();
+        assert!(String::from_utf8_lossy(&cmdline).starts_with(program), "pid {pid} is not {program}");
+        assert!(!process_gone(pid), "{program} ended before trainwarden was killed");
+    }
+    watch.kill().unwrap(); // SIGKILL
+    watch.wait().unwrap();
+    let killed = std::time::Instant::now();
+    while !(process_gone(shell) && process_gone(sleep)) {
+        if killed.elapsed().as_secs() >= 5 {
+            let _ = Command::new("kill").args(["-KILL", shell, sleep]).status();
+            panic!(
+                "outlived trainwarden by 5 s: the command (pid {shell}) {}, its child (pid {sleep}) {}",
+                if process_gone(shell) { "did not" } else { "did" },
+                if process_gone(sleep) { "did not" } else { "did" }
+            );
+        }
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+const SILENT_POLICY: &str = "engine/local/tests/fixtures/watch-policy-silent.yaml";
+
+/// Lines of trainwarden's warning that the command has not reported yet.
+fn no_report_warnings(stderr: &str) -> Vec<&str> {
+    stderr.lines().filter(|l| l.starts_with("[trainwarden] warning: no progress report yet")).collect()
+}
+
+/// Issue 14: a command that never reports is never stopped by a default `stalled` rule (it requires a first
+/// report), and nothing said so. Now trainwarden warns once, after the sampling interval, with the URL and
+/// the variables the command should use.
+#[test]
+fn a_command_that_never_reports_gets_one_warning_naming_the_endpoint() {
+    // POLICY's samplingInterval is 5s and its `stalled` rule (after 9s) requires a first report.
+    let out = trainwarden(&["watch", "--policy", POLICY, "--eval-interval", "1s", "--", "sleep", "12"]);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(0), "the default stalled rule does not stop it:\n{stderr}");
+    let warnings = no_report_warnings(&stderr);
+    assert_eq!(warnings.len(), 1, "one warning:\n{stderr}");
+    let url = stderr
+        .split("progress endpoint ")
+        .nth(1)
+        .and_then(|rest| rest.split_whitespace().next())
+        .expect("the endpoint URL is printed");
+    for needed in [
+        "no progress report yet after 5s (the policy's samplingInterval)",
+        url,
+        "$KUBEFLOW_TRAINER_SERVER_URL",
+        "$KUBEFLOW_TRAINER_SERVER_CA_CERT",
+        "$KUBEFLOW_TRAINER_SERVER_TOKEN",
+        "requireFirstSample: false",
+    ] {
+        assert!(warnings[0].contains(needed), "the warning lacks {needed:?}: {}", warnings[0]);
+    }
+    assert!(!stderr.contains("FIRING"), "{stderr}");
+}
+
+/// What the README advises for such a command: a `stalled` rule with `requireFirstSample: false` stops it
+/// after `after` of silence from its start, and the recording replays to the same decision.
+#[test]
+fn a_stalled_rule_without_a_first_sample_stops_a_command_that_never_reports() {
+    let dir = temp_dir("silent");
+    let recording = dir.join("run.jsonl");
+    let args = [
+        "watch",
+        "--policy",
+        SILENT_POLICY,
+        "--eval-interval",
+        "1s",
+        "--grace-period",
+        "5s",
+        "--record",
+        recording.to_str().unwrap(),
+        "--job",
+        "local/silent",
+        "--",
+        "sleep",
+        "60",
+    ];
+    let started = std::time::Instant::now();
+    let output = trainwarden(&args);
+    let stderr = String::from_utf8_lossy(&output.stderr).into_owned();
+    assert_eq!(output.status.code(), Some(124), "stopped by policy:\n{stderr}");
+    assert!(started.elapsed().as_secs() < 20, "stopped after 3 s of silence, not at the end:\n{stderr}");
+    assert!(stderr.contains("never-reported   FIRING    [Enforce] no progress sample yet for"), "{stderr}");
+    assert!(stderr.contains("stopped by local/local-silent rule never-reported"), "{stderr}");
+    assert!(stderr.contains("exited after SIGTERM (killed by SIGTERM)"), "{stderr}");
+    assert_eq!(no_report_warnings(&stderr).len(), 1, "{stderr}");
+    let run = Run { output, stderr, dir, recording };
+    let intents = replayed_intents(SILENT_POLICY, &run);
+    assert_eq!(intents.len(), 1, "{intents:?}");
+    assert_eq!((intents[0].0.as_str(), intents[0].1.as_str()), ("never-reported", "suspend"));
+    assert_replays_identically(SILENT_POLICY, &run, "local/silent");
+    let _ = std::fs::remove_dir_all(&run.dir);
+}

@@ -11,7 +11,8 @@
 //! * [`supervisor`]: the command in its own process group; signals;
 //! * [`recorder`]: the run as a replayable stream; [`watch`](mod@watch): the driver that ties them together;
 //! * [`notify`]: `notify` actions delivered through the notifications crate (`--notify`).
-#![forbid(unsafe_code)]
+// Unsafe only where the standard library requires it: the pre-exec hook of the supervised command.
+#![deny(unsafe_code)]
 #![warn(missing_docs)]
 
 pub mod credentials;

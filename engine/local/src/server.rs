@@ -1,6 +1,7 @@
 //! The HTTPS side of the status endpoint: TLS with the run's certificate, HTTP/1.1, and upstream's limits
 //! (64 KiB bodies, 10 s to read a request's headers and body). Decisions are [`crate::status_api`]'s; accepted
-//! updates go to the driver through a channel, in arrival order.
+//! updates go to the driver through a channel, in arrival order. Connections end with a lingering close
+//! (`linger`), so an oversized body gets its 413 rather than a reset.
 
 use std::convert::Infallible;
 use std::net::SocketAddr;
@@ -13,9 +14,11 @@ use hyper::header::{AUTHORIZATION, CONTENT_LENGTH, CONTENT_TYPE};
 use hyper::{Request, Response};
 use hyper_util::rt::{TokioIo, TokioTimer};
 use serde_json::Value;
-use tokio::net::TcpListener;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::mpsc;
 use tokio_rustls::TlsAcceptor;
+use tokio_rustls::server::TlsStream;
 use trainwarden_core::JobKey;
 
 use crate::status_api::{self, MAX_BODY_BYTES, Reply, Route};
@@ -83,14 +86,16 @@ impl StatusServer {
                             return tracing::debug!("status endpoint: TLS handshake with {peer} timed out");
                         }
                     };
-                    let service = hyper::service::service_fn(move |req| handle(req, state.clone()));
+                    let service = hyper::service::service_fn(move |req| Box::pin(handle(req, state.clone())));
                     let connection = hyper::server::conn::http1::Builder::new()
                         .timer(TokioTimer::new())
                         .header_read_timeout(READ_TIMEOUT)
-                        .serve_connection(TokioIo::new(tls), service);
+                        .serve_connection(TokioIo::new(tls), service)
+                        .without_shutdown();
                     // No cap on a connection's life: the SDK keeps one open and reports every few seconds.
-                    if let Err(e) = connection.await {
-                        tracing::debug!("status endpoint: connection from {peer}: {e}");
+                    match connection.await {
+                        Ok(parts) => linger(parts.io.into_inner()).await,
+                        Err(e) => tracing::debug!("status endpoint: connection from {peer}: {e}"),
                     }
                 });
             }
@@ -142,9 +147,37 @@ async fn decide(req: Request<Incoming>, state: &State) -> Reply {
     status_api::handle_update(&state.job, &target, &body)
 }
 
-/// Go's server reads up to 256 KiB of a body its handler left unread before answering, so a client still
-/// sending gets the answer instead of a broken pipe; larger bodies close the connection, there as here.
+/// Go's server reads up to 256 KiB of a body its handler left unread, so the connection can be kept alive;
+/// after a larger one it is closed, there as here — by [`linger`], which still lets the 413 reach the client.
 const DISCARD_LIMIT: usize = 256 << 10;
+
+/// How much of what a client still sends after the last answer [`linger`] reads and drops, and for how long.
+const LINGER_BYTES: usize = 16 << 20;
+const LINGER_TIME: Duration = READ_TIMEOUT;
+
+/// Closes a connection HTTP is done with (the client closed it, or the server will not read the rest of an
+/// oversized body) without resetting it: TLS `close_notify` and a TCP half-close first, then whatever the
+/// client is still sending is read and dropped, undecrypted, until it closes its side — at most
+/// [`LINGER_BYTES`] for at most [`LINGER_TIME`]. Closing a socket with unread data makes the kernel send a
+/// reset, which destroys the answer before a client that writes its whole request before reading (Python's
+/// `http.client`, curl) has read it; now such a client gets its 413 for a body of up to 16 MiB, and one that
+/// reads while it writes (reqwest, Go) gets it at once, whatever the size.
+async fn linger(mut tls: TlsStream<TcpStream>) {
+    let deadline = tokio::time::Instant::now() + LINGER_TIME;
+    // A client that is gone already makes this fail, which is fine: there is nothing to linger for.
+    if !matches!(tokio::time::timeout_at(deadline, tls.shutdown()).await, Ok(Ok(()))) {
+        return;
+    }
+    let (mut tcp, _) = tls.into_inner();
+    let mut buf = vec![0; 64 << 10];
+    let mut left = LINGER_BYTES;
+    while left > 0 {
+        match tokio::time::timeout_at(deadline, tcp.read(&mut buf)).await {
+            Ok(Ok(n)) if n > 0 => left = left.saturating_sub(n),
+            _ => break,
+        }
+    }
+}
 
 async fn discard(body: Incoming, reply: Reply) -> Reply {
     let _ = tokio::time::timeout(READ_TIMEOUT, Limited::new(body, DISCARD_LIMIT).collect()).await;

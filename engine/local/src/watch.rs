@@ -345,6 +345,13 @@ pub async fn watch(
     // check_selected found a policy, so there is a first one; its zone is the timeline's, as in replay.
     let tz = policies.first().map_or(jiff::tz::TimeZone::UTC, |p| p.env.calendar.time_zone().clone());
     let policy_names: Vec<String> = policies.iter().map(|p| p.reference.to_string()).collect();
+    // When the first report is overdue: the longest samplingInterval of the policies that apply.
+    let first_report_within = policies
+        .iter()
+        .filter(|p| p.selects(&job.namespace, &labels, None))
+        .map(|p| p.sampling_interval.to_std())
+        .max()
+        .unwrap_or(StdDuration::from_secs(30));
     notifier.configure(&policies);
 
     let credentials = Credentials::generate()?;
@@ -399,6 +406,7 @@ pub async fn watch(
     driver.say(&format!("started {} (pid {})", display_command(&command), group.id()));
 
     let mut stop = Stop::Running;
+    let mut first_report_due = Some(Instant::now() + first_report_within);
     // Whether a suspension actually signalled the command (one decided after it exited did not).
     let mut suspend_signalled = false;
     let mut interrupted: Option<&'static str> = None;
@@ -420,7 +428,14 @@ pub async fn watch(
         };
         tokio::select! {
             exit = child.wait() => break exit?,
-            Some(update) = updates.recv() => driver.observe(&job, &update)?,
+            Some(update) = updates.recv() => {
+                first_report_due = None;
+                driver.observe(&job, &update)?;
+            }
+            () = sleep_until(first_report_due) => {
+                first_report_due = None;
+                driver.say(&no_report_yet(first_report_within, &url));
+            }
             () = sleep_until(next_tick) => driver.run_timers(),
             () = sleep_until(kill_at) => {
                 driver.say(&format!("grace period {grace_period:?} is over: SIGKILL to process group {}", group.id()));
@@ -514,6 +529,18 @@ async fn sleep_until(at: Option<Instant>) {
         Some(at) => tokio::time::sleep_until(at).await,
         None => std::future::pending().await,
     }
+}
+
+/// The warning, printed once, for a command that has not reported within the sampling interval.
+fn no_report_yet(within: StdDuration, url: &str) -> String {
+    format!(
+        "warning: no progress report yet after {within:?} (the policy's samplingInterval). The command is \
+         expected to POST its progress to {url}, as given in ${ENV_SERVER_URL}, with the CA certificate in the \
+         file ${ENV_CA_CERT} and the bearer token in the file ${ENV_TOKEN} (the Kubeflow SDK's \
+         update_trainjob_status and transformers' KubeflowCallback do this by themselves). Until it reports, \
+         rules that judge reports cannot fire, and a `uses: stalled` rule stops it only if it sets \
+         requireFirstSample: false."
+    )
 }
 
 fn display_command(command: &[OsString]) -> String {

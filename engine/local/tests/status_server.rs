@@ -14,7 +14,7 @@ use serde_json::{Value, json};
 use trainwarden_core::JobKey;
 use trainwarden_core::{EngineConfig, Evaluator, Event};
 use trainwarden_local::supervisor::Exit;
-use trainwarden_local::{Ending, ReportOnly, WatchOptions, watch};
+use trainwarden_local::{Ending, Outcome, ReportOnly, WatchError, WatchOptions, watch};
 
 const POLICY: &str = r"
 apiVersion: trainwarden.dev/v1alpha1
@@ -59,6 +59,8 @@ struct Endpoint {
     client: reqwest::Client,
     url: String,
     token: String,
+    /// The run's CA certificate (PEM).
+    ca: Vec<u8>,
 }
 
 impl Endpoint {
@@ -75,13 +77,37 @@ impl Endpoint {
         );
         (status, resp.text().await.unwrap())
     }
+
+    /// A POST to the status URL: the answer, or the error the client saw.
+    async fn try_post(
+        &self,
+        token: Option<&str>,
+        body: impl Into<reqwest::Body>,
+    ) -> Result<(u16, String), String> {
+        let mut req = self.client.post(&self.url).body(body);
+        if let Some(t) = token {
+            req = req.header("Authorization", format!("Bearer {t}"));
+        }
+        let resp = req.send().await.map_err(|e| format!("{e:?}"))?;
+        let status = resp.status().as_u16();
+        Ok((status, resp.text().await.map_err(|e| format!("{e:?}"))?))
+    }
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn malformed_requests_get_kubeflows_errors_and_never_reach_the_evaluator() {
+/// A watch whose command waits for the test: the endpoint's address and credentials as the command got them.
+struct Watched {
+    ep: Endpoint,
+    dir: PathBuf,
+    done: PathBuf,
+    recording: PathBuf,
+    ca_file: String,
+    token_file: String,
+    watching: tokio::task::JoinHandle<(Result<Outcome, WatchError>, String)>,
+}
+
+async fn start(name: &str) -> Watched {
     let _ = rustls::crypto::ring::default_provider().install_default();
-    let dir: PathBuf =
-        std::env::temp_dir().join(format!("trainwarden-local-endpoint-{}", std::process::id()));
+    let dir: PathBuf = std::env::temp_dir().join(format!("trainwarden-local-{name}-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);
     std::fs::create_dir_all(&dir).unwrap();
     let (env_file, done, recording) = (dir.join("env"), dir.join("done"), dir.join("run.jsonl"));
@@ -127,7 +153,23 @@ while [ ! -e '{1}' ]; do sleep 0.05; done"#,
         .tls_certs_only([reqwest::Certificate::from_pem(&ca).unwrap()])
         .build()
         .unwrap();
-    let ep = Endpoint { client, url: url.to_string(), token };
+    let ep = Endpoint { client, url: url.to_string(), token, ca };
+    Watched {
+        ep,
+        dir,
+        done,
+        recording,
+        ca_file: ca_file.to_string(),
+        token_file: token_file.to_string(),
+        watching,
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn malformed_requests_get_kubeflows_errors_and_never_reach_the_evaluator() {
+    let Watched { ep, dir, done, recording, ca_file, token_file, watching } = start("endpoint").await;
+    let (ca_file, token_file) = (ca_file.as_str(), token_file.as_str());
+    let url = ep.url.as_str();
     let tok = Some(ep.token.as_str());
     let root = url.split("/apis/").next().unwrap();
 
@@ -223,5 +265,100 @@ while [ ! -e '{1}' ]; do sleep 0.05; done"#,
     assert_eq!(recorded.last().unwrap()["phase"], "Complete");
     // The run's CA and token files are gone with the run.
     assert!(!Path::new(ca_file).exists() && !Path::new(token_file).exists());
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// One request on a fresh connection, sent as Python's `http.client` and curl send one: the whole request
+/// is written before the answer is read. The answer's status code and body, or the I/O error (a reset).
+async fn write_all_then_read(ep: &Endpoint, head: String, body: Vec<u8>) -> std::io::Result<(u16, String)> {
+    use rustls::pki_types::CertificateDer;
+    use rustls::pki_types::pem::PemObject;
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mut roots = rustls::RootCertStore::empty();
+    roots.add(CertificateDer::from_pem_slice(&ep.ca).unwrap()).unwrap();
+    let config = rustls::ClientConfig::builder().with_root_certificates(roots).with_no_client_auth();
+    let connector = tokio_rustls::TlsConnector::from(std::sync::Arc::new(config));
+    let authority = ep.url.trim_start_matches("https://").split('/').next().unwrap().to_string();
+    let tcp = tokio::net::TcpStream::connect(&authority).await?;
+    let name = rustls::pki_types::ServerName::try_from("127.0.0.1").unwrap();
+    let mut tls = connector.connect(name, tcp).await?;
+    tls.write_all(head.as_bytes()).await?;
+    tls.write_all(&body).await?;
+    tls.flush().await?;
+    let mut answer = Vec::new();
+    tokio::time::timeout(Duration::from_secs(20), tls.read_to_end(&mut answer))
+        .await
+        .map_err(|_| std::io::Error::other("no answer within 20 s"))??;
+    let answer = String::from_utf8_lossy(&answer).into_owned();
+    let (head, body) = answer.split_once("\r\n\r\n").unwrap_or((&answer, ""));
+    let code = head.split(' ').nth(1).and_then(|c| c.parse().ok()).unwrap_or(0);
+    Ok((code, body.to_string()))
+}
+
+/// Chunked transfer coding of `body`, in 16 KiB chunks.
+fn chunked(body: &[u8]) -> Vec<u8> {
+    let mut out = Vec::new();
+    for chunk in body.chunks(16 << 10) {
+        out.extend_from_slice(format!("{:x}\r\n", chunk.len()).as_bytes());
+        out.extend_from_slice(chunk);
+        out.extend_from_slice(b"\r\n");
+    }
+    out.extend_from_slice(b"0\r\n\r\n");
+    out
+}
+
+/// Issue 14: a 3.4 MB report (far over the 256 KiB the server reads of an unread body) reset the connection
+/// instead of answering 413. Now every kind of client gets the 413: one that writes its whole request first
+/// (declared length or chunked) and one that reads while it writes (reqwest).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_multi_megabyte_body_gets_413_not_a_reset() {
+    let Watched { ep, dir, done, watching, .. } = start("oversized").await;
+    let metrics: Vec<Value> =
+        (0..110_000).map(|i| json!({"name": format!("m{i}"), "value": "nan"})).collect();
+    let huge = json!({"trainerStatus": {"metrics": metrics, "lastUpdatedTime": "2026-11-30T10:00:00Z"}})
+        .to_string()
+        .into_bytes();
+    assert!((3_000_000..4_000_000).contains(&huge.len()), "{}", huge.len());
+    let too_large = status_body("Payload too large", "RequestEntityTooLarge", 413);
+    let path = format!("/{}", ep.url.trim_start_matches("https://").split_once('/').unwrap().1);
+    let common = format!(
+        "POST {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nAuthorization: Bearer {}\r\nContent-Type: application/json\r\n",
+        ep.token
+    );
+    let mut answers = Vec::new();
+    for round in 0..3 {
+        let declared = format!("{common}Content-Length: {}\r\n\r\n", huge.len());
+        let answer = write_all_then_read(&ep, declared, huge.clone()).await;
+        answers.push((
+            format!("Content-Length, written first, round {round}"),
+            answer.map_err(|e| e.to_string()),
+        ));
+        let streamed = format!("{common}Transfer-Encoding: chunked\r\n\r\n");
+        let answer = write_all_then_read(&ep, streamed, chunked(&huge)).await;
+        answers.push((format!("chunked, written first, round {round}"), answer.map_err(|e| e.to_string())));
+    }
+    let tok = Some(ep.token.as_str());
+    answers.push(("Content-Length, reqwest".into(), ep.try_post(tok, huge.clone()).await));
+    let parts: Vec<Result<Vec<u8>, std::io::Error>> = huge.chunks(4096).map(|c| Ok(c.to_vec())).collect();
+    let stream = reqwest::Body::wrap_stream(futures_util::stream::iter(parts));
+    answers.push(("chunked, reqwest".into(), ep.try_post(tok, stream).await));
+    // A body past what the server discards (16 MiB): a client that reads while it writes still gets the 413.
+    let larger = [huge.as_slice(); 12].concat();
+    answers.push(("42 MB, reqwest".into(), ep.try_post(tok, larger).await));
+    let wrong: Vec<_> = answers.iter().filter(|(_, a)| a.as_ref() != Ok(&(413, too_large.clone()))).collect();
+    assert!(wrong.is_empty(), "not a 413: {wrong:#?}");
+    // The endpoint still serves reports.
+    let valid =
+        json!({"trainerStatus": {"progressPercentage": 3, "lastUpdatedTime": "2026-11-30T10:00:01Z"}});
+    assert_eq!(ep.post(&ep.url, tok, valid.to_string()).await.0, 200);
+
+    std::fs::write(&done, "").unwrap();
+    let (outcome, log) =
+        tokio::time::timeout(Duration::from_secs(30), watching).await.expect("watch ends").unwrap();
+    let outcome = outcome.unwrap_or_else(|e| panic!("watch failed: {}\n{log}", e.message));
+    assert_eq!(outcome.ending, Ending::Finished(Exit::Code(0)), "{log}");
+    // start, the valid report, the end: none of the oversized reports (all NaN) was evaluated.
+    assert_eq!(outcome.summary.records, 3, "{log}");
+    assert_eq!(outcome.summary.firings, 0, "{log}");
     let _ = std::fs::remove_dir_all(&dir);
 }
