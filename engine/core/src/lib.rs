@@ -38,7 +38,7 @@ mod robustness_tests;
 pub use drive::{replay, rule_test};
 pub use error::{FieldError, FieldErrors};
 pub use evaluate::{
-    ActionIntent, EngineConfig, Evaluator, Event, Reason, RuleCounts, RuleMemory, RuleState, Savings,
+    ActionIntent, EngineConfig, Evaluator, Event, Reason, Resolution, RuleCounts, RuleMemory, RuleState, Savings,
     SavingsBasis, TransitionKind,
 };
 pub use history::job::JobData;
@@ -64,5 +64,5 @@ pub use policy::{
     LabelSelector, Mode, NotifyAction, PolicyId, PolicyKind, PolicyRef, PolicyScope, PolicySpec, SmtpTls,
     SuspendAction,
 };
-pub use time::{Timestamp, fmt_num};
+pub use time::{Timestamp, fmt_local, fmt_num, plural, plural_num};
 pub use units::duration::{DURATION_PATTERN, PolicyDuration};
