@@ -294,9 +294,19 @@ impl Grouper {
             update(&mut ctx.actions);
         }
         for rg in self.receivers.values_mut().filter(|rg| PolicyId::from(&rg.policy) == key.policy) {
+            let repeat_interval = rg.config.repeat_interval;
             for group in rg.groups.values_mut() {
-                if let Some(entry) = group.alerts.get_mut(&key) {
-                    learnt |= update(&mut entry.alert.actions);
+                let Some(entry) = group.alerts.get_mut(&key) else { continue };
+                if !update(&mut entry.alert.actions) {
+                    continue;
+                }
+                learnt = true;
+                // A suspension that did not happen stopped nothing: the alert is worth reminders again.
+                if group.next_flush.is_none()
+                    && let Some(last) = group.last_sent
+                    && group.alerts.values().any(|e| needs_reminder(&e.alert))
+                {
+                    group.next_flush = Some(after(last, repeat_interval));
                 }
             }
         }
@@ -443,11 +453,12 @@ pub fn group_label_name(label: GroupLabel) -> &'static str {
 /// Whether a firing alert is worth a `repeatInterval` reminder. Not when its firing suspended the job in
 /// Enforce mode: the job is stopped and its rules are frozen until someone resumes it, so the alert stays
 /// "firing" all weekend, and a reminder every few hours would only repeat the first message. It is still
-/// kept, so its resolution is announced when the job resumes or is deleted.
+/// kept, so its resolution is announced when the job resumes or is deleted. A suspension the executor reported
+/// as not done stopped nothing: that alert is repeated.
 fn needs_reminder(alert: &Alert) -> bool {
     alert.status == AlertStatus::Firing
         && !(alert.mode == trainwarden_core::Mode::Enforce
-            && alert.actions.iter().any(|a| a.kind == "suspend"))
+            && alert.actions.iter().any(|a| a.kind == "suspend" && !matches!(a.state, ActionState::NotDone(_))))
 }
 
 #[cfg(test)]
@@ -643,6 +654,22 @@ mod tests {
             "suspended the TrainJob\nTo resume it: …",
             "details carry the way back"
         );
+    }
+
+    #[test]
+    fn a_suspension_that_failed_is_repeated() {
+        let mut g = grouper(receiver("team", 30, 300, 3600, false));
+        let suspend = intent("plateau", "a", 0, ActionSpec::Suspend(SuspendAction::default()));
+        g.intent(&intent("plateau", "a", 0, notify("team")), None, t(0)).unwrap();
+        g.intent(&suspend, None, t(0)).unwrap();
+        assert_eq!(g.poll(t(30)).len(), 1);
+        assert_eq!(g.next_due(), None, "a suspended job is not repeated");
+        let failed = ActionState::NotDone("could not suspend the TrainJob (forbidden)".into());
+        g.performed(&policy(), "plateau", &JobKey::new("fraud", "a"), &suspend.id, failed);
+        assert_eq!(g.next_due(), Some(t(3630)));
+        let sent = g.poll(t(3630));
+        assert!(sent[0].repeat);
+        assert_eq!(sent[0].alerts[0].actions_text(), "could not suspend the TrainJob (forbidden)");
     }
 
     #[test]

@@ -399,12 +399,18 @@ impl Brain {
                         warning,
                         reason: name.into(),
                         action: "Evaluate".into(),
+                        // A resolution says why first: the condition, the window, the job, the policy.
                         note: format!(
-                            "{} {policy} rule {rule} {} [{}]: {}{values}",
+                            "{} {policy} rule {rule} {} [{}]: {}{}{values}",
                             policy.kind,
                             kind.as_str(),
                             mode.as_str(),
-                            reason.summary
+                            reason.resolution.map(|r| format!("{} (it fired: ", r.text())).unwrap_or_default(),
+                            if reason.resolution.is_some() {
+                                format!("{})", reason.summary)
+                            } else {
+                                reason.summary.clone()
+                            }
                         ),
                     })));
                 }
