@@ -651,6 +651,28 @@ mod tests {
     }
 
     #[test]
+    fn the_resolved_event_says_why() {
+        let mut b = brain();
+        b.handle(policy_input("    - {name: high, when: 'metric(\"loss\") > 5.0'}\n", None), t(0));
+        b.handle(job_reporting(9.0, t(0)), t(0));
+        b.handle(job_reporting(1.0, t(1)), t(1));
+        let notes: Vec<String> = b
+            .work
+            .drain(..)
+            .filter_map(|w| match w {
+                Work::RecordEvent(e) if e.reason == "RuleResolved" => Some(e.note),
+                _ => None,
+            })
+            .collect();
+        assert_eq!(notes.len(), 1, "{notes:?}");
+        assert!(
+            notes[0].starts_with("ProgressPolicy ml/p rule high resolved [Enforce]: the condition no longer holds (it fired: "),
+            "{}",
+            notes[0]
+        );
+    }
+
+    #[test]
     fn an_exempt_job_is_announced_once_and_never_judged() {
         let mut b = brain();
         b.handle(
