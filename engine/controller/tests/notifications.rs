@@ -187,7 +187,10 @@ async fn a_stalled_job_is_suspended_and_notified_once_per_channel_without_leakin
     let title = slack_message["text"].as_str().expect("Slack text");
     assert!(title.contains(&job_name) && title.contains("stalled") && title.contains("firing"), "{title}");
     // Past tense once the executor reported the suspension (groupWait normally lets it), else "suspending".
-    assert!(slack_text.contains("suspended the TrainJob") || slack_text.contains("suspending the TrainJob"), "{slack_message:#}");
+    assert!(
+        slack_text.contains("suspended the TrainJob") || slack_text.contains("suspending the TrainJob"),
+        "{slack_message:#}"
+    );
     assert!(slack_text.contains("stalled [Enforce] firing on"), "{slack_message:#}");
     assert!(!slack_text.contains("would "), "{slack_message:#}");
 

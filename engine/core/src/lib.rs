@@ -38,8 +38,8 @@ mod robustness_tests;
 pub use drive::{replay, rule_test};
 pub use error::{FieldError, FieldErrors};
 pub use evaluate::{
-    ActionIntent, EngineConfig, Evaluator, Event, Reason, Resolution, RuleCounts, RuleMemory, RuleState, Savings,
-    SavingsBasis, TransitionKind,
+    ActionIntent, EngineConfig, Evaluator, Event, Reason, Resolution, RuleCounts, RuleMemory, RuleState,
+    Savings, SavingsBasis, TransitionKind,
 };
 pub use history::job::JobData;
 pub use history::job_series::JobSeries;

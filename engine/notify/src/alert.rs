@@ -302,7 +302,10 @@ pub fn describe_action(action: &ActionSpec) -> String {
         ActionSpec::Annotate(a) => format!("annotate the TrainJob with {}", a.key),
         ActionSpec::Event(_) => "emit a Kubernetes Event".into(),
         ActionSpec::Scale(s) => {
-            format!("scale the TrainJob to {}", plural(u64::try_from(s.num_nodes).unwrap_or(0), "node", "nodes"))
+            format!(
+                "scale the TrainJob to {}",
+                plural(u64::try_from(s.num_nodes).unwrap_or(0), "node", "nodes")
+            )
         }
     }
 }

@@ -142,7 +142,8 @@ pub async fn deliver(
                     // Say "given up", not "(will retry)": this error is final.
                     let e = match e {
                         SendError::Retryable(error) => {
-                            let attempts = trainwarden_core::plural(u64::from(attempt) + 1, "attempt", "attempts");
+                            let attempts =
+                                trainwarden_core::plural(u64::from(attempt) + 1, "attempt", "attempts");
                             let end = if past_deadline {
                                 "the delivery deadline came first".to_string()
                             } else {

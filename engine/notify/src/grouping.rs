@@ -458,7 +458,10 @@ pub fn group_label_name(label: GroupLabel) -> &'static str {
 fn needs_reminder(alert: &Alert) -> bool {
     alert.status == AlertStatus::Firing
         && !(alert.mode == trainwarden_core::Mode::Enforce
-            && alert.actions.iter().any(|a| a.kind == "suspend" && !matches!(a.state, ActionState::NotDone(_))))
+            && alert
+                .actions
+                .iter()
+                .any(|a| a.kind == "suspend" && !matches!(a.state, ActionState::NotDone(_))))
 }
 
 #[cfg(test)]
@@ -642,7 +645,10 @@ mod tests {
         let suspend = intent("plateau", "a", 0, ActionSpec::Suspend(SuspendAction::default()));
         g.intent(&intent("plateau", "a", 0, notify("team")), None, t(0)).unwrap();
         g.intent(&suspend, None, t(0)).unwrap();
-        let done = ActionState::Done { what: "suspended the TrainJob".into(), undo: Some("To resume it: …".into()) };
+        let done = ActionState::Done {
+            what: "suspended the TrainJob".into(),
+            undo: Some("To resume it: …".into()),
+        };
         assert!(g.performed(&policy(), "plateau", &JobKey::new("fraud", "a"), &suspend.id, done));
         let failed = ActionState::NotDone("could not annotate".into());
         assert!(!g.performed(&policy(), "plateau", &JobKey::new("fraud", "a"), "another-intent", failed));

@@ -18,11 +18,11 @@ use trainwarden_core::Timestamp;
 use trainwarden_core::{Event, TransitionKind};
 
 use crate::alert::{ActionState, JobProgress, describe_action, past, resume_hint};
-use trainwarden_core::{ActionSpec, Mode, PolicyId};
 use crate::delivery::{Counters, Queued, RateLimit, RetryPolicy, deliver};
 use crate::grouping::{GroupLimits, Grouper, Notification};
 use crate::render::{self, Rendered};
 use crate::send::{ChannelKind, SendError, Sender};
+use trainwarden_core::{ActionSpec, Mode, PolicyId};
 
 /// The grouper driven by a replay.
 pub struct OfflineNotifications {
@@ -184,6 +184,9 @@ pub struct SendOutcome {
     pub result: Result<(), SendError>,
 }
 
+/// One channel's messages, in order, with their positions in the slice given to [`send_all`].
+type Stream = Vec<(usize, Arc<Notification>)>;
+
 /// Sends every notification on every channel of its receiver, with retries. Channels are delivered
 /// concurrently; one channel's messages go in order and respect its receiver's `maxPerMinute`. Retries stop
 /// at `wait` after the start (a message still failing then is reported as given up), so this returns within
@@ -198,8 +201,7 @@ pub async fn send_all(
     let start = std::time::Instant::now();
     let (deadline_tx, deadline) = watch::channel(Some(start + wait));
     // One stream per (policy, receiver, channel), as the controller's workers.
-    let mut streams: BTreeMap<(PolicyId, String, ChannelKind), Vec<(usize, Arc<Notification>)>> =
-        BTreeMap::new();
+    let mut streams: BTreeMap<(PolicyId, String, ChannelKind), Stream> = BTreeMap::new();
     for (index, n) in notifications.iter().enumerate() {
         let n = Arc::new(n.clone());
         for channel in channel_kinds(&n.receiver) {

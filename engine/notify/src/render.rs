@@ -85,7 +85,8 @@ pub fn slack_payload(n: &Notification, r: &Rendered) -> Value {
     let more = r.alert_texts.len().saturating_sub(SLACK_MAX_ALERT_BLOCKS);
     let mut context = format!("trainwarden · policy {} · receiver {}", n.policy, n.receiver.name);
     if more > 0 {
-        context += &format!(" · {} not shown", trainwarden_core::plural(more as u64, "more alert", "more alerts"));
+        context +=
+            &format!(" · {} not shown", trainwarden_core::plural(more as u64, "more alert", "more alerts"));
     }
     if n.repeat {
         context += " · reminder: still firing";
@@ -296,7 +297,8 @@ mod tests {
         let n = notification();
         let r = rendered(&n);
         assert!(
-            r.alert_texts[0].starts_with("loss-plateau [Audit] firing on fraud/ft at Sat 2026-11-28 00:11:26 +01:00: "),
+            r.alert_texts[0]
+                .starts_with("loss-plateau [Audit] firing on fraud/ft at Sat 2026-11-28 00:11:26 +01:00: "),
             "{}",
             r.alert_texts[0]
         );

@@ -60,9 +60,14 @@ async fn channels_go_concurrently_each_at_its_rate_limit() {
     slow_b.delay(Duration::from_millis(600));
     let p = policy_for(&[("a", &slow_a, 6000), ("b", &slow_b, 6000)]);
     let started = Instant::now();
-    let outcomes = offline::send_all(&[message(&p, 0), message(&p, 1)], &sender(), &retry(), Duration::from_secs(5)).await;
+    let outcomes =
+        offline::send_all(&[message(&p, 0), message(&p, 1)], &sender(), &retry(), Duration::from_secs(5))
+            .await;
     assert!(outcomes.iter().all(|o| o.result.is_ok()));
-    assert_eq!(outcomes.iter().map(|o| (o.index, o.receiver.as_str())).collect::<Vec<_>>(), [(0, "a"), (1, "b")]);
+    assert_eq!(
+        outcomes.iter().map(|o| (o.index, o.receiver.as_str())).collect::<Vec<_>>(),
+        [(0, "a"), (1, "b")]
+    );
     assert!(started.elapsed() < Duration::from_millis(1100), "one after the other: {:?}", started.elapsed());
 
     // 60 per minute: a burst of 60, then one a second.
@@ -81,7 +86,8 @@ async fn retries_stop_at_the_deadline_and_the_error_says_so() {
     server.fail_with(&[503; 100]);
     let p = policy_for(&[("a", &server, 6000)]);
     let started = Instant::now();
-    let outcomes = offline::send_all(&[message(&p, 0)], &sender(), &retry(), Duration::from_millis(400)).await;
+    let outcomes =
+        offline::send_all(&[message(&p, 0)], &sender(), &retry(), Duration::from_millis(400)).await;
     assert!(started.elapsed() < Duration::from_secs(3), "{:?}", started.elapsed());
     let error = outcomes[0].result.as_ref().unwrap_err().to_string();
     assert!(!error.contains("will retry"), "{error}");

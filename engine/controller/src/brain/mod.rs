@@ -405,7 +405,10 @@ impl Brain {
                             policy.kind,
                             kind.as_str(),
                             mode.as_str(),
-                            reason.resolution.map(|r| format!("{} (it fired: ", r.text())).unwrap_or_default(),
+                            reason
+                                .resolution
+                                .map(|r| format!("{} (it fired: ", r.text()))
+                                .unwrap_or_default(),
                             if reason.resolution.is_some() {
                                 format!("{})", reason.summary)
                             } else {
@@ -666,7 +669,9 @@ mod tests {
             .collect();
         assert_eq!(notes.len(), 1, "{notes:?}");
         assert!(
-            notes[0].starts_with("ProgressPolicy ml/p rule high resolved [Enforce]: the condition no longer holds (it fired: "),
+            notes[0].starts_with(
+                "ProgressPolicy ml/p rule high resolved [Enforce]: the condition no longer holds (it fired: "
+            ),
             "{}",
             notes[0]
         );

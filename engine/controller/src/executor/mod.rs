@@ -102,7 +102,9 @@ fn notified_state(intent: &ActionIntent, action: ExecutedAction, ended: &Ended) 
         }
         ActionResult::Unchanged => {
             let what = match (action, workload) {
-                (ExecutedAction::Deactivate, Some(w)) => format!("found its Kueue Workload {w} already inactive"),
+                (ExecutedAction::Deactivate, Some(w)) => {
+                    format!("found its Kueue Workload {w} already inactive")
+                }
                 (ExecutedAction::Suspend, _) => "found the TrainJob already suspended".to_string(),
                 _ => format!("{} (nothing to change)", past(&description)),
             };
@@ -462,7 +464,8 @@ mod tests {
     fn messages_learn_what_the_executor_did() {
         let intent = suspend_intent(Mode::Enforce);
         let done = Ended::new(ActionResult::Done, "spec.suspend set to true");
-        let Some(ActionState::Done { what, undo }) = notified_state(&intent, ExecutedAction::Suspend, &done) else {
+        let Some(ActionState::Done { what, undo }) = notified_state(&intent, ExecutedAction::Suspend, &done)
+        else {
             panic!("done")
         };
         assert_eq!(what, "suspended the TrainJob");
@@ -475,7 +478,8 @@ mod tests {
         );
         let mut kueue = Ended::new(ActionResult::Done, "managed by Kueue");
         kueue.workload = Some("trainjob-ft-7c1d".into());
-        let Some(ActionState::Done { what, undo }) = notified_state(&intent, ExecutedAction::Deactivate, &kueue)
+        let Some(ActionState::Done { what, undo }) =
+            notified_state(&intent, ExecutedAction::Deactivate, &kueue)
         else {
             panic!("done")
         };

@@ -340,7 +340,9 @@ fn intent_line(i: &ActionIntent) -> String {
         ActionSpec::Notify(n) => format!("notify {}", n.to),
         ActionSpec::Annotate(a) => format!("annotate {}", a.key),
         ActionSpec::Event(_) => "emit a Kubernetes Event".to_string(),
-        ActionSpec::Scale(s) => format!("scale to {}", plural(u64::try_from(s.num_nodes).unwrap_or(0), "node", "nodes")),
+        ActionSpec::Scale(s) => {
+            format!("scale to {}", plural(u64::try_from(s.num_nodes).unwrap_or(0), "node", "nodes"))
+        }
     };
     let verb = if i.mode == Mode::Audit { "would" } else { "will" };
     let mut line = format!("→ {verb} {what}");
@@ -431,9 +433,13 @@ mod tests {
     #[test]
     fn the_summary_counts_in_the_singular_and_the_plural() {
         let one = SavingsTotal { jobs: 1, gpu_hours: 8.0, dollars: 0.0 };
-        let summary = Summary { records: 1, jobs: 1, firings: 1, rule_errors: 0, saved: one, ..Summary::default() };
+        let summary =
+            Summary { records: 1, jobs: 1, firings: 1, rule_errors: 0, saved: one, ..Summary::default() };
         let text = render_text(&[], &summary, &jiff::tz::TimeZone::UTC);
-        assert!(text.contains("  input        1 record, 1 job, 0 ignored after an enforced suspension\n"), "{text}");
+        assert!(
+            text.contains("  input        1 record, 1 job, 0 ignored after an enforced suspension\n"),
+            "{text}"
+        );
         assert!(text.contains("  rules        1 firing, 0 evaluation errors\n"), "{text}");
         assert!(text.contains("  saved        8 GPU-hours, $0.00 across 1 job\n"), "{text}");
         let s = Savings {

@@ -52,7 +52,10 @@ pub(super) fn advance(
     out: &mut Vec<Event>,
 ) {
     // `reason` is `None` because of `cleared_by`: the condition, the window or the job's phase.
-    let ended = |track: &mut RuleTrack| Reason { resolution: Some(cleared_by), ..std::mem::take(&mut track.last_reason) };
+    let ended = |track: &mut RuleTrack| Reason {
+        resolution: Some(cleared_by),
+        ..std::mem::take(&mut track.last_reason)
+    };
     let transition = |kind: TransitionKind, reason: Reason, out: &mut Vec<Event>| {
         out.push(Event::Transition {
             at: now,

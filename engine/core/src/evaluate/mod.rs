@@ -318,7 +318,15 @@ impl Evaluator {
             job.selected_by.retain(|&p| p != index);
             if let Some(tracks) = job.tracks.get_mut(index) {
                 for (r, track) in std::mem::take(tracks).into_iter().enumerate() {
-                    resolve_track(track, &key, &slot.policy, &slot.policy.rules[r], Resolution::PolicyRemoved, now, out);
+                    resolve_track(
+                        track,
+                        &key,
+                        &slot.policy,
+                        &slot.policy.rules[r],
+                        Resolution::PolicyRemoved,
+                        now,
+                        out,
+                    );
                 }
             }
         }
@@ -508,7 +516,15 @@ impl Evaluator {
             for (p, tracks) in job.tracks.into_iter().enumerate() {
                 if let Some(Some(slot)) = self.policies.get(p) {
                     for (r, track) in tracks.into_iter().enumerate() {
-                        resolve_track(track, key, &slot.policy, &slot.policy.rules[r], Resolution::JobDeleted, now, out);
+                        resolve_track(
+                            track,
+                            key,
+                            &slot.policy,
+                            &slot.policy.rules[r],
+                            Resolution::JobDeleted,
+                            now,
+                            out,
+                        );
                     }
                 }
             }
@@ -552,7 +568,17 @@ impl Evaluator {
                     Ok((reason, wake)) => {
                         track.last_error = None;
                         track.script_wake = wake;
-                        advance(track, key, policy, rule, reason, cleared_by, now, entry.data.as_deref(), out);
+                        advance(
+                            track,
+                            key,
+                            policy,
+                            rule,
+                            reason,
+                            cleared_by,
+                            now,
+                            entry.data.as_deref(),
+                            out,
+                        );
                     }
                     Err(message) => {
                         if track.last_error.as_deref() != Some(message.as_str()) {
@@ -577,7 +603,15 @@ impl Evaluator {
             let tracks = std::mem::take(&mut entry.tracks[p]);
             if let Some(Some(slot)) = self.policies.get(p) {
                 for (r, track) in tracks.into_iter().enumerate() {
-                    resolve_track(track, key, &slot.policy, &slot.policy.rules[r], Resolution::NoLongerSelected, now, out);
+                    resolve_track(
+                        track,
+                        key,
+                        &slot.policy,
+                        &slot.policy.rules[r],
+                        Resolution::NoLongerSelected,
+                        now,
+                        out,
+                    );
                 }
             }
         }

@@ -103,7 +103,8 @@ pub fn compile(doc: &PolicyDocument, engine: &ScriptEngine) -> Result<CompiledPo
     let spec = &doc.spec;
     let calendar = calendar::calendar(spec, &mut errors);
     let sampling_interval = check_settings(doc, &mut errors);
-    let receivers = receiver::compile_receivers(&spec.receivers, &doc.scope, calendar.time_zone(), &mut errors);
+    let receivers =
+        receiver::compile_receivers(&spec.receivers, &doc.scope, calendar.time_zone(), &mut errors);
     let rules = rules::rules(spec, sampling_interval, engine, &mut errors);
     if !errors.is_empty() {
         return Err(FieldErrors { document: doc.reference.to_string(), errors });
