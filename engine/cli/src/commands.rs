@@ -162,7 +162,8 @@ fn observe_notifications(replay: &Replay, notifications: &mut OfflineNotificatio
     *seen = replay.events.len();
 }
 
-/// `replay --notify`: sends every notification, in order, with retries; reports each on stderr.
+/// `replay --notify`: sends every notification (channels concurrently, each at its rate limit), with retries
+/// up to a printed deadline; reports each on stderr.
 fn send_notifications(
     notifications: &OfflineNotifications,
     secrets_dir: Option<&Path>,
@@ -179,7 +180,9 @@ fn send_notifications(
             max_backoff: std::time::Duration::from_secs(10),
             give_up_after: std::time::Duration::from_secs(60),
         };
-        Ok::<_, String>(offline::send_all(&notifications.notifications, &sender, &retry).await)
+        let wait = retry.give_up_after;
+        eprintln!("sending; failed deliveries are retried for up to {}s", wait.as_secs());
+        Ok::<_, String>(offline::send_all(&notifications.notifications, &sender, &retry, wait).await)
     })?;
     let mut ok = true;
     for o in &outcomes {

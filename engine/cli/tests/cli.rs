@@ -202,7 +202,13 @@ fn replay_shows_grouped_notifications_and_notify_sends_them() {
         ),
         "{section}"
     );
-    assert!(section.contains("; will suspend the TrainJob; 262.4"), "{section}");
+    assert!(section.contains("; suspended the TrainJob; 262.4"), "{section}");
+    assert!(
+        section.contains(
+            "      To resume it: kubectl -n fraud patch trainjob ft-llama-8b-fraud --type=merge -p '{\"spec\":{\"suspend\":false}}'\n"
+        ),
+        "{section}"
+    );
     assert!(section.contains(" GPU-hours ($1,80"), "{section}");
     assert!(requests.try_recv().is_err(), "nothing is sent without --notify");
 

@@ -38,8 +38,8 @@ mod robustness_tests;
 pub use drive::{replay, rule_test};
 pub use error::{FieldError, FieldErrors, MAX_ECHOED_TOKEN, Position, clip_tokens};
 pub use evaluate::{
-    ActionIntent, EngineConfig, Evaluator, Event, Reason, RuleCounts, RuleMemory, RuleState, Savings,
-    SavingsBasis, TransitionKind,
+    ActionIntent, EngineConfig, Evaluator, Event, Reason, Resolution, RuleCounts, RuleMemory, RuleState,
+    Savings, SavingsBasis, TransitionKind,
 };
 pub use history::job::JobData;
 pub use history::job_series::JobSeries;
@@ -65,5 +65,5 @@ pub use policy::{
     LabelSelector, Mode, NAME_PATTERN, NotifyAction, PolicyId, PolicyKind, PolicyRef, PolicyScope,
     PolicySpec, REASON_PATTERN, SmtpTls, SuspendAction,
 };
-pub use time::{Timestamp, fmt_num};
+pub use time::{Timestamp, fmt_local, fmt_num, plural, plural_num};
 pub use units::duration::{DURATION_PATTERN, PolicyDuration};

@@ -18,6 +18,22 @@ pub(crate) fn add_seconds(at: Timestamp, secs: f64) -> Option<Timestamp> {
     Timestamp::from_nanosecond(nanos).ok()
 }
 
+/// An instant as people read it in a policy's time zone, with the offset: `Sat 2026-11-28 00:11:26 +01:00`
+/// (the replay timeline, notifications and local mode all print instants this way).
+pub fn fmt_local(t: Timestamp, tz: &jiff::tz::TimeZone) -> String {
+    t.to_zoned(tz.clone()).strftime("%a %Y-%m-%d %H:%M:%S %:z").to_string()
+}
+
+/// A count and its noun for people, singular or plural: `1 job`, `3 jobs`, `0 jobs`.
+pub fn plural(n: u64, one: &str, many: &str) -> String {
+    format!("{n} {}", if n == 1 { one } else { many })
+}
+
+/// [`plural`] for an amount that need not be whole (GPUs from `assumeGpus`): `1 GPU`, `8 GPUs`, `0.5 GPUs`.
+pub fn plural_num(v: f64, one: &str, many: &str) -> String {
+    format!("{} {}", fmt_num(v), if v == 1.0 { one } else { many })
+}
+
 /// Formats a number for reasons: compact, no float noise.
 pub fn fmt_num(v: f64) -> String {
     if !v.is_finite() {

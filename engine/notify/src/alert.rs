@@ -2,15 +2,17 @@
 //!
 //! A `notify` [`ActionIntent`] becomes an [`Alert`]; the rule's other intents from the same firing (suspend,
 //! annotate, …) add what was done (or, in Audit mode, would be done) and the GPU time at stake, so a message
-//! can say "will suspend the TrainJob; frees 262 GPU-hours". Pure data, no I/O.
+//! can say what was done ("suspended the TrainJob", once the executor reported it; "suspending the TrainJob"
+//! before that), how to undo it, and the GPU time at stake. Pure data, no I/O.
 
 use std::collections::BTreeMap;
 
 use trainwarden_core::JobData;
-use trainwarden_core::{ActionIntent, Savings};
+use trainwarden_core::{ActionIntent, Resolution, Savings};
 use trainwarden_core::{ActionSpec, Mode, PolicyId, PolicyRef};
 use trainwarden_core::{Field, FieldValues};
 use trainwarden_core::{JobKey, Timestamp};
+use trainwarden_core::{fmt_local, plural};
 
 /// Firing or resolved.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
@@ -82,14 +84,16 @@ pub struct Alert {
     pub summary: String,
     /// The values the rule's condition saw, by name (e.g. `loss`, `best`).
     pub values: BTreeMap<String, f64>,
-    /// The rule's other actions of this firing, as `(kind, description)`.
-    pub actions: Vec<(String, String)>,
+    /// The rule's other actions of this firing, and what became of them as far as known.
+    pub actions: Vec<AlertAction>,
     /// The notify action's `message`.
     pub message: Option<String>,
     /// When the rule started firing.
     pub fired_at: Timestamp,
     /// When it stopped firing; `None` while it fires.
     pub resolved_at: Option<Timestamp>,
+    /// Why it stopped firing, when known (the evaluator's resolution).
+    pub resolution: Option<Resolution>,
     /// The job's progress and ETA when the rule fired, if it reported any.
     pub progress: Option<JobProgress>,
     /// What the firing's suspension frees (GPU-hours, dollars), when known.
@@ -114,6 +118,7 @@ impl Alert {
             message: notify.message.clone(),
             fired_at: intent.at,
             resolved_at: None,
+            resolution: None,
             progress,
             savings: intent.savings.clone(),
             intent_id: intent.id.clone(),
@@ -126,14 +131,111 @@ impl Alert {
         AlertKey { policy: PolicyId::from(&self.policy), rule: self.rule.clone(), job: self.job.clone() }
     }
 
-    /// `will suspend the TrainJob, will annotate …` or `would …` in Audit mode; `no other action`.
+    /// Why the rule fired; once resolved, why it resolved first: `the condition no longer holds (it fired:
+    /// loss has not improved …)`.
+    pub fn summary_text(&self) -> String {
+        match (self.status, self.resolution) {
+            (AlertStatus::Resolved, Some(why)) => format!("{} (it fired: {})", why.text(), self.summary),
+            _ => self.summary.clone(),
+        }
+    }
+
+    /// What the firing's other actions did, as far as known: `suspended the TrainJob` (the executor reported
+    /// it), `suspending the TrainJob` (issued, no result yet), `did not suspend the TrainJob: …`, or
+    /// `would suspend the TrainJob` in Audit mode; `no other action`.
     pub fn actions_text(&self) -> String {
         if self.actions.is_empty() {
             return "no other action".into();
         }
-        let verb = if self.mode == Mode::Audit { "would" } else { "will" };
-        self.actions.iter().map(|(_, d)| format!("{verb} {d}")).collect::<Vec<_>>().join(", ")
+        self.actions.iter().map(|a| a.text(self.mode)).collect::<Vec<_>>().join(", ")
     }
+
+    /// How to undo what the firing did (resume the job, and keep trainwarden from acting on it again), once
+    /// the executor reported that it stopped the job; `None` otherwise.
+    pub fn undo(&self) -> Option<String> {
+        let hints: Vec<&str> = self
+            .actions
+            .iter()
+            .filter_map(|a| match &a.state {
+                ActionState::Done { undo: Some(u), .. } => Some(u.as_str()),
+                _ => None,
+            })
+            .collect();
+        (!hints.is_empty()).then(|| hints.join("\n"))
+    }
+}
+
+/// One of a firing's other actions (suspend, annotate, …), as a message shows it.
+#[derive(Clone, Debug, PartialEq)]
+pub struct AlertAction {
+    /// The action's kind, `suspend`.
+    pub kind: String,
+    /// What it does, `suspend the TrainJob`.
+    pub description: String,
+    /// The intent's id, which the executor's report names.
+    pub intent_id: String,
+    /// What became of it, as far as the notifier was told.
+    pub state: ActionState,
+}
+
+/// What became of an action, as far as known when a message is rendered.
+#[derive(Clone, Debug, PartialEq)]
+pub enum ActionState {
+    /// Issued; no result yet (Audit mode: reported only).
+    Issued,
+    /// Performed (or found already done), in words: `suspended the TrainJob`; `undo` says how to reverse it.
+    Done {
+        /// What was done, past tense.
+        what: String,
+        /// The commands that reverse it, for a person.
+        undo: Option<String>,
+    },
+    /// Not performed, and why (`could not suspend the TrainJob: …; trainwarden will try again`).
+    NotDone(String),
+}
+
+impl AlertAction {
+    /// The action of `intent` (not yet performed).
+    pub fn of(intent: &ActionIntent) -> AlertAction {
+        AlertAction {
+            kind: intent.action.kind().to_string(),
+            description: describe_action(&intent.action),
+            intent_id: intent.id.clone(),
+            state: ActionState::Issued,
+        }
+    }
+
+    /// The action in a sentence, true at the time it is rendered.
+    pub fn text(&self, mode: Mode) -> String {
+        match (&self.state, mode) {
+            (_, Mode::Audit) => format!("would {}", self.description),
+            (ActionState::Issued, Mode::Enforce) => progressive(&self.description),
+            (ActionState::Done { what, .. }, Mode::Enforce) => what.clone(),
+            (ActionState::NotDone(why), Mode::Enforce) => why.clone(),
+        }
+    }
+}
+
+/// `suspend the TrainJob` → `suspending the TrainJob` (the verbs [`describe_action`] uses).
+fn progressive(description: &str) -> String {
+    let (verb, rest) = description.split_once(' ').unwrap_or((description, ""));
+    let ing = match verb {
+        "emit" => "emitting".to_string(),
+        v => format!("{}ing", v.strip_suffix('e').unwrap_or(v)),
+    };
+    if rest.is_empty() { ing } else { format!("{ing} {rest}") }
+}
+
+/// `suspend the TrainJob` → `suspended the TrainJob`.
+pub fn past(description: &str) -> String {
+    let (verb, rest) = description.split_once(' ').unwrap_or((description, ""));
+    let ed = match verb {
+        "emit" => "emitted".to_string(),
+        "notify" => "notified".to_string(),
+        v if v.ends_with('e') => format!("{v}d"),
+        v => format!("{v}ed"),
+    };
+    if rest.is_empty() { ed } else { format!("{ed} {rest}") }
 }
 
 impl Alert {
@@ -166,7 +268,12 @@ impl Alert {
             }
             parts.push(format!("{stake} at stake"));
         }
-        parts.join("; ")
+        let mut details = parts.join("; ");
+        if let Some(undo) = self.undo() {
+            details += "\n";
+            details += &undo;
+        }
+        details
     }
 }
 
@@ -194,8 +301,33 @@ pub fn describe_action(action: &ActionSpec) -> String {
         ActionSpec::Notify(n) => format!("notify {}", n.to),
         ActionSpec::Annotate(a) => format!("annotate the TrainJob with {}", a.key),
         ActionSpec::Event(_) => "emit a Kubernetes Event".into(),
-        ActionSpec::Scale(s) => format!("scale the TrainJob to {} nodes", s.num_nodes),
+        ActionSpec::Scale(s) => {
+            format!(
+                "scale the TrainJob to {}",
+                plural(u64::try_from(s.num_nodes).unwrap_or(0), "node", "nodes")
+            )
+        }
     }
+}
+
+/// What to tell a person whose job a firing stopped: the `kubectl` command that resumes it (for a Kueue-managed
+/// job, the one that reactivates its Workload `workload`), and the annotation that exempts it from every policy
+/// (`trainwarden.dev/exempt`, which the controller honours).
+pub fn resume_hint(job: &JobKey, workload: Option<&str>) -> String {
+    let ns = &job.namespace;
+    let resume = match workload {
+        Some(w) => format!(
+            "To resume it, reactivate its Kueue Workload: kubectl -n {ns} patch workload {w} --type=merge -p '{{\"spec\":{{\"active\":true}}}}'"
+        ),
+        None => format!(
+            "To resume it: kubectl -n {ns} patch trainjob {} --type=merge -p '{{\"spec\":{{\"suspend\":false}}}}'",
+            job.name
+        ),
+    };
+    format!(
+        "{resume}\nTo exempt it from every policy: kubectl -n {ns} annotate trainjob {} trainwarden.dev/exempt=true",
+        job.name
+    )
 }
 
 /// A number for people: at most 2 decimals, no trailing zeros.
@@ -236,6 +368,8 @@ pub struct AlertFields<'a> {
 pub struct GroupFields<'a> {
     /// The receiver's name in the policy.
     pub receiver: &'a str,
+    /// The policy's time zone: instants print in it, with the offset.
+    pub time_zone: &'a jiff::tz::TimeZone,
     /// Firing if any alert in the group fires, else resolved.
     pub status: AlertStatus,
     /// The group's alerts, firing ones first.
@@ -280,7 +414,7 @@ impl FieldValues for AlertFields<'_> {
             Field::JobName => Some(a.job.name.clone()),
             Field::Rule => Some(a.rule.clone()),
             Field::Mode => Some(a.mode.as_str().into()),
-            Field::Summary => Some(a.summary.clone()),
+            Field::Summary => Some(a.summary_text()),
             Field::Values => Some(
                 a.values
                     .iter()
@@ -292,7 +426,9 @@ impl FieldValues for AlertFields<'_> {
             Field::Actions => Some(a.actions_text()),
             // Optional free text: absent is empty, not `-`.
             Field::Message => Some(a.message.clone().unwrap_or_default()),
-            Field::At => Some(a.resolved_at.unwrap_or(a.fired_at).to_string()),
+            Field::At => Some(fmt_local(a.resolved_at.unwrap_or(a.fired_at), self.group.time_zone)),
+            // Optional: absent is empty, not `-`.
+            Field::Undo => Some(a.undo().unwrap_or_default()),
             Field::Progress => a.progress.and_then(|p| p.percent).map(|p| format!("{}%", fmt_number(p))),
             Field::Eta => a.progress.and_then(|p| p.eta_seconds).map(fmt_seconds),
             Field::GpuHours => a.savings.as_ref().map(|s| fmt_number(s.gpu_hours)),

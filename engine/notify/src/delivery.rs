@@ -87,14 +87,19 @@ pub struct Queued {
 }
 
 /// A token bucket: up to `per_minute` messages at once, refilled at `per_minute` per minute.
-struct RateLimit {
+pub(crate) struct RateLimit {
     tokens: f64,
     at: Instant,
 }
 
 impl RateLimit {
+    /// A full bucket.
+    pub(crate) fn new(now: Instant) -> RateLimit {
+        RateLimit { tokens: f64::MAX, at: now }
+    }
+
     /// How long to wait before the next message may go.
-    fn take(&mut self, per_minute: u32, now: Instant) -> StdDuration {
+    pub(crate) fn take(&mut self, per_minute: u32, now: Instant) -> StdDuration {
         let per_minute = f64::from(per_minute.max(1));
         let per_second = per_minute / 60.0;
         self.tokens = (self.tokens + now.duration_since(self.at).as_secs_f64() * per_second).min(per_minute);
@@ -134,6 +139,20 @@ pub async fn deliver(
                 let past_deadline = deadline.borrow().is_some_and(|d| Instant::now() + pause > d);
                 let too_old = queued.queued_at.elapsed() + pause > retry.give_up_after;
                 if !e.is_retryable() || past_deadline || too_old {
+                    // Say "given up", not "(will retry)": this error is final.
+                    let e = match e {
+                        SendError::Retryable(error) => {
+                            let attempts =
+                                trainwarden_core::plural(u64::from(attempt) + 1, "attempt", "attempts");
+                            let end = if past_deadline {
+                                "the delivery deadline came first".to_string()
+                            } else {
+                                format!("the retry limit of {}s passed", retry.give_up_after.as_secs())
+                            };
+                            SendError::GaveUp { error, why: format!("{attempts}; {end}") }
+                        }
+                        other => other,
+                    };
                     counters.failed.fetch_add(1, Ordering::Relaxed);
                     counters.record_error(e.to_string());
                     tracing::warn!(receiver = %n.receiver.name, policy = %n.policy, channel = kind.as_str(), attempts = attempt + 1, error = %e, "notification not delivered");

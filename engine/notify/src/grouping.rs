@@ -21,10 +21,10 @@ use std::sync::Arc;
 use trainwarden_core::CompiledReceiver;
 use trainwarden_core::PolicyDuration;
 use trainwarden_core::{ActionIntent, Savings};
-use trainwarden_core::{ActionSpec, GroupLabel, PolicyRef};
+use trainwarden_core::{ActionSpec, GroupLabel, PolicyRef, Resolution};
 use trainwarden_core::{JobKey, Timestamp};
 
-use crate::alert::{Alert, AlertKey, AlertStatus, JobProgress, describe_action};
+use crate::alert::{ActionState, Alert, AlertAction, AlertKey, AlertStatus, JobProgress};
 use trainwarden_core::PolicyId;
 
 /// Bounds on what the grouper holds, so a flood of jobs cannot exhaust memory.
@@ -115,7 +115,7 @@ struct ReceiverGroups {
 #[derive(Debug)]
 struct FiringContext {
     fired_at: Timestamp,
-    actions: Vec<(String, String)>,
+    actions: Vec<AlertAction>,
     savings: Option<Savings>,
 }
 
@@ -240,7 +240,7 @@ impl Grouper {
         if !self.receivers.keys().any(|(p, _)| *p == key.policy) {
             return;
         }
-        let action = (intent.action.kind().to_string(), describe_action(&intent.action));
+        let action = AlertAction::of(intent);
         let ctx = self.context.entry(key.clone()).or_insert_with(|| FiringContext {
             fired_at: intent.at,
             actions: Vec::new(),
@@ -269,8 +269,60 @@ impl Grouper {
         }
     }
 
+    /// The executor reports what became of one of a firing's actions (the intent `intent_id` of `rule` on
+    /// `job`): alerts of that firing that are still to be sent say so ("suspended the TrainJob", and how to
+    /// resume it) instead of "suspending the TrainJob". Returns whether an alert learnt it.
+    pub fn performed(
+        &mut self,
+        policy: &PolicyRef,
+        rule: &str,
+        job: &JobKey,
+        intent_id: &str,
+        state: ActionState,
+    ) -> bool {
+        let key = AlertKey { policy: PolicyId::from(policy), rule: rule.to_string(), job: job.clone() };
+        let update = |actions: &mut Vec<AlertAction>| {
+            let mut found = false;
+            for a in actions.iter_mut().filter(|a| a.intent_id == intent_id) {
+                a.state = state.clone();
+                found = true;
+            }
+            found
+        };
+        let mut learnt = false;
+        if let Some(ctx) = self.context.get_mut(&key) {
+            update(&mut ctx.actions);
+        }
+        for rg in self.receivers.values_mut().filter(|rg| PolicyId::from(&rg.policy) == key.policy) {
+            let repeat_interval = rg.config.repeat_interval;
+            for group in rg.groups.values_mut() {
+                let Some(entry) = group.alerts.get_mut(&key) else { continue };
+                if !update(&mut entry.alert.actions) {
+                    continue;
+                }
+                learnt = true;
+                // A suspension that did not happen stopped nothing: the alert is worth reminders again.
+                if group.next_flush.is_none()
+                    && let Some(last) = group.last_sent
+                    && group.alerts.values().any(|e| needs_reminder(&e.alert))
+                {
+                    group.next_flush = Some(after(last, repeat_interval));
+                }
+            }
+        }
+        learnt
+    }
+
     /// A rule stopped firing on a job (the evaluator's `Resolved` transition).
-    pub fn resolved(&mut self, policy: &PolicyRef, rule: &str, job: &JobKey, now: Timestamp) {
+    /// `why` is the evaluator's resolution, shown in the resolved message.
+    pub fn resolved(
+        &mut self,
+        policy: &PolicyRef,
+        rule: &str,
+        job: &JobKey,
+        why: Option<Resolution>,
+        now: Timestamp,
+    ) {
         let key = AlertKey { policy: PolicyId::from(policy), rule: rule.to_string(), job: job.clone() };
         self.context.remove(&key);
         for rg in self.receivers.values_mut().filter(|rg| PolicyId::from(&rg.policy) == key.policy) {
@@ -284,6 +336,7 @@ impl Grouper {
                 if send_resolved && entry.notified {
                     entry.alert.status = AlertStatus::Resolved;
                     entry.alert.resolved_at = Some(now);
+                    entry.alert.resolution = why;
                     entry.notified = false;
                     schedule(group, now, group_interval);
                 } else {
@@ -400,11 +453,15 @@ pub fn group_label_name(label: GroupLabel) -> &'static str {
 /// Whether a firing alert is worth a `repeatInterval` reminder. Not when its firing suspended the job in
 /// Enforce mode: the job is stopped and its rules are frozen until someone resumes it, so the alert stays
 /// "firing" all weekend, and a reminder every few hours would only repeat the first message. It is still
-/// kept, so its resolution is announced when the job resumes or is deleted.
+/// kept, so its resolution is announced when the job resumes or is deleted. A suspension the executor reported
+/// as not done stopped nothing: that alert is repeated.
 fn needs_reminder(alert: &Alert) -> bool {
     alert.status == AlertStatus::Firing
         && !(alert.mode == trainwarden_core::Mode::Enforce
-            && alert.actions.iter().any(|(k, _)| k == "suspend"))
+            && alert
+                .actions
+                .iter()
+                .any(|a| a.kind == "suspend" && !matches!(a.state, ActionState::NotDone(_))))
 }
 
 #[cfg(test)]
@@ -434,6 +491,7 @@ mod tests {
             slack: None,
             email: None,
             webhook: None,
+            time_zone: jiff::tz::TimeZone::UTC,
         }
     }
 
@@ -523,7 +581,7 @@ mod tests {
         assert_eq!(g.next_due(), None);
         assert!(g.poll(t(3 * 86_400)).is_empty());
         // ...but its resolution (the job resumed or was deleted) is still announced.
-        g.resolved(&policy(), "plateau", &JobKey::new("fraud", "a"), t(3 * 86_400));
+        g.resolved(&policy(), "plateau", &JobKey::new("fraud", "a"), None, t(3 * 86_400));
         let sent = g.poll(t(3 * 86_400 + 30));
         assert_eq!(sent.len(), 1);
         assert_eq!(sent[0].status, AlertStatus::Resolved);
@@ -534,7 +592,7 @@ mod tests {
         let mut g = grouper(receiver("team", 30, 300, 3600, true));
         g.intent(&intent("plateau", "a", 0, notify("team")), None, t(0)).unwrap();
         g.poll(t(30));
-        g.resolved(&policy(), "plateau", &JobKey::new("fraud", "a"), t(100));
+        g.resolved(&policy(), "plateau", &JobKey::new("fraud", "a"), None, t(100));
         assert_eq!(g.next_due(), Some(t(330)));
         let sent = g.poll(t(330));
         assert_eq!(sent[0].status, AlertStatus::Resolved);
@@ -544,14 +602,14 @@ mod tests {
         assert_eq!(g.next_due(), None);
         // Resolved before it was ever announced: nothing to say.
         g.intent(&intent("plateau", "b", 400, notify("team")), None, t(400)).unwrap();
-        g.resolved(&policy(), "plateau", &JobKey::new("fraud", "b"), t(410));
+        g.resolved(&policy(), "plateau", &JobKey::new("fraud", "b"), None, t(410));
         assert_eq!(g.alert_count(), 0);
         assert!(g.poll(t(1000)).is_empty());
 
         let mut quiet = grouper(receiver("team", 30, 300, 3600, false));
         quiet.intent(&intent("plateau", "a", 0, notify("team")), None, t(0)).unwrap();
         quiet.poll(t(30));
-        quiet.resolved(&policy(), "plateau", &JobKey::new("fraud", "a"), t(100));
+        quiet.resolved(&policy(), "plateau", &JobKey::new("fraud", "a"), None, t(100));
         assert_eq!(quiet.alert_count(), 0);
         assert!(quiet.poll(t(10_000)).is_empty(), "no resolved message, no reminder");
     }
@@ -575,10 +633,49 @@ mod tests {
         g.intent(&intent("stalled", "a", 5, notify("team")), None, t(5)).unwrap();
         let sent = g.poll(t(30));
         let plateau = sent[0].alerts.iter().find(|a| a.rule == "plateau").unwrap();
-        assert_eq!(plateau.actions_text(), "will suspend the TrainJob");
+        assert_eq!(plateau.actions_text(), "suspending the TrainJob", "no result yet: under way");
         assert_eq!(plateau.savings.as_ref().unwrap().gpu_hours, 8.0);
         let stalled = sent[0].alerts.iter().find(|a| a.rule == "stalled").unwrap();
-        assert_eq!(stalled.actions_text(), "will suspend the TrainJob");
+        assert_eq!(stalled.actions_text(), "suspending the TrainJob");
+    }
+
+    #[test]
+    fn the_executors_result_turns_under_way_into_done() {
+        let mut g = grouper(receiver("team", 30, 300, 3600, false));
+        let suspend = intent("plateau", "a", 0, ActionSpec::Suspend(SuspendAction::default()));
+        g.intent(&intent("plateau", "a", 0, notify("team")), None, t(0)).unwrap();
+        g.intent(&suspend, None, t(0)).unwrap();
+        let done = ActionState::Done {
+            what: "suspended the TrainJob".into(),
+            undo: Some("To resume it: …".into()),
+        };
+        assert!(g.performed(&policy(), "plateau", &JobKey::new("fraud", "a"), &suspend.id, done));
+        let failed = ActionState::NotDone("could not annotate".into());
+        assert!(!g.performed(&policy(), "plateau", &JobKey::new("fraud", "a"), "another-intent", failed));
+        let sent = g.poll(t(30));
+        assert_eq!(sent[0].alerts[0].actions_text(), "suspended the TrainJob");
+        assert_eq!(sent[0].alerts[0].undo().as_deref(), Some("To resume it: …"));
+        assert_eq!(
+            sent[0].alerts[0].details(),
+            "suspended the TrainJob\nTo resume it: …",
+            "details carry the way back"
+        );
+    }
+
+    #[test]
+    fn a_suspension_that_failed_is_repeated() {
+        let mut g = grouper(receiver("team", 30, 300, 3600, false));
+        let suspend = intent("plateau", "a", 0, ActionSpec::Suspend(SuspendAction::default()));
+        g.intent(&intent("plateau", "a", 0, notify("team")), None, t(0)).unwrap();
+        g.intent(&suspend, None, t(0)).unwrap();
+        assert_eq!(g.poll(t(30)).len(), 1);
+        assert_eq!(g.next_due(), None, "a suspended job is not repeated");
+        let failed = ActionState::NotDone("could not suspend the TrainJob (forbidden)".into());
+        g.performed(&policy(), "plateau", &JobKey::new("fraud", "a"), &suspend.id, failed);
+        assert_eq!(g.next_due(), Some(t(3630)));
+        let sent = g.poll(t(3630));
+        assert!(sent[0].repeat);
+        assert_eq!(sent[0].alerts[0].actions_text(), "could not suspend the TrainJob (forbidden)");
     }
 
     #[test]

@@ -67,7 +67,7 @@ pub mod render;
 pub mod secret;
 pub mod send;
 
-pub use alert::{Alert, AlertStatus, JobProgress};
+pub use alert::{ActionState, Alert, AlertAction, AlertStatus, JobProgress};
 pub use delivery::RetryPolicy;
 pub use grouping::{GroupLimits, Grouper, Notification, Refused};
 pub use notifier::{ChannelStats, Notifier, NotifierConfig, ShutdownReport, SubmitError};

@@ -14,11 +14,11 @@ use tokio::sync::{Notify, mpsc, watch};
 use tokio::task::JoinHandle;
 use trainwarden_core::CompiledPolicy;
 use trainwarden_core::CompiledReceiver;
-use trainwarden_core::{ActionIntent, Event, TransitionKind};
+use trainwarden_core::{ActionIntent, Event, Resolution, TransitionKind};
 use trainwarden_core::{JobKey, Timestamp};
 use trainwarden_core::{PolicyKind, PolicyRef};
 
-use crate::alert::JobProgress;
+use crate::alert::{ActionState, JobProgress};
 use crate::delivery::{Counters, Queued, RetryPolicy, run_worker};
 use crate::grouping::{GroupLimits, Grouper, Notification, Refused};
 use crate::secret::SecretResolver;
@@ -301,9 +301,16 @@ impl Notifier {
         }
     }
 
+    /// The executor ended one of a firing's other actions (Enforce): messages of that firing not yet sent say
+    /// what was done ("suspended the TrainJob", and how to resume it) instead of "suspending the TrainJob".
+    pub fn performed(&self, intent: &ActionIntent, state: ActionState) {
+        self.state().grouper.performed(&intent.policy, &intent.rule, &intent.job, &intent.id, state);
+    }
+
     /// A rule stopped firing on a job (the evaluator's `Resolved` transition).
-    pub fn resolved(&self, policy: &PolicyRef, rule: &str, job: &JobKey) {
-        self.state().grouper.resolved(policy, rule, job, Timestamp::now());
+    /// `why` is the evaluator's resolution (the transition's `reason.resolution`), shown in the message.
+    pub fn resolved(&self, policy: &PolicyRef, rule: &str, job: &JobKey, why: Option<Resolution>) {
+        self.state().grouper.resolved(policy, rule, job, why, Timestamp::now());
         self.shared.wake.notify_one();
     }
 
@@ -312,8 +319,8 @@ impl Notifier {
     pub fn observe(&self, event: &Event, progress: Option<JobProgress>) -> Result<(), SubmitError> {
         match event {
             Event::Intent(intent) => self.submit(intent, progress).map(|_| ()),
-            Event::Transition { kind: TransitionKind::Resolved, policy, rule, job, .. } => {
-                self.resolved(policy, rule, job);
+            Event::Transition { kind: TransitionKind::Resolved, policy, rule, job, reason, .. } => {
+                self.resolved(policy, rule, job, reason.resolution);
                 Ok(())
             }
             _ => Ok(()),

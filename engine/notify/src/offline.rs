@@ -1,10 +1,12 @@
 //! Notifications on a recorded stream's clock, for `trainwarden replay`: the evaluator's events go through
 //! the same [`Grouper`] the controller uses, with the stream's time instead of the wall clock, so the
 //! output shows the messages exactly as they would have been grouped, repeated and resolved. Optionally
-//! they are then sent for real ([`send_all`]), one after the other, with retries.
+//! they are then sent for real ([`send_all`]): channels concurrently, each at its receiver's rate limit, with
+//! retries up to a deadline.
 //!
 //! The grouping is pure; only [`send_all`] does I/O.
 
+use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use serde_json::{Value, json};
@@ -15,11 +17,12 @@ use trainwarden_core::Template;
 use trainwarden_core::Timestamp;
 use trainwarden_core::{Event, TransitionKind};
 
-use crate::alert::JobProgress;
-use crate::delivery::{Counters, Queued, RetryPolicy, deliver};
+use crate::alert::{ActionState, JobProgress, describe_action, past, resume_hint};
+use crate::delivery::{Counters, Queued, RateLimit, RetryPolicy, deliver};
 use crate::grouping::{GroupLimits, Grouper, Notification};
 use crate::render::{self, Rendered};
 use crate::send::{ChannelKind, SendError, Sender};
+use trainwarden_core::{ActionSpec, Mode, PolicyId};
 
 /// The grouper driven by a replay.
 pub struct OfflineNotifications {
@@ -75,9 +78,18 @@ impl OfflineNotifications {
                 if let Err(e) = self.grouper.intent(intent, progress, at) {
                     self.refused.push((at, e.to_string()));
                 }
+                // A replay simulates Enforce suspensions as done (the job's later records are ignored), so
+                // its messages say what the controller's would once the suspension succeeded.
+                if intent.mode == Mode::Enforce && matches!(intent.action, ActionSpec::Suspend(_)) {
+                    let state = ActionState::Done {
+                        what: past(&describe_action(&intent.action)),
+                        undo: Some(resume_hint(&intent.job, None)),
+                    };
+                    self.grouper.performed(&intent.policy, &intent.rule, &intent.job, &intent.id, state);
+                }
             }
-            Event::Transition { kind: TransitionKind::Resolved, policy, rule, job, .. } => {
-                self.grouper.resolved(policy, rule, job, at);
+            Event::Transition { kind: TransitionKind::Resolved, policy, rule, job, reason, .. } => {
+                self.grouper.resolved(policy, rule, job, reason.resolution, at);
             }
             _ => {}
         }
@@ -121,8 +133,8 @@ fn templates(r: &CompiledReceiver) -> Option<(&Template, &Template)> {
 /// The `Notifications` section of replay's text output.
 pub fn render_text(offline: &OfflineNotifications, tz: &jiff::tz::TimeZone) -> String {
     let mut out = format!(
-        "\nNotifications ({} message(s), grouped as they would be sent)\n",
-        offline.notifications.len()
+        "\nNotifications ({}, grouped as they would be sent)\n",
+        trainwarden_core::plural(offline.notifications.len() as u64, "message", "messages")
     );
     for n in &offline.notifications {
         let Some((title, text)) = templates(&n.receiver) else { continue };
@@ -172,21 +184,58 @@ pub struct SendOutcome {
     pub result: Result<(), SendError>,
 }
 
-/// Sends every notification on every channel of its receiver, in order, retrying as `retry` says.
+/// One channel's messages, in order, with their positions in the slice given to [`send_all`].
+type Stream = Vec<(usize, Arc<Notification>)>;
+
+/// Sends every notification on every channel of its receiver, with retries. Channels are delivered
+/// concurrently; one channel's messages go in order and respect its receiver's `maxPerMinute`. Retries stop
+/// at `wait` after the start (a message still failing then is reported as given up), so this returns within
+/// about `wait` plus one attempt's timeout, plus what the rate limits impose on first attempts. Outcomes are
+/// in (notification, channel) order.
 pub async fn send_all(
     notifications: &[Notification],
     sender: &Sender,
     retry: &RetryPolicy,
+    wait: std::time::Duration,
 ) -> Vec<SendOutcome> {
-    let (_deadline, never) = watch::channel(None);
-    let mut outcomes = Vec::new();
+    let start = std::time::Instant::now();
+    let (deadline_tx, deadline) = watch::channel(Some(start + wait));
+    // One stream per (policy, receiver, channel), as the controller's workers.
+    let mut streams: BTreeMap<(PolicyId, String, ChannelKind), Stream> = BTreeMap::new();
     for (index, n) in notifications.iter().enumerate() {
-        let queued = Queued { notification: Arc::new(n.clone()), queued_at: std::time::Instant::now() };
+        let n = Arc::new(n.clone());
         for channel in channel_kinds(&n.receiver) {
-            let counters = Counters::default();
-            let result = deliver(sender, channel, &queued, retry, &counters, &never).await;
-            outcomes.push(SendOutcome { index, receiver: n.receiver.name.clone(), channel, result });
+            let key = (PolicyId::from(&n.policy), n.receiver.name.clone(), channel);
+            streams.entry(key).or_default().push((index, n.clone()));
         }
     }
+    let mut tasks = tokio::task::JoinSet::new();
+    for ((_, receiver, channel), items) in streams {
+        let (sender, retry, deadline) = (sender.clone(), retry.clone(), deadline.clone());
+        tasks.spawn(async move {
+            let mut rate = RateLimit::new(std::time::Instant::now());
+            let counters = Counters::default();
+            let mut outcomes = Vec::new();
+            for (index, n) in items {
+                let pause = rate.take(n.receiver.max_per_minute, std::time::Instant::now());
+                if !pause.is_zero() {
+                    tokio::time::sleep(pause).await;
+                }
+                let queued = Queued { notification: n, queued_at: std::time::Instant::now() };
+                let result = deliver(&sender, channel, &queued, &retry, &counters, &deadline).await;
+                outcomes.push(SendOutcome { index, receiver: receiver.clone(), channel, result });
+            }
+            outcomes
+        });
+    }
+    let mut outcomes = Vec::new();
+    while let Some(done) = tasks.join_next().await {
+        match done {
+            Ok(mut o) => outcomes.append(&mut o),
+            Err(e) => tracing::error!(error = %e, "a notification channel's delivery task failed"),
+        }
+    }
+    drop(deadline_tx);
+    outcomes.sort_by_key(|o| (o.index, o.channel));
     outcomes
 }

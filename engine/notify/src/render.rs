@@ -5,7 +5,7 @@
 use serde_json::{Value, json};
 use trainwarden_core::Template;
 
-use crate::alert::{AlertFields, GroupFields};
+use crate::alert::{AlertFields, AlertStatus, GroupFields};
 use crate::grouping::{Notification, group_label_name};
 
 /// `version` of every webhook payload; a breaking change to the schema gets a new one.
@@ -28,13 +28,28 @@ pub struct Rendered {
 impl Rendered {
     /// Renders `title` once for `n`'s group and `text` once per alert, as `n`'s receiver would send them.
     pub fn new(n: &Notification, title: &Template, text: &Template) -> Rendered {
-        let group = GroupFields { receiver: &n.receiver.name, status: n.status, alerts: &n.alerts };
+        let group = GroupFields {
+            receiver: &n.receiver.name,
+            time_zone: &n.receiver.time_zone,
+            status: n.status,
+            alerts: &n.alerts,
+        };
         // A title is one line (a subject header cannot hold a newline).
         let title = title.render(&group).replace(['\r', '\n'], " ");
         let alert_texts = n
             .alerts
             .iter()
-            .map(|alert| text.render(&AlertFields { group: &group, alert }).trim().to_string())
+            .map(|alert| {
+                let mut text = text.render(&AlertFields { group: &group, alert }).trim().to_string();
+                // A reminder repeats the alert as it fired: nothing newer is known here, so it says so.
+                if n.repeat && alert.status == AlertStatus::Firing {
+                    text += &format!(
+                        "\nReminder: still firing since {}; the values and progress above are from then.",
+                        trainwarden_core::fmt_local(alert.fired_at, &n.receiver.time_zone)
+                    );
+                }
+                text
+            })
             .collect();
         Rendered { title, alert_texts }
     }
@@ -70,7 +85,8 @@ pub fn slack_payload(n: &Notification, r: &Rendered) -> Value {
     let more = r.alert_texts.len().saturating_sub(SLACK_MAX_ALERT_BLOCKS);
     let mut context = format!("trainwarden · policy {} · receiver {}", n.policy, n.receiver.name);
     if more > 0 {
-        context += &format!(" · {more} more alert(s) not shown");
+        context +=
+            &format!(" · {} not shown", trainwarden_core::plural(more as u64, "more alert", "more alerts"));
     }
     if n.repeat {
         context += " · reminder: still firing";
@@ -112,7 +128,7 @@ pub fn webhook_payload(n: &Notification, r: &Rendered) -> Value {
                 "mode": a.mode.as_str(),
                 "summary": a.summary,
                 "values": a.values,
-                "actions": a.actions.iter().map(|(kind, description)| json!({"kind": kind, "description": description})).collect::<Vec<_>>(),
+                "actions": a.actions.iter().map(|x| json!({"kind": x.kind, "description": x.description})).collect::<Vec<_>>(),
                 "message": a.message,
                 "firedAt": a.fired_at.to_string(),
                 "resolvedAt": a.resolved_at.map(|t| t.to_string()),
@@ -151,7 +167,7 @@ mod tests {
     use trainwarden_core::{GroupLabel, Mode, PolicyRef};
     use trainwarden_core::{JobKey, Timestamp};
 
-    use crate::alert::{Alert, AlertStatus, JobProgress};
+    use crate::alert::{ActionState, Alert, AlertAction, AlertStatus, JobProgress};
 
     fn notification() -> Notification {
         let at: Timestamp = "2026-11-27T23:11:26Z".parse().unwrap();
@@ -169,10 +185,16 @@ mod tests {
             mode: Mode::Audit,
             summary: "loss <stuck> & flat".into(),
             values: [("best".to_string(), 0.6117)].into(),
-            actions: vec![("suspend".into(), "suspend the TrainJob".into())],
+            actions: vec![AlertAction {
+                kind: "suspend".into(),
+                description: "suspend the TrainJob".into(),
+                intent_id: "id-2".into(),
+                state: ActionState::Issued,
+            }],
             message: None,
             fired_at: at,
             resolved_at: None,
+            resolution: None,
             progress: Some(JobProgress { percent: Some(17.0), eta_seconds: None }),
             savings: Some(Savings {
                 until: at,
@@ -196,6 +218,7 @@ mod tests {
                 slack: None,
                 email: None,
                 webhook: None,
+                time_zone: jiff::tz::TimeZone::fixed(jiff::tz::offset(1)),
             }),
             group_key: "team{policy=\"fraud/weekend-safe\",job=\"fraud/ft\"}".into(),
             group_labels: vec![
@@ -233,7 +256,7 @@ mod tests {
             "policy": {"kind": "ProgressPolicy", "namespace": "fraud", "name": "weekend-safe", "generation": 3},
             "createdAt": "2026-11-27T23:11:56Z",
             "title": "[firing] loss-plateau on fraud/ft",
-            "text": "loss-plateau [Audit] firing on fraud/ft at 2026-11-27T23:11:26Z: loss <stuck> & flat\nprogress 17%; would suspend the TrainJob; 16 GPU-hours at stake",
+            "text": "loss-plateau [Audit] firing on fraud/ft at Sat 2026-11-28 00:11:26 +01:00: loss <stuck> & flat\nprogress 17%; would suspend the TrainJob; 16 GPU-hours at stake",
             "alerts": [{
                 "status": "firing",
                 "rule": "loss-plateau",
@@ -266,6 +289,71 @@ mod tests {
         let html = email_html(&n, &r);
         assert!(html.contains("loss &lt;stuck&gt; &amp; flat<br>\nprogress 17%"), "{html}");
         assert!(!html.contains("<stuck>"));
+    }
+
+    /// Times print in the policy's zone with the offset (the webhook's `firedAt` stays a UTC instant).
+    #[test]
+    fn times_are_in_the_policys_time_zone() {
+        let n = notification();
+        let r = rendered(&n);
+        assert!(
+            r.alert_texts[0]
+                .starts_with("loss-plateau [Audit] firing on fraud/ft at Sat 2026-11-28 00:11:26 +01:00: "),
+            "{}",
+            r.alert_texts[0]
+        );
+    }
+
+    /// Enforce: what the executor reported it did, in the past tense, and the commands that undo it.
+    #[test]
+    fn enforce_messages_say_what_was_done_and_how_to_resume() {
+        let mut n = notification();
+        n.alerts[0].mode = Mode::Enforce;
+        assert_eq!(
+            rendered(&n).alert_texts[0],
+            "loss-plateau [Enforce] firing on fraud/ft at Sat 2026-11-28 00:11:26 +01:00: loss <stuck> & flat\n\
+             progress 17%; suspending the TrainJob; 16 GPU-hours at stake",
+            "before the executor's result: what is under way"
+        );
+        n.alerts[0].actions[0].state = ActionState::Done {
+            what: "suspended the TrainJob".into(),
+            undo: Some(crate::alert::resume_hint(&n.alerts[0].job, None)),
+        };
+        assert_eq!(
+            rendered(&n).alert_texts[0],
+            "loss-plateau [Enforce] firing on fraud/ft at Sat 2026-11-28 00:11:26 +01:00: loss <stuck> & flat\n\
+             progress 17%; suspended the TrainJob; 16 GPU-hours at stake\n\
+             To resume it: kubectl -n fraud patch trainjob ft --type=merge -p '{\"spec\":{\"suspend\":false}}'\n\
+             To exempt it from every policy: kubectl -n fraud annotate trainjob ft trainwarden.dev/exempt=true"
+        );
+        assert_eq!(
+            crate::alert::resume_hint(&n.alerts[0].job, Some("trainjob-ft-3f2a1")),
+            "To resume it, reactivate its Kueue Workload: kubectl -n fraud patch workload trainjob-ft-3f2a1 --type=merge -p '{\"spec\":{\"active\":true}}'\n\
+             To exempt it from every policy: kubectl -n fraud annotate trainjob ft trainwarden.dev/exempt=true"
+        );
+    }
+
+    /// A reminder says its values are the firing's; a resolution says why it resolved.
+    #[test]
+    fn reminders_date_their_values_and_resolutions_say_why() {
+        let mut n = notification();
+        n.repeat = true;
+        assert_eq!(
+            rendered(&n).alert_texts[0],
+            "loss-plateau [Audit] firing on fraud/ft at Sat 2026-11-28 00:11:26 +01:00: loss <stuck> & flat\n\
+             progress 17%; would suspend the TrainJob; 16 GPU-hours at stake\n\
+             Reminder: still firing since Sat 2026-11-28 00:11:26 +01:00; the values and progress above are from then."
+        );
+        let mut n = notification();
+        n.status = AlertStatus::Resolved;
+        n.alerts[0].status = AlertStatus::Resolved;
+        n.alerts[0].resolved_at = Some("2026-11-28T17:00:00Z".parse().unwrap());
+        n.alerts[0].resolution = Some(trainwarden_core::Resolution::WindowClosed);
+        assert_eq!(
+            rendered(&n).alert_texts[0],
+            "loss-plateau [Audit] resolved on fraud/ft at Sat 2026-11-28 18:00:00 +01:00: the policy's active \
+             window closed (it fired: loss <stuck> & flat)\nprogress 17%"
+        );
     }
 
     #[test]

@@ -59,6 +59,15 @@ pub enum SendError {
     /// Retrying would not help: other HTTP 4xx, SMTP 5xx, a missing, forbidden or unusable Secret.
     #[error("{0} (not retried)")]
     Permanent(String),
+    /// A retryable failure that is not retried any more: the last attempt's error, and why delivery stopped
+    /// (`4 attempts; the retry limit of 60s passed`).
+    #[error("{error} (given up after {why})")]
+    GaveUp {
+        /// The last attempt's error.
+        error: String,
+        /// How many attempts were made and what ended them.
+        why: String,
+    },
 }
 
 impl SendError {

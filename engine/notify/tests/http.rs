@@ -104,7 +104,7 @@ async fn two_rules_on_one_job_become_one_slack_message_and_one_signed_webhook() 
     );
     for part in [
         "loss has not improved by more than 0.001 for 2h",
-        "progress 31.5%, ETA 1d8h47m42s; will suspend the TrainJob; 262.36 GPU-hours ($1,803.73) at stake",
+        "progress 31.5%, ETA 1d8h47m42s; suspending the TrainJob; 262.36 GPU-hours ($1,803.73) at stake",
         "please have a look",
     ] {
         assert!(plateau_text.contains(part), "{part:?} not in {plateau_text:?}");
@@ -162,7 +162,7 @@ async fn repeat_interval_reminds_and_resolved_messages_are_sent_when_asked_for()
     assert_eq!(second[1].json()["repeat"], true, "a reminder after repeatInterval");
     assert_eq!(second[1].json()["alerts"][0]["intentId"], first[0].json()["alerts"][0]["intentId"]);
 
-    notifier.resolved(&p.reference, "loss-plateau", &plateau.job);
+    notifier.resolved(&p.reference, "loss-plateau", &plateau.job, None);
     let all = server.wait_for("/hook", 3, Duration::from_secs(5)).await;
     let resolved = all[2].json();
     assert_eq!(resolved["status"], "resolved");

@@ -106,13 +106,13 @@ async fn two_rules_one_email(mode: &str, tls: &str) {
     for part in [
         "loss-plateau [Enforce] firing on fraud/ft-llama",
         "late [Enforce] firing on fraud/ft-llama",
-        "progress 62%, ETA 1h30m; will suspend the TrainJob; 262.36 GPU-hours ($1,803.73) at stake",
+        "progress 62%, ETA 1h30m; suspending the TrainJob; 262.36 GPU-hours ($1,803.73) at stake",
     ] {
         assert!(text.contains(part), "{part:?} not in the text part:\n{text}");
     }
     let html = m["html"].as_str().unwrap();
     assert!(html.contains("<h2>[firing] late, loss-plateau on fraud/ft-llama (2 alerts)</h2>"), "{html}");
-    assert!(html.contains("will suspend the TrainJob"), "{html}");
+    assert!(html.contains("suspending the TrainJob"), "{html}");
     let s = wait_stats(&n, |s| s.sent == 1).await;
     assert_eq!((s.sent, s.failed, s.retried), (1, 0, 0), "{s:?}");
     assert!(!format!("{:?}", n.stats()).contains(PASSWORD));

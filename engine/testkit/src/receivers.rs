@@ -180,6 +180,7 @@ pub fn intent(p: &CompiledPolicy, rule: &str, job: &str, at: Timestamp, action: 
             summary: format!("{rule}: loss has not improved by more than 0.001 for 2h"),
             values: [("best".to_string(), 0.6117), ("last".to_string(), 0.6121)].into(),
             kind: None,
+            resolution: None,
         },
         savings: None,
     }

@@ -399,12 +399,21 @@ impl Brain {
                         warning,
                         reason: name.into(),
                         action: "Evaluate".into(),
+                        // A resolution says why first: the condition, the window, the job, the policy.
                         note: format!(
-                            "{} {policy} rule {rule} {} [{}]: {}{values}",
+                            "{} {policy} rule {rule} {} [{}]: {}{}{values}",
                             policy.kind,
                             kind.as_str(),
                             mode.as_str(),
-                            reason.summary
+                            reason
+                                .resolution
+                                .map(|r| format!("{} (it fired: ", r.text()))
+                                .unwrap_or_default(),
+                            if reason.resolution.is_some() {
+                                format!("{})", reason.summary)
+                            } else {
+                                reason.summary.clone()
+                            }
                         ),
                     })));
                 }
@@ -642,6 +651,30 @@ mod tests {
         b.handle(policy_input(rules, None), t(0));
         b.handle(job_reporting(9.0, t(0)), t(0));
         assert_eq!(actions(&mut b), vec!["event ml/ft", "annotate ml/ft", "suspend ml/ft"]);
+    }
+
+    #[test]
+    fn the_resolved_event_says_why() {
+        let mut b = brain();
+        b.handle(policy_input("    - {name: high, when: 'metric(\"loss\") > 5.0'}\n", None), t(0));
+        b.handle(job_reporting(9.0, t(0)), t(0));
+        b.handle(job_reporting(1.0, t(1)), t(1));
+        let notes: Vec<String> = b
+            .work
+            .drain(..)
+            .filter_map(|w| match w {
+                Work::RecordEvent(e) if e.reason == "RuleResolved" => Some(e.note),
+                _ => None,
+            })
+            .collect();
+        assert_eq!(notes.len(), 1, "{notes:?}");
+        assert!(
+            notes[0].starts_with(
+                "ProgressPolicy ml/p rule high resolved [Enforce]: the condition no longer holds (it fired: "
+            ),
+            "{}",
+            notes[0]
+        );
     }
 
     #[test]

@@ -183,7 +183,14 @@ impl Brain {
                 CONDITION_FIRING,
                 firing,
                 if firing { "RulesFiring" } else { "NoneFiring" },
-                &format!("{} (job, rule) pair(s) firing", status.firing_rules.unwrap_or(0)),
+                &format!(
+                    "{} firing",
+                    trainwarden_core::plural(
+                        u64::try_from(status.firing_rules.unwrap_or(0)).unwrap_or(0),
+                        "(job, rule) pair",
+                        "(job, rule) pairs"
+                    )
+                ),
                 book.generation,
                 now,
             ),

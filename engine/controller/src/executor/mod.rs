@@ -25,6 +25,7 @@ use tracing::{info, warn};
 use trainwarden_core::{ActionIntent, ActionSpec, Mode};
 use trainwarden_kube::trainjob::trainjob_api;
 use trainwarden_notify::Notifier;
+use trainwarden_notify::alert::{ActionState, describe_action, past, resume_hint};
 
 use crate::config::ControllerConfig;
 use crate::leader::Leadership;
@@ -69,12 +70,55 @@ impl Record {
 pub(crate) struct Ended {
     result: ActionResult,
     message: String,
+    /// The Kueue Workload a suspension went through, so a message can say how to reactivate it.
+    workload: Option<String>,
 }
 
 impl Ended {
     fn new(result: ActionResult, message: impl Into<String>) -> Self {
-        Ended { result, message: message.into() }
+        Ended { result, message: message.into(), workload: None }
     }
+}
+
+/// What a message about the firing should say of an Enforce action the executor just ended: what was done
+/// (past tense) and how to undo it, or why it was not done. `None` when nothing new is known (Audit mode,
+/// `notify` itself, or another replica now owes the action).
+fn notified_state(intent: &ActionIntent, action: ExecutedAction, ended: &Ended) -> Option<ActionState> {
+    if intent.mode != Mode::Enforce || matches!(intent.action, ActionSpec::Notify(_)) {
+        return None;
+    }
+    let description = describe_action(&intent.action);
+    let workload = ended.workload.as_deref();
+    let undo = || action.stops_job().then(|| resume_hint(&intent.job, workload));
+    Some(match ended.result {
+        ActionResult::Done => {
+            let what = match (action, workload) {
+                (ExecutedAction::Deactivate, Some(w)) => {
+                    format!("suspended the TrainJob (deactivated its Kueue Workload {w})")
+                }
+                _ => past(&description),
+            };
+            ActionState::Done { what, undo: undo() }
+        }
+        ActionResult::Unchanged => {
+            let what = match (action, workload) {
+                (ExecutedAction::Deactivate, Some(w)) => {
+                    format!("found its Kueue Workload {w} already inactive")
+                }
+                (ExecutedAction::Suspend, _) => "found the TrainJob already suspended".to_string(),
+                _ => format!("{} (nothing to change)", past(&description)),
+            };
+            ActionState::Done { what, undo: undo() }
+        }
+        // Performed before a restart or a hand-over: done, but how (which Workload) is not known here.
+        ActionResult::AlreadyDone => ActionState::Done { what: past(&description), undo: None },
+        ActionResult::Failed => ActionState::NotDone(format!(
+            "could not {description} ({}); it is tried again while the rule fires",
+            ended.message
+        )),
+        ActionResult::Refused => ActionState::NotDone(format!("could not {description}: {}", ended.message)),
+        ActionResult::Reported | ActionResult::NotLeader => return None,
+    })
 }
 
 /// Why an action failed. Each cause is a variant, so the kind of a failure survives to the outcome (its
@@ -289,6 +333,11 @@ impl Executor {
             Err(e) if e.lost_leadership() => Ended::new(ActionResult::NotLeader, e.to_string()),
             Err(e) => Ended::new(ActionResult::Failed, e.to_string()),
         };
+        if let Some(notifier) = &self.notifier
+            && let Some(state) = notified_state(intent, outcome.action, &ended)
+        {
+            notifier.performed(intent, state);
+        }
         outcome.result = ended.result;
         outcome.message = ended.message;
         match outcome.result {
@@ -358,7 +407,13 @@ impl Executor {
         let (reason, what) = match action {
             ActionSpec::Suspend(_) => ("WouldSuspend", "suspend the TrainJob".to_string()),
             ActionSpec::Annotate(a) => ("WouldAnnotate", format!("set annotation {}", a.key)),
-            ActionSpec::Scale(s) => ("WouldScale", format!("scale to {} nodes", s.num_nodes)),
+            ActionSpec::Scale(s) => (
+                "WouldScale",
+                format!(
+                    "scale to {}",
+                    trainwarden_core::plural(u64::try_from(s.num_nodes).unwrap_or(0), "node", "nodes")
+                ),
+            ),
             _ => ("WouldAct", action.kind().to_string()),
         };
         let note = format!("[Audit] {} would {what}: {}", target.by, target.summary);
@@ -369,7 +424,7 @@ impl Executor {
 
 #[cfg(test)]
 mod tests {
-    use super::supervise;
+    use super::*;
 
     #[tokio::test]
     async fn a_panic_in_supervised_work_comes_back_as_its_message_and_work_goes_on() {
@@ -382,5 +437,68 @@ mod tests {
         .await;
         assert_eq!(formatted.err().as_deref(), Some("attempt 3"));
         assert_eq!(supervise(async { 7 }).await, Ok(7), "the next job's work runs as usual");
+    }
+
+    fn suspend_intent(mode: Mode) -> ActionIntent {
+        ActionIntent {
+            id: "i-1".into(),
+            at: "2026-11-27T23:11:26Z".parse().unwrap(),
+            job: trainwarden_core::JobKey::new("fraud", "ft"),
+            policy: trainwarden_core::PolicyRef {
+                kind: trainwarden_core::PolicyKind::Namespaced,
+                namespace: Some("fraud".into()),
+                name: "weekend-safe".into(),
+                generation: 1,
+            },
+            rule: "loss-plateau".into(),
+            action: ActionSpec::Suspend(Default::default()),
+            mode,
+            reason: Default::default(),
+            savings: None,
+        }
+    }
+
+    /// What a message says of a suspension, from the executor's result: past tense once done, with the
+    /// command that resumes this very job (its Kueue Workload when it went through Kueue).
+    #[test]
+    fn messages_learn_what_the_executor_did() {
+        let intent = suspend_intent(Mode::Enforce);
+        let done = Ended::new(ActionResult::Done, "spec.suspend set to true");
+        let Some(ActionState::Done { what, undo }) = notified_state(&intent, ExecutedAction::Suspend, &done)
+        else {
+            panic!("done")
+        };
+        assert_eq!(what, "suspended the TrainJob");
+        assert_eq!(
+            undo.as_deref(),
+            Some(
+                "To resume it: kubectl -n fraud patch trainjob ft --type=merge -p '{\"spec\":{\"suspend\":false}}'\n\
+                 To exempt it from every policy: kubectl -n fraud annotate trainjob ft trainwarden.dev/exempt=true"
+            )
+        );
+        let mut kueue = Ended::new(ActionResult::Done, "managed by Kueue");
+        kueue.workload = Some("trainjob-ft-7c1d".into());
+        let Some(ActionState::Done { what, undo }) =
+            notified_state(&intent, ExecutedAction::Deactivate, &kueue)
+        else {
+            panic!("done")
+        };
+        assert_eq!(what, "suspended the TrainJob (deactivated its Kueue Workload trainjob-ft-7c1d)");
+        assert!(
+            undo.unwrap().starts_with(
+                "To resume it, reactivate its Kueue Workload: kubectl -n fraud patch workload trainjob-ft-7c1d --type=merge -p '{\"spec\":{\"active\":true}}'\n"
+            )
+        );
+        let failed = Ended::new(ActionResult::Failed, "the API server timed out");
+        assert_eq!(
+            notified_state(&intent, ExecutedAction::Suspend, &failed),
+            Some(ActionState::NotDone(
+                "could not suspend the TrainJob (the API server timed out); it is tried again while the rule fires"
+                    .into()
+            ))
+        );
+        let not_leader = Ended::new(ActionResult::NotLeader, "");
+        assert_eq!(notified_state(&intent, ExecutedAction::Suspend, &not_leader), None);
+        assert_eq!(notified_state(&suspend_intent(Mode::Audit), ExecutedAction::Suspend, &done), None);
     }
 }

@@ -16,7 +16,7 @@ use crate::input::stream::StreamRecord;
 use crate::policy::compile::CompiledPolicy;
 use crate::policy::{ActionSpec, Mode};
 use crate::time::Timestamp;
-use crate::time::{fmt_num, fmt_secs};
+use crate::time::{fmt_num, fmt_secs, plural, plural_num};
 
 /// The replay state machine.
 pub struct Replay {
@@ -301,7 +301,7 @@ pub fn summary_json(summary: &Summary) -> serde_json::Value {
 }
 
 fn local(t: Timestamp, tz: &jiff::tz::TimeZone) -> String {
-    t.to_zoned(tz.clone()).strftime("%a %Y-%m-%d %H:%M:%S %:z").to_string()
+    crate::time::fmt_local(t, tz)
 }
 
 fn savings_text(s: &Savings) -> String {
@@ -311,8 +311,8 @@ fn savings_text(s: &Savings) -> String {
         "its estimated end"
     };
     let mut out = format!(
-        "frees {} GPUs × {} until {basis} = {} GPU-hours",
-        fmt_num(s.gpus),
+        "frees {} × {} until {basis} = {} GPU-hours",
+        plural_num(s.gpus, "GPU", "GPUs"),
         fmt_secs(s.gpu_hours / s.gpus * 3600.0),
         fmt_num(s.gpu_hours)
     );
@@ -340,7 +340,9 @@ fn intent_line(i: &ActionIntent) -> String {
         ActionSpec::Notify(n) => format!("notify {}", n.to),
         ActionSpec::Annotate(a) => format!("annotate {}", a.key),
         ActionSpec::Event(_) => "emit a Kubernetes Event".to_string(),
-        ActionSpec::Scale(s) => format!("scale to {} nodes", s.num_nodes),
+        ActionSpec::Scale(s) => {
+            format!("scale to {}", plural(u64::try_from(s.num_nodes).unwrap_or(0), "node", "nodes"))
+        }
     };
     let verb = if i.mode == Mode::Audit { "would" } else { "will" };
     let mut line = format!("→ {verb} {what}");
@@ -396,12 +398,15 @@ pub fn render_text(events: &[Event], summary: &Summary, tz: &jiff::tz::TimeZone)
         );
     }
     out += &format!(
-        "  input        {} records, {} job(s), {} ignored after an enforced suspension\n",
-        summary.records, summary.jobs, summary.ignored_after_suspend
+        "  input        {}, {}, {} ignored after an enforced suspension\n",
+        plural(summary.records, "record", "records"),
+        plural(summary.jobs as u64, "job", "jobs"),
+        summary.ignored_after_suspend
     );
     out += &format!(
-        "  rules        {} firing(s), {} evaluation error(s)\n",
-        summary.firings, summary.rule_errors
+        "  rules        {}, {}\n",
+        plural(summary.firings, "firing", "firings"),
+        plural(summary.rule_errors, "evaluation error", "evaluation errors")
     );
     let intents: Vec<String> = summary.intents.iter().map(|(k, v)| format!("{v} {k}")).collect();
     out += &format!(
@@ -411,10 +416,10 @@ pub fn render_text(events: &[Event], summary: &Summary, tz: &jiff::tz::TimeZone)
     for (label, total) in [("saved", &summary.saved), ("would save", &summary.would_save)] {
         if total.jobs > 0 {
             out += &format!(
-                "  {label:<12} {} GPU-hours, ${} across {} job(s)\n",
+                "  {label:<12} {} GPU-hours, ${} across {}\n",
                 fmt_num((total.gpu_hours * 10.0).round() / 10.0),
                 money(total.dollars),
-                total.jobs
+                plural(total.jobs, "job", "jobs")
             );
         }
     }
@@ -423,7 +428,29 @@ pub fn render_text(events: &[Event], summary: &Summary, tz: &jiff::tz::TimeZone)
 
 #[cfg(test)]
 mod tests {
-    use super::money;
+    use super::*;
+
+    #[test]
+    fn the_summary_counts_in_the_singular_and_the_plural() {
+        let one = SavingsTotal { jobs: 1, gpu_hours: 8.0, dollars: 0.0 };
+        let summary =
+            Summary { records: 1, jobs: 1, firings: 1, rule_errors: 0, saved: one, ..Summary::default() };
+        let text = render_text(&[], &summary, &jiff::tz::TimeZone::UTC);
+        assert!(
+            text.contains("  input        1 record, 1 job, 0 ignored after an enforced suspension\n"),
+            "{text}"
+        );
+        assert!(text.contains("  rules        1 firing, 0 evaluation errors\n"), "{text}");
+        assert!(text.contains("  saved        8 GPU-hours, $0.00 across 1 job\n"), "{text}");
+        let s = Savings {
+            until: Timestamp::UNIX_EPOCH,
+            basis: crate::evaluate::SavingsBasis::EstimatedEnd,
+            gpus: 1.0,
+            gpu_hours: 2.0,
+            dollars: None,
+        };
+        assert_eq!(savings_text(&s), "frees 1 GPU × 2h until its estimated end = 2 GPU-hours");
+    }
 
     #[test]
     fn money_has_thousands_separators() {

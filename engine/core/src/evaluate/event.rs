@@ -56,6 +56,47 @@ pub struct Reason {
     /// What kind of finding it was (a stall wins); not serialized.
     #[serde(skip)]
     pub kind: Option<FindingKind>,
+    /// On a resolved (or cleared) transition: why the rule stopped firing. `None` on other transitions.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub resolution: Option<Resolution>,
+}
+
+/// Why a firing rule resolved (or a pending one cleared).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "camelCase")]
+pub enum Resolution {
+    /// The rule's condition no longer holds.
+    ConditionCleared,
+    /// The policy's active window closed (outside it the policy is inactive).
+    WindowClosed,
+    /// The job is not running any more: it completed or failed.
+    JobFinished,
+    /// The job was resumed (a pending rule starts afresh).
+    JobResumed,
+    /// The TrainJob was deleted.
+    JobDeleted,
+    /// The policy no longer selects the job (its labels or namespace changed).
+    NoLongerSelected,
+    /// The rule was changed or removed by a new version of the policy.
+    RuleChanged,
+    /// The policy was deleted.
+    PolicyRemoved,
+}
+
+impl Resolution {
+    /// Why, as a clause for people: `the condition no longer holds`.
+    pub fn text(self) -> &'static str {
+        match self {
+            Resolution::ConditionCleared => "the condition no longer holds",
+            Resolution::WindowClosed => "the policy's active window closed",
+            Resolution::JobFinished => "the job is no longer running (it completed or failed)",
+            Resolution::JobResumed => "the job was resumed",
+            Resolution::JobDeleted => "the TrainJob was deleted",
+            Resolution::NoLongerSelected => "the policy no longer selects the job",
+            Resolution::RuleChanged => "the rule was changed or removed",
+            Resolution::PolicyRemoved => "the policy was removed",
+        }
+    }
 }
 
 impl Reason {

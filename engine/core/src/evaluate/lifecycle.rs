@@ -1,7 +1,7 @@
 //! One rule for one job, Prometheus style: the condition (detector and/or script), the state machine
 //! inactive → pending → firing → resolved, firing's action intents with cooldowns, and resolution.
 
-use super::{ActionIntent, Alert, Event, Reason, RuleTrack, TransitionKind, savings};
+use super::{ActionIntent, Alert, Event, Reason, Resolution, RuleTrack, TransitionKind, savings};
 use crate::history::job::JobData;
 use crate::input::sample::JobKey;
 use crate::judge::script::ScriptEngine;
@@ -46,10 +46,16 @@ pub(super) fn advance(
     policy: &CompiledPolicy,
     rule: &CompiledRule,
     reason: Option<Reason>,
+    cleared_by: Resolution,
     now: Timestamp,
     data: Option<&JobData>,
     out: &mut Vec<Event>,
 ) {
+    // `reason` is `None` because of `cleared_by`: the condition, the window or the job's phase.
+    let ended = |track: &mut RuleTrack| Reason {
+        resolution: Some(cleared_by),
+        ..std::mem::take(&mut track.last_reason)
+    };
     let transition = |kind: TransitionKind, reason: Reason, out: &mut Vec<Event>| {
         out.push(Event::Transition {
             at: now,
@@ -80,7 +86,7 @@ pub(super) fn advance(
         }
         (Alert::Pending { .. }, None) => {
             track.alert = Alert::Inactive;
-            transition(TransitionKind::Cleared, std::mem::take(&mut track.last_reason), out);
+            transition(TransitionKind::Cleared, ended(track), out);
         }
         (Alert::Firing { since, .. }, Some(reason)) => {
             track.alert = Alert::Firing { since, cleared_at: None };
@@ -91,7 +97,7 @@ pub(super) fn advance(
             track.alert = Alert::Firing { since, cleared_at: Some(cleared) };
             if crate::time::seconds(cleared, now) >= rule.keep_firing_for.as_secs_f64() {
                 track.alert = Alert::Inactive;
-                transition(TransitionKind::Resolved, std::mem::take(&mut track.last_reason), out);
+                transition(TransitionKind::Resolved, ended(track), out);
             }
         }
         (Alert::Inactive, None) => {}
@@ -187,6 +193,7 @@ pub(super) fn resolve_track(
     key: &JobKey,
     policy: &CompiledPolicy,
     rule: &CompiledRule,
+    why: Resolution,
     now: Timestamp,
     out: &mut Vec<Event>,
 ) {
@@ -201,7 +208,7 @@ pub(super) fn resolve_track(
         policy: policy.reference.clone(),
         rule: rule.name.clone(),
         kind,
-        reason: track.last_reason,
+        reason: Reason { resolution: Some(why), ..track.last_reason },
         mode: rule.mode,
     });
 }

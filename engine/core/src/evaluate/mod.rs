@@ -28,7 +28,7 @@ mod memory;
 mod savings;
 mod timers;
 
-pub use event::{ActionIntent, Event, Reason, RuleState, Savings, SavingsBasis, TransitionKind};
+pub use event::{ActionIntent, Event, Reason, Resolution, RuleState, Savings, SavingsBasis, TransitionKind};
 use lifecycle::{advance, condition, resolve_track};
 pub use memory::RuleMemory;
 use memory::claim_memories;
@@ -271,12 +271,12 @@ impl Evaluator {
                     Some(n) if new.rules[n].fingerprint == old_rule.fingerprint => new_tracks[n] = track,
                     Some(n) => {
                         let history = (std::mem::take(&mut track.last_issued), track.firings);
-                        resolve_track(track, &key, old, old_rule, now, out);
+                        resolve_track(track, &key, old, old_rule, Resolution::RuleChanged, now, out);
                         let fresh = &mut new_tracks[n];
                         (fresh.last_issued, fresh.firings) = history;
                         fresh.last_issued.resize(new.rules[n].actions.len(), None);
                     }
-                    None => resolve_track(track, &key, old, old_rule, now, out),
+                    None => resolve_track(track, &key, old, old_rule, Resolution::RuleChanged, now, out),
                 }
             }
             job.tracks[index] = new_tracks;
@@ -318,7 +318,15 @@ impl Evaluator {
             job.selected_by.retain(|&p| p != index);
             if let Some(tracks) = job.tracks.get_mut(index) {
                 for (r, track) in std::mem::take(tracks).into_iter().enumerate() {
-                    resolve_track(track, &key, &slot.policy, &slot.policy.rules[r], now, out);
+                    resolve_track(
+                        track,
+                        &key,
+                        &slot.policy,
+                        &slot.policy.rules[r],
+                        Resolution::PolicyRemoved,
+                        now,
+                        out,
+                    );
                 }
             }
         }
@@ -457,7 +465,11 @@ impl Evaluator {
                         policy: slot.policy.reference.clone(),
                         rule: slot.policy.rules[r].name.clone(),
                         kind: TransitionKind::Cleared,
-                        reason: Reason { summary: "the job was resumed".into(), ..Reason::default() },
+                        reason: Reason {
+                            summary: "the job was resumed".into(),
+                            resolution: Some(Resolution::JobResumed),
+                            ..Reason::default()
+                        },
                         mode: slot.policy.rules[r].mode,
                     });
                 }
@@ -504,7 +516,15 @@ impl Evaluator {
             for (p, tracks) in job.tracks.into_iter().enumerate() {
                 if let Some(Some(slot)) = self.policies.get(p) {
                     for (r, track) in tracks.into_iter().enumerate() {
-                        resolve_track(track, key, &slot.policy, &slot.policy.rules[r], now, out);
+                        resolve_track(
+                            track,
+                            key,
+                            &slot.policy,
+                            &slot.policy.rules[r],
+                            Resolution::JobDeleted,
+                            now,
+                            out,
+                        );
                     }
                 }
             }
@@ -526,6 +546,14 @@ impl Evaluator {
                 continue;
             }
             let active = running && slot.is_active(now);
+            // Why the condition does not hold, when it does not.
+            let cleared_by = if !running {
+                Resolution::JobFinished
+            } else if !active {
+                Resolution::WindowClosed
+            } else {
+                Resolution::ConditionCleared
+            };
             entry.tracks_mut(p_index, policy.rules.len());
             claim_memories(&mut self.restored, entry, key, p_index, policy);
             for (r_index, rule) in policy.rules.iter().enumerate() {
@@ -540,7 +568,17 @@ impl Evaluator {
                     Ok((reason, wake)) => {
                         track.last_error = None;
                         track.script_wake = wake;
-                        advance(track, key, policy, rule, reason, now, entry.data.as_deref(), out);
+                        advance(
+                            track,
+                            key,
+                            policy,
+                            rule,
+                            reason,
+                            cleared_by,
+                            now,
+                            entry.data.as_deref(),
+                            out,
+                        );
                     }
                     Err(message) => {
                         if track.last_error.as_deref() != Some(message.as_str()) {
@@ -565,7 +603,15 @@ impl Evaluator {
             let tracks = std::mem::take(&mut entry.tracks[p]);
             if let Some(Some(slot)) = self.policies.get(p) {
                 for (r, track) in tracks.into_iter().enumerate() {
-                    resolve_track(track, key, &slot.policy, &slot.policy.rules[r], now, out);
+                    resolve_track(
+                        track,
+                        key,
+                        &slot.policy,
+                        &slot.policy.rules[r],
+                        Resolution::NoLongerSelected,
+                        now,
+                        out,
+                    );
                 }
             }
         }

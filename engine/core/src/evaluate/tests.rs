@@ -599,3 +599,47 @@ fn a_rule_edited_while_nobody_watched_does_not_inherit_its_old_memory() {
         log(&[(6, "high pending"), (26, "high firing"), (26, "high → suspend [Enforce]")])
     );
 }
+
+/// Every resolution says why: the condition, the window, the job's end, its deletion, the selector.
+#[test]
+fn resolutions_carry_their_reason() {
+    let why = |w: &World| -> Vec<Option<Resolution>> {
+        w.events
+            .iter()
+            .filter_map(|e| match e {
+                Event::Transition { kind: TransitionKind::Resolved, reason, .. } => Some(reason.resolution),
+                _ => None,
+            })
+            .collect()
+    };
+    let rules = "    - {name: high, when: 'metric(\"loss\") > 1.0'}\n";
+    let mut w = World::with_policy(&policy(rules, ""));
+    w.sample(0, 2.0, None);
+    w.sample(1, 0.5, None);
+    assert_eq!(why(&w), [Some(Resolution::ConditionCleared)]);
+
+    let mut w = World::with_policy(&policy(rules, ""));
+    w.sample(0, 2.0, None);
+    w.phase(1, JobPhase::Complete);
+    assert_eq!(why(&w), [Some(Resolution::JobFinished)]);
+
+    let mut w = World::with_policy(&policy(rules, ""));
+    w.sample(0, 2.0, None);
+    w.ev.forget_job(&JobKey::new("ml", "ft"), t(1), &mut w.events);
+    assert_eq!(why(&w), [Some(Resolution::JobDeleted)]);
+
+    let mut w = World::with_policy(&policy(rules, "  selector: {matchLabels: {team: ml}}\n"));
+    w.sample(0, 2.0, None);
+    let mut snap = w.job();
+    snap.labels.insert("team".into(), "other".into());
+    w.ev.observe(snap, t(1), &mut w.events);
+    assert_eq!(why(&w), [Some(Resolution::NoLongerSelected)]);
+
+    // Friday 17:00–19:00 UTC: at 19:00 the window closes while the loss is still high.
+    let extra = "  activeWindows: [{start: \"0 17 * * FRI\", duration: 2h}]\n";
+    let mut w = World::with_policy(&policy(rules, extra));
+    w.sample(0, 2.0, None);
+    w.sample(121, 2.0, None);
+    assert_eq!(why(&w), [Some(Resolution::WindowClosed)]);
+    assert_eq!(Resolution::WindowClosed.text(), "the policy's active window closed");
+}

@@ -114,12 +114,15 @@ pub struct CompiledReceiver {
     pub email: Option<EmailChannel>,
     /// Set when the receiver posts to a webhook.
     pub webhook: Option<WebhookChannel>,
+    /// The policy's `spec.timezone` (UTC by default): messages print instants in it, with the offset.
+    pub time_zone: jiff::tz::TimeZone,
 }
 
 /// Validates and compiles `spec.receivers`; problems go to `errors` with their paths.
 pub(crate) fn compile_receivers(
     receivers: &[ReceiverSpec],
     scope: &PolicyScope,
+    time_zone: &jiff::tz::TimeZone,
     errors: &mut Vec<FieldError>,
 ) -> Vec<CompiledReceiver> {
     let mut names = HashSet::new();
@@ -280,6 +283,7 @@ pub(crate) fn compile_receivers(
             slack,
             email,
             webhook,
+            time_zone: time_zone.clone(),
         });
     }
     out

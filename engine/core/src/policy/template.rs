@@ -53,11 +53,14 @@ pub enum Field {
     Summary,
     /// The values behind it, `name=value, …`.
     Values,
-    /// The rule's other actions: `will suspend the TrainJob` (Enforce) or `would …` (Audit).
+    /// The rule's other actions: `suspended the TrainJob` (Enforce, once performed; `suspending …` before the
+    /// result is known) or `would …` (Audit).
     Actions,
+    /// How to resume a job the firing stopped and how to exempt it (`kubectl` commands); empty otherwise.
+    Undo,
     /// The notify action's `message`.
     Message,
-    /// When the rule fired (or resolved), RFC 3339.
+    /// When the rule fired (or resolved), in the policy's time zone with its offset.
     At,
     /// The job's progress, `62%`.
     Progress,
@@ -125,14 +128,20 @@ pub(crate) const FIELDS: &[FieldDoc] = &[
         name: "actions",
         field: Field::Actions,
         group: false,
-        doc: "the rule's other actions: `will suspend the TrainJob` (Enforce) or `would …` (Audit)",
+        doc: "the rule's other actions: `suspended the TrainJob` (Enforce; `suspending …` until the result is known) or `would …` (Audit)",
+    },
+    FieldDoc {
+        name: "undo",
+        field: Field::Undo,
+        group: false,
+        doc: "how to resume a job the firing stopped, and how to exempt it (`kubectl` commands)",
     },
     FieldDoc { name: "message", field: Field::Message, group: false, doc: "the notify action's `message`" },
     FieldDoc {
         name: "at",
         field: Field::At,
         group: false,
-        doc: "when the rule fired (or resolved), RFC 3339",
+        doc: "when the rule fired (or resolved), in the policy's time zone: `Sat 2026-11-28 00:11:26 +01:00`",
     },
     FieldDoc { name: "progress", field: Field::Progress, group: false, doc: "the job's progress, `62%`" },
     FieldDoc { name: "eta", field: Field::Eta, group: false, doc: "the job's reported time to completion" },

@@ -110,10 +110,10 @@ impl Executor {
         };
         let wname = workload.name_any();
         if spec_bool(&workload, "/spec/active") == Some(false) {
-            return Ok(Ended::new(
-                ActionResult::Unchanged,
-                format!("Kueue Workload {wname} is already inactive"),
-            ));
+            let mut ended =
+                Ended::new(ActionResult::Unchanged, format!("Kueue Workload {wname} is already inactive"));
+            ended.workload = Some(wname);
+            return Ok(ended);
         }
         let body = json!({
             "apiVersion": format!("kueue.x-k8s.io/{version}"),
@@ -126,11 +126,13 @@ impl Executor {
         self.call(ApiOperation::PatchWorkload, || api.patch(&wname, &params, &patch))
             .await
             .map_err(|e| ActionError::call(format!("deactivating Kueue Workload {wname}"), e))?;
-        Ok(Ended::new(
+        let mut ended = Ended::new(
             ActionResult::Done,
             format!(
                 "managed by Kueue (queue {queue}): deactivated Workload {wname} instead of setting spec.suspend"
             ),
-        ))
+        );
+        ended.workload = Some(wname);
+        Ok(ended)
     }
 }

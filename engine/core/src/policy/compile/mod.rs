@@ -110,7 +110,8 @@ pub fn compile(doc: &PolicyDocument, engine: &ScriptEngine) -> Result<CompiledPo
     let spec = &doc.spec;
     let calendar = calendar::calendar(spec, &mut errors);
     let sampling_interval = check_settings(doc, &mut errors);
-    let receivers = receiver::compile_receivers(&spec.receivers, &doc.scope, &mut errors);
+    let receivers =
+        receiver::compile_receivers(&spec.receivers, &doc.scope, calendar.time_zone(), &mut errors);
     let rules = rules::rules(spec, sampling_interval, engine, &mut errors);
     // A field the compiler has something to say about needs no second, vaguer line from the schema.
     let own: std::collections::HashSet<String> = errors.iter().map(|e| e.path.clone()).collect();
