@@ -140,11 +140,85 @@ fn sample(at: Timestamp, metrics: &[(&'static str, f64)]) -> ProgressSample {
 fn job_series_drops_duplicates_and_out_of_order_samples() {
     let mut j = JobSeries::new(t(0));
     assert_eq!(j.record(&sample(t(10), &[("loss", 1.0)])), Recorded::New);
-    assert_eq!(j.record(&sample(t(10), &[("loss", 0.5)])), Recorded::Duplicate);
-    assert_eq!(j.record(&sample(t(5), &[("loss", 0.5)])), Recorded::Duplicate);
+    assert_eq!(j.record(&sample(t(10), &[("loss", 1.0)])), Recorded::Duplicate, "the same report twice");
+    assert_eq!(j.record(&sample(t(5), &[("loss", 0.5)])), Recorded::Duplicate, "older");
     assert_eq!(j.samples, 1);
     assert_eq!(j.duplicates, 2);
     assert_eq!(j.metric("loss").unwrap().last(), Some((t(10), 1.0)));
+}
+
+/// Issue 14, item 3: Kubeflow's status server keeps whole seconds, so two reports can share a
+/// `lastUpdatedTime` (transformers' forced final update right after the last step's). The second one used
+/// to be dropped; it is the newer content and is kept. The very same report again is still dropped.
+#[test]
+fn new_content_within_the_same_second_is_kept() {
+    let mut j = JobSeries::new(t(0));
+    let mut step = sample(t(10), &[("loss", 1.0)]);
+    step.current_step = Some(749.0);
+    step.progress_percent = Some(99.0);
+    assert_eq!(j.record(&step), Recorded::New);
+    let mut end = sample(t(10), &[("loss", 0.9), ("train_loss", 1.2)]);
+    end.current_step = Some(750.0);
+    end.progress_percent = Some(100.0);
+    assert_eq!(j.record(&end), Recorded::New, "same second, new content");
+    assert_eq!(j.record(&end), Recorded::Duplicate, "the same report again");
+    assert_eq!((j.samples, j.duplicates), (2, 1));
+    assert_eq!(j.last.unwrap().progress_percent, Some(100.0));
+    assert_eq!(j.metric("loss").unwrap().last(), Some((t(10), 0.9)));
+    assert_eq!(j.metric("train_loss").unwrap().last(), Some((t(10), 1.2)));
+    // A change in any field counts, a metric left out too.
+    let mut eta = end.clone();
+    eta.eta_seconds = Some(0.0);
+    assert_eq!(j.record(&eta), Recorded::New);
+    let mut fewer = eta.clone();
+    fewer.metrics.pop();
+    assert_eq!(j.record(&fewer), Recorded::New);
+    let mut summary = fewer.clone();
+    summary.summary = Some("complete".into());
+    assert_eq!(j.record(&summary), Recorded::New);
+    assert_eq!(j.record(&summary), Recorded::Duplicate);
+}
+
+/// Issue 14, item 2: a run that logs the same loss at a new step has observed it again. Before, a
+/// bit-identical value was always taken for a cached re-send, so a flat loss never filled a sample-count
+/// window. The same value in a report that did not move (a re-poll of a pod that has not moved; beside a
+/// new value in a report without progress fields) is still a repeat.
+#[test]
+fn the_same_value_at_a_new_step_is_an_observation() {
+    let mut j = JobSeries::new(t(0));
+    for i in 0..30 {
+        let mut s = sample(t(i * 60), &[("loss", 1.0), ("eval_loss", 2.0)]);
+        s.current_step = Some(i as f64 * 10.0);
+        assert_eq!(j.record(&s), Recorded::New);
+        assert!(j.metric("loss").unwrap().is_fresh());
+    }
+    let loss = j.metric("loss").unwrap();
+    assert_eq!((loss.count(), loss.window_len(), loss.repeats()), (30, 30, 0));
+    assert_eq!(loss.best(Direction::Min).unwrap().sample, 1, "the best is where it was first reached");
+    assert_eq!(loss.stats().unwrap().std, 0.0);
+    // Re-polled: the same step and values with a newer lastUpdatedTime.
+    let mut s = sample(t(30 * 60), &[("loss", 1.0), ("eval_loss", 2.0)]);
+    s.current_step = Some(290.0);
+    assert_eq!(j.record(&s), Recorded::New);
+    let loss = j.metric("loss").unwrap();
+    assert!(!loss.is_fresh());
+    assert_eq!((loss.count(), loss.repeats()), (30, 1));
+    assert_eq!(j.last_progress_at, Some(t(29 * 60)), "and it is not progress");
+    // Progress without a step moves a report on too.
+    let mut j = JobSeries::new(t(0));
+    for i in 0..5 {
+        let mut s = sample(t(i * 60), &[("loss", 1.0)]);
+        s.progress_percent = Some(i as f64);
+        j.record(&s);
+    }
+    assert_eq!(j.metric("loss").unwrap().count(), 5);
+    // Nothing moved: a new loss beside the same eval_loss is one observation, of the loss.
+    let mut j = JobSeries::new(t(0));
+    j.record(&sample(t(0), &[("loss", 2.0), ("eval_loss", 2.0)]));
+    j.record(&sample(t(60), &[("loss", 1.9), ("eval_loss", 2.0)]));
+    assert!(j.metric("loss").unwrap().is_fresh());
+    assert!(!j.metric("eval_loss").unwrap().is_fresh());
+    assert_eq!(j.metric("eval_loss").unwrap().count(), 1);
 }
 
 #[test]
