@@ -300,3 +300,39 @@ fn direction_is_inferred_from_the_name() {
     assert_eq!(Direction::infer("throughput_samples_per_second"), Direction::Max);
     assert_eq!(Direction::infer("grad_norm"), Direction::Min);
 }
+
+/// What does not match `expect_actions` when a `plateau` rule with a 20-sample window (issue 14's example)
+/// judges `series`, as `trainwarden test` runs it (one report a minute).
+fn plateau_window_20(series: &str, expect_actions: &str) -> Vec<String> {
+    use crate::drive::rule_test::{FileSource, parse_test_file, run_case};
+    use crate::evaluate::{EngineConfig, Evaluator};
+    struct NoFiles;
+    impl FileSource for NoFiles {
+        fn read(&self, relative: &str) -> Result<String, String> {
+            Err(format!("no file {relative}"))
+        }
+    }
+    let policy = "apiVersion: trainwarden.dev/v1alpha1\nkind: ProgressPolicy\nmetadata: {name: p, namespace: ml}\n\
+                  spec:\n  mode: Enforce\n  rules:\n    - {name: flat, uses: plateau, with: {metric: loss, window: 20}, \
+                  actions: [{suspend: {}}]}\n";
+    let doc = crate::policy::compile::parse_documents(policy, "p.yaml").unwrap().remove(0);
+    let config = EngineConfig::default();
+    let compiled = crate::policy::compile::compile(&doc, Evaluator::new(config.clone()).scripts()).unwrap();
+    let file = parse_test_file(&format!(
+        "policies: [p.yaml]\ntests:\n  - name: t\n    job: {{namespace: ml, name: ft}}\n    series:\n{series}\n    expectActions: {expect_actions}\n"
+    ))
+    .unwrap();
+    run_case(&file.tests[0], vec![compiled], config, &NoFiles).failures
+}
+
+/// Issue 14, item 2, end to end: `2.0-0.05x20 1.0x1000` with `window: 20` never fired, the flat 1.0 being
+/// taken for one value re-sent 1000 times. Reported at a new step each time, it is 1000 observations.
+#[test]
+fn a_flat_loss_at_new_steps_fills_a_sample_count_plateau_window() {
+    let flat_at_new_steps = "      loss: \"2.0-0.05x20 1.0x1000\"\n      step: \"0+1x1020\"";
+    // Best 1.0 first reached at 20m, then 20 observations without improvement.
+    let suspended = "[{at: 40m, rule: flat, action: suspend, mode: Enforce}]";
+    assert_eq!(plateau_window_20(flat_at_new_steps, suspended), Vec::<String>::new());
+    // Reports that do not move (no step, progress or ETA), re-polled: still one observation, no plateau.
+    assert_eq!(plateau_window_20("      loss: \"2.0-0.05x20 1.0x1000\"", "[]"), Vec::<String>::new());
+}
