@@ -244,6 +244,12 @@ impl MetricSeries {
             self.last_non_finite = Some((at, value));
             return;
         }
+        // Two reports can share a second (see `JobSeries::record`). A finite value after a non-finite one in
+        // the same second supersedes it: readers order the two by time, and equal times cannot say which
+        // came last.
+        if self.last_non_finite.is_some_and(|(bad_at, _)| bad_at == at) {
+            self.last_non_finite = None;
+        }
         self.count += 1;
         self.last = Some((at, value));
         let sample = self.count;
@@ -366,7 +372,8 @@ impl MetricSeries {
     /// The latest observation, finite or not.
     pub fn latest_observation(&self) -> Option<f64> {
         match (self.last, self.last_non_finite) {
-            (Some((good_at, _)), Some((bad_at, bad))) if bad_at > good_at => Some(bad),
+            // Equal times: the non-finite value came last (a later finite one in its second clears it).
+            (Some((good_at, _)), Some((bad_at, bad))) if bad_at >= good_at => Some(bad),
             (Some((_, good)), _) => Some(good),
             (None, Some((_, bad))) => Some(bad),
             (None, None) => None,
@@ -401,7 +408,7 @@ impl MetricSeries {
         self.non_finite_count
     }
 
-    /// The latest non-finite observation.
+    /// The latest non-finite observation, unless a finite one followed it within the same second.
     pub fn last_non_finite(&self) -> Option<(Timestamp, f64)> {
         self.last_non_finite
     }

@@ -179,6 +179,29 @@ fn new_content_within_the_same_second_is_kept() {
     assert_eq!(j.record(&summary), Recorded::Duplicate);
 }
 
+/// Two reports in one second: whichever came last is the latest observation, finite or not.
+#[test]
+fn the_order_of_two_values_in_one_second_is_kept() {
+    let mut s = MetricSeries::new(t(0));
+    s.observe(t(10), 1.0);
+    s.observe(t(10), f64::NAN);
+    assert!(s.latest_observation().unwrap().is_nan());
+    assert_eq!(s.last_non_finite().map(|(at, _)| at), Some(t(10)));
+    s.observe(t(10), 0.9);
+    assert_eq!(s.latest_observation(), Some(0.9));
+    assert_eq!(s.last_non_finite(), None, "superseded within its second");
+    assert_eq!((s.non_finite_count(), s.count()), (1, 2));
+    // Through a job: a NaN report, then a finite one in the same second (and the other way round).
+    let mut j = JobSeries::new(t(0));
+    j.record(&sample(t(5), &[("loss", 1.0)]));
+    j.record(&sample(t(10), &[("loss", f64::NAN)]));
+    assert_eq!(j.record(&sample(t(10), &[("loss", 0.8)])), Recorded::New);
+    assert_eq!(j.metric("loss").unwrap().latest_observation(), Some(0.8));
+    assert_eq!(j.record(&sample(t(20), &[("loss", 0.7)])), Recorded::New);
+    assert_eq!(j.record(&sample(t(20), &[("loss", f64::INFINITY)])), Recorded::New);
+    assert_eq!(j.metric("loss").unwrap().latest_observation(), Some(f64::INFINITY));
+}
+
 /// Issue 14, item 2: a run that logs the same loss at a new step has observed it again. Before, a
 /// bit-identical value was always taken for a cached re-send, so a flat loss never filled a sample-count
 /// window. The same value in a report that did not move (a re-poll of a pod that has not moved; beside a
