@@ -94,6 +94,22 @@ pub struct InvalidInputLabels {
     pub input: InvalidInput,
 }
 
+/// Which progress format carried an unknown field.
+#[derive(Clone, Copy, Debug, Hash, PartialEq, Eq)]
+pub enum ProgressSource {
+    /// Upstream `status.trainerStatus`.
+    TrainerStatus,
+    /// The RHOAI `trainer.opendatahub.io/trainerStatus` annotation.
+    Annotation,
+}
+
+/// Labels of `trainwarden_unknown_progress_fields`.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ProgressSourceLabels {
+    /// Which progress format.
+    pub source: ProgressSource,
+}
+
 /// Work the evaluation loop produced that never reached its destination.
 #[derive(Clone, Copy, Debug, Hash, PartialEq, Eq)]
 pub enum DroppedWork {
@@ -174,6 +190,10 @@ label_value! {
         InvalidInput::TrainjobProgress => "trainjob_progress",
         InvalidInput::Policy => "policy",
     };
+    ProgressSource => |v| match v {
+        ProgressSource::TrainerStatus => "trainer_status",
+        ProgressSource::Annotation => "annotation",
+    };
     DroppedWork => |v| match v {
         DroppedWork::ExecutorGone => "executor_gone",
         DroppedWork::NotifierRefused => "notifier_refused",
@@ -212,6 +232,9 @@ pub struct Metrics {
     pub status_writes: Family<ResultLabels, Counter>,
     /// `trainwarden_invalid_inputs`: watched objects that could not be read, by kind.
     pub invalid_inputs: Family<InvalidInputLabels, Counter>,
+    /// `trainwarden_unknown_progress_fields`: keys of TrainJobs' progress reports that their format does not
+    /// define (read without them), once per job and key, by source.
+    pub unknown_progress_fields: Family<ProgressSourceLabels, Counter>,
     /// `trainwarden_work_dropped`: work the evaluation loop produced that never reached its destination.
     pub work_dropped: Family<DroppedWorkLabels, Counter>,
     /// `trainwarden_notifications`: deliveries since start (a gauge set from the notifier's counters).
@@ -310,6 +333,12 @@ impl Metrics {
             "Watched objects that could not be read (malformed progress, invalid policies)",
             invalid_inputs.clone(),
         );
+        let unknown_progress_fields = Family::<ProgressSourceLabels, Counter>::default();
+        registry.register(
+            "unknown_progress_fields",
+            "Keys of TrainJob progress reports that their format does not define (read without them), once per job and key, by source",
+            unknown_progress_fields.clone(),
+        );
         let work_dropped = Family::<DroppedWorkLabels, Counter>::default();
         registry.register(
             "work_dropped",
@@ -377,6 +406,7 @@ impl Metrics {
             api_requests,
             status_writes,
             invalid_inputs,
+            unknown_progress_fields,
             work_dropped,
             notifications,
             jobs,

@@ -26,12 +26,14 @@ use tracing::{debug, info, warn};
 use trainwarden_core::compile;
 use trainwarden_core::{ActionSpec, PolicyId, PolicyKind};
 use trainwarden_core::{EngineConfig, Evaluator, Event, TransitionKind};
-use trainwarden_core::{JobKey, NormalizeError, Timestamp};
+use trainwarden_core::{JobKey, JobSnapshot, NormalizeError, SampleSource, Timestamp};
 use trainwarden_kube::ProgressPolicyStatus;
 
 use crate::config::ControllerConfig;
 use crate::messages::{Input, PolicyInput, ReceiverChange, StatusUpdate, TrainJobEvent, Work};
-use crate::metrics::{DroppedWork, InvalidInput, Metrics, ModeLabel, ModeLabels};
+use crate::metrics::{
+    DroppedWork, InvalidInput, Metrics, ModeLabel, ModeLabels, ProgressSource, ProgressSourceLabels,
+};
 use books::PolicyBook;
 use ledger::Ledger;
 use trainwarden_notify::{JobProgress, Notifier};
@@ -45,6 +47,8 @@ pub struct Brain {
     jobs_listed: bool,
     exempt: HashSet<JobKey>,
     unreadable: HashMap<JobKey, NormalizeError>,
+    /// Paths of the unknown progress fields already reported per job (see [`Brain::surface_unknown_fields`]).
+    unknown_fields: HashMap<JobKey, HashSet<String>>,
     events: Vec<Event>,
     /// Output of the last step, for the caller to send.
     pub work: Vec<Work>,
@@ -79,6 +83,7 @@ impl Brain {
             jobs_listed: false,
             exempt: HashSet::new(),
             unreadable: HashMap::new(),
+            unknown_fields: HashMap::new(),
             events: Vec::new(),
             work: Vec::new(),
             metrics,
@@ -148,6 +153,7 @@ impl Brain {
                     match job.snapshot {
                         Ok(snapshot) => {
                             self.unreadable.remove(&job.key);
+                            self.surface_unknown_fields(&snapshot);
                             let started = Instant::now();
                             self.evaluator.observe(snapshot, now, &mut self.events);
                             self.metrics.evaluations.inc();
@@ -167,6 +173,7 @@ impl Brain {
                 self.abandon(|i| i.job == key);
                 self.exempt.remove(&key);
                 self.unreadable.remove(&key);
+                self.unknown_fields.remove(&key);
                 self.evaluator.forget_job(&key, now, &mut self.events);
             }
             Input::JobsListed => {
@@ -185,6 +192,43 @@ impl Brain {
         self.metrics.jobs.set(self.evaluator.job_count() as i64);
         self.drain_events();
         self.metrics.actions_owed.set(self.ledger.len() as i64);
+    }
+
+    /// Keys of a job's progress report that its format does not define (a misspelt `trainMetricz`): the job
+    /// is evaluated without them, as before, but not silently: each is counted in
+    /// `trainwarden_unknown_progress_fields{source}`, logged and named in a warning Event
+    /// (`UnknownProgressFields`), once per job and key.
+    fn surface_unknown_fields(&mut self, snapshot: &JobSnapshot) {
+        if snapshot.unknown_fields.is_empty() {
+            return;
+        }
+        let seen = self.unknown_fields.entry(snapshot.key.clone()).or_default();
+        let new: Vec<String> = snapshot
+            .unknown_fields
+            .iter()
+            .filter(|e| seen.insert(e.path.clone()))
+            .map(ToString::to_string)
+            .collect();
+        if new.is_empty() {
+            return;
+        }
+        let source = match snapshot.sample.as_ref().map(|s| s.source) {
+            Some(SampleSource::Annotation) => ProgressSource::Annotation,
+            _ => ProgressSource::TrainerStatus,
+        };
+        self.metrics
+            .unknown_progress_fields
+            .get_or_create(&ProgressSourceLabels { source })
+            .inc_by(new.len() as u64);
+        let fields = new.join("; ");
+        warn!(job = %snapshot.key, %fields, "the TrainJob's progress report has fields its format does not define");
+        self.work.push(Work::RecordEvent(Box::new(TrainJobEvent {
+            job: snapshot.key.clone(),
+            warning: true,
+            reason: "UnknownProgressFields".into(),
+            action: "Evaluate".into(),
+            note: format!("progress read without the fields its format does not define: {fields}"),
+        })));
     }
 
     /// Runs due timers at `now`: the evaluator's, and failed actions whose backoff has passed.
@@ -555,6 +599,69 @@ mod tests {
                 Work::RecordEvent(_) | Work::Notify(..) | Work::Receivers(_) => None,
             })
             .collect()
+    }
+
+    /// Issue 14: a misspelt key in a live TrainJob's progress is not a reason to stop judging the job, but
+    /// must not go unnoticed either: one warning Event per job and key, a counter by source.
+    #[test]
+    fn unknown_progress_fields_are_surfaced_once_per_job_and_key() {
+        let job = |name: &str, at: i64, mut status: serde_json::Value| {
+            status["lastUpdatedTime"] = serde_json::json!(t(at).to_string());
+            let obj = serde_json::json!({
+                "metadata": {"name": name, "namespace": "ml"},
+                "status": {"trainerStatus": status},
+            });
+            let snapshot = trainwarden_core::from_trainjob(&obj).unwrap();
+            Input::Job(Box::new(JobInput {
+                key: snapshot.key.clone(),
+                snapshot: Ok(snapshot),
+                exempt: false,
+            }))
+        };
+        let events = |brain: &mut Brain| -> Vec<String> {
+            brain
+                .work
+                .drain(..)
+                .filter_map(|w| match w {
+                    Work::RecordEvent(e) => Some(format!("{} {} {}: {}", e.job, e.warning, e.reason, e.note)),
+                    _ => None,
+                })
+                .collect()
+        };
+        let counted = |brain: &Brain, source: ProgressSource| {
+            brain.metrics.unknown_progress_fields.get_or_create(&ProgressSourceLabels { source }).get()
+        };
+        let mut b = brain();
+        let typo = serde_json::json!({"trainMetricz": [{"name": "loss", "value": "1"}]});
+        b.handle(job("ft", 0, typo.clone()), t(0));
+        assert_eq!(
+            events(&mut b),
+            [
+                "ml/ft true UnknownProgressFields: progress read without the fields its format does not define: \
+              status.trainerStatus.trainMetricz: unknown field; expected one of progressPercentage, \
+              estimatedRemainingSeconds, metrics, lastUpdatedTime"
+            ]
+        );
+        assert_eq!(counted(&b, ProgressSource::TrainerStatus), 1);
+        assert!(b.evaluator().job(&JobKey::new("ml", "ft")).is_some(), "the job is still judged");
+        // The next report with the same typo: nothing new to say.
+        b.handle(job("ft", 5, typo.clone()), t(5));
+        assert_eq!(events(&mut b), Vec::<String>::new());
+        assert_eq!(counted(&b, ProgressSource::TrainerStatus), 1);
+        // Another key: said once more; another job: its own Event.
+        b.handle(job("ft", 10, serde_json::json!({"trainMetricz": [], "metric": 1})), t(10));
+        assert_eq!(events(&mut b).len(), 1);
+        b.handle(job("other", 10, typo.clone()), t(10));
+        assert_eq!(events(&mut b).len(), 1);
+        assert_eq!(counted(&b, ProgressSource::TrainerStatus), 3);
+        // Forgotten with the job.
+        b.handle(Input::JobGone(JobKey::new("ml", "ft")), t(11));
+        b.handle(job("ft", 12, typo), t(12));
+        assert_eq!(events(&mut b).len(), 1);
+        // A well-formed report says nothing.
+        b.handle(job("clean", 12, serde_json::json!({"metrics": [{"name": "loss", "value": "1"}]})), t(12));
+        assert_eq!(events(&mut b), Vec::<String>::new());
+        assert_eq!(counted(&b, ProgressSource::Annotation), 0);
     }
 
     #[test]

@@ -23,7 +23,8 @@ pub struct JobSeries {
     metrics: Vec<(Cow<'static, str>, MetricSeries)>,
     /// Samples accepted (after deduplication).
     pub samples: u64,
-    /// Samples dropped because their `lastUpdatedTime` was not newer than the previous one.
+    /// Samples dropped: older than the previous one, or the very same report again (same `lastUpdatedTime`,
+    /// same content).
     pub duplicates: u64,
     /// Metric names ignored because the job already had `MAX_METRICS_PER_JOB`.
     pub dropped_metrics: u64,
@@ -37,6 +38,10 @@ pub struct JobSeries {
     pub last_progress_at: Option<Timestamp>,
     /// The progress fields of the latest sample.
     pub last: Option<LastProgress>,
+    /// The latest sample's RHOAI summary and number of metrics: with `last` and the series' latest values,
+    /// what tells a repeated report from a new one.
+    last_summary: Option<String>,
+    last_metric_count: usize,
 }
 
 /// The progress fields of the latest sample.
@@ -50,11 +55,24 @@ pub struct LastProgress {
     pub total_epochs: Option<f64>,
 }
 
+impl LastProgress {
+    fn of(sample: &ProgressSample) -> Self {
+        LastProgress {
+            progress_percent: sample.progress_percent,
+            eta_seconds: sample.eta_seconds,
+            current_step: sample.current_step,
+            total_steps: sample.total_steps,
+            current_epoch: sample.current_epoch,
+            total_epochs: sample.total_epochs,
+        }
+    }
+}
+
 /// What [`JobSeries::record`] did with a sample.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Recorded {
     New,
-    /// Same or older `lastUpdatedTime` than the previous sample: dropped.
+    /// Older `lastUpdatedTime` than the previous sample, or the same one with the same content: dropped.
     Duplicate,
 }
 
@@ -71,47 +89,62 @@ impl JobSeries {
             last_sample_at: None,
             last_progress_at: None,
             last: None,
+            last_summary: None,
+            last_metric_count: 0,
         }
     }
 
-    /// Adds a sample unless it repeats or predates the previous one.
+    /// Adds a sample unless it predates the previous one or is the very same report again.
+    ///
+    /// - Older `lastUpdatedTime`: dropped (a watch re-delivers an object with an old `trainerStatus` when
+    ///   anything else about it changes).
+    /// - Same `lastUpdatedTime`, same content: dropped, the same report delivered twice. With new content it is
+    ///   kept, as the newer report: Kubeflow's status server stores whole seconds, and transformers' forced
+    ///   final update can share a second with the last step's.
+    ///
+    /// Which values of a recorded sample are observations (what sample-count windows count):
+    /// - in a report that moved on (its step, progress, epochs or ETA differ from the previous sample's),
+    ///   every value reported, even one bit-identical to the last: a run that logs the same loss at a new
+    ///   step has observed it again, so a flat loss fills a sample-count window;
+    /// - otherwise each value that differs from its metric's latest one. A value repeated bit for bit in a
+    ///   report that did not move is a cached value re-sent, not an observation (see [`MetricSeries::push`]):
+    ///   RHOAI's controller re-polling a pod that has not moved, or a reporter without progress fields
+    ///   re-sending the last `eval_loss` beside a new training loss.
     pub fn record(&mut self, sample: &ProgressSample) -> Recorded {
+        let progress = LastProgress::of(sample);
         if let Some(prev) = self.last_sample_at
-            && sample.updated_at <= prev
+            && (sample.updated_at < prev
+                || (sample.updated_at == prev && self.repeats_last(sample, &progress)))
         {
             self.duplicates += 1;
             return Recorded::Duplicate;
         }
+        let moved = self.last.is_some_and(|l| l != progress);
         self.samples += 1;
         self.first_sample_at.get_or_insert(sample.updated_at);
         self.last_sample_at = Some(sample.updated_at);
-        let progress = LastProgress {
-            progress_percent: sample.progress_percent,
-            eta_seconds: sample.eta_seconds,
-            current_step: sample.current_step,
-            total_steps: sample.total_steps,
-            current_epoch: sample.current_epoch,
-            total_epochs: sample.total_epochs,
-        };
         let same_counters = self.last.is_some_and(|l| {
             l.current_step == progress.current_step
                 && l.progress_percent == progress.progress_percent
                 && l.current_epoch == progress.current_epoch
         });
         self.last = Some(progress);
+        if self.last_summary != sample.summary {
+            self.last_summary.clone_from(&sample.summary);
+        }
+        self.last_metric_count = sample.metrics.len();
         let mut same_metrics = true;
         for (k, m) in sample.metrics.iter().enumerate() {
-            // Reporters send their metrics in the same order every time: the same position is tried first.
-            let slot = match self.metrics.get(k) {
-                Some((name, _)) if same_name(name, &m.name) => Some(k),
-                _ => self.metrics.iter().position(|(name, _)| same_name(name, &m.name)),
-            };
-            match slot {
+            match self.slot(k, &m.name) {
                 Some(i) => {
                     let series = &mut self.metrics[i].1;
                     same_metrics &=
                         series.latest_observation().is_some_and(|v| v.to_bits() == m.value.to_bits());
-                    series.push(sample.updated_at, m.value);
+                    if moved {
+                        series.observe(sample.updated_at, m.value);
+                    } else {
+                        series.push(sample.updated_at, m.value);
+                    }
                 }
                 None if self.metrics.len() < MAX_METRICS_PER_JOB => {
                     same_metrics = false;
@@ -126,6 +159,36 @@ impl JobSeries {
             self.last_progress_at = Some(sample.updated_at);
         }
         Recorded::New
+    }
+
+    /// Where the series of the `k`-th metric of a sample named `name` is. Reporters send their metrics in the
+    /// same order every time: the same position is tried first.
+    fn slot(&self, k: usize, name: &str) -> Option<usize> {
+        match self.metrics.get(k) {
+            Some((n, _)) if same_name(n, name) => Some(k),
+            _ => self.metrics.iter().position(|(n, _)| same_name(n, name)),
+        }
+    }
+
+    /// Whether `sample` says exactly what the latest sample said: the same progress fields and summary, and
+    /// the same metrics, each bit for bit its series' latest value.
+    fn repeats_last(&self, sample: &ProgressSample, progress: &LastProgress) -> bool {
+        let Some(last) = &self.last else { return false };
+        if last != progress
+            || self.last_summary != sample.summary
+            || self.last_metric_count != sample.metrics.len()
+        {
+            return false;
+        }
+        sample.metrics.iter().enumerate().all(|(k, m)| match self.slot(k, &m.name) {
+            Some(i) => {
+                let series = &self.metrics[i].1;
+                series.last_seen_at() == self.last_sample_at
+                    && series.latest_observation().is_some_and(|v| v.to_bits() == m.value.to_bits())
+            }
+            // Not tracked (the job has too many metrics): nothing to compare, so it does not make news.
+            None => self.metrics.len() >= MAX_METRICS_PER_JOB,
+        })
     }
 
     /// The series of a canonical metric name, if the job reported it.

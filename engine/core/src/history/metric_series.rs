@@ -3,8 +3,11 @@
 //! every windowed query over the whole ring is O(1). Sub-window queries (`mean over the last n`) scan at most
 //! `WINDOW` points.
 //!
-//! A report that repeats a metric's latest value bit for bit is a repeat of a cached value, not a new
-//! observation (see [`MetricSeries::push`]): sample counts and windows count distinct observations.
+//! A value can come as an observation ([`MetricSeries::observe`]) or as a report that may repeat a cached
+//! value ([`MetricSeries::push`], where a value bit-identical to the latest is a repeat, not an
+//! observation): sample counts and windows count observations. [`crate::history::job_series::JobSeries`]
+//! decides which: a report that moved on (a new step, progress, epoch or ETA) is an observation of every
+//! value it carries.
 //!
 //! NaN and ±Inf never enter the ring or any aggregate: they are counted as non-finite events with their
 //! time, so one diverged step cannot poison a mean, a slope or a best value (the Ray Tune median bug).
@@ -176,7 +179,7 @@ pub struct MetricSeries {
     last_non_finite: Option<(Timestamp, f64)>,
     /// Evictions since the sums were last recomputed exactly from the ring.
     evictions_since_resum: u32,
-    /// Reports that repeated the latest observation bit for bit (see [`MetricSeries::push`]).
+    /// Reported values that were repeats of the latest observation (see [`MetricSeries::push`]).
     repeats: u64,
     last_seen_at: Option<Timestamp>,
     /// Whether the latest push was a new observation rather than a repeat.
@@ -215,25 +218,37 @@ impl MetricSeries {
         }
     }
 
-    /// Records one observation. Non-finite values are counted, not aggregated.
-    ///
-    /// A value bit-identical to the latest observation is a repeat, not an observation: reporters re-send
-    /// their cached values (the HF callback repeats the last logged loss in every 5-second report until the
-    /// next logging step; RHOAI re-polls every 30 s). Counting repeats would make "10 samples without
-    /// improvement" fire on a loss that was simply not logged again, and would pull a window's std to zero.
-    /// Repeats only move [`MetricSeries::last_seen_at`].
+    /// Records one reported value, which may be a repeat: a value bit-identical to the latest observation is
+    /// a cached value re-sent, not an observation (RHOAI re-polls a pod that has not moved every 30 s; a
+    /// reporter sends the last `eval_loss` again beside each new training loss). Counting repeats would make
+    /// "10 samples without improvement" fire on a job that is not running, and would pull a window's std to
+    /// zero. Repeats only move [`MetricSeries::last_seen_at`]. A value in a report that moved on (a new step)
+    /// is [`MetricSeries::observe`]d instead (see [`crate::history::job_series::JobSeries::record`]).
     pub fn push(&mut self, at: Timestamp, value: f64) {
-        self.last_seen_at = Some(at);
         if self.latest_observation().is_some_and(|prev| prev.to_bits() == value.to_bits()) {
+            self.last_seen_at = Some(at);
             self.repeats += 1;
             self.fresh = false;
             return;
         }
+        self.observe(at, value);
+    }
+
+    /// Records one observation, even if bit-identical to the latest (a run that logs the same loss at a new
+    /// step). Non-finite values are counted, not aggregated.
+    pub fn observe(&mut self, at: Timestamp, value: f64) {
+        self.last_seen_at = Some(at);
         self.fresh = true;
         if !value.is_finite() {
             self.non_finite_count += 1;
             self.last_non_finite = Some((at, value));
             return;
+        }
+        // Two reports can share a second (see `JobSeries::record`). A finite value after a non-finite one in
+        // the same second supersedes it: readers order the two by time, and equal times cannot say which
+        // came last.
+        if self.last_non_finite.is_some_and(|(bad_at, _)| bad_at == at) {
+            self.last_non_finite = None;
         }
         self.count += 1;
         self.last = Some((at, value));
@@ -357,7 +372,8 @@ impl MetricSeries {
     /// The latest observation, finite or not.
     pub fn latest_observation(&self) -> Option<f64> {
         match (self.last, self.last_non_finite) {
-            (Some((good_at, _)), Some((bad_at, bad))) if bad_at > good_at => Some(bad),
+            // Equal times: the non-finite value came last (a later finite one in its second clears it).
+            (Some((good_at, _)), Some((bad_at, bad))) if bad_at >= good_at => Some(bad),
             (Some((_, good)), _) => Some(good),
             (None, Some((_, bad))) => Some(bad),
             (None, None) => None,
@@ -392,7 +408,7 @@ impl MetricSeries {
         self.non_finite_count
     }
 
-    /// The latest non-finite observation.
+    /// The latest non-finite observation, unless a finite one followed it within the same second.
     pub fn last_non_finite(&self) -> Option<(Timestamp, f64)> {
         self.last_non_finite
     }

@@ -140,11 +140,108 @@ fn sample(at: Timestamp, metrics: &[(&'static str, f64)]) -> ProgressSample {
 fn job_series_drops_duplicates_and_out_of_order_samples() {
     let mut j = JobSeries::new(t(0));
     assert_eq!(j.record(&sample(t(10), &[("loss", 1.0)])), Recorded::New);
-    assert_eq!(j.record(&sample(t(10), &[("loss", 0.5)])), Recorded::Duplicate);
-    assert_eq!(j.record(&sample(t(5), &[("loss", 0.5)])), Recorded::Duplicate);
+    assert_eq!(j.record(&sample(t(10), &[("loss", 1.0)])), Recorded::Duplicate, "the same report twice");
+    assert_eq!(j.record(&sample(t(5), &[("loss", 0.5)])), Recorded::Duplicate, "older");
     assert_eq!(j.samples, 1);
     assert_eq!(j.duplicates, 2);
     assert_eq!(j.metric("loss").unwrap().last(), Some((t(10), 1.0)));
+}
+
+/// Issue 14, item 3: Kubeflow's status server keeps whole seconds, so two reports can share a
+/// `lastUpdatedTime` (transformers' forced final update right after the last step's). The second one used
+/// to be dropped; it is the newer content and is kept. The very same report again is still dropped.
+#[test]
+fn new_content_within_the_same_second_is_kept() {
+    let mut j = JobSeries::new(t(0));
+    let mut step = sample(t(10), &[("loss", 1.0)]);
+    step.current_step = Some(749.0);
+    step.progress_percent = Some(99.0);
+    assert_eq!(j.record(&step), Recorded::New);
+    let mut end = sample(t(10), &[("loss", 0.9), ("train_loss", 1.2)]);
+    end.current_step = Some(750.0);
+    end.progress_percent = Some(100.0);
+    assert_eq!(j.record(&end), Recorded::New, "same second, new content");
+    assert_eq!(j.record(&end), Recorded::Duplicate, "the same report again");
+    assert_eq!((j.samples, j.duplicates), (2, 1));
+    assert_eq!(j.last.unwrap().progress_percent, Some(100.0));
+    assert_eq!(j.metric("loss").unwrap().last(), Some((t(10), 0.9)));
+    assert_eq!(j.metric("train_loss").unwrap().last(), Some((t(10), 1.2)));
+    // A change in any field counts, a metric left out too.
+    let mut eta = end.clone();
+    eta.eta_seconds = Some(0.0);
+    assert_eq!(j.record(&eta), Recorded::New);
+    let mut fewer = eta.clone();
+    fewer.metrics.pop();
+    assert_eq!(j.record(&fewer), Recorded::New);
+    let mut summary = fewer.clone();
+    summary.summary = Some("complete".into());
+    assert_eq!(j.record(&summary), Recorded::New);
+    assert_eq!(j.record(&summary), Recorded::Duplicate);
+}
+
+/// Two reports in one second: whichever came last is the latest observation, finite or not.
+#[test]
+fn the_order_of_two_values_in_one_second_is_kept() {
+    let mut s = MetricSeries::new(t(0));
+    s.observe(t(10), 1.0);
+    s.observe(t(10), f64::NAN);
+    assert!(s.latest_observation().unwrap().is_nan());
+    assert_eq!(s.last_non_finite().map(|(at, _)| at), Some(t(10)));
+    s.observe(t(10), 0.9);
+    assert_eq!(s.latest_observation(), Some(0.9));
+    assert_eq!(s.last_non_finite(), None, "superseded within its second");
+    assert_eq!((s.non_finite_count(), s.count()), (1, 2));
+    // Through a job: a NaN report, then a finite one in the same second (and the other way round).
+    let mut j = JobSeries::new(t(0));
+    j.record(&sample(t(5), &[("loss", 1.0)]));
+    j.record(&sample(t(10), &[("loss", f64::NAN)]));
+    assert_eq!(j.record(&sample(t(10), &[("loss", 0.8)])), Recorded::New);
+    assert_eq!(j.metric("loss").unwrap().latest_observation(), Some(0.8));
+    assert_eq!(j.record(&sample(t(20), &[("loss", 0.7)])), Recorded::New);
+    assert_eq!(j.record(&sample(t(20), &[("loss", f64::INFINITY)])), Recorded::New);
+    assert_eq!(j.metric("loss").unwrap().latest_observation(), Some(f64::INFINITY));
+}
+
+/// Issue 14, item 2: a run that logs the same loss at a new step has observed it again. Before, a
+/// bit-identical value was always taken for a cached re-send, so a flat loss never filled a sample-count
+/// window. The same value in a report that did not move (a re-poll of a pod that has not moved; beside a
+/// new value in a report without progress fields) is still a repeat.
+#[test]
+fn the_same_value_at_a_new_step_is_an_observation() {
+    let mut j = JobSeries::new(t(0));
+    for i in 0..30 {
+        let mut s = sample(t(i * 60), &[("loss", 1.0), ("eval_loss", 2.0)]);
+        s.current_step = Some(i as f64 * 10.0);
+        assert_eq!(j.record(&s), Recorded::New);
+        assert!(j.metric("loss").unwrap().is_fresh());
+    }
+    let loss = j.metric("loss").unwrap();
+    assert_eq!((loss.count(), loss.window_len(), loss.repeats()), (30, 30, 0));
+    assert_eq!(loss.best(Direction::Min).unwrap().sample, 1, "the best is where it was first reached");
+    assert_eq!(loss.stats().unwrap().std, 0.0);
+    // Re-polled: the same step and values with a newer lastUpdatedTime.
+    let mut s = sample(t(30 * 60), &[("loss", 1.0), ("eval_loss", 2.0)]);
+    s.current_step = Some(290.0);
+    assert_eq!(j.record(&s), Recorded::New);
+    let loss = j.metric("loss").unwrap();
+    assert!(!loss.is_fresh());
+    assert_eq!((loss.count(), loss.repeats()), (30, 1));
+    assert_eq!(j.last_progress_at, Some(t(29 * 60)), "and it is not progress");
+    // Progress without a step moves a report on too.
+    let mut j = JobSeries::new(t(0));
+    for i in 0..5 {
+        let mut s = sample(t(i * 60), &[("loss", 1.0)]);
+        s.progress_percent = Some(i as f64);
+        j.record(&s);
+    }
+    assert_eq!(j.metric("loss").unwrap().count(), 5);
+    // Nothing moved: a new loss beside the same eval_loss is one observation, of the loss.
+    let mut j = JobSeries::new(t(0));
+    j.record(&sample(t(0), &[("loss", 2.0), ("eval_loss", 2.0)]));
+    j.record(&sample(t(60), &[("loss", 1.9), ("eval_loss", 2.0)]));
+    assert!(j.metric("loss").unwrap().is_fresh());
+    assert!(!j.metric("eval_loss").unwrap().is_fresh());
+    assert_eq!(j.metric("eval_loss").unwrap().count(), 1);
 }
 
 #[test]
@@ -225,4 +322,40 @@ fn direction_is_inferred_from_the_name() {
     assert_eq!(Direction::infer("eval_f1"), Direction::Max);
     assert_eq!(Direction::infer("throughput_samples_per_second"), Direction::Max);
     assert_eq!(Direction::infer("grad_norm"), Direction::Min);
+}
+
+/// What does not match `expect_actions` when a `plateau` rule with a 20-sample window (issue 14's example)
+/// judges `series`, as `trainwarden test` runs it (one report a minute).
+fn plateau_window_20(series: &str, expect_actions: &str) -> Vec<String> {
+    use crate::drive::rule_test::{FileSource, parse_test_file, run_case};
+    use crate::evaluate::{EngineConfig, Evaluator};
+    struct NoFiles;
+    impl FileSource for NoFiles {
+        fn read(&self, relative: &str) -> Result<String, String> {
+            Err(format!("no file {relative}"))
+        }
+    }
+    let policy = "apiVersion: trainwarden.dev/v1alpha1\nkind: ProgressPolicy\nmetadata: {name: p, namespace: ml}\n\
+                  spec:\n  mode: Enforce\n  rules:\n    - {name: flat, uses: plateau, with: {metric: loss, window: 20}, \
+                  actions: [{suspend: {}}]}\n";
+    let doc = crate::policy::compile::parse_documents(policy, "p.yaml").unwrap().remove(0);
+    let config = EngineConfig::default();
+    let compiled = crate::policy::compile::compile(&doc, Evaluator::new(config.clone()).scripts()).unwrap();
+    let file = parse_test_file(&format!(
+        "policies: [p.yaml]\ntests:\n  - name: t\n    job: {{namespace: ml, name: ft}}\n    series:\n{series}\n    expectActions: {expect_actions}\n"
+    ))
+    .unwrap();
+    run_case(&file.tests[0], vec![compiled], config, &NoFiles).failures
+}
+
+/// Issue 14, item 2, end to end: `2.0-0.05x20 1.0x1000` with `window: 20` never fired, the flat 1.0 being
+/// taken for one value re-sent 1000 times. Reported at a new step each time, it is 1000 observations.
+#[test]
+fn a_flat_loss_at_new_steps_fills_a_sample_count_plateau_window() {
+    let flat_at_new_steps = "      loss: \"2.0-0.05x20 1.0x1000\"\n      step: \"0+1x1020\"";
+    // Best 1.0 first reached at 20m, then 20 observations without improvement.
+    let suspended = "[{at: 40m, rule: flat, action: suspend, mode: Enforce}]";
+    assert_eq!(plateau_window_20(flat_at_new_steps, suspended), Vec::<String>::new());
+    // Reports that do not move (no step, progress or ETA), re-polled: still one observation, no plateau.
+    assert_eq!(plateau_window_20("      loss: \"2.0-0.05x20 1.0x1000\"", "[]"), Vec::<String>::new());
 }

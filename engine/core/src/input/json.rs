@@ -118,3 +118,27 @@ pub(super) fn opt_time(
         Some(s) => parse_time(s).map(Some).map_err(|m| NormalizeError::new(path(), m)),
     }
 }
+
+/// What a reader does with a key its format does not define: a recorded stream rejects it ([`Unknown::Reject`]),
+/// a live TrainJob is read without it and the key is reported ([`Unknown::Collect`]). Either way it is never
+/// silently dropped: a misspelt key (`trainMetricz`) would otherwise make a rule that watches it never fire.
+pub(super) enum Unknown<'a> {
+    /// The first unknown key fails the read.
+    Reject,
+    /// Unknown keys are collected (path and message) and the read goes on without them.
+    Collect(&'a mut Vec<NormalizeError>),
+}
+
+impl Unknown<'_> {
+    /// Handles the unknown key at `path` of an object whose keys are `expected`.
+    pub(super) fn field(&mut self, path: String, expected: &[&str]) -> Result<(), NormalizeError> {
+        let e = NormalizeError::new(path, format!("unknown field; expected one of {}", expected.join(", ")));
+        match self {
+            Unknown::Reject => Err(e),
+            Unknown::Collect(found) => {
+                found.push(e);
+                Ok(())
+            }
+        }
+    }
+}

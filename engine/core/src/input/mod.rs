@@ -9,7 +9,11 @@
 //!   a `GET :28080/metrics` body directly.
 //! - [`from_trainjob`]: a whole watched TrainJob; prefers `status.trainerStatus`, then the annotation.
 //!
-//! Every malformed input gives a [`NormalizeError`] naming the field path; nothing here panics.
+//! Every malformed input gives a [`NormalizeError`] naming the field path; nothing here panics. A key the
+//! format does not define (Trainer 2.2's `TrainerStatus` and its metrics, RHOAI 3.4's `AnnotationStatus`) is
+//! malformed too, so a misspelt `trainMetricz` cannot make a rule silently never fire: the `from_*` readers
+//! reject it (`trainerStatus.trainMetricz: unknown field; expected one of …`), while [`from_trainjob`] reads a
+//! live job without it and lists it in [`JobSnapshot::unknown_fields`](sample::JobSnapshot::unknown_fields).
 //!
 //! # Metric names
 //!

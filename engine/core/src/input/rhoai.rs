@@ -1,5 +1,10 @@
 //! The RHOAI 3.4 format: the `trainer.opendatahub.io/trainerStatus` annotation and a training pod's
 //! `GET :28080/metrics` body (a `null` metric is NaN; bare `NaN`/`Infinity` tokens are accepted).
+//!
+//! The top-level keys are those of the RHOAI controller's `AnnotationStatus` (`pkg/rhai/progression/
+//! progression.go`, rhoai-3.4): `RHOAI_FIELDS`. The counters are also accepted under their aliases
+//! (`current_step`, `step`, ...). Any other top-level key is an unknown field (see `json::Unknown`); the keys
+//! inside `trainMetrics` and `evalMetrics` are metric names, so none of them is unknown.
 
 use std::borrow::Cow;
 use std::fmt;
@@ -11,45 +16,73 @@ use crate::input::sample::{ProgressSample, SampleSource};
 use crate::time::Timestamp;
 
 use super::NormalizeError;
-use super::json::{check_eta, check_percent, join, missing, parse_metric_value, parse_time, type_error};
+use super::json::{
+    Unknown, check_eta, check_percent, join, missing, parse_metric_value, parse_time, type_error,
+};
 use super::names::{Collector, eval_name, is_progress_name, known, plain_name, progress_field};
 
 /// The RHOAI annotation holding the progress JSON.
 pub const TRAINER_STATUS_ANNOTATION: &str = "trainer.opendatahub.io/trainerStatus";
 
+/// The top-level keys of RHOAI's `AnnotationStatus`, in its order.
+pub(super) const RHOAI_FIELDS: [&str; 10] = [
+    "progressPercentage",
+    "estimatedRemainingSeconds",
+    "estimatedRemainingTimeSummary",
+    "currentStep",
+    "totalSteps",
+    "currentEpoch",
+    "totalEpochs",
+    "trainMetrics",
+    "evalMetrics",
+    "lastUpdatedTime",
+];
+
 /// Normalizes the RHOAI `trainer.opendatahub.io/trainerStatus` annotation value. `path` prefixes error
-/// paths. `lastUpdatedTime` is required (the RHOAI controller always sets it).
+/// paths. `lastUpdatedTime` is required (the RHOAI controller always sets it). A top-level key
+/// `AnnotationStatus` does not define is an error (`annotation.metric: unknown field; expected one of …`).
 pub fn from_annotation(json: &str, path: &str) -> Result<ProgressSample, NormalizeError> {
-    parse_rhoai(json, path, None)
+    parse_rhoai(json, path, None, &mut Unknown::Reject)
+}
+
+/// [`from_annotation`], reading on without unknown keys; they are added to `unknown`.
+pub(super) fn from_annotation_collecting(
+    json: &str,
+    path: &str,
+    unknown: &mut Vec<NormalizeError>,
+) -> Result<ProgressSample, NormalizeError> {
+    parse_rhoai(json, path, None, &mut Unknown::Collect(unknown))
 }
 
 /// Normalizes a RHOAI training pod's `GET :28080/metrics` body (same shape as the annotation, possibly with
 /// bare `NaN`/`Infinity`, and without `lastUpdatedTime`). `received_at` is used when the body has no
-/// `lastUpdatedTime`. The sample's source is [`SampleSource::Annotation`] (the RHOAI format).
+/// `lastUpdatedTime`. The sample's source is [`SampleSource::Annotation`] (the RHOAI format). Unknown
+/// top-level keys are errors, as in [`from_annotation`].
 pub fn from_metrics_response(
     json: &str,
     path: &str,
     received_at: Timestamp,
 ) -> Result<ProgressSample, NormalizeError> {
-    parse_rhoai(json, path, Some(received_at))
+    parse_rhoai(json, path, Some(received_at), &mut Unknown::Reject)
 }
 
 pub(super) fn parse_rhoai(
     json: &str,
     path: &str,
     fallback_time: Option<Timestamp>,
+    unknown: &mut Unknown<'_>,
 ) -> Result<ProgressSample, NormalizeError> {
     // Plain JSON first: the annotation is already sanitized by the RHOAI controller, so the fast path never
     // scans or copies the text.
     let first_err = match serde_json::from_str::<Node>(json) {
-        Ok(root) => return build_rhoai(root, path, fallback_time),
+        Ok(root) => return build_rhoai(root, path, fallback_time, unknown),
         Err(e) => e,
     };
     let Some(quoted) = quote_bare_nonfinite(json) else {
         return Err(json_error(path, &first_err, None));
     };
     match serde_json::from_str::<Node>(&quoted.text) {
-        Ok(root) => build_rhoai(root, path, fallback_time),
+        Ok(root) => build_rhoai(root, path, fallback_time, unknown),
         Err(e) => Err(json_error(path, &e, Some((json, &quoted)))),
     }
 }
@@ -293,6 +326,7 @@ pub(super) fn build_rhoai(
     root: Node<'_>,
     path: &str,
     fallback_time: Option<Timestamp>,
+    unknown: &mut Unknown<'_>,
 ) -> Result<ProgressSample, NormalizeError> {
     let fields = match root {
         Node::Object(f) => f,
@@ -358,13 +392,12 @@ pub(super) fn build_rhoai(
                         .map_err(|m| NormalizeError::new(at(), format!("{m}, found {value}")))?;
                 }
             }
-            // Top-level counters (`currentStep`, `totalSteps`, `currentEpoch`, `totalEpochs`); other keys are
-            // ignored so that new RHOAI fields do not break parsing.
+            // Top-level counters (`currentStep`, `totalSteps`, `currentEpoch`, `totalEpochs`, or an alias);
+            // any other key is unknown: ignoring it silently would hide a misspelt key.
             other => {
-                let Some(canonical) = known(other) else {
-                    continue;
-                };
-                let Some(field) = progress_field(&mut sample, canonical) else {
+                let Some(field) = known(other).and_then(|canonical| progress_field(&mut sample, canonical))
+                else {
+                    unknown.field(join(path, other), &RHOAI_FIELDS)?;
                     continue;
                 };
                 *field = node_number(

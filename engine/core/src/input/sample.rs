@@ -159,6 +159,9 @@ pub struct JobSnapshot {
     pub running_since: Option<Timestamp>,
     /// The latest progress report, `None` when the job reports none.
     pub sample: Option<ProgressSample>,
+    /// Keys of that report its format does not define (`status.trainerStatus.trainMetricz: unknown field;
+    /// expected one of …`), left out of `sample`. Empty for a well-formed report.
+    pub unknown_fields: Vec<crate::input::NormalizeError>,
 }
 
 impl JobSnapshot {
@@ -174,6 +177,7 @@ impl JobSnapshot {
             created_at: None,
             running_since: None,
             sample: None,
+            unknown_fields: Vec::new(),
         }
     }
 }

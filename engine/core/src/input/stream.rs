@@ -10,6 +10,10 @@
 //!   heartbeat: time passes, nothing is reported — which is exactly what a hung job looks like.
 //!
 //! Blank lines and lines starting with `#` are skipped. Errors name the line and, for JSON syntax, the column.
+//! A key the progress format does not define (inside `trainerStatus`, one of its metrics or the RHOAI
+//! annotation's JSON, in either form of line) is an error with its path, e.g. `stream.jsonl:12:
+//! trainerStatus.trainMetricz: unknown field; expected one of progressPercentage, …`: a test or replay that
+//! silently ignored it would never see the metric it names.
 
 use std::collections::BTreeMap;
 
@@ -126,6 +130,9 @@ pub fn parse_line(
     };
     if obj.contains_key("apiVersion") || obj.contains_key("kind") {
         let snapshot = input::from_trainjob(&value).map_err(|e: NormalizeError| err(None, e.to_string()))?;
+        if let Some(unknown) = snapshot.unknown_fields.first() {
+            return Err(err(None, unknown.to_string()));
+        }
         // A watch delivers the object on any change (phase, suspend, labels) often with an old trainerStatus,
         // so its sample time is only a lower bound: the line is never placed before the line above it.
         let own = snapshot.sample.as_ref().map(|s| s.updated_at).or(snapshot.created_at);
@@ -278,7 +285,7 @@ mod tests {
         let lines = [
             r#"{"time":"2026-11-27T17:00:00Z","job":"a/b","trainerStatus":{"progressPercentage":45,"estimatedRemainingSeconds":795649,"metrics":[{"name":"loss","value":"0.2347"},{"name":"eval_loss","value":"nan"},{"name":"current_step","value":"10"},{"name":"loss","value":"-inf"}],"lastUpdatedTime":"2026-03-20T14:02:11.532918+00:00"}}"#,
             r#"{"time":"2026-11-27T17:00:00Z","job":"a/b","trainerStatus":{"lastUpdatedTime":"2026-03-20T14:02:11Z"}}"#,
-            r#"{"time":"2026-11-27T17:00:00Z","job":"a/b","trainerStatus":{"progressPercentage":null,"metrics":null,"lastUpdatedTime":"2026-03-20T14:02:11Z","extra":1}}"#,
+            r#"{"time":"2026-11-27T17:00:00Z","job":"a/b","trainerStatus":{"progressPercentage":null,"metrics":null,"lastUpdatedTime":"2026-03-20T14:02:11Z"}}"#,
         ];
         for line in lines {
             let fast = parse_compact_fast(line).expect("fast path takes it");
@@ -298,10 +305,85 @@ mod tests {
                 r#"{"time":"2026-11-27T17:00:00Z","job":"a/b","trainerStatus":{"metrics":[{"name":"loss","value":1}],"lastUpdatedTime":"2026-03-20T14:02:11Z"}}"#,
                 "trainerStatus.metrics[0].value",
             ),
+            (
+                r#"{"time":"2026-11-27T17:00:00Z","job":"a/b","trainerStatus":{"progressPercentage":null,"metrics":null,"lastUpdatedTime":"2026-03-20T14:02:11Z","extra":1}}"#,
+                "trainerStatus.extra: unknown field",
+            ),
         ] {
             assert!(parse_compact_fast(line).is_none());
             let e = parse_line(line, "s", 1, None).unwrap_err();
             assert!(e.message.starts_with(expect), "{e}");
+        }
+    }
+
+    /// Issue 14: a key the progress format does not define used to be ignored, so a rule on the metric it
+    /// was meant to carry never fired. In a recorded stream it is an error with the line and the path.
+    #[test]
+    fn unknown_progress_fields_are_rejected_with_line_and_path() {
+        const TS: &str =
+            "expected one of progressPercentage, estimatedRemainingSeconds, metrics, lastUpdatedTime";
+        const RHOAI: &str = "expected one of progressPercentage, estimatedRemainingSeconds, \
+            estimatedRemainingTimeSummary, currentStep, totalSteps, currentEpoch, totalEpochs, trainMetrics, \
+            evalMetrics, lastUpdatedTime";
+        let head = r#""time":"2026-11-27T17:00:00Z","job":"a/b""#;
+        let t = r#""lastUpdatedTime":"2026-11-27T17:00:00Z""#;
+        let ann = |json: &str| format!("{{{head},\"annotation\":{}}}", serde_json::to_string(json).unwrap());
+        let object = |status: &str, annotation: Option<&str>| {
+            let annotations = annotation.map_or(String::new(), |a| {
+                format!(
+                    r#","annotations":{{"trainer.opendatahub.io/trainerStatus":{}}}"#,
+                    serde_json::to_string(a).unwrap()
+                )
+            });
+            format!(
+                r#"{{"apiVersion":"trainer.kubeflow.org/v1alpha1","kind":"TrainJob","metadata":{{"name":"b","namespace":"a"{annotations}}},"status":{{{status}}}}}"#
+            )
+        };
+        let cases: Vec<(String, String)> = vec![
+            (
+                format!(
+                    r#"{{{head},"trainerStatus":{{{t},"trainMetricz":[{{"name":"loss","value":"1"}}]}}}}"#
+                ),
+                format!("stream.jsonl:12: trainerStatus.trainMetricz: unknown field; {TS}"),
+            ),
+            (
+                format!(r#"{{{head},"trainerStatus":{{{t},"metric":[{{"name":"loss","value":"1"}}]}}}}"#),
+                format!("stream.jsonl:12: trainerStatus.metric: unknown field; {TS}"),
+            ),
+            (
+                format!(
+                    r#"{{{head},"trainerStatus":{{{t},"metrics":[{{"name":"loss","value":"1","unit":"nats"}}]}}}}"#
+                ),
+                "stream.jsonl:12: trainerStatus.metrics[0].unit: unknown field; expected one of name, value"
+                    .into(),
+            ),
+            (
+                ann(&format!(r#"{{{t},"trainMetricz":{{"loss":1.5}}}}"#)),
+                format!("stream.jsonl:12: annotation.trainMetricz: unknown field; {RHOAI}"),
+            ),
+            (
+                ann(&format!(r#"{{{t},"metric":[{{"name":"loss","value":"1"}}]}}"#)),
+                format!("stream.jsonl:12: annotation.metric: unknown field; {RHOAI}"),
+            ),
+            (
+                ann(&format!(r#"{{{t},"loss":1.5}}"#)),
+                format!("stream.jsonl:12: annotation.loss: unknown field; {RHOAI}"),
+            ),
+            (
+                object(&format!(r#""trainerStatus":{{{t},"trainMetricz":[]}}"#), None),
+                format!("stream.jsonl:12: status.trainerStatus.trainMetricz: unknown field; {TS}"),
+            ),
+            (
+                object("", Some(&format!(r#"{{{t},"evalMetricz":{{"eval_loss":1.5}}}}"#))),
+                format!(
+                    "stream.jsonl:12: metadata.annotations[\"trainer.opendatahub.io/trainerStatus\"].evalMetricz: \
+                     unknown field; {RHOAI}"
+                ),
+            ),
+        ];
+        for (line, want) in cases {
+            let e = parse_line(&line, "stream.jsonl", 12, None).unwrap_err();
+            assert_eq!(e.to_string(), want, "{line}");
         }
     }
 

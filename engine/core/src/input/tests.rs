@@ -329,9 +329,123 @@ fn long_garbage_values_are_cut_in_messages() {
 #[test]
 fn null_optional_fields_are_absent() {
     let v = json!({"lastUpdatedTime": "2026-01-01T00:00:00Z", "progressPercentage": null,
-                   "estimatedRemainingSeconds": null, "metrics": null, "unknownField": [1, 2]});
+                   "estimatedRemainingSeconds": null, "metrics": null});
     let s = from_trainer_status(&v, TS).unwrap();
     assert_eq!(s, ProgressSample::empty(ts("2026-01-01T00:00:00Z"), SampleSource::TrainerStatus));
+}
+
+// ----- unknown fields (issue 14) ------------------------------------------------------------------
+
+const TS_EXPECTED: &str =
+    "unknown field; expected one of progressPercentage, estimatedRemainingSeconds, metrics, lastUpdatedTime";
+const RHOAI_EXPECTED: &str = "unknown field; expected one of progressPercentage, estimatedRemainingSeconds, \
+    estimatedRemainingTimeSummary, currentStep, totalSteps, currentEpoch, totalEpochs, trainMetrics, evalMetrics, \
+    lastUpdatedTime";
+
+#[test]
+fn unknown_trainer_status_fields_are_errors() {
+    let t = "2026-01-01T00:00:00Z";
+    let cases = [
+        (
+            json!({"lastUpdatedTime": t, "trainMetricz": [{"name": "loss", "value": "1"}]}),
+            "trainMetricz",
+            TS_EXPECTED,
+        ),
+        (json!({"lastUpdatedTime": t, "metric": [{"name": "loss", "value": "1"}]}), "metric", TS_EXPECTED),
+        (json!({"lastUpdatedTime": t, "unknownField": [1, 2]}), "unknownField", TS_EXPECTED),
+        // A null value does not make an unknown key known.
+        (json!({"lastUpdatedTime": t, "progress": null}), "progress", TS_EXPECTED),
+        // The KEP's draft field, not in Trainer 2.2's TrainerStatus.
+        (
+            json!({"lastUpdatedTime": t, "estimatedRemainingTimeSummary": "1h"}),
+            "estimatedRemainingTimeSummary",
+            TS_EXPECTED,
+        ),
+        (
+            json!({"lastUpdatedTime": t, "metrics": [{"name": "loss", "value": "1"}, {"name": "x", "value": "1", "Value": "2"}]}),
+            "metrics[1].Value",
+            "unknown field; expected one of name, value",
+        ),
+    ];
+    for (v, field, message) in cases {
+        let e = upstream_err(v.clone());
+        assert_eq!(e.to_string(), format!("{TS}.{field}: {message}"), "{v}");
+        // A TrainJob is read without them; they are reported with the same words.
+        let job = json!({"metadata": {"name": "j"}, "status": {"trainerStatus": v}});
+        let snap = from_trainjob(&job).unwrap();
+        assert!(snap.sample.is_some());
+        let found: Vec<String> = snap.unknown_fields.iter().map(ToString::to_string).collect();
+        assert_eq!(found, [format!("{TS}.{field}: {message}")], "{v}");
+    }
+}
+
+#[test]
+fn unknown_annotation_fields_are_errors() {
+    let t = r#""lastUpdatedTime":"2026-04-10T09:47:30Z""#;
+    let cases = [
+        (format!(r#"{{{t},"trainMetricz":{{"loss":0.5}}}}"#), "trainMetricz"),
+        (format!(r#"{{{t},"metric":[{{"name":"loss","value":"0.5"}}]}}"#), "metric"),
+        (format!(r#"{{{t},"metrics":{{"loss":0.5}}}}"#), "metrics"),
+        (format!(r#"{{{t},"loss":0.5}}"#), "loss"),
+        (format!(r#"{{{t},"newField":{{"x":[1,{{"y":2}}]}}}}"#), "newField"),
+        (format!(r#"{{{t},"evalMetrics2":5}}"#), "evalMetrics2"),
+        (format!(r#"{{{t},"progresspercentage":5}}"#), "progresspercentage"),
+    ];
+    for (json, field) in cases {
+        let e = from_annotation(&json, AP).unwrap_err();
+        assert_eq!(e.to_string(), format!("{AP}.{field}: {RHOAI_EXPECTED}"), "{json}");
+        let e = from_metrics_response(&json, "pod", ts("2026-04-10T09:47:30Z")).unwrap_err();
+        assert_eq!(e.to_string(), format!("pod.{field}: {RHOAI_EXPECTED}"), "{json}");
+        let job = json!({"metadata": {"name": "j", "annotations": {TRAINER_STATUS_ANNOTATION: json}}});
+        let snap = from_trainjob(&job).unwrap();
+        assert!(snap.sample.is_some());
+        let found: Vec<String> = snap.unknown_fields.iter().map(ToString::to_string).collect();
+        assert_eq!(found, [format!("{ANNOTATION_PATH}.{field}: {RHOAI_EXPECTED}")], "{json}");
+    }
+    // Every unknown key of one report is reported, in its order; the known ones are still read.
+    let json =
+        format!(r#"{{{t},"metric":1,"currentStep":5,"trainMetricz":{{}},"trainMetrics":{{"loss":0.5}}}}"#);
+    let job = json!({"metadata": {"name": "j", "annotations": {TRAINER_STATUS_ANNOTATION: json}}});
+    let snap = from_trainjob(&job).unwrap();
+    let paths: Vec<&str> = snap.unknown_fields.iter().map(|e| e.path.as_str()).collect();
+    assert_eq!(paths, [format!("{ANNOTATION_PATH}.metric"), format!("{ANNOTATION_PATH}.trainMetricz")]);
+    let sample = snap.sample.unwrap();
+    assert_eq!((sample.current_step, sample.metric("loss")), (Some(5.0), Some(0.5)));
+}
+
+/// The real formats' keys are all known: Trainer 2.2's `TrainerStatus` and RHOAI 3.4's `AnnotationStatus`
+/// (and the pod's `/metrics` body), as in the recorded fixtures.
+#[test]
+fn the_real_formats_have_no_unknown_fields() {
+    for body in [KEP, HF_BEGIN, HF_STEP, HF_END] {
+        upstream(body);
+    }
+    for ann in [ANN_RUNNING, ANN_COMPLETED, ANN_FAILED, ANN_NAN] {
+        from_annotation(ann, AP).unwrap();
+    }
+    from_metrics_response(ENDPOINT, "pod", ts("2026-04-10T12:00:30Z")).unwrap();
+    from_metrics_response(ENDPOINT_PYNAN, "pod", ts("2026-04-10T12:00:30Z")).unwrap();
+    assert_eq!(from_trainjob(&upstream_job()).unwrap().unknown_fields, []);
+    assert_eq!(from_trainjob(&rhoai_job()).unwrap().unknown_fields, []);
+    // Every key of the CRD's trainerStatus schema is known.
+    let crd: serde_json::Value = serde_saphyr::from_str(include_str!(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../../../shared/fixtures/kubeflow/upstream-trainer/crds/trainer.kubeflow.org_trainjobs.yaml"
+    )))
+    .unwrap();
+    let schema = &crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]["status"]["properties"]
+        ["trainerStatus"];
+    let keys: Vec<&String> = schema["properties"].as_object().unwrap().keys().collect();
+    assert_eq!(keys.len(), 4);
+    let mut status = serde_json::Map::new();
+    for k in keys {
+        status.insert(k.clone(), Value::Null);
+    }
+    status.insert("lastUpdatedTime".into(), json!("2026-01-01T00:00:00Z"));
+    from_trainer_status(&Value::Object(status), TS).unwrap();
+    let item: Vec<&String> =
+        schema["properties"]["metrics"]["items"]["properties"].as_object().unwrap().keys().collect();
+    assert_eq!(item, ["name", "value"]);
 }
 
 // ----- names --------------------------------------------------------------------------------------
@@ -697,8 +811,8 @@ fn annotation_errors() {
 #[test]
 fn annotation_leniency() {
     let json = r#"{"lastUpdatedTime":"2026-04-10T09:47:30Z","estimatedRemainingSeconds":null,
-        "estimatedRemainingTimeSummary":null,"newField":{"x":[1,{"y":2}]},"trainMetrics":{"current_step":null,
-        "lr":0.1,"throughput_samples_sec":12.5,"l\u006fss":2},"evalMetrics":{"loss":1,"eval_f1":0.5,"f1":0.25},"evalMetrics2":5}"#;
+        "estimatedRemainingTimeSummary":null,"trainMetrics":{"current_step":null,
+        "lr":0.1,"throughput_samples_sec":12.5,"l\u006fss":2},"evalMetrics":{"loss":1,"eval_f1":0.5,"f1":0.25}}"#;
     let s = from_annotation(json, AP).unwrap();
     assert_eq!((s.eta_seconds, s.summary.clone(), s.current_step), (None, None, None));
     assert_eq!(

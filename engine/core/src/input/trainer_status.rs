@@ -1,6 +1,10 @@
 //! Upstream Kubeflow Trainer (>= v2.2) `status.trainerStatus`: metric values are strings (`"0.2347"`,
 //! `"nan"`, `"-inf"`); non-finite values are kept. Two readers: one from a `serde_json::Value`, one borrowing
 //! straight from the stream's line ([`TrainerStatusWire`]).
+//!
+//! The keys are exactly those of Trainer's `TrainerStatus` (`pkg/apis/trainer/v1alpha1/trainjob_types.go`,
+//! the CRD's `status.trainerStatus` schema): `TRAINER_STATUS_FIELDS`, and `name`, `value` in a metric. Any
+//! other key is an unknown field (see `json::Unknown`).
 
 use std::borrow::Cow;
 use std::fmt;
@@ -15,16 +19,23 @@ use crate::time::Timestamp;
 use super::NormalizeError;
 use super::canonical_metric_name;
 use super::json::{
-    Snippet, check_eta, check_percent, join, json_kind, missing, opt_number, opt_time, parse_metric_value,
-    parse_time, type_error,
+    Snippet, Unknown, check_eta, check_percent, join, json_kind, missing, opt_number, opt_time,
+    parse_metric_value, parse_time, type_error,
 };
 use super::names::Collector;
 
+/// The keys of upstream `trainerStatus`, in the CRD's order of description.
+pub(super) const TRAINER_STATUS_FIELDS: [&str; 4] =
+    ["progressPercentage", "estimatedRemainingSeconds", "metrics", "lastUpdatedTime"];
+/// The keys of one entry of `trainerStatus.metrics`.
+pub(super) const METRIC_FIELDS: [&str; 2] = ["name", "value"];
+
 /// The upstream `trainerStatus` as it appears on the wire, borrowed from the input text: the fast path for
-/// streams and watch events. It accepts a subset of what [`from_trainer_status`] accepts (well-typed input);
-/// callers fall back to the `Value` path when it does not deserialize, which also produces the precise error.
+/// streams and watch events. It accepts a subset of what [`from_trainer_status`] accepts (well-typed input,
+/// no unknown keys); callers fall back to the `Value` path when it does not deserialize, which also produces
+/// the precise error.
 #[derive(Debug, serde::Deserialize)]
-#[serde(rename_all = "camelCase")]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub(crate) struct TrainerStatusWire<'a> {
     progress_percentage: Option<f64>,
     estimated_remaining_seconds: Option<f64>,
@@ -35,6 +46,7 @@ pub(crate) struct TrainerStatusWire<'a> {
 }
 
 #[derive(serde::Deserialize)]
+#[serde(deny_unknown_fields)]
 pub(super) struct MetricWire<'a> {
     #[serde(borrow)]
     name: Cow<'a, str>,
@@ -112,12 +124,36 @@ pub(crate) fn from_trainer_status_wire(
 }
 
 /// Normalizes an upstream `status.trainerStatus` object (the value of that field, not the request body).
-/// `path` prefixes error paths, e.g. `"status.trainerStatus"`.
+/// `path` prefixes error paths, e.g. `"status.trainerStatus"`. A key `TrainerStatus` does not define (in the
+/// object or in a metric) is an error: `trainerStatus.trainMetricz: unknown field; expected one of
+/// progressPercentage, estimatedRemainingSeconds, metrics, lastUpdatedTime`.
 pub fn from_trainer_status(v: &Value, path: &str) -> Result<ProgressSample, NormalizeError> {
+    read_trainer_status(v, path, &mut Unknown::Reject)
+}
+
+/// [`from_trainer_status`], reading on without unknown keys; they are added to `unknown`.
+pub(super) fn from_trainer_status_collecting(
+    v: &Value,
+    path: &str,
+    unknown: &mut Vec<NormalizeError>,
+) -> Result<ProgressSample, NormalizeError> {
+    read_trainer_status(v, path, &mut Unknown::Collect(unknown))
+}
+
+fn read_trainer_status(
+    v: &Value,
+    path: &str,
+    unknown: &mut Unknown<'_>,
+) -> Result<ProgressSample, NormalizeError> {
     let obj = match v {
         Value::Object(o) => o,
         other => return Err(type_error(path.to_owned(), "an object", json_kind(other))),
     };
+    for key in obj.keys() {
+        if !TRAINER_STATUS_FIELDS.contains(&key.as_str()) {
+            unknown.field(join(path, key), &TRAINER_STATUS_FIELDS)?;
+        }
+    }
     let time_path = || join(path, "lastUpdatedTime");
     // The CRD requires lastUpdatedTime (CEL `has(self.lastUpdatedTime)`); dedup and staleness need it.
     let updated_at = opt_time(obj.get("lastUpdatedTime"), time_path)?.ok_or_else(|| missing(time_path()))?;
@@ -145,6 +181,11 @@ pub fn from_trainer_status(v: &Value, path: &str) -> Result<ProgressSample, Norm
             Value::Object(m) => m,
             other => return Err(type_error(at(""), "an object", json_kind(other))),
         };
+        for key in m.keys() {
+            if !METRIC_FIELDS.contains(&key.as_str()) {
+                unknown.field(at(&format!(".{key}")), &METRIC_FIELDS)?;
+            }
+        }
         let name = match m.get("name") {
             Some(Value::String(s)) if !s.is_empty() => s,
             Some(Value::String(_)) => {

@@ -10,8 +10,10 @@ use crate::input::sample::{JobKey, JobPhase, JobSnapshot};
 use crate::time::Timestamp;
 
 use super::NormalizeError;
+use super::TRAINER_STATUS_ANNOTATION;
 use super::json::{Snippet, json_kind, missing, opt_number, opt_object, opt_str, opt_time, type_error};
-use super::{TRAINER_STATUS_ANNOTATION, from_annotation, from_trainer_status};
+use super::rhoai::from_annotation_collecting;
+use super::trainer_status::from_trainer_status_collecting;
 
 /// Error path of the RHOAI annotation ([`TRAINER_STATUS_ANNOTATION`]) inside a TrainJob.
 pub(super) const ANNOTATION_PATH: &str = "metadata.annotations[\"trainer.opendatahub.io/trainerStatus\"]";
@@ -28,7 +30,10 @@ pub(super) const KUEUE_QUEUE_LABEL: &str = "kueue.x-k8s.io/queue-name";
 /// - gpus: `spec.trainer.numNodes` (default 1) × the sum of `*/gpu` quantities in
 ///   `spec.trainer.resourcesPerNode.limits` (or `requests` when limits have none); `None` without any;
 /// - running_since: `lastTransitionTime` of a `Suspended=False` condition (resumed), else `created_at`;
-/// - sample: `status.trainerStatus` when present, else the annotation, else `None`.
+/// - sample: `status.trainerStatus` when present, else the annotation, else `None`;
+/// - unknown_fields: the keys of that progress report its format does not define (a misspelt
+///   `trainMetricz`): the job is read without them, and the caller decides what to say (a recorded stream
+///   rejects the line, the controller counts them and records a warning Event).
 ///
 /// `apiVersion` and `kind` may be absent (typed clients strip them) but must match when present. A malformed
 /// progress report fails the whole snapshot.
@@ -89,12 +94,15 @@ pub fn from_trainjob(obj: &Value) -> Result<JobSnapshot, NormalizeError> {
     let gpus = gpus(spec)?;
     let kueue_queue = labels.get(KUEUE_QUEUE_LABEL).filter(|q| !q.is_empty()).cloned();
 
+    let mut unknown_fields = Vec::new();
     let sample = match status.and_then(|s| s.get("trainerStatus")) {
-        Some(ts) if !ts.is_null() => Some(from_trainer_status(ts, "status.trainerStatus")?),
+        Some(ts) if !ts.is_null() => {
+            Some(from_trainer_status_collecting(ts, "status.trainerStatus", &mut unknown_fields)?)
+        }
         _ => match opt_str(meta.get("annotations").and_then(|a| a.get(TRAINER_STATUS_ANNOTATION)), || {
             ANNOTATION_PATH.to_owned()
         })? {
-            Some(json) => Some(from_annotation(json, ANNOTATION_PATH)?),
+            Some(json) => Some(from_annotation_collecting(json, ANNOTATION_PATH, &mut unknown_fields)?),
             None => None,
         },
     };
@@ -109,6 +117,7 @@ pub fn from_trainjob(obj: &Value) -> Result<JobSnapshot, NormalizeError> {
         created_at,
         running_since,
         sample,
+        unknown_fields,
     })
 }
 
