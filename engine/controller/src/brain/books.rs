@@ -33,6 +33,60 @@ pub(super) struct PolicyBook {
     pub(super) action_counts: BTreeMap<String, i64>,
     /// Conditions as last reported, for their lastTransitionTime.
     pub(super) conditions: Vec<Condition>,
+    /// Rules of the loaded generation whose evaluation failed, by rule: shown in the Ready condition while
+    /// recent, since such a rule never fires.
+    pub(super) rule_errors: BTreeMap<String, RuleErrors>,
+}
+
+/// A rule's recent evaluation failures.
+#[derive(Clone, Debug, PartialEq)]
+pub(super) struct RuleErrors {
+    pub(super) count: u64,
+    pub(super) last_at: Timestamp,
+    pub(super) last_job: JobKey,
+    pub(super) last_message: String,
+}
+
+/// How long a rule's last evaluation failure keeps the policy not Ready. Rules are evaluated on every sample
+/// and timer, so a rule that still fails fails again well within this.
+pub(super) const RULE_ERROR_MEMORY: std::time::Duration = std::time::Duration::from_secs(15 * 60);
+
+impl PolicyBook {
+    /// Notes one failed evaluation of `rule` (at most 64 rules are remembered).
+    pub(super) fn note_rule_error(&mut self, rule: &str, job: &JobKey, message: &str, at: Timestamp) {
+        if !self.rule_errors.contains_key(rule) && self.rule_errors.len() >= 64 {
+            return;
+        }
+        let entry = self.rule_errors.entry(rule.to_string()).or_insert_with(|| RuleErrors {
+            count: 0,
+            last_at: at,
+            last_job: job.clone(),
+            last_message: String::new(),
+        });
+        entry.count += 1;
+        entry.last_at = at;
+        entry.last_job = job.clone();
+        entry.last_message = message.to_string();
+    }
+
+    /// `rule r on ns/job: message (3 failures, the last at T)` for each rule that failed recently.
+    pub(super) fn recent_rule_errors(&self, now: Timestamp) -> Option<String> {
+        let recent: Vec<String> = self
+            .rule_errors
+            .iter()
+            .filter(|(_, e)| now.duration_since(e.last_at).as_secs_f64() <= RULE_ERROR_MEMORY.as_secs_f64())
+            .map(|(rule, e)| {
+                format!(
+                    "rule {rule} cannot be evaluated on {}: {} ({}, the last at {})",
+                    e.last_job,
+                    e.last_message,
+                    trainwarden_core::plural(e.count, "failure", "failures"),
+                    e.last_at
+                )
+            })
+            .collect();
+        (!recent.is_empty()).then(|| recent.join("; "))
+    }
 }
 
 /// The most jobs a book remembers the last action of (the status lists at most 50).

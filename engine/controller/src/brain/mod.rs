@@ -372,6 +372,7 @@ impl Brain {
                 }
                 book.reference = Some(reference);
                 book.error = None;
+                book.rule_errors.clear();
             }
             Err(errors) => {
                 self.metrics.invalid(InvalidInput::Policy);
@@ -461,8 +462,11 @@ impl Brain {
                         ),
                     })));
                 }
-                Event::RuleError { job, policy, rule, message, .. } => {
+                Event::RuleError { at, job, policy, rule, message } => {
                     warn!(%job, %policy, rule, error = %message, "rule evaluation failed");
+                    if let Some(book) = self.books.get_mut(&policy.id()) {
+                        book.note_rule_error(&rule, &job, &message, at);
+                    }
                     self.work.push(Work::RecordEvent(Box::new(TrainJobEvent {
                         job,
                         warning: true,
@@ -676,6 +680,40 @@ mod tests {
         assert_eq!((ready.status.as_str(), ready.reason.as_str()), ("False", "InvalidPolicy"));
         assert!(ready.message.contains("spec.rules[0].when: line 1:"), "{}", ready.message);
         assert_eq!(status.matched_jobs, None);
+    }
+
+    #[test]
+    fn a_rule_that_fails_at_evaluation_makes_the_policy_not_ready_while_it_fails() {
+        let mut b = brain();
+        // Valid (the duration is computed), but fails on every evaluation.
+        b.handle(
+            policy_input(
+                "    - {name: odd, when: 'let d = \"5\" + \"x\"; stalled(d)', actions: [{suspend: {}}]}\n",
+                None,
+            ),
+            t(0),
+        );
+        let ready_of = |b: &mut Brain, at| {
+            let status = b.status_of(&key(), at);
+            let c = status.conditions.iter().find(|c| c.type_ == CONDITION_READY).unwrap().clone();
+            (c.status, c.reason, c.message)
+        };
+        assert_eq!(ready_of(&mut b, t(0)).0, "True");
+        b.handle(job_reporting(1.0, t(1)), t(1));
+        b.handle(job_reporting(0.9, t(2)), t(2));
+        let (status, reason, message) = ready_of(&mut b, t(3));
+        assert_eq!((status.as_str(), reason.as_str()), ("False", "RuleErrors"));
+        assert!(
+            message.starts_with("rule odd cannot be evaluated on ml/ft: rule \"odd\", line 1:"),
+            "{message}"
+        );
+        assert!(
+            message.contains("invalid duration \"5x\"") && message.contains("(1 failure, the last at "),
+            "{message}"
+        );
+        // Forgotten once it has not failed for a while.
+        let later = t(2 + books::RULE_ERROR_MEMORY.as_secs() as i64 + 1);
+        assert_eq!(ready_of(&mut b, later).1, "Evaluating");
     }
 
     #[test]

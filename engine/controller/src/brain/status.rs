@@ -141,6 +141,10 @@ impl Brain {
             }
             status.rule_states = memories;
             ready.2 = format!("evaluating generation {}", reference.generation);
+            // A rule that fails at evaluation never fires: the policy is not doing what it says.
+            if let Some(errors) = book.recent_rule_errors(now) {
+                ready = (false, "RuleErrors", errors);
+            }
             if let Some(error) = &book.error {
                 ready = (
                     false,
