@@ -77,6 +77,9 @@ pub(crate) fn replay(
     let engine = Evaluator::new(config.clone());
     let policies = load_policies(policy_files, engine.scripts())?;
     Replay::check_unique(&policies)?;
+    for note in policies.iter().flat_map(CompiledPolicy::notifies_nowhere) {
+        eprintln!("note: {note}");
+    }
     let tz = policies[0].env.calendar.time_zone().clone();
     let mut records = Vec::new();
     let mut errors = Vec::new();

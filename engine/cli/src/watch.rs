@@ -70,6 +70,9 @@ pub(crate) fn run(args: WatchArgs) -> ExitCode {
     if send && options.policies.iter().all(|p| p.receivers.is_empty()) {
         return fail("--notify: no policy declares spec.receivers", 2);
     }
+    for note in options.policies.iter().flat_map(trainwarden_core::CompiledPolicy::notifies_nowhere) {
+        eprintln!("{PREFIX} note: {note}");
+    }
     let runtime = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
         Ok(r) => r,
         Err(e) => return fail(&format!("starting the async runtime: {e}"), 2),

@@ -248,3 +248,23 @@ fn a_closed_pipe_ends_output_quietly_and_piped_logs_have_no_colour() {
         String::from_utf8_lossy(&out.stderr)
     );
 }
+
+#[test]
+fn a_notify_without_receivers_is_said_to_send_nothing() {
+    let repo = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
+    let out = trainwarden_in(
+        &repo,
+        &[
+            "replay",
+            "--policy",
+            "examples/friday-night-stall/policy.yaml",
+            "examples/friday-night-stall/stream.jsonl",
+        ],
+    );
+    assert!(out.status.success());
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains("note: ProgressPolicy fraud/weekend-safe: rule loss-plateau notifies \"team\", but the policy declares no such receiver: nothing will be sent (add spec.receivers with a Slack, email or webhook receiver named \"team\")"),
+        "{stderr}"
+    );
+}

@@ -30,7 +30,9 @@ use trainwarden_core::{JobKey, JobSnapshot, NormalizeError, SampleSource, Timest
 use trainwarden_kube::ProgressPolicyStatus;
 
 use crate::config::ControllerConfig;
-use crate::messages::{Input, PolicyInput, ReceiverChange, StatusUpdate, TrainJobEvent, Work};
+use crate::messages::{
+    ActionResult, Input, Outcome, PolicyInput, ReceiverChange, StatusUpdate, TrainJobEvent, Work,
+};
 use crate::metrics::{
     DroppedWork, InvalidInput, Metrics, ModeLabel, ModeLabels, ProgressSource, ProgressSourceLabels,
 };
@@ -397,7 +399,8 @@ impl Brain {
     }
 
     fn drain_events_in_order(&mut self) {
-        for event in self.events.drain(..) {
+        let events = std::mem::take(&mut self.events);
+        for event in events {
             if let Some(_notifier) = &self.notifier
                 && matches!(
                     event,
@@ -415,6 +418,31 @@ impl Brain {
             match event {
                 Event::Intent(intent) => {
                     self.ledger.issue(&intent);
+                    if let ActionSpec::Notify(n) = &intent.action
+                        && !self
+                            .evaluator
+                            .policies()
+                            .any(|p| p.reference == intent.policy && p.has_receiver(&n.to))
+                    {
+                        // Nothing would be sent: say so where people look instead of "queued".
+                        let message = format!(
+                            "notify {:?} sends nothing: the policy declares no such receiver (add spec.receivers)",
+                            n.to
+                        );
+                        self.work.push(Work::RecordEvent(Box::new(TrainJobEvent {
+                            job: intent.job.clone(),
+                            warning: true,
+                            reason: "NotificationNotConfigured".into(),
+                            action: "Notify".into(),
+                            note: format!(
+                                "{} {} rule {}: {message}",
+                                intent.policy.kind, intent.policy, intent.rule
+                            ),
+                        })));
+                        let at = intent.at;
+                        self.record_outcome(Outcome::of(&intent, ActionResult::Refused, message), at);
+                        continue;
+                    }
                     self.work.push(Work::Act(Box::new(intent)));
                 }
                 Event::Transition { job, policy, rule, kind, reason, mode, .. } => {
@@ -557,7 +585,7 @@ pub async fn run(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::messages::{ActionResult, JobInput, Outcome};
+    use crate::messages::JobInput;
     use trainwarden_core::parse_documents;
     use trainwarden_core::{ActionIntent, RuleMemory};
     use trainwarden_core::{JobSnapshot, Metric, ProgressSample, SampleSource};
@@ -714,6 +742,36 @@ mod tests {
         // Forgotten once it has not failed for a while.
         let later = t(2 + books::RULE_ERROR_MEMORY.as_secs() as i64 + 1);
         assert_eq!(ready_of(&mut b, later).1, "Evaluating");
+    }
+
+    #[test]
+    fn a_notify_to_no_receiver_says_nothing_was_sent_instead_of_queueing() {
+        let mut b = brain();
+        b.handle(
+            policy_input(
+                "    - {name: high, when: 'metric(\"loss\") > 5.0', actions: [{notify: {to: team}}]}\n",
+                None,
+            ),
+            t(0),
+        );
+        b.handle(job_reporting(9.0, t(1)), t(1));
+        let work: Vec<String> = b
+            .work
+            .drain(..)
+            .filter_map(|w| match w {
+                Work::Act(i) => Some(format!("act {}", i.action.kind())),
+                Work::RecordEvent(e) if e.reason == "NotificationNotConfigured" => Some(e.note),
+                _ => None,
+            })
+            .collect();
+        assert_eq!(
+            work,
+            [
+                "ProgressPolicy ml/p rule high: notify \"team\" sends nothing: the policy declares no such receiver (add spec.receivers)"
+            ]
+        );
+        let status = b.status_of(&key(), t(2));
+        assert_eq!(status.action_counts.get("notify/refused"), Some(&1));
     }
 
     #[test]

@@ -101,6 +101,30 @@ impl CompiledPolicy {
         };
         in_scope && self.selector.matches(job_labels)
     }
+
+    /// Whether `notify: {to: name}` reaches a receiver of this policy.
+    pub fn has_receiver(&self, name: &str) -> bool {
+        self.receivers.iter().any(|r| r.name == name)
+    }
+
+    /// What its `notify` actions would send nothing for (a policy without `spec.receivers` may notify, and
+    /// is then only reported): one sentence per rule and receiver, to say before anything runs.
+    pub fn notifies_nowhere(&self) -> Vec<String> {
+        let mut out = Vec::new();
+        for rule in &self.rules {
+            for action in &rule.actions {
+                if let ActionSpec::Notify(n) = action
+                    && !self.has_receiver(&n.to)
+                {
+                    out.push(format!(
+                        "{} {}: rule {} notifies {:?}, but the policy declares no such receiver: nothing will be sent (add spec.receivers with a Slack, email or webhook receiver named {:?})",
+                        self.reference.kind, self.reference, rule.name, n.to, n.to
+                    ));
+                }
+            }
+        }
+        out
+    }
 }
 
 /// Validates and compiles a policy. `Err` lists every problem. One step per module, in the order their
