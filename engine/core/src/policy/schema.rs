@@ -219,7 +219,7 @@ fn check_object(
             (Some(s), _) => check(value, s, &child, errors),
             (None, Some(s)) if s.is_object() => check(value, s, &child, errors),
             (None, _) if properties.is_some() => {
-                errors.push(FieldError::new(child, unknown_field(properties)))
+                errors.push(FieldError::new(child, unknown_field(properties)));
             }
             (None, _) => {}
         }
