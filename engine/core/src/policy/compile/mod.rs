@@ -277,10 +277,27 @@ fn yaml_error(message: &str) -> FieldError {
     match located {
         Some((line, column, what)) => FieldError {
             position: Some(crate::error::Position { line, column }),
-            ..FieldError::new("(yaml)", what)
+            ..FieldError::new("(yaml)", plain_yaml_message(what))
         },
-        None => FieldError::new("(yaml)", first),
+        None => FieldError::new("(yaml)", plain_yaml_message(first)),
     }
+}
+
+/// The reader's messages that speak of its own API (`set DuplicateKeyPolicy in Options`, `budget breached:
+/// Nodes { nodes: 250001 }`) in the words of a policy's author.
+fn plain_yaml_message(what: &str) -> String {
+    if let Some(rest) = what.strip_prefix("duplicate mapping key: ") {
+        let key = rest.split(", set DuplicateKeyPolicy").next().unwrap_or(rest);
+        return format!("duplicate key {key:?}: a key may appear only once in a mapping");
+    }
+    if let Some(rest) = what.strip_prefix("budget breached: ") {
+        let limit = rest.split([' ', '{']).next().unwrap_or(rest).to_lowercase();
+        let number: String = rest.chars().filter(char::is_ascii_digit).collect();
+        return format!(
+            "the file is too large to be a policy: it exceeds the YAML reader's limit on {limit} ({number}); a policy needs a few hundred"
+        );
+    }
+    what.to_string()
 }
 
 /// One policy object (as YAML/JSON value) to a document.
@@ -639,6 +656,23 @@ spec:
         assert_eq!(e.document, "bad.yaml");
         assert_eq!(e.errors[0].position, Some(crate::error::Position { line: 1, column: 7 }));
         assert_eq!(e.to_string(), "bad.yaml: 1 error\n  - bad.yaml:1:7: (yaml): unclosed bracket '['");
+    }
+
+    #[test]
+    fn the_yaml_readers_own_words_are_translated() {
+        let e = parse_documents("kind: A\nkind: B\n", "d.yaml").unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            "d.yaml: 1 error\n  - d.yaml:2:1: (yaml): duplicate key \"kind\": a key may appear only once in a mapping"
+        );
+        let big = format!("a: [{}]\n", vec!["1"; 300_000].join(","));
+        let e = parse_documents(&big, "big.yaml").unwrap_err();
+        assert!(
+            e.errors[0].message.starts_with(
+                "the file is too large to be a policy: it exceeds the YAML reader's limit on nodes ("
+            ),
+            "{e}"
+        );
     }
 
     #[test]
