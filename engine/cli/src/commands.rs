@@ -18,10 +18,14 @@ use trainwarden_notify::{FileSecrets, JobProgress, LocalSecrets, SendConfig, Sen
 
 use crate::read;
 
+/// The most evaluation rounds (stream span ÷ `--eval-interval`) a replay runs: a year at 5 s.
+const MAX_ROUNDS: f64 = 6_400_000.0;
+
 pub(crate) fn config(eval_interval: &str) -> Result<EngineConfig, String> {
     let eval_interval: PolicyDuration = eval_interval.parse().map_err(|e| format!("--eval-interval: {e}"))?;
-    if eval_interval.is_zero() {
-        return Err("--eval-interval must be longer than 0s".into());
+    // Each round re-evaluates every job; reports come seconds apart, so a shorter round only burns time.
+    if eval_interval < PolicyDuration::from_secs(1) {
+        return Err(format!("--eval-interval {eval_interval} is shorter than 1s, the shortest useful round"));
     }
     Ok(EngineConfig { eval_interval, ..EngineConfig::default() })
 }
@@ -99,6 +103,20 @@ pub(crate) fn replay(
         && until.duration_since(last).as_secs() > 366 * 86_400
     {
         return Err(format!("--until {until} is more than a year after the last record ({last})"));
+    }
+    // Time costs one round of evaluation per interval: refuse a replay that could not finish.
+    if let (Some(first), Some(last)) = (records.first(), records.last()) {
+        let end = until.unwrap_or_else(|| last.time()).max(last.time());
+        let rounds = end.duration_since(first.time()).as_secs_f64() / config.eval_interval.as_secs_f64();
+        if rounds > MAX_ROUNDS {
+            return Err(format!(
+                "replaying {} to {end} every {} is {} evaluation rounds (at most {}): raise --eval-interval",
+                first.time(),
+                config.eval_interval,
+                rounds.round(),
+                MAX_ROUNDS
+            ));
+        }
     }
     // Notifications are grouped on the stream's clock, event by event, with each job's progress at the time.
     let mut notifications = OfflineNotifications::new(&policies);

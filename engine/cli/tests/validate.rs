@@ -268,3 +268,45 @@ fn a_notify_without_receivers_is_said_to_send_nothing() {
         "{stderr}"
     );
 }
+
+#[test]
+fn replays_that_could_not_finish_are_refused_up_front() {
+    let dir = temp_dir("bounded");
+    std::fs::write(dir.join("p.yaml"), when(r#"stalled("30m")"#)).unwrap();
+    let stream = r#"{"time":"2026-01-01T00:00:00Z","job":"ml/a","trainerStatus":{"progressPercentage":1,"lastUpdatedTime":"2026-01-01T00:00:00Z","metrics":[{"name":"loss","value":"2.0"}]}}"#;
+    std::fs::write(dir.join("s.jsonl"), format!("{stream}\n")).unwrap();
+    let stderr = |out: &Output| String::from_utf8_lossy(&out.stderr).into_owned();
+    let out = trainwarden_in(&dir, &["replay", "--eval-interval", "1ms", "--policy", "p.yaml", "s.jsonl"]);
+    assert_eq!(out.status.code(), Some(2));
+    assert_eq!(stderr(&out), "error: --eval-interval 1ms is shorter than 1s, the shortest useful round\n");
+    let args = [
+        "replay",
+        "--eval-interval",
+        "1s",
+        "--until",
+        "2026-12-01T00:00:00Z",
+        "--policy",
+        "p.yaml",
+        "s.jsonl",
+    ];
+    let out = trainwarden_in(&dir, &args);
+    assert_eq!(out.status.code(), Some(2));
+    assert_eq!(
+        stderr(&out),
+        "error: replaying 2026-01-01T00:00:00Z to 2026-12-01T00:00:00Z every 1s is 28857600 evaluation rounds (at most 6400000): raise --eval-interval\n"
+    );
+    std::fs::write(
+        dir.join("p.test.yaml"),
+        "policies: [p.yaml]\ntests:\n  - name: forever\n    job: {namespace: ml, name: ft}\n    series: {loss: \"2.0x20\"}\n    until: 1000000d\n    expectActions: []\n",
+    )
+    .unwrap();
+    let started = std::time::Instant::now();
+    let out = trainwarden_in(&dir, &["test", "p.test.yaml"]);
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(out.status.code(), Some(1), "{stdout}");
+    assert!(
+        stdout.contains("    until: ") && stdout.contains("is more than a year after the input ends"),
+        "{stdout}"
+    );
+    assert!(started.elapsed() < std::time::Duration::from_secs(20), "refused, not run");
+}
