@@ -238,7 +238,7 @@ async fn invalid_policies_are_rejected_with_the_schema_message() {
     let ctx = setup!("invalid_policies");
     let api = raw_policies(&ctx.client, &ctx.ns);
     type Edit = fn(&mut Value);
-    let cases: [(&str, Edit, &[&str]); 8] = [
+    let cases: [(&str, Edit, &[&str]); 11] = [
         (
             "bad-mode",
             |p| p["spec"]["mode"] = "Sometimes".into(),
@@ -275,11 +275,36 @@ async fn invalid_policies_are_rejected_with_the_schema_message() {
             |p| p["spec"]["rules"][1]["name"] = "nan-loss".into(),
             &["spec.rules[1]", "Duplicate value"],
         ),
+        (
+            "uppercase-rule-name",
+            |p| p["spec"]["rules"][0]["name"] = "Nan_Loss".into(),
+            &["spec.rules[0].name", "should match '^[a-z0-9]([-a-z0-9_.]*[a-z0-9])?$'"],
+        ),
+        (
+            "long-rule-name",
+            |p| p["spec"]["rules"][0]["name"] = "r".repeat(64).into(),
+            &["spec.rules[0].name", "Too long", "63"],
+        ),
+        (
+            "too-many-rules",
+            |p| {
+                p["spec"]["rules"] = (0..65)
+                    .map(|i| json!({"name": format!("r{i}"), "when": "true", "actions": [{"suspend": {}}]}))
+                    .collect();
+            },
+            &["spec.rules", "Too many: 65: must have at most 64 items"],
+        ),
     ];
     for (name, edit, expected) in cases {
         let mut policy = weekend_safe_value(&ctx.ns);
         policy["metadata"]["name"] = name.into();
         edit(&mut policy);
+        // `trainwarden validate` refuses it too, at the same field (JSON is YAML).
+        let text = serde_json::to_string(&policy).unwrap();
+        let ours = trainwarden_core::parse_documents(&text, name)
+            .and_then(|docs| trainwarden_core::compile(&docs[0], &ScriptEngine::default()).map(drop));
+        let Err(ours) = ours else { panic!("{name}: the API server refuses it, validate accepted it") };
+        assert!(ours.errors.iter().any(|e| e.path.starts_with(expected[0])), "{name}: {ours}");
         let object: DynamicObject = serde_json::from_value(policy).unwrap();
         let status = api_status(api.create(&PostParams::default(), &object).await);
         assert!(status.is_invalid(), "{name}: {status:?}");
