@@ -63,12 +63,21 @@ impl Notifier for Delivering {
             }
             let refused = self.notifier.refused();
             if refused > 0 {
-                lines.push(format!("{refused} alert(s) refused (unknown receiver or full groups)"));
+                lines.push(format!(
+                    "{} refused (unknown receiver or full groups)",
+                    trainwarden_core::plural(refused as u64, "alert", "alerts")
+                ));
             }
             if report.unfinished_workers > 0 {
                 lines.push(format!(
-                    "{} receiver channel(s) still delivering after {:?}: {} message(s) dropped",
-                    report.unfinished_workers, self.flush_timeout, report.dropped
+                    "{} still delivering after {:?}: {} dropped",
+                    trainwarden_core::plural(
+                        report.unfinished_workers as u64,
+                        "receiver channel",
+                        "receiver channels"
+                    ),
+                    self.flush_timeout,
+                    trainwarden_core::plural(report.dropped as u64, "message", "messages")
                 ));
             }
             lines

@@ -263,7 +263,7 @@ impl Driver<'_> {
     /// and the recording rather than ending the watch.
     fn observe(&mut self, job: &JobKey, update: &AcceptedUpdate) -> Result<(), String> {
         if let Err(e) = trainwarden_core::from_trainer_status(&update.trainer_status, "trainerStatus") {
-            self.say(&format!("report accepted (as Kubeflow would) but not evaluated: {e}"));
+            self.say(&format!("sample accepted (as Kubeflow would) but not evaluated: {e}"));
             return Ok(());
         }
         let now = self.now();

@@ -218,10 +218,10 @@ impl Detector for Plateau {
 
             return Some(
                 Finding::new(format!(
-                    "{} has not improved by more than {} for {} samples / {} (best {} at sample {}, last {})",
+                    "{} has not improved by more than {} for {} / {} (best {} at sample {}, last {})",
                     self.metric,
                     threshold,
-                    since_samples,
+                    crate::time::plural(since_samples as u64, "sample", "samples"),
                     fmt_secs(since_secs),
                     fmt_num(best),
                     best_sample,

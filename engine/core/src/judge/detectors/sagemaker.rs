@@ -244,10 +244,10 @@ impl Detector for Overtraining {
         if s.validation_wait >= self.patience_validation {
             return Some(
                 Finding::new(format!(
-                    "{} has not improved by more than {} for {} samples (best {})",
+                    "{} has not improved by more than {} for {} (best {})",
                     self.validation_metric,
                     fmt_num(self.delta),
-                    s.validation_wait,
+                    crate::time::plural(s.validation_wait as u64, "sample", "samples"),
                     fmt_num(s.best_validation.unwrap_or(f64::NAN))
                 ))
                 .value("validationWait", s.validation_wait as f64),
@@ -255,10 +255,10 @@ impl Detector for Overtraining {
         }
         (s.train_wait >= self.patience_train).then(|| {
             Finding::new(format!(
-                "{} has not improved by more than {} for {} samples (best {})",
+                "{} has not improved by more than {} for {} (best {})",
                 self.train_metric,
                 fmt_num(self.delta),
-                s.train_wait,
+                crate::time::plural(s.train_wait as u64, "sample", "samples"),
                 fmt_num(s.best_train.unwrap_or(f64::NAN))
             ))
             .value("trainWait", s.train_wait as f64)
