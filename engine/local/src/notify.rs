@@ -65,7 +65,7 @@ impl Notifier for Delivering {
             if refused > 0 {
                 lines.push(format!(
                     "{} refused (unknown receiver or full groups)",
-                    trainwarden_core::plural(refused as u64, "alert", "alerts")
+                    trainwarden_core::plural(refused, "alert", "alerts")
                 ));
             }
             if report.unfinished_workers > 0 {

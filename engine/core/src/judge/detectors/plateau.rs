@@ -221,7 +221,7 @@ impl Detector for Plateau {
                     "{} has not improved by more than {} for {} / {} (best {} at sample {}, last {})",
                     self.metric,
                     threshold,
-                    crate::time::plural(since_samples as u64, "sample", "samples"),
+                    crate::time::plural(since_samples, "sample", "samples"),
                     fmt_secs(since_secs),
                     fmt_num(best),
                     best_sample,

@@ -247,7 +247,7 @@ impl Detector for Overtraining {
                     "{} has not improved by more than {} for {} (best {})",
                     self.validation_metric,
                     fmt_num(self.delta),
-                    crate::time::plural(s.validation_wait as u64, "sample", "samples"),
+                    crate::time::plural(s.validation_wait, "sample", "samples"),
                     fmt_num(s.best_validation.unwrap_or(f64::NAN))
                 ))
                 .value("validationWait", s.validation_wait as f64),
@@ -258,7 +258,7 @@ impl Detector for Overtraining {
                 "{} has not improved by more than {} for {} (best {})",
                 self.train_metric,
                 fmt_num(self.delta),
-                crate::time::plural(s.train_wait as u64, "sample", "samples"),
+                crate::time::plural(s.train_wait, "sample", "samples"),
                 fmt_num(s.best_train.unwrap_or(f64::NAN))
             ))
             .value("trainWait", s.train_wait as f64)

@@ -235,7 +235,7 @@ impl ScriptEngine {
         })
     }
 
-    /// The compile-time checks of a compiled `when` (see [`check`](self::check)): unknown functions, wrong
+    /// The compile-time checks of a compiled `when` (the `check` module): unknown functions, wrong
     /// argument counts, invalid constant arguments of host functions, a condition that cannot be true or
     /// false. Every problem, in source order; empty means the script will run.
     pub fn check(&self, script: &CompiledScript, context: &ScriptContext) -> Vec<ScriptError> {

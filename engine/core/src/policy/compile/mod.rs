@@ -216,7 +216,7 @@ fn validate_selector(errors: &mut Vec<FieldError>, path: &str, selector: &LabelS
 
 /// Reads policy documents (one or more YAML documents, `---` separated) from text. `source` names the file in
 /// errors. Every error of every document is reported, with its field path and line:column in the file;
-/// the spec is checked against the CRD's schema first ([`schema`]), so what the API server would refuse is
+/// the spec is checked against the CRD's schema first, so what the API server would refuse is
 /// refused here too. A file with no document at all is an error.
 pub fn parse_documents(text: &str, source: &str) -> Result<Vec<PolicyDocument>, FieldErrors> {
     let failed =
