@@ -79,8 +79,13 @@ enum Command {
 }
 
 fn main() -> ExitCode {
-    exit_quietly_on_broken_pipe();
-    let command = match Cli::parse().command {
+    let command = Cli::parse().command;
+    // A command that prints a verdict must not look like it passed when its output was cut off.
+    exit_quietly_on_broken_pipe(match command {
+        Command::Crd { .. } | Command::Detectors | Command::Functions => 0,
+        _ => 141,
+    });
+    let command = match command {
         // The controller sets up its own logging (JSON by default) and runtime.
         Command::Controller(args) => return controller::run(args),
         other => other,
@@ -137,9 +142,10 @@ pub(crate) fn colour_on_stderr() -> bool {
 }
 
 /// `trainwarden crd | head`: when the reader goes away, printing fails with EPIPE and `println!` panics.
-/// That is the normal end of a pipeline, not a failure: exit quietly with status 0 (a shell pipeline with
-/// `pipefail` then still passes). Rust ignores SIGPIPE, so sockets are unaffected.
-fn exit_quietly_on_broken_pipe() {
+/// That is the normal end of a pipeline, not a failure: exit quietly, with `status` — 0 for commands that
+/// only print a listing (a `pipefail` pipeline still passes), 141 (as if killed by SIGPIPE) for those whose
+/// output is a verdict that was not all read. Rust ignores SIGPIPE, so sockets are unaffected.
+fn exit_quietly_on_broken_pipe(status: i32) {
     let default = std::panic::take_hook();
     std::panic::set_hook(Box::new(move |info| {
         let payload = info.payload();
@@ -149,7 +155,7 @@ fn exit_quietly_on_broken_pipe() {
             .or_else(|| payload.downcast_ref::<&str>().copied())
             .unwrap_or_default();
         if message.starts_with("failed printing to stdout") && message.contains("Broken pipe") {
-            std::process::exit(0);
+            std::process::exit(status);
         }
         default(info);
     }));

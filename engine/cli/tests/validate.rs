@@ -215,7 +215,7 @@ fn a_test_case_whose_job_no_policy_selects_says_so() {
     let stdout = String::from_utf8_lossy(&out.stdout);
     assert_eq!(out.status.code(), Some(1), "{stdout}");
     assert!(
-        stdout.contains("    job ml/ft (labels team=ml) is not selected by any policy (ml/p: namespace ml, labels team=fraud): set job.namespace and job.labels in the case"),
+        stdout.contains("    job ml/ft (labels team=ml) is not selected by any policy (ml/p: namespace ml, labels team=fraud): set job.namespace and job.labels in the case, or expectSelected: false if that is the point"),
         "{stdout}"
     );
 }
@@ -231,7 +231,19 @@ fn a_closed_pipe_ends_output_quietly_and_piped_logs_have_no_colour() {
     // Read nothing: close the pipe at once, as `| head -0` would.
     drop(child.stdout.take());
     let out = child.wait_with_output().unwrap();
-    assert_eq!(out.status.code(), Some(0));
+    assert_eq!(out.status.code(), Some(0), "a listing cut short is fine");
+    assert_eq!(String::from_utf8_lossy(&out.stderr), "", "no panic message");
+    // A verdict cut short is not a pass.
+    let mut child = Command::new(env!("CARGO_BIN_EXE_trainwarden"))
+        .args(["validate", "policies"])
+        .current_dir(Path::new(env!("CARGO_MANIFEST_DIR")).join("../.."))
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("runs");
+    drop(child.stdout.take());
+    let out = child.wait_with_output().unwrap();
+    assert_eq!(out.status.code(), Some(141));
     assert_eq!(String::from_utf8_lossy(&out.stderr), "", "no panic message");
 
     let dir = temp_dir("colour");

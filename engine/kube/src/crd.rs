@@ -248,7 +248,7 @@ impl PolicyResource for ProgressPolicy {
             scope: PolicyScope::Namespace(namespace),
             spec: self.spec.policy.clone(),
             positions: None,
-            schema_errors: Vec::new(),
+            reading_errors: Vec::new(),
         })
     }
 }
@@ -261,7 +261,7 @@ impl PolicyResource for ClusterProgressPolicy {
             scope: PolicyScope::Cluster { namespace_selector: self.spec.policy.namespace_selector.clone() },
             spec: self.spec.policy.policy.clone(),
             positions: None,
-            schema_errors: Vec::new(),
+            reading_errors: Vec::new(),
         })
     }
 }

@@ -249,7 +249,7 @@ async fn malformed_requests_get_kubeflows_errors_and_never_reach_the_evaluator()
         tokio::time::timeout(Duration::from_secs(30), watching).await.expect("watch ends").unwrap();
     let outcome = outcome.unwrap_or_else(|e| panic!("watch failed: {}\n{log}", e.message));
     assert_eq!(outcome.ending, Ending::Finished(Exit::Code(0)), "{log}");
-    assert!(log.contains("report accepted (as Kubeflow would) but not evaluated: trainerStatus.metrics[0].value: not a number"), "{log}");
+    assert!(log.contains("sample accepted (as Kubeflow would) but not evaluated: trainerStatus.metrics[0].value: not a number"), "{log}");
     // start, the one valid report, the end: nothing else reached the evaluator, and no rule fired.
     assert_eq!(outcome.summary.records, 3, "{log}");
     assert_eq!(outcome.summary.firings, 0, "{log}");

@@ -41,10 +41,13 @@ pub(super) struct PolicyBook {
 /// A rule's recent evaluation failures.
 #[derive(Clone, Debug, PartialEq)]
 pub(super) struct RuleErrors {
-    pub(super) count: u64,
+    /// The first failure of this run of failures, and where: the status shows these, so that it does not
+    /// change (and get written) on every failing evaluation.
+    pub(super) first_at: Timestamp,
+    pub(super) first_job: JobKey,
+    pub(super) first_message: String,
+    /// The last failure, to forget the rule once it stops failing.
     pub(super) last_at: Timestamp,
-    pub(super) last_job: JobKey,
-    pub(super) last_message: String,
 }
 
 /// How long a rule's last evaluation failure keeps the policy not Ready. Rules are evaluated on every sample
@@ -57,19 +60,22 @@ impl PolicyBook {
         if !self.rule_errors.contains_key(rule) && self.rule_errors.len() >= 64 {
             return;
         }
+        let stale =
+            |e: &RuleErrors| at.duration_since(e.last_at).as_secs_f64() > RULE_ERROR_MEMORY.as_secs_f64();
+        if self.rule_errors.get(rule).is_some_and(stale) {
+            self.rule_errors.remove(rule);
+        }
         let entry = self.rule_errors.entry(rule.to_string()).or_insert_with(|| RuleErrors {
-            count: 0,
+            first_at: at,
+            first_job: job.clone(),
+            first_message: message.to_string(),
             last_at: at,
-            last_job: job.clone(),
-            last_message: String::new(),
         });
-        entry.count += 1;
         entry.last_at = at;
-        entry.last_job = job.clone();
-        entry.last_message = message.to_string();
     }
 
-    /// `rule r on ns/job: message (3 failures, the last at T)` for each rule that failed recently.
+    /// `rule r cannot be evaluated (failing since T, first on ns/job): message` for each rule that failed
+    /// within [`RULE_ERROR_MEMORY`].
     pub(super) fn recent_rule_errors(&self, now: Timestamp) -> Option<String> {
         let recent: Vec<String> = self
             .rule_errors
@@ -77,11 +83,8 @@ impl PolicyBook {
             .filter(|(_, e)| now.duration_since(e.last_at).as_secs_f64() <= RULE_ERROR_MEMORY.as_secs_f64())
             .map(|(rule, e)| {
                 format!(
-                    "rule {rule} cannot be evaluated on {}: {} ({}, the last at {})",
-                    e.last_job,
-                    e.last_message,
-                    trainwarden_core::plural(e.count, "failure", "failures"),
-                    e.last_at
+                    "rule {rule} cannot be evaluated (failing since {}, first on {}): {}",
+                    e.first_at, e.first_job, e.first_message
                 )
             })
             .collect();

@@ -86,6 +86,15 @@ pub struct TestCase {
     /// The exact list of intents issued over the whole run (omit to not check).
     #[serde(default)]
     pub expect_actions: Option<Vec<ActionExpectation>>,
+    /// Whether some tested policy selects the case's job (default true). A case whose job is selected by
+    /// none would pass every "does not fire" expectation for the wrong reason, so that is a failure unless
+    /// the case says it is the point (`expectSelected: false`).
+    #[serde(default = "selected_by_default")]
+    pub expect_selected: bool,
+}
+
+fn selected_by_default() -> bool {
+    true
 }
 
 /// The TrainJob a case's series and phases describe.
@@ -369,7 +378,7 @@ fn not_selected(job: &JobKey, labels: &BTreeMap<String, String>, policies: &[Com
         })
         .collect();
     format!(
-        "job {job} (labels {}) is not selected by any policy ({}): set job.namespace and job.labels in the case",
+        "job {job} (labels {}) is not selected by any policy ({}): set job.namespace and job.labels in the case, or expectSelected: false if that is the point",
         show_labels(labels),
         described.join("; ")
     )
@@ -428,12 +437,15 @@ pub fn run_case(
         }
     };
     // A case whose job no policy selects passes every "does not fire" expectation for the wrong reason.
-    // (A recorded stream brings its jobs' own labels; the check is for jobs the case describes.)
-    let about_default_job = case.stream.is_none() && case.expect.iter().any(|e| e.job.is_none());
-    if about_default_job
-        && !policies.iter().any(|p| p.selects(&default_job.namespace, &case.job.labels, None))
-    {
-        failures.push(not_selected(&default_job, &case.job.labels, &policies));
+    // (A recorded stream brings its jobs' own labels: the check is for the job the case describes.)
+    if case.stream.is_none() {
+        let selected = policies.iter().any(|p| p.selects(&default_job.namespace, &case.job.labels, None));
+        if case.expect_selected && !selected {
+            failures.push(not_selected(&default_job, &case.job.labels, &policies));
+        }
+        if !case.expect_selected && selected {
+            failures.push(format!("expectSelected: false, but a tested policy selects job {default_job}"));
+        }
     }
     if !failures.is_empty() {
         return CaseResult { name: case.name.clone(), failures };

@@ -50,6 +50,9 @@ pub(crate) fn scan(text: &str, file: &str) -> Vec<DocumentPositions> {
     let mut documents = Vec::new();
     let mut current: Option<DocumentPositions> = None;
     let mut stack: Vec<Frame> = Vec::new();
+    // The reader skips a document that is empty or a bare null (`---` twice, an empty Helm template), so
+    // the document indices must skip it too.
+    let mut root_is_null = false;
     for event in Parser::new_from_str(text) {
         let Ok((event, span)) = event else { break };
         let at = Position { line: span.start.line(), column: span.start.col() + 1 };
@@ -57,9 +60,18 @@ pub(crate) fn scan(text: &str, file: &str) -> Vec<DocumentPositions> {
             Event::DocumentStart(..) => {
                 current = Some(DocumentPositions { file: file.to_string(), fields: HashMap::new() });
                 stack.clear();
+                root_is_null = false;
             }
             Event::DocumentEnd => {
-                documents.extend(current.take());
+                if !root_is_null {
+                    documents.extend(current.take());
+                }
+                current = None;
+            }
+            Event::Scalar(ref value, ..)
+                if stack.is_empty() && matches!(value.as_ref(), "" | "~" | "null" | "Null" | "NULL") =>
+            {
+                root_is_null = true;
             }
             Event::Scalar(value, ..) => {
                 // A scalar is either a mapping key or a value (of a mapping entry, a sequence item or the root).
@@ -130,6 +142,16 @@ mod tests {
         // A missing field points at its parent.
         assert_eq!(at(&docs[0], "spec.rules[0].uses", false), Some((4, 7)));
         assert_eq!(at(&docs[1], "kind", false), Some((8, 7)));
+    }
+
+    #[test]
+    fn empty_documents_are_skipped_as_the_reader_skips_them() {
+        let docs = scan("a: 1\n---\n---\nnull\n---\nb: 2\n", "p.yaml");
+        assert_eq!(docs.len(), 2);
+        assert_eq!(docs[1].of("b", false).map(|p| p.line), Some(6));
+        let values: Vec<serde_json::Value> =
+            serde_saphyr::from_multiple("a: 1\n---\n---\nnull\n---\nb: 2\n").unwrap();
+        assert_eq!(values.iter().filter(|v| !v.is_null()).count(), 2, "{values:?}");
     }
 
     #[test]

@@ -42,6 +42,30 @@ fn load(crd: &str) -> Value {
     crd.pointer("/spec/versions/0/schema/openAPIV3Schema/properties/spec").cloned().unwrap_or(Value::Null)
 }
 
+/// Removes what the API server prunes before it validates: a null field of an object whose schema is not
+/// nullable (`selector:` with its children commented out). Recursive, following the schema.
+pub(crate) fn prune_nulls(value: &mut Value, schema: &Value) {
+    match value {
+        Value::Object(fields) => {
+            let properties = schema.get("properties").and_then(Value::as_object);
+            fields.retain(|key, v| !v.is_null() || nullable(properties, key));
+            for (key, v) in fields.iter_mut() {
+                let child =
+                    properties.and_then(|p| p.get(key)).or_else(|| schema.get("additionalProperties"));
+                if let Some(child) = child {
+                    prune_nulls(v, child);
+                }
+            }
+        }
+        Value::Array(items) => {
+            if let Some(item_schema) = schema.get("items") {
+                items.iter_mut().for_each(|v| prune_nulls(v, item_schema));
+            }
+        }
+        _ => {}
+    }
+}
+
 /// Every way `value` (at field path `path`) breaks `schema`.
 pub(crate) fn check(value: &Value, schema: &Value, path: &str, errors: &mut Vec<FieldError>) {
     let Some(schema) = schema.as_object() else { return };
@@ -51,15 +75,15 @@ pub(crate) fn check(value: &Value, schema: &Value, path: &str, errors: &mut Vec<
         }
         return;
     }
-    if schema.get("x-kubernetes-preserve-unknown-fields").and_then(Value::as_bool) == Some(true)
-        && !schema.contains_key("properties")
-    {
-        return;
-    }
     if let Some(expected) = schema.get("type").and_then(Value::as_str)
         && !has_type(value, expected, schema.get("format").and_then(Value::as_str))
     {
         errors.push(FieldError::new(path, format!("must be {}, got {}", article(expected), describe(value))));
+        return;
+    }
+    if schema.get("x-kubernetes-preserve-unknown-fields").and_then(Value::as_bool) == Some(true)
+        && !schema.contains_key("properties")
+    {
         return;
     }
     if let Some(allowed) = schema.get("enum").and_then(Value::as_array)
@@ -206,14 +230,20 @@ fn check_object(
     errors: &mut Vec<FieldError>,
 ) {
     let properties = schema.get("properties").and_then(Value::as_object);
+    // The API server drops a null field that is not nullable before validating (or defaults it):
+    // `selector:` with its children commented out is as if it were not there.
+    let present = |key: &str| fields.get(key).is_some_and(|v| !v.is_null() || nullable(properties, key));
     for required in
         schema.get("required").and_then(Value::as_array).into_iter().flatten().filter_map(Value::as_str)
     {
-        if !fields.contains_key(required) {
+        if !present(required) {
             errors.push(FieldError::new(format!("{path}.{required}"), "Required value"));
         }
     }
     for (key, value) in fields {
+        if value.is_null() && !nullable(properties, key) {
+            continue;
+        }
         let child = format!("{path}.{key}");
         match (properties.and_then(|p| p.get(key)), schema.get("additionalProperties")) {
             (Some(s), _) => check(value, s, &child, errors),
@@ -231,7 +261,7 @@ fn check_object(
             .filter_map(|s| s.get("required").and_then(Value::as_array))
             .filter_map(|r| r.first().and_then(Value::as_str))
             .collect();
-        let set: Vec<&str> = keys.iter().copied().filter(|k| fields.contains_key(*k)).collect();
+        let set: Vec<&str> = keys.iter().copied().filter(|k| present(k)).collect();
         if set.len() != 1 {
             let found = if set.is_empty() { "none".to_string() } else { set.join(" and ") };
             errors.push(FieldError::new(
@@ -240,6 +270,10 @@ fn check_object(
             ));
         }
     }
+}
+
+fn nullable(properties: Option<&serde_json::Map<String, Value>>, key: &str) -> bool {
+    properties.and_then(|p| p.get(key)).and_then(|s| s.get("nullable")).and_then(Value::as_bool) == Some(true)
 }
 
 fn unknown_field(properties: Option<&serde_json::Map<String, Value>>) -> String {
@@ -355,6 +389,16 @@ mod tests {
                 "spec.rules[0].name: Invalid value: \"Bad_Name\": should match '^[a-z0-9]([-a-z0-9_.]*[a-z0-9])?$' (lowercase letters, digits, '-', '_' and '.', starting and ending with a letter or digit)",
                 "spec.rules[2].name: Duplicate value: \"a\"",
             ]
+        );
+    }
+
+    #[test]
+    fn a_null_field_is_absent_as_the_api_server_prunes_it() {
+        let rule = json!({"name": "r", "uses": "stalled", "with": null, "actions": [{"suspend": {}, "notify": null}]});
+        assert_eq!(errors(json!({"selector": null, "mode": null, "rules": [rule]})), Vec::<String>::new());
+        assert_eq!(
+            errors(json!({"rules": [{"name": null, "when": "true"}]})),
+            vec!["spec.rules[0].name: Required value"]
         );
     }
 

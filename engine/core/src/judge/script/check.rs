@@ -140,6 +140,7 @@ const KEYWORD_FUNCTIONS: &[(&str, &[usize])] = &[
     ("is_def_var", &[1]),
     ("is_def_fn", &[2]),
     ("is_shared", &[1]),
+    ("eval", &[1]),
 ];
 
 /// The functions a script may call and how many arguments each takes (Rhai's packages plus the host's).
@@ -184,18 +185,13 @@ pub(super) fn check(ast: &rhai::AST, callables: &Callables, context: &ScriptCont
         true
     });
     let mut problems = Vec::new();
+    // Method calls (`x.f(…)`) are not checked: `f` may be a function stored in a map property, and a script
+    // function called that way binds `x` to `this` rather than to a parameter.
     ast.walk(&mut |path: &[ASTNode]| {
-        match path.last() {
-            Some(ASTNode::Expr(Expr::FnCall(call, pos))) => {
-                check_call(call, *pos, 0, &script_fns, &variables, callables, context, &mut problems);
-            }
-            Some(ASTNode::Stmt(Stmt::FnCall(call, pos))) => {
-                check_call(call, *pos, 0, &script_fns, &variables, callables, context, &mut problems);
-            }
-            Some(ASTNode::Expr(Expr::MethodCall(call, pos))) => {
-                check_call(call, *pos, 1, &script_fns, &variables, callables, context, &mut problems);
-            }
-            _ => {}
+        if let Some(ASTNode::Expr(Expr::FnCall(call, pos)) | ASTNode::Stmt(Stmt::FnCall(call, pos))) =
+            path.last()
+        {
+            check_call(call, *pos, &script_fns, &variables, callables, context, &mut problems);
         }
         true
     });
@@ -207,11 +203,9 @@ pub(super) fn check(ast: &rhai::AST, callables: &Callables, context: &ScriptCont
     problems
 }
 
-#[allow(clippy::too_many_arguments)] // one call site per call kind; a struct would only rename them
 fn check_call(
     call: &FnCallExpr,
     pos: Position,
-    receiver: usize,
     script_fns: &BTreeMap<String, BTreeSet<usize>>,
     variables: &BTreeSet<String>,
     callables: &Callables,
@@ -222,8 +216,8 @@ fn check_call(
         return;
     }
     let name = call.name.as_str();
-    let n = call.args.len() + receiver;
-    if variables.contains(name) && receiver == 0 {
+    let n = call.args.len();
+    if variables.contains(name) {
         return;
     }
     let known = script_fns.get(name).into_iter().chain(callables.arities.get(name)).flatten().copied();
@@ -237,10 +231,10 @@ fn check_call(
         return;
     }
     if !known.contains(&n) {
-        problems.push(Problem { pos, message: wrong_arity(name, n, &known, receiver) });
+        problems.push(Problem { pos, message: wrong_arity(name, n, &known) });
         return;
     }
-    if receiver == 0 && !script_fns.contains_key(name) {
+    if !script_fns.contains_key(name) {
         check_host_arguments(call, pos, context, problems);
     }
 }
@@ -250,7 +244,8 @@ fn unknown_function(
     callables: &Callables,
     script_fns: &BTreeMap<String, BTreeSet<usize>>,
 ) -> String {
-    let candidates = callables.arities.keys().chain(script_fns.keys()).filter(|k| !k.contains('$'));
+    let is_identifier = |k: &&String| k.chars().all(|c| c.is_ascii_alphanumeric() || c == '_');
+    let candidates = callables.arities.keys().chain(script_fns.keys()).filter(is_identifier);
     let closest = candidates
         .map(|k| (edit_distance(name, k), k))
         .filter(|(d, _)| *d <= 2)
@@ -266,23 +261,19 @@ fn unknown_function(
     }
 }
 
-fn wrong_arity(name: &str, n: usize, known: &BTreeSet<usize>, receiver: usize) -> String {
+fn wrong_arity(name: &str, n: usize, known: &BTreeSet<usize>) -> String {
     let host: Vec<String> = HOST_SIGNATURES
         .iter()
         .filter(|s| s.name == name)
         .map(|s| format!("{name}({})", s.params.iter().map(|p| p.noun()).collect::<Vec<_>>().join(", ")))
         .collect();
-    let counts: Vec<String> = known.iter().map(|k| k.saturating_sub(receiver).to_string()).collect();
+    let counts: Vec<String> = known.iter().map(ToString::to_string).collect();
     let takes = if host.is_empty() {
         format!("takes {} argument{}", join_or(&counts), if counts == ["1"] { "" } else { "s" })
     } else {
         format!("is called as {}", host.join(" or "))
     };
-    format!(
-        "{name}() {takes}, but is given {} argument{}",
-        n - receiver,
-        if n - receiver == 1 { "" } else { "s" }
-    )
+    format!("{name}() {takes}, but is given {n} argument{}", if n == 1 { "" } else { "s" })
 }
 
 fn join_or(items: &[String]) -> String {

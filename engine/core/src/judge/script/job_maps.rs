@@ -18,11 +18,15 @@ impl JobMap {
 }
 
 pub(super) fn register(engine: &mut Engine) {
-    engine.register_type_with_name::<JobMap>("labels");
+    engine.register_type_with_name::<JobMap>("map of strings");
     // `labels["team"]`, and `labels.team` (Rhai falls back to the indexer for a property).
     engine.register_indexer_get(|m: &mut JobMap, key: &str| -> ImmutableString {
         m.0.get(key).map(|v| v.as_str().into()).unwrap_or_default()
     });
+    engine.register_fn("get", |m: &mut JobMap, key: &str| -> ImmutableString {
+        m.0.get(key).map(|v| v.as_str().into()).unwrap_or_default()
+    });
+    engine.register_fn("to_json", |m: &mut JobMap| serde_json::to_string(&m.0).unwrap_or_default());
     // `"team" in labels`
     engine.register_fn("contains", |m: &mut JobMap, key: &str| m.0.contains_key(key));
     engine.register_fn("keys", |m: &mut JobMap| -> Array {

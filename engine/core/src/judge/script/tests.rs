@@ -177,6 +177,9 @@ fn the_checks_accept_what_runs() {
         r#"type_of(metric("loss")) == "f64""#,
         r#"[1, 2].len() == 2 && "abc".contains("b")"#,
         r#"if progress() > 50.0 { true } else { metric("loss") > 1.0 }"#,
+        r#"fn is_big() { this > 10.0 } metric("loss").is_big()"#,
+        "let o = #{act: |x| x > 1}; o.act(2)",
+        r#"labels.get("team") == "fraud" && labels.to_json().len() > 2"#,
     ] {
         assert_eq!(problems(src, ScriptContext::default()), Vec::<String>::new(), "{src}");
     }
@@ -247,6 +250,7 @@ fn missing_labels_read_as_empty_strings() {
         (r#""nope" in labels"#, false),
         (r#""team" in labels && labels["team"] == "fraud" && labels.team == "fraud""#, true),
         (r#"annotations["missing"] == "" && labels.len() == 1 && labels.keys() == ["team"]"#, true),
+        (r#"labels.get("nope") == "" && labels.to_json() == "{\"team\":\"fraud\"}""#, true),
     ] {
         assert_eq!(eval(&engine, src).map(|o| o.value), Ok(expected), "{src}");
     }

@@ -39,9 +39,10 @@ pub struct PolicyDocument {
     pub spec: PolicySpec,
     /// Where its fields are in the file it was read from (none for objects from the API).
     pub positions: Option<Arc<DocumentPositions>>,
-    /// What the CRD schema refused in a spec that could still be read: [`compile`] reports these with its
-    /// own checks (so every problem shows at once) and never compiles such a document.
-    pub schema_errors: Vec<FieldError>,
+    /// What reading the file refused (the CRD schema, metadata, kind) in a document whose spec could still
+    /// be read: [`compile`] reports these with its own checks, so every problem shows at once, and never
+    /// compiles such a document.
+    pub reading_errors: Vec<FieldError>,
 }
 
 /// One rule, ready to evaluate.
@@ -139,8 +140,8 @@ pub fn compile(doc: &PolicyDocument, engine: &ScriptEngine) -> Result<CompiledPo
     let rules = rules::rules(spec, sampling_interval, engine, &mut errors);
     // A field the compiler has something to say about needs no second, vaguer line from the schema.
     let own: std::collections::HashSet<String> = errors.iter().map(|e| e.path.clone()).collect();
-    let schema_errors = doc.schema_errors.iter().filter(|e| !own.contains(&e.path)).cloned();
-    let mut errors: Vec<FieldError> = schema_errors.chain(errors).collect();
+    let reading_errors = doc.reading_errors.iter().filter(|e| !own.contains(&e.path)).cloned();
+    let mut errors: Vec<FieldError> = reading_errors.chain(errors).collect();
     if !errors.is_empty() {
         let file = doc.positions.as_ref().map(|p| p.file.clone());
         locate(&mut errors, doc.positions.as_deref());
@@ -226,10 +227,8 @@ pub fn parse_documents(text: &str, source: &str) -> Result<Vec<PolicyDocument>, 
     let positions = positions::scan(text, source);
     let mut docs = Vec::new();
     let mut errors = Vec::new();
-    for (i, value) in values.into_iter().enumerate() {
-        if value.is_null() {
-            continue;
-        }
+    // Empty documents (`---` twice) are not documents; `positions` skips them the same way.
+    for (i, value) in values.into_iter().filter(|v| !v.is_null()).enumerate() {
         let prefix = if i == 0 { String::new() } else { format!("document[{i}].") };
         let at = positions.get(i).cloned().map(Arc::new);
         match parse_document(value) {
@@ -361,29 +360,27 @@ pub(crate) fn parse_document(value: Value) -> Result<PolicyDocument, Vec<FieldEr
     }
     // The CRD's schema first: it reports every type and structure error at once, where reading into the spec
     // types would stop at the first. If the spec can still be read, its errors go to `compile` with it.
+    let mut spec_value = spec_value;
+    schema::prune_nulls(&mut spec_value, schema::spec_schema(kind));
     let mut schema_errors = Vec::new();
     schema::check(&spec_value, schema::spec_schema(kind), "spec", &mut schema_errors);
-    let mut read_errors = Vec::new();
+    let mut serde_errors = Vec::new();
     let (scope, spec) = if kind == PolicyKind::Cluster {
         let parsed: Option<ClusterPolicySpec> =
-            deserialize_reporting_unknown(spec_value, "spec", &mut read_errors);
+            deserialize_reporting_unknown(spec_value, "spec", &mut serde_errors);
         match parsed {
             Some(c) => (PolicyScope::Cluster { namespace_selector: c.namespace_selector }, Some(c.policy)),
             None => (PolicyScope::Cluster { namespace_selector: LabelSelector::default() }, None),
         }
     } else {
-        let parsed: Option<PolicySpec> = deserialize_reporting_unknown(spec_value, "spec", &mut read_errors);
+        let parsed: Option<PolicySpec> = deserialize_reporting_unknown(spec_value, "spec", &mut serde_errors);
         (PolicyScope::Namespace(namespace.clone().unwrap_or_else(|| "default".into())), parsed)
     };
-    // The schema's errors cover what reading found (unknown fields, wrong types), with better messages.
-    if schema_errors.is_empty() {
-        errors.extend(read_errors);
-    } else if spec.is_none() {
-        errors.extend(schema_errors);
-        return Err(errors);
-    }
+    // The schema's errors cover what reading into the types found (unknown fields, wrong types), better said.
+    errors.extend(if schema_errors.is_empty() { serde_errors } else { schema_errors });
+    // A spec that could be read goes on to `compile` with these errors, so that its own show too.
     match spec {
-        Some(spec) if errors.is_empty() => Ok(PolicyDocument {
+        Some(spec) => Ok(PolicyDocument {
             reference: PolicyRef {
                 kind,
                 namespace: if kind == PolicyKind::Namespaced {
@@ -397,12 +394,9 @@ pub(crate) fn parse_document(value: Value) -> Result<PolicyDocument, Vec<FieldEr
             scope,
             spec,
             positions: None,
-            schema_errors,
+            reading_errors: errors,
         }),
-        _ => {
-            errors.extend(schema_errors);
-            Err(errors)
-        }
+        None => Err(errors),
     }
 }
 
@@ -411,7 +405,16 @@ fn dns_subdomain(name: &str) -> Result<(), String> {
     if name.len() > 253 {
         return Err(format!("must be no more than 253 characters, got {}", name.len()));
     }
-    if name.split('.').all(|part| dns_label(part).is_ok()) {
+    // Dot-separated parts of lowercase alphanumerics and '-', each starting and ending alphanumeric (no
+    // per-part length limit: that is for labels).
+    let alnum = |b: u8| b.is_ascii_lowercase() || b.is_ascii_digit();
+    let part_ok = |part: &str| {
+        let b = part.as_bytes();
+        b.iter().all(|c| alnum(*c) || *c == b'-')
+            && b.first().copied().is_some_and(alnum)
+            && b.last().copied().is_some_and(alnum)
+    };
+    if name.split('.').all(part_ok) {
         Ok(())
     } else {
         Err("a lowercase RFC 1123 subdomain must consist of lower case alphanumeric characters, '-' or '.', and must start and end with an alphanumeric character (e.g. 'example.com')".into())
@@ -577,20 +580,13 @@ spec:
       cooldown: 1x
       actions: [{notify: {to: " "}}, {scale: {numNodes: 0}}]
 "#;
-        let docs = parse_documents(yaml, "c.yaml");
-        let errors = docs.unwrap_err().errors.into_iter().map(|e| e.to_string()).collect::<Vec<_>>();
-        // What the schema refuses comes with the document-level error, all at once.
+        // A document-level error does not hide the spec's: all come at once, in file order.
+        let errors = compile_yaml(yaml).unwrap_err();
         assert_eq!(
-            errors,
-            vec![
-                "metadata.namespace: a ClusterProgressPolicy is cluster-scoped: remove the namespace",
-                "spec.gpuHourCost: Invalid value: -1: must be greater than or equal to 0",
-                "spec.assumeGpus: Invalid value: -2: must be greater than or equal to 0",
-                "spec.rules[0].keepFiringFor: invalid duration \"soon\": expected a number before \"soon\"",
-                "spec.rules[0].cooldown: invalid duration \"1x\": unknown unit \"x\" (valid units: w, d, h, m, s, ms)",
-                "spec.rules[0].actions[1].scale.numNodes: Invalid value: 0: must be greater than or equal to 1",
-            ]
+            errors[0],
+            "metadata.namespace: a ClusterProgressPolicy is cluster-scoped: remove the namespace"
         );
+        assert_eq!(errors.len(), 12, "{errors:#?}");
         let yaml = yaml.replace("metadata: {name: c, namespace: should-not-be-here}", "metadata: {name: c}");
         let errors = compile_yaml(&yaml).unwrap_err();
         let paths: Vec<&str> = errors.iter().map(|e| e.split(": ").next().unwrap()).collect();
