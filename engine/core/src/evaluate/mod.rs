@@ -156,6 +156,8 @@ struct PolicySlot {
     /// Whether the calendar is active, valid until `next_calendar_change` (a cron search per evaluation
     /// would dominate the hot path).
     active: Option<bool>,
+    /// [`CompiledPolicy::reads_the_clock`], cached: only its jobs get the `eval_interval` rounds.
+    reads_the_clock: bool,
 }
 
 impl PolicySlot {
@@ -181,6 +183,8 @@ pub struct Evaluator {
     /// Exact timers: `for` and `keepFiringFor` running out, stall deadlines, budgets. Ordered by time, so the
     /// next one is the first entry; each job has at most one (its earliest, [`JobEntry::wake`]).
     wakes: BTreeSet<(Timestamp, usize)>,
+    /// Job evaluations so far (each evaluates every rule of every policy selecting the job).
+    evaluations: u64,
     /// Job keys by [`JobEntry::id`]; `None` marks a free id (reused).
     ids: Vec<Option<JobKey>>,
     free_ids: Vec<usize>,
@@ -213,6 +217,7 @@ impl Evaluator {
             namespace_labels: HashMap::new(),
             last_tick: None,
             wakes: BTreeSet::new(),
+            evaluations: 0,
             ids: Vec::new(),
             free_ids: Vec::new(),
             restored: HashMap::new(),
@@ -237,7 +242,8 @@ impl Evaluator {
     /// history so a policy edit does not re-issue actions the cooldown would suppress. Rules that no longer
     /// exist resolve.
     pub fn upsert_policy(&mut self, policy: CompiledPolicy, now: Timestamp, out: &mut Vec<Event>) {
-        let slot = PolicySlot { policy, next_calendar_change: None, active: None };
+        let reads_the_clock = policy.reads_the_clock();
+        let slot = PolicySlot { policy, next_calendar_change: None, active: None, reads_the_clock };
         match self.find_policy(&slot.policy.reference) {
             Some(index) => {
                 self.carry_over(index, &slot.policy, now, out);
@@ -534,6 +540,7 @@ impl Evaluator {
     fn evaluate_job(&mut self, key: &JobKey, now: Timestamp, out: &mut Vec<Event>) {
         let Some(entry) = self.jobs.get_mut(key) else { return };
         entry.last_evaluated = Some(now);
+        self.evaluations += 1;
         let Some(phase) = entry.data.as_ref().map(|d| d.snapshot.phase) else { return };
         let running = phase == JobPhase::Running;
         for i in 0..entry.selected_by.len() {
@@ -625,6 +632,11 @@ impl Evaluator {
         let r = slot.policy.rules.iter().position(|x| x.name == rule)?;
         let track = self.jobs.get(job)?.tracks.get(p)?.get(r)?;
         Some(track.alert.state())
+    }
+
+    /// Job evaluations so far: what time and samples cost.
+    pub fn evaluations(&self) -> u64 {
+        self.evaluations
     }
 
     /// Jobs selected and rules firing/pending per policy.

@@ -643,3 +643,45 @@ fn resolutions_carry_their_reason() {
     assert_eq!(why(&w), [Some(Resolution::WindowClosed)]);
     assert_eq!(Resolution::WindowClosed.text(), "the policy's active window closed");
 }
+
+#[test]
+fn idle_time_costs_nothing_for_rules_that_only_samples_and_timers_change() {
+    // Detectors that judge samples (and announce their deadlines): a day without samples is a handful of
+    // evaluations, the timers', not one every eval_interval.
+    let mut w = World::with_policy(&policy(
+        "    - {name: plateau, uses: plateau, with: {metric: loss, window: 20}, actions: [{suspend: {}}]}\n\
+         \x20   - {name: stalled, uses: stalled, with: {after: 30m}, actions: [{notify: {to: team}}]}\n",
+        "",
+    ));
+    w.sample(0, 2.0, Some(6000.0));
+    w.sample(1, 1.9, Some(5999.0));
+    let before = w.ev.evaluations();
+    w.advance(24 * 60);
+    assert!(w.ev.evaluations() - before <= 3, "{} evaluations in a quiet day", w.ev.evaluations() - before);
+    // The stall still fires on the second it is due.
+    assert_eq!(
+        w.log().iter().filter(|(_, e)| e == "stalled firing").map(|(m, _)| *m).collect::<Vec<_>>(),
+        vec![31]
+    );
+}
+
+#[test]
+fn rules_that_read_the_clock_are_still_judged_every_interval() {
+    // A script may read the clock (hour(), runtime()); so does eta_exceeds. Their jobs keep the rounds,
+    // and a condition that time alone turns false resolves without a sample.
+    let mut w = World::with_policy(&policy(
+        "    - {name: early, when: 'runtime() < 600.0', actions: [{notify: {to: team}}]}\n",
+        "",
+    ));
+    w.sample(0, 2.0, Some(6000.0));
+    let before = w.ev.evaluations();
+    w.advance(60);
+    assert!(
+        w.ev.evaluations() - before >= 100,
+        "{} evaluations in an hour at 30s",
+        w.ev.evaluations() - before
+    );
+    let log = w.log();
+    assert!(log.contains(&(0, "early firing".to_string())), "{log:?}");
+    assert!(log.iter().any(|(m, e)| e == "early resolved" && *m == 10), "{log:?}");
+}

@@ -22,13 +22,25 @@ impl Evaluator {
             self.policies.iter().flatten().any(|s| s.next_calendar_change.is_some_and(|c| c <= now));
         let interval = self.config.eval_interval.as_secs_f64();
         let cadence = self.last_tick.is_none_or(|t| crate::time::seconds(t, now) >= interval);
-        let mut due: Vec<JobKey> = if calendar_changed || cadence {
+        // Only jobs of policies whose rules change with time alone need the rounds; the others change only
+        // with samples and their exact timers (below), so a long idle stretch costs nothing for them.
+        let policies = &self.policies;
+        let reads_the_clock = |j: &super::JobEntry| {
+            j.selection_stale
+                || j.selected_by
+                    .iter()
+                    .any(|p| policies.get(*p).and_then(Option::as_ref).is_some_and(|s| s.reads_the_clock))
+        };
+        let any_clock = policies.iter().flatten().any(|s| s.reads_the_clock)
+            || self.jobs.values().any(|j| j.last_evaluated.is_none());
+        let mut due: Vec<JobKey> = if calendar_changed || (cadence && any_clock) {
             self.jobs
                 .iter()
                 .filter(|(_, j)| {
                     calendar_changed
-                        || j.last_evaluated.is_none_or(|t| crate::time::seconds(t, now) >= interval)
-                        || j.wake.is_some_and(|w| w <= now)
+                        || j.last_evaluated.is_none()
+                        || (reads_the_clock(j)
+                            && j.last_evaluated.is_some_and(|t| crate::time::seconds(t, now) >= interval))
                 })
                 .map(|(k, _)| k.clone())
                 .collect()

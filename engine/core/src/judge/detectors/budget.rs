@@ -60,6 +60,11 @@ fn build(p: &mut Params<'_>) -> Option<Box<dyn Detector>> {
 }
 
 impl Detector for OverBudget {
+    // A budget, once spent, stays spent; the moment it runs out is `wake_at`.
+    fn reads_the_clock(&self) -> bool {
+        false
+    }
+
     fn check(&self, _state: &DetectorState, view: &JobView<'_>) -> Option<Finding> {
         if !view.is_running() {
             return None;

@@ -70,6 +70,11 @@ fn build(p: &mut Params<'_>) -> Option<Box<dyn Detector>> {
 }
 
 impl Detector for Diverging {
+    // Judges the samples only.
+    fn reads_the_clock(&self) -> bool {
+        false
+    }
+
     fn check(&self, _state: &DetectorState, view: &JobView<'_>) -> Option<Finding> {
         let series = view.series.metric(&self.metric)?;
         if series.count() < self.warmup.max(1) {

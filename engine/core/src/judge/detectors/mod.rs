@@ -94,6 +94,14 @@ pub trait Detector: fmt::Debug + Send + Sync {
         None
     }
 
+    /// Whether the answer of [`Detector::check`] can change as time passes with no new sample in a way
+    /// [`Detector::wake_at`] does not announce (it can turn false again, or true at no computable time). The
+    /// evaluator re-checks rules with such detectors every `eval_interval`; all others only on samples and
+    /// timers, so idle time costs nothing for them. `true` unless a detector shows otherwise.
+    fn reads_the_clock(&self) -> bool {
+        true
+    }
+
     /// Durations the detector waits on, checked against the policy's sampling interval.
     fn windows(&self) -> Vec<(&'static str, crate::units::duration::PolicyDuration)> {
         Vec::new()

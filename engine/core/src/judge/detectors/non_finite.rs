@@ -46,6 +46,11 @@ fn latest_non_finite(series: &MetricSeries) -> Option<f64> {
 }
 
 impl Detector for NonFinite {
+    // Judges the samples only.
+    fn reads_the_clock(&self) -> bool {
+        false
+    }
+
     fn check(&self, _state: &DetectorState, view: &JobView<'_>) -> Option<Finding> {
         let hit = match &self.metric {
             Some(name) => view.series.metric(name).and_then(latest_non_finite).map(|v| (name.as_str(), v)),

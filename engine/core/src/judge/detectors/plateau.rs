@@ -162,6 +162,11 @@ impl Plateau {
 }
 
 impl Detector for Plateau {
+    // Judges the samples (and their times) only.
+    fn reads_the_clock(&self) -> bool {
+        false
+    }
+
     fn observe(&self, state: &mut DetectorState, series: &JobSeries, sample: &ProgressSample) {
         let Some(v) = sample.metric(&self.metric).filter(|v| v.is_finite()) else { return };
         if !matches!(state, DetectorState::Plateau(_)) {

@@ -130,6 +130,11 @@ fn build_loss_not_decreasing(p: &mut Params<'_>) -> Option<Box<dyn Detector>> {
 }
 
 impl Detector for LossNotDecreasing {
+    // Judges the samples only.
+    fn reads_the_clock(&self) -> bool {
+        false
+    }
+
     fn check(&self, _state: &DetectorState, view: &JobView<'_>) -> Option<Finding> {
         let series = view.series.metric(&self.metric)?;
         let (_, last) = series.last()?;
@@ -224,6 +229,11 @@ fn advance(best: &mut Option<f64>, wait: &mut u64, value: Option<f64>, delta: f6
 }
 
 impl Detector for Overtraining {
+    // Judges the samples only.
+    fn reads_the_clock(&self) -> bool {
+        false
+    }
+
     fn observe(&self, state: &mut DetectorState, series: &JobSeries, sample: &ProgressSample) {
         if !matches!(state, DetectorState::Overtraining(_)) {
             *state = DetectorState::Overtraining(OvertrainingState::default());

@@ -82,6 +82,11 @@ fn build_stalled_training(p: &mut Params<'_>) -> Option<Box<dyn Detector>> {
 }
 
 impl Detector for Stalled {
+    // Once silent, silent until a sample comes; the moment it turns silent is `wake_at`.
+    fn reads_the_clock(&self) -> bool {
+        false
+    }
+
     fn check(&self, _state: &DetectorState, view: &JobView<'_>) -> Option<Finding> {
         if !view.is_running() || (self.require_first_sample && view.series.last_sample_at.is_none()) {
             return None;

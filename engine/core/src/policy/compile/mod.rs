@@ -103,6 +103,15 @@ impl CompiledPolicy {
         in_scope && self.selector.matches(job_labels)
     }
 
+    /// Whether some rule can change with time alone in a way no timer announces: a script (it may read
+    /// `hour()`, `runtime()`, …) or a detector that [reads the clock](Detector::reads_the_clock). Only such
+    /// policies need the evaluator's `eval_interval` rounds.
+    pub fn reads_the_clock(&self) -> bool {
+        self.rules
+            .iter()
+            .any(|r| r.script.is_some() || r.detector.as_ref().is_some_and(|d| d.reads_the_clock()))
+    }
+
     /// Whether `notify: {to: name}` reaches a receiver of this policy.
     pub fn has_receiver(&self, name: &str) -> bool {
         self.receivers.iter().any(|r| r.name == name)
