@@ -19,8 +19,8 @@
 //! stall fires with no new sample arriving. `next_tick` is exact: each job carries one timer, the earliest of
 //! its pending rules' `for`, its firing rules' `keepFiringFor` and its time-driven detectors' deadlines
 //! ([`crate::judge::detectors::Detector::wake_at`], also for `stalled()` inside a script), so such rules fire on the second they are
-//! due; the `eval_interval` cadence (every job re-evaluated at least that often) is only a backstop, e.g. for
-//! scripts that read the clock through `hour()`.
+//! due. The `eval_interval` rounds re-evaluate only jobs of policies that read the clock
+//! ([`CompiledPolicy::reads_the_clock`]: a script may call `hour()`), so idle time costs nothing for the rest.
 
 mod event;
 mod lifecycle;
@@ -178,7 +178,7 @@ pub struct Evaluator {
     policies: Vec<Option<PolicySlot>>,
     jobs: FxHashMap<JobKey, JobEntry>,
     namespace_labels: HashMap<String, BTreeMap<String, String>>,
-    /// The last cadence tick (every job re-evaluated at least once per `eval_interval`).
+    /// The last cadence tick (jobs of clock-reading policies re-evaluated at least once per `eval_interval`).
     last_tick: Option<Timestamp>,
     /// Exact timers: `for` and `keepFiringFor` running out, stall deadlines, budgets. Ordered by time, so the
     /// next one is the first entry; each job has at most one (its earliest, [`JobEntry::wake`]).

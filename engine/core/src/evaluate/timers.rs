@@ -1,5 +1,6 @@
-//! When jobs are evaluated with no new sample: the `eval_interval` cadence, calendar window changes and each
-//! job's one exact timer (the earliest of its `for`, `keepFiringFor` and time-driven detector deadlines).
+//! When jobs are evaluated with no new sample: the `eval_interval` cadence (for jobs of policies that read the
+//! clock), calendar window changes and each job's one exact timer (the earliest of its `for`,
+//! `keepFiringFor` and time-driven detector deadlines).
 
 use super::{Alert, Evaluator, Event};
 use crate::input::sample::{JobKey, JobPhase};
