@@ -242,7 +242,7 @@ fn collect_tests(path: &Path, out: &mut Vec<PathBuf>) -> Result<(), String> {
             .collect();
         entries.sort();
         for e in entries {
-            if e.is_dir() || e.to_string_lossy().ends_with(".test.yaml") {
+            if is_real_dir(&e) || e.to_string_lossy().ends_with(".test.yaml") {
                 collect_tests(&e, out)?;
             }
         }
@@ -325,6 +325,12 @@ pub(crate) fn test(paths: &[PathBuf]) -> Result<bool, String> {
     Ok(failed == 0)
 }
 
+/// A directory that is not a symbolic link: a search does not follow links into directories, so a link loop
+/// cannot send it round forever (a link named on the command line is followed).
+fn is_real_dir(path: &Path) -> bool {
+    std::fs::symlink_metadata(path).is_ok_and(|m| m.is_dir())
+}
+
 /// Policy files under `path`: the file itself, or every `*.yaml`/`*.yml` below a directory except test files
 /// (`*.test.yaml`, checked by `trainwarden test`), in name order.
 fn collect_policy_files(path: &Path, out: &mut Vec<PathBuf>) -> Result<(), String> {
@@ -339,7 +345,7 @@ fn collect_policy_files(path: &Path, out: &mut Vec<PathBuf>) -> Result<(), Strin
             let is_policy = (name.ends_with(".yaml") || name.ends_with(".yml"))
                 && !name.ends_with(".test.yaml")
                 && !name.ends_with(".test.yml");
-            if e.is_dir() || is_policy {
+            if is_real_dir(&e) || is_policy {
                 collect_policy_files(&e, out)?;
             }
         }

@@ -170,6 +170,10 @@ fn what_validate_accepts_runs_and_directories_are_searched() {
     let stdout = String::from_utf8_lossy(&out.stdout);
     assert_eq!(out.status.code(), Some(0), "{stdout}{}", String::from_utf8_lossy(&out.stderr));
     assert!(stdout.contains("FIRING"), "{stdout}");
+    // A link loop is not followed.
+    std::os::unix::fs::symlink("..", dir.join("team/nested/loop")).unwrap();
+    let out = trainwarden_in(&dir, &["validate", "team"]);
+    assert_eq!(out.status.code(), Some(0), "{}", String::from_utf8_lossy(&out.stderr));
     let out = trainwarden_in(&dir, &["validate", "nowhere"]);
     assert_eq!(out.status.code(), Some(2));
     assert_eq!(String::from_utf8_lossy(&out.stderr), "error: nowhere: no such file or directory\n");

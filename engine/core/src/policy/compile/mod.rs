@@ -104,7 +104,7 @@ impl CompiledPolicy {
     }
 
     /// Whether some rule can change with time alone in a way no timer announces: a script (it may read
-    /// `hour()`, `runtime()`, …) or a detector that [reads the clock](Detector::reads_the_clock). Only such
+    /// `hour()`, `runtime()`, …) or a detector that reads the clock (`Detector::reads_the_clock`). Only such
     /// policies need the evaluator's `eval_interval` rounds.
     pub fn reads_the_clock(&self) -> bool {
         self.rules
