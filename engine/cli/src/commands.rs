@@ -162,7 +162,7 @@ pub(crate) fn replay(
     if errors > 0 {
         eprintln!(
             "error: {} failed (the RuleError lines above say where); those rules never fired",
-            count(errors as usize, "rule evaluation")
+            trainwarden_core::plural(errors, "rule evaluation", "rule evaluations")
         );
         return Ok(false);
     }
@@ -234,7 +234,9 @@ impl FileSource for Dir {
     }
 }
 
-fn collect_tests(path: &Path, out: &mut Vec<PathBuf>) -> Result<(), String> {
+/// Files under `path` that `wanted` takes by name: the path itself if it is a file, else every such file
+/// below the directory, in name order. Links into directories are not followed ([`is_real_dir`]).
+fn collect_files(path: &Path, wanted: fn(&str) -> bool, out: &mut Vec<PathBuf>) -> Result<(), String> {
     if path.is_dir() {
         let mut entries: Vec<PathBuf> = std::fs::read_dir(path)
             .map_err(|e| format!("{}: {e}", path.display()))?
@@ -242,8 +244,11 @@ fn collect_tests(path: &Path, out: &mut Vec<PathBuf>) -> Result<(), String> {
             .collect();
         entries.sort();
         for e in entries {
-            if is_real_dir(&e) || e.to_string_lossy().ends_with(".test.yaml") {
-                collect_tests(&e, out)?;
+            let name = e.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
+            if is_real_dir(&e) {
+                collect_files(&e, wanted, out)?;
+            } else if wanted(&name) {
+                out.push(e);
             }
         }
         Ok(())
@@ -255,10 +260,21 @@ fn collect_tests(path: &Path, out: &mut Vec<PathBuf>) -> Result<(), String> {
     }
 }
 
+fn is_test_file(name: &str) -> bool {
+    name.ends_with(".test.yaml")
+}
+
+/// Policy files: `*.yaml`/`*.yml` except test files (`*.test.yaml`, checked by `trainwarden test`).
+fn is_policy_file(name: &str) -> bool {
+    (name.ends_with(".yaml") || name.ends_with(".yml"))
+        && !name.ends_with(".test.yaml")
+        && !name.ends_with(".test.yml")
+}
+
 pub(crate) fn test(paths: &[PathBuf]) -> Result<bool, String> {
     let mut files = Vec::new();
     for p in paths {
-        collect_tests(p, &mut files)?;
+        collect_files(p, is_test_file, &mut files)?;
     }
     if files.is_empty() {
         return Err("no *.test.yaml files found".into());
@@ -331,42 +347,10 @@ fn is_real_dir(path: &Path) -> bool {
     std::fs::symlink_metadata(path).is_ok_and(|m| m.is_dir())
 }
 
-/// Policy files under `path`: the file itself, or every `*.yaml`/`*.yml` below a directory except test files
-/// (`*.test.yaml`, checked by `trainwarden test`), in name order.
-fn collect_policy_files(path: &Path, out: &mut Vec<PathBuf>) -> Result<(), String> {
-    if path.is_dir() {
-        let mut entries: Vec<PathBuf> = std::fs::read_dir(path)
-            .map_err(|e| format!("{}: {e}", path.display()))?
-            .filter_map(|e| e.ok().map(|e| e.path()))
-            .collect();
-        entries.sort();
-        for e in entries {
-            let name = e.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
-            let is_policy = (name.ends_with(".yaml") || name.ends_with(".yml"))
-                && !name.ends_with(".test.yaml")
-                && !name.ends_with(".test.yml");
-            if is_real_dir(&e) || is_policy {
-                collect_policy_files(&e, out)?;
-            }
-        }
-        Ok(())
-    } else if path.exists() {
-        out.push(path.to_path_buf());
-        Ok(())
-    } else {
-        Err(format!("{}: no such file or directory", path.display()))
-    }
-}
-
-/// `1 rule`, `2 rules`.
-pub(crate) fn count(n: usize, thing: &str) -> String {
-    if n == 1 { format!("1 {thing}") } else { format!("{n} {thing}s") }
-}
-
 pub(crate) fn validate(paths: &[PathBuf]) -> Result<bool, String> {
     let mut files = Vec::new();
     for p in paths {
-        collect_policy_files(p, &mut files)?;
+        collect_files(p, is_policy_file, &mut files)?;
     }
     if files.is_empty() {
         return Err(format!(
@@ -387,7 +371,7 @@ pub(crate) fn validate(paths: &[PathBuf]) -> Result<bool, String> {
                             "{source}: {} {} is valid ({})",
                             p.reference.kind,
                             p.reference,
-                            count(p.rules.len(), "rule")
+                            trainwarden_core::plural(p.rules.len() as u64, "rule", "rules")
                         ),
                         Err(e) => {
                             ok = false;

@@ -22,6 +22,13 @@ fn policy(spec: &str, rule: &str) -> String {
     )
 }
 
+/// One report of job ml/a (loss 2.0), as a stream file.
+const ONE_REPORT: &str = concat!(
+    r#"{"time":"2026-01-01T00:00:00Z","job":"ml/a","trainerStatus":{"progressPercentage":1,"#,
+    r#""lastUpdatedTime":"2026-01-01T00:00:00Z","metrics":[{"name":"loss","value":"2.0"}]}}"#,
+    "\n"
+);
+
 fn when(condition: &str) -> String {
     policy("", &format!("      when: '{condition}'\n      actions: [{{suspend: {{}}}}]\n"))
 }
@@ -184,8 +191,7 @@ fn a_rule_that_fails_at_evaluation_makes_replay_exit_1() {
     let dir = temp_dir("rule-error");
     // The duration is computed, so only evaluation can find it invalid.
     std::fs::write(dir.join("p.yaml"), when(r#"let d = "5" + "x"; stalled(d)"#)).unwrap();
-    let stream = r#"{"time":"2026-01-01T00:00:00Z","job":"ml/a","trainerStatus":{"progressPercentage":1,"lastUpdatedTime":"2026-01-01T00:00:00Z","metrics":[{"name":"loss","value":"2.0"}]}}"#;
-    std::fs::write(dir.join("s.jsonl"), format!("{stream}\n")).unwrap();
+    std::fs::write(dir.join("s.jsonl"), ONE_REPORT).unwrap();
     let out = trainwarden_in(&dir, &["replay", "--policy", "p.yaml", "s.jsonl"]);
     let stdout = String::from_utf8_lossy(&out.stdout);
     assert_eq!(out.status.code(), Some(1), "{stdout}");
@@ -226,27 +232,23 @@ fn a_test_case_whose_job_no_policy_selects_says_so() {
 
 #[test]
 fn a_closed_pipe_ends_output_quietly_and_piped_logs_have_no_colour() {
-    let mut child = Command::new(env!("CARGO_BIN_EXE_trainwarden"))
-        .arg("crd")
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("runs");
-    // Read nothing: close the pipe at once, as `| head -0` would.
-    drop(child.stdout.take());
-    let out = child.wait_with_output().unwrap();
+    // Reads nothing: the pipe closes at once, as `| head -0` would.
+    let with_stdout_closed = |args: &[&str]| {
+        let mut child = Command::new(env!("CARGO_BIN_EXE_trainwarden"))
+            .args(args)
+            .current_dir(Path::new(env!("CARGO_MANIFEST_DIR")).join("../.."))
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("runs");
+        drop(child.stdout.take());
+        child.wait_with_output().unwrap()
+    };
+    let out = with_stdout_closed(&["crd"]);
     assert_eq!(out.status.code(), Some(0), "a listing cut short is fine");
     assert_eq!(String::from_utf8_lossy(&out.stderr), "", "no panic message");
     // A verdict cut short is not a pass.
-    let mut child = Command::new(env!("CARGO_BIN_EXE_trainwarden"))
-        .args(["validate", "policies"])
-        .current_dir(Path::new(env!("CARGO_MANIFEST_DIR")).join("../.."))
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("runs");
-    drop(child.stdout.take());
-    let out = child.wait_with_output().unwrap();
+    let out = with_stdout_closed(&["validate", "policies"]);
     assert_eq!(out.status.code(), Some(141));
     assert_eq!(String::from_utf8_lossy(&out.stderr), "", "no panic message");
 
@@ -289,8 +291,7 @@ fn a_notify_without_receivers_is_said_to_send_nothing() {
 fn replays_that_could_not_finish_are_refused_up_front() {
     let dir = temp_dir("bounded");
     std::fs::write(dir.join("p.yaml"), when(r#"stalled("30m")"#)).unwrap();
-    let stream = r#"{"time":"2026-01-01T00:00:00Z","job":"ml/a","trainerStatus":{"progressPercentage":1,"lastUpdatedTime":"2026-01-01T00:00:00Z","metrics":[{"name":"loss","value":"2.0"}]}}"#;
-    std::fs::write(dir.join("s.jsonl"), format!("{stream}\n")).unwrap();
+    std::fs::write(dir.join("s.jsonl"), ONE_REPORT).unwrap();
     let stderr = |out: &Output| String::from_utf8_lossy(&out.stderr).into_owned();
     let out = trainwarden_in(&dir, &["replay", "--eval-interval", "1ms", "--policy", "p.yaml", "s.jsonl"]);
     assert_eq!(out.status.code(), Some(2));
