@@ -27,19 +27,21 @@ impl Evaluator {
         // with samples and their exact timers (below), so a long idle stretch costs nothing for them.
         let policies = &self.policies;
         let reads_the_clock = |j: &super::JobEntry| {
-            j.selection_stale
-                || j.selected_by
-                    .iter()
-                    .any(|p| policies.get(*p).and_then(Option::as_ref).is_some_and(|s| s.reads_the_clock))
+            j.selected_by
+                .iter()
+                .any(|p| policies.get(*p).and_then(Option::as_ref).is_some_and(|s| s.reads_the_clock))
         };
-        let any_clock = policies.iter().flatten().any(|s| s.reads_the_clock)
-            || self.jobs.values().any(|j| j.last_evaluated.is_none());
+        // A job never judged, or judged before a policy was added, changed or removed, is judged at the next
+        // round whatever its policies read: a silent job may never send the sample that would judge it.
+        let unjudged = |j: &super::JobEntry| j.last_evaluated.is_none() || j.selection_stale;
+        let any_clock =
+            policies.iter().flatten().any(|s| s.reads_the_clock) || self.jobs.values().any(unjudged);
         let mut due: Vec<JobKey> = if calendar_changed || (cadence && any_clock) {
             self.jobs
                 .iter()
                 .filter(|(_, j)| {
                     calendar_changed
-                        || j.last_evaluated.is_none()
+                        || unjudged(j)
                         || (reads_the_clock(j)
                             && j.last_evaluated.is_some_and(|t| crate::time::seconds(t, now) >= interval))
                 })
