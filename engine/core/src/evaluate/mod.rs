@@ -20,7 +20,8 @@
 //! its pending rules' `for`, its firing rules' `keepFiringFor` and its time-driven detectors' deadlines
 //! ([`crate::judge::detectors::Detector::wake_at`], also for `stalled()` inside a script), so such rules fire on the second they are
 //! due. The `eval_interval` rounds re-evaluate only jobs of policies that read the clock
-//! ([`CompiledPolicy::reads_the_clock`]: a script may call `hour()`), so idle time costs nothing for the rest.
+//! ([`CompiledPolicy::reads_the_clock`]: a script that calls `hour()`, `eta_exceeds`), so idle time costs
+//! nothing for the rest.
 
 mod event;
 mod lifecycle;

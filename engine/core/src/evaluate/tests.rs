@@ -646,11 +646,12 @@ fn resolutions_carry_their_reason() {
 
 #[test]
 fn idle_time_costs_nothing_for_rules_that_only_samples_and_timers_change() {
-    // Detectors that judge samples (and announce their deadlines): a day without samples is a handful of
-    // evaluations, the timers', not one every eval_interval.
+    // Detectors and scripts that judge samples (and announce their deadlines): a day without samples is a
+    // handful of evaluations, the timers', not one every eval_interval.
     let mut w = World::with_policy(&policy(
         "    - {name: plateau, uses: plateau, with: {metric: loss, window: 20}, actions: [{suspend: {}}]}\n\
-         \x20   - {name: stalled, uses: stalled, with: {after: 30m}, actions: [{notify: {to: team}}]}\n",
+         \x20   - {name: stalled, uses: stalled, with: {after: 30m}, actions: [{notify: {to: team}}]}\n\
+         \x20   - {name: spike, when: 'metric(\"loss\") > 100.0 || stalled(\"2h\")', actions: [{notify: {to: team}}]}\n",
         "",
     ));
     w.sample(0, 2.0, Some(6000.0));
@@ -663,6 +664,31 @@ fn idle_time_costs_nothing_for_rules_that_only_samples_and_timers_change() {
         w.log().iter().filter(|(_, e)| e == "stalled firing").map(|(m, _)| *m).collect::<Vec<_>>(),
         vec![31]
     );
+    assert_eq!(
+        w.log().iter().filter(|(_, e)| e == "spike firing").map(|(m, _)| *m).collect::<Vec<_>>(),
+        vec![121],
+        "the script's stall is due 2h after the last sample"
+    );
+}
+
+#[test]
+fn a_rule_added_while_its_job_is_silent_judges_it_at_the_next_round() {
+    // No policy reads the clock and the job sends nothing more: the new rule must still see it.
+    let mut w = World::with_policy(&policy(
+        "    - {name: plateau, uses: plateau, with: {metric: loss, window: 20}, actions: [{suspend: {}}]}\n",
+        "",
+    ));
+    w.sample(0, 2.0, Some(6000.0));
+    w.advance(60);
+    let stalled = policy(
+        "    - {name: plateau, uses: plateau, with: {metric: loss, window: 20}, actions: [{suspend: {}}]}\n\
+         \x20   - {name: stalled, uses: stalled, with: {after: 30m}, actions: [{suspend: {}}]}\n",
+        "",
+    );
+    let p = compile(&parse_documents(&stalled, "v2").unwrap()[0], w.ev.scripts()).unwrap();
+    w.ev.upsert_policy(p, t(60), &mut w.events);
+    w.advance(61);
+    assert_eq!(w.log(), log(&[(60, "stalled firing"), (60, "stalled → suspend [Enforce]")]));
 }
 
 #[test]

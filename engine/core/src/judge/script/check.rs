@@ -131,6 +131,45 @@ pub(super) const HOST_SIGNATURES: &[Signature] = &[
     sig("over_budget", &[Budget], Bool),
 ];
 
+/// Host functions whose answer changes with time alone and that announce no wake time: a script calling
+/// one must be re-evaluated every `eval_interval`. The others judge samples, or (`stalled`, `eta_after`,
+/// `over_budget`) record the moment they will turn true (`Frame::wake`). A test evaluates every host
+/// function at later times to keep this list complete.
+pub(super) const CLOCK_READERS: &[&str] = &[
+    "since_improvement",
+    "runtime",
+    "silence",
+    "now",
+    "gpu_hours",
+    "cost",
+    "weekday",
+    "hour",
+    "minute",
+    "eta_exceeds",
+];
+
+/// Calls whose callee is only known at run time (a function pointer, a string to evaluate): they may reach
+/// a clock reader.
+const DYNAMIC_CALLS: &[&str] = &["call", "curry", "eval", "Fn"];
+
+/// Whether a script may change its answer with time alone, without a sample or an announced wake: it calls
+/// a [`CLOCK_READERS`] function (directly, in a function of its own, or method style) or a dynamic call.
+pub(super) fn reads_the_clock(ast: &rhai::AST) -> bool {
+    let mut reads = false;
+    ast.walk(&mut |path: &[ASTNode]| {
+        let name = match path.last() {
+            Some(
+                ASTNode::Expr(Expr::FnCall(call, _) | Expr::MethodCall(call, _))
+                | ASTNode::Stmt(Stmt::FnCall(call, _)),
+            ) => call.name.as_str(),
+            _ => return true,
+        };
+        reads = CLOCK_READERS.contains(&name) || DYNAMIC_CALLS.contains(&name);
+        !reads
+    });
+    reads
+}
+
 /// Functions Rhai resolves itself (not in any module), with the argument counts it accepts.
 const KEYWORD_FUNCTIONS: &[(&str, &[usize])] = &[
     ("print", &[0, 1]),

@@ -119,6 +119,15 @@ pub struct CompiledScript {
     ast: rhai::AST,
     uses_labels: bool,
     uses_annotations: bool,
+    reads_the_clock: bool,
+}
+
+impl CompiledScript {
+    /// Whether time alone may change its answer in a way no wake announces (it calls `hour()`,
+    /// `runtime()`, …): only then does the evaluator re-run it every `eval_interval`.
+    pub fn reads_the_clock(&self) -> bool {
+        self.reads_the_clock
+    }
 }
 
 /// Result of one evaluation.
@@ -231,6 +240,7 @@ impl ScriptEngine {
             rule: rule.to_string(),
             uses_labels: source.contains("labels"),
             uses_annotations: source.contains("annotations"),
+            reads_the_clock: check::reads_the_clock(&ast),
             ast,
         })
     }

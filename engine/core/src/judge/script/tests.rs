@@ -306,3 +306,88 @@ fn functions_outside_an_evaluation_fail_cleanly() {
     let r = engine.engine.eval::<f64>(r#"metric("loss")"#);
     assert!(r.unwrap_err().to_string().contains("only be used inside a rule evaluation"));
 }
+
+/// Evaluates `src` on the documentation fixture at `now` plus `later` seconds: its value and its wake.
+fn eval_later(engine: &ScriptEngine, src: &str, later: i64) -> (String, Option<Timestamp>) {
+    let script = engine.compile("doc", src).unwrap_or_else(|e| panic!("{src}: {e}"));
+    let (job, env, now) = doc_fixture();
+    let now = Timestamp::from_second(now.as_second() + later).unwrap();
+    let mut scope = engine.scope(&job.snapshot.labels.clone(), &BTreeMap::new(), (true, true));
+    FRAME.with(|c| {
+        *c.borrow_mut() = Some(Frame {
+            job,
+            env,
+            now,
+            deadline: Instant::now() + std::time::Duration::from_secs(1),
+            evidence: Vec::new(),
+            wake: None,
+        });
+    });
+    let v = engine.engine.eval_ast_with_scope::<Dynamic>(&mut scope, &script.ast);
+    let wake = FRAME.with(|c| c.borrow_mut().take()).and_then(|f| f.wake);
+    (v.unwrap_or_else(|e| panic!("{src}: {e}")).to_string(), wake)
+}
+
+/// A call of `sig` with a valid constant for each parameter.
+fn sample_call(sig: &check::Signature) -> String {
+    use check::Param::*;
+    let args: Vec<&str> = sig
+        .params
+        .iter()
+        .map(|p| match p {
+            Metric => "\"loss\"",
+            Key => "\"team\"",
+            Duration => "\"90m\"",
+            Window => "\"3m\"",
+            Deadline => "\"2026-01-01T12:00:00Z\"",
+            Mode => "\"min\"",
+            Count | PlateauCount => "3",
+            MinDelta => "0.01",
+            Factor => "2.0",
+            Float => "1.0",
+            Number => "1.0",
+            Budget => "#{maxRuntime: \"3h\"}",
+        })
+        .collect();
+    format!("{}({})", sig.name, args.join(", "))
+}
+
+#[test]
+fn host_functions_that_time_alone_changes_are_clock_readers_or_announce_a_wake() {
+    // The evaluator skips the eval_interval rounds for scripts that call no clock reader; a host function
+    // whose answer drifts with time and is not listed would then go stale between samples.
+    let engine = ScriptEngine::default();
+    let now = doc_fixture().2;
+    for sig in check::HOST_SIGNATURES {
+        let call = sample_call(sig);
+        let (at_now, wake) = eval_later(&engine, &call, 0);
+        for later in [1, 59 * 60, 3 * 3600, 26 * 3600, 9 * 86_400] {
+            let (value, _) = eval_later(&engine, &call, later);
+            let announced = wake.is_some_and(|w| w.as_second() <= now.as_second() + later);
+            assert!(
+                value == at_now || announced || check::CLOCK_READERS.contains(&sig.name),
+                "{call} is {at_now} now and {value} {later}s later, announces no wake and is not in CLOCK_READERS"
+            );
+        }
+    }
+    // Every listed reader is a host function.
+    for name in check::CLOCK_READERS {
+        assert!(check::HOST_SIGNATURES.iter().any(|s| s.name == *name), "{name} is not a host function");
+    }
+}
+
+#[test]
+fn scripts_that_call_a_clock_reader_anywhere_read_the_clock() {
+    let engine = ScriptEngine::default();
+    let reads =
+        |src: &str| engine.compile("r", src).unwrap_or_else(|e| panic!("{src}: {e}")).reads_the_clock();
+    assert!(!reads(r#"metric("loss") > 2.0 && !finite(metric("grad_norm"))"#));
+    assert!(!reads(r#"stalled("30m") || plateau("loss", "2h", 0.001)"#));
+    assert!(!reads(r#"labels["team"] == "fraud" && over_budget(#{maxRuntime: "3h"})"#));
+    assert!(reads("runtime() > 86400.0"));
+    assert!(reads(r#"metric("loss") > 2.0 && hour() >= 18"#));
+    assert!(reads("fn late() { hour() >= 18 } late()"), "inside a script function");
+    assert!(reads(r#""loss".since_improvement() > 600.0"#), "method style");
+    assert!(reads(r#"let f = Fn("hour"); f.call() > 3"#), "through a function pointer");
+    assert!(reads(r#"eval("true")"#), "eval may call anything");
+}

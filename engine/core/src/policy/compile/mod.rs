@@ -103,13 +103,14 @@ impl CompiledPolicy {
         in_scope && self.selector.matches(job_labels)
     }
 
-    /// Whether some rule can change with time alone in a way no timer announces: a script (it may read
-    /// `hour()`, `runtime()`, …) or a detector that reads the clock (`Detector::reads_the_clock`). Only such
-    /// policies need the evaluator's `eval_interval` rounds.
+    /// Whether some rule can change with time alone in a way no timer announces: a script that reads the
+    /// clock (`hour()`, `runtime()`, …: `CompiledScript::reads_the_clock`) or a detector that does
+    /// (`Detector::reads_the_clock`). Only such policies need the evaluator's `eval_interval` rounds.
     pub fn reads_the_clock(&self) -> bool {
-        self.rules
-            .iter()
-            .any(|r| r.script.is_some() || r.detector.as_ref().is_some_and(|d| d.reads_the_clock()))
+        self.rules.iter().any(|r| {
+            r.script.as_ref().is_some_and(CompiledScript::reads_the_clock)
+                || r.detector.as_ref().is_some_and(|d| d.reads_the_clock())
+        })
     }
 
     /// Whether `notify: {to: name}` reaches a receiver of this policy.
