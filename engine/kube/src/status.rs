@@ -24,6 +24,11 @@ pub const CONDITION_READY: &str = "Ready";
 /// Condition type: at least one rule is firing for at least one job.
 pub const CONDITION_FIRING: &str = "Firing";
 
+/// Condition type: every selected job's progress report uses only fields its format defines (`False` with
+/// reason `UnknownProgressFields` names the jobs and fields: a misspelt `trainMetricz` is read without it, so
+/// rules on those metrics never see them).
+pub const CONDITION_PROGRESS_UNDERSTOOD: &str = "ProgressUnderstood";
+
 /// What the controller last observed and did for a progress policy.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]

@@ -17,7 +17,7 @@ mod books;
 pub mod ledger;
 mod status;
 
-use std::collections::{HashMap, HashSet};
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -51,6 +51,9 @@ pub struct Brain {
     unreadable: HashMap<JobKey, NormalizeError>,
     /// Paths of the unknown progress fields already reported per job (see [`Brain::surface_unknown_fields`]).
     unknown_fields: HashMap<JobKey, HashSet<String>>,
+    /// The unknown progress fields of each job's latest report, for the policies' `ProgressUnderstood`
+    /// condition (a job that fixes its report leaves).
+    unknown_now: BTreeMap<JobKey, Vec<String>>,
     events: Vec<Event>,
     /// Output of the last step, for the caller to send.
     pub work: Vec<Work>,
@@ -86,6 +89,7 @@ impl Brain {
             exempt: HashSet::new(),
             unreadable: HashMap::new(),
             unknown_fields: HashMap::new(),
+            unknown_now: BTreeMap::new(),
             events: Vec::new(),
             work: Vec::new(),
             metrics,
@@ -176,6 +180,7 @@ impl Brain {
                 self.exempt.remove(&key);
                 self.unreadable.remove(&key);
                 self.unknown_fields.remove(&key);
+                self.unknown_now.remove(&key);
                 self.evaluator.forget_job(&key, now, &mut self.events);
             }
             Input::JobsListed => {
@@ -202,8 +207,11 @@ impl Brain {
     /// (`UnknownProgressFields`), once per job and key.
     fn surface_unknown_fields(&mut self, snapshot: &JobSnapshot) {
         if snapshot.unknown_fields.is_empty() {
+            self.unknown_now.remove(&snapshot.key);
             return;
         }
+        let paths = snapshot.unknown_fields.iter().map(|e| e.path.clone()).collect();
+        self.unknown_now.insert(snapshot.key.clone(), paths);
         let seen = self.unknown_fields.entry(snapshot.key.clone()).or_default();
         let new: Vec<String> = snapshot
             .unknown_fields
@@ -598,7 +606,7 @@ mod tests {
     use trainwarden_core::{ActionIntent, RuleMemory};
     use trainwarden_core::{JobSnapshot, Metric, ProgressSample, SampleSource};
     use trainwarden_core::{Mode, RuleState};
-    use trainwarden_kube::status::CONDITION_READY;
+    use trainwarden_kube::status::{CONDITION_PROGRESS_UNDERSTOOD, CONDITION_READY};
 
     pub(super) fn t(s: i64) -> Timestamp {
         Timestamp::from_second(1_795_798_800 + s).unwrap()
@@ -702,6 +710,56 @@ mod tests {
         b.handle(job("clean", 12, serde_json::json!({"metrics": [{"name": "loss", "value": "1"}]})), t(12));
         assert_eq!(events(&mut b), Vec::<String>::new());
         assert_eq!(counted(&b, ProgressSource::Annotation), 0);
+    }
+
+    #[test]
+    fn a_policy_whose_jobs_report_unknown_progress_fields_says_so_in_its_status() {
+        let job = |namespace: &str, name: &str, mut status: serde_json::Value| {
+            status["lastUpdatedTime"] = serde_json::json!(t(1).to_string());
+            let obj = serde_json::json!({
+                "metadata": {"name": name, "namespace": namespace},
+                "status": {"trainerStatus": status},
+            });
+            let snapshot = trainwarden_core::from_trainjob(&obj).unwrap();
+            Input::Job(Box::new(JobInput {
+                key: snapshot.key.clone(),
+                snapshot: Ok(snapshot),
+                exempt: false,
+            }))
+        };
+        let understood = |b: &mut Brain, at| {
+            let status = b.status_of(&key(), at);
+            let c =
+                status.conditions.iter().find(|c| c.type_ == CONDITION_PROGRESS_UNDERSTOOD).unwrap().clone();
+            (c.status, c.reason, c.message)
+        };
+        let mut b = brain();
+        b.handle(
+            policy_input(
+                "    - {name: nan, uses: non_finite, with: {metric: loss}, actions: [{suspend: {}}]}\n",
+                None,
+            ),
+            t(0),
+        );
+        assert_eq!(understood(&mut b, t(0)).0, "True");
+        b.handle(
+            job("ml", "ft", serde_json::json!({"trainMetricz": [{"name": "loss", "value": "1"}]})),
+            t(1),
+        );
+        b.handle(job("ml", "ok", serde_json::json!({"metrics": [{"name": "loss", "value": "1"}]})), t(1));
+        let (status, reason, message) = understood(&mut b, t(2));
+        assert_eq!((status.as_str(), reason.as_str()), ("False", "UnknownProgressFields"));
+        assert_eq!(
+            message,
+            "1 selected job reports progress fields their format does not define, so rules cannot see them \
+             (check the spelling in the training code's report): ml/ft (status.trainerStatus.trainMetricz)"
+        );
+        // Another namespace's job is not this policy's concern.
+        b.handle(job("other", "x", serde_json::json!({"metric": 1})), t(3));
+        assert!(understood(&mut b, t(3)).2.starts_with("1 selected job reports"));
+        // The training code fixes its report: the condition clears.
+        b.handle(job("ml", "ft", serde_json::json!({"metrics": [{"name": "loss", "value": "1"}]})), t(4));
+        assert_eq!(understood(&mut b, t(5)).1, "KnownFields");
     }
 
     #[test]

@@ -7,7 +7,9 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
 use trainwarden_core::PolicyId;
 use trainwarden_core::RuleState;
 use trainwarden_core::{JobKey, Timestamp};
-use trainwarden_kube::status::{CONDITION_FIRING, CONDITION_READY, MAX_RULE_STATES};
+use trainwarden_kube::status::{
+    CONDITION_FIRING, CONDITION_PROGRESS_UNDERSTOOD, CONDITION_READY, MAX_RULE_STATES,
+};
 use trainwarden_kube::{JobStatus, ProgressPolicyStatus};
 
 use crate::messages::StatusUpdate;
@@ -180,6 +182,7 @@ impl Brain {
                 .collect();
         }
         let firing = status.firing_rules.unwrap_or(0) > 0;
+        let understood = self.unknown_progress_fields(book.reference.as_ref());
         let conditions = vec![
             condition(&book.conditions, CONDITION_READY, ready.0, ready.1, &ready.2, book.generation, now),
             condition(
@@ -198,6 +201,17 @@ impl Brain {
                 book.generation,
                 now,
             ),
+            condition(
+                &book.conditions,
+                CONDITION_PROGRESS_UNDERSTOOD,
+                understood.is_none(),
+                if understood.is_none() { "KnownFields" } else { "UnknownProgressFields" },
+                understood
+                    .as_deref()
+                    .unwrap_or("selected jobs report progress in the fields their format defines"),
+                book.generation,
+                now,
+            ),
         ];
         if let Some(book) = self.books.get_mut(key) {
             book.conditions = conditions.clone();
@@ -206,6 +220,36 @@ impl Brain {
         status
     }
 }
+
+impl Brain {
+    /// Which of the policy's selected jobs report progress fields their format does not define (at most
+    /// [`SHOWN_JOBS`] named), for the `ProgressUnderstood` condition; `None` when there are none.
+    fn unknown_progress_fields(&self, reference: Option<&trainwarden_core::PolicyRef>) -> Option<String> {
+        let reference = reference?;
+        let jobs: Vec<(&JobKey, &Vec<String>)> =
+            self.unknown_now.iter().filter(|(job, _)| self.evaluator.selects(reference, job)).collect();
+        if jobs.is_empty() {
+            return None;
+        }
+        let mut shown: Vec<String> = jobs
+            .iter()
+            .take(SHOWN_JOBS)
+            .map(|(job, paths)| format!("{job} ({})", paths.join(", ")))
+            .collect();
+        if jobs.len() > SHOWN_JOBS {
+            shown.push(format!("and {} more", jobs.len() - SHOWN_JOBS));
+        }
+        Some(format!(
+            "{} progress fields their format does not define, so rules cannot see them (check the \
+             spelling in the training code's report): {}",
+            trainwarden_core::plural(jobs.len() as u64, "selected job reports", "selected jobs report"),
+            shown.join("; ")
+        ))
+    }
+}
+
+/// The most jobs the `ProgressUnderstood` condition names.
+const SHOWN_JOBS: usize = 5;
 
 fn round(v: f64) -> f64 {
     (v * 1000.0).round() / 1000.0

@@ -659,6 +659,12 @@ impl Evaluator {
         counts
     }
 
+    /// Whether `policy` selects the job (as of the job's last evaluation).
+    pub fn selects(&self, policy: &PolicyRef, job: &JobKey) -> bool {
+        let Some(p) = self.find_policy(policy) else { return false };
+        self.jobs.get(job).is_some_and(|j| j.selected_by.contains(&p))
+    }
+
     /// Jobs the evaluator tracks.
     pub fn job_count(&self) -> usize {
         self.jobs.len()
