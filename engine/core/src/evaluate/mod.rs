@@ -55,11 +55,18 @@ pub struct EngineConfig {
     pub eval_interval: PolicyDuration,
     /// Resource limits of rule scripts.
     pub limits: Limits,
+    /// Run conditions of the common shapes natively (the default; see `judge::script::native`). `false`
+    /// runs every condition in Rhai, as benchmarks' baseline does.
+    pub native_conditions: bool,
 }
 
 impl Default for EngineConfig {
     fn default() -> Self {
-        EngineConfig { eval_interval: PolicyDuration::from_secs(30), limits: Limits::default() }
+        EngineConfig {
+            eval_interval: PolicyDuration::from_secs(30),
+            limits: Limits::default(),
+            native_conditions: true,
+        }
     }
 }
 
@@ -209,7 +216,8 @@ pub struct RuleCounts {
 impl Evaluator {
     /// An evaluator with no policies and no jobs.
     pub fn new(config: EngineConfig) -> Self {
-        let scripts = ScriptEngine::new(config.limits.clone());
+        let mut scripts = ScriptEngine::new(config.limits.clone());
+        scripts.set_native_conditions(config.native_conditions);
         Evaluator {
             config,
             scripts,

@@ -692,11 +692,38 @@ fn a_rule_added_while_its_job_is_silent_judges_it_at_the_next_round() {
 }
 
 #[test]
-fn rules_that_read_the_clock_are_still_judged_every_interval() {
-    // A script may read the clock (hour(), runtime()); so does eta_exceeds. Their jobs keep the rounds,
-    // and a condition that time alone turns false resolves without a sample.
+fn a_condition_on_the_clock_changes_when_its_comparison_crosses_with_no_rounds() {
+    // `runtime() < 600.0` turns false ten minutes after the start: the compiled condition says so, and that
+    // instant is the job's timer (no eval_interval rounds, no sample needed).
     let mut w = World::with_policy(&policy(
-        "    - {name: early, when: 'runtime() < 600.0', actions: [{notify: {to: team}}]}\n",
+        "    - {name: early, when: 'runtime() < 600.0', actions: [{notify: {to: team}}]}\n\
+         \x20   - {name: evening, when: 'hour() >= 18 && metric(\"loss\") > 1.0', actions: [{notify: {to: team}}]}\n",
+        "",
+    ));
+    w.sample(0, 2.0, Some(6000.0));
+    let before = w.ev.evaluations();
+    w.advance(120);
+    let evaluations = w.ev.evaluations() - before;
+    // The crossing at 10 min, then hour() on each quarter hour.
+    assert!(evaluations <= 10, "{evaluations} evaluations in two hours");
+    assert_eq!(
+        w.log(),
+        log(&[
+            (0, "early firing"),
+            (0, "early → notify [Enforce]"),
+            (10, "early resolved"),
+            (60, "evening firing"),
+            (60, "evening → notify [Enforce]"),
+        ])
+    );
+}
+
+#[test]
+fn rules_that_read_the_clock_in_ways_no_wake_follows_are_judged_every_interval() {
+    // A product of two clocks, or eta_exceeds: their jobs keep the rounds, and a condition that time alone
+    // turns false resolves without a sample.
+    let mut w = World::with_policy(&policy(
+        "    - {name: early, when: 'runtime() * runtime() < 360000.0', actions: [{notify: {to: team}}]}\n",
         "",
     ));
     w.sample(0, 2.0, Some(6000.0));

@@ -96,6 +96,9 @@ impl Evaluator {
                 let Some(Some(slot)) = self.policies.get(p) else { continue };
                 let Some(tracks) = entry.tracks.get(p) else { continue };
                 for (rule, track) in slot.policy.rules.iter().zip(tracks) {
+                    // When a script's answer may change with time alone, either way: a false `stalled()`
+                    // turning true, a true `runtime() < 600.0` turning false (see `judge::script::native`).
+                    consider(track.script_wake);
                     match track.alert {
                         Alert::Pending { since } => {
                             consider(
@@ -111,7 +114,6 @@ impl Evaluator {
                             if let Some(d) = &rule.detector {
                                 consider(d.wake_at(&track.detector_state, &data.view(&slot.policy.env, now)));
                             }
-                            consider(track.script_wake);
                         }
                     }
                 }

@@ -1,15 +1,12 @@
 //! The host functions rule scripts call, one [`Builtin`] entry each: signature, documentation, an example
 //! and its expected value on the documentation fixture (a test runs every example, VRL style).
 
-use rhai::{Dynamic, Engine, EvalAltResult, ImmutableString, Map};
+use rhai::{Dynamic, Engine, Map};
 
 use super::frame::{HostResult, metric_series, view_of, with_frame};
-use crate::history::metric_series::{Direction, MetricSeries};
-use crate::input::sample::JobPhase;
-use crate::judge::detectors::{
-    self, Detector, DetectorState, DirectionParam, Diverging, EtaAfter, EtaExceeds, Finding, NonFinite,
-    Stalled,
-};
+use super::host;
+use crate::history::metric_series::Direction;
+use crate::judge::detectors::{Detector, DetectorState, Finding};
 use crate::time::Timestamp;
 use crate::units::duration::PolicyDuration;
 
@@ -154,11 +151,7 @@ pub const BUILTINS: &[Builtin] = &[
         example: r#"metric("loss")"#,
         expected: "1.25",
         register: |e| {
-            e.register_fn("metric", |name: &str| -> HostResult<f64> {
-                with_frame(|f| {
-                    metric_series(f, name).and_then(MetricSeries::latest_observation).unwrap_or(f64::NAN)
-                })
-            });
+            e.register_fn("metric", host::metric);
         },
     },
     Builtin {
@@ -167,17 +160,8 @@ pub const BUILTINS: &[Builtin] = &[
         example: r#"best("loss")"#,
         expected: "1.1",
         register: |e| {
-            e.register_fn("best", |name: &str| -> HostResult<f64> {
-                with_frame(|f| {
-                    metric_series(f, name)
-                        .and_then(|s| s.best(Direction::infer(name)))
-                        .map_or(f64::NAN, |b| b.value)
-                })
-            });
-            e.register_fn("best", |name: &str, mode: &str| -> HostResult<f64> {
-                let d = parse_direction(mode)?;
-                with_frame(|f| metric_series(f, name).and_then(|s| s.best(d)).map_or(f64::NAN, |b| b.value))
-            });
+            e.register_fn("best", host::best);
+            e.register_fn("best", host::best_in);
         },
     },
     Builtin {
@@ -186,10 +170,10 @@ pub const BUILTINS: &[Builtin] = &[
         example: r#"window_mean("loss", 2)"#,
         expected: "1.225",
         register: |e| {
-            e.register_fn("window_mean", |name: &str, n: i64| window_stat(name, n, |s| s.mean));
-            e.register_fn("window_min", |name: &str, n: i64| window_stat(name, n, |s| s.min));
-            e.register_fn("window_max", |name: &str, n: i64| window_stat(name, n, |s| s.max));
-            e.register_fn("window_std", |name: &str, n: i64| window_stat(name, n, |s| s.std));
+            e.register_fn("window_mean", host::window_mean);
+            e.register_fn("window_min", host::window_min);
+            e.register_fn("window_max", host::window_max);
+            e.register_fn("window_std", host::window_std);
         },
     },
     Builtin {
@@ -198,9 +182,7 @@ pub const BUILTINS: &[Builtin] = &[
         example: r#"slope("loss", 4) < 0"#,
         expected: "true",
         register: |e| {
-            e.register_fn("slope", |name: &str, n: i64| {
-                window_stat(name, n, |s| s.slope_per_second * 3600.0)
-            });
+            e.register_fn("slope", host::slope);
         },
     },
     Builtin {
@@ -209,9 +191,7 @@ pub const BUILTINS: &[Builtin] = &[
         example: r#"ema("loss") > 1.2"#,
         expected: "true",
         register: |e| {
-            e.register_fn("ema", |name: &str| -> HostResult<f64> {
-                with_frame(|f| metric_series(f, name).and_then(MetricSeries::ema).unwrap_or(f64::NAN))
-            });
+            e.register_fn("ema", host::ema);
         },
     },
     Builtin {
@@ -220,9 +200,7 @@ pub const BUILTINS: &[Builtin] = &[
         example: r#"count("loss")"#,
         expected: "5",
         register: |e| {
-            e.register_fn("count", |name: &str| -> HostResult<i64> {
-                with_frame(|f| metric_series(f, name).map_or(0, |s| s.count() as i64))
-            });
+            e.register_fn("count", host::count);
         },
     },
     Builtin {
@@ -231,13 +209,7 @@ pub const BUILTINS: &[Builtin] = &[
         example: r#"since_improvement("loss")"#,
         expected: "180.0",
         register: |e| {
-            e.register_fn("since_improvement", |name: &str| -> HostResult<f64> {
-                with_frame(|f| {
-                    metric_series(f, name)
-                        .and_then(|s| s.best(Direction::infer(name)))
-                        .map_or(f64::NAN, |b| crate::time::seconds(b.at, f.now))
-                })
-            });
+            e.register_fn("since_improvement", host::since_improvement);
         },
     },
     Builtin {
@@ -246,8 +218,8 @@ pub const BUILTINS: &[Builtin] = &[
         example: r#"finite(metric("grad_norm"))"#,
         expected: "false",
         register: |e| {
-            e.register_fn("finite", |x: f64| x.is_finite());
-            e.register_fn("finite", |_: i64| true);
+            e.register_fn("finite", host::finite);
+            e.register_fn("finite", host::finite_int);
         },
     },
     Builtin {
@@ -256,9 +228,7 @@ pub const BUILTINS: &[Builtin] = &[
         example: "progress()",
         expected: "42.0",
         register: |e| {
-            e.register_fn("progress", || -> HostResult<f64> {
-                with_frame(|f| f.job.series.last.and_then(|l| l.progress_percent).unwrap_or(f64::NAN))
-            });
+            e.register_fn("progress", host::progress);
         },
     },
     Builtin {
@@ -267,9 +237,7 @@ pub const BUILTINS: &[Builtin] = &[
         example: "eta() / 3600",
         expected: "10.0",
         register: |e| {
-            e.register_fn("eta", || -> HostResult<f64> {
-                with_frame(|f| f.job.series.last.and_then(|l| l.eta_seconds).unwrap_or(f64::NAN))
-            });
+            e.register_fn("eta", host::eta);
         },
     },
     Builtin {
@@ -278,15 +246,9 @@ pub const BUILTINS: &[Builtin] = &[
         example: "step() / total_steps()",
         expected: "0.42",
         register: |e| {
-            e.register_fn("step", || -> HostResult<f64> {
-                with_frame(|f| f.job.series.last.and_then(|l| l.current_step).unwrap_or(f64::NAN))
-            });
-            e.register_fn("total_steps", || -> HostResult<f64> {
-                with_frame(|f| f.job.series.last.and_then(|l| l.total_steps).unwrap_or(f64::NAN))
-            });
-            e.register_fn("epoch", || -> HostResult<f64> {
-                with_frame(|f| f.job.series.last.and_then(|l| l.current_epoch).unwrap_or(f64::NAN))
-            });
+            e.register_fn("step", host::step);
+            e.register_fn("total_steps", host::total_steps);
+            e.register_fn("epoch", host::epoch);
         },
     },
     Builtin {
@@ -295,7 +257,7 @@ pub const BUILTINS: &[Builtin] = &[
         example: "runtime() / 3600",
         expected: "2.0",
         register: |e| {
-            e.register_fn("runtime", || -> HostResult<f64> { with_frame(|f| view_of(f).runtime_seconds()) });
+            e.register_fn("runtime", host::runtime);
         },
     },
     Builtin {
@@ -304,9 +266,7 @@ pub const BUILTINS: &[Builtin] = &[
         example: "silence()",
         expected: "60.0",
         register: |e| {
-            e.register_fn("silence", || -> HostResult<f64> {
-                with_frame(|f| crate::time::seconds(view_of(f).last_activity(), f.now))
-            });
+            e.register_fn("silence", host::silence);
         },
     },
     Builtin {
@@ -315,7 +275,7 @@ pub const BUILTINS: &[Builtin] = &[
         example: "now()",
         expected: "1767232800",
         register: |e| {
-            e.register_fn("now", || -> HostResult<i64> { with_frame(|f| f.now.as_second()) });
+            e.register_fn("now", host::now);
         },
     },
     Builtin {
@@ -324,7 +284,7 @@ pub const BUILTINS: &[Builtin] = &[
         example: r#"duration("1h30m")"#,
         expected: "5400.0",
         register: |e| {
-            e.register_fn("duration", |s: &str| -> HostResult<f64> { Ok(parse_duration(s)?.as_secs_f64()) });
+            e.register_fn("duration", host::duration);
         },
     },
     Builtin {
@@ -333,24 +293,9 @@ pub const BUILTINS: &[Builtin] = &[
         example: "cost()",
         expected: "110.0",
         register: |e| {
-            e.register_fn("gpus", || -> HostResult<f64> {
-                with_frame(|f| view_of(f).gpus.unwrap_or(f64::NAN))
-            });
-            e.register_fn("gpu_hours", || -> HostResult<f64> {
-                with_frame(|f| {
-                    let v = view_of(f);
-                    v.gpus.map_or(f64::NAN, |g| g * v.runtime_seconds() / 3600.0)
-                })
-            });
-            e.register_fn("cost", || -> HostResult<f64> {
-                with_frame(|f| {
-                    let v = view_of(f);
-                    match (v.gpus, v.gpu_hour_cost) {
-                        (Some(g), Some(c)) => g * v.runtime_seconds() / 3600.0 * c,
-                        _ => f64::NAN,
-                    }
-                })
-            });
+            e.register_fn("gpus", host::gpus);
+            e.register_fn("gpu_hours", host::gpu_hours);
+            e.register_fn("cost", host::cost);
         },
     },
     Builtin {
@@ -359,17 +304,7 @@ pub const BUILTINS: &[Builtin] = &[
         example: "phase()",
         expected: "Running",
         register: |e| {
-            e.register_fn("phase", || -> HostResult<ImmutableString> {
-                with_frame(|f| {
-                    match f.job.snapshot.phase {
-                        JobPhase::Running => "Running",
-                        JobPhase::Suspended => "Suspended",
-                        JobPhase::Complete => "Complete",
-                        JobPhase::Failed => "Failed",
-                    }
-                    .into()
-                })
-            });
+            e.register_fn("phase", host::phase);
         },
     },
     Builtin {
@@ -378,14 +313,8 @@ pub const BUILTINS: &[Builtin] = &[
         example: r#"label("team") == "fraud" && labels["team"] == "fraud""#,
         expected: "true",
         register: |e| {
-            e.register_fn("label", |k: &str| -> HostResult<ImmutableString> {
-                with_frame(|f| f.job.snapshot.labels.get(k).map(|v| v.as_str().into()).unwrap_or_default())
-            });
-            e.register_fn("annotation", |k: &str| -> HostResult<ImmutableString> {
-                with_frame(|f| {
-                    f.job.snapshot.annotations.get(k).map(|v| v.as_str().into()).unwrap_or_default()
-                })
-            });
+            e.register_fn("label", host::label);
+            e.register_fn("annotation", host::annotation);
         },
     },
     Builtin {
@@ -394,15 +323,9 @@ pub const BUILTINS: &[Builtin] = &[
         example: "weekday() == 4 && hour() == 2",
         expected: "true",
         register: |e| {
-            e.register_fn("weekday", || -> HostResult<i64> {
-                with_frame(|f| f.env.calendar.weekday_hour(f.now).0 as i64)
-            });
-            e.register_fn("hour", || -> HostResult<i64> {
-                with_frame(|f| f.env.calendar.weekday_hour(f.now).1 as i64)
-            });
-            e.register_fn("minute", || -> HostResult<i64> {
-                with_frame(|f| f.env.calendar.weekday_hour(f.now).2 as i64)
-            });
+            e.register_fn("weekday", host::weekday);
+            e.register_fn("hour", host::hour);
+            e.register_fn("minute", host::minute);
         },
     },
     Builtin {
@@ -411,9 +334,7 @@ pub const BUILTINS: &[Builtin] = &[
         example: r#"non_finite("grad_norm")"#,
         expected: "true",
         register: |e| {
-            e.register_fn("non_finite", |metric: &str| {
-                detect(&NonFinite { metric: (metric != "*").then(|| metric.to_string()) })
-            });
+            e.register_fn("non_finite", host::non_finite);
         },
     },
     Builtin {
@@ -422,9 +343,7 @@ pub const BUILTINS: &[Builtin] = &[
         example: r#"stalled("30m")"#,
         expected: "false",
         register: |e| {
-            e.register_fn("stalled", |after: &str| {
-                detect(&Stalled { after: parse_duration(after)?, require_first_sample: true })
-            });
+            e.register_fn("stalled", host::stalled);
         },
     },
     Builtin {
@@ -433,12 +352,8 @@ pub const BUILTINS: &[Builtin] = &[
         example: r#"eta_after("2026-01-01T09:00:00Z") && !eta_exceeds("12h")"#,
         expected: "true",
         register: |e| {
-            e.register_fn("eta_after", |deadline: &str| {
-                let deadline =
-                    detectors::parse_deadline(deadline).map_err(|m| -> Box<EvalAltResult> { m.into() })?;
-                detect(&EtaAfter { deadline })
-            });
-            e.register_fn("eta_exceeds", |d: &str| detect(&EtaExceeds { duration: parse_duration(d)? }));
+            e.register_fn("eta_after", host::eta_after);
+            e.register_fn("eta_exceeds", host::eta_exceeds);
         },
     },
     Builtin {
@@ -447,27 +362,8 @@ pub const BUILTINS: &[Builtin] = &[
         example: r#"diverging("loss", 1.15) && !diverging_factor("loss", 2.0)"#,
         expected: "true",
         register: |e| {
-            e.register_fn("diverging", |metric: &str, threshold: f64| {
-                detect(&Diverging {
-                    metric: metric.to_string(),
-                    mode: DirectionParam::Auto,
-                    threshold: Some(threshold),
-                    factor: None,
-                    warmup: 0,
-                })
-            });
-            e.register_fn("diverging_factor", |metric: &str, factor: f64| -> HostResult<bool> {
-                if factor.is_nan() || factor <= 1.0 {
-                    return Err(format!("factor must be > 1, got {factor}").into());
-                }
-                detect(&Diverging {
-                    metric: metric.to_string(),
-                    mode: DirectionParam::Auto,
-                    threshold: None,
-                    factor: Some(factor),
-                    warmup: 0,
-                })
-            });
+            e.register_fn("diverging", host::diverging);
+            e.register_fn("diverging_factor", host::diverging_factor);
         },
     },
     Builtin {
@@ -476,16 +372,10 @@ pub const BUILTINS: &[Builtin] = &[
         example: r#"plateau("loss", 2) && !plateau("loss", 4)"#,
         expected: "true",
         register: |e| {
-            e.register_fn("plateau", |m: &str, n: i64| plateau_fn(m, PlateauWindow::Samples(n.max(1)), 0.0));
-            e.register_fn("plateau", |m: &str, n: i64, d: f64| {
-                plateau_fn(m, PlateauWindow::Samples(n.max(1)), d)
-            });
-            e.register_fn("plateau", |m: &str, w: &str| {
-                plateau_fn(m, PlateauWindow::Time(parse_duration(w)?), 0.0)
-            });
-            e.register_fn("plateau", |m: &str, w: &str, d: f64| {
-                plateau_fn(m, PlateauWindow::Time(parse_duration(w)?), d)
-            });
+            e.register_fn("plateau", host::plateau_samples);
+            e.register_fn("plateau", host::plateau_samples_by);
+            e.register_fn("plateau", host::plateau_time);
+            e.register_fn("plateau", host::plateau_time_by);
         },
     },
     Builtin {
@@ -494,22 +384,7 @@ pub const BUILTINS: &[Builtin] = &[
         example: r#"over_budget(#{maxGpuHours: 15.0}) && !over_budget(#{maxRuntime: "3h"})"#,
         expected: "true",
         register: |e| {
-            e.register_fn("over_budget", |params: Map| -> HostResult<bool> {
-                let json = map_to_json(&params)?;
-                if json.contains_key("maxCost") && with_frame(|f| f.env.gpu_hour_cost.is_none())? {
-                    return Err("over_budget(#{maxCost}) needs spec.gpuHourCost".into());
-                }
-                let detector = detectors::build("over_budget", Some(&json), "over_budget()").map_err(
-                    |errs| -> Box<EvalAltResult> {
-                        errs.iter()
-                            .map(std::string::ToString::to_string)
-                            .collect::<Vec<_>>()
-                            .join("; ")
-                            .into()
-                    },
-                )?;
-                detect(detector.as_ref())
-            });
+            e.register_fn("over_budget", host::over_budget);
         },
     },
 ];

@@ -14,7 +14,9 @@
 mod builtins;
 mod check;
 mod frame;
+mod host;
 mod job_maps;
+mod native;
 
 pub use builtins::BUILTINS;
 pub use check::ScriptContext;
@@ -104,6 +106,8 @@ pub struct ScriptEngine {
     limits: Limits,
     /// What scripts may call, for [`ScriptEngine::check`].
     callables: check::Callables,
+    /// Whether conditions compiled to native code run natively (see [`native`]).
+    native_conditions: bool,
 }
 
 impl std::fmt::Debug for ScriptEngine {
@@ -120,6 +124,8 @@ pub struct CompiledScript {
     uses_labels: bool,
     uses_annotations: bool,
     reads_the_clock: bool,
+    /// The condition compiled to native code, when it has one of the shapes [`native`] knows.
+    native: Option<Arc<native::Condition>>,
 }
 
 impl CompiledScript {
@@ -197,7 +203,12 @@ impl ScriptEngine {
         }
         job_maps::register(&mut engine);
         let callables = check::Callables::of(&engine);
-        ScriptEngine { engine, limits, callables }
+        ScriptEngine { engine, limits, callables, native_conditions: true }
+    }
+
+    /// Run conditions of the common shapes natively (the default), or every condition in Rhai.
+    pub fn set_native_conditions(&mut self, on: bool) {
+        self.native_conditions = on;
     }
 
     /// The limits scripts run under.
@@ -236,11 +247,16 @@ impl ScriptEngine {
                 kind: ScriptErrorKind::Compile,
             }
         })?;
+        let native = native::compile(&ast).map(Arc::new);
         Ok(CompiledScript {
             rule: rule.to_string(),
             uses_labels: source.contains("labels"),
             uses_annotations: source.contains("annotations"),
-            reads_the_clock: check::reads_the_clock(&ast),
+            reads_the_clock: match &native {
+                Some(n) => n.reads_the_clock(),
+                None => check::reads_the_clock(&ast),
+            },
+            native,
             ast,
         })
     }
@@ -276,11 +292,6 @@ impl ScriptEngine {
         let Some(data) = job.take() else {
             return Err(runtime_error(&script.rule, Position::NONE, "no job data".into()));
         };
-        let mut scope = self.scope(
-            &data.snapshot.labels,
-            &data.snapshot.annotations,
-            (script.uses_labels, script.uses_annotations),
-        );
         FRAME.with(|cell| {
             *cell.borrow_mut() = Some(Frame {
                 job: data,
@@ -312,6 +323,25 @@ impl ScriptEngine {
             }
         }
         let mut restore = Restore { job, evidence: Vec::new(), wake: None };
+        if let Some(native) = script.native.as_ref().filter(|_| self.native_conditions) {
+            if let Ok(value) = native.eval(now) {
+                restore.take_back();
+                let evidence = std::mem::take(&mut restore.evidence);
+                return Ok(ScriptOutcome { value, evidence, wake: restore.wake });
+            }
+            // A host function failed: Rhai runs the condition from the start and reports the error its way.
+            FRAME.with(|cell| {
+                if let Some(frame) = cell.borrow_mut().as_mut() {
+                    frame.evidence.clear();
+                    frame.wake = None;
+                }
+            });
+        }
+        let which = (script.uses_labels, script.uses_annotations);
+        let mut scope = FRAME.with(|cell| match cell.borrow().as_ref() {
+            Some(frame) => self.scope(&frame.job.snapshot.labels, &frame.job.snapshot.annotations, which),
+            None => Scope::new(),
+        });
         let result = self.engine.eval_ast_with_scope::<Dynamic>(&mut scope, &script.ast);
         restore.take_back();
         let evidence = std::mem::take(&mut restore.evidence);

@@ -384,10 +384,237 @@ fn scripts_that_call_a_clock_reader_anywhere_read_the_clock() {
     assert!(!reads(r#"metric("loss") > 2.0 && !finite(metric("grad_norm"))"#));
     assert!(!reads(r#"stalled("30m") || plateau("loss", "2h", 0.001)"#));
     assert!(!reads(r#"labels["team"] == "fraud" && over_budget(#{maxRuntime: "3h"})"#));
-    assert!(reads("runtime() > 86400.0"));
-    assert!(reads(r#"metric("loss") > 2.0 && hour() >= 18"#));
+    // Compiled conditions follow runtime(), cost(), hour(), … with a wake; a product of two clocks they
+    // cannot, and eta_exceeds has no wake.
+    assert!(!reads("runtime() > 86400.0 || cost() / 2 > 500.0"));
+    assert!(!reads(r#"metric("loss") > 2.0 && hour() >= 18"#));
+    assert!(reads("runtime() * runtime() > 86400.0"));
+    assert!(reads(r#"eta_exceeds("12h")"#));
+    // Scripts that are not compiled: any clock reader anywhere.
+    assert!(reads("let r = runtime(); r > 86400.0"));
     assert!(reads("fn late() { hour() >= 18 } late()"), "inside a script function");
     assert!(reads(r#""loss".since_improvement() > 600.0"#), "method style");
     assert!(reads(r#"let f = Fn("hour"); f.call() > 3"#), "through a function pointer");
     assert!(reads(r#"eval("true")"#), "eval may call anything");
+}
+
+/// Deterministic pseudo-random numbers for the generated expressions (xorshift64*).
+struct Rng(u64);
+
+impl Rng {
+    fn next(&mut self) -> u64 {
+        self.0 ^= self.0 >> 12;
+        self.0 ^= self.0 << 25;
+        self.0 ^= self.0 >> 27;
+        self.0.wrapping_mul(0x2545_F491_4F6C_DD1D)
+    }
+
+    fn pick<'a>(&mut self, items: &[&'a str]) -> &'a str {
+        items[(self.next() % items.len() as u64) as usize]
+    }
+
+    fn below(&mut self, n: u64) -> u64 {
+        self.next() % n
+    }
+}
+
+const FLOATS: &[&str] =
+    &["0.0", "1.0", "1.25", "(-3.5)", "600.0", "7200.0", "86400.0", "1.0e300", "0.001", "110.0", "60.0"];
+const INTS: &[&str] = &["0", "1", "3", "5", "18", "1767232800", "(-2)", "4", "2"];
+const FLOAT_CALLS: &[&str] = &[
+    r#"metric("loss")"#,
+    r#"metric("grad_norm")"#,
+    r#"metric("nope")"#,
+    r#"best("loss")"#,
+    r#"best("loss", "max")"#,
+    r#"window_mean("loss", 3)"#,
+    r#"window_std("loss", 4)"#,
+    r#"window_min("loss", 2)"#,
+    r#"window_max("loss", 9)"#,
+    r#"slope("loss", 4)"#,
+    r#"ema("loss")"#,
+    r#"since_improvement("loss")"#,
+    "progress()",
+    "eta()",
+    "step()",
+    "total_steps()",
+    "epoch()",
+    "runtime()",
+    "silence()",
+    r#"duration("90m")"#,
+    "gpus()",
+    "gpu_hours()",
+    "cost()",
+];
+const INT_CALLS: &[&str] = &[r#"count("loss")"#, "now()", "hour()", "minute()", "weekday()"];
+const BOOL_CALLS: &[&str] = &[
+    r#"non_finite("grad_norm")"#,
+    r#"non_finite("*")"#,
+    r#"non_finite("loss")"#,
+    r#"stalled("3m")"#,
+    r#"stalled("2h")"#,
+    r#"eta_after("2026-01-01T09:00:00Z")"#,
+    r#"eta_exceeds("12h")"#,
+    r#"diverging("loss", 1.15)"#,
+    r#"diverging_factor("loss", 2.0)"#,
+    r#"plateau("loss", 2)"#,
+    r#"plateau("loss", 3, 0.01)"#,
+    r#"plateau("loss", "3m")"#,
+    r#"plateau("loss", "2m", 0.05)"#,
+    r#"window_mean("loss", 0) > 1.0"#,
+];
+const TEXT_TESTS: &[&str] = &[
+    r#"phase() == "Running""#,
+    r#"label("team") == "fraud""#,
+    r#"labels["team"] != "x""#,
+    r#"annotations["owner"] == """#,
+    r#"annotation("owner") != "me""#,
+];
+const COMPARISONS: &[&str] = &["<", "<=", ">", ">=", "==", "!="];
+
+/// A number-valued expression and whether it is a float.
+fn gen_number(rng: &mut Rng, depth: u32) -> (String, bool) {
+    match if depth == 0 { rng.below(4) } else { rng.below(7) } {
+        0 => (rng.pick(FLOATS).to_string(), true),
+        1 => (rng.pick(INTS).to_string(), false),
+        2 => (rng.pick(FLOAT_CALLS).to_string(), true),
+        3 => (rng.pick(INT_CALLS).to_string(), false),
+        4 => (format!("-({})", gen_float(rng, depth - 1)), true),
+        _ => {
+            // Float arithmetic: one side a float, as Rhai's mixed operators need.
+            let float = gen_float(rng, depth - 1);
+            let (other, _) = gen_number(rng, depth - 1);
+            let op = rng.pick(&["+", "-", "*", "/"]);
+            if rng.below(2) == 0 {
+                (format!("({float} {op} {other})"), true)
+            } else {
+                (format!("({other} {op} {float})"), true)
+            }
+        }
+    }
+}
+
+fn gen_float(rng: &mut Rng, depth: u32) -> String {
+    loop {
+        let (text, float) = gen_number(rng, depth);
+        if float {
+            return text;
+        }
+    }
+}
+
+fn gen_condition(rng: &mut Rng, depth: u32) -> String {
+    match if depth == 0 { rng.below(4) } else { rng.below(8) } {
+        0 => rng.pick(BOOL_CALLS).to_string(),
+        1 => rng.pick(TEXT_TESTS).to_string(),
+        2 | 3 => {
+            let (a, _) = gen_number(rng, depth.saturating_sub(1));
+            let (b, _) = gen_number(rng, depth.saturating_sub(1));
+            format!("{a} {} {b}", rng.pick(COMPARISONS))
+        }
+        4 => format!("!({})", gen_condition(rng, depth - 1)),
+        5 => format!("finite({})", gen_number(rng, depth - 1).0),
+        _ => {
+            let op = rng.pick(&["&&", "||"]);
+            format!("({} {op} {})", gen_condition(rng, depth - 1), gen_condition(rng, depth - 1))
+        }
+    }
+}
+
+/// The documentation fixture and two variations: no GPUs, labels or price, suspended; and a start an hour
+/// in the future, with a NaN latest loss.
+fn fixtures() -> Vec<(Box<crate::history::job::JobData>, Arc<crate::history::job::PolicyEnv>, Timestamp)> {
+    let plain = doc_fixture();
+    let (mut bare, env, now) = doc_fixture();
+    bare.snapshot.gpus = None;
+    bare.snapshot.labels.clear();
+    bare.snapshot.phase = crate::input::sample::JobPhase::Suspended;
+    let no_price = crate::history::job::PolicyEnv {
+        calendar: env.calendar.clone(),
+        gpu_hour_cost: None,
+        assume_gpus: env.assume_gpus,
+    };
+    let (mut later, env2, _) = doc_fixture();
+    later.snapshot.running_since = Some(Timestamp::from_second(now.as_second() + 3600).unwrap());
+    let mut s = crate::input::sample::ProgressSample::empty(
+        Timestamp::from_second(now.as_second() - 1).unwrap(),
+        crate::input::sample::SampleSource::TrainerStatus,
+    );
+    s.metrics.push(crate::input::sample::Metric { name: "loss".into(), value: f64::NAN });
+    later.series.record(&s);
+    vec![plain, (bare, Arc::new(no_price), now), (later, env2, now)]
+}
+
+fn outcome_at(
+    engine: &ScriptEngine,
+    script: &CompiledScript,
+    fixture: &(Box<crate::history::job::JobData>, Arc<crate::history::job::PolicyEnv>, Timestamp),
+    later: i64,
+) -> Result<ScriptOutcome, ScriptError> {
+    let mut slot = Some(fixture.0.clone());
+    let now = Timestamp::from_second(fixture.2.as_second() + later).unwrap();
+    engine.eval_condition(script, &mut slot, &fixture.1, now)
+}
+
+#[test]
+fn compiled_conditions_decide_exactly_as_rhai_and_their_wakes_are_sound() {
+    let native = ScriptEngine::default();
+    let mut rhai_only = ScriptEngine::default();
+    rhai_only.set_native_conditions(false);
+    let fixtures = fixtures();
+    let mut rng = Rng(0x9E37_79B9_7F4A_7C15);
+    let offsets = [0, 1, 59, 61, 599, 601, 899, 901, 3599, 3601, 7201, 86_399, 86_401, 9 * 86_400];
+    let mut compared = 0;
+    for case in 0..1500 {
+        let src = gen_condition(&mut rng, 1 + (case % 4) as u32);
+        let script = native.compile("gen", &src).unwrap_or_else(|e| panic!("{src}: {e}"));
+        assert!(script.native.is_some(), "not compiled natively: {src}");
+        for fixture in &fixtures {
+            let first = outcome_at(&native, &script, fixture, 0);
+            for later in offsets {
+                let got = outcome_at(&native, &script, fixture, later);
+                let want = outcome_at(&rhai_only, &script, fixture, later);
+                match (&got, &want) {
+                    (Ok(g), Ok(w)) => {
+                        // Debug text: a NaN in the evidence equals itself there.
+                        let (g, w) = (
+                            format!("{:?}", (g.value, &g.evidence)),
+                            format!("{:?}", (w.value, &w.evidence)),
+                        );
+                        assert_eq!(g, w, "{src} at +{later}s");
+                    }
+                    (Err(g), Err(w)) => assert_eq!(g, w, "{src} at +{later}s"),
+                    _ => panic!("{src} at +{later}s: native {got:?}, Rhai {want:?}"),
+                }
+                compared += 1;
+                // Nothing but time passes: before the announced wake, the answer is the first one.
+                if let (Ok(first), Ok(w)) = (&first, &want)
+                    && !script.reads_the_clock()
+                    && first.wake.is_none_or(|t| fixture.2.as_second() + later < t.as_second())
+                {
+                    assert_eq!(
+                        w.value, first.value,
+                        "{src}: changed at +{later}s before its wake {:?}",
+                        first.wake
+                    );
+                }
+            }
+        }
+    }
+    assert!(compared > 50_000);
+}
+
+#[test]
+fn conditions_of_other_shapes_run_in_rhai() {
+    let engine = ScriptEngine::default();
+    for src in [
+        "let x = metric(\"loss\"); x > 1.0",
+        "count(\"loss\") + 1 > 5",
+        "fn f() { true } f()",
+        "over_budget(#{maxRuntime: \"3h\"})",
+        "labels.team == \"fraud\"",
+        "metric(\"loss\") % 2.0 > 1.0",
+    ] {
+        assert!(engine.compile("r", src).unwrap().native.is_none(), "{src}");
+    }
 }
