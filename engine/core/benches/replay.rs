@@ -164,6 +164,26 @@ fn main() {
         events
     });
     let replay = last_replay.expect("ran");
+    // The same replay with every condition interpreted by Rhai (the native path off): the baseline of the
+    // compiled conditions, which must decide the same.
+    let rhai_only = EngineConfig { native_conditions: false, ..EngineConfig::default() };
+    let mut rhai_replay = None;
+    let full_rhai = best_of(5, || {
+        let policy = compile(&docs[0], engine.scripts()).expect("compiles");
+        let mut replay = Replay::new(vec![policy], rhai_only.clone());
+        let mut previous = None;
+        for (i, line) in lines.iter().enumerate() {
+            let record = parse_line(line, "bench", i + 1, previous).expect("valid line");
+            previous = Some(record.time());
+            replay.feed(record);
+        }
+        let events = replay.events.len();
+        rhai_replay = Some(replay);
+        events
+    });
+    let rhai_replay = rhai_replay.expect("ran");
+    assert_eq!(rhai_replay.summary, replay.summary, "native and Rhai conditions decide the same");
+    assert_eq!(rhai_replay.events.len(), replay.events.len());
     let policy = compile(&docs[0], engine.scripts()).expect("compiles");
     let (_, full_allocations) = allocations(|| {
         let mut replay = Replay::new(vec![policy], EngineConfig::default());
@@ -201,6 +221,12 @@ fn main() {
         n / full,
         full / n * 1e6,
         full_allocations as f64 / n
+    );
+    println!(
+        "same, conditions in Rhai only{:>9.0} samples/s  ({:.2} µs/sample; native is {:.2}× faster)",
+        n / full_rhai,
+        full_rhai / n * 1e6,
+        full_rhai / full
     );
     println!("ratio full / decode          {:>9.2}×", full / decode);
     println!("memory per tracked job       {avg_bytes:>9.0} bytes ({metrics} metrics, history + rule state)");
