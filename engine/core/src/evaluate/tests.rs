@@ -719,9 +719,24 @@ fn a_condition_on_the_clock_changes_when_its_comparison_crosses_with_no_rounds()
 }
 
 #[test]
+fn an_eta_over_its_limit_resolves_when_the_remaining_time_gets_within_it() {
+    // ETA 100 min at minute 0, limit 1 h: within it at minute 40, on a timer (the end is fixed between
+    // samples).
+    let mut w = World::with_policy(&policy(
+        "    - {name: long, uses: eta_exceeds, with: {duration: 1h}, actions: [{notify: {to: team}}]}\n",
+        "",
+    ));
+    w.sample(0, 2.0, Some(100.0));
+    let before = w.ev.evaluations();
+    w.advance(120);
+    assert!(w.ev.evaluations() - before <= 3, "{} evaluations in two hours", w.ev.evaluations() - before);
+    assert_eq!(w.log(), log(&[(0, "long firing"), (0, "long → notify [Enforce]"), (40, "long resolved")]));
+}
+
+#[test]
 fn rules_that_read_the_clock_in_ways_no_wake_follows_are_judged_every_interval() {
-    // A product of two clocks, or eta_exceeds: their jobs keep the rounds, and a condition that time alone
-    // turns false resolves without a sample.
+    // A product of two clocks: its jobs keep the rounds, and a condition that time alone turns false
+    // resolves without a sample.
     let mut w = World::with_policy(&policy(
         "    - {name: early, when: 'runtime() * runtime() < 360000.0', actions: [{notify: {to: team}}]}\n",
         "",

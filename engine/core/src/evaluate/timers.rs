@@ -99,6 +99,9 @@ impl Evaluator {
                     // When a script's answer may change with time alone, either way: a false `stalled()`
                     // turning true, a true `runtime() < 600.0` turning false (see `judge::script::native`).
                     consider(track.script_wake);
+                    if let Some(d) = &rule.detector {
+                        consider(d.wake_at(&track.detector_state, &data.view(&slot.policy.env, now)));
+                    }
                     match track.alert {
                         Alert::Pending { since } => {
                             consider(
@@ -110,11 +113,7 @@ impl Evaluator {
                                 crate::time::add_seconds(c, rule.keep_firing_for.as_secs_f64())
                             }));
                         }
-                        Alert::Inactive => {
-                            if let Some(d) = &rule.detector {
-                                consider(d.wake_at(&track.detector_state, &data.view(&slot.policy.env, now)));
-                            }
-                        }
+                        Alert::Inactive => {}
                     }
                 }
             }

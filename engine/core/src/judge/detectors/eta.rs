@@ -106,6 +106,17 @@ impl Detector for EtaAfter {
 }
 
 impl Detector for EtaExceeds {
+    // The estimated end is fixed between samples, so the remaining time shrinks one second per second: once
+    // within the limit it stays within; over it, it gets within at `end - duration` (`wake_at`).
+    fn reads_the_clock(&self) -> bool {
+        false
+    }
+
+    fn wake_at(&self, state: &DetectorState, view: &JobView<'_>) -> Option<Timestamp> {
+        self.check(state, view)?;
+        crate::time::add_seconds(view.estimated_end()?, -self.duration.as_secs_f64())
+    }
+
     fn check(&self, _state: &DetectorState, view: &JobView<'_>) -> Option<Finding> {
         if !view.is_running() {
             return None;
@@ -145,8 +156,11 @@ mod tests {
         let mut job = Job::new();
         job.sample(d.as_ref(), 0, &[], Some(10.0), Some(3.0 * 3600.0));
         assert!(job.check(d.as_ref(), 0).is_some());
-        // Same report, an hour later: 2h remain, not more than 2h.
+        // Same report, an hour later: 2h remain, not more than 2h; the timer is set for that instant.
+        assert!(job.check(d.as_ref(), 3599).is_some());
         assert!(job.check(d.as_ref(), 3600).is_none());
+        assert_eq!(job.wake_at(d.as_ref(), 0), Some(super::super::testkit::t(3600)));
+        assert_eq!(job.wake_at(d.as_ref(), 3600), None, "within the limit, it stays within");
     }
 
     #[test]

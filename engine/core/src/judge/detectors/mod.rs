@@ -86,10 +86,11 @@ pub trait Detector: fmt::Debug + Send + Sync {
     /// Whether the detector fires now, and why.
     fn check(&self, state: &DetectorState, view: &JobView<'_>) -> Option<Finding>;
 
-    /// For time-driven detectors: the earliest time at which [`Detector::check`] may start to fire with no
-    /// new sample arriving (a stall deadline, a runtime budget running out). The evaluator sets a timer for
-    /// it, so such rules fire on time instead of at the next evaluation interval. `None`: only new samples
-    /// can change the answer.
+    /// For time-driven detectors: the earliest time at which the answer of [`Detector::check`] may change
+    /// with no new sample arriving (a stall deadline, a runtime budget running out, an ETA that stops
+    /// exceeding its limit). The evaluator sets a timer for it, whatever the rule's state, so such rules fire
+    /// and resolve on time instead of at the next evaluation interval; a time already past is ignored.
+    /// `None`: only new samples can change the answer.
     fn wake_at(&self, _state: &DetectorState, _view: &JobView<'_>) -> Option<Timestamp> {
         None
     }
@@ -250,8 +251,8 @@ pub(crate) mod testkit {
             last
         }
 
-        pub(crate) fn check(&self, detector: &dyn Detector, now_secs: i64) -> Option<Finding> {
-            let view = JobView {
+        fn view(&self, now_secs: i64) -> JobView<'_> {
+            JobView {
                 snapshot: &self.snapshot,
                 series: &self.series,
                 now: t(now_secs),
@@ -259,8 +260,15 @@ pub(crate) mod testkit {
                 gpus: self.gpus.or(self.snapshot.gpus),
                 gpu_hour_cost: self.cost,
                 calendar: &self.calendar,
-            };
-            detector.check(&self.state, &view)
+            }
+        }
+
+        pub(crate) fn check(&self, detector: &dyn Detector, now_secs: i64) -> Option<Finding> {
+            detector.check(&self.state, &self.view(now_secs))
+        }
+
+        pub(crate) fn wake_at(&self, detector: &dyn Detector, now_secs: i64) -> Option<Timestamp> {
+            detector.wake_at(&self.state, &self.view(now_secs))
         }
     }
 

@@ -26,17 +26,17 @@ pub(super) fn parse_direction(mode: &str) -> HostResult<Direction> {
 pub(super) fn detect(detector: &dyn Detector) -> HostResult<bool> {
     with_frame(|frame| {
         let finding = detector.check(&DetectorState::None, &view_of(frame));
+        // When the answer may change with time alone, either way (`stalled` turning true, `eta_exceeds`
+        // turning false); a time already past is ignored by the evaluator.
+        if let Some(t) = detector.wake_at(&DetectorState::None, &view_of(frame)).filter(|t| *t > frame.now) {
+            frame.wake = Some(frame.wake.map_or(t, |w| w.min(t)));
+        }
         match finding {
             Some(f) => {
                 frame.evidence.push(f);
                 true
             }
-            None => {
-                if let Some(t) = detector.wake_at(&DetectorState::None, &view_of(frame)) {
-                    frame.wake = Some(frame.wake.map_or(t, |w| w.min(t)));
-                }
-                false
-            }
+            None => false,
         }
     })
 }

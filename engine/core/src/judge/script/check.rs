@@ -132,21 +132,11 @@ pub(super) const HOST_SIGNATURES: &[Signature] = &[
 ];
 
 /// Host functions whose answer changes with time alone and that announce no wake time: a script calling
-/// one must be re-evaluated every `eval_interval`. The others judge samples, or (`stalled`, `eta_after`,
-/// `over_budget`) record the moment they will turn true (`Frame::wake`). A test evaluates every host
+/// one must be re-evaluated every `eval_interval`. The others judge samples, or (`stalled`, `eta_exceeds`,
+/// `over_budget`) record the moment their answer will change (`Frame::wake`). A test evaluates every host
 /// function at later times to keep this list complete.
-pub(super) const CLOCK_READERS: &[&str] = &[
-    "since_improvement",
-    "runtime",
-    "silence",
-    "now",
-    "gpu_hours",
-    "cost",
-    "weekday",
-    "hour",
-    "minute",
-    "eta_exceeds",
-];
+pub(super) const CLOCK_READERS: &[&str] =
+    &["since_improvement", "runtime", "silence", "now", "gpu_hours", "cost", "weekday", "hour", "minute"];
 
 /// Calls whose callee is only known at run time (a function pointer, a string to evaluate): they may reach
 /// a clock reader.

@@ -19,8 +19,8 @@ use crate::time::Timestamp;
 #[derive(Clone, Debug)]
 pub(super) struct Condition {
     root: Node,
-    /// Some comparison moves with time in a way the wake cannot follow (`runtime() * runtime()`, or
-    /// `eta_exceeds`): the evaluator keeps re-evaluating it every `eval_interval`.
+    /// Some comparison moves with time in a way the wake cannot follow (`runtime() * runtime()`): the
+    /// evaluator keeps re-evaluating it every `eval_interval`.
     reads_the_clock: bool,
 }
 
@@ -42,7 +42,7 @@ enum Drift {
     Steps,
     /// Piecewise linear in time with a known slope (`runtime()`, `cost()`), perhaps with steps.
     Linear,
-    /// Anything else (a product of two clocks, `eta_exceeds`).
+    /// Anything else (a product of two clocks).
     Any,
 }
 
@@ -204,8 +204,8 @@ impl Host {
         }
     }
 
-    /// How the answer moves with time. Detector functions that turn true with time (`stalled`) record
-    /// their own wake, so they are `Fixed` here; `eta_exceeds` records none.
+    /// How the answer moves with time. Detector functions whose answer changes with time (`stalled`,
+    /// `eta_exceeds`) record their own wake, so they are `Fixed` here.
     fn drift(&self) -> Drift {
         match self {
             Host::Runtime
@@ -215,7 +215,6 @@ impl Host {
             | Host::GpuHours
             | Host::Cost => Drift::Linear,
             Host::Weekday | Host::Hour | Host::Minute => Drift::Steps,
-            Host::EtaExceeds(_) => Drift::Any,
             _ => Drift::Fixed,
         }
     }
@@ -551,8 +550,7 @@ fn eval(node: &Node, now: Timestamp, wake: &mut Option<Timestamp>) -> HostResult
         Node::Annotations(k) => fixed(Value::Text(host::annotation(k)?)),
         Node::Host(h) => {
             let v = h.call()?;
-            // A detector function records its own wake (`stalled`), or has none (`eta_exceeds`: the
-            // condition reads the clock and gets the evaluator's rounds).
+            // A detector function records its own wake (`stalled`, `eta_exceeds`).
             if matches!(v, Value::Bool(_)) {
                 return fixed(v);
             }

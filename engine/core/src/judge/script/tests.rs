@@ -385,11 +385,11 @@ fn scripts_that_call_a_clock_reader_anywhere_read_the_clock() {
     assert!(!reads(r#"stalled("30m") || plateau("loss", "2h", 0.001)"#));
     assert!(!reads(r#"labels["team"] == "fraud" && over_budget(#{maxRuntime: "3h"})"#));
     // Compiled conditions follow runtime(), cost(), hour(), … with a wake; a product of two clocks they
-    // cannot, and eta_exceeds has no wake.
+    // cannot.
     assert!(!reads("runtime() > 86400.0 || cost() / 2 > 500.0"));
     assert!(!reads(r#"metric("loss") > 2.0 && hour() >= 18"#));
     assert!(reads("runtime() * runtime() > 86400.0"));
-    assert!(reads(r#"eta_exceeds("12h")"#));
+    assert!(!reads(r#"eta_exceeds("12h")"#), "it records when it stops exceeding");
     // Scripts that are not compiled: any clock reader anywhere.
     assert!(reads("let r = runtime(); r > 86400.0"));
     assert!(reads("fn late() { hour() >= 18 } late()"), "inside a script function");
