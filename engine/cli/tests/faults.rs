@@ -1,7 +1,7 @@
 //! Fault injection: the `trainwarden controller` binary, as real processes, against a real kube-apiserver +
 //! etcd of this test binary's own, through a TCP fault proxy per replica. Faults are real: `kill -9` of
 //! controllers, of the API server and of etcd, black holes and connection resets between a controller and
-//! the API server. Each scenario ends by checking every TrainJob: suspended, its suspension recorded once
+//! the API server, 429s from API Priority and Fairness. Each scenario ends by checking every TrainJob: suspended, its suspension recorded once
 //! (the intent id in `trainwarden.dev/intents`), no second `Suspended` Event, and the policy's totals.
 //!
 //! The scenarios share one control plane and kill parts of it, so they run one at a time (a lock). Each
@@ -116,6 +116,35 @@ impl Replica {
 
     fn start_behind(s: &Scene, identity: &str, leader_election: bool, proxy: FaultProxy) -> Replica {
         let kubeconfig = s.plane.kubeconfig_via(proxy.addr(), &s.dir.join(format!("{identity}.kubeconfig")));
+        Self::start_with(s, identity, leader_election, proxy, kubeconfig)
+    }
+
+    /// As a ServiceAccount (its token in the kubeconfig) rather than the plane's `system:masters` admin,
+    /// whose requests API Priority and Fairness exempts.
+    fn start_as(s: &Scene, identity: &str, token: &str) -> Replica {
+        let proxy = FaultProxy::start(s.plane.apiserver_addr()).expect("fault proxy");
+        let path = s.dir.join(format!("{identity}.kubeconfig"));
+        let kubeconfig = s.plane.kubeconfig_via(proxy.addr(), &path);
+        let text = std::fs::read_to_string(&kubeconfig).expect("kubeconfig");
+        let with_token: Vec<String> = text
+            .lines()
+            .map(|l| match l.trim().strip_prefix("token:") {
+                Some(_) => format!("{}token: {token}", &l[..l.len() - l.trim_start().len()]),
+                None => l.to_string(),
+            })
+            .collect();
+        assert!(with_token.iter().any(|l| l.contains(token)), "the kubeconfig has a token line");
+        std::fs::write(&kubeconfig, with_token.join("\n") + "\n").expect("write kubeconfig");
+        Self::start_with(s, identity, true, proxy, kubeconfig)
+    }
+
+    fn start_with(
+        s: &Scene,
+        identity: &str,
+        leader_election: bool,
+        proxy: FaultProxy,
+        kubeconfig: PathBuf,
+    ) -> Replica {
         let log = s.dir.join(format!("{identity}.log"));
         let out = std::fs::OpenOptions::new().create(true).append(true).open(&log).expect("log file");
         let child = Command::new(env!("CARGO_BIN_EXE_trainwarden"))
@@ -633,5 +662,170 @@ async fn many_jobs_firing_while_the_leader_is_killed_every_ten_seconds_are_each_
         doubled: v.doubled,
         lost: v.lost,
         recovered_in: since(deadline, Some(all_suspended_at.unwrap_or(seen))),
+    });
+}
+
+/// A ServiceAccount bound to `cluster-admin` (RBAC allows everything, but it is not in `system:masters`, so
+/// API Priority and Fairness applies to it) and a token for it.
+async fn service_account(c: &Client, ns: &str) -> String {
+    use k8s_openapi::api::authentication::v1::{TokenRequest, TokenRequestSpec};
+    use k8s_openapi::api::core::v1::ServiceAccount;
+    use k8s_openapi::api::rbac::v1::ClusterRoleBinding;
+    let sa = ServiceAccount {
+        metadata: ObjectMeta { name: Some("trainwarden".into()), ..ObjectMeta::default() },
+        ..ServiceAccount::default()
+    };
+    let accounts = Api::<ServiceAccount>::namespaced(c.clone(), ns);
+    accounts.create(&PostParams::default(), &sa).await.expect("service account");
+    let binding: ClusterRoleBinding = serde_json::from_value(serde_json::json!({
+        "metadata": {"name": format!("trainwarden-{ns}")},
+        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "cluster-admin"},
+        "subjects": [{"kind": "ServiceAccount", "name": "trainwarden", "namespace": ns}],
+    }))
+    .expect("binding");
+    Api::<ClusterRoleBinding>::all(c.clone())
+        .create(&PostParams::default(), &binding)
+        .await
+        .expect("binding");
+    let request = TokenRequest {
+        spec: TokenRequestSpec { expiration_seconds: Some(3600), ..TokenRequestSpec::default() },
+        ..TokenRequest::default()
+    };
+    let token =
+        accounts.create_token_request("trainwarden", &PostParams::default(), &request).await.expect("token");
+    token.status.expect("token status").token
+}
+
+/// API Priority and Fairness: the ServiceAccount's requests in a priority level of no seats that rejects
+/// what it cannot seat. Such a level still admits a request when none of its requests is executing (the
+/// queue set's rule for a request wider than the limit), so [`hammer`] keeps one executing: every other
+/// request then gets a real `429 Too Many Requests`.
+async fn jail(
+    c: &Client,
+    ns: &str,
+) -> (
+    Api<k8s_openapi::api::flowcontrol::v1::FlowSchema>,
+    Api<k8s_openapi::api::flowcontrol::v1::PriorityLevelConfiguration>,
+    String,
+) {
+    use k8s_openapi::api::flowcontrol::v1::{FlowSchema, PriorityLevelConfiguration};
+    let name = format!("trainwarden-jail-{ns}");
+    let level: PriorityLevelConfiguration = serde_json::from_value(serde_json::json!({
+        "metadata": {"name": name},
+        "spec": {"type": "Limited", "limited": {
+            "nominalConcurrencyShares": 0, "lendablePercent": 0, "borrowingLimitPercent": 0,
+            "limitResponse": {"type": "Reject"},
+        }},
+    }))
+    .expect("priority level");
+    let schema: FlowSchema = serde_json::from_value(serde_json::json!({
+        "metadata": {"name": name},
+        "spec": {
+            "priorityLevelConfiguration": {"name": name},
+            "matchingPrecedence": 50,
+            "distinguisherMethod": {"type": "ByUser"},
+            "rules": [{
+                "subjects": [{"kind": "ServiceAccount", "serviceAccount": {"name": "trainwarden", "namespace": ns}}],
+                "resourceRules": [{"verbs": ["*"], "apiGroups": ["*"], "resources": ["*"], "clusterScope": true, "namespaces": ["*"]}],
+                "nonResourceRules": [{"verbs": ["*"], "nonResourceURLs": ["*"]}],
+            }],
+        },
+    }))
+    .expect("flow schema");
+    let pp = PostParams::default();
+    Api::<PriorityLevelConfiguration>::all(c.clone()).create(&pp, &level).await.expect("priority level");
+    Api::<FlowSchema>::all(c.clone()).create(&pp, &schema).await.expect("flow schema");
+    (Api::<FlowSchema>::all(c.clone()), Api::<PriorityLevelConfiguration>::all(c.clone()), name)
+}
+
+/// Load in the jail: `loops` tasks listing the namespace's ConfigMaps (a slow LIST: 150 of 16 KiB) as the
+/// ServiceAccount, back to back, until `until`; returns how many requests were answered and how many got
+/// 429.
+async fn hammer(client: Client, ns: String, loops: usize, until: Instant) -> (u64, u64) {
+    use k8s_openapi::api::core::v1::ConfigMap;
+    let tasks: Vec<_> = (0..loops)
+        .map(|_| {
+            let api = Api::<ConfigMap>::namespaced(client.clone(), &ns);
+            tokio::spawn(async move {
+                let (mut served, mut refused) = (0u64, 0u64);
+                while Instant::now() < until {
+                    match api.list(&Default::default()).await {
+                        Ok(_) => served += 1,
+                        Err(kube::Error::Api(e)) if e.code == 429 => refused += 1,
+                        Err(_) => tokio::time::sleep(Duration::from_millis(50)).await,
+                    }
+                }
+                (served, refused)
+            })
+        })
+        .collect();
+    let mut totals = (0, 0);
+    for t in tasks {
+        let (s, r) = t.await.expect("load task");
+        totals = (totals.0 + s, totals.1 + r);
+    }
+    totals
+}
+
+/// 5. A minute of sustained 429s over the deadline (API Priority and Fairness, a jailed priority level kept
+/// busy), then the limit lifted: every job is suspended, each once. (A 409 needs an update that carries a
+/// resourceVersion; trainwarden's writes are forced server-side applies, so only its Lease can conflict,
+/// which the leader-election scenarios exercise.)
+#[tokio::test]
+async fn a_minute_of_429s_from_api_priority_and_fairness_delays_the_actions_and_does_not_double_them() {
+    use k8s_openapi::api::core::v1::ConfigMap;
+    let Some(s) = scene("too-many-requests").await else { return };
+    let (c, ns) = (&s.client, s.ns.as_str());
+    apply_policy(c, ns, &stall_policy()).await;
+    let token = service_account(c, ns).await;
+    let filler = "x".repeat(16 * 1024);
+    for i in 0..150 {
+        let cm: ConfigMap = serde_json::from_value(
+            serde_json::json!({"metadata": {"name": format!("ballast-{i}")}, "data": {"x": filler}}),
+        )
+        .expect("config map");
+        Api::<ConfigMap>::namespaced(c.clone(), ns)
+            .create(&PostParams::default(), &cm)
+            .await
+            .expect("ballast");
+    }
+    let r = Replica::start_as(&s, "only", &token);
+    wait_for_leader(c, ns, &["only"]).await;
+    wait_until_watching(c, ns, "stall", 0).await;
+    let (names, deadline) = stalling_jobs(c, ns, "job", 3).await;
+    wait_until_watching(c, ns, "stall", 3).await;
+    sleep_until(Timestamp::from_second(deadline.as_second() - 5).unwrap()).await;
+    let errors_before = r.metric("trainwarden_api_errors_total");
+    let (schemas, levels, name) = jail(c, ns).await;
+    // The load's own client does not retry 429s (kube's default does), so it counts each one.
+    let as_account = {
+        trainwarden_kube::client::client_from_kubeconfig(&s.dir.join("only.kubeconfig"))
+            .await
+            .expect("client");
+        let mut config = trainwarden_kube::client::config_from_kubeconfig(&s.dir.join("only.kubeconfig"))
+            .await
+            .expect("the service account's kubeconfig");
+        config.default_retry = false;
+        Client::try_from(config).expect("a client as the service account")
+    };
+    let (served, refused) =
+        hammer(as_account, ns.to_string(), 12, Instant::now() + Duration::from_secs(60)).await;
+    let errors = r.metric("trainwarden_api_errors_total") - errors_before;
+    schemas.delete(&name, &DeleteParams::default()).await.expect("lift the flow schema");
+    levels.delete(&name, &DeleteParams::default()).await.expect("lift the priority level");
+    eprintln!(
+        "in the jail for 60 s: load {served} served, {refused} refused with 429; the controller counted {errors} failed API calls"
+    );
+    assert!(refused >= 60, "the jail must refuse requests all minute: {served} served, {refused} refused");
+    assert!(errors > 0.0, "the controller's calls must have been refused too");
+    let seen = wait_all_suspended(c, ns, &names, Duration::from_secs(360)).await;
+    let v = verdict(c, ns, &names).await;
+    record(&Row {
+        scenario: "5. sustained 429s for 60 s over the deadline, API Priority and Fairness (time after the deadline)",
+        expected: names.len(),
+        performed: v.performed,
+        doubled: v.doubled,
+        lost: v.lost,
+        recovered_in: since(deadline, Some(seen)),
     });
 }
