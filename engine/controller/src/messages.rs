@@ -52,6 +52,19 @@ pub struct JobInput {
     pub snapshot: Result<JobSnapshot, NormalizeError>,
     /// Annotated `trainwarden.dev/exempt: "true"`.
     pub exempt: bool,
+    /// `metadata.uid`: a history checkpoint is restored only onto the object it was saved from.
+    pub uid: Option<String>,
+}
+
+/// A job's history checkpoint to store on the TrainJob ([`crate::HISTORY_ANNOTATION`]).
+#[derive(Debug)]
+pub struct HistorySave {
+    /// The TrainJob.
+    pub job: JobKey,
+    /// Its uid: the write is refused by the API server if the object is another one by now.
+    pub uid: String,
+    /// The checkpoint text.
+    pub text: String,
 }
 
 /// A watched policy, read.
@@ -80,6 +93,8 @@ pub enum Work {
     /// A policy's receivers changed: the notifier (re)configures its channels, which starts or stops their
     /// delivery tasks. On every replica, so a new leader is ready to deliver.
     Receivers(ReceiverChange),
+    /// Store a job's history checkpoint on its TrainJob. Leader only, like every other write.
+    SaveHistory(Box<HistorySave>),
 }
 
 /// A change of one policy's notification receivers.
@@ -102,6 +117,7 @@ impl Work {
         Some(match self {
             Work::Act(i) => &i.job,
             Work::RecordEvent(a) => &a.job,
+            Work::SaveHistory(h) => &h.job,
             Work::Notify(e, _) => match e.as_ref() {
                 Event::Transition { job, .. }
                 | Event::Suppressed { job, .. }

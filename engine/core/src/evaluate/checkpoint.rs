@@ -191,6 +191,21 @@ impl StateWire {
     }
 }
 
+impl HistoryCheckpoint {
+    /// When a stored checkpoint was taken and its [`HistoryCheckpoint::content`]; `None` when it is not a
+    /// checkpoint of this version. A new leader reads it off the TrainJob and goes on from there instead of
+    /// writing every job again.
+    pub fn stamp(text: &str) -> Option<(Timestamp, u64)> {
+        let header: Header = serde_json::from_str(text).ok()?;
+        if header.v != CHECKPOINT_VERSION {
+            return None;
+        }
+        let mut wire: Wire = serde_json::from_str(text).ok()?;
+        let at = wire.at.take()?;
+        Some((at, fnv1a(wire.text().as_bytes())))
+    }
+}
+
 impl Wire {
     fn text(&self) -> String {
         serde_json::to_string(self).expect("a checkpoint is plain data and always serializes")
@@ -198,11 +213,21 @@ impl Wire {
 }
 
 impl Evaluator {
-    /// The checkpoint of a job's history and detector memories, `None` for a job not tracked or without a
-    /// sample yet (nothing worth keeping). `uid` is the TrainJob's, so the checkpoint cannot be mistaken for
+    /// The checkpoint of a job's history and detector memories, `None` for a job not tracked, without a
+    /// sample yet (nothing worth keeping) or judged by no Enforce rule (Audit mode writes nothing to a
+    /// TrainJob, and this is meant to be stored on it). `uid` is the TrainJob's, so the checkpoint cannot be mistaken for
     /// that of a re-created job of the same name; `now` is when it is taken.
     pub fn checkpoint(&self, key: &JobKey, uid: &str, now: Timestamp) -> Option<HistoryCheckpoint> {
         let entry = self.jobs.get(key)?;
+        let enforced = entry.selected_by.iter().any(|&p| {
+            self.policies
+                .get(p)
+                .and_then(Option::as_ref)
+                .is_some_and(|s| s.policy.rules.iter().any(|r| r.mode == crate::policy::Mode::Enforce))
+        });
+        if !enforced {
+            return None;
+        }
         let data = entry.data.as_ref()?;
         let series = &data.series;
         let origin = series.last_sample_at?;

@@ -106,6 +106,8 @@ fn a_checkpoint_round_trips_to_the_same_checkpoint() {
     let resaved = again.checkpoint(&key(), UID, t(6000)).unwrap();
     assert_eq!(resaved.text, saved.text, "nothing lost, nothing invented");
     assert_eq!(resaved.content, saved.content);
+    assert_eq!(HistoryCheckpoint::stamp(&saved.text), Some((t(6000), saved.content)));
+    assert_eq!(HistoryCheckpoint::stamp("{\"v\":2}"), None);
     let later = again.checkpoint(&key(), UID, t(9000)).unwrap();
     assert_ne!(later.text, saved.text);
     assert_eq!(later.content, saved.content, "the time it was taken is not content");
@@ -232,6 +234,13 @@ fn what_cannot_be_trusted_is_refused_with_a_reason() {
     assert!(after.job(&key()).is_none() || after.job(&key()).unwrap().series.samples == 0);
     // A job with history of its own in this run keeps it.
     assert_eq!(ev.restore_history(&key(), &text, UID, t(3000)), Err(HistoryRefused::AlreadyHasHistory));
+}
+
+#[test]
+fn a_job_only_audit_rules_judge_has_no_checkpoint() {
+    let mut ev = evaluator(&plateau_policy("2h").replace("mode: Enforce", "mode: Audit"));
+    feed(&mut ev, 0, 10);
+    assert_eq!(ev.checkpoint(&key(), UID, t(300)), None, "Audit mode writes nothing to the TrainJob");
 }
 
 #[test]
