@@ -1,5 +1,6 @@
 //! When a job's history checkpoint is written ([`crate::HISTORY_ANNOTATION`]): after a new sample, if
-//! `history_interval` has passed since the job's last write and the content changed, within a global
+//! `history_interval` has passed since the job's last write (or a rule of the job just started firing) and
+//! the content changed, within a global
 //! budget of `history_writes_per_second` (a token bucket). What was last written is learnt from the
 //! TrainJob itself (the checkpoint carries its time and content hash), so a new leader goes on from the
 //! previous leader's schedule, and the echo of a write (the watch event it causes) changes nothing.
@@ -98,6 +99,13 @@ impl HistoryBook {
         self.refilled = Some(now);
     }
 
+    /// The job's next checkpoint does not wait for `history_interval` (the global budget still applies).
+    pub(super) fn due_now(&mut self, job: &JobKey) {
+        if let Some(s) = self.stored.get_mut(job) {
+            s.at = Timestamp::MIN;
+        }
+    }
+
     pub(super) fn forget(&mut self, job: &JobKey) {
         self.stored.remove(job);
         self.read.remove(job);
@@ -162,5 +170,7 @@ mod tests {
         assert!(book.may_write(&job, t(400)));
         book.read(&job, Some("not a checkpoint"));
         assert!(book.may_write(&job, t(400)), "an unreadable annotation changes nothing");
+        book.due_now(&job);
+        assert!(book.may_write(&job, t(101)), "a firing does not wait for the interval");
     }
 }

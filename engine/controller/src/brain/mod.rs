@@ -235,9 +235,21 @@ impl Brain {
         }
     }
 
-    /// On the leader: the job's checkpoint goes to the executor when it is due (see `history`).
+    /// On the leader: the job's checkpoint goes to the executor when it is due (see `history`). A rule of
+    /// the job that starts firing on this report makes it due at once, so the detector memories stored with
+    /// the job agree with the firing the policy status remembers.
     fn save_history(&mut self, key: &JobKey, uid: &str, now: Timestamp) {
-        if !self.leading || !self.history.may_write(key, now) {
+        if !self.leading {
+            return;
+        }
+        let fired = self
+            .events
+            .iter()
+            .any(|e| matches!(e, Event::Transition { job, kind: TransitionKind::Firing, .. } if job == key));
+        if fired {
+            self.history.due_now(key);
+        }
+        if !self.history.may_write(key, now) {
             return;
         }
         let Some(checkpoint) = self.evaluator.checkpoint(key, uid, now) else { return };
@@ -1293,6 +1305,23 @@ mod history_tests {
                 .get(),
             1
         );
+    }
+
+    #[test]
+    fn a_firing_is_checkpointed_without_waiting_for_the_interval() {
+        let config =
+            ControllerConfig { history_interval: Duration::from_secs(3600), ..ControllerConfig::default() };
+        let mut b = Brain::new(&config, Arc::new(Metrics::new()), None);
+        b.lead(true);
+        b.handle(policy_input(RULE, None), t(0));
+        let mut writes = Vec::new();
+        for i in 0..10 {
+            b.handle(report(i, None), t(i));
+            if b.work.drain(..).any(|w| matches!(w, Work::SaveHistory(_))) {
+                writes.push(i);
+            }
+        }
+        assert_eq!(writes, vec![0, 8], "the first sample, then the report the plateau fired at");
     }
 
     #[test]

@@ -255,3 +255,27 @@ fn an_edited_rule_does_not_inherit_the_old_rules_patience() {
     assert_eq!((restored.detectors, restored.detectors_ignored), (0, 1));
     assert_eq!(restored.samples, 150, "the history itself is the job's, whatever the rules");
 }
+
+/// The README's figures (`cargo test -p trainwarden-core figures -- --nocapture` prints them): a plateau on
+/// loss with a 2 h window at 30 s sampling, the loss alone and with the learning rate a Hugging Face
+/// reporter sends beside it; the worst case is the cap.
+#[test]
+fn figures_for_the_readme() {
+    let mut sizes = Vec::new();
+    for with_lr in [false, true] {
+        let mut ev = evaluator(&plateau_policy("2h"));
+        let mut events = Vec::new();
+        for i in 0..400 {
+            let mut metrics = vec![("loss", 2.0 / (1.0 + i as f64 / 37.0) + 0.0137)];
+            if with_lr {
+                metrics.push(("learning_rate", 5e-5 * (1.0 - i as f64 / 1000.0)));
+            }
+            ev.observe(report(i, &metrics), t(30 * i), &mut events);
+        }
+        let saved = ev.checkpoint(&key(), UID, t(12_000)).unwrap();
+        assert_eq!(saved.points_left_out, 0);
+        sizes.push(saved.text.len());
+    }
+    println!("typical checkpoint: loss {} bytes, loss + learning_rate {} bytes", sizes[0], sizes[1]);
+    assert!(sizes[0] < 2048 && sizes[1] < 4096, "{sizes:?}");
+}
