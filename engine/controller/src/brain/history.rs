@@ -151,7 +151,7 @@ mod tests {
     fn the_global_budget_defers_a_burst() {
         let mut book = HistoryBook::new(Duration::from_secs(300), 5);
         let due: Vec<Due> =
-            (0..8).map(|i| book.due(&JobKey::new("ml", &format!("j{i}")), &checkpoint(1), t(0))).collect();
+            (0..8).map(|i| book.due(&JobKey::new("ml", format!("j{i}")), &checkpoint(1), t(0))).collect();
         assert_eq!(due.iter().filter(|d| **d == Due::Write).count(), 5);
         assert_eq!(due.iter().filter(|d| **d == Due::Deferred).count(), 3);
         assert_eq!(
