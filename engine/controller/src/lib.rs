@@ -193,11 +193,23 @@ pub async fn run_with_listener(
             "status writer"
         });
     }
-    drop(input_tx);
+    // Kept for the stop's history flush; the watchers hold their own.
+    let flush_tx = input_tx;
 
     tokio::select! {
         _ = async { while shutdown.changed().await.is_ok() { if *shutdown.borrow() { break; } } } => {
             info!("shutting down");
+            // The history checkpoints not yet written go out first (bounded), while this replica still leads.
+            let flushed = tokio::time::timeout(std::time::Duration::from_secs(5), async {
+                let (done, written) = tokio::sync::oneshot::channel();
+                if flush_tx.send(messages::Input::FlushHistory(done)).await.is_ok() {
+                    let _ = written.await;
+                }
+            })
+            .await;
+            if flushed.is_err() {
+                tracing::warn!("stopping: not every history checkpoint was stored within 5 s");
+            }
             if let Some(n) = &notifier {
                 // Pending notifications go out now (bounded), before leadership is given up.
                 let report = n.shutdown(std::time::Duration::from_secs(5)).await;

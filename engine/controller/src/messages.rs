@@ -41,6 +41,9 @@ pub enum Input {
     },
     /// What the executor did with an action.
     Outcome(Box<Outcome>),
+    /// The controller is stopping: on the leader, every job's checkpoint that changed since its last write
+    /// goes out now, whatever the interval; `done` is answered once the executor has written them.
+    FlushHistory(tokio::sync::oneshot::Sender<()>),
 }
 
 /// A watched TrainJob, read.
@@ -95,6 +98,8 @@ pub enum Work {
     Receivers(ReceiverChange),
     /// Store a job's history checkpoint on its TrainJob. Leader only, like every other write.
     SaveHistory(Box<HistorySave>),
+    /// Store these checkpoints one after the other (a stop's flush), then answer.
+    FlushHistory(Vec<HistorySave>, tokio::sync::oneshot::Sender<()>),
 }
 
 /// A change of one policy's notification receivers.
@@ -124,7 +129,7 @@ impl Work {
                 | Event::RuleError { job, .. } => job,
                 Event::Intent(i) => &i.job,
             },
-            Work::Receivers(_) => return None,
+            Work::Receivers(_) | Work::FlushHistory(..) => return None,
         })
     }
 }

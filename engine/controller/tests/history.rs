@@ -18,7 +18,9 @@ use trainwarden_kube::trainjob::{TRAINER_STATUS_FIELD_MANAGER, trainjob_api};
 mod fixtures;
 use fixtures::*;
 
-const RULE: &str = "    - {name: plateau, uses: plateau, with: {metric: loss, window: 20s, minDelta: 0.01}, actions: [{suspend: {}}]}\n";
+/// The plateau, and a rule that stays pending so the policy status lists the job with its progress (how the
+/// test knows a report was evaluated).
+const RULES: &str = "    - {name: plateau, uses: plateau, with: {metric: loss, window: 20s, minDelta: 0.01}, actions: [{suspend: {}}]}\n    - {name: reporting, when: 'metric(\"loss\") > 0.0', for: 1h}\n";
 
 /// Improving until report 3 (0.80), then flat within minDelta: with reports 2 s apart the 20 s window is
 /// over at report 13.
@@ -91,19 +93,31 @@ async fn checkpoint_with(c: &kube::Client, ns: &str, samples: u64) -> String {
     .await
 }
 
+/// Killed (`kill -9`, nothing flushed) with a checkpoint written after every sample.
 #[tokio::test]
-async fn a_plateau_fires_on_schedule_across_a_controller_restart() {
-    let ctx = setup!("controller_history");
-    let (c, ns) = (&ctx.client, ctx.ns.as_str());
-    let yaml = policy("p", "Enforce", RULE);
+async fn a_plateau_fires_on_schedule_after_the_controller_is_killed_mid_window() {
+    let ctx = setup!("controller_history_kill");
+    restart_mid_window(&ctx.client, &ctx.ns, Duration::from_secs(0), Stop::Kill).await;
+}
+
+/// Stopped gracefully with the interval so long that only the first sample was written while it ran: the
+/// stop's flush stores the rest.
+#[tokio::test]
+async fn a_graceful_stop_flushes_the_history_and_the_plateau_fires_on_schedule() {
+    let ctx = setup!("controller_history_stop");
+    restart_mid_window(&ctx.client, &ctx.ns, Duration::from_secs(3600), Stop::Graceful).await;
+}
+
+enum Stop {
+    Kill,
+    Graceful,
+}
+
+async fn restart_mid_window(c: &kube::Client, ns: &str, history_interval: Duration, how: Stop) {
+    let yaml = policy("p", "Enforce", RULES);
     apply_policy(c, ns, &yaml).await;
     let created = create_trainjob(c, ns, "ft", &[]).await;
-    let config = ControllerConfig {
-        // Every new sample is checkpointed, so the kill below loses nothing; the default is 5 minutes.
-        history_interval: Duration::from_secs(0),
-        history_writes_per_second: 50,
-        ..config_for(ns)
-    };
+    let config = ControllerConfig { history_interval, history_writes_per_second: 50, ..config_for(ns) };
     // Report times 2 s apart, in the past (lastUpdatedTime is what the plateau's window measures).
     let base = seconds_ago(100);
     let times: Vec<Timestamp> =
@@ -114,12 +128,28 @@ async fn a_plateau_fires_on_schedule_across_a_controller_restart() {
     for (i, at) in times.iter().enumerate().take(STOP_AFTER + 1) {
         send(c, ns, *at, i).await;
     }
-    let saved = checkpoint_with(c, ns, STOP_AFTER as u64 + 1).await;
+    wait_until_evaluated(c, ns, "p", "ft", 10 + STOP_AFTER as i64).await;
+    assert!(!suspended(&job(c, ns, "ft").await), "10 s of a 20 s window: not yet");
+    let saved = match how {
+        Stop::Kill => {
+            let saved = checkpoint_with(c, ns, STOP_AFTER as u64 + 1).await;
+            // Nothing is flushed: what survives is on the TrainJob and in the policy status.
+            first.kill();
+            saved
+        }
+        Stop::Graceful => {
+            let written =
+                job(c, ns, "ft").await.annotations().get(HISTORY_ANNOTATION).cloned().unwrap_or_default();
+            assert!(
+                written.contains("\"s\":{\"n\":1,"),
+                "only the first sample was written while running: {written}"
+            );
+            first.stop().await;
+            checkpoint_with(c, ns, STOP_AFTER as u64 + 1).await
+        }
+    };
     assert!(saved.len() <= MAX_CHECKPOINT_BYTES, "{} bytes", saved.len());
     assert!(saved.contains(&format!("\"uid\":\"{}\"", created.uid().unwrap())), "{saved}");
-    assert!(!suspended(&job(c, ns, "ft").await), "10 s of a 20 s window: not yet");
-    // kill -9: nothing is flushed; what survives is on the TrainJob and in the policy status.
-    first.kill();
 
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind");
     let port = listener.local_addr().unwrap().port();

@@ -38,6 +38,8 @@ pub(super) struct HistoryBook {
     read: HashMap<JobKey, u64>,
     tokens: f64,
     refilled: Option<Timestamp>,
+    /// Each judged job's uid, for the checkpoints a stop flushes.
+    uids: HashMap<JobKey, String>,
 }
 
 impl HistoryBook {
@@ -50,6 +52,7 @@ impl HistoryBook {
             read: HashMap::new(),
             tokens: per_second,
             refilled: None,
+            uids: HashMap::new(),
         }
     }
 
@@ -106,9 +109,31 @@ impl HistoryBook {
         }
     }
 
+    pub(super) fn note_uid(&mut self, job: &JobKey, uid: &str) {
+        if self.uids.get(job).is_none_or(|u| u != uid) {
+            self.uids.insert(job.clone(), uid.to_string());
+        }
+    }
+
+    /// Every judged job and its uid.
+    pub(super) fn uids(&self) -> Vec<(JobKey, String)> {
+        self.uids.iter().map(|(k, u)| (k.clone(), u.clone())).collect()
+    }
+
+    /// At a stop: whether `checkpoint` differs from what is stored (interval and budget do not apply); a
+    /// write is booked as stored.
+    pub(super) fn flush(&mut self, job: &JobKey, checkpoint: &HistoryCheckpoint, now: Timestamp) -> bool {
+        if self.stored.get(job).is_some_and(|s| s.content == checkpoint.content) {
+            return false;
+        }
+        self.stored.insert(job.clone(), Stored { at: now, content: checkpoint.content });
+        true
+    }
+
     pub(super) fn forget(&mut self, job: &JobKey) {
         self.stored.remove(job);
         self.read.remove(job);
+        self.uids.remove(job);
     }
 }
 

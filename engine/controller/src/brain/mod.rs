@@ -208,6 +208,7 @@ impl Brain {
                 }
             }
             Input::Outcome(o) => self.record_outcome(*o, now),
+            Input::FlushHistory(done) => self.flush_history(done, now),
         }
         self.metrics.jobs.set(self.evaluator.job_count() as i64);
         self.drain_events();
@@ -239,6 +240,7 @@ impl Brain {
     /// the job that starts firing on this report makes it due at once, so the detector memories stored with
     /// the job agree with the firing the policy status remembers.
     fn save_history(&mut self, key: &JobKey, uid: &str, now: Timestamp) {
+        self.history.note_uid(key, uid);
         if !self.leading {
             return;
         }
@@ -267,6 +269,22 @@ impl Brain {
                 })));
             }
         }
+    }
+
+    /// A stop: the checkpoints that changed since their last write, all of them, for the executor to store
+    /// before leadership is given up (a rolling update then loses no history).
+    fn flush_history(&mut self, done: oneshot::Sender<()>, now: Timestamp) {
+        let mut saves = Vec::new();
+        if self.leading {
+            for (job, uid) in self.history.uids() {
+                let Some(checkpoint) = self.evaluator.checkpoint(&job, &uid, now) else { continue };
+                if self.history.flush(&job, &checkpoint, now) {
+                    saves.push(HistorySave { job, uid, text: checkpoint.text });
+                }
+            }
+            info!(checkpoints = saves.len(), "stopping: storing the history checkpoints not yet written");
+        }
+        self.work.push(Work::FlushHistory(saves, done));
     }
 
     /// Keys of a job's progress report that its format does not define (a misspelt `trainMetricz`): the job
@@ -714,7 +732,11 @@ mod tests {
             .drain(..)
             .filter_map(|w| match w {
                 Work::Act(i) => Some(format!("{} {}", i.action.kind(), i.job)),
-                Work::RecordEvent(_) | Work::Notify(..) | Work::Receivers(_) | Work::SaveHistory(_) => None,
+                Work::RecordEvent(_)
+                | Work::Notify(..)
+                | Work::Receivers(_)
+                | Work::SaveHistory(_)
+                | Work::FlushHistory(..) => None,
             })
             .collect()
     }
@@ -989,7 +1011,7 @@ mod tests {
                 Work::Act(i) => format!("act {}", i.action.kind()),
                 Work::Notify(..) => "notify".into(),
                 Work::Receivers(_) => "receivers".into(),
-                Work::SaveHistory(_) => "history".into(),
+                Work::SaveHistory(_) | Work::FlushHistory(..) => "history".into(),
             })
             .collect();
         assert_eq!(reasons, vec!["Exempt"]);

@@ -281,6 +281,14 @@ impl Executor {
                     self.save_history(&save).await;
                 }
             }
+            Work::FlushHistory(saves, done) => {
+                for save in &saves {
+                    if self.leader.is_leader() {
+                        self.save_history(save).await;
+                    }
+                }
+                let _ = done.send(());
+            }
             Work::Act(intent) => {
                 let outcome = match supervise(self.act(&intent)).await {
                     Ok(outcome) => outcome,
