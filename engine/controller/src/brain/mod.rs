@@ -13,7 +13,8 @@
 //! History: the leader keeps each job's history checkpoint on its TrainJob ([`crate::HISTORY_ANNOTATION`],
 //! schedule in `history`), and a replica that sees a job for the first time restores it from there before
 //! the job's first report of this run is observed, so a plateau's patience runs on across a restart or a
-//! hand-over. The annotation is taken out of the snapshot the evaluator keeps, and the watch event a write
+//! hand-over. A graceful stop flushes the checkpoints that changed ([`Input::FlushHistory`]). The
+//! annotation is taken out of the snapshot the evaluator keeps, and the watch event a write
 //! causes carries the report already recorded, so it is a duplicate: no new sample, no new write.
 //!
 //! Owed actions: every intent issued stays in the [`ledger`] until an outcome settles it; failures come back
