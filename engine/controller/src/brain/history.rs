@@ -40,6 +40,8 @@ pub(super) struct HistoryBook {
     refilled: Option<Timestamp>,
     /// Each judged job's uid, for the checkpoints a stop flushes.
     uids: HashMap<JobKey, String>,
+    /// The job's sample count when its checkpoint was last built.
+    built_at_samples: HashMap<JobKey, u64>,
 }
 
 impl HistoryBook {
@@ -53,6 +55,7 @@ impl HistoryBook {
             tokens: per_second,
             refilled: None,
             uids: HashMap::new(),
+            built_at_samples: HashMap::new(),
         }
     }
 
@@ -109,6 +112,11 @@ impl HistoryBook {
         }
     }
 
+    /// Whether the job counted samples since its checkpoint was last built (and notes `samples`).
+    pub(super) fn new_samples(&mut self, job: &JobKey, samples: u64) -> bool {
+        self.built_at_samples.insert(job.clone(), samples) != Some(samples)
+    }
+
     pub(super) fn note_uid(&mut self, job: &JobKey, uid: &str) {
         if self.uids.get(job).is_none_or(|u| u != uid) {
             self.uids.insert(job.clone(), uid.to_string());
@@ -134,6 +142,7 @@ impl HistoryBook {
         self.stored.remove(job);
         self.read.remove(job);
         self.uids.remove(job);
+        self.built_at_samples.remove(job);
     }
 }
 

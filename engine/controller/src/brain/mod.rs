@@ -252,7 +252,10 @@ impl Brain {
         if fired {
             self.history.due_now(key);
         }
-        if !self.history.may_write(key, now) {
+        // A report that added no sample (a re-poll, the echo of a write) cannot have changed the history:
+        // skip building the checkpoint, which is the costly part.
+        let samples = self.evaluator.job(key).map_or(0, |j| j.series.samples);
+        if !self.history.may_write(key, now) || (!fired && !self.history.new_samples(key, samples)) {
             return;
         }
         let Some(checkpoint) = self.evaluator.checkpoint(key, uid, now) else { return };
