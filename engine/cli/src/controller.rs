@@ -60,6 +60,13 @@ pub(crate) struct ControllerArgs {
     /// Least time between two status writes of one policy.
     #[arg(long, default_value = "1s", value_parser = parse_positive_duration)]
     status_interval: Duration,
+    /// Least time between two writes of one TrainJob's history checkpoint (trainwarden.dev/history); a job
+    /// whose history did not change is not written.
+    #[arg(long, default_value = "5m", value_parser = parse_duration)]
+    history_interval: Duration,
+    /// Most history checkpoint writes per second over all TrainJobs.
+    #[arg(long, default_value_t = 5, value_parser = clap::value_parser!(u32).range(1..))]
+    history_writes_per_second: u32,
     /// Path of a kubeconfig (default: $KUBECONFIG, ~/.kube/config, or the in-cluster service account).
     #[arg(long)]
     kubeconfig: Option<std::path::PathBuf>,
@@ -118,6 +125,8 @@ pub(crate) fn run(args: ControllerArgs) -> ExitCode {
         },
         eval_interval: args.eval_interval,
         status_interval: args.status_interval,
+        history_interval: args.history_interval,
+        history_writes_per_second: args.history_writes_per_second,
         ..ControllerConfig::default()
     };
     let runtime = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {

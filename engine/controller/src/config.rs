@@ -43,6 +43,12 @@ pub struct ControllerConfig {
     pub input_queue: usize,
     /// Capacity of the channels to the executor and to the status writer.
     pub work_queue: usize,
+    /// Least time between two writes of one job's history checkpoint ([`crate::HISTORY_ANNOTATION`]); a
+    /// job whose history did not change is not written at all.
+    pub history_interval: Duration,
+    /// Most checkpoint writes per second over all jobs (a burst of this many, then this many per second):
+    /// a fleet of 20,000 jobs must not turn into 20,000 patches at once after a hand-over.
+    pub history_writes_per_second: u32,
 }
 
 impl Default for ControllerConfig {
@@ -64,6 +70,8 @@ impl Default for ControllerConfig {
             api_timeout: Duration::from_secs(10),
             input_queue: 4096,
             work_queue: 4096,
+            history_interval: Duration::from_secs(300),
+            history_writes_per_second: 5,
         }
     }
 }

@@ -56,6 +56,15 @@ pub const INTENTS_ANNOTATION: &str = "trainwarden.dev/intents";
 /// Annotation a scale's first write (suspend and resize) sets when a resume must follow: the intent id. A
 /// leader that takes over a scale interrupted between the two writes finds it and resumes the job.
 pub const SCALE_PENDING_ANNOTATION: &str = "trainwarden.dev/scale-pending";
+/// Annotation the leader keeps on every judged TrainJob: the checkpoint of its history and detector
+/// memories ([`trainwarden_core::Evaluator::checkpoint`], at most
+/// [`trainwarden_core::MAX_CHECKPOINT_BYTES`]), so a restarted or newly elected controller judges a plateau
+/// on the schedule it had. Written by its own field manager ([`HISTORY_FIELD_MANAGER`]) at most once per
+/// `history_interval` per job and only when the history changed (see [`brain`]).
+pub const HISTORY_ANNOTATION: &str = "trainwarden.dev/history";
+/// The field manager of [`HISTORY_ANNOTATION`]: apart from the actions' manager, so a checkpoint write
+/// states one field and never re-states (or races) what an action applied.
+pub const HISTORY_FIELD_MANAGER: &str = "trainwarden-history";
 /// Annotation naming the policy and rule that suspended a TrainJob.
 pub const SUSPENDED_BY_ANNOTATION: &str = "trainwarden.dev/suspended-by";
 /// Kueue's queue label: Kueue owns `spec.suspend` of TrainJobs that carry it.
@@ -184,11 +193,23 @@ pub async fn run_with_listener(
             "status writer"
         });
     }
-    drop(input_tx);
+    // Kept for the stop's history flush; the watchers hold their own.
+    let flush_tx = input_tx;
 
     tokio::select! {
         _ = async { while shutdown.changed().await.is_ok() { if *shutdown.borrow() { break; } } } => {
             info!("shutting down");
+            // The history checkpoints not yet written go out first (bounded), while this replica still leads.
+            let flushed = tokio::time::timeout(std::time::Duration::from_secs(5), async {
+                let (done, written) = tokio::sync::oneshot::channel();
+                if flush_tx.send(messages::Input::FlushHistory(done)).await.is_ok() {
+                    let _ = written.await;
+                }
+            })
+            .await;
+            if flushed.is_err() {
+                tracing::warn!("stopping: not every history checkpoint was stored within 5 s");
+            }
             if let Some(n) = &notifier {
                 // Pending notifications go out now (bounded), before leadership is given up.
                 let report = n.shutdown(std::time::Duration::from_secs(5)).await;

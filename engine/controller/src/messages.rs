@@ -41,6 +41,9 @@ pub enum Input {
     },
     /// What the executor did with an action.
     Outcome(Box<Outcome>),
+    /// The controller is stopping: on the leader, every job's checkpoint that changed since its last write
+    /// goes out now, whatever the interval; `done` is answered once the executor has written them.
+    FlushHistory(tokio::sync::oneshot::Sender<()>),
 }
 
 /// A watched TrainJob, read.
@@ -52,6 +55,19 @@ pub struct JobInput {
     pub snapshot: Result<JobSnapshot, NormalizeError>,
     /// Annotated `trainwarden.dev/exempt: "true"`.
     pub exempt: bool,
+    /// `metadata.uid`: a history checkpoint is restored only onto the object it was saved from.
+    pub uid: Option<String>,
+}
+
+/// A job's history checkpoint to store on the TrainJob ([`crate::HISTORY_ANNOTATION`]).
+#[derive(Debug)]
+pub struct HistorySave {
+    /// The TrainJob.
+    pub job: JobKey,
+    /// Its uid: the write is refused by the API server if the object is another one by now.
+    pub uid: String,
+    /// The checkpoint text.
+    pub text: String,
 }
 
 /// A watched policy, read.
@@ -80,6 +96,10 @@ pub enum Work {
     /// A policy's receivers changed: the notifier (re)configures its channels, which starts or stops their
     /// delivery tasks. On every replica, so a new leader is ready to deliver.
     Receivers(ReceiverChange),
+    /// Store a job's history checkpoint on its TrainJob. Leader only, like every other write.
+    SaveHistory(Box<HistorySave>),
+    /// Store these checkpoints one after the other (a stop's flush), then answer.
+    FlushHistory(Vec<HistorySave>, tokio::sync::oneshot::Sender<()>),
 }
 
 /// A change of one policy's notification receivers.
@@ -102,13 +122,14 @@ impl Work {
         Some(match self {
             Work::Act(i) => &i.job,
             Work::RecordEvent(a) => &a.job,
+            Work::SaveHistory(h) => &h.job,
             Work::Notify(e, _) => match e.as_ref() {
                 Event::Transition { job, .. }
                 | Event::Suppressed { job, .. }
                 | Event::RuleError { job, .. } => job,
                 Event::Intent(i) => &i.job,
             },
-            Work::Receivers(_) => return None,
+            Work::Receivers(_) | Work::FlushHistory(..) => return None,
         })
     }
 }

@@ -159,6 +159,28 @@ pub enum StatusWrite {
     Timeout,
 }
 
+/// What became of a history checkpoint (`trainwarden_history_checkpoints`).
+#[derive(Clone, Copy, Debug, Hash, PartialEq, Eq)]
+pub enum HistoryResult {
+    /// Written to the TrainJob.
+    Written,
+    /// The write failed (tried again with the job's next sample, after `history_interval`).
+    Failed,
+    /// Due, but the global write rate was used up (tried again with the job's next sample).
+    Deferred,
+    /// Restored from the TrainJob after a start or a hand-over.
+    Restored,
+    /// Found on the TrainJob but not restored (unreadable, another version or uid); the reason is logged.
+    Refused,
+}
+
+/// Labels of `trainwarden_history_checkpoints`.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct HistoryLabels {
+    /// What became of the checkpoint.
+    pub result: HistoryResult,
+}
+
 /// Labels of `trainwarden_status_writes`.
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct ResultLabels {
@@ -203,6 +225,13 @@ label_value! {
         WatchedKind::Progresspolicy => "progresspolicy",
         WatchedKind::Clusterprogresspolicy => "clusterprogresspolicy",
     };
+    HistoryResult => |v| match v {
+        HistoryResult::Written => "written",
+        HistoryResult::Failed => "failed",
+        HistoryResult::Deferred => "deferred",
+        HistoryResult::Restored => "restored",
+        HistoryResult::Refused => "refused",
+    };
     StatusWrite => |v| match v {
         StatusWrite::Done => "done",
         StatusWrite::Gone => "gone",
@@ -230,6 +259,8 @@ pub struct Metrics {
     pub api_requests: Family<OperationLabels, Counter>,
     /// `trainwarden_status_writes`: policy status writes by result.
     pub status_writes: Family<ResultLabels, Counter>,
+    /// `trainwarden_history_checkpoints`: history checkpoints written, deferred, restored or refused.
+    pub history_checkpoints: Family<HistoryLabels, Counter>,
     /// `trainwarden_invalid_inputs`: watched objects that could not be read, by kind.
     pub invalid_inputs: Family<InvalidInputLabels, Counter>,
     /// `trainwarden_unknown_progress_fields`: keys of TrainJobs' progress reports that their format does not
@@ -327,6 +358,12 @@ impl Metrics {
         );
         let status_writes = Family::<ResultLabels, Counter>::default();
         registry.register("status_writes", "Policy status writes by result", status_writes.clone());
+        let history_checkpoints = Family::<HistoryLabels, Counter>::default();
+        registry.register(
+            "history_checkpoints",
+            "TrainJob history checkpoints written, failed, deferred (rate cap), restored or refused",
+            history_checkpoints.clone(),
+        );
         let invalid_inputs = Family::<InvalidInputLabels, Counter>::default();
         registry.register(
             "invalid_inputs",
@@ -405,6 +442,7 @@ impl Metrics {
             api_errors,
             api_requests,
             status_writes,
+            history_checkpoints,
             invalid_inputs,
             unknown_progress_fields,
             work_dropped,
@@ -440,6 +478,11 @@ impl Metrics {
     /// Counts an unreadable watched object in `trainwarden_invalid_inputs`.
     pub fn invalid(&self, input: InvalidInput) {
         self.invalid_inputs.get_or_create(&InvalidInputLabels { input }).inc();
+    }
+
+    /// Counts a history checkpoint in `trainwarden_history_checkpoints`.
+    pub fn history(&self, result: HistoryResult) {
+        self.history_checkpoints.get_or_create(&HistoryLabels { result }).inc();
     }
 
     /// Counts dropped work in `trainwarden_work_dropped`.

@@ -102,7 +102,7 @@ pub fn job_input(obj: &DynamicObject) -> Option<JobInput> {
     let key = JobKey::new(obj.namespace()?, obj.name_any());
     let exempt = obj.annotations().get(EXEMPT_ANNOTATION).is_some_and(|v| v.eq_ignore_ascii_case("true"));
     let snapshot = to_snapshot(obj);
-    Some(JobInput { key, snapshot, exempt })
+    Some(JobInput { key, snapshot, exempt, uid: obj.uid() })
 }
 
 fn policy_input<K>(obj: &K, kind: PolicyKind, status: Option<ProgressPolicyStatus>) -> PolicyInput

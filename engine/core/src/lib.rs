@@ -38,8 +38,9 @@ mod robustness_tests;
 pub use drive::{replay, rule_test};
 pub use error::{FieldError, FieldErrors, MAX_ECHOED_TOKEN, Position, clip_tokens};
 pub use evaluate::{
-    ActionIntent, EngineConfig, Evaluator, Event, Reason, Resolution, RuleCounts, RuleMemory, RuleState,
-    Savings, SavingsBasis, TransitionKind,
+    ActionIntent, CHECKPOINT_VERSION, EngineConfig, Evaluator, Event, HistoryCheckpoint, HistoryRefused,
+    HistoryRestored, MAX_CHECKPOINT_BYTES, Reason, Resolution, RuleCounts, RuleMemory, RuleState, Savings,
+    SavingsBasis, TransitionKind,
 };
 pub use history::job::JobData;
 pub use history::job_series::JobSeries;

@@ -10,10 +10,18 @@
 //! deadline and a firing rule does not fire (and act) again. Memories of jobs that vanished meanwhile are
 //! dropped once the TrainJobs are listed.
 //!
+//! History: the leader keeps each job's history checkpoint on its TrainJob ([`crate::HISTORY_ANNOTATION`],
+//! schedule in `history`), and a replica that sees a job for the first time restores it from there before
+//! the job's first report of this run is observed, so a plateau's patience runs on across a restart or a
+//! hand-over. A graceful stop flushes the checkpoints that changed ([`Input::FlushHistory`]). The
+//! annotation is taken out of the snapshot the evaluator keeps, and the watch event a write
+//! causes carries the report already recorded, so it is a duplicate: no new sample, no new write.
+//!
 //! Owed actions: every intent issued stays in the [`ledger`] until an outcome settles it; failures come back
 //! as timers (capped exponential backoff), "not leader" parks them until [`Brain::lead`] hands them over.
 
 mod books;
+mod history;
 pub mod ledger;
 mod status;
 
@@ -31,12 +39,14 @@ use trainwarden_kube::ProgressPolicyStatus;
 
 use crate::config::ControllerConfig;
 use crate::messages::{
-    ActionResult, Input, Outcome, PolicyInput, ReceiverChange, StatusUpdate, TrainJobEvent, Work,
+    ActionResult, HistorySave, Input, Outcome, PolicyInput, ReceiverChange, StatusUpdate, TrainJobEvent, Work,
 };
 use crate::metrics::{
-    DroppedWork, InvalidInput, Metrics, ModeLabel, ModeLabels, ProgressSource, ProgressSourceLabels,
+    DroppedWork, HistoryResult, InvalidInput, Metrics, ModeLabel, ModeLabels, ProgressSource,
+    ProgressSourceLabels,
 };
 use books::PolicyBook;
+use history::{Due, HistoryBook};
 use ledger::Ledger;
 use trainwarden_notify::{JobProgress, Notifier};
 
@@ -72,6 +82,8 @@ pub struct Brain {
     /// Read for its counters (status, metrics). Receiver changes go to it through the executor (every
     /// replica, so a new leader is ready); delivery happens on the leader only.
     notifier: Option<Notifier>,
+    /// When each job's history checkpoint was last stored and is next due.
+    history: HistoryBook,
 }
 
 impl Brain {
@@ -98,6 +110,7 @@ impl Brain {
             ledger: Ledger::default(),
             leading: false,
             notifier,
+            history: HistoryBook::new(config.history_interval, config.history_writes_per_second),
         }
     }
 
@@ -157,13 +170,18 @@ impl Brain {
                 } else {
                     self.exempt.remove(&job.key);
                     match job.snapshot {
-                        Ok(snapshot) => {
+                        Ok(mut snapshot) => {
                             self.unreadable.remove(&job.key);
                             self.surface_unknown_fields(&snapshot);
+                            let checkpoint = snapshot.annotations.remove(crate::HISTORY_ANNOTATION);
+                            self.restore_history(&job.key, checkpoint.as_deref(), job.uid.as_deref(), now);
                             let started = Instant::now();
                             self.evaluator.observe(snapshot, now, &mut self.events);
                             self.metrics.evaluations.inc();
                             self.metrics.evaluation_seconds.observe(started.elapsed().as_secs_f64());
+                            if let Some(uid) = &job.uid {
+                                self.save_history(&job.key, uid, now);
+                            }
                         }
                         Err(message) => {
                             self.metrics.invalid(InvalidInput::TrainjobProgress);
@@ -177,6 +195,7 @@ impl Brain {
             }
             Input::JobGone(key) => {
                 self.abandon(|i| i.job == key);
+                self.history.forget(&key);
                 self.exempt.remove(&key);
                 self.unreadable.remove(&key);
                 self.unknown_fields.remove(&key);
@@ -195,10 +214,86 @@ impl Brain {
                 }
             }
             Input::Outcome(o) => self.record_outcome(*o, now),
+            Input::FlushHistory(done) => self.flush_history(done, now),
         }
         self.metrics.jobs.set(self.evaluator.job_count() as i64);
         self.drain_events();
         self.metrics.actions_owed.set(self.ledger.len() as i64);
+    }
+
+    /// A job seen for the first time in this run gets the history its TrainJob carries (see
+    /// [`Evaluator::restore_history`]); what was stored there is noted either way, so the write schedule
+    /// goes on from it.
+    fn restore_history(&mut self, key: &JobKey, checkpoint: Option<&str>, uid: Option<&str>, now: Timestamp) {
+        self.history.read(key, checkpoint);
+        let (Some(text), Some(uid)) = (checkpoint, uid) else { return };
+        if self.evaluator.job(key).is_some() {
+            return; // judged in this run already: what this run recorded is newer
+        }
+        match self.evaluator.restore_history(key, text, uid, now) {
+            Ok(r) => {
+                self.metrics.history(HistoryResult::Restored);
+                info!(job = %key, samples = r.samples, metrics = r.metrics, detectors = r.detectors, detectors_ignored = r.detectors_ignored, "history restored from the TrainJob");
+            }
+            Err(refused) => {
+                self.metrics.history(HistoryResult::Refused);
+                warn!(job = %key, annotation = crate::HISTORY_ANNOTATION, reason = %refused, "history checkpoint not restored");
+            }
+        }
+    }
+
+    /// On the leader: the job's checkpoint goes to the executor when it is due (see `history`). A rule of
+    /// the job that starts firing on this report makes it due at once, so the detector memories stored with
+    /// the job agree with the firing the policy status remembers.
+    fn save_history(&mut self, key: &JobKey, uid: &str, now: Timestamp) {
+        self.history.note_uid(key, uid);
+        if !self.leading {
+            return;
+        }
+        let fired = self
+            .events
+            .iter()
+            .any(|e| matches!(e, Event::Transition { job, kind: TransitionKind::Firing, .. } if job == key));
+        if fired {
+            self.history.due_now(key);
+        }
+        // A report that added no sample (a re-poll, the echo of a write) cannot have changed the history:
+        // skip building the checkpoint, which is the costly part.
+        let samples = self.evaluator.job(key).map_or(0, |j| j.series.samples);
+        if !self.history.may_write(key, now) || (!fired && !self.history.new_samples(key, samples)) {
+            return;
+        }
+        let Some(checkpoint) = self.evaluator.checkpoint(key, uid, now) else { return };
+        match self.history.due(key, &checkpoint, now) {
+            Due::No => {}
+            Due::Deferred => self.metrics.history(HistoryResult::Deferred),
+            Due::Write => {
+                if checkpoint.points_left_out > 0 || checkpoint.metrics_left_out > 0 {
+                    debug!(job = %key, points = checkpoint.points_left_out, metrics = checkpoint.metrics_left_out, "history checkpoint shortened to fit its byte budget");
+                }
+                self.work.push(Work::SaveHistory(Box::new(HistorySave {
+                    job: key.clone(),
+                    uid: uid.to_string(),
+                    text: checkpoint.text,
+                })));
+            }
+        }
+    }
+
+    /// A stop: the checkpoints that changed since their last write, all of them, for the executor to store
+    /// before leadership is given up (a rolling update then loses no history).
+    fn flush_history(&mut self, done: oneshot::Sender<()>, now: Timestamp) {
+        let mut saves = Vec::new();
+        if self.leading {
+            for (job, uid) in self.history.uids() {
+                let Some(checkpoint) = self.evaluator.checkpoint(&job, &uid, now) else { continue };
+                if self.history.flush(&job, &checkpoint, now) {
+                    saves.push(HistorySave { job, uid, text: checkpoint.text });
+                }
+            }
+            info!(checkpoints = saves.len(), "stopping: storing the history checkpoints not yet written");
+        }
+        self.work.push(Work::FlushHistory(saves, done));
     }
 
     /// Keys of a job's progress report that its format does not define (a misspelt `trainMetricz`): the job
@@ -635,7 +730,12 @@ mod tests {
         let mut sample = ProgressSample::empty(at, SampleSource::TrainerStatus);
         sample.metrics.push(Metric { name: "loss".into(), value: loss });
         snapshot.sample = Some(sample);
-        Input::Job(Box::new(JobInput { key: snapshot.key.clone(), snapshot: Ok(snapshot), exempt: false }))
+        Input::Job(Box::new(JobInput {
+            key: snapshot.key.clone(),
+            snapshot: Ok(snapshot),
+            exempt: false,
+            uid: None,
+        }))
     }
 
     fn actions(brain: &mut Brain) -> Vec<String> {
@@ -644,7 +744,11 @@ mod tests {
             .drain(..)
             .filter_map(|w| match w {
                 Work::Act(i) => Some(format!("{} {}", i.action.kind(), i.job)),
-                Work::RecordEvent(_) | Work::Notify(..) | Work::Receivers(_) => None,
+                Work::RecordEvent(_)
+                | Work::Notify(..)
+                | Work::Receivers(_)
+                | Work::SaveHistory(_)
+                | Work::FlushHistory(..) => None,
             })
             .collect()
     }
@@ -664,6 +768,7 @@ mod tests {
                 key: snapshot.key.clone(),
                 snapshot: Ok(snapshot),
                 exempt: false,
+                uid: None,
             }))
         };
         let events = |brain: &mut Brain| -> Vec<String> {
@@ -968,6 +1073,7 @@ mod tests {
                 Work::Act(i) => format!("act {}", i.action.kind()),
                 Work::Notify(..) => "notify".into(),
                 Work::Receivers(_) => "receivers".into(),
+                Work::SaveHistory(_) | Work::FlushHistory(..) => "history".into(),
             })
             .collect();
         assert_eq!(reasons, vec!["Exempt"]);
@@ -1207,5 +1313,139 @@ mod watch_path_tests {
 
     fn t(s: i64) -> Timestamp {
         Timestamp::from_second(1_795_798_800 + s).unwrap()
+    }
+}
+
+#[cfg(test)]
+mod history_tests {
+    use super::tests::{policy_input, t};
+    use super::*;
+    use crate::messages::JobInput;
+    use trainwarden_core::{Metric, ProgressSample};
+
+    const RULE: &str = "    - {name: plateau, uses: plateau, with: {metric: loss, window: 5, minDelta: 0.01}, actions: [{suspend: {}}]}\n";
+    const UID: &str = "uid-1";
+
+    fn leader() -> Brain {
+        let config =
+            ControllerConfig { history_interval: Duration::from_secs(0), ..ControllerConfig::default() };
+        let mut b = Brain::new(&config, Arc::new(Metrics::new()), None);
+        b.lead(true);
+        b.handle(policy_input(RULE, None), t(0));
+        b.work.clear();
+        b
+    }
+
+    /// Report `i` (one a second) as the watch delivers it, carrying `annotation` as the TrainJob does.
+    fn report(i: i64, annotation: Option<&str>) -> Input {
+        let loss = if i < 4 { 2.0 - 0.3 * i as f64 } else { 1.1 + 0.001 * (i % 2) as f64 };
+        let mut snapshot = JobSnapshot::new(JobKey::new("ml", "ft"));
+        let mut sample = ProgressSample::empty(t(i), SampleSource::TrainerStatus);
+        sample.metrics.push(Metric { name: "loss".into(), value: loss });
+        sample.current_step = Some(i as f64);
+        snapshot.sample = Some(sample);
+        if let Some(a) = annotation {
+            snapshot.annotations.insert(crate::HISTORY_ANNOTATION.into(), a.into());
+        }
+        Input::Job(Box::new(JobInput {
+            key: snapshot.key.clone(),
+            snapshot: Ok(snapshot),
+            exempt: false,
+            uid: Some(UID.into()),
+        }))
+    }
+
+    /// Feeds reports `from..to`; the report at which a suspension was issued and the last checkpoint saved.
+    fn run(b: &mut Brain, from: i64, to: i64, mut stored: Option<String>) -> (Option<i64>, Option<String>) {
+        let mut fired = None;
+        for i in from..to {
+            b.handle(report(i, stored.as_deref()), t(i));
+            for w in b.work.drain(..) {
+                match w {
+                    Work::Act(_) => {
+                        fired.get_or_insert(i);
+                    }
+                    Work::SaveHistory(s) => stored = Some(s.text),
+                    _ => {}
+                }
+            }
+        }
+        (fired, stored)
+    }
+
+    #[test]
+    fn a_new_leader_restores_the_history_from_the_trainjob_and_fires_on_the_same_report() {
+        let (expected, _) = run(&mut leader(), 0, 20, None);
+        assert_eq!(expected, Some(8), "5 reports without improvement after the best at report 3");
+        let (fired, stored) = run(&mut leader(), 0, 6, None);
+        assert_eq!(fired, None);
+        let mut next = leader();
+        // The TrainJob still shows report 5 and the checkpoint written after it.
+        assert_eq!(run(&mut next, 5, 20, stored).0, expected);
+        assert_eq!(
+            next.metrics
+                .history_checkpoints
+                .get_or_create(&crate::metrics::HistoryLabels { result: HistoryResult::Restored })
+                .get(),
+            1
+        );
+    }
+
+    #[test]
+    fn a_firing_is_checkpointed_without_waiting_for_the_interval() {
+        let config =
+            ControllerConfig { history_interval: Duration::from_secs(3600), ..ControllerConfig::default() };
+        let mut b = Brain::new(&config, Arc::new(Metrics::new()), None);
+        b.lead(true);
+        b.handle(policy_input(RULE, None), t(0));
+        let mut writes = Vec::new();
+        for i in 0..10 {
+            b.handle(report(i, None), t(i));
+            if b.work.drain(..).any(|w| matches!(w, Work::SaveHistory(_))) {
+                writes.push(i);
+            }
+        }
+        assert_eq!(writes, vec![0, 8], "the first sample, then the report the plateau fired at");
+    }
+
+    #[test]
+    fn the_echo_of_a_checkpoint_write_is_no_new_sample_and_no_new_write() {
+        let mut b = leader();
+        let (_, stored) = run(&mut b, 0, 3, None);
+        let stored = stored.expect("written after a new sample");
+        for _ in 0..3 {
+            // The watch event our own write caused: the same report, now with the annotation.
+            b.handle(report(2, Some(&stored)), t(3));
+            assert!(!b.work.iter().any(|w| matches!(w, Work::SaveHistory(_))), "no feedback loop");
+        }
+        assert_eq!(b.evaluator().job(&JobKey::new("ml", "ft")).unwrap().series.samples, 3);
+        assert!(
+            !b.evaluator()
+                .job(&JobKey::new("ml", "ft"))
+                .unwrap()
+                .snapshot
+                .annotations
+                .contains_key(crate::HISTORY_ANNOTATION),
+            "the evaluator does not keep the checkpoint text"
+        );
+    }
+
+    #[test]
+    fn a_follower_writes_nothing_and_an_unusable_checkpoint_is_refused_not_fatal() {
+        let mut b = leader();
+        b.lead(false);
+        let (_, stored) = run(&mut b, 0, 5, None);
+        assert_eq!(stored, None, "only the leader writes");
+        let mut fresh = leader();
+        fresh.handle(report(0, Some("{\"v\":99}")), t(0));
+        assert_eq!(fresh.evaluator().job(&JobKey::new("ml", "ft")).unwrap().series.samples, 1);
+        assert_eq!(
+            fresh
+                .metrics
+                .history_checkpoints
+                .get_or_create(&crate::metrics::HistoryLabels { result: HistoryResult::Refused })
+                .get(),
+            1
+        );
     }
 }

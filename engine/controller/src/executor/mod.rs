@@ -8,7 +8,7 @@
 //! work runs supervised: a panic is caught, counted and reported as a failure.
 //!
 //! `queue` keeps work of one TrainJob in order; `call` makes one API call (deadline, retries, metrics);
-//! `ssa` writes by server-side apply, re-stating what trainwarden owns; `actions` has one module per
+//! `history` stores a job's history checkpoint; `ssa` writes by server-side apply, re-stating what trainwarden owns; `actions` has one module per
 //! action kind; `events` records Kubernetes Events. `status.trainerStatus` belongs to Kubeflow (manager
 //! `trainer-status`) and is never written.
 
@@ -36,6 +36,7 @@ use crate::{INTENTS_ANNOTATION, LAST_ACTION_ANNOTATION};
 mod actions;
 mod call;
 mod events;
+mod history;
 mod queue;
 mod ssa;
 
@@ -275,6 +276,19 @@ impl Executor {
                 }
             }
             Work::Receivers(change) => self.reconfigure(change),
+            Work::SaveHistory(save) => {
+                if self.leader.is_leader() {
+                    self.save_history(&save).await;
+                }
+            }
+            Work::FlushHistory(saves, done) => {
+                for save in &saves {
+                    if self.leader.is_leader() {
+                        self.save_history(save).await;
+                    }
+                }
+                let _ = done.send(());
+            }
             Work::Act(intent) => {
                 let outcome = match supervise(self.act(&intent)).await {
                     Ok(outcome) => outcome,

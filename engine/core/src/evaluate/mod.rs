@@ -23,12 +23,16 @@
 //! ([`CompiledPolicy::reads_the_clock`]: a script that calls `hour()`, `eta_exceeds`), so idle time costs
 //! nothing for the rest.
 
+mod checkpoint;
 mod event;
 mod lifecycle;
 mod memory;
 mod savings;
 mod timers;
 
+pub use checkpoint::{
+    CHECKPOINT_VERSION, HistoryCheckpoint, HistoryRefused, HistoryRestored, MAX_CHECKPOINT_BYTES,
+};
 pub use event::{ActionIntent, Event, Reason, Resolution, RuleState, Savings, SavingsBasis, TransitionKind};
 use lifecycle::{advance, condition, resolve_track};
 pub use memory::RuleMemory;

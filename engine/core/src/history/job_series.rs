@@ -7,7 +7,7 @@
 
 use std::borrow::Cow;
 
-use crate::history::metric_series::MetricSeries;
+use crate::history::metric_series::{MetricParts, MetricSeries};
 use crate::input::sample::{ProgressSample, same_name};
 use crate::time::Timestamp;
 
@@ -38,9 +38,9 @@ pub struct JobSeries {
     pub last_progress_at: Option<Timestamp>,
     /// The progress fields of the latest sample.
     pub last: Option<LastProgress>,
-    /// The latest sample's RHOAI summary and number of metrics: with `last` and the series' latest values,
-    /// what tells a repeated report from a new one.
-    last_summary: Option<String>,
+    /// A hash of the latest sample's RHOAI summary, and its number of metrics: with `last` and the series'
+    /// latest values, what tells a repeated report from a new one (a hash, so a checkpoint can carry it).
+    last_summary: Option<u64>,
     last_metric_count: usize,
 }
 
@@ -129,9 +129,7 @@ impl JobSeries {
                 && l.current_epoch == progress.current_epoch
         });
         self.last = Some(progress);
-        if self.last_summary != sample.summary {
-            self.last_summary.clone_from(&sample.summary);
-        }
+        self.last_summary = sample.summary.as_deref().map(summary_hash);
         self.last_metric_count = sample.metrics.len();
         let mut same_metrics = true;
         for (k, m) in sample.metrics.iter().enumerate() {
@@ -175,7 +173,7 @@ impl JobSeries {
     fn repeats_last(&self, sample: &ProgressSample, progress: &LastProgress) -> bool {
         let Some(last) = &self.last else { return false };
         if last != progress
-            || self.last_summary != sample.summary
+            || self.last_summary != sample.summary.as_deref().map(summary_hash)
             || self.last_metric_count != sample.metrics.len()
         {
             return false;
@@ -201,6 +199,43 @@ impl JobSeries {
         self.metrics.iter().map(|(n, _)| n.as_ref())
     }
 
+    /// The history in plain values, for a checkpoint (see `history::checkpoint`): times of points are
+    /// seconds relative to `origin`.
+    pub(crate) fn export(&self, origin: Timestamp) -> JobParts {
+        JobParts {
+            metrics: self.metrics.iter().map(|(n, s)| (n.to_string(), s.export(origin))).collect(),
+            samples: self.samples,
+            dropped_metrics: self.dropped_metrics,
+            first_sample_at: self.first_sample_at,
+            last_sample_at: self.last_sample_at,
+            last_progress_at: self.last_progress_at,
+            last: self.last,
+            last_summary: self.last_summary,
+            last_metric_count: self.last_metric_count,
+        }
+    }
+
+    /// A history holding what `parts` says (metrics beyond `MAX_METRICS_PER_JOB` and repeated names are
+    /// left out, so no input can break the job's bounds).
+    pub(crate) fn import(origin: Timestamp, parts: &JobParts) -> Self {
+        let mut j = JobSeries::new(origin);
+        for (name, metric) in &parts.metrics {
+            if j.metrics.len() >= MAX_METRICS_PER_JOB || j.metric(name).is_some() {
+                continue;
+            }
+            j.metrics.push((crate::input::interned(name), MetricSeries::import(origin, metric)));
+        }
+        j.samples = parts.samples;
+        j.dropped_metrics = parts.dropped_metrics;
+        j.first_sample_at = parts.first_sample_at;
+        j.last_sample_at = parts.last_sample_at;
+        j.last_progress_at = parts.last_progress_at;
+        j.last = parts.last;
+        j.last_summary = parts.last_summary;
+        j.last_metric_count = parts.last_metric_count;
+        j
+    }
+
     /// Bytes used by this job's history, heap included.
     pub fn approx_bytes(&self) -> usize {
         std::mem::size_of::<Self>()
@@ -214,4 +249,24 @@ impl JobSeries {
                 })
                 .sum::<usize>()
     }
+}
+
+/// What a [`JobSeries`] holds, as plain values (the duplicate counter, a statistic, is left out: it moves
+/// with every re-delivered report, and a checkpoint must change only when the history does).
+#[derive(Clone, Debug, PartialEq)]
+pub(crate) struct JobParts {
+    pub metrics: Vec<(String, MetricParts)>,
+    pub samples: u64,
+    pub dropped_metrics: u64,
+    pub first_sample_at: Option<Timestamp>,
+    pub last_sample_at: Option<Timestamp>,
+    pub last_progress_at: Option<Timestamp>,
+    pub last: Option<LastProgress>,
+    pub last_summary: Option<u64>,
+    pub last_metric_count: usize,
+}
+
+/// FNV-1a (64-bit) of a summary: stable across processes and builds, unlike `std`'s hasher.
+pub(crate) fn summary_hash(summary: &str) -> u64 {
+    crate::history::fnv1a(summary.as_bytes())
 }

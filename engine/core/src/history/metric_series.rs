@@ -269,7 +269,12 @@ impl MetricSeries {
         if self.len as usize == WINDOW {
             self.evict_oldest();
         }
-        let t = crate::time::seconds(self.base, at);
+        // After evicting: an eviction may rebase the ring's times.
+        self.push_point(crate::time::seconds(self.base, at), value);
+    }
+
+    /// Adds a finite point to a ring that has room, with its sums and queues.
+    fn push_point(&mut self, t: f64, value: f64) {
         let slot = (self.head as usize + self.len as usize) % WINDOW;
         self.ring[slot] = Point { t, v: value };
         let seq = self.head_seq.wrapping_add(self.len);
@@ -479,6 +484,84 @@ impl MetricSeries {
     pub fn approx_bytes(&self) -> usize {
         std::mem::size_of::<Self>()
     }
+
+    /// The series in plain values, times as seconds relative to `origin` (see `history::checkpoint`).
+    pub(crate) fn export(&self, origin: Timestamp) -> MetricParts {
+        let shift = crate::time::seconds(origin, self.base);
+        MetricParts {
+            points: self.points().map(|p| (p.t + shift, p.v)).collect(),
+            count: self.count,
+            last: self.last,
+            best_min: self.best_min,
+            best_max: self.best_max,
+            evicted_min: self.evicted_min,
+            evicted_max: self.evicted_max,
+            ema: self.ema,
+            non_finite_count: self.non_finite_count,
+            last_non_finite: self.last_non_finite,
+            repeats: self.repeats,
+            last_seen_at: self.last_seen_at,
+            fresh: self.fresh,
+        }
+    }
+
+    /// A series holding what `parts` says; point times are seconds relative to `origin`. Points that are not
+    /// finite or go back in time are skipped and only the newest [`WINDOW`] are kept, so no input can break
+    /// the ring's invariants.
+    pub(crate) fn import(origin: Timestamp, parts: &MetricParts) -> Self {
+        let mut s = MetricSeries::new(origin);
+        let mut previous = f64::NEG_INFINITY;
+        let valid: Vec<(f64, f64)> = parts
+            .points
+            .iter()
+            .copied()
+            .filter(|&(t, v)| {
+                let ok = t.is_finite() && v.is_finite() && t >= previous;
+                if ok {
+                    previous = t;
+                }
+                ok
+            })
+            .collect();
+        for &(t, v) in &valid[valid.len().saturating_sub(WINDOW)..] {
+            s.push_point(t, v);
+        }
+        // Pushing fills `evicted_*` only with the points beyond the window; the exported ones come on top.
+        s.evicted_min = s.evicted_min.min(parts.evicted_min);
+        s.evicted_max = s.evicted_max.max(parts.evicted_max);
+        s.count = parts.count.max(s.len as u64);
+        s.last = parts.last.filter(|(_, v)| v.is_finite());
+        s.best_min = parts.best_min.filter(|b| b.value.is_finite());
+        s.best_max = parts.best_max.filter(|b| b.value.is_finite());
+        s.ema = parts.ema.filter(|v| v.is_finite());
+        s.non_finite_count = parts.non_finite_count;
+        s.last_non_finite = parts.last_non_finite.filter(|(_, v)| !v.is_finite());
+        s.repeats = parts.repeats;
+        s.last_seen_at = parts.last_seen_at;
+        s.fresh = parts.fresh;
+        s
+    }
+}
+
+/// What a [`MetricSeries`] holds, as plain values: ring points (seconds relative to an origin, value;
+/// oldest first) and the scalars. The monotonic queues and running sums are not part of it: they follow
+/// from the points.
+#[derive(Clone, Debug, PartialEq)]
+pub(crate) struct MetricParts {
+    pub points: Vec<(f64, f64)>,
+    pub count: u64,
+    pub last: Option<(Timestamp, f64)>,
+    pub best_min: Option<Best>,
+    pub best_max: Option<Best>,
+    /// Best values among points no longer in `points` (`±inf` when none).
+    pub evicted_min: f64,
+    pub evicted_max: f64,
+    pub ema: Option<f64>,
+    pub non_finite_count: u64,
+    pub last_non_finite: Option<(Timestamp, f64)>,
+    pub repeats: u64,
+    pub last_seen_at: Option<Timestamp>,
+    pub fresh: bool,
 }
 
 fn stats_of(points: impl Iterator<Item = Point>) -> Option<WindowStats> {

@@ -1,0 +1,210 @@
+//! When a job's history checkpoint is written ([`crate::HISTORY_ANNOTATION`]): after a new sample, if
+//! `history_interval` has passed since the job's last write (or a rule of the job just started firing) and
+//! the content changed, within a global
+//! budget of `history_writes_per_second` (a token bucket). What was last written is learnt from the
+//! TrainJob itself (the checkpoint carries its time and content hash), so a new leader goes on from the
+//! previous leader's schedule, and the echo of a write (the watch event it causes) changes nothing.
+
+use std::collections::HashMap;
+use std::time::Duration;
+
+use trainwarden_core::{HistoryCheckpoint, JobKey, Timestamp};
+
+/// What was last stored on one TrainJob.
+#[derive(Clone, Copy, Debug, PartialEq)]
+struct Stored {
+    at: Timestamp,
+    content: u64,
+}
+
+/// Whether a job's checkpoint is written now.
+#[derive(Debug, PartialEq)]
+pub(super) enum Due {
+    /// Not yet (`history_interval` has not passed) or nothing changed.
+    No,
+    /// Due, but the global budget is used up: tried again with the job's next sample.
+    Deferred,
+    /// Write this.
+    Write,
+}
+
+/// The write schedule of every job's checkpoint.
+#[derive(Debug)]
+pub(super) struct HistoryBook {
+    interval: Duration,
+    per_second: f64,
+    stored: HashMap<JobKey, Stored>,
+    /// The hash of the annotation text last read per job, so an unchanged annotation is not parsed again.
+    read: HashMap<JobKey, u64>,
+    tokens: f64,
+    refilled: Option<Timestamp>,
+    /// Each judged job's uid, for the checkpoints a stop flushes.
+    uids: HashMap<JobKey, String>,
+    /// The job's sample count when its checkpoint was last built.
+    built_at_samples: HashMap<JobKey, u64>,
+}
+
+impl HistoryBook {
+    pub(super) fn new(interval: Duration, per_second: u32) -> Self {
+        let per_second = f64::from(per_second.max(1));
+        HistoryBook {
+            interval,
+            per_second,
+            stored: HashMap::new(),
+            read: HashMap::new(),
+            tokens: per_second,
+            refilled: None,
+            uids: HashMap::new(),
+            built_at_samples: HashMap::new(),
+        }
+    }
+
+    /// The job's annotation as watched now: what is stored on it (written by this or another replica).
+    pub(super) fn read(&mut self, job: &JobKey, annotation: Option<&str>) {
+        let Some(text) = annotation else { return };
+        let hash = fnv(text.as_bytes());
+        if self.read.get(job) == Some(&hash) {
+            return;
+        }
+        self.read.insert(job.clone(), hash);
+        if let Some((at, content)) = HistoryCheckpoint::stamp(text)
+            && self.stored.get(job).is_none_or(|s| s.at <= at)
+        {
+            self.stored.insert(job.clone(), Stored { at, content });
+        }
+    }
+
+    /// Whether `history_interval` has passed since the job's last write (cheap: checked before the
+    /// checkpoint is built).
+    pub(super) fn may_write(&self, job: &JobKey, now: Timestamp) -> bool {
+        self.stored.get(job).is_none_or(|s| {
+            let since = now.duration_since(s.at).as_secs_f64();
+            // A negative span: a clock that went back (or another replica's clock ahead); do not wait for it.
+            since >= self.interval.as_secs_f64() || since < 0.0
+        })
+    }
+
+    /// Whether `checkpoint` is written now; a write is booked as stored.
+    pub(super) fn due(&mut self, job: &JobKey, checkpoint: &HistoryCheckpoint, now: Timestamp) -> Due {
+        if !self.may_write(job, now) || self.stored.get(job).is_some_and(|s| s.content == checkpoint.content)
+        {
+            return Due::No;
+        }
+        self.refill(now);
+        if self.tokens < 1.0 {
+            return Due::Deferred;
+        }
+        self.tokens -= 1.0;
+        self.stored.insert(job.clone(), Stored { at: now, content: checkpoint.content });
+        Due::Write
+    }
+
+    fn refill(&mut self, now: Timestamp) {
+        let elapsed = self.refilled.map_or(0.0, |t| now.duration_since(t).as_secs_f64().max(0.0));
+        self.tokens = (self.tokens + elapsed * self.per_second).min(self.per_second);
+        self.refilled = Some(now);
+    }
+
+    /// The job's next checkpoint does not wait for `history_interval` (the global budget still applies).
+    pub(super) fn due_now(&mut self, job: &JobKey) {
+        if let Some(s) = self.stored.get_mut(job) {
+            s.at = Timestamp::MIN;
+        }
+    }
+
+    /// Whether the job counted samples since its checkpoint was last built (and notes `samples`).
+    pub(super) fn new_samples(&mut self, job: &JobKey, samples: u64) -> bool {
+        self.built_at_samples.insert(job.clone(), samples) != Some(samples)
+    }
+
+    pub(super) fn note_uid(&mut self, job: &JobKey, uid: &str) {
+        if self.uids.get(job).is_none_or(|u| u != uid) {
+            self.uids.insert(job.clone(), uid.to_string());
+        }
+    }
+
+    /// Every judged job and its uid.
+    pub(super) fn uids(&self) -> Vec<(JobKey, String)> {
+        self.uids.iter().map(|(k, u)| (k.clone(), u.clone())).collect()
+    }
+
+    /// At a stop: whether `checkpoint` differs from what is stored (interval and budget do not apply); a
+    /// write is booked as stored.
+    pub(super) fn flush(&mut self, job: &JobKey, checkpoint: &HistoryCheckpoint, now: Timestamp) -> bool {
+        if self.stored.get(job).is_some_and(|s| s.content == checkpoint.content) {
+            return false;
+        }
+        self.stored.insert(job.clone(), Stored { at: now, content: checkpoint.content });
+        true
+    }
+
+    pub(super) fn forget(&mut self, job: &JobKey) {
+        self.stored.remove(job);
+        self.read.remove(job);
+        self.uids.remove(job);
+        self.built_at_samples.remove(job);
+    }
+}
+
+fn fnv(bytes: &[u8]) -> u64 {
+    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+    for b in bytes {
+        h ^= u64::from(*b);
+        h = h.wrapping_mul(0x0100_0000_01b3);
+    }
+    h
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn t(s: i64) -> Timestamp {
+        Timestamp::from_second(1_795_798_800 + s).unwrap()
+    }
+
+    fn checkpoint(content: u64) -> HistoryCheckpoint {
+        HistoryCheckpoint { text: String::new(), content, points_left_out: 0, metrics_left_out: 0 }
+    }
+
+    #[test]
+    fn one_write_per_interval_and_only_when_the_history_changed() {
+        let mut book = HistoryBook::new(Duration::from_secs(300), 5);
+        let job = JobKey::new("ml", "ft");
+        assert_eq!(book.due(&job, &checkpoint(1), t(0)), Due::Write);
+        assert_eq!(book.due(&job, &checkpoint(2), t(299)), Due::No, "within the interval");
+        assert_eq!(book.due(&job, &checkpoint(1), t(400)), Due::No, "unchanged");
+        assert_eq!(book.due(&job, &checkpoint(2), t(400)), Due::Write);
+        // A sample every 30 s for an hour: 12 writes, not 120.
+        let writes = (0..120)
+            .filter(|i| book.due(&job, &checkpoint(10 + i), t(400 + 30 * (i + 1) as i64)) == Due::Write);
+        assert_eq!(writes.count(), 12);
+    }
+
+    #[test]
+    fn the_global_budget_defers_a_burst() {
+        let mut book = HistoryBook::new(Duration::from_secs(300), 5);
+        let due: Vec<Due> =
+            (0..8).map(|i| book.due(&JobKey::new("ml", format!("j{i}")), &checkpoint(1), t(0))).collect();
+        assert_eq!(due.iter().filter(|d| **d == Due::Write).count(), 5);
+        assert_eq!(due.iter().filter(|d| **d == Due::Deferred).count(), 3);
+        assert_eq!(
+            book.due(&JobKey::new("ml", "j7"), &checkpoint(1), t(1)),
+            Due::Write,
+            "refilled a second later"
+        );
+    }
+
+    #[test]
+    fn what_another_leader_stored_counts_as_stored() {
+        let mut book = HistoryBook::new(Duration::from_secs(300), 5);
+        let job = JobKey::new("ml", "ft");
+        book.stored.insert(job.clone(), Stored { at: t(100), content: 7 });
+        assert!(!book.may_write(&job, t(200)));
+        assert!(book.may_write(&job, t(400)));
+        book.read(&job, Some("not a checkpoint"));
+        assert!(book.may_write(&job, t(400)), "an unreadable annotation changes nothing");
+        book.due_now(&job);
+        assert!(book.may_write(&job, t(101)), "a firing does not wait for the interval");
+    }
+}
