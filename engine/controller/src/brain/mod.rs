@@ -830,6 +830,7 @@ mod tests {
                 key: snapshot.key.clone(),
                 snapshot: Ok(snapshot),
                 exempt: false,
+                uid: None,
             }))
         };
         let understood = |b: &mut Brain, at| {
