@@ -104,17 +104,24 @@ fn main() -> ExitCode {
         .with_ansi(colour_on_stderr())
         .init();
     let result = match command {
-        Command::Replay { policies, output, eval_interval, until, max_lateness, streams, notify, secrets_dir } => {
-            replay::replay(&replay::ReplayArgs {
-                policy_files: &policies,
-                json: matches!(output, Output::Json),
-                eval_interval: &eval_interval,
-                until: until.as_deref(),
-                max_lateness: &max_lateness,
-                streams: &streams,
-                notify: &replay::ReplayNotify { send: notify, secrets_dir },
-            })
-        }
+        Command::Replay {
+            policies,
+            output,
+            eval_interval,
+            until,
+            max_lateness,
+            streams,
+            notify,
+            secrets_dir,
+        } => replay::replay(&replay::ReplayArgs {
+            policy_files: &policies,
+            json: matches!(output, Output::Json),
+            eval_interval: &eval_interval,
+            until: until.as_deref(),
+            max_lateness: &max_lateness,
+            streams: &streams,
+            notify: &replay::ReplayNotify { send: notify, secrets_dir },
+        }),
         Command::Test { paths } => {
             let paths = if paths.is_empty() { vec![PathBuf::from("policies")] } else { paths };
             commands::test(&paths)

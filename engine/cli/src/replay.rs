@@ -73,7 +73,10 @@ pub(crate) fn replay(args: &ReplayArgs<'_>) -> Result<bool, String> {
             Err(MergeError::Invalid(first)) => {
                 let errors = merge.invalid_lines(first, ERRORS_PER_INPUT);
                 let lines: Vec<String> = errors.iter().map(ToString::to_string).collect();
-                return Err(format!("invalid stream (replayed up to the first bad line)\n{}", lines.join("\n")));
+                return Err(format!(
+                    "invalid stream (replayed up to the first bad line)\n{}",
+                    lines.join("\n")
+                ));
             }
             Err(MergeError::Late(late)) => {
                 return Err(format!("{late}; sort the stream or raise --max-lateness"));

@@ -142,11 +142,15 @@ impl<R: BufRead> Read for ZstdFrames<R> {
             match self.decoder.init(&mut self.source) {
                 Ok(()) => self.in_frame = true,
                 Err(FrameDecoderError::ReadFrameHeaderError(ReadFrameHeaderError::SkipFrame {
-                    length, ..
+                    length,
+                    ..
                 })) => {
                     let skipped = io::copy(&mut (&mut self.source).take(length.into()), &mut io::sink())?;
                     if skipped < u64::from(length) {
-                        return Err(io::Error::new(io::ErrorKind::UnexpectedEof, "truncated zstd skippable frame"));
+                        return Err(io::Error::new(
+                            io::ErrorKind::UnexpectedEof,
+                            "truncated zstd skippable frame",
+                        ));
                     }
                 }
                 Err(e) => return Err(io::Error::other(e)),

@@ -419,7 +419,8 @@ mod tests {
 
     #[test]
     fn bad_lines_stop_the_merge_and_are_all_listed() {
-        let a = [line("2026-01-01T00:00:00Z", "a/1"), "{".into(), line("2026-01-01T00:02:00Z", "ab")].join("\n");
+        let a =
+            [line("2026-01-01T00:00:00Z", "a/1"), "{".into(), line("2026-01-01T00:02:00Z", "ab")].join("\n");
         let b = [line("2026-01-01T00:01:00Z", "b/1"), "[1]".into()].join("\n");
         let mut m = merge(&[("a", a.as_str()), ("b", b.as_str())], 0);
         assert_eq!(m.next_record().unwrap().map(|r| r.job().to_string()), Some("a/1".into()));
