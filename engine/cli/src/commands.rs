@@ -1,25 +1,15 @@
 //! Subcommand bodies. `Ok(false)` means "ran, but found problems" (exit 1); `Err` is a usage or I/O error (exit 2).
 
-use std::io::Write;
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
 
 use trainwarden_core::CompiledPolicy;
 use trainwarden_core::PolicyDuration;
-use trainwarden_core::Timestamp;
-use trainwarden_core::replay::{self, Replay};
+use trainwarden_core::replay::Replay;
 use trainwarden_core::rule_test::{self, FileSource};
 use trainwarden_core::{BUILTINS, ScriptEngine};
-use trainwarden_core::{EngineConfig, Evaluator, Event};
-
-use trainwarden_notify::delivery::RetryPolicy;
-use trainwarden_notify::offline::{self, OfflineNotifications};
-use trainwarden_notify::{FileSecrets, JobProgress, LocalSecrets, SendConfig, Sender};
+use trainwarden_core::{EngineConfig, Evaluator};
 
 use crate::read;
-
-/// The most evaluation rounds (stream span ÷ `--eval-interval`) a replay runs: a year at 5 s.
-const MAX_ROUNDS: f64 = 6_400_000.0;
 
 pub(crate) fn config(eval_interval: &str) -> Result<EngineConfig, String> {
     let eval_interval: PolicyDuration = eval_interval.parse().map_err(|e| format!("--eval-interval: {e}"))?;
@@ -56,173 +46,6 @@ pub(crate) fn load_policies(files: &[PathBuf], engine: &ScriptEngine) -> Result<
         return Err("no policy documents found".into());
     }
     Ok(compiled)
-}
-
-/// What `replay` does with the notifications the policies' receivers would get.
-pub(crate) struct ReplayNotify {
-    /// `--notify`: send them for real (secrets from the environment or `secrets_dir`).
-    pub send: bool,
-    /// `--secrets-dir`: `<dir>/<namespace>/<secret>/<key>` files, after `TRAINWARDEN_SECRET_*` variables.
-    pub secrets_dir: Option<PathBuf>,
-}
-
-pub(crate) fn replay(
-    policy_files: &[PathBuf],
-    json: bool,
-    eval_interval: &str,
-    until: Option<&str>,
-    streams: &[PathBuf],
-    notify: &ReplayNotify,
-) -> Result<bool, String> {
-    let config = config(eval_interval)?;
-    let until = until
-        .map(|u| u.parse::<Timestamp>().map_err(|e| format!("--until: expected an RFC 3339 time: {e}")))
-        .transpose()?;
-    let engine = Evaluator::new(config.clone());
-    let policies = load_policies(policy_files, engine.scripts())?;
-    Replay::check_unique(&policies)?;
-    for note in policies.iter().flat_map(CompiledPolicy::notifies_nowhere) {
-        eprintln!("note: {note}");
-    }
-    let tz = policies[0].env.calendar.time_zone().clone();
-    let mut records = Vec::new();
-    let mut errors = Vec::new();
-    for path in streams {
-        let text = read(path)?;
-        match trainwarden_core::parse_stream(&text, &path.display().to_string()) {
-            Ok(r) => records.extend(r),
-            Err(es) => errors.extend(es.into_iter().map(|e| e.to_string())),
-        }
-    }
-    if !errors.is_empty() {
-        return Err(format!("invalid stream\n{}", errors.join("\n")));
-    }
-    // Several streams are merged on their clocks; the sort is stable, so each file keeps its own order.
-    records.sort_by_key(trainwarden_core::StreamRecord::time);
-    if let (Some(until), Some(last)) = (until, records.last().map(trainwarden_core::StreamRecord::time))
-        && until.duration_since(last).as_secs() > 366 * 86_400
-    {
-        return Err(format!("--until {until} is more than a year after the last record ({last})"));
-    }
-    // Time costs one round of evaluation per interval: refuse a replay that could not finish.
-    if let (Some(first), Some(last)) = (records.first(), records.last()) {
-        let end = until.unwrap_or_else(|| last.time()).max(last.time());
-        let rounds = end.duration_since(first.time()).as_secs_f64() / config.eval_interval.as_secs_f64();
-        if rounds > MAX_ROUNDS {
-            return Err(format!(
-                "replaying {} to {end} every {} is {} evaluation rounds (at most {}): raise --eval-interval",
-                first.time(),
-                config.eval_interval,
-                rounds.round(),
-                MAX_ROUNDS
-            ));
-        }
-    }
-    // Notifications are grouped on the stream's clock, event by event, with each job's progress at the time.
-    let mut notifications = OfflineNotifications::new(&policies);
-    if notify.send && !notifications.has_receivers() {
-        return Err("--notify: no policy declares spec.receivers".into());
-    }
-    let mut seen = 0;
-    let mut replay = Replay::new(policies, config);
-    for r in records {
-        replay.feed(r);
-        observe_notifications(&replay, &mut notifications, &mut seen);
-    }
-    replay.finish(until);
-    observe_notifications(&replay, &mut notifications, &mut seen);
-    if let Some(end) = replay.summary.last_time {
-        notifications.finish(end);
-    }
-    let stdout = std::io::stdout();
-    let mut out = stdout.lock();
-    let result = if json {
-        replay
-            .events
-            .iter()
-            .map(replay::event_json)
-            .chain(notifications.notifications.iter().map(offline::notification_json))
-            .chain(std::iter::once(replay::summary_json(&replay.summary)))
-            .try_for_each(|v| writeln!(out, "{v}"))
-    } else {
-        write!(out, "{}", replay::render_text(&replay.events, &replay.summary, &tz)).and_then(|()| {
-            if notifications.has_receivers() {
-                write!(out, "{}", offline::render_text(&notifications, &tz))
-            } else {
-                Ok(())
-            }
-        })
-    };
-    result.map_err(|e| format!("writing output: {e}"))?;
-    drop(out);
-    let delivered =
-        if notify.send { send_notifications(&notifications, notify.secrets_dir.as_deref())? } else { true };
-    // A rule that cannot be evaluated never fires: a replay that looks quiet would be a lie.
-    let errors = replay.summary.rule_errors;
-    if errors > 0 {
-        eprintln!(
-            "error: {} failed (the RuleError lines above say where); those rules never fired",
-            trainwarden_core::plural(errors, "rule evaluation", "rule evaluations")
-        );
-        return Ok(false);
-    }
-    Ok(delivered)
-}
-
-/// Feeds the replay's new events to the notification grouper.
-fn observe_notifications(replay: &Replay, notifications: &mut OfflineNotifications, seen: &mut usize) {
-    for event in &replay.events[*seen..] {
-        let job = match event {
-            Event::Intent(i) => Some(&i.job),
-            Event::Transition { job, .. } => Some(job),
-            _ => None,
-        };
-        let progress = job.and_then(|k| replay.evaluator().job(k)).and_then(JobProgress::of);
-        notifications.observe(event, progress);
-    }
-    *seen = replay.events.len();
-}
-
-/// `replay --notify`: sends every notification (channels concurrently, each at its rate limit), with retries
-/// up to a printed deadline; reports each on stderr.
-fn send_notifications(
-    notifications: &OfflineNotifications,
-    secrets_dir: Option<&Path>,
-) -> Result<bool, String> {
-    let secrets = LocalSecrets { files: secrets_dir.map(FileSecrets::new) };
-    let runtime = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .map_err(|e| format!("starting the async runtime: {e}"))?;
-    let outcomes = runtime.block_on(async {
-        let sender = Sender::new(SendConfig::default(), Arc::new(secrets))?;
-        let retry = RetryPolicy {
-            initial_backoff: std::time::Duration::from_secs(1),
-            max_backoff: std::time::Duration::from_secs(10),
-            give_up_after: std::time::Duration::from_secs(60),
-        };
-        let wait = retry.give_up_after;
-        eprintln!("sending; failed deliveries are retried for up to {}s", wait.as_secs());
-        Ok::<_, String>(offline::send_all(&notifications.notifications, &sender, &retry, wait).await)
-    })?;
-    let mut ok = true;
-    for o in &outcomes {
-        match &o.result {
-            Ok(()) => {
-                eprintln!("notification {}: sent to {} ({})", o.index + 1, o.receiver, o.channel.as_str());
-            }
-            Err(e) => {
-                ok = false;
-                eprintln!(
-                    "notification {}: NOT sent to {} ({}): {e}",
-                    o.index + 1,
-                    o.receiver,
-                    o.channel.as_str()
-                );
-            }
-        }
-    }
-    Ok(ok)
 }
 
 struct Dir(PathBuf);

@@ -9,6 +9,8 @@ use clap::{Parser, Subcommand, ValueEnum};
 mod commands;
 mod controller;
 mod crd;
+mod replay;
+mod streams;
 mod watch;
 
 #[derive(Parser)]
@@ -40,7 +42,11 @@ enum Command {
         /// Keep the clock running until this RFC 3339 time (default: the last record).
         #[arg(long)]
         until: Option<String>,
-        /// Stream files (JSONL).
+        /// How much earlier than the latest line above it a line may be (a stream is read in order, through
+        /// a reorder window this long); a line later than that stops the replay with an error.
+        #[arg(long, value_name = "DURATION", default_value = "5m")]
+        max_lateness: String,
+        /// Stream files (JSONL, or gzip / zstd compressed JSONL); `-` reads stdin.
         #[arg(required = true)]
         streams: Vec<PathBuf>,
         /// Send the notifications the policies' receivers would get, for real. Secrets come from
@@ -98,16 +104,24 @@ fn main() -> ExitCode {
         .with_ansi(colour_on_stderr())
         .init();
     let result = match command {
-        Command::Replay { policies, output, eval_interval, until, streams, notify, secrets_dir } => {
-            commands::replay(
-                &policies,
-                matches!(output, Output::Json),
-                &eval_interval,
-                until.as_deref(),
-                &streams,
-                &commands::ReplayNotify { send: notify, secrets_dir },
-            )
-        }
+        Command::Replay {
+            policies,
+            output,
+            eval_interval,
+            until,
+            max_lateness,
+            streams,
+            notify,
+            secrets_dir,
+        } => replay::replay(&replay::ReplayArgs {
+            policy_files: &policies,
+            json: matches!(output, Output::Json),
+            eval_interval: &eval_interval,
+            until: until.as_deref(),
+            max_lateness: &max_lateness,
+            streams: &streams,
+            notify: &replay::ReplayNotify { send: notify, secrets_dir },
+        }),
         Command::Test { paths } => {
             let paths = if paths.is_empty() { vec![PathBuf::from("policies")] } else { paths };
             commands::test(&paths)

@@ -45,8 +45,9 @@ pub use evaluate::{
 pub use history::job::JobData;
 pub use history::job_series::JobSeries;
 pub use history::metric_series::MetricSeries;
+pub use input::merge::{LateRecord, Merge, MergeError, StreamLines};
 pub use input::sample::{JobKey, JobPhase, JobSnapshot, Metric, ProgressSample, SampleSource};
-pub use input::stream::{StreamRecord, parse_line, parse_stream};
+pub use input::stream::{RecordError, StreamRecord, parse_line, parse_stream};
 pub use input::{
     NormalizeError, TRAINER_STATUS_ANNOTATION, from_annotation, from_metrics_response, from_trainer_status,
     from_trainjob,

@@ -1,16 +1,17 @@
-//! `trainwarden replay --output json` without loading the stream first: `replay_stream POLICY.yaml STREAM.jsonl`
-//! reads a time-ordered stream line by line and feeds each record as it is decoded (as the controller feeds
-//! watch events), printing the same event lines. The CLI reads every file, decodes every line into memory and
-//! sorts before replaying (it merges several streams); this shows what the engine costs without that.
+//! The replay engine alone, fed line by line: `replay_stream POLICY.yaml STREAM.jsonl` reads a time-ordered
+//! stream with the CLI's line reader ([`StreamLines`]) and feeds each record as it is decoded (as the
+//! controller feeds watch events), printing the same event lines as `trainwarden replay --output json`,
+//! without the CLI's reorder window, notification grouping or checks. `trainwarden replay` streams the same
+//! way; this bounds what its extra steps cost.
 //!
 //! With `--evaluate-only` it decodes every line first and then times only `Replay::feed` (evaluation without
 //! decoding), printing `evaluate_seconds S` on stderr: the counterpart of timing a Python stopper's calls
 //! on results decoded beforehand.
 
-use std::io::{BufRead, BufReader, Write};
+use std::io::{BufReader, Write};
 use std::time::Instant;
 
-use trainwarden_core::parse_line;
+use trainwarden_core::StreamLines;
 use trainwarden_core::replay::{self, Replay};
 use trainwarden_core::{EngineConfig, Evaluator};
 use trainwarden_core::{compile, parse_documents};
@@ -29,20 +30,21 @@ fn main() {
     let policies = docs.iter().map(|d| compile(d, engine.scripts()).expect("compiles")).collect();
     let mut replay = Replay::new(policies, EngineConfig::default());
     let reader = BufReader::with_capacity(1 << 20, std::fs::File::open(stream).expect("open the stream"));
-    let mut previous = None;
-    let mut decoded = Vec::new();
-    for (i, line) in reader.lines().enumerate() {
-        let line = line.expect("read the stream");
-        let line = line.trim();
-        if line.is_empty() || line.starts_with('#') {
-            continue;
+    let mut lines = StreamLines::new(reader, stream.as_str());
+    let mut out = std::io::BufWriter::new(std::io::stdout().lock());
+    let mut print = |replay: &mut Replay| {
+        for event in replay.events.drain(..) {
+            writeln!(out, "{}", replay::event_json(&event)).expect("write");
         }
-        let record = parse_line(line, stream, i + 1, previous).unwrap_or_else(|e| panic!("{e}"));
-        previous = Some(record.time());
+    };
+    let mut decoded = Vec::new();
+    while let Some(record) = lines.next_record() {
+        let (_, record) = record.unwrap_or_else(|e| panic!("{e}"));
         if evaluate_only {
             decoded.push(record);
         } else {
             replay.feed(record);
+            print(&mut replay);
         }
     }
     if evaluate_only {
@@ -53,9 +55,6 @@ fn main() {
         eprintln!("evaluate_seconds {}", started.elapsed().as_secs_f64());
     }
     replay.finish(None);
-    let mut out = std::io::BufWriter::new(std::io::stdout().lock());
-    for event in &replay.events {
-        writeln!(out, "{}", replay::event_json(event)).expect("write");
-    }
+    print(&mut replay);
     writeln!(out, "{}", replay::summary_json(&replay.summary)).expect("write");
 }

@@ -388,7 +388,13 @@ pub fn render_text(events: &[Event], summary: &Summary, tz: &jiff::tz::TimeZone)
     for e in events {
         out += &render_event(e, tz);
     }
-    out += "\nSummary\n";
+    out.push_str(&render_summary(summary, tz));
+    out
+}
+
+/// The summary that ends [`render_text`] (from its blank line on), for a timeline printed as it happens.
+pub fn render_summary(summary: &Summary, tz: &jiff::tz::TimeZone) -> String {
+    let mut out = String::from("\nSummary\n");
     if let (Some(a), Some(b)) = (summary.first_record, summary.last_time) {
         out += &format!(
             "  stream       {} → {} ({})\n",

@@ -42,6 +42,7 @@
 //! last.
 
 mod json;
+pub(crate) mod merge;
 mod names;
 mod rhoai;
 pub(crate) mod sample;

@@ -71,9 +71,13 @@ pub struct Update {
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
 #[error("{file}:{line}{}: {message}", column.map(|c| format!(":{c}")).unwrap_or_default())]
 pub struct RecordError {
+    /// The stream's name.
     pub file: String,
+    /// The line, from 1.
     pub line: usize,
+    /// The column, from 1, where the JSON syntax or the UTF-8 breaks.
     pub column: Option<usize>,
+    /// What is wrong, with the field path.
     pub message: String,
 }
 

@@ -1,0 +1,244 @@
+//! `trainwarden replay`: recorded streams through the policies, streamed end to end. Each input is read line
+//! by line (decompressed as it is read), the inputs are merged on their clocks through a bounded reorder
+//! window (`--max-lateness`), and each event is printed as it happens; only the window, the jobs' state and
+//! the notifications (printed after the timeline) are held, so memory does not grow with the stream's length.
+
+use std::io::{self, BufWriter, Write};
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use trainwarden_core::replay::{self, Replay};
+use trainwarden_core::{CompiledPolicy, Evaluator, Event, Merge, MergeError, PolicyDuration, Timestamp};
+use trainwarden_notify::delivery::RetryPolicy;
+use trainwarden_notify::offline::{self, OfflineNotifications};
+use trainwarden_notify::{FileSecrets, JobProgress, LocalSecrets, SendConfig, Sender};
+
+use crate::commands::{config, load_policies};
+use crate::streams;
+
+/// The most evaluation rounds (stream span ÷ `--eval-interval`) a replay runs: a year at 5 s.
+const MAX_ROUNDS: f64 = 6_400_000.0;
+
+/// Bad lines listed per input when a stream is invalid.
+const ERRORS_PER_INPUT: usize = 20;
+
+/// What `replay` does with the notifications the policies' receivers would get.
+pub(crate) struct ReplayNotify {
+    /// `--notify`: send them for real (secrets from the environment or `secrets_dir`).
+    pub send: bool,
+    /// `--secrets-dir`: `<dir>/<namespace>/<secret>/<key>` files, after `TRAINWARDEN_SECRET_*` variables.
+    pub secrets_dir: Option<PathBuf>,
+}
+
+/// The arguments of `replay`, as given.
+pub(crate) struct ReplayArgs<'a> {
+    pub policy_files: &'a [PathBuf],
+    pub json: bool,
+    pub eval_interval: &'a str,
+    pub until: Option<&'a str>,
+    pub max_lateness: &'a str,
+    pub streams: &'a [PathBuf],
+    pub notify: &'a ReplayNotify,
+}
+
+pub(crate) fn replay(args: &ReplayArgs<'_>) -> Result<bool, String> {
+    let config = config(args.eval_interval)?;
+    let until = args
+        .until
+        .map(|u| u.parse::<Timestamp>().map_err(|e| format!("--until: expected an RFC 3339 time: {e}")))
+        .transpose()?;
+    let max_lateness: PolicyDuration =
+        args.max_lateness.parse().map_err(|e| format!("--max-lateness: {e}"))?;
+    let engine = Evaluator::new(config.clone());
+    let policies = load_policies(args.policy_files, engine.scripts())?;
+    Replay::check_unique(&policies)?;
+    for note in policies.iter().flat_map(CompiledPolicy::notifies_nowhere) {
+        eprintln!("note: {note}");
+    }
+    let tz = policies[0].env.calendar.time_zone().clone();
+    let mut merge = Merge::new(streams::open_all(args.streams)?, max_lateness);
+    // Notifications are grouped on the stream's clock, event by event, with each job's progress at the time.
+    let mut notifications = OfflineNotifications::new(&policies);
+    if args.notify.send && !notifications.has_receivers() {
+        return Err("--notify: no policy declares spec.receivers".into());
+    }
+    let mut rounds = RoundLimit { interval: config.eval_interval, until, first: None, last: None };
+    let mut replay = Replay::new(policies, config);
+    let mut timeline = Timeline::new(args.json, tz.clone());
+    let written = |e: io::Error| format!("writing output: {e}");
+    loop {
+        let record = match merge.next_record() {
+            Ok(Some(r)) => r,
+            Ok(None) => break,
+            Err(MergeError::Invalid(first)) => {
+                let errors = merge.invalid_lines(first, ERRORS_PER_INPUT);
+                let lines: Vec<String> = errors.iter().map(ToString::to_string).collect();
+                return Err(format!(
+                    "invalid stream (replayed up to the first bad line)\n{}",
+                    lines.join("\n")
+                ));
+            }
+            Err(MergeError::Late(late)) => {
+                return Err(format!("{late}; sort the stream or raise --max-lateness"));
+            }
+        };
+        rounds.check(record.time())?;
+        replay.feed(record);
+        timeline.observe(&mut replay, &mut notifications).map_err(written)?;
+    }
+    rounds.check_until()?;
+    replay.finish(until);
+    timeline.observe(&mut replay, &mut notifications).map_err(written)?;
+    if let Some(end) = replay.summary.last_time {
+        notifications.finish(end);
+    }
+    timeline.finish(&replay.summary, &notifications).map_err(written)?;
+    drop(timeline);
+    let delivered = if args.notify.send {
+        send_notifications(&notifications, args.notify.secrets_dir.as_deref())?
+    } else {
+        true
+    };
+    // A rule that cannot be evaluated never fires: a replay that looks quiet would be a lie.
+    let errors = replay.summary.rule_errors;
+    if errors > 0 {
+        eprintln!(
+            "error: {} failed (the RuleError lines above say where); those rules never fired",
+            trainwarden_core::plural(errors, "rule evaluation", "rule evaluations")
+        );
+        return Ok(false);
+    }
+    Ok(delivered)
+}
+
+/// Time costs one round of evaluation per interval: a replay that could not finish is refused as soon as
+/// it is known — from the first record when `--until` is given, else at the first record past the limit
+/// (what ran before it is within the limit).
+struct RoundLimit {
+    interval: PolicyDuration,
+    until: Option<Timestamp>,
+    first: Option<Timestamp>,
+    last: Option<Timestamp>,
+}
+
+impl RoundLimit {
+    /// Before the record at `time` (records come in time order) is fed.
+    fn check(&mut self, time: Timestamp) -> Result<(), String> {
+        let first = *self.first.get_or_insert(time);
+        self.last = Some(time);
+        let end = self.until.unwrap_or(time).max(time);
+        let rounds = end.duration_since(first).as_secs_f64() / self.interval.as_secs_f64();
+        if rounds > MAX_ROUNDS {
+            return Err(format!(
+                "replaying {first} to {end} every {} is {} evaluation rounds (at most {MAX_ROUNDS}): raise --eval-interval",
+                self.interval,
+                rounds.round(),
+            ));
+        }
+        Ok(())
+    }
+
+    /// After the last record, before the clock runs on to `--until`.
+    fn check_until(&self) -> Result<(), String> {
+        if let (Some(until), Some(last)) = (self.until, self.last)
+            && until.duration_since(last).as_secs() > 366 * 86_400
+        {
+            return Err(format!("--until {until} is more than a year after the last record ({last})"));
+        }
+        Ok(())
+    }
+}
+
+/// The output, written as events happen: one line per event (JSON) or the timeline (text); then the
+/// notifications and the summary, which only the end knows.
+struct Timeline {
+    out: BufWriter<io::StdoutLock<'static>>,
+    json: bool,
+    tz: jiff::tz::TimeZone,
+    /// The replay's new events, swapped out after each record (the allocation is kept).
+    batch: Vec<Event>,
+}
+
+impl Timeline {
+    fn new(json: bool, tz: jiff::tz::TimeZone) -> Self {
+        Timeline { out: BufWriter::with_capacity(1 << 16, io::stdout().lock()), json, tz, batch: Vec::new() }
+    }
+
+    /// Prints the replay's new events and feeds them to the notification grouper, then forgets them.
+    fn observe(&mut self, replay: &mut Replay, notifications: &mut OfflineNotifications) -> io::Result<()> {
+        std::mem::swap(&mut self.batch, &mut replay.events);
+        for event in &self.batch {
+            let job = match event {
+                Event::Intent(i) => Some(&i.job),
+                Event::Transition { job, .. } => Some(job),
+                _ => None,
+            };
+            let progress = job.and_then(|k| replay.evaluator().job(k)).and_then(JobProgress::of);
+            notifications.observe(event, progress);
+            if self.json {
+                writeln!(self.out, "{}", replay::event_json(event))?;
+            } else {
+                self.out.write_all(replay::render_event(event, &self.tz).as_bytes())?;
+            }
+        }
+        self.batch.clear();
+        Ok(())
+    }
+
+    fn finish(&mut self, summary: &replay::Summary, notifications: &OfflineNotifications) -> io::Result<()> {
+        if self.json {
+            for n in &notifications.notifications {
+                writeln!(self.out, "{}", offline::notification_json(n))?;
+            }
+            writeln!(self.out, "{}", replay::summary_json(summary))?;
+        } else {
+            self.out.write_all(replay::render_summary(summary, &self.tz).as_bytes())?;
+            if notifications.has_receivers() {
+                self.out.write_all(offline::render_text(notifications, &self.tz).as_bytes())?;
+            }
+        }
+        self.out.flush()
+    }
+}
+
+/// `replay --notify`: sends every notification (channels concurrently, each at its rate limit), with retries
+/// up to a printed deadline; reports each on stderr.
+fn send_notifications(
+    notifications: &OfflineNotifications,
+    secrets_dir: Option<&Path>,
+) -> Result<bool, String> {
+    let secrets = LocalSecrets { files: secrets_dir.map(FileSecrets::new) };
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .map_err(|e| format!("starting the async runtime: {e}"))?;
+    let outcomes = runtime.block_on(async {
+        let sender = Sender::new(SendConfig::default(), Arc::new(secrets))?;
+        let retry = RetryPolicy {
+            initial_backoff: std::time::Duration::from_secs(1),
+            max_backoff: std::time::Duration::from_secs(10),
+            give_up_after: std::time::Duration::from_secs(60),
+        };
+        let wait = retry.give_up_after;
+        eprintln!("sending; failed deliveries are retried for up to {}s", wait.as_secs());
+        Ok::<_, String>(offline::send_all(&notifications.notifications, &sender, &retry, wait).await)
+    })?;
+    let mut ok = true;
+    for o in &outcomes {
+        match &o.result {
+            Ok(()) => {
+                eprintln!("notification {}: sent to {} ({})", o.index + 1, o.receiver, o.channel.as_str());
+            }
+            Err(e) => {
+                ok = false;
+                eprintln!(
+                    "notification {}: NOT sent to {} ({}): {e}",
+                    o.index + 1,
+                    o.receiver,
+                    o.channel.as_str()
+                );
+            }
+        }
+    }
+    Ok(ok)
+}
