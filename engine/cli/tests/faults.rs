@@ -799,9 +799,7 @@ async fn a_minute_of_429s_from_api_priority_and_fairness_delays_the_actions_and_
     let (schemas, levels, name) = jail(c, ns).await;
     // The load's own client does not retry 429s (kube's default does), so it counts each one.
     let as_account = {
-        trainwarden_kube::client::client_from_kubeconfig(&s.dir.join("only.kubeconfig"))
-            .await
-            .expect("client");
+        trainwarden_kube::client::install_crypto_provider();
         let mut config = trainwarden_kube::client::config_from_kubeconfig(&s.dir.join("only.kubeconfig"))
             .await
             .expect("the service account's kubeconfig");
@@ -819,7 +817,15 @@ async fn a_minute_of_429s_from_api_priority_and_fairness_delays_the_actions_and_
     assert!(refused >= 60, "the jail must refuse requests all minute: {served} served, {refused} refused");
     assert!(errors > 0.0, "the controller's calls must have been refused too");
     let seen = wait_all_suspended(c, ns, &names, Duration::from_secs(360)).await;
+    // Suspended at the deadline, the 429s would not have been in the way: the scenario would test nothing.
+    assert!(
+        since(deadline, Some(seen)) > Duration::from_secs(10),
+        "suspended {:?} after the deadline, as if the jail refused nothing",
+        since(deadline, Some(seen))
+    );
     let v = verdict(c, ns, &names).await;
+    let bindings = Api::<k8s_openapi::api::rbac::v1::ClusterRoleBinding>::all(c.clone());
+    bindings.delete(&format!("trainwarden-{ns}"), &DeleteParams::default()).await.expect("binding");
     record(&Row {
         scenario: "5. sustained 429s for 60 s over the deadline, API Priority and Fairness (time after the deadline)",
         expected: names.len(),

@@ -44,6 +44,17 @@ pub enum Input {
     /// The controller is stopping: on the leader, every job's checkpoint that changed since its last write
     /// goes out now, whatever the interval; `done` is answered once the executor has written them.
     FlushHistory(tokio::sync::oneshot::Sender<()>),
+    /// What the executor did with a history checkpoint: stored, or not (failed, or not the leader).
+    HistorySaved {
+        /// The TrainJob.
+        job: JobKey,
+        /// The content hash of the checkpoint.
+        content: u64,
+        /// The time the checkpoint was taken.
+        at: Timestamp,
+        /// Whether the API server has it.
+        stored: bool,
+    },
 }
 
 /// A watched TrainJob, read.
@@ -68,6 +79,10 @@ pub struct HistorySave {
     pub uid: String,
     /// The checkpoint text.
     pub text: String,
+    /// Its content hash (see `HistoryCheckpoint`), booked as stored once the write is confirmed.
+    pub content: u64,
+    /// When it was taken.
+    pub at: Timestamp,
 }
 
 /// A watched policy, read.

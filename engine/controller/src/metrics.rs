@@ -164,9 +164,9 @@ pub enum StatusWrite {
 pub enum HistoryResult {
     /// Written to the TrainJob.
     Written,
-    /// The write failed (tried again with the job's next sample, after `history_interval`).
+    /// The write failed (tried again 30 s later).
     Failed,
-    /// Due, but the global write rate was used up (tried again with the job's next sample).
+    /// Due, but the global write rate was used up (tried again a second later).
     Deferred,
     /// Restored from the TrainJob after a start or a hand-over.
     Restored,

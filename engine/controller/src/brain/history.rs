@@ -4,6 +4,9 @@
 //! budget of `history_writes_per_second` (a token bucket). What was last written is learnt from the
 //! TrainJob itself (the checkpoint carries its time and content hash), so a new leader goes on from the
 //! previous leader's schedule, and the echo of a write (the watch event it causes) changes nothing.
+//! A write counts as stored only once the executor confirms it; one that failed, went to a replica that no
+//! longer leads, or was deferred by the budget is tried again on a timer ([`HistoryBook::retries_due`]),
+//! not only with the job's next sample, which a stalled job never sends.
 
 use std::collections::HashMap;
 use std::time::Duration;
@@ -17,12 +20,20 @@ struct Stored {
     content: u64,
 }
 
+/// How long an unconfirmed write is waited for before the job may be written again (an executor queue
+/// that dropped it never answers).
+const IN_FLIGHT_FOR: Duration = Duration::from_secs(120);
+/// When a write that was not stored is tried again.
+const RETRY_AFTER: Duration = Duration::from_secs(30);
+/// When a write the budget deferred is tried again.
+const DEFERRED_FOR: Duration = Duration::from_secs(1);
+
 /// Whether a job's checkpoint is written now.
 #[derive(Debug, PartialEq)]
 pub(super) enum Due {
-    /// Not yet (`history_interval` has not passed) or nothing changed.
-    No,
-    /// Due, but the global budget is used up: tried again with the job's next sample.
+    /// Not yet (`history_interval` has not passed, a write is in flight) or nothing changed.
+    Later,
+    /// Due, but the global budget is used up: tried again in a second.
     Deferred,
     /// Write this.
     Write,
@@ -42,6 +53,10 @@ pub(super) struct HistoryBook {
     uids: HashMap<JobKey, String>,
     /// The job's sample count when its checkpoint was last built.
     built_at_samples: HashMap<JobKey, u64>,
+    /// Writes sent to the executor and not yet confirmed: content hash and when sent.
+    in_flight: HashMap<JobKey, (u64, Timestamp)>,
+    /// Jobs whose checkpoint is to be tried again, and when.
+    retry: HashMap<JobKey, Timestamp>,
 }
 
 impl HistoryBook {
@@ -56,6 +71,8 @@ impl HistoryBook {
             refilled: None,
             uids: HashMap::new(),
             built_at_samples: HashMap::new(),
+            in_flight: HashMap::new(),
+            retry: HashMap::new(),
         }
     }
 
@@ -84,19 +101,67 @@ impl HistoryBook {
         })
     }
 
-    /// Whether `checkpoint` is written now; a write is booked as stored.
+    /// Whether `checkpoint` is written now; a write is booked as in flight until [`HistoryBook::saved`].
     pub(super) fn due(&mut self, job: &JobKey, checkpoint: &HistoryCheckpoint, now: Timestamp) -> Due {
-        if !self.may_write(job, now) || self.stored.get(job).is_some_and(|s| s.content == checkpoint.content)
+        let waiting = self
+            .in_flight
+            .get(job)
+            .is_some_and(|(_, sent)| now.duration_since(*sent).as_secs_f64() < IN_FLIGHT_FOR.as_secs_f64());
+        if waiting
+            || !self.may_write(job, now)
+            || self.stored.get(job).is_some_and(|s| s.content == checkpoint.content)
         {
-            return Due::No;
+            return Due::Later;
         }
         self.refill(now);
         if self.tokens < 1.0 {
+            self.retry_at(job, now, DEFERRED_FOR);
             return Due::Deferred;
         }
         self.tokens -= 1.0;
-        self.stored.insert(job.clone(), Stored { at: now, content: checkpoint.content });
+        self.retry.remove(job);
+        self.in_flight.insert(job.clone(), (checkpoint.content, now));
         Due::Write
+    }
+
+    /// The executor's answer for a write: stored (booked, the interval starts) or not (tried again in
+    /// [`RETRY_AFTER`]).
+    pub(super) fn saved(&mut self, job: &JobKey, content: u64, at: Timestamp, stored: bool, now: Timestamp) {
+        if self.in_flight.get(job).is_some_and(|(c, _)| *c == content) {
+            self.in_flight.remove(job);
+        }
+        if stored {
+            if self.stored.get(job).is_none_or(|s| s.at <= at) {
+                self.stored.insert(job.clone(), Stored { at, content });
+            }
+        } else if self.uids.contains_key(job) {
+            self.retry_at(job, now, RETRY_AFTER);
+        }
+    }
+
+    fn retry_at(&mut self, job: &JobKey, now: Timestamp, after: Duration) {
+        let at = now.checked_add(after).unwrap_or(now);
+        self.retry.entry(job.clone()).and_modify(|t| *t = (*t).min(at)).or_insert(at);
+    }
+
+    /// The jobs whose checkpoint is to be tried again by `now` (taken out of the retry list).
+    pub(super) fn retries_due(&mut self, now: Timestamp) -> Vec<JobKey> {
+        let due: Vec<JobKey> =
+            self.retry.iter().filter(|(_, t)| **t <= now).map(|(k, _)| k.clone()).collect();
+        for k in &due {
+            self.retry.remove(k);
+        }
+        due
+    }
+
+    /// When the next retry is due.
+    pub(super) fn next_retry(&self) -> Option<Timestamp> {
+        self.retry.values().min().copied()
+    }
+
+    /// The job's uid, if it was judged.
+    pub(super) fn uid_of(&self, job: &JobKey) -> Option<String> {
+        self.uids.get(job).cloned()
     }
 
     fn refill(&mut self, now: Timestamp) {
@@ -143,6 +208,8 @@ impl HistoryBook {
         self.read.remove(job);
         self.uids.remove(job);
         self.built_at_samples.remove(job);
+        self.in_flight.remove(job);
+        self.retry.remove(job);
     }
 }
 
@@ -167,18 +234,44 @@ mod tests {
         HistoryCheckpoint { text: String::new(), content, points_left_out: 0, metrics_left_out: 0 }
     }
 
+    /// `due`, and for a write the executor's confirmation that it was stored.
+    fn write(book: &mut HistoryBook, job: &JobKey, content: u64, at: Timestamp) -> Due {
+        let due = book.due(job, &checkpoint(content), at);
+        if due == Due::Write {
+            book.saved(job, content, at, true, at);
+        }
+        due
+    }
+
     #[test]
     fn one_write_per_interval_and_only_when_the_history_changed() {
         let mut book = HistoryBook::new(Duration::from_secs(300), 5);
         let job = JobKey::new("ml", "ft");
-        assert_eq!(book.due(&job, &checkpoint(1), t(0)), Due::Write);
-        assert_eq!(book.due(&job, &checkpoint(2), t(299)), Due::No, "within the interval");
-        assert_eq!(book.due(&job, &checkpoint(1), t(400)), Due::No, "unchanged");
-        assert_eq!(book.due(&job, &checkpoint(2), t(400)), Due::Write);
+        assert_eq!(write(&mut book, &job, 1, t(0)), Due::Write);
+        assert_eq!(write(&mut book, &job, 2, t(299)), Due::Later, "within the interval");
+        assert_eq!(write(&mut book, &job, 1, t(400)), Due::Later, "unchanged");
+        assert_eq!(write(&mut book, &job, 2, t(400)), Due::Write);
         // A sample every 30 s for an hour: 12 writes, not 120.
-        let writes = (0..120)
-            .filter(|i| book.due(&job, &checkpoint(10 + i), t(400 + 30 * (i + 1) as i64)) == Due::Write);
+        let writes =
+            (0..120).filter(|i| write(&mut book, &job, 10 + i, t(400 + 30 * (i + 1) as i64)) == Due::Write);
         assert_eq!(writes.count(), 12);
+    }
+
+    #[test]
+    fn a_write_that_was_not_stored_is_tried_again_on_a_timer() {
+        let mut book = HistoryBook::new(Duration::from_secs(300), 5);
+        let job = JobKey::new("ml", "ft");
+        book.note_uid(&job, "u1");
+        assert_eq!(book.due(&job, &checkpoint(1), t(0)), Due::Write);
+        assert_eq!(book.due(&job, &checkpoint(2), t(10)), Due::Later, "one write in flight at a time");
+        book.saved(&job, 1, t(0), false, t(1));
+        assert_eq!(book.next_retry(), Some(t(31)));
+        assert!(book.retries_due(t(30)).is_empty());
+        assert_eq!(book.retries_due(t(31)), vec![job.clone()]);
+        assert!(book.may_write(&job, t(31)), "nothing is booked as stored");
+        assert_eq!(write(&mut book, &job, 1, t(31)), Due::Write, "the same content is written again");
+        assert_eq!(book.next_retry(), None);
+        assert!(!book.may_write(&job, t(40)), "stored now: the interval starts");
     }
 
     #[test]
@@ -188,6 +281,7 @@ mod tests {
             (0..8).map(|i| book.due(&JobKey::new("ml", format!("j{i}")), &checkpoint(1), t(0))).collect();
         assert_eq!(due.iter().filter(|d| **d == Due::Write).count(), 5);
         assert_eq!(due.iter().filter(|d| **d == Due::Deferred).count(), 3);
+        assert_eq!(book.next_retry(), Some(t(1)), "the deferred ones are tried again in a second");
         assert_eq!(
             book.due(&JobKey::new("ml", "j7"), &checkpoint(1), t(1)),
             Due::Write,

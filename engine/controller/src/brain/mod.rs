@@ -153,6 +153,7 @@ impl Brain {
             Input::Job(job) => {
                 let job = *job;
                 if job.exempt {
+                    self.unknown_now.remove(&job.key);
                     if self.exempt.insert(job.key.clone()) {
                         self.evaluator.forget_job(&job.key, now, &mut self.events);
                         self.abandon(|i| i.job == job.key);
@@ -184,6 +185,8 @@ impl Brain {
                             }
                         }
                         Err(message) => {
+                            // Not read at all: what its last readable report had is no longer current.
+                            self.unknown_now.remove(&job.key);
                             self.metrics.invalid(InvalidInput::TrainjobProgress);
                             if self.unreadable.get(&job.key) != Some(&message) {
                                 warn!(job = %job.key, error = %message, "cannot read the TrainJob's progress");
@@ -215,6 +218,9 @@ impl Brain {
             }
             Input::Outcome(o) => self.record_outcome(*o, now),
             Input::FlushHistory(done) => self.flush_history(done, now),
+            Input::HistorySaved { job, content, at, stored } => {
+                self.history.saved(&job, content, at, stored, now);
+            }
         }
         self.metrics.jobs.set(self.evaluator.job_count() as i64);
         self.drain_events();
@@ -247,6 +253,11 @@ impl Brain {
     /// the job agree with the firing the policy status remembers.
     fn save_history(&mut self, key: &JobKey, uid: &str, now: Timestamp) {
         self.history.note_uid(key, uid);
+        self.write_history(key, uid, now, false);
+    }
+
+    /// [`Brain::save_history`]'s write, or a retry (`again`: built even with no new sample).
+    fn write_history(&mut self, key: &JobKey, uid: &str, now: Timestamp, again: bool) {
         if !self.leading {
             return;
         }
@@ -260,12 +271,13 @@ impl Brain {
         // A report that added no sample (a re-poll, the echo of a write) cannot have changed the history:
         // skip building the checkpoint, which is the costly part.
         let samples = self.evaluator.job(key).map_or(0, |j| j.series.samples);
-        if !self.history.may_write(key, now) || (!fired && !self.history.new_samples(key, samples)) {
+        let new_samples = self.history.new_samples(key, samples);
+        if !self.history.may_write(key, now) || (!fired && !again && !new_samples) {
             return;
         }
         let Some(checkpoint) = self.evaluator.checkpoint(key, uid, now) else { return };
         match self.history.due(key, &checkpoint, now) {
-            Due::No => {}
+            Due::Later => {}
             Due::Deferred => self.metrics.history(HistoryResult::Deferred),
             Due::Write => {
                 if checkpoint.points_left_out > 0 || checkpoint.metrics_left_out > 0 {
@@ -275,6 +287,8 @@ impl Brain {
                     job: key.clone(),
                     uid: uid.to_string(),
                     text: checkpoint.text,
+                    content: checkpoint.content,
+                    at: now,
                 })));
             }
         }
@@ -288,7 +302,13 @@ impl Brain {
             for (job, uid) in self.history.uids() {
                 let Some(checkpoint) = self.evaluator.checkpoint(&job, &uid, now) else { continue };
                 if self.history.flush(&job, &checkpoint, now) {
-                    saves.push(HistorySave { job, uid, text: checkpoint.text });
+                    saves.push(HistorySave {
+                        job,
+                        uid,
+                        text: checkpoint.text,
+                        content: checkpoint.content,
+                        at: now,
+                    });
                 }
             }
             info!(checkpoints = saves.len(), "stopping: storing the history checkpoints not yet written");
@@ -305,7 +325,8 @@ impl Brain {
             self.unknown_now.remove(&snapshot.key);
             return;
         }
-        let paths = snapshot.unknown_fields.iter().map(|e| e.path.clone()).collect();
+        // A few paths say what is wrong; a report made of nothing but unknown keys need not fill the status.
+        let paths = snapshot.unknown_fields.iter().take(10).map(|e| e.path.clone()).collect();
         self.unknown_now.insert(snapshot.key.clone(), paths);
         let seen = self.unknown_fields.entry(snapshot.key.clone()).or_default();
         let new: Vec<String> = snapshot
@@ -353,15 +374,22 @@ impl Brain {
             self.work.push(Work::Act(Box::new(intent)));
         }
         self.metrics.actions_owed.set(self.ledger.len() as i64);
+        // History checkpoints that were not stored (failed, deferred, sent while not leading): a stalled job
+        // sends no sample that would try again.
+        if self.leading {
+            for job in self.history.retries_due(now) {
+                if let Some(uid) = self.history.uid_of(&job) {
+                    self.write_history(&job, &uid, now, true);
+                }
+            }
+        }
     }
 
-    /// When the next timer is due (a `for` ending, a stall deadline, a window edge, a failed action's
-    /// retry); `None`: no timer is set.
+    /// When the next timer is due (a `for` ending, a stall deadline, a window edge, a failed action's or
+    /// history checkpoint's retry); `None`: no timer is set.
     pub fn next_tick(&self) -> Option<Timestamp> {
-        match (self.evaluator.next_tick(), self.ledger.next_due()) {
-            (Some(a), Some(b)) => Some(a.min(b)),
-            (a, b) => a.or(b),
-        }
+        let history = if self.leading { self.history.next_retry() } else { None };
+        [self.evaluator.next_tick(), self.ledger.next_due(), history].into_iter().flatten().min()
     }
 
     /// This replica starts or stops leading. On becoming leader every owed intent it inherited (parked
@@ -1356,22 +1384,31 @@ mod history_tests {
         }))
     }
 
-    /// Feeds reports `from..to`; the report at which a suspension was issued and the last checkpoint saved.
-    fn run(b: &mut Brain, from: i64, to: i64, mut stored: Option<String>) -> (Option<i64>, Option<String>) {
+    /// The executor's answer to a checkpoint write: stored.
+    fn stored(b: &mut Brain, s: &HistorySave, at: Timestamp) {
+        b.handle(Input::HistorySaved { job: s.job.clone(), content: s.content, at: s.at, stored: true }, at);
+    }
+
+    /// Feeds reports `from..to` (each checkpoint write confirmed); the report at which a suspension was
+    /// issued and the last checkpoint saved.
+    fn run(b: &mut Brain, from: i64, to: i64, mut saved: Option<String>) -> (Option<i64>, Option<String>) {
         let mut fired = None;
         for i in from..to {
-            b.handle(report(i, stored.as_deref()), t(i));
-            for w in b.work.drain(..) {
+            b.handle(report(i, saved.as_deref()), t(i));
+            for w in b.work.drain(..).collect::<Vec<_>>() {
                 match w {
                     Work::Act(_) => {
                         fired.get_or_insert(i);
                     }
-                    Work::SaveHistory(s) => stored = Some(s.text),
+                    Work::SaveHistory(s) => {
+                        stored(b, &s, t(i));
+                        saved = Some(s.text);
+                    }
                     _ => {}
                 }
             }
         }
-        (fired, stored)
+        (fired, saved)
     }
 
     #[test]
@@ -1402,11 +1439,44 @@ mod history_tests {
         let mut writes = Vec::new();
         for i in 0..10 {
             b.handle(report(i, None), t(i));
-            if b.work.drain(..).any(|w| matches!(w, Work::SaveHistory(_))) {
-                writes.push(i);
+            for w in b.work.drain(..).collect::<Vec<_>>() {
+                if let Work::SaveHistory(s) = w {
+                    stored(&mut b, &s, t(i));
+                    writes.push(i);
+                }
             }
         }
         assert_eq!(writes, vec![0, 8], "the first sample, then the report the plateau fired at");
+    }
+
+    #[test]
+    fn a_checkpoint_that_was_not_stored_is_written_again_on_a_timer_without_a_sample() {
+        let mut b = leader();
+        b.handle(report(0, None), t(0));
+        let save = b
+            .work
+            .drain(..)
+            .find_map(|w| match w {
+                Work::SaveHistory(s) => Some(s),
+                _ => None,
+            })
+            .expect("a first checkpoint");
+        // The write failed (or went to a replica that lost the Lease): the job then goes silent.
+        b.handle(
+            Input::HistorySaved { job: save.job.clone(), content: save.content, at: save.at, stored: false },
+            t(1),
+        );
+        let mut again: Vec<HistorySave> = Vec::new();
+        for _ in 0..100 {
+            let Some(next) = b.next_tick().filter(|n| *n <= t(31)) else { break };
+            b.tick(next);
+            again.extend(b.work.drain(..).filter_map(|w| match w {
+                Work::SaveHistory(s) => Some(*s),
+                _ => None,
+            }));
+        }
+        assert_eq!(again.len(), 1, "written again with no new sample");
+        assert_eq!(again[0].content, save.content);
     }
 
     #[test]

@@ -2,8 +2,8 @@
 //! apply by [`crate::HISTORY_FIELD_MANAGER`] stating that annotation only (no read first: the apply
 //! touches nothing else, and the actions' field manager never re-states it). `metadata.uid` in the body is
 //! a precondition: a TrainJob deleted and re-created meanwhile is not given another object's history.
-//! Leader-gated and timed out like every call; a failure is counted and logged, and the next sample of the
-//! job after `history_interval` tries again.
+//! Leader-gated and timed out like every call; a failure is counted and logged, and the brain, told the
+//! result, tries again on a timer.
 
 use kube::api::{Patch, PatchParams};
 use serde_json::json;
@@ -31,7 +31,8 @@ pub(super) fn history_body(save: &HistorySave) -> serde_json::Value {
 }
 
 impl Executor {
-    pub(super) async fn save_history(&self, save: &HistorySave) {
+    /// Whether the checkpoint was stored.
+    pub(super) async fn save_history(&self, save: &HistorySave) -> bool {
         let api = trainjob_api(self.client.clone(), Some(&save.job.namespace));
         let body = history_body(save);
         let params = PatchParams::apply(HISTORY_FIELD_MANAGER).force();
@@ -40,11 +41,13 @@ impl Executor {
             Ok(_) => {
                 self.metrics.history(HistoryResult::Written);
                 debug!(job = %save.job, bytes = save.text.len(), "history checkpoint stored");
+                true
             }
-            Err(CallError::NotLeader) => {}
+            Err(CallError::NotLeader) => false,
             Err(e) => {
                 self.metrics.history(HistoryResult::Failed);
-                warn!(job = %save.job, annotation = HISTORY_ANNOTATION, error = %e, "could not store the job's history checkpoint; its next sample after the history interval tries again");
+                warn!(job = %save.job, annotation = HISTORY_ANNOTATION, error = %e, "could not store the job's history checkpoint; tried again in 30 s");
+                false
             }
         }
     }

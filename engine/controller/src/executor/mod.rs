@@ -277,9 +277,9 @@ impl Executor {
             }
             Work::Receivers(change) => self.reconfigure(change),
             Work::SaveHistory(save) => {
-                if self.leader.is_leader() {
-                    self.save_history(&save).await;
-                }
+                let stored = self.leader.is_leader() && self.save_history(&save).await;
+                let (job, content, at) = (save.job, save.content, save.at);
+                let _ = feedback.send(Input::HistorySaved { job, content, at, stored }).await;
             }
             Work::FlushHistory(saves, done) => {
                 for save in &saves {

@@ -169,8 +169,18 @@ impl StateWire {
         }
     }
 
+    /// The detector memory, or `None` when a field is out of range or not finite (the annotation can be
+    /// edited by anyone who may patch the TrainJob: a NaN best would keep a plateau from ever firing).
     fn to_state(&self, origin: Timestamp) -> Option<DetectorState> {
         let at = |t: Option<Num>| t.map(|t| add_seconds(origin, t.get())).map_or(Some(None), |t| t.map(Some));
+        let finite = |v: Option<Num>| v.map(Num::get).is_none_or(f64::is_finite);
+        let all_finite = match self {
+            StateWire::Plateau { b, .. } => b.as_ref().is_none_or(|(v, _, _)| v.get().is_finite()),
+            StateWire::Overtraining { bt, bv, .. } => finite(*bt) && finite(*bv),
+        };
+        if !all_finite {
+            return None;
+        }
         Some(match self {
             StateWire::Plateau { n, f, l, b } => DetectorState::Plateau(PlateauState {
                 samples: *n,
@@ -288,6 +298,13 @@ impl Evaluator {
         if self.jobs.get(key).and_then(|j| j.data.as_ref()).is_some_and(|d| d.series.samples > 0) {
             return Err(HistoryRefused::AlreadyHasHistory);
         }
+        // What this controller writes is at most MAX_CHECKPOINT_BYTES; a much longer annotation is not one.
+        if text.len() > 2 * MAX_CHECKPOINT_BYTES {
+            return Err(HistoryRefused::Unreadable(format!(
+                "{} bytes, more than a checkpoint can be ({MAX_CHECKPOINT_BYTES})",
+                text.len()
+            )));
+        }
         let header: Header =
             serde_json::from_str(text).map_err(|e| HistoryRefused::Unreadable(e.to_string()))?;
         if header.v != CHECKPOINT_VERSION {
@@ -303,7 +320,10 @@ impl Evaluator {
         let first_seen = add_seconds(origin, wire.first_seen.get()).ok_or_else(|| unreadable("firstSeen"))?;
         let mut states = Vec::new();
         for d in &wire.detectors {
-            states.push((d, d.state.to_state(origin).ok_or_else(|| unreadable("a detector time"))?));
+            states.push((
+                d,
+                d.state.to_state(origin).ok_or_else(|| unreadable("a detector memory's time or value"))?,
+            ));
         }
         let restored_samples = series.samples;
         let metrics = series.metric_names().count();

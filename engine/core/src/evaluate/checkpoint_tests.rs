@@ -234,6 +234,20 @@ fn what_cannot_be_trusted_is_refused_with_a_reason() {
         Err(HistoryRefused::Unreadable(_))
     ));
     assert!(after.job(&key()).is_none() || after.job(&key()).unwrap().series.samples == 0);
+    // A planted NaN best (anyone who may patch the TrainJob can edit the annotation) would keep the plateau
+    // from ever firing: refused.
+    let at = text.find("\"b\":[\"").expect("the plateau's reference best in the checkpoint") + 6;
+    let end = at + text[at..].find('"').expect("its end");
+    let nan = format!("{}NaN{}", &text[..at], &text[end..]);
+    assert!(matches!(
+        evaluator(&yaml).restore_history(&key(), &nan, UID, t(3000)),
+        Err(HistoryRefused::Unreadable(m)) if m.contains("detector memory")
+    ));
+    let huge = format!("{text}{}", " ".repeat(3 * crate::evaluate::MAX_CHECKPOINT_BYTES));
+    assert!(matches!(
+        evaluator(&yaml).restore_history(&key(), &huge, UID, t(3000)),
+        Err(HistoryRefused::Unreadable(_))
+    ));
     // A job with history of its own in this run keeps it.
     assert_eq!(ev.restore_history(&key(), &text, UID, t(3000)), Err(HistoryRefused::AlreadyHasHistory));
 }

@@ -17,11 +17,12 @@
 //! and `trainwarden test` (the stream's clock) share this exact code path. Callers drive time with
 //! [`Evaluator::tick`] at [`Evaluator::next_tick`]; the replay driver does so between samples, which is how a
 //! stall fires with no new sample arriving. `next_tick` is exact: each job carries one timer, the earliest of
-//! its pending rules' `for`, its firing rules' `keepFiringFor` and its time-driven detectors' deadlines
-//! ([`crate::judge::detectors::Detector::wake_at`], also for `stalled()` inside a script), so such rules fire on the second they are
-//! due. The `eval_interval` rounds re-evaluate only jobs of policies that read the clock
-//! ([`CompiledPolicy::reads_the_clock`]: a script that calls `hour()`, `eta_exceeds`), so idle time costs
-//! nothing for the rest.
+//! its pending rules' `for`, its firing rules' `keepFiringFor`, its time-driven detectors' deadlines
+//! ([`crate::judge::detectors::Detector::wake_at`], also for `stalled()` inside a script) and the instants
+//! its compiled conditions' comparisons may change (`runtime() > 86400.0`), in every rule state, so such
+//! rules fire and resolve on the second they are due. The `eval_interval` rounds re-evaluate only jobs of policies that read the clock
+//! in a way no wake announces ([`CompiledPolicy::reads_the_clock`]: a product of two clocks, or a script of
+//! a shape that is not compiled and calls `hour()`), so idle time costs nothing for the rest.
 
 mod checkpoint;
 mod event;
@@ -255,7 +256,7 @@ impl Evaluator {
     /// history so a policy edit does not re-issue actions the cooldown would suppress. Rules that no longer
     /// exist resolve.
     pub fn upsert_policy(&mut self, policy: CompiledPolicy, now: Timestamp, out: &mut Vec<Event>) {
-        let reads_the_clock = policy.reads_the_clock();
+        let reads_the_clock = policy.reads_the_clock_when(self.scripts.native_conditions());
         let slot = PolicySlot { policy, next_calendar_change: None, active: None, reads_the_clock };
         match self.find_policy(&slot.policy.reference) {
             Some(index) => {

@@ -80,7 +80,8 @@ impl Evaluator {
     }
 
     /// Recomputes a job's timer after an evaluation: the earliest of its pending rules' `for`, its firing
-    /// rules' `keepFiringFor`, and its time-driven detectors' deadlines.
+    /// rules' `keepFiringFor`, and, in every rule state, its detectors' and scripts' wakes (when time alone
+    /// may change their answer).
     pub(super) fn rearm(&mut self, key: &JobKey, now: Timestamp) {
         let Some(entry) = self.jobs.get_mut(key) else { return };
         let mut wake: Option<Timestamp> = None;

@@ -123,16 +123,27 @@ pub struct CompiledScript {
     ast: rhai::AST,
     uses_labels: bool,
     uses_annotations: bool,
-    reads_the_clock: bool,
+    /// What the AST shows (see `check::reads_the_clock`), for when the condition runs in Rhai.
+    reads_the_clock_in_rhai: bool,
     /// The condition compiled to native code, when it has one of the shapes [`native`] knows.
     native: Option<Arc<native::Condition>>,
 }
 
 impl CompiledScript {
-    /// Whether time alone may change its answer in a way no wake announces (it calls `hour()`,
-    /// `runtime()`, …): only then does the evaluator re-run it every `eval_interval`.
+    /// Whether time alone may change its answer in a way no wake announces: only then does the evaluator
+    /// re-run it every `eval_interval`. Compiled, it announces its wakes unless it multiplies clocks; run
+    /// in Rhai, any call of `hour()`, `runtime()`, … reads the clock.
     pub fn reads_the_clock(&self) -> bool {
-        self.reads_the_clock
+        self.reads_the_clock_when(true)
+    }
+
+    /// [`CompiledScript::reads_the_clock`] for an engine that runs compiled conditions natively or not
+    /// ([`ScriptEngine::set_native_conditions`]).
+    pub fn reads_the_clock_when(&self, native_conditions: bool) -> bool {
+        match &self.native {
+            Some(n) if native_conditions => n.reads_the_clock(),
+            _ => self.reads_the_clock_in_rhai,
+        }
     }
 }
 
@@ -211,6 +222,11 @@ impl ScriptEngine {
         self.native_conditions = on;
     }
 
+    /// See [`ScriptEngine::set_native_conditions`].
+    pub fn native_conditions(&self) -> bool {
+        self.native_conditions
+    }
+
     /// The limits scripts run under.
     pub fn limits(&self) -> &Limits {
         &self.limits
@@ -252,10 +268,7 @@ impl ScriptEngine {
             rule: rule.to_string(),
             uses_labels: source.contains("labels"),
             uses_annotations: source.contains("annotations"),
-            reads_the_clock: match &native {
-                Some(n) => n.reads_the_clock(),
-                None => check::reads_the_clock(&ast),
-            },
+            reads_the_clock_in_rhai: check::reads_the_clock(&ast),
             native,
             ast,
         })

@@ -85,22 +85,22 @@ enum Op {
     Div,
 }
 
-type S = ImmutableString;
+type Str = ImmutableString;
 
 /// A host function call with constant arguments.
 #[derive(Clone, Debug)]
 enum Host {
-    Metric(S),
-    Best(S),
-    BestIn(S, S),
-    WindowMean(S, i64),
-    WindowMin(S, i64),
-    WindowMax(S, i64),
-    WindowStd(S, i64),
-    Slope(S, i64),
-    Ema(S),
-    Count(S),
-    SinceImprovement(S),
+    Metric(Str),
+    Best(Str),
+    BestIn(Str, Str),
+    WindowMean(Str, i64),
+    WindowMin(Str, i64),
+    WindowMax(Str, i64),
+    WindowStd(Str, i64),
+    Slope(Str, i64),
+    Ema(Str),
+    Count(Str),
+    SinceImprovement(Str),
     Progress,
     Eta,
     Step,
@@ -109,31 +109,31 @@ enum Host {
     Runtime,
     Silence,
     Now,
-    Duration(S),
+    Duration(Str),
     Gpus,
     GpuHours,
     Cost,
     Phase,
-    Label(S),
-    Annotation(S),
+    Label(Str),
+    Annotation(Str),
     Weekday,
     Hour,
     Minute,
-    NonFinite(S),
-    Stalled(S),
-    EtaAfter(S),
-    EtaExceeds(S),
-    Diverging(S, f64),
-    DivergingFactor(S, f64),
-    PlateauSamples(S, i64),
-    PlateauSamplesBy(S, i64, f64),
-    PlateauTime(S, S),
-    PlateauTimeBy(S, S, f64),
+    NonFinite(Str),
+    Stalled(Str),
+    EtaAfter(Str),
+    EtaExceeds(Str),
+    Diverging(Str, f64),
+    DivergingFactor(Str, f64),
+    PlateauSamples(Str, i64),
+    PlateauSamplesBy(Str, i64, f64),
+    PlateauTime(Str, Str),
+    PlateauTimeBy(Str, Str, f64),
 }
 
 /// A constant argument.
 enum Arg<'a> {
-    Text(&'a S),
+    Text(&'a Str),
     Int(i64),
     Float(f64),
 }
@@ -141,7 +141,7 @@ enum Arg<'a> {
 impl Host {
     fn of(name: &str, args: &[Arg<'_>]) -> Option<Host> {
         use Arg::{Float as F, Int as I, Text as T};
-        let t = |s: &S| s.clone();
+        let t = |s: &Str| s.clone();
         Some(match (name, args) {
             ("metric", [T(m)]) => Host::Metric(t(m)),
             ("best", [T(m)]) => Host::Best(t(m)),
@@ -285,11 +285,12 @@ impl Host {
                 let price = with_frame(|f| f.env.gpu_hour_cost.unwrap_or(f64::NAN))?;
                 per_hour_of_runtime(gpus * price / 3600.0)
             }
-            Host::Silence | Host::Now | Host::SinceImprovement(_) => {
+            Host::Silence | Host::SinceImprovement(_) => {
                 Ok(if value.as_f64().is_finite() { Motion::slope(1.0) } else { Motion::FIXED })
             }
-            // Every time zone's offset is a whole number of quarter hours: the local hour and weekday change
-            // only on a UTC quarter hour, the minute on a UTC minute.
+            // Every modern time zone's offset is a whole number of quarter hours (local mean times before
+            // 1900 aside): the local hour and weekday change only on a UTC quarter hour, the minute on a UTC
+            // minute.
             Host::Weekday | Host::Hour => Ok(Motion { step: next_multiple(now, 900), ..Motion::FIXED }),
             Host::Minute => Ok(Motion { step: next_multiple(now, 60), ..Motion::FIXED }),
             _ => Ok(Motion::FIXED),
@@ -519,7 +520,7 @@ fn operator(name: &str, args: &[Expr]) -> Option<(Node, Ty)> {
 // ---- evaluating ---------------------------------------------------------------------------------------
 
 impl Condition {
-    /// See the field.
+    /// Whether some comparison moves with time in a way the wake cannot follow (see the field).
     pub(super) fn reads_the_clock(&self) -> bool {
         self.reads_the_clock
     }

@@ -107,8 +107,13 @@ impl CompiledPolicy {
     /// clock (`hour()`, `runtime()`, …: `CompiledScript::reads_the_clock`) or a detector that does
     /// (`Detector::reads_the_clock`). Only such policies need the evaluator's `eval_interval` rounds.
     pub fn reads_the_clock(&self) -> bool {
+        self.reads_the_clock_when(true)
+    }
+
+    /// [`CompiledPolicy::reads_the_clock`] for an engine that runs compiled conditions natively or not.
+    pub fn reads_the_clock_when(&self, native_conditions: bool) -> bool {
         self.rules.iter().any(|r| {
-            r.script.as_ref().is_some_and(CompiledScript::reads_the_clock)
+            r.script.as_ref().is_some_and(|s| s.reads_the_clock_when(native_conditions))
                 || r.detector.as_ref().is_some_and(|d| d.reads_the_clock())
         })
     }
