@@ -107,9 +107,15 @@ impl HistoryBook {
             .in_flight
             .get(job)
             .is_some_and(|(_, sent)| now.duration_since(*sent).as_secs_f64() < IN_FLIGHT_FOR.as_secs_f64());
-        if waiting
-            || !self.may_write(job, now)
-            || self.stored.get(job).is_some_and(|s| s.content == checkpoint.content)
+        if waiting {
+            // A change made while the last write is in flight: tried again once that one is answered (a
+            // job that goes quiet now sends no sample that would).
+            if self.in_flight.get(job).is_some_and(|(c, _)| *c != checkpoint.content) {
+                self.retry_at(job, now, DEFERRED_FOR);
+            }
+            return Due::Later;
+        }
+        if !self.may_write(job, now) || self.stored.get(job).is_some_and(|s| s.content == checkpoint.content)
         {
             return Due::Later;
         }
@@ -264,6 +270,12 @@ mod tests {
         book.note_uid(&job, "u1");
         assert_eq!(book.due(&job, &checkpoint(1), t(0)), Due::Write);
         assert_eq!(book.due(&job, &checkpoint(2), t(10)), Due::Later, "one write in flight at a time");
+        assert_eq!(
+            book.next_retry(),
+            Some(t(11)),
+            "the newer content is tried again once that one is answered"
+        );
+        book.retries_due(t(11));
         book.saved(&job, 1, t(0), false, t(1));
         assert_eq!(book.next_retry(), Some(t(31)));
         assert!(book.retries_due(t(30)).is_empty());
