@@ -12,7 +12,7 @@ use std::time::Instant;
 use trainwarden_core::JobKey;
 use trainwarden_core::parse_line;
 use trainwarden_core::replay::Replay;
-use trainwarden_core::{EngineConfig, Evaluator};
+use trainwarden_core::{CompiledPolicy, EngineConfig, Evaluator};
 use trainwarden_core::{compile, parse_documents};
 
 /// The system allocator, counting calls (allocations and reallocations).
@@ -110,6 +110,18 @@ fn best_of<F: FnMut() -> usize>(runs: usize, mut f: F) -> f64 {
         .fold(f64::INFINITY, f64::min)
 }
 
+/// Every line through a replay of `policy`.
+fn replay_all(lines: &[String], policy: CompiledPolicy, config: EngineConfig) -> Replay {
+    let mut replay = Replay::new(vec![policy], config);
+    let mut previous = None;
+    for (i, line) in lines.iter().enumerate() {
+        let record = parse_line(line, "bench", i + 1, previous).expect("valid line");
+        previous = Some(record.time());
+        replay.feed(record);
+    }
+    replay
+}
+
 fn main() {
     let (jobs, per_job) = (200, 1_000);
     let lines = stream(jobs, per_job);
@@ -152,13 +164,7 @@ fn main() {
     let mut last_replay = None;
     let full = best_of(5, || {
         let policy = compile(&docs[0], engine.scripts()).expect("compiles");
-        let mut replay = Replay::new(vec![policy], EngineConfig::default());
-        let mut previous = None;
-        for (i, line) in lines.iter().enumerate() {
-            let record = parse_line(line, "bench", i + 1, previous).expect("valid line");
-            previous = Some(record.time());
-            replay.feed(record);
-        }
+        let replay = replay_all(&lines, policy, EngineConfig::default());
         let events = replay.events.len();
         last_replay = Some(replay);
         events
@@ -170,13 +176,7 @@ fn main() {
     let mut rhai_replay = None;
     let full_rhai = best_of(5, || {
         let policy = compile(&docs[0], engine.scripts()).expect("compiles");
-        let mut replay = Replay::new(vec![policy], rhai_only.clone());
-        let mut previous = None;
-        for (i, line) in lines.iter().enumerate() {
-            let record = parse_line(line, "bench", i + 1, previous).expect("valid line");
-            previous = Some(record.time());
-            replay.feed(record);
-        }
+        let replay = replay_all(&lines, policy, rhai_only.clone());
         let events = replay.events.len();
         rhai_replay = Some(replay);
         events
@@ -185,16 +185,8 @@ fn main() {
     assert_eq!(rhai_replay.summary, replay.summary, "native and Rhai conditions decide the same");
     assert_eq!(rhai_replay.events.len(), replay.events.len());
     let policy = compile(&docs[0], engine.scripts()).expect("compiles");
-    let (_, full_allocations) = allocations(|| {
-        let mut replay = Replay::new(vec![policy], EngineConfig::default());
-        let mut previous = None;
-        for (i, line) in lines.iter().enumerate() {
-            let record = parse_line(line, "bench", i + 1, previous).expect("valid line");
-            previous = Some(record.time());
-            replay.feed(record);
-        }
-        black_box(replay.events.len())
-    });
+    let (_, full_allocations) =
+        allocations(|| black_box(replay_all(&lines, policy, EngineConfig::default()).events.len()));
     assert_eq!(replay.summary.records as usize, lines.len());
     assert_eq!(replay.summary.rule_errors, 0, "the rules must evaluate cleanly");
 

@@ -752,6 +752,22 @@ mod tests {
         Input::Policy(Box::new(PolicyInput { key: key(), generation: 1, document: Ok(doc), status }))
     }
 
+    /// A TrainJob `namespace/name` whose `status.trainerStatus` is `status`, updated at `at`, as watched.
+    fn trainer_status(namespace: &str, name: &str, at: Timestamp, mut status: serde_json::Value) -> Input {
+        status["lastUpdatedTime"] = serde_json::json!(at.to_string());
+        let obj = serde_json::json!({
+            "metadata": {"name": name, "namespace": namespace},
+            "status": {"trainerStatus": status},
+        });
+        let snapshot = trainwarden_core::from_trainjob(&obj).unwrap();
+        Input::Job(Box::new(JobInput {
+            key: snapshot.key.clone(),
+            snapshot: Ok(snapshot),
+            exempt: false,
+            uid: None,
+        }))
+    }
+
     pub(super) fn job_reporting(loss: f64, at: Timestamp) -> Input {
         let mut snapshot = JobSnapshot::new(JobKey::new("ml", "ft"));
         snapshot.created_at = Some(t(-60));
@@ -785,20 +801,7 @@ mod tests {
     /// must not go unnoticed either: one warning Event per job and key, a counter by source.
     #[test]
     fn unknown_progress_fields_are_surfaced_once_per_job_and_key() {
-        let job = |name: &str, at: i64, mut status: serde_json::Value| {
-            status["lastUpdatedTime"] = serde_json::json!(t(at).to_string());
-            let obj = serde_json::json!({
-                "metadata": {"name": name, "namespace": "ml"},
-                "status": {"trainerStatus": status},
-            });
-            let snapshot = trainwarden_core::from_trainjob(&obj).unwrap();
-            Input::Job(Box::new(JobInput {
-                key: snapshot.key.clone(),
-                snapshot: Ok(snapshot),
-                exempt: false,
-                uid: None,
-            }))
-        };
+        let job = |name: &str, at: i64, status: serde_json::Value| trainer_status("ml", name, t(at), status);
         let events = |brain: &mut Brain| -> Vec<String> {
             brain
                 .work
@@ -847,19 +850,8 @@ mod tests {
 
     #[test]
     fn a_policy_whose_jobs_report_unknown_progress_fields_says_so_in_its_status() {
-        let job = |namespace: &str, name: &str, mut status: serde_json::Value| {
-            status["lastUpdatedTime"] = serde_json::json!(t(1).to_string());
-            let obj = serde_json::json!({
-                "metadata": {"name": name, "namespace": namespace},
-                "status": {"trainerStatus": status},
-            });
-            let snapshot = trainwarden_core::from_trainjob(&obj).unwrap();
-            Input::Job(Box::new(JobInput {
-                key: snapshot.key.clone(),
-                snapshot: Ok(snapshot),
-                exempt: false,
-                uid: None,
-            }))
+        let job = |namespace: &str, name: &str, status: serde_json::Value| {
+            trainer_status(namespace, name, t(1), status)
         };
         let understood = |b: &mut Brain, at| {
             let status = b.status_of(&key(), at);

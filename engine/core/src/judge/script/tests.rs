@@ -19,28 +19,7 @@ fn eval(engine: &ScriptEngine, src: &str) -> Result<ScriptOutcome, ScriptError> 
 }
 
 fn eval_value(engine: &ScriptEngine, src: &str) -> String {
-    let script = engine.compile("doc", src).unwrap_or_else(|e| panic!("{src}: {e}"));
-    let (job, env, now) = doc_fixture();
-    let mut slot = Some(job);
-    let labels = slot.as_ref().map(|j| j.snapshot.labels.clone()).unwrap_or_default();
-    let annotations = BTreeMap::new();
-    let mut scope = engine.scope(&labels, &annotations, (true, true));
-    FRAME.with(|c| {
-        *c.borrow_mut() = Some(Frame {
-            job: slot.take().unwrap(),
-            env,
-            now,
-            deadline: Instant::now() + std::time::Duration::from_secs(1),
-            evidence: Vec::new(),
-            wake: None,
-        });
-    });
-    let v = engine.engine.eval_ast_with_scope::<Dynamic>(&mut scope, &script.ast);
-    FRAME.with(|c| c.borrow_mut().take());
-    match v {
-        Ok(v) => v.to_string(),
-        Err(e) => panic!("{src}: {e}"),
-    }
+    eval_later(engine, src, 0).0
 }
 
 #[test]
