@@ -13,8 +13,10 @@ Input formats (column `format` of SOURCES.tsv):
   trainer_state  a Hugging Face transformers `trainer_state.json` (or a trimmed copy of one that keeps the
                  top-level keys and, of `log_history`, the entries and keys listed in SOURCES.tsv `notes`).
   csv            a PyTorch Lightning `metrics.csv` (CSVLogger): columns step, epoch, and metric columns;
-                 the columns named in SOURCES.tsv `metric_map` are renamed (e.g. train_loss->loss,
-                 val_loss->eval_loss).
+                 the columns named in SOURCES.tsv `metric_map` are renamed (e.g. train_loss_step->loss,
+                 val_loss->eval_loss); an `epoch_time` column (seconds per epoch) is not a metric: its
+                 values are summed into the run's train_runtime. Lightning has no max_steps in the log:
+                 total_steps is the last logged step unless SOURCES.tsv gives one.
 
 What is RECORDED (copied from the raw log, value for value):
   loss, eval_loss (and any other eval_* / train_* number of the log entries kept), grad_norm,
@@ -48,6 +50,7 @@ import datetime
 import json
 import math
 import os
+import re
 import sys
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -58,6 +61,18 @@ SKIP_KEYS = {"step", "total_flos", "num_input_tokens_seen"}
 
 def ts(t):
     return t.strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+LABEL_VALUE = re.compile(r"^(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?$")
+
+
+def label_value(text):
+    """A Kubernetes label value (<= 63 chars of [A-Za-z0-9_.-], alphanumeric at both ends) from free text:
+    the part before any '(' with every other character turned into '-'."""
+    v = re.sub(r"[^A-Za-z0-9_.-]+", "-", text.split("(")[0].strip())[:63].strip("-_.")
+    if not LABEL_VALUE.match(v):
+        raise SystemExit(f"not a valid label value: {v!r}")
+    return v
 
 
 def sval(v):
@@ -107,17 +122,21 @@ def num(s):
 def load_csv(path, metric_map):
     mapping = dict(kv.split("->") for kv in metric_map.split(",") if kv)
     entries = []
+    runtime = None
     with open(path, newline="", encoding="utf-8") as f:
         for row in csv.DictReader(f):
             e = {}
             for k, v in row.items():
                 if v is None or v.strip() == "":
                     continue
+                if k == "epoch_time":  # Lightning's per-epoch wall time: summed into the run's runtime
+                    runtime = (runtime or 0.0) + float(v)
+                    continue
                 e[mapping.get(k, k)] = num(v)
             if "step" in e:
                 e["step"] = int(e["step"])
                 entries.append(e)
-    return {"entries": entries, "max_steps": None, "global_step": None, "train_runtime": None}
+    return {"entries": entries, "max_steps": None, "global_step": None, "train_runtime": runtime}
 
 
 def convert(row, index, namespace):
@@ -168,8 +187,8 @@ def convert(row, index, namespace):
         "phase": "Running",
         "labels": {
             "team": "corpus",
-            "trainwarden.dev/corpus-source": row["source_label"],
-            "trainwarden.dev/corpus-kind": row["kind"].split(",")[0].strip(),
+            "trainwarden.dev/corpus-source": label_value(row["source_label"]),
+            "trainwarden.dev/corpus-kind": label_value(row["kind"].split(",")[0]),
             "trainwarden.dev/weekend-safe": "true",
         },
         "gpus": float(row["gpus"]) if "." in row["gpus"] else int(row["gpus"]),
