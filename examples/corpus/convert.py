@@ -4,8 +4,10 @@
 Usage:
     python3 examples/corpus/convert.py          # (re)write every <name>.jsonl listed in SOURCES.tsv
     python3 examples/corpus/convert.py --check  # exit 1 if a committed stream differs from what it would write
-    python3 examples/corpus/convert.py --namespace default  # same streams with jobs in another namespace,
-                                                            # written to stdout-named files under --out DIR
+    python3 examples/corpus/convert.py --namespace default --out DIR  # the same streams with the jobs in
+                                                       # another namespace (see README: the catalog
+                                                       # ProgressPolicies only judge their own namespace)
+    python3 examples/corpus/convert.py --table  # print the README's table of runs
 
 Python 3 standard library only; deterministic (no clock, no randomness, no dict-order surprises).
 
@@ -244,13 +246,47 @@ def convert(row, index, namespace):
     return "".join(json.dumps(l, separators=(",", ":"), allow_nan=False) + "\n" for l in lines)
 
 
+def table(rows):
+    """The README's table of runs, in markdown, from SOURCES.tsv and the streams as convert() writes them."""
+    out = [
+        "| # | run | kind | source (repository, path, commit) | train logs / evals | stream span | s/step |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for i, row in enumerate(rows):
+        text = convert(row, i, "corpus")
+        lines = [json.loads(l) for l in text.splitlines()]
+        t0 = datetime.datetime.strptime(lines[0]["time"], "%Y-%m-%dT%H:%M:%SZ")
+        t1 = datetime.datetime.strptime(lines[-1]["time"], "%Y-%m-%dT%H:%M:%SZ")
+        span = t1 - t0
+        h, rem = divmod(int(span.total_seconds()), 3600)
+        raw = os.path.join(HERE, "raw", row["raw"])
+        if row["format"] == "trainer_state":
+            entries = load_trainer_state(raw)["entries"]
+        else:
+            entries = load_csv(raw, row.get("metric_map", ""))["entries"]
+        n_train = sum(1 for e in entries if "loss" in e)
+        n_eval = sum(1 for e in entries if "eval_loss" in e)
+        sps = row["seconds_per_step"]
+        sps = "real (train_runtime)" if sps == "runtime" else f"{sps} (assumed)"
+        commit = row["commit"][:10] if row["commit"] else "-"
+        src = f"[{row['repo']}](https://github.com/{row['repo']}) `{row['path']}` @{commit}"
+        out.append(
+            f"| {i} | `{row['name']}` | {row['kind']} | {src} | {n_train} / {n_eval} | {h}h{rem // 60:02d}m | {sps} |"
+        )
+    return "\n".join(out)
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--check", action="store_true", help="exit 1 if a committed stream differs")
     ap.add_argument("--namespace", default="corpus", help="namespace of the jobs (default: corpus)")
     ap.add_argument("--out", default=HERE, help="where to write the streams (default: next to this file)")
+    ap.add_argument("--table", action="store_true", help="print the README's table of runs and exit")
     args = ap.parse_args()
     rows = read_sources()
+    if args.table:
+        print(table(rows))
+        return
     names = [r["name"] for r in rows]
     if len(set(names)) != len(names):
         raise SystemExit("duplicate run names in SOURCES.tsv")
