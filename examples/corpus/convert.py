@@ -39,7 +39,12 @@ What is DERIVED (not in the raw log):
     (so after the first evaluation every line carries the last eval_loss).
   * one line per logged step: log entries with the same step (a train log and an eval log) are merged into
     one report. Entries whose step is lower than an earlier entry's (a resumed run re-logging) are dropped.
+  * no reports between logged steps (a live callback also reports progress in between): a long logging
+    interval is a long silence in the stream, which a stall rule reads as a hang.
   * gpus: column gpus of SOURCES.tsv (from the source when it says, else 1; see gpus_from).
+  * labels: team=corpus, trainwarden.dev/corpus-source (column source_label), trainwarden.dev/corpus-kind
+    (the first kind of column kind), trainwarden.dev/weekend-safe=true; values are made valid Kubernetes
+    label values and checked.
   * the first line (phase Running, labels, gpus, progress 0 with total_steps), a final report with
     progressPercentage 100 at start + train_runtime (or the last step's time), and a last line
     phase Complete: every corpus run ran to its end (some were ended by their own EarlyStoppingCallback or
