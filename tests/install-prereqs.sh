@@ -4,7 +4,8 @@
 set -euo pipefail
 
 need_apt=()
-for tool in openssl:openssl curl:curl python3:python3 flock:util-linux; do
+# chromium: the backtest's HTML report is checked in a real headless browser (engine/cli/tests/backtest.rs).
+for tool in openssl:openssl curl:curl python3:python3 flock:util-linux chromium:chromium; do
   command -v "${tool%%:*}" >/dev/null 2>&1 || need_apt+=("${tool##*:}")
 done
 # Debian splits `python3 -m venv` (used by tests/python/setup-venv.sh) into python3-venv.

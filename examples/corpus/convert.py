@@ -4,7 +4,7 @@
 Usage:
     python3 examples/corpus/convert.py          # (re)write every <name>.jsonl listed in SOURCES.tsv
     python3 examples/corpus/convert.py --check  # exit 1 if a committed stream differs from what it would write
-    python3 examples/corpus/convert.py --namespace default --out DIR  # the same streams with the jobs in
+    python3 examples/corpus/convert.py --namespace NS --out DIR  # the same streams with the jobs in
                                                        # another namespace (see README: the catalog
                                                        # ProgressPolicies only judge their own namespace)
     python3 examples/corpus/convert.py --table  # print the README's table of runs
@@ -28,7 +28,8 @@ What is RECORDED (copied from the raw log, value for value):
 
 What is DERIVED (not in the raw log):
   * wall-clock time. A trainer_state.json has no per-entry time. Each run gets a start time
-    2026-10-01T00:00:00Z + i hours (i = its row in SOURCES.tsv, from 0) and a constant number of seconds per
+    2026-10-02T16:30:00Z (Friday 18:30 in Europe/Rome, CEST) + i x 10 minutes (i = its row in SOURCES.tsv,
+    from 0) -- every run queued on a Friday evening, the case the weekend-safe policy is for -- and a constant number of seconds per
     step: `runtime` in SOURCES.tsv = train_runtime / global_step of the log (the real average, evaluations
     included); a number = a documented assumption for logs without train_runtime. A line's time is
     start + round(step * seconds_per_step) seconds.
@@ -61,7 +62,7 @@ import re
 import sys
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-EPOCH0 = datetime.datetime(2026, 10, 1, 0, 0, 0, tzinfo=datetime.timezone.utc)
+EPOCH0 = datetime.datetime(2026, 10, 2, 16, 30, 0, tzinfo=datetime.timezone.utc)
 # Keys of a log entry that are not metrics, or that the engine does not need on every line.
 SKIP_KEYS = {"step", "total_flos", "num_input_tokens_seen"}
 
@@ -183,7 +184,7 @@ def convert(row, index, namespace):
         sps = log["train_runtime"] / global_step
     else:
         sps = float(row["seconds_per_step"])
-    start = EPOCH0 + datetime.timedelta(hours=index)
+    start = EPOCH0 + datetime.timedelta(minutes=10 * index)
     job = f"{namespace}/{row['name']}"
     at = lambda step: start + datetime.timedelta(seconds=round(step * sps))
 
@@ -284,7 +285,7 @@ def table(rows):
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--check", action="store_true", help="exit 1 if a committed stream differs")
-    ap.add_argument("--namespace", default="corpus", help="namespace of the jobs (default: corpus)")
+    ap.add_argument("--namespace", default="default", help="namespace of the jobs (default: default)")
     ap.add_argument("--out", default=HERE, help="where to write the streams (default: next to this file)")
     ap.add_argument("--table", action="store_true", help="print the README's table of runs and exit")
     args = ap.parse_args()

@@ -59,7 +59,11 @@ impl FileSource for Dir {
 
 /// Files under `path` that `wanted` takes by name: the path itself if it is a file, else every such file
 /// below the directory, in name order. Links into directories are not followed ([`is_real_dir`]).
-fn collect_files(path: &Path, wanted: fn(&str) -> bool, out: &mut Vec<PathBuf>) -> Result<(), String> {
+pub(crate) fn collect_files(
+    path: &Path,
+    wanted: fn(&str) -> bool,
+    out: &mut Vec<PathBuf>,
+) -> Result<(), String> {
     if path.is_dir() {
         let mut entries: Vec<PathBuf> = std::fs::read_dir(path)
             .map_err(|e| format!("{}: {e}", path.display()))?

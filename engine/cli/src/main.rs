@@ -6,6 +6,7 @@ use std::process::ExitCode;
 
 use clap::{Parser, Subcommand, ValueEnum};
 
+mod backtest;
 mod commands;
 mod controller;
 mod crd;
@@ -57,6 +58,14 @@ enum Command {
         #[arg(long, value_name = "DIR", requires = "notify")]
         secrets_dir: Option<PathBuf>,
     },
+    /// What enforcing policies would have saved on a corpus of complete recorded runs, and which good runs
+    /// they would have killed (false stops), with parameter sweeps and an HTML report.
+    ///
+    /// Examples:
+    ///   trainwarden backtest policies/plateau.yaml examples/corpus/
+    ///   trainwarden backtest policies/plateau.yaml examples/corpus/ --set rules[loss-plateau].with.window=1h,2h,4h --html report.html
+    #[command(verbatim_doc_comment)]
+    Backtest(backtest::BacktestArgs),
     /// Run policy test files (*.test.yaml); directories are searched recursively. Default: policies/.
     Test { paths: Vec<PathBuf> },
     /// Validate policy files (directories are searched for *.yaml, test files excepted) and report every
@@ -127,6 +136,7 @@ fn main() -> ExitCode {
             commands::test(&paths)
         }
         Command::Validate { files } => commands::validate(&files),
+        Command::Backtest(args) => backtest::backtest(&args),
         Command::Detectors => {
             commands::detectors();
             Ok(true)

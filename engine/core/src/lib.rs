@@ -8,13 +8,13 @@
 //! judge/     built-in detectors and Rhai conditions: does a rule's condition hold for a job now?
 //! evaluate/  the Evaluator: firing lifecycle, timers, rule memories, savings → events and action intents
 //! policy/    the CRD spec types, validation and compilation, notification receivers and templates
-//! drive/     replay of recorded streams and `trainwarden test` rule tests (with the series notation)
+//! drive/     replay of recorded streams, backtests on complete runs, `trainwarden test` rule tests
 //! units/     durations, windows and warmups, calendars (active windows in a time zone)
 //! time.rs    instants, spans and how they print
 //! ```
 //!
-//! Modules are private; what consumers use is re-exported here, plus two driver modules ([`replay`],
-//! [`rule_test`]) whose functions are used by name.
+//! Modules are private; what consumers use is re-exported here, plus three driver modules ([`replay`],
+//! [`backtest`], [`rule_test`]) whose functions are used by name.
 //!
 //! Nothing here talks to Kubernetes, starts a runtime, reads a file or a clock: time is an argument. The one
 //! exception is the wall-clock deadline that stops a runaway Rhai script ([`Limits::deadline`]); it only
@@ -35,7 +35,7 @@ mod units;
 #[cfg(test)]
 mod robustness_tests;
 
-pub use drive::{replay, rule_test};
+pub use drive::{backtest, replay, rule_test};
 pub use error::{FieldError, FieldErrors, MAX_ECHOED_TOKEN, Position, clip_tokens};
 pub use evaluate::{
     ActionIntent, CHECKPOINT_VERSION, EngineConfig, Evaluator, Event, HistoryCheckpoint, HistoryRefused,
@@ -44,7 +44,7 @@ pub use evaluate::{
 };
 pub use history::job::JobData;
 pub use history::job_series::JobSeries;
-pub use history::metric_series::MetricSeries;
+pub use history::metric_series::{Direction, MetricSeries};
 pub use input::merge::{LateRecord, Merge, MergeError, StreamLines};
 pub use input::sample::{JobKey, JobPhase, JobSnapshot, Metric, ProgressSample, SampleSource};
 pub use input::stream::{RecordError, StreamRecord, parse_line, parse_stream};

@@ -1,0 +1,347 @@
+//! `trainwarden backtest` end to end on the shipped corpus (examples/corpus, real training curves): the
+//! figures add up and agree with the runs they come from, a sweep marks its Pareto front, and the HTML
+//! report renders in a real headless Chromium — its script runs without errors and a screenshot shows the
+//! curves. Without Chromium the browser test is skipped, except under `CI=true`, where it fails.
+
+use std::io::Read;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+use serde_json::Value;
+
+fn repo() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")
+}
+
+fn trainwarden(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_trainwarden")).args(args).current_dir(repo()).output().expect("runs")
+}
+
+fn ci() -> bool {
+    std::env::var("CI").is_ok_and(|v| v == "true" || v == "1")
+}
+
+fn temp_dir(name: &str) -> PathBuf {
+    let dir = std::env::temp_dir().join(format!("trainwarden-backtest-{name}-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    dir
+}
+
+const CORPUS: &str = "examples/corpus";
+const PLATEAU: &str = "policies/plateau.yaml";
+
+fn corpus_files() -> usize {
+    std::fs::read_dir(repo().join(CORPUS))
+        .unwrap()
+        .filter(|e| e.as_ref().unwrap().file_name().to_string_lossy().ends_with(".jsonl"))
+        .count()
+}
+
+fn json_report(args: &[&str]) -> Value {
+    let mut all = vec!["backtest", "--output", "json"];
+    all.extend_from_slice(args);
+    let out = trainwarden(&all);
+    assert!(
+        out.status.success(),
+        "{}\n{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let v: Value = serde_json::from_slice(&out.stdout).expect("one JSON object");
+    v["backtest"].clone()
+}
+
+fn ts(v: &Value) -> i64 {
+    v.as_str().unwrap().parse::<jiff::Timestamp>().unwrap().as_second()
+}
+
+#[test]
+fn the_plateau_policy_on_the_shipped_corpus_adds_up() {
+    let report = json_report(&[PLATEAU, CORPUS]);
+    let runs = report["runs"].as_array().unwrap();
+    assert_eq!(report["files"].as_u64().unwrap() as usize, corpus_files());
+    assert!(runs.len() >= 30, "the corpus has at least 30 runs, got {}", runs.len());
+    let policy = &report["candidates"][0]["policies"][0];
+    assert_eq!(policy["policy"], "default/plateau");
+    assert_eq!(
+        policy["runsSeen"].as_u64().unwrap() as usize,
+        runs.len(),
+        "the plateau policy selects every run"
+    );
+    let stops = policy["stops"].as_array().unwrap();
+    assert_eq!(policy["stopped"].as_u64().unwrap() as usize, stops.len());
+    let (mut saved, mut lost, mut false_stops) = (0.0, 0.0, 0);
+    for s in stops {
+        let run = &runs[s["run"].as_u64().unwrap() as usize];
+        assert_eq!(s["runName"], run["name"]);
+        // Saved = GPUs × (the run's real end − the stop), from the run's own record.
+        let hours = ((ts(&run["end"]) - ts(&s["at"])) as f64 / 3600.0).max(0.0);
+        let gpus = run["gpus"].as_f64().unwrap_or(0.0);
+        let g = s["gpuHoursSaved"].as_f64().unwrap();
+        assert!((g - hours * gpus).abs() < 0.01, "{s}");
+        saved += g;
+        // A false stop is one after which the target improved by more than 1 %.
+        let is_false = s["falseStop"].as_bool().unwrap();
+        if let (Some(b), Some(a)) = (s["bestBefore"].as_f64(), s["bestAfter"].as_f64()) {
+            assert_eq!(is_false, (b - a) / b.abs() > 0.01, "{s}");
+        }
+        if is_false {
+            false_stops += 1;
+            lost += g;
+        } else {
+            assert!(s["trouble"].is_string(), "a rightful stop says how the run had gone bad: {s}");
+        }
+    }
+    assert!((policy["gpuHoursSaved"].as_f64().unwrap() - saved).abs() < 1e-6);
+    assert!((policy["lostGpuHours"].as_f64().unwrap() - lost).abs() < 1e-6);
+    assert_eq!(policy["falseStops"].as_u64().unwrap(), false_stops);
+    assert!(false_stops >= 1, "the corpus has late improvers a 2 h plateau rule kills");
+    assert!(stops.len() > false_stops as usize, "and runs it rightly stops");
+
+    let text = trainwarden(&["backtest", PLATEAU, CORPUS]);
+    assert!(text.status.success());
+    let text = String::from_utf8_lossy(&text.stdout);
+    assert!(text.contains(&format!("runs seen {}, stopped {}", runs.len(), stops.len())), "{text}");
+    assert!(text.contains("FALSE STOP"), "{text}");
+}
+
+#[test]
+fn a_sweep_evaluates_every_setting_and_marks_the_pareto_front() {
+    let report = json_report(&[
+        PLATEAU,
+        CORPUS,
+        "--set",
+        "rules[loss-plateau].with.window=1h,2h,4h",
+        "--set",
+        "rules[loss-plateau].with.minDelta=0.001,0.01",
+    ]);
+    let candidates = report["candidates"].as_array().unwrap();
+    assert_eq!(candidates.len(), 6);
+    let points: Vec<(f64, u64, bool)> = candidates
+        .iter()
+        .map(|c| {
+            let p = &c["policies"][0];
+            (
+                p["gpuHoursSaved"].as_f64().unwrap(),
+                p["falseStops"].as_u64().unwrap(),
+                p["pareto"].as_bool().unwrap(),
+            )
+        })
+        .collect();
+    for &(s, f, front) in &points {
+        let dominated = points.iter().any(|&(s2, f2, _)| s2 >= s && f2 <= f && (s2 > s || f2 < f));
+        assert_eq!(front, !dominated, "{points:?}");
+    }
+    // A longer patience stops later: it cannot save more on the same runs.
+    let saved = |window: &str, delta: &str| {
+        candidates
+            .iter()
+            .find(|c| c["settings"][0]["value"] == window && c["settings"][1]["value"] == delta)
+            .map(|c| c["policies"][0]["gpuHoursSaved"].as_f64().unwrap())
+            .unwrap()
+    };
+    assert!(saved("1h", "0.01") >= saved("4h", "0.01"), "{points:?}");
+    assert_eq!(candidates[0]["settings"][0]["path"], "rules[loss-plateau].with.window");
+}
+
+#[test]
+fn a_set_value_the_policy_refuses_is_an_error_naming_it() {
+    let out =
+        trainwarden(&["backtest", PLATEAU, CORPUS, "--set", "rules[loss-plateau].with.window=2h,sometime"]);
+    assert_eq!(out.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("with --set rules[loss-plateau].with.window=sometime"), "{err}");
+}
+
+/// The first program of these on PATH.
+fn chromium() -> Option<PathBuf> {
+    let path = std::env::var_os("PATH")?;
+    for name in ["chromium", "chromium-browser", "google-chrome"] {
+        for dir in std::env::split_paths(&path) {
+            let p = dir.join(name);
+            if p.is_file() {
+                return Some(p);
+            }
+        }
+    }
+    None
+}
+
+/// Runs Chromium headless with `args` (the page last), killing it after a minute.
+fn headless(browser: &Path, args: &[&str], profile: &Path) -> Output {
+    let mut child = Command::new(browser)
+        .args(["--headless", "--no-sandbox", "--disable-gpu", "--no-first-run", "--hide-scrollbars"])
+        .arg(format!("--user-data-dir={}", profile.display()))
+        .args(["--enable-logging=stderr", "--v=0"])
+        .args(args)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("chromium starts");
+    let (mut out, mut err) = (child.stdout.take().unwrap(), child.stderr.take().unwrap());
+    let reader = std::thread::spawn(move || {
+        let mut o = Vec::new();
+        out.read_to_end(&mut o).unwrap();
+        o
+    });
+    let err_reader = std::thread::spawn(move || {
+        let mut e = Vec::new();
+        err.read_to_end(&mut e).unwrap();
+        e
+    });
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let status = loop {
+        if let Some(s) = child.try_wait().unwrap() {
+            break s;
+        }
+        if Instant::now() > deadline {
+            let _ = child.kill();
+            panic!("chromium did not finish within 60 s");
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    };
+    Output { status, stdout: reader.join().unwrap(), stderr: err_reader.join().unwrap() }
+}
+
+#[test]
+fn the_html_report_renders_in_chromium_with_its_charts() {
+    let Some(browser) = chromium() else {
+        assert!(
+            !ci(),
+            "chromium is not installed (tests/install-prereqs.sh installs it; CI=true, so this fails)"
+        );
+        eprintln!("SKIPPED: chromium is not installed (tests/install-prereqs.sh installs it)");
+        return;
+    };
+    let dir = temp_dir("html");
+    let page = dir.join("report.html");
+    let out = trainwarden(&[
+        "backtest",
+        PLATEAU,
+        CORPUS,
+        "--set",
+        "rules[loss-plateau].with.window=1h,2h,4h",
+        "--html",
+        page.to_str().unwrap(),
+    ]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let html = std::fs::read_to_string(&page).unwrap();
+    assert!(!html.contains("http://") && !html.contains("https://"), "self-contained: no network references");
+    let charts = html.matches("<svg class=\"chart\"").count();
+    assert!(charts >= 2, "a trade-off chart and at least one run: {charts}");
+
+    let url = format!("file://{}", page.display());
+    let dom = headless(&browser, &["--dump-dom", &url], &dir.join("profile-dom"));
+    assert!(dom.status.success(), "{}", String::from_utf8_lossy(&dom.stderr));
+    let dom_text = String::from_utf8_lossy(&dom.stdout);
+    // The page's script sets this last: it ran to the end, over every chart.
+    assert!(
+        dom_text.contains(&format!("data-charts=\"{charts}\"")),
+        "the script did not finish: {}",
+        &dom_text[..dom_text.len().min(400)]
+    );
+    // Chromium logs every console message (errors and uncaught exceptions included) as a CONSOLE line,
+    // without its level; the page writes none.
+    let log = String::from_utf8_lossy(&dom.stderr);
+    let console: Vec<&str> = log.lines().filter(|l| l.contains(":CONSOLE")).collect();
+    assert!(console.is_empty(), "console messages: {console:#?}");
+
+    let shot = dir.join("report.png");
+    let out = headless(
+        &browser,
+        &["--window-size=1400,2400", &format!("--screenshot={}", shot.display()), &url],
+        &dir.join("profile-shot"),
+    );
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let (width, height, pixels) = png_rgb(&std::fs::read(&shot).unwrap());
+    assert_eq!((width, height), (1400, 2400));
+    let near = |rgb: [u8; 3], (r, g, b): (u8, u8, u8)| {
+        rgb[0].abs_diff(r) < 24 && rgb[1].abs_diff(g) < 24 && rgb[2].abs_diff(b) < 24
+    };
+    let curve = pixels.iter().filter(|p| near(**p, (0x1f, 0x5f, 0xbf))).count();
+    let stop = pixels.iter().filter(|p| near(**p, (0xd6, 0x27, 0x28))).count();
+    assert!(curve > 500, "the curves are drawn: {curve} curve-blue pixels");
+    assert!(stop > 200, "the stop markers are drawn: {stop} stop-red pixels");
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// The pixels of an 8-bit RGB or RGBA, non-interlaced PNG (what Chromium's screenshots are), as RGB.
+fn png_rgb(data: &[u8]) -> (usize, usize, Vec<[u8; 3]>) {
+    assert_eq!(&data[..8], b"\x89PNG\r\n\x1a\n", "a PNG");
+    let (mut at, mut idat) = (8, Vec::new());
+    let (mut width, mut height, mut channels) = (0, 0, 0);
+    while at + 8 <= data.len() {
+        let len = u32::from_be_bytes(data[at..at + 4].try_into().unwrap()) as usize;
+        let kind = &data[at + 4..at + 8];
+        let body = &data[at + 8..at + 8 + len];
+        match kind {
+            b"IHDR" => {
+                width = u32::from_be_bytes(body[0..4].try_into().unwrap()) as usize;
+                height = u32::from_be_bytes(body[4..8].try_into().unwrap()) as usize;
+                assert_eq!(body[8], 8, "8-bit");
+                channels = match body[9] {
+                    2 => 3,
+                    6 => 4,
+                    other => panic!("colour type {other}"),
+                };
+                assert_eq!(body[12], 0, "not interlaced");
+            }
+            b"IDAT" => idat.extend_from_slice(body),
+            _ => {}
+        }
+        at += 12 + len;
+    }
+    let mut raw = Vec::new();
+    flate2::read::ZlibDecoder::new(&idat[..]).read_to_end(&mut raw).unwrap();
+    let stride = width * channels;
+    let mut previous = vec![0u8; stride];
+    let mut pixels = Vec::with_capacity(width * height);
+    for row in raw.chunks(stride + 1).take(height) {
+        let (filter, line) = (row[0], &row[1..]);
+        let mut current = vec![0u8; stride];
+        for i in 0..stride {
+            let a = if i >= channels { current[i - channels] } else { 0 };
+            let b = previous[i];
+            let c = if i >= channels { previous[i - channels] } else { 0 };
+            let predicted = match filter {
+                0 => 0,
+                1 => a,
+                2 => b,
+                3 => ((u16::from(a) + u16::from(b)) / 2) as u8,
+                4 => {
+                    let p = i16::from(a) + i16::from(b) - i16::from(c);
+                    let (pa, pb, pc) =
+                        ((p - i16::from(a)).abs(), (p - i16::from(b)).abs(), (p - i16::from(c)).abs());
+                    if pa <= pb && pa <= pc {
+                        a
+                    } else if pb <= pc {
+                        b
+                    } else {
+                        c
+                    }
+                }
+                f => panic!("PNG filter {f}"),
+            };
+            current[i] = line[i].wrapping_add(predicted);
+        }
+        pixels.extend(current.chunks(channels).map(|p| [p[0], p[1], p[2]]));
+        previous = current;
+    }
+    (width, height, pixels)
+}
+
+#[test]
+fn the_corpus_streams_are_what_its_converter_writes() {
+    let out = Command::new("python3")
+        .args(["examples/corpus/convert.py", "--check"])
+        .current_dir(repo())
+        .output()
+        .expect("python3 runs (tests/install-prereqs.sh installs it)");
+    assert!(
+        out.status.success(),
+        "examples/corpus/*.jsonl differ from what convert.py writes from raw/: {}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+}

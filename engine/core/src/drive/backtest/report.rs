@@ -1,0 +1,544 @@
+//! The backtest's totals: per candidate (one combination of `--set` values), per policy and per rule — runs
+//! seen, stopped, GPU time saved, false stops and the good work they would have cost, the worst regret, the
+//! lead time of rightful stops — and, over candidates, which settings are on the Pareto front (no other
+//! saves more GPU-hours with no more false stops).
+
+use std::collections::BTreeMap;
+use std::fmt::Write as _;
+
+use super::outcome::median;
+use super::{CURVE_POINTS, FileResult, Plan, Stop, thinned};
+use crate::input::sample::JobPhase;
+use crate::time::{Timestamp, fmt_num, fmt_secs, plural};
+
+/// The whole answer.
+#[derive(Clone, Debug, serde::Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Report {
+    /// Relative improvement beyond which a stop is false.
+    pub tolerance: f64,
+    /// `--target`, when given.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub target: Option<String>,
+    /// Corpus files read.
+    pub files: usize,
+    /// Every run, in corpus order.
+    pub runs: Vec<RunSummary>,
+    /// Runs not judged because they did not run to their end (still running, or suspended).
+    pub incomplete: Vec<String>,
+    /// One per combination of `--set` values (one without sweeps).
+    pub candidates: Vec<CandidateReport>,
+}
+
+/// A run as the report shows it.
+#[derive(Clone, Debug, serde::Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct RunSummary {
+    /// The file (and job).
+    pub name: String,
+    /// `namespace/name`.
+    pub job: String,
+    /// GPUs, when recorded.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub gpus: Option<f64>,
+    /// First record.
+    pub start: Timestamp,
+    /// Last record.
+    pub end: Timestamp,
+    /// How it ended: `Complete`, `Failed`, … (`Running`: the stream just stops).
+    pub phase: String,
+    /// Thinned curves of the metrics some stop was judged on (for pictures; not in JSON).
+    #[serde(skip)]
+    pub curves: BTreeMap<String, Vec<(Timestamp, f64)>>,
+}
+
+/// One combination of settings.
+#[derive(Clone, Debug, serde::Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct CandidateReport {
+    /// `path=value` per `--set`.
+    pub settings: Vec<Setting>,
+    /// One per policy, in file order.
+    pub policies: Vec<PolicyReport>,
+}
+
+/// One `--set` value of a candidate.
+#[derive(Clone, Debug, PartialEq, serde::Serialize)]
+pub struct Setting {
+    /// The field, relative to `spec`.
+    pub path: String,
+    /// Its value here.
+    pub value: String,
+}
+
+/// One policy's totals in one candidate.
+#[derive(Clone, Debug, serde::Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct PolicyReport {
+    /// `namespace/name` (or the name of a cluster policy).
+    pub policy: String,
+    /// `spec.mode` as written (the backtest enforces every rule).
+    pub mode_as_written: String,
+    /// The totals over its rules.
+    #[serde(flatten)]
+    pub totals: Tally,
+    /// Per rule, in spec order (rules that never stopped a run included).
+    pub rules: Vec<RuleReport>,
+    /// Every stop, in corpus order.
+    pub stops: Vec<StopEntry>,
+    /// On the Pareto front among this policy's candidates (always true without sweeps).
+    pub pareto: bool,
+}
+
+/// One rule's totals.
+#[derive(Clone, Debug, serde::Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct RuleReport {
+    /// The rule's name.
+    pub rule: String,
+    /// Its totals (`runsSeen` is the policy's).
+    #[serde(flatten)]
+    pub totals: Tally,
+}
+
+/// A stop, with the run it stopped.
+#[derive(Clone, Debug, serde::Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct StopEntry {
+    /// Index into [`Report::runs`].
+    pub run: usize,
+    /// The run's name.
+    pub run_name: String,
+    /// The stop and its verdict.
+    #[serde(flatten)]
+    pub stop: Stop,
+}
+
+/// Totals of a set of stops.
+#[derive(Clone, Debug, Default, serde::Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Tally {
+    /// Runs the policy selected.
+    pub runs_seen: u64,
+    /// Runs stopped.
+    pub stopped: u64,
+    /// Wall-clock hours from the stops to the runs' real ends.
+    pub hours_saved: f64,
+    /// GPU-hours from the stops to the runs' real ends.
+    pub gpu_hours_saved: f64,
+    /// Dollars, when the policy prices GPU-hours.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub dollars_saved: Option<f64>,
+    /// Stops after which the run still improved by more than the tolerance.
+    pub false_stops: u64,
+    /// GPU-hours the false stops would have cut: good work lost.
+    pub lost_gpu_hours: f64,
+    /// The false stop with the largest relative improvement afterwards.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub worst_regret: Option<Regret>,
+    /// Rightful stops by how the run had gone bad (`plateau`, `nonFinite`, `stalled`, `diverged`).
+    pub troubles: BTreeMap<String, u64>,
+    /// Median seconds from the trouble's onset to the stop, over rightful stops.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub median_lead_seconds: Option<f64>,
+    /// Rule evaluations that failed (those rules never fired there).
+    pub rule_errors: u64,
+    #[serde(skip)]
+    leads: Vec<f64>,
+}
+
+/// The worst false stop.
+#[derive(Clone, Debug, PartialEq, serde::Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Regret {
+    /// The run.
+    pub run_name: String,
+    /// The rule that stopped it.
+    pub rule: String,
+    /// The metric.
+    pub target: String,
+    /// How much better it got after the stop.
+    pub improvement: f64,
+    /// Relative to the best before the stop (`None`: nothing had been measured yet).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub relative: Option<f64>,
+}
+
+impl Tally {
+    fn add(&mut self, run_name: &str, stop: &Stop) {
+        let o = &stop.outcome;
+        self.stopped += 1;
+        self.hours_saved += o.hours_saved;
+        self.gpu_hours_saved += o.gpu_hours_saved;
+        if let Some(d) = o.dollars_saved {
+            *self.dollars_saved.get_or_insert(0.0) += d;
+        }
+        if o.false_stop {
+            self.false_stops += 1;
+            self.lost_gpu_hours += o.gpu_hours_saved;
+            let rank = |r: Option<f64>| r.unwrap_or(f64::INFINITY);
+            if self.worst_regret.as_ref().is_none_or(|w| rank(o.relative_improvement) > rank(w.relative)) {
+                self.worst_regret = Some(Regret {
+                    run_name: run_name.to_string(),
+                    rule: stop.rule.clone(),
+                    target: stop.target.clone(),
+                    improvement: o.improvement,
+                    relative: o.relative_improvement,
+                });
+            }
+        }
+        if let Some(t) = o.trouble {
+            *self.troubles.entry(t.as_str().to_string()).or_default() += 1;
+        }
+        if let Some(l) = o.lead_seconds {
+            self.leads.push(l);
+        }
+    }
+
+    fn close(&mut self) {
+        self.median_lead_seconds = median(&mut self.leads);
+    }
+}
+
+/// Adds files' results up, in corpus order (so the report does not depend on which thread finished first).
+pub struct ReportBuilder {
+    report: Report,
+}
+
+impl ReportBuilder {
+    /// An empty report for `plan`'s candidates.
+    pub fn new(plan: &Plan) -> Self {
+        let candidates = plan
+            .candidates
+            .iter()
+            .map(|c| CandidateReport {
+                settings: c
+                    .settings
+                    .iter()
+                    .map(|(p, v)| Setting { path: p.clone(), value: v.clone() })
+                    .collect(),
+                policies: c
+                    .documents
+                    .iter()
+                    .map(|d| PolicyReport {
+                        policy: d.reference.to_string(),
+                        mode_as_written: d.spec.mode.as_str().to_string(),
+                        totals: Tally::default(),
+                        rules: d
+                            .spec
+                            .rules
+                            .iter()
+                            .map(|r| RuleReport { rule: r.name.clone(), totals: Tally::default() })
+                            .collect(),
+                        stops: Vec::new(),
+                        pareto: true,
+                    })
+                    .collect(),
+            })
+            .collect();
+        ReportBuilder {
+            report: Report {
+                tolerance: plan.options.tolerance,
+                target: plan.options.target.clone(),
+                files: 0,
+                runs: Vec::new(),
+                incomplete: Vec::new(),
+                candidates,
+            },
+        }
+    }
+
+    /// Adds the next file's result.
+    pub fn add(&mut self, file: FileResult) {
+        self.report.files += 1;
+        let first = self.report.runs.len();
+        let mut targets: Vec<std::collections::BTreeSet<String>> = vec![Default::default(); file.runs.len()];
+        for (candidate, per_policy) in self.report.candidates.iter_mut().zip(&file.verdicts) {
+            for (policy, verdicts) in candidate.policies.iter_mut().zip(per_policy) {
+                for (r, verdict) in verdicts.iter().enumerate() {
+                    let name = &file.runs[r].name;
+                    if verdict.selected {
+                        policy.totals.runs_seen += 1;
+                        for rule in &mut policy.rules {
+                            rule.totals.runs_seen += 1;
+                        }
+                    }
+                    policy.totals.rule_errors += verdict.rule_errors;
+                    let Some(stop) = &verdict.stop else { continue };
+                    policy.totals.add(name, stop);
+                    if let Some(rule) = policy.rules.iter_mut().find(|x| x.rule == stop.rule) {
+                        rule.totals.add(name, stop);
+                    }
+                    targets[r].insert(stop.target.clone());
+                    policy.stops.push(StopEntry {
+                        run: first + r,
+                        run_name: name.clone(),
+                        stop: stop.clone(),
+                    });
+                }
+            }
+        }
+        for (run, wanted) in file.runs.into_iter().zip(targets) {
+            if !run.complete {
+                self.report.incomplete.push(run.name.clone());
+            }
+            let curves = wanted
+                .into_iter()
+                .filter_map(|m| run.curves.get(&m).map(|c| (m, thinned(c, CURVE_POINTS))))
+                .collect();
+            self.report.runs.push(RunSummary {
+                name: run.name,
+                job: run.job.to_string(),
+                gpus: run.gpus,
+                start: run.start,
+                end: run.end,
+                phase: phase_name(run.phase).to_string(),
+                curves,
+            });
+        }
+    }
+
+    /// The finished report: medians and the Pareto front.
+    pub fn finish(mut self) -> Report {
+        for c in &mut self.report.candidates {
+            for p in &mut c.policies {
+                p.totals.close();
+                for r in &mut p.rules {
+                    r.totals.close();
+                }
+            }
+        }
+        let policies = self.report.candidates.first().map_or(0, |c| c.policies.len());
+        for p in 0..policies {
+            let points: Vec<(f64, u64)> = self
+                .report
+                .candidates
+                .iter()
+                .map(|c| (c.policies[p].totals.gpu_hours_saved, c.policies[p].totals.false_stops))
+                .collect();
+            for (i, c) in self.report.candidates.iter_mut().enumerate() {
+                let (saved, false_stops) = points[i];
+                c.policies[p].pareto = !points
+                    .iter()
+                    .any(|&(s, f)| s >= saved && f <= false_stops && (s > saved || f < false_stops));
+            }
+        }
+        self.report
+    }
+}
+
+fn phase_name(p: JobPhase) -> &'static str {
+    match p {
+        JobPhase::Running => "Running",
+        JobPhase::Suspended => "Suspended",
+        JobPhase::Complete => "Complete",
+        JobPhase::Failed => "Failed",
+    }
+}
+
+fn percent(v: Option<f64>) -> String {
+    match v {
+        Some(r) if r.is_finite() => format!("{} %", fmt_num((r * 1000.0).round() / 10.0)),
+        Some(_) | None => "from nothing".into(),
+    }
+}
+
+fn hours(v: f64) -> String {
+    fmt_num((v * 10.0).round() / 10.0)
+}
+
+fn lead(v: Option<f64>) -> String {
+    v.map_or_else(|| "-".into(), |s| fmt_secs(s.round()))
+}
+
+impl Report {
+    /// Whether any rule failed to evaluate somewhere (such a backtest understates what the policy does).
+    pub fn rule_errors(&self) -> u64 {
+        self.candidates.iter().flat_map(|c| &c.policies).map(|p| p.totals.rule_errors).sum()
+    }
+
+    /// The report for people: per policy its totals, its rules and its stops; with sweeps, per policy the
+    /// trade-off table with the Pareto front marked.
+    pub fn render_text(&self) -> String {
+        let mut out = String::new();
+        let _ = writeln!(
+            out,
+            "backtest: {} from {}; every rule enforced; a stop is false when {} improved by more than {} afterwards",
+            plural(self.runs.len() as u64, "run", "runs"),
+            plural(self.files as u64, "file", "files"),
+            self.target.as_deref().map_or("the rule's metric".to_string(), |t| format!("`{t}`")),
+            percent(Some(self.tolerance)),
+        );
+        if !self.incomplete.is_empty() {
+            let shown: Vec<&str> = self.incomplete.iter().take(10).map(String::as_str).collect();
+            let more = self.incomplete.len() - shown.len();
+            let _ = writeln!(
+                out,
+                "not judged: {} that did not run to the end (still running, or suspended): {}{}",
+                plural(self.incomplete.len() as u64, "run", "runs"),
+                shown.join(", "),
+                if more > 0 { format!(" and {more} more") } else { String::new() }
+            );
+        }
+        let Some(base) = self.candidates.first() else { return out };
+        if self.candidates.len() > 1 {
+            let set = base.settings.iter().map(|s| format!("{}={}", s.path, s.value)).collect::<Vec<_>>();
+            let _ = writeln!(out, "(details below are for the first setting: {})", set.join(" "));
+        }
+        for p in &base.policies {
+            self.render_policy(&mut out, p);
+        }
+        if self.candidates.len() > 1 {
+            for (i, p) in base.policies.iter().enumerate() {
+                self.render_tradeoff(&mut out, i, &p.policy);
+            }
+        }
+        out
+    }
+
+    fn render_policy(&self, out: &mut String, p: &PolicyReport) {
+        let t = &p.totals;
+        let _ = writeln!(out, "\npolicy {} (mode {} as written)", p.policy, p.mode_as_written);
+        let dollars = t.dollars_saved.map(|d| format!(" (${})", fmt_num(d.round()))).unwrap_or_default();
+        let _ = writeln!(
+            out,
+            "  runs seen {}, stopped {}, saved {} GPU-h{dollars} ({} h of wall clock)",
+            t.runs_seen,
+            t.stopped,
+            hours(t.gpu_hours_saved),
+            hours(t.hours_saved),
+        );
+        let _ = write!(
+            out,
+            "  false stops {} ({} GPU-h of good work lost)",
+            t.false_stops,
+            hours(t.lost_gpu_hours)
+        );
+        match &t.worst_regret {
+            Some(w) if w.relative.is_some() => {
+                let _ = write!(
+                    out,
+                    "; worst regret {} ({} improved by {}) in {} by {}",
+                    percent(w.relative),
+                    w.target,
+                    fmt_num(w.improvement),
+                    w.run_name,
+                    w.rule
+                );
+            }
+            Some(w) => {
+                let _ = write!(
+                    out,
+                    "; worst: {} stopped by {} before any {} was reported",
+                    w.run_name, w.rule, w.target
+                );
+            }
+            None => {}
+        }
+        let _ = writeln!(out);
+        let troubles: Vec<String> = t.troubles.iter().map(|(k, n)| format!("{k} {n}")).collect();
+        let _ = writeln!(
+            out,
+            "  rightful stops {} ({}), median lead time {}",
+            t.stopped - t.false_stops,
+            if troubles.is_empty() { "none".into() } else { troubles.join(", ") },
+            lead(t.median_lead_seconds)
+        );
+        if t.rule_errors > 0 {
+            let _ = writeln!(
+                out,
+                "  {} (those rules never fired there)",
+                plural(t.rule_errors, "rule error", "rule errors")
+            );
+        }
+        let _ = writeln!(
+            out,
+            "  {:<24} {:>7} {:>11} {:>11} {:>10} {:>11}",
+            "rule", "stopped", "GPU-h saved", "false stops", "GPU-h lost", "median lead"
+        );
+        for r in &p.rules {
+            let x = &r.totals;
+            let _ = writeln!(
+                out,
+                "  {:<24} {:>7} {:>11} {:>11} {:>10} {:>11}",
+                r.rule,
+                x.stopped,
+                hours(x.gpu_hours_saved),
+                x.false_stops,
+                hours(x.lost_gpu_hours),
+                lead(x.median_lead_seconds)
+            );
+        }
+        if !p.stops.is_empty() {
+            let _ = writeln!(out, "  stops:");
+        }
+        for s in &p.stops {
+            let o = &s.stop.outcome;
+            let verdict = if o.false_stop && o.relative_improvement.is_none() {
+                format!("FALSE STOP: before any {} was reported; the run went on to report it", s.stop.target)
+            } else if o.false_stop {
+                format!(
+                    "FALSE STOP: {} improved {} afterwards",
+                    s.stop.target,
+                    percent(o.relative_improvement)
+                )
+            } else {
+                match (o.trouble, o.lead_seconds) {
+                    (Some(k), Some(l)) => {
+                        format!("right: {} for {} before the stop", k.as_str(), fmt_secs(l.round()))
+                    }
+                    _ => format!("right: {} did not improve", s.stop.target),
+                }
+            };
+            let _ = writeln!(
+                out,
+                "    {} {} by {}: {} GPU-h saved; {verdict}",
+                o.at,
+                s.run_name,
+                s.stop.rule,
+                hours(o.gpu_hours_saved)
+            );
+        }
+    }
+
+    fn render_tradeoff(&self, out: &mut String, policy: usize, name: &str) {
+        let _ = writeln!(
+            out,
+            "\ntrade-off for {name} (* = Pareto front: no other setting saves more GPU-hours with no more false stops)"
+        );
+        let paths: Vec<&str> = self.candidates[0].settings.iter().map(|s| s.path.as_str()).collect();
+        let widths: Vec<usize> = paths
+            .iter()
+            .enumerate()
+            .map(|(i, p)| {
+                self.candidates.iter().map(|c| c.settings[i].value.len()).max().unwrap_or(0).max(p.len())
+            })
+            .collect();
+        let mut head = String::from("   ");
+        for (p, w) in paths.iter().zip(&widths) {
+            let _ = write!(head, " {p:<w$}");
+        }
+        let _ = writeln!(
+            out,
+            "{head} {:>7} {:>11} {:>11} {:>10} {:>11}",
+            "stopped", "GPU-h saved", "false stops", "GPU-h lost", "median lead"
+        );
+        for c in &self.candidates {
+            let p = &c.policies[policy];
+            let mut line = format!("  {}", if p.pareto { '*' } else { ' ' });
+            for (s, w) in c.settings.iter().zip(&widths) {
+                let _ = write!(line, " {:<w$}", s.value);
+            }
+            let t = &p.totals;
+            let _ = writeln!(
+                out,
+                "{line} {:>7} {:>11} {:>11} {:>10} {:>11}",
+                t.stopped,
+                hours(t.gpu_hours_saved),
+                t.false_stops,
+                hours(t.lost_gpu_hours),
+                lead(t.median_lead_seconds)
+            );
+        }
+    }
+}
