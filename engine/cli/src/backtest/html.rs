@@ -55,7 +55,7 @@ pub(crate) fn render(report: &Report) -> String {
     let _ = writeln!(
         out,
         "<h1>trainwarden backtest</h1>\n<p class=\"lead\">{} from {}; every rule enforced; a stop is \
-         <em>false</em> when {} improved by more than {} after it.</p>",
+         <em>false</em> when {} improved by more than {}{} after it.</p>",
         plural(report.runs.len() as u64, "run", "runs"),
         plural(report.files as u64, "file", "files"),
         report
@@ -63,6 +63,7 @@ pub(crate) fn render(report: &Report) -> String {
             .as_deref()
             .map_or("the rule's metric".to_string(), |t| format!("<code>{}</code>", escape(t))),
         pct(Some(report.tolerance)),
+        if report.min_improvement > 0.0 { format!(" and {}", fmt_num(report.min_improvement)) } else { String::new() },
     );
     let Some(base) = report.candidates.first() else {
         out.push_str(TAIL);
@@ -155,7 +156,8 @@ impl Scale {
     }
 }
 
-fn axes(out: &mut String, x: Scale, y: Scale, x_label: &str, y_label: &str) {
+/// Axes with five ticks each; `whole_x`: the x values are counts, ticked at whole numbers.
+fn axes(out: &mut String, x: Scale, y: Scale, x_label: &str, y_label: &str, whole_x: bool) {
     let _ = write!(
         out,
         "<line class=\"axis\" x1=\"{l}\" y1=\"{b}\" x2=\"{r}\" y2=\"{b}\"/><line class=\"axis\" x1=\"{l}\" y1=\"{t}\" x2=\"{l}\" y2=\"{b}\"/>",
@@ -175,12 +177,15 @@ fn axes(out: &mut String, x: Scale, y: Scale, x_label: &str, y_label: &str) {
             short(v)
         );
         let vx = x.lo + (x.hi - x.lo) * f64::from(i) / 4.0;
+        if whole_x && vx.fract() != 0.0 {
+            continue;
+        }
         let _ = write!(
             out,
             "<text class=\"tick\" x=\"{:.1}\" y=\"{}\" text-anchor=\"middle\">{}</text>",
             x.at(vx),
             HEIGHT - PAD_BOTTOM + 14.0,
-            short(vx)
+            if whole_x { format!("{vx:.0}") } else { short(vx) }
         );
     }
     let _ = write!(
@@ -195,7 +200,9 @@ fn axes(out: &mut String, x: Scale, y: Scale, x_label: &str, y_label: &str) {
 
 fn short(v: f64) -> String {
     let a = v.abs();
-    if a >= 100.0 {
+    if a == 0.0 {
+        "0".into()
+    } else if a >= 100.0 {
         format!("{v:.0}")
     } else if a >= 1.0 {
         format!("{v:.2}")
@@ -224,7 +231,9 @@ fn run_chart(out: &mut String, run: &RunSummary, entry: &StopEntry) {
     let margin = (hi - lo) * 0.05;
     let x = Scale::new(0.0, end.max(at), PAD_LEFT, WIDTH - PAD_RIGHT);
     let y = Scale::new(lo - margin, hi + margin, HEIGHT - PAD_BOTTOM, PAD_TOP);
-    let verdict = if o.false_stop && o.relative_improvement.is_none() {
+    let verdict = if !o.measured {
+        format!("not judged: the run never reported {}", escape(&stop.target))
+    } else if o.false_stop && o.relative_improvement.is_none() {
         format!("<span class=\"bad\">false stop</span>: before any {} was reported", escape(&stop.target))
     } else if o.false_stop {
         format!(
@@ -267,7 +276,7 @@ fn run_chart(out: &mut String, run: &RunSummary, entry: &StopEntry) {
         data.join(","),
         escape(&stop.target)
     );
-    axes(out, x, y, "hours since start", &stop.target);
+    axes(out, x, y, "hours since start", &stop.target, false);
     // The saving: the span from the stop to the real end.
     let _ = write!(
         out,
@@ -346,7 +355,8 @@ fn tradeoff(out: &mut String, report: &Report, policy: usize) {
         .collect();
     let max_x = points.iter().map(|p| p.0).fold(0.0, f64::max);
     let max_y = points.iter().map(|p| p.1).fold(0.0, f64::max);
-    let x = Scale::new(0.0, (max_x + 1.0).max(1.0), PAD_LEFT, WIDTH - PAD_RIGHT);
+    // Four whole-number steps, so every tick of the count axis is a whole number.
+    let x = Scale::new(0.0, ((max_x + 1.0) / 4.0).ceil().max(1.0) * 4.0, PAD_LEFT, WIDTH - PAD_RIGHT);
     let y = Scale::new(0.0, (max_y * 1.1).max(1.0), HEIGHT - PAD_BOTTOM, PAD_TOP);
     let _ = write!(
         out,
@@ -354,7 +364,7 @@ fn tradeoff(out: &mut String, report: &Report, policy: usize) {
          (green: the Pareto front, where no setting saves more with fewer false stops).</figcaption>\
          <svg class=\"chart\" viewBox=\"0 0 {WIDTH} {HEIGHT}\" width=\"{WIDTH}\" height=\"{HEIGHT}\" role=\"img\" aria-label=\"trade-off\">"
     );
-    axes(out, x, y, "false stops", "GPU-h saved");
+    axes(out, x, y, "false stops", "GPU-h saved", true);
     let mut front: Vec<&(f64, f64, bool, String)> = points.iter().filter(|p| p.2).collect();
     front.sort_by(|a, b| a.0.total_cmp(&b.0));
     let d: String = front

@@ -12,6 +12,7 @@ use std::sync::Mutex;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
 use clap::Args;
+use trainwarden_core::backtest::outcome::Tolerance;
 use trainwarden_core::backtest::report::{Report, ReportBuilder};
 use trainwarden_core::backtest::sweep::{self, PolicyFile, Sweep};
 use trainwarden_core::backtest::{FileResult, Options, Plan};
@@ -37,6 +38,10 @@ pub(crate) struct BacktestArgs {
     /// percentage (1%), relative to the best before the stop.
     #[arg(long, default_value = "1%")]
     tolerance: String,
+    /// And by at least this much in the metric's own units (default 0: any amount), so that a loss
+    /// creeping from 0.0002 to 0.0001 need not count.
+    #[arg(long, value_name = "AMOUNT", default_value_t = 0.0)]
+    min_improvement: f64,
     /// Try several values of a policy field: PATH=V1,V2,… (PATH relative to spec, rules by name:
     /// rules[loss-plateau].with.window=1h,2h,4h). Repeatable; every combination is evaluated.
     #[arg(long = "set", value_name = "PATH=VALUES")]
@@ -71,7 +76,11 @@ pub(crate) fn backtest(args: &BacktestArgs) -> Result<bool, String> {
     let config = config(&args.eval_interval)?;
     let max_lateness: PolicyDuration =
         args.max_lateness.parse().map_err(|e| format!("--max-lateness: {e}"))?;
-    let options = Options { tolerance: tolerance(&args.tolerance)?, target: args.target.clone() };
+    if !(args.min_improvement.is_finite() && args.min_improvement >= 0.0) {
+        return Err(format!("--min-improvement {}: must be 0 or more", args.min_improvement));
+    }
+    let tolerance = Tolerance { relative: tolerance(&args.tolerance)?, absolute: args.min_improvement };
+    let options = Options { tolerance, target: args.target.clone() };
     let mut policy_paths = args.policies.clone();
     let mut corpus = Vec::new();
     for p in &args.paths {

@@ -36,15 +36,15 @@ pub const CURVE_POINTS: usize = 400;
 /// How stops are judged.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Options {
-    /// Relative improvement after a stop beyond which it is a false stop (0.01 = 1 %).
-    pub tolerance: f64,
+    /// Improvement after a stop beyond which it is a false stop.
+    pub tolerance: outcome::Tolerance,
     /// The metric regret is measured on; `None`: the stopping rule's own metric (`with.metric`), else `loss`.
     pub target: Option<String>,
 }
 
 impl Default for Options {
     fn default() -> Self {
-        Options { tolerance: 0.01, target: None }
+        Options { tolerance: outcome::Tolerance::default(), target: None }
     }
 }
 

@@ -87,6 +87,9 @@ pub struct StopOutcome {
     pub relative_improvement: Option<f64>,
     /// The run improved by more than the tolerance after the stop: good work would have been killed.
     pub false_stop: bool,
+    /// The run reported the target at all (finite or not). A stop of a run that never did cannot be
+    /// judged: it is neither false nor rightful.
+    pub measured: bool,
     /// For a rightful stop: how the run had gone bad, and when that began.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub trouble: Option<Trouble>,
@@ -121,14 +124,31 @@ fn best(direction: Direction, values: impl Iterator<Item = f64>) -> Option<f64> 
     })
 }
 
-/// Judges a stop at `at` of a run whose target metric is `curve`. `tolerance` is relative (0.01 = 1 %).
+/// How much later improvement makes a stop false.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Tolerance {
+    /// Relative to the best before the stop (0.01 = 1 %).
+    pub relative: f64,
+    /// And at least this much in the metric's own units (0: any), so that a loss creeping from 0.0002 to
+    /// 0.0001 — 50 %, and meaningless — need not count.
+    pub absolute: f64,
+}
+
+impl Default for Tolerance {
+    fn default() -> Self {
+        Tolerance { relative: 0.01, absolute: 0.0 }
+    }
+}
+
+/// Judges a stop at `at` of a run whose target metric is `curve`.
 pub fn judge_stop(
     curve: &Curve,
     direction: Direction,
-    tolerance: f64,
+    tolerance: Tolerance,
     facts: &RunFacts<'_>,
     at: Timestamp,
 ) -> StopOutcome {
+    let measured = !curve.points.is_empty();
     let split = curve.points.partition_point(|(t, _)| *t <= at);
     let (before, after) = curve.points.split_at(split);
     let best_before = best(direction, before.iter().map(|p| p.1));
@@ -141,7 +161,7 @@ pub fn judge_stop(
             } else {
                 improvement / b.abs()
             };
-            (improvement, Some(relative), relative > tolerance)
+            (improvement, Some(relative), relative > tolerance.relative && improvement > tolerance.absolute)
         }
         // Stopped before anything was measured, and the run went on to measure: it was cut short blind.
         (None, Some(_)) => (0.0, None, true),
@@ -159,6 +179,7 @@ pub fn judge_stop(
         improvement,
         relative_improvement: relative,
         false_stop,
+        measured,
         trouble: None,
         onset: None,
         lead_seconds: None,
@@ -175,7 +196,7 @@ pub fn judge_stop(
 fn trouble(
     before: &[(Timestamp, f64)],
     direction: Direction,
-    tolerance: f64,
+    tolerance: Tolerance,
     facts: &RunFacts<'_>,
     at: Timestamp,
 ) -> Option<(Trouble, Timestamp)> {
@@ -190,8 +211,9 @@ fn trouble(
         .map(|last| (Trouble::Stalled, *last));
     let learning_ended = best(direction, before.iter().map(|p| p.1)).and_then(|best_before| {
         // The run last got within the tolerance of the best it would reach before the stop: its last
-        // significant improvement.
-        let close_enough = |v: f64| gain(direction, best_before, v) <= tolerance * best_before.abs();
+        // significant improvement (one larger than both tolerances).
+        let slack = (tolerance.relative * best_before.abs()).max(tolerance.absolute);
+        let close_enough = |v: f64| gain(direction, best_before, v) <= slack;
         let onset = before.iter().find(|(_, v)| v.is_finite() && close_enough(*v))?.0;
         let latest = before.last()?.1;
         let worse_by = -gain(direction, latest, best_before);
@@ -234,6 +256,8 @@ pub fn median(values: &mut [f64]) -> Option<f64> {
 mod tests {
     use super::*;
 
+    const TOL: Tolerance = Tolerance { relative: 0.01, absolute: 0.0 };
+
     fn t(minutes: i64) -> Timestamp {
         Timestamp::from_second(1_800_000_000 + minutes * 60).unwrap()
     }
@@ -256,7 +280,7 @@ mod tests {
         // Flat at 1.0 from minute 3 to 9, then it learns again: 0.8 at minute 12.
         let c = curve(&[2.0, 1.5, 1.2, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 0.95, 0.9, 0.8]);
         let r = reports(13);
-        let o = judge_stop(&c, Direction::Min, 0.01, &facts(120, 8.0, &r), t(9));
+        let o = judge_stop(&c, Direction::Min, TOL, &facts(120, 8.0, &r), t(9));
         assert!(o.false_stop);
         assert_eq!(o.best_before, Some(1.0));
         assert_eq!(o.best_after, Some(0.8));
@@ -275,7 +299,7 @@ mod tests {
         // Reaches 1.0 at minute 3; afterwards only noise within 0.5 %.
         let c = curve(&[2.0, 1.5, 1.2, 1.0, 1.004, 0.999, 1.003, 0.998, 1.001, 0.997, 1.002]);
         let r = reports(11);
-        let o = judge_stop(&c, Direction::Min, 0.01, &facts(10, 1.0, &r), t(8));
+        let o = judge_stop(&c, Direction::Min, TOL, &facts(10, 1.0, &r), t(8));
         assert!(!o.false_stop);
         assert_eq!(o.best_before, Some(0.998));
         assert_eq!(o.best_after, Some(0.997));
@@ -290,7 +314,7 @@ mod tests {
     fn a_nan_runs_stop_has_zero_regret() {
         let c = curve(&[2.0, 1.5, 1.2, f64::NAN, f64::NAN, f64::NAN, f64::NAN]);
         let r = reports(7);
-        let o = judge_stop(&c, Direction::Min, 0.01, &facts(60, 4.0, &r), t(5));
+        let o = judge_stop(&c, Direction::Min, TOL, &facts(60, 4.0, &r), t(5));
         assert!(!o.false_stop);
         assert_eq!(o.improvement, 0.0);
         assert_eq!(o.relative_improvement, Some(0.0));
@@ -306,19 +330,22 @@ mod tests {
         let c = curve(&[1.0, 1.0, 0.995]);
         let r = reports(3);
         let f = facts(3, 1.0, &r);
-        assert!(!judge_stop(&c, Direction::Min, 0.01, &f, t(1)).false_stop, "0.5 % < 1 %");
-        assert!(judge_stop(&c, Direction::Min, 0.001, &f, t(1)).false_stop, "0.5 % > 0.1 %");
+        assert!(!judge_stop(&c, Direction::Min, TOL, &f, t(1)).false_stop, "0.5 % < 1 %");
+        assert!(
+            judge_stop(&c, Direction::Min, Tolerance { relative: 0.001, absolute: 0.0 }, &f, t(1)).false_stop,
+            "0.5 % > 0.1 %"
+        );
     }
 
     #[test]
     fn higher_is_better_metrics_count_gains_upwards() {
         let c = curve(&[0.5, 0.7, 0.7, 0.7, 0.9]);
         let r = reports(5);
-        let o = judge_stop(&c, Direction::Max, 0.01, &facts(5, 1.0, &r), t(3));
+        let o = judge_stop(&c, Direction::Max, TOL, &facts(5, 1.0, &r), t(3));
         assert!(o.false_stop);
         assert!((o.improvement - 0.2).abs() < 1e-12);
         let worse = curve(&[0.5, 0.7, 0.7, 0.6, 0.5]);
-        assert!(!judge_stop(&worse, Direction::Max, 0.01, &facts(5, 1.0, &r), t(3)).false_stop);
+        assert!(!judge_stop(&worse, Direction::Max, TOL, &facts(5, 1.0, &r), t(3)).false_stop);
     }
 
     #[test]
@@ -326,7 +353,7 @@ mod tests {
         // Reports every minute up to minute 9, then nothing; stopped at minute 45, the run failed at 100.
         let c = curve(&[2.0, 1.8, 1.6, 1.5, 1.4, 1.3, 1.2, 1.1, 1.0, 0.9]);
         let r = reports(10);
-        let o = judge_stop(&c, Direction::Min, 0.01, &facts(100, 2.0, &r), t(45));
+        let o = judge_stop(&c, Direction::Min, TOL, &facts(100, 2.0, &r), t(45));
         assert!(!o.false_stop);
         assert_eq!(o.trouble, Some(Trouble::Stalled));
         assert_eq!(o.onset, Some(t(9)));
@@ -340,7 +367,7 @@ mod tests {
         values.extend(std::iter::repeat_n(1.0, 58));
         let c = curve(&values);
         let r = reports(61);
-        let o = judge_stop(&c, Direction::Min, 0.01, &facts(200, 1.0, &r), t(80));
+        let o = judge_stop(&c, Direction::Min, TOL, &facts(200, 1.0, &r), t(80));
         assert_eq!(o.trouble, Some(Trouble::Plateau));
         assert_eq!(o.onset, Some(t(3)));
     }
@@ -349,7 +376,7 @@ mod tests {
     fn a_clearly_worse_latest_value_is_a_divergence() {
         let c = curve(&[2.0, 1.0, 1.2, 1.6, 2.5, 3.0]);
         let r = reports(6);
-        let o = judge_stop(&c, Direction::Min, 0.01, &facts(6, 1.0, &r), t(5));
+        let o = judge_stop(&c, Direction::Min, TOL, &facts(6, 1.0, &r), t(5));
         assert_eq!(o.trouble, Some(Trouble::Diverged));
         assert_eq!(o.onset, Some(t(1)));
     }
@@ -358,7 +385,7 @@ mod tests {
     fn a_stop_before_anything_was_measured_is_false_when_the_run_went_on_to_measure() {
         let c = Curve { points: vec![(t(10), 1.0), (t(20), 0.5)] };
         let r = vec![t(10), t(20)];
-        let o = judge_stop(&c, Direction::Min, 0.01, &facts(30, 1.0, &r), t(5));
+        let o = judge_stop(&c, Direction::Min, TOL, &facts(30, 1.0, &r), t(5));
         assert!(o.false_stop);
         assert_eq!(o.best_before, None);
         assert_eq!(o.relative_improvement, None);
@@ -368,9 +395,29 @@ mod tests {
     fn a_stop_after_the_end_saves_nothing() {
         let c = curve(&[1.0, 0.9]);
         let r = reports(2);
-        let o = judge_stop(&c, Direction::Min, 0.01, &facts(1, 8.0, &r), t(3));
+        let o = judge_stop(&c, Direction::Min, TOL, &facts(1, 8.0, &r), t(3));
         assert_eq!(o.hours_saved, 0.0);
         assert_eq!(o.gpu_hours_saved, 0.0);
+    }
+
+    #[test]
+    fn an_absolute_floor_ignores_tiny_relative_gains() {
+        // 0.0003 -> 0.0001 is a 67 % gain, of 0.0002.
+        let c = curve(&[0.001, 0.0003, 0.0003, 0.0001]);
+        let r = reports(4);
+        let f = facts(4, 1.0, &r);
+        assert!(judge_stop(&c, Direction::Min, TOL, &f, t(2)).false_stop);
+        let floor = Tolerance { relative: 0.01, absolute: 0.001 };
+        assert!(!judge_stop(&c, Direction::Min, floor, &f, t(2)).false_stop);
+    }
+
+    #[test]
+    fn a_stop_of_a_run_that_never_reported_the_target_is_unmeasured() {
+        let r = reports(3);
+        let o = judge_stop(&Curve::default(), Direction::Min, TOL, &facts(3, 1.0, &r), t(1));
+        assert!(!o.measured);
+        assert!(!o.false_stop);
+        assert_eq!(o.trouble, None);
     }
 
     #[test]

@@ -17,6 +17,8 @@ use crate::time::{Timestamp, fmt_num, fmt_secs, plural};
 pub struct Report {
     /// Relative improvement beyond which a stop is false.
     pub tolerance: f64,
+    /// And the least absolute improvement (0: any).
+    pub min_improvement: f64,
     /// `--target`, when given.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub target: Option<String>,
@@ -136,6 +138,8 @@ pub struct Tally {
     /// The false stop with the largest relative improvement afterwards.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub worst_regret: Option<Regret>,
+    /// Stops of runs that never reported the target metric: not judged either way.
+    pub unmeasured: u64,
     /// Rightful stops by how the run had gone bad (`plateau`, `nonFinite`, `stalled`, `diverged`).
     pub troubles: BTreeMap<String, u64>,
     /// Median seconds from the trouble's onset to the stop, over rightful stops.
@@ -172,6 +176,9 @@ impl Tally {
         self.gpu_hours_saved += o.gpu_hours_saved;
         if let Some(d) = o.dollars_saved {
             *self.dollars_saved.get_or_insert(0.0) += d;
+        }
+        if !o.measured {
+            self.unmeasured += 1;
         }
         if o.false_stop {
             self.false_stops += 1;
@@ -238,7 +245,8 @@ impl ReportBuilder {
             .collect();
         ReportBuilder {
             report: Report {
-                tolerance: plan.options.tolerance,
+                tolerance: plan.options.tolerance.relative,
+                min_improvement: plan.options.tolerance.absolute,
                 target: plan.options.target.clone(),
                 files: 0,
                 runs: Vec::new(),
@@ -363,11 +371,16 @@ impl Report {
         let mut out = String::new();
         let _ = writeln!(
             out,
-            "backtest: {} from {}; every rule enforced; a stop is false when {} improved by more than {} afterwards",
+            "backtest: {} from {}; every rule enforced; a stop is false when {} improved by more than {}{} afterwards",
             plural(self.runs.len() as u64, "run", "runs"),
             plural(self.files as u64, "file", "files"),
             self.target.as_deref().map_or("the rule's metric".to_string(), |t| format!("`{t}`")),
             percent(Some(self.tolerance)),
+            if self.min_improvement > 0.0 {
+                format!(" and {}", fmt_num(self.min_improvement))
+            } else {
+                String::new()
+            },
         );
         if !self.incomplete.is_empty() {
             let shown: Vec<&str> = self.incomplete.iter().take(10).map(String::as_str).collect();
@@ -440,10 +453,17 @@ impl Report {
         let _ = writeln!(
             out,
             "  rightful stops {} ({}), median lead time {}",
-            t.stopped - t.false_stops,
+            t.stopped - t.false_stops - t.unmeasured,
             if troubles.is_empty() { "none".into() } else { troubles.join(", ") },
             lead(t.median_lead_seconds)
         );
+        if t.unmeasured > 0 {
+            let _ = writeln!(
+                out,
+                "  not judged: {} that never reported the target metric",
+                plural(t.unmeasured, "stop of a run", "stops of runs")
+            );
+        }
         if t.rule_errors > 0 {
             let _ = writeln!(
                 out,
@@ -474,7 +494,9 @@ impl Report {
         }
         for s in &p.stops {
             let o = &s.stop.outcome;
-            let verdict = if o.false_stop && o.relative_improvement.is_none() {
+            let verdict = if !o.measured {
+                format!("not judged: the run never reported {}", s.stop.target)
+            } else if o.false_stop && o.relative_improvement.is_none() {
                 format!("FALSE STOP: before any {} was reported; the run went on to report it", s.stop.target)
             } else if o.false_stop {
                 format!(
