@@ -751,6 +751,21 @@ fn recording_mounts_its_volume_and_passes_its_bounds() {
     assert_eq!(claim[0]["spec"]["storageClassName"], "nfs");
     assert_eq!(claim[0]["metadata"]["annotations"]["helm.sh/resource-policy"], "keep");
     assert_eq!(pod_of(&rendered)["volumes"][0]["persistentVolumeClaim"]["claimName"], name(claim[0]));
+    let strategy = |r: &Rendered| {
+        serde_json::to_value(r.one::<Deployment>("Deployment").spec.unwrap().strategy).unwrap()
+    };
+    assert_eq!(strategy(&rendered), Value::Null, "a shared volume rolls as usual");
+    let single = helm.render(
+        "trainwarden",
+        "ops",
+        &[
+            "--set=replicas=1",
+            "--set=leaderElection.enabled=false",
+            "--set=record.enabled=true",
+            "--set=record.persistence.enabled=true",
+        ],
+    );
+    assert_eq!(strategy(&single), json!({"type": "Recreate"}), "a ReadWriteOnce volume is let go of first");
 
     let rendered = helm.render(
         "trainwarden",
