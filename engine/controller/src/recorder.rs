@@ -73,13 +73,17 @@ pub fn file_name(stem: &str, part: u32) -> String {
     if part == 0 { format!("{stem}{EXTENSION}") } else { format!("{stem}.{part}{EXTENSION}") }
 }
 
-/// The stem and part of a stream file name; `None` for a file the recorder does not write.
+/// The stem and part of a stream file name; `None` for a file the recorder does not write (the bounds never
+/// delete those).
 pub fn parse_file_name(name: &str) -> Option<(&str, u32)> {
     let base = name.strip_suffix(EXTENSION)?;
-    match base.split_once('.') {
-        None => Some((base, 0)),
-        Some((stem, part)) => Some((stem, part.parse().ok().filter(|p| *p > 0)?)),
-    }
+    let (stem, part) = match base.split_once('.') {
+        None => (base, 0),
+        Some((stem, part)) => (stem, part.parse().ok().filter(|p| *p > 0)?),
+    };
+    // `<namespace>_<name>_<uid>`: three parts, none empty.
+    let ours = stem.split('_').count() == 3 && stem.split('_').all(|p| !p.is_empty());
+    ours.then_some((stem, part))
 }
 
 fn phase_name(phase: JobPhase) -> &'static str {
@@ -103,7 +107,10 @@ struct JobState {
     phase: Option<JobPhase>,
     labels: BTreeMap<String, String>,
     gpus: Option<f64>,
+    /// The time of the job's last line (any file's): the next one is never earlier.
     last_time: Timestamp,
+    /// The file of the job's last line, where its deletion goes (its current part may not be started).
+    last_path: Option<PathBuf>,
 }
 
 /// What became of a flush's lines.
@@ -190,13 +197,10 @@ impl Recorder {
     }
 
     fn append_deleted(&mut self, job: &JobKey, state: &JobState, at: Timestamp) {
-        if !state.started {
-            return;
-        }
+        let Some(path) = &state.last_path else { return };
         let mut line = base(at.max(state.last_time), job);
         line.insert("deleted".into(), true.into());
-        let path = self.own.join(file_name(&state.stem, state.part));
-        self.append(path, &Value::Object(line));
+        self.append(path.clone(), &Value::Object(line));
     }
 
     fn seen(&mut self, seen: JobObservation) {
@@ -220,7 +224,8 @@ impl Recorder {
                 phase: None,
                 labels: BTreeMap::new(),
                 gpus: None,
-                last_time: seen.at,
+                last_time: Timestamp::MIN,
+                last_path: None,
             };
             self.jobs.insert(seen.job.clone(), state);
         }
@@ -234,7 +239,7 @@ impl Recorder {
             return;
         }
         let own_time = if progress_changed { seen.sample_time.unwrap_or(seen.at) } else { seen.at };
-        let time = if state.started { own_time.max(state.last_time) } else { own_time };
+        let time = own_time.max(state.last_time);
         let mut line = base(time, &seen.job);
         if start || phase_changed {
             // A file's first line says the phase; before the object could be read, it is running.
@@ -268,6 +273,7 @@ impl Recorder {
         }
         state.labels = seen.labels;
         let path = self.own.join(file_name(&state.stem, state.part));
+        state.last_path = Some(path.clone());
         self.append(path, &Value::Object(line));
     }
 
@@ -468,7 +474,8 @@ impl Recorder {
     fn scan(&mut self) {
         self.last_scan = Some(Instant::now());
         let mut found = HashMap::new();
-        let mut dirs = vec![self.config.dir.clone()];
+        // Only the replicas' directories: files of other programs next to them are never counted nor deleted.
+        let mut dirs = Vec::new();
         if let Ok(entries) = fs::read_dir(&self.config.dir) {
             for entry in entries.flatten() {
                 if entry.file_type().is_ok_and(|t| t.is_dir()) {

@@ -132,7 +132,16 @@ fn file_names_are_safe_and_read_back() {
     }
     assert_eq!(file_name("a_b_c", 0), "a_b_c.jsonl.gz");
     assert_eq!(file_name("a_b_c", 2), "a_b_c.2.jsonl.gz");
-    for other in ["a_b_c.jsonl", "a_b_c.0.jsonl.gz", "a_b_c.x.jsonl.gz", "notes.txt"] {
+    for other in [
+        "a_b_c.jsonl",
+        "a_b_c.0.jsonl.gz",
+        "a_b_c.x.jsonl.gz",
+        "notes.txt",
+        "run.jsonl.gz",
+        "a_b.jsonl.gz",
+        "a__c.jsonl.gz",
+        "a_b_c_d.jsonl.gz",
+    ] {
         assert_eq!(parse_file_name(other), None, "{other}");
     }
     // A path-like identity stays one directory under the record directory.
@@ -241,6 +250,15 @@ fn full_files_rotate_and_each_part_stands_alone() {
             (Some(JobPhase::Running), Some(8.0), true)
         );
     }
+    // The deletion ends the last file written, rather than opening a part of its own; and it is not placed
+    // before the line above it.
+    r.observe(Observation::Gone { job: job.clone(), at: t("2026-12-01T10:01:00Z") });
+    r.flush();
+    assert_eq!(stream_files(r.own_dir()).len(), 3);
+    let last = updates(&r.own_dir().join("fraud_ft_0f1e2d3c.2.jsonl.gz"));
+    assert_eq!(last.len(), 2);
+    assert!(last[1].deleted);
+    assert_eq!(last[1].time, t("2026-12-01T10:02:00Z"));
 }
 
 #[test]
@@ -251,6 +269,12 @@ fn the_oldest_files_go_first_to_stay_within_the_bounds() {
     let other = dir.0.join("pod-gone");
     fs::create_dir_all(&other).unwrap();
     fs::write(other.join("x_y_z.jsonl.gz"), b"old").unwrap();
+    let emptied = dir.0.join("pod-gone-too");
+    fs::create_dir_all(&emptied).unwrap();
+    fs::write(emptied.join("x_y_w.jsonl.gz"), b"old").unwrap();
+    // Files the recorder does not write are neither counted nor deleted.
+    fs::write(dir.0.join("x_y_z.jsonl.gz"), b"mine").unwrap();
+    fs::write(other.join("run.jsonl.gz"), b"mine").unwrap();
     r.last_scan = None;
     for (i, name) in ["a", "b", "c"].iter().enumerate() {
         let job = JobKey::new("ns", *name);
@@ -261,8 +285,10 @@ fn the_oldest_files_go_first_to_stay_within_the_bounds() {
         std::thread::sleep(Duration::from_millis(20));
     }
     assert_eq!(stream_files(r.own_dir()), ["ns_b_0f1e2d3c.jsonl.gz", "ns_c_0f1e2d3c.jsonl.gz"]);
-    assert!(!other.exists(), "the gone replica's empty directory is removed");
-    assert_eq!(metrics.record_files_deleted.get(), 2);
+    assert_eq!(stream_files(&other), ["run.jsonl.gz"], "only the gone replica's stream file is deleted");
+    assert!(dir.0.join("x_y_z.jsonl.gz").exists());
+    assert!(!emptied.exists(), "a gone replica's emptied directory is removed");
+    assert_eq!(metrics.record_files_deleted.get(), 3);
     assert_eq!(metrics.record_files.get(), 2);
 
     // The byte bound: room for about one file.
