@@ -200,6 +200,10 @@ fn alternative_values(secret_namespaces: &[&str]) -> Vec<String> {
         "--set=logFormat=text".into(),
         "--set=logLevel=info\\,trainwarden=debug".into(),
         "--set=evalInterval=1m30s".into(),
+        "--set=record.enabled=true".into(),
+        "--set=record.persistence.enabled=true".into(),
+        "--set-json=record.persistence.accessModes=[\"ReadWriteMany\"]".into(),
+        "--set=record.maxFiles=500".into(),
     ]
 }
 
@@ -530,6 +534,11 @@ fn alternative_args(namespace: &str) -> Vec<String> {
         &format!("--lease-namespace={namespace}"),
         "--kueue=false",
         "--eval-interval=1m30s",
+        "--record-dir=/var/lib/trainwarden/record",
+        "--record-flush-interval=10s",
+        "--record-max-bytes=1GiB",
+        "--record-max-file-bytes=16MiB",
+        "--record-max-files=500",
     ]
     .into_iter()
     .map(String::from)
@@ -554,6 +563,7 @@ fn assert_alternative_extras(rendered: &Rendered) {
     for (k, v) in monitor["spec"]["selector"]["matchLabels"].as_object().expect("matchLabels") {
         assert_eq!(&service_labels[k], v, "the ServiceMonitor selects the Service by {k}");
     }
+    assert_eq!(rendered.of_kind("PersistentVolumeClaim").len(), 1, "record.persistence renders its claim");
     let pdb: PodDisruptionBudget = rendered.one("PodDisruptionBudget");
     let pdb_spec = pdb.spec.expect("PDB spec");
     assert_eq!(serde_json::to_value(pdb_spec.max_unavailable).unwrap(), json!(1));
