@@ -6,6 +6,7 @@
 //!  watch namespaces ─┘   (channel)   (one     │
 //!  executor outcomes ───────────────▶ task)   └──▶ status writer ──▶ policy status (≤ 1/s per policy)
 //!                                     │ timers: Evaluator::next_tick (exact `for`, stall deadlines)
+//!  TrainJob events (copies, try_send) ──▶ recorder ──▶ <record-dir>/<identity>/*.jsonl.gz (every replica)
 //! ```
 //!
 //! - [`messages`] holds what the tasks send each other ([`messages::Input`], [`messages::Work`],

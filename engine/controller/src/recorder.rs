@@ -524,54 +524,83 @@ fn base(time: Timestamp, job: &JobKey) -> Map<String, Value> {
 
 /// Runs the recorder until `stop` fires or every sender is gone, then writes what it holds.
 pub async fn run(
-    mut recorder: Recorder,
+    recorder: Recorder,
     mut observations: mpsc::Receiver<Observation>,
     mut stop: oneshot::Receiver<()>,
 ) {
     info!(dir = %recorder.own_dir().display(), "recording TrainJob progress");
-    // The files already there (a restart, other replicas) count from the start, and take their parts.
-    match flushed(recorder).await {
-        Some(r) => recorder = r,
-        None => return,
-    }
     let mut tick = tokio::time::interval(recorder.config.flush_interval);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let mut inbox = Inbox { observations: &mut observations, held: Vec::new(), open: true };
+    // The files already there (a restart, other replicas) count from the start, and take their parts.
+    let Some(mut recorder) = inbox.flush(recorder, true).await else { return };
     loop {
-        let flush = tokio::select! {
-            o = observations.recv() => match o {
-                Some(o) => { recorder.observe(o); recorder.wants_flush() }
-                None => break,
+        for o in inbox.held.drain(..) {
+            recorder.observe(o);
+        }
+        if !inbox.open {
+            break;
+        }
+        let stopping = tokio::select! {
+            o = inbox.observations.recv() => match o {
+                Some(o) => {
+                    recorder.observe(o);
+                    if !recorder.wants_flush() {
+                        continue;
+                    }
+                    false
+                }
+                None => { inbox.open = false; false }
             },
-            _ = tick.tick() => true,
+            _ = tick.tick() => false,
             _ = &mut stop => {
                 // What the watch already handed over is written too.
-                while let Ok(o) = observations.try_recv() {
+                while let Ok(o) = inbox.observations.try_recv() {
                     recorder.observe(o);
                 }
-                break;
+                true
             }
         };
-        if flush {
-            match flushed(recorder).await {
-                Some(r) => recorder = r,
-                None => return,
-            }
+        match inbox.flush(recorder, !stopping).await {
+            Some(r) if !stopping => recorder = r,
+            _ => return,
         }
     }
-    let _ = flushed(recorder).await;
+    let _ = inbox.flush(recorder, false).await;
 }
 
-async fn flushed(mut recorder: Recorder) -> Option<Recorder> {
-    match tokio::task::spawn_blocking(move || {
-        recorder.flush();
-        recorder
-    })
-    .await
-    {
-        Ok(r) => Some(r),
-        Err(e) => {
-            warn!(error = %e, "recording stopped: a flush panicked");
-            None
+/// The recorder's end of the channel, and what arrived while a flush ran.
+struct Inbox<'a> {
+    observations: &'a mut mpsc::Receiver<Observation>,
+    held: Vec<Observation>,
+    open: bool,
+}
+
+impl Inbox<'_> {
+    /// Flushes on the blocking pool; meanwhile (with `receive`) the watch's observations are held here, up to
+    /// the channel's size again, rather than left to fill the channel (a flush of thousands of files takes
+    /// a good part of a second). `None` if the flush panicked: recording stops.
+    async fn flush(&mut self, mut recorder: Recorder, receive: bool) -> Option<Recorder> {
+        let (metrics, hold) = (recorder.metrics.clone(), recorder.config.queue.max(1));
+        let mut flush = tokio::task::spawn_blocking(move || {
+            recorder.flush();
+            recorder
+        });
+        loop {
+            tokio::select! {
+                done = &mut flush => return match done {
+                    Ok(r) => Some(r),
+                    Err(e) => {
+                        warn!(error = %e, "recording stopped: a flush panicked");
+                        None
+                    }
+                },
+                o = self.observations.recv(), if receive && self.open => match o {
+                    Some(o) if self.held.len() < hold => self.held.push(o),
+                    Some(_) => metrics.record_drop(RecordDrop::QueueFull),
+                    None => self.open = false,
+                },
+            }
         }
     }
 }

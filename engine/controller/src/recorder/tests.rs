@@ -412,3 +412,52 @@ fn compressed_bytes_per_update_line() {
     }
     assert!(sizes[1].2 < sizes[0].2);
 }
+
+#[test]
+#[ignore = "a timing, not a check: cargo test --release -p trainwarden-controller --lib flush_cost -- --ignored --nocapture"]
+fn flush_cost() {
+    let dir = TempDir::new("cost");
+    let (mut r, metrics) = recorder(config(&dir.0));
+    for round in 0..3u32 {
+        let at = format!("2026-12-01T10:00:{:02}Z", round * 10);
+        let started = Instant::now();
+        for i in 0..5000 {
+            r.observe(seen(&JobKey::new("ns", format!("job-{i}")), Some(status(round, &at)), &at));
+        }
+        let observed = started.elapsed();
+        r.flush();
+        println!(
+            "5000 jobs, round {round}: observe {observed:?}, flush {:?} (5000 files), {} bytes written so far",
+            started.elapsed() - observed,
+            metrics.record_bytes_written.get()
+        );
+    }
+}
+
+/// The task: what the watch hands over while it runs is written at the interval, and what it holds when told
+/// to stop is written before it ends.
+#[tokio::test]
+async fn the_task_writes_at_the_interval_and_when_it_stops() {
+    let dir = TempDir::new("task");
+    let metrics = Arc::new(Metrics::new());
+    let config = RecordConfig { flush_interval: Duration::from_millis(50), queue: 2, ..config(&dir.0) };
+    let r = Recorder::new(config, "pod-a", metrics.clone());
+    let path = r.own_dir().join("ns_a_0f1e2d3c.jsonl.gz");
+    let (tx, rx) = mpsc::channel(2);
+    let (stop, stopped) = oneshot::channel();
+    let task = tokio::spawn(run(r, rx, stopped));
+    let job = JobKey::new("ns", "a");
+    tx.send(seen(&job, Some(status(1, "2026-12-01T10:00:00Z")), "2026-12-01T10:00:00Z")).await.unwrap();
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while !path.exists() {
+        assert!(Instant::now() < deadline, "written at the interval");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    tx.send(seen(&job, Some(status(2, "2026-12-01T10:00:10Z")), "2026-12-01T10:00:10Z")).await.unwrap();
+    tx.send(Observation::Gone { job: job.clone(), at: t("2026-12-01T10:00:20Z") }).await.unwrap();
+    stop.send(()).unwrap();
+    tokio::time::timeout(Duration::from_secs(10), task).await.unwrap().unwrap();
+    let u = updates(&path);
+    assert_eq!(u.len(), 3, "{u:?}");
+    assert!(u[2].deleted);
+}
