@@ -5,9 +5,9 @@
 //!   observation (`trainwarden_record_dropped{reason="queue_full"}`); the watch and the brain never wait for
 //!   the disk.
 //! - One gzip file per job (`<namespace>_<name>_<uid prefix>.jsonl.gz`). Lines wait in memory at most
-//!   `flush_interval`; each flush of a file is one complete gzip member written with one `write`, so a file
-//!   cut by a crash is readable up to its last member (replay reads multi-member gzip), and a failed write
-//!   (disk full) is cut back to the file's previous length and retried at the next flush.
+//!   `flush_interval`; each flush of a file is one complete gzip member written with one `write` (replay
+//!   reads multi-member gzip), so a crash can only cut the last member, every earlier one stays intact; a
+//!   failed write (disk full) is cut back to the file's previous length and retried at the next flush.
 //! - A file starts with a line carrying phase, labels and GPUs (so it replays alone); after that a line is
 //!   written only when something replay sees changed (the progress report, phase, labels, GPUs): a watch
 //!   re-delivers an unchanged `trainerStatus` whenever anything else about the object changes. A deletion is
@@ -470,7 +470,7 @@ impl Recorder {
         }
     }
 
-    /// Lists the stream files under the directory (its own files and its subdirectories' files).
+    /// Lists the stream files in the replicas' directories (`<dir>/*/`), this one's included.
     fn scan(&mut self) {
         self.last_scan = Some(Instant::now());
         let mut found = HashMap::new();
