@@ -75,4 +75,19 @@ Fails the render on value combinations the schema cannot express.
 {{- if and (gt (int .Values.replicas) 1) (not .Values.leaderElection.enabled) }}
 {{- fail "replicas > 1 needs leaderElection.enabled: without a leader every replica would act on the same TrainJobs" }}
 {{- end }}
+{{- with .Values.record }}
+{{- if and .enabled .persistence.enabled (not .persistence.existingClaim) (gt (int $.Values.replicas) 1) (not (has "ReadWriteMany" .persistence.accessModes)) }}
+{{- fail "record.persistence with replicas > 1 needs accessModes [ReadWriteMany]: every replica records (into its own subdirectory) and mounts the claim, and pods on different nodes cannot share a ReadWriteOnce volume. Or set replicas: 1 (and leaderElection.enabled: false)." }}
+{{- end }}
+{{- end }}
+{{- end }}
+
+{{/* The claim the recorder writes to: an existing one, or the chart's. */}}
+{{- define "trainwarden.recordClaim" -}}
+{{- .Values.record.persistence.existingClaim | default (printf "%s-record" (include "trainwarden.fullname" .)) }}
+{{- end }}
+
+{{/* A byte size as the controller's flags read it: a string as is (16MiB), a number as a whole number. */}}
+{{- define "trainwarden.byteSize" -}}
+{{- if kindIs "string" . }}{{ . }}{{ else }}{{ int64 . }}{{ end }}
 {{- end }}

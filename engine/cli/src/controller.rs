@@ -67,9 +67,52 @@ pub(crate) struct ControllerArgs {
     /// Most history checkpoint writes per second over all TrainJobs.
     #[arg(long, default_value_t = 5, value_parser = clap::value_parser!(u32).range(1..))]
     history_writes_per_second: u32,
+    /// Record every TrainJob's progress as it is seen, as gzip streams `trainwarden replay` reads, one per job,
+    /// in DIR/<identity>/ (off when absent).
+    #[arg(long, value_name = "DIR")]
+    record_dir: Option<std::path::PathBuf>,
+    /// The longest a recorded line waits in memory before it is written (as its own gzip member).
+    #[arg(long, default_value = "10s", value_parser = parse_positive_duration)]
+    record_flush_interval: Duration,
+    /// A stream file that reaches this size is closed; the job goes on in the next part (.1, .2 ...).
+    #[arg(long, default_value = "16MiB", value_parser = parse_bytes)]
+    record_max_file_bytes: u64,
+    /// The most bytes of stream files under --record-dir (every replica's); the oldest are deleted first.
+    #[arg(long, default_value = "1GiB", value_parser = parse_bytes)]
+    record_max_bytes: u64,
+    /// The most stream files under --record-dir (every replica's); the oldest are deleted first.
+    #[arg(long, default_value_t = 10_000, value_parser = clap::value_parser!(u64).range(1..))]
+    record_max_files: u64,
     /// Path of a kubeconfig (default: $KUBECONFIG, ~/.kube/config, or the in-cluster service account).
     #[arg(long)]
     kubeconfig: Option<std::path::PathBuf>,
+}
+
+/// A size in bytes: a whole number, optionally with a unit: `B`; `k`/`KB`, `M`/`MB`, `G`/`GB` (powers of
+/// 1000); `Ki`/`KiB`, `Mi`/`MiB`, `Gi`/`GiB` (powers of 1024, as Kubernetes quantities write them).
+pub(crate) fn parse_bytes(text: &str) -> Result<u64, String> {
+    let text = text.trim();
+    let split = text.find(|c: char| !c.is_ascii_digit()).unwrap_or(text.len());
+    let (digits, unit) = text.split_at(split);
+    let n: u64 = digits.parse().map_err(|_| format!("expected a size like 16MiB, got {text:?}"))?;
+    let scale: u64 = match unit.trim() {
+        "" | "B" => 1,
+        "k" | "K" | "KB" | "kB" => 1000,
+        "M" | "MB" => 1000 * 1000,
+        "G" | "GB" => 1000 * 1000 * 1000,
+        "Ki" | "KiB" => 1 << 10,
+        "Mi" | "MiB" => 1 << 20,
+        "Gi" | "GiB" => 1 << 30,
+        "Ti" | "TiB" => 1 << 40,
+        other => {
+            return Err(format!("unknown size unit {other:?} (use B, KB, MB, GB, KiB, MiB, GiB or TiB)"));
+        }
+    };
+    match n.checked_mul(scale) {
+        Some(0) => Err("must be more than 0 bytes".into()),
+        Some(b) => Ok(b),
+        None => Err(format!("{text} is too large")),
+    }
 }
 
 fn parse_positive_duration(text: &str) -> Result<Duration, String> {
@@ -127,6 +170,13 @@ pub(crate) fn run(args: ControllerArgs) -> ExitCode {
         status_interval: args.status_interval,
         history_interval: args.history_interval,
         history_writes_per_second: args.history_writes_per_second,
+        record: args.record_dir.as_ref().map(|dir| trainwarden_controller::config::RecordConfig {
+            flush_interval: args.record_flush_interval,
+            max_file_bytes: args.record_max_file_bytes,
+            max_bytes: args.record_max_bytes,
+            max_files: usize::try_from(args.record_max_files).unwrap_or(usize::MAX),
+            ..trainwarden_controller::config::RecordConfig::new(dir)
+        }),
         ..ControllerConfig::default()
     };
     let runtime = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
@@ -181,4 +231,21 @@ async fn shutdown_signal() {
     }
     #[cfg(not(unix))]
     let _ = ctrl_c.await;
+}
+
+#[cfg(test)]
+mod tests {
+    use super::parse_bytes;
+
+    #[test]
+    fn sizes_read_in_both_unit_families() {
+        assert_eq!(parse_bytes("16MiB"), Ok(16 << 20));
+        assert_eq!(parse_bytes("1Gi"), Ok(1 << 30));
+        assert_eq!(parse_bytes("500MB"), Ok(500_000_000));
+        assert_eq!(parse_bytes("4096"), Ok(4096));
+        assert!(parse_bytes("0").is_err());
+        assert!(parse_bytes("12 parsecs").is_err());
+        assert!(parse_bytes("MiB").is_err());
+        assert!(parse_bytes("99999999999TiB").is_err());
+    }
 }

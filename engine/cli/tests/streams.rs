@@ -213,3 +213,50 @@ fn bad_lines_are_listed_with_their_places_after_what_ran() {
     assert!(lines[3].starts_with(&format!("{}:2:11: invalid JSON", worse.display())), "{stderr}");
     assert_eq!(lines.len(), 4, "{stderr}");
 }
+
+/// What the controller's recorder (`--record-dir`) writes replays like the stream it saw: the two jobs'
+/// reports fed to it as the TrainJob watch would deliver them (each one twice, as watches re-deliver), flushed
+/// every few reports (so each file holds several gzip members), one file per job, replayed together.
+#[test]
+fn files_the_controller_records_replay_like_the_stream_they_saw() {
+    use std::sync::Arc;
+    use trainwarden_controller::config::RecordConfig;
+    use trainwarden_controller::messages::{JobObservation, Observation, RecordedProgress};
+    use trainwarden_controller::recorder::Recorder;
+
+    let (plain, _) = expected();
+    let dir = temp_dir("recorded");
+    let metrics = Arc::new(trainwarden_controller::metrics::Metrics::new());
+    let mut recorder = Recorder::new(RecordConfig::new(&dir), "pod-0", metrics.clone());
+    recorder.flush();
+    for (i, line) in lines().iter().enumerate() {
+        let v: serde_json::Value = serde_json::from_str(line).unwrap();
+        let status = v["trainerStatus"].clone();
+        let at: jiff::Timestamp = v["time"].as_str().unwrap().parse().unwrap();
+        let job = trainwarden_core::JobKey::parse(v["job"].as_str().unwrap()).unwrap();
+        for _ in 0..2 {
+            recorder.observe(Observation::Seen(Box::new(JobObservation {
+                job: job.clone(),
+                uid: Some(format!("uid-{}", job.name)),
+                labels: Default::default(),
+                gpus: None,
+                phase: Some(trainwarden_core::JobPhase::Running),
+                progress: Some(RecordedProgress::TrainerStatus(status.clone())),
+                sample_time: status["lastUpdatedTime"].as_str().map(|t| t.parse().unwrap()),
+                at,
+            })));
+        }
+        if i % 7 == 6 {
+            recorder.flush();
+        }
+    }
+    recorder.flush();
+    assert_eq!(metrics.record_lines.get(), 80, "each report once");
+    let mut files: Vec<PathBuf> =
+        std::fs::read_dir(recorder.own_dir()).unwrap().map(|e| e.unwrap().path()).collect();
+    files.sort();
+    assert_eq!(files.len(), 2, "{files:?}");
+    let args: Vec<&str> = files.iter().map(|p| p.to_str().unwrap()).collect();
+    assert_eq!(ok(&replay(&args, None)), plain);
+    let _ = std::fs::remove_dir_all(&dir);
+}

@@ -1,6 +1,7 @@
 //! Controller settings (the `trainwarden controller` flags).
 
 use std::net::SocketAddr;
+use std::path::PathBuf;
 use std::time::Duration;
 
 /// How the controller runs.
@@ -49,6 +50,41 @@ pub struct ControllerConfig {
     /// Most checkpoint writes per second over all jobs (a burst of this many, then this many per second):
     /// a fleet of 20,000 jobs must not turn into 20,000 patches at once after a hand-over.
     pub history_writes_per_second: u32,
+    /// Record every TrainJob's progress as replayable streams (`--record-dir`); `None`: no recording.
+    pub record: Option<RecordConfig>,
+}
+
+/// Where and how much the recorder writes ([`crate::recorder`]).
+#[derive(Clone, Debug)]
+pub struct RecordConfig {
+    /// The directory shared by every replica; each writes into `<dir>/<identity>/`.
+    pub dir: PathBuf,
+    /// The longest a line waits in memory before it is compressed and written (as its own gzip member).
+    pub flush_interval: Duration,
+    /// A stream file that reaches this many (compressed) bytes is closed; the job goes on in a new file.
+    pub max_file_bytes: u64,
+    /// The most bytes of stream files under `dir` (every replica's); the oldest files are deleted first.
+    pub max_bytes: u64,
+    /// The most stream files under `dir` (every replica's); the oldest files are deleted first.
+    pub max_files: usize,
+    /// Capacity of the channel from the TrainJob watch to the recorder; a full one drops the observation
+    /// (counted), it never makes the watch wait.
+    pub queue: usize,
+}
+
+impl RecordConfig {
+    /// Recording into `dir` with the default bounds: 10 s flushes, 16 MiB files, 1 GiB and 10,000 files in
+    /// all.
+    pub fn new(dir: impl Into<PathBuf>) -> Self {
+        RecordConfig {
+            dir: dir.into(),
+            flush_interval: Duration::from_secs(10),
+            max_file_bytes: 16 << 20,
+            max_bytes: 1 << 30,
+            max_files: 10_000,
+            queue: 4096,
+        }
+    }
 }
 
 impl Default for ControllerConfig {
@@ -72,6 +108,7 @@ impl Default for ControllerConfig {
             work_queue: 4096,
             history_interval: Duration::from_secs(300),
             history_writes_per_second: 5,
+            record: None,
         }
     }
 }

@@ -6,6 +6,7 @@
 //!  watch namespaces ─┘   (channel)   (one     │
 //!  executor outcomes ───────────────▶ task)   └──▶ status writer ──▶ policy status (≤ 1/s per policy)
 //!                                     │ timers: Evaluator::next_tick (exact `for`, stall deadlines)
+//!  TrainJob events (copies, try_send) ──▶ recorder ──▶ <record-dir>/<identity>/*.jsonl.gz (every replica)
 //! ```
 //!
 //! - [`messages`] holds what the tasks send each other ([`messages::Input`], [`messages::Work`],
@@ -19,6 +20,9 @@
 //! - [`executor`] is the only code that writes to TrainJobs, Workloads and Events. Every replica evaluates
 //!   (so a new leader's state is warm and matches), only the leader executes.
 //! - [`status_writer`] coalesces and writes policy status, including the rule memories that make a restart safe.
+//! - [`recorder`] (`--record-dir`) writes what the TrainJob watch sees as replayable gzip streams, one per
+//!   job, bounded and rotated; it gets copies over a bounded channel and never holds up the watch. Every
+//!   replica records, into its own subdirectory.
 //! - [`leader`] is Lease-based leader election; [`http`] serves `/healthz`, `/readyz` and `/metrics`.
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]
@@ -30,6 +34,7 @@ pub mod http;
 pub mod leader;
 pub mod messages;
 pub mod metrics;
+pub mod recorder;
 pub mod secrets;
 pub mod sources;
 pub mod status_writer;
@@ -131,6 +136,26 @@ pub async fn run_with_listener(
     let (status_tx, status_rx) = mpsc::channel(config.work_queue);
     let (policies_synced_tx, policies_synced_rx) = tokio::sync::oneshot::channel();
 
+    // The recorder is not one of the tasks: it is not needed to run, and it ends last, after writing what it
+    // holds.
+    let (record_tx, recorder) = match &config.record {
+        Some(record) => {
+            let (tx, rx) = mpsc::channel(record.queue.max(1));
+            let (stop_tx, stop_rx) = tokio::sync::oneshot::channel();
+            let r = recorder::Recorder::new(record.clone(), &config.identity, metrics.clone());
+            (Some(tx), Some((stop_tx, tokio::spawn(recorder::run(r, rx, stop_rx)))))
+        }
+        None => (None, None),
+    };
+    let stop_recorder = || async move {
+        if let Some((stop, task)) = recorder {
+            let _ = stop.send(());
+            if tokio::time::timeout(std::time::Duration::from_secs(10), task).await.is_err() {
+                tracing::warn!("stopping: the recorder did not write what it held within 10 s");
+            }
+        }
+    };
+
     let mut tasks = JoinSet::new();
     if let Some(listener) = listener {
         let addr = listener.local_addr().map_or_else(|e| e.to_string(), |a| a.to_string());
@@ -147,6 +172,7 @@ pub async fn run_with_listener(
         &config,
         input_tx.clone(),
         policies_synced_rx,
+        record_tx,
         metrics.clone(),
     );
     let notifier = if config.notifications {
@@ -219,6 +245,7 @@ pub async fn run_with_listener(
             }
             leader.release().await;
             tasks.abort_all();
+            stop_recorder().await;
             Ok(())
         }
         ended = tasks.join_next() => {
@@ -230,6 +257,7 @@ pub async fn run_with_listener(
             error!(task = name, "controller task ended");
             leader.release().await;
             tasks.abort_all();
+            stop_recorder().await;
             Err(Error::TaskEnded(name))
         }
     }

@@ -3,6 +3,7 @@
 //! ```text
 //!  sources ──Input──▶ brain ──Work──▶ executor ──Outcome (as an Input)──▶ brain
 //!                       └──StatusUpdate──▶ status writer
+//!  sources ──Observation──▶ recorder (--record-dir; bounded, never waited for)
 //! ```
 //!
 //! A policy is named by one [`PolicyId`] (kind, namespace, name) everywhere.
@@ -10,7 +11,7 @@
 use std::collections::BTreeMap;
 
 use trainwarden_core::{
-    ActionIntent, ActionKind, CompiledReceiver, Event, JobKey, JobSnapshot, Mode, NormalizeError,
+    ActionIntent, ActionKind, CompiledReceiver, Event, JobKey, JobPhase, JobSnapshot, Mode, NormalizeError,
     PolicyDocument, PolicyId, PolicyKind, PolicyRef, Savings, Timestamp,
 };
 use trainwarden_kube::ProgressPolicyStatus;
@@ -310,4 +311,49 @@ pub struct StatusUpdate {
     pub key: PolicyId,
     /// The full status to apply; the default (empty) status means the policy is gone.
     pub status: ProgressPolicyStatus,
+}
+
+/// What the TrainJob watch saw, for the recorder (`--record-dir`): the progress exactly as the job carried
+/// it, so a recorded stream replays what the controller saw.
+#[derive(Debug)]
+pub enum Observation {
+    /// A TrainJob appeared or changed (or was re-delivered unchanged).
+    Seen(Box<JobObservation>),
+    /// A TrainJob was deleted (a Delete event, or found gone by a re-list).
+    Gone {
+        /// The TrainJob.
+        job: JobKey,
+        /// When the controller saw it go.
+        at: Timestamp,
+    },
+}
+
+/// One TrainJob as a watch event delivered it.
+#[derive(Debug)]
+pub struct JobObservation {
+    /// The TrainJob's namespace and name.
+    pub job: JobKey,
+    /// `metadata.uid`: a job deleted and created again under the same name is recorded in a new file.
+    pub uid: Option<String>,
+    /// `metadata.labels`.
+    pub labels: BTreeMap<String, String>,
+    /// Accelerators held while running, when the job says (and could be read).
+    pub gpus: Option<f64>,
+    /// Where the job is in its life; `None` when the object could not be read.
+    pub phase: Option<JobPhase>,
+    /// The progress report as the object carries it, unparsed.
+    pub progress: Option<RecordedProgress>,
+    /// The report's `lastUpdatedTime`, when it could be read.
+    pub sample_time: Option<Timestamp>,
+    /// When the controller saw the event.
+    pub at: Timestamp,
+}
+
+/// A progress report as a TrainJob carries it, in the form a stream line takes.
+#[derive(Clone, Debug, PartialEq)]
+pub enum RecordedProgress {
+    /// Upstream `status.trainerStatus`, the JSON as is.
+    TrainerStatus(serde_json::Value),
+    /// The RHOAI `trainer.opendatahub.io/trainerStatus` annotation's text.
+    Annotation(String),
 }

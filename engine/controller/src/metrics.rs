@@ -188,6 +188,25 @@ pub struct ResultLabels {
     pub result: StatusWrite,
 }
 
+/// Why the recorder dropped an observation or lines (`trainwarden_record_dropped`).
+#[derive(Clone, Copy, Debug, Hash, PartialEq, Eq)]
+pub enum RecordDrop {
+    /// The channel from the TrainJob watch was full (the recorder was busy writing).
+    QueueFull,
+    /// Too many lines wait in memory (writes keep failing).
+    Backlog,
+    /// A file's pending lines whose file was removed (or taken) before they were written; the job starts a
+    /// file again.
+    FileGone,
+}
+
+/// Labels of `trainwarden_record_dropped`.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct RecordDropLabels {
+    /// Why.
+    pub reason: RecordDrop,
+}
+
 /// Label values are the enums' names in snake case, written by their `as_str`.
 macro_rules! label_value {
     ($($ty:ty => |$v:ident| $name:expr;)*) => {$(
@@ -231,6 +250,11 @@ label_value! {
         HistoryResult::Deferred => "deferred",
         HistoryResult::Restored => "restored",
         HistoryResult::Refused => "refused",
+    };
+    RecordDrop => |v| match v {
+        RecordDrop::QueueFull => "queue_full",
+        RecordDrop::Backlog => "backlog",
+        RecordDrop::FileGone => "file_gone",
     };
     StatusWrite => |v| match v {
         StatusWrite::Done => "done",
@@ -292,6 +316,23 @@ pub struct Metrics {
     /// `trainwarden_relist_deletions`: objects found deleted by a watch re-list (no Delete event came), by
     /// kind.
     pub relist_deletions: Family<WatchedKindLabels, Counter>,
+    /// `trainwarden_record_lines`: stream lines the recorder produced (`--record-dir`).
+    pub record_lines: Counter,
+    /// `trainwarden_record_bytes_written`: compressed bytes the recorder wrote.
+    pub record_bytes_written: Counter,
+    /// `trainwarden_record_files_created`: stream files the recorder started.
+    pub record_files_created: Counter,
+    /// `trainwarden_record_files_deleted`: stream files deleted to stay within the bounds.
+    pub record_files_deleted: Counter,
+    /// `trainwarden_record_write_errors`: failed writes, directory creations and deletions (retried).
+    pub record_write_errors: Counter,
+    /// `trainwarden_record_dropped`: observations or lines not recorded, by reason.
+    pub record_dropped: Family<RecordDropLabels, Counter>,
+    /// `trainwarden_record_files`: stream files under the record directory (every replica's), at the last
+    /// flush.
+    pub record_files: Gauge,
+    /// `trainwarden_record_bytes`: bytes of those files.
+    pub record_bytes: Gauge,
 }
 
 /// Labels of `trainwarden_action_retries`.
@@ -432,6 +473,50 @@ impl Metrics {
             "Objects found deleted by a watch re-list, without a Delete event, by kind",
             relist_deletions.clone(),
         );
+        let record_lines = Counter::default();
+        registry.register(
+            "record_lines",
+            "Stream lines the recorder produced (--record-dir)",
+            record_lines.clone(),
+        );
+        let record_bytes_written = Counter::default();
+        registry.register(
+            "record_bytes_written",
+            "Compressed bytes the recorder wrote",
+            record_bytes_written.clone(),
+        );
+        let record_files_created = Counter::default();
+        registry.register(
+            "record_files_created",
+            "Stream files the recorder started",
+            record_files_created.clone(),
+        );
+        let record_files_deleted = Counter::default();
+        registry.register(
+            "record_files_deleted",
+            "Stream files deleted, oldest first, to stay within --record-max-bytes and --record-max-files",
+            record_files_deleted.clone(),
+        );
+        let record_write_errors = Counter::default();
+        registry.register(
+            "record_write_errors",
+            "Recorder writes, directory creations and deletions that failed (tried again later)",
+            record_write_errors.clone(),
+        );
+        let record_dropped = Family::<RecordDropLabels, Counter>::default();
+        registry.register(
+            "record_dropped",
+            "TrainJob observations or stream lines the recorder dropped, by reason",
+            record_dropped.clone(),
+        );
+        let record_files = Gauge::default();
+        registry.register(
+            "record_files",
+            "Stream files under the record directory, every replica's, at the last flush",
+            record_files.clone(),
+        );
+        let record_bytes = Gauge::default();
+        registry.register("record_bytes", "Bytes of those stream files", record_bytes.clone());
         Metrics {
             registry,
             samples,
@@ -457,6 +542,14 @@ impl Metrics {
             actions_inherited,
             executor_panics,
             relist_deletions,
+            record_lines,
+            record_bytes_written,
+            record_files_created,
+            record_files_deleted,
+            record_write_errors,
+            record_dropped,
+            record_files,
+            record_bytes,
         }
     }
 
@@ -488,6 +581,11 @@ impl Metrics {
     /// Counts dropped work in `trainwarden_work_dropped`.
     pub fn dropped(&self, reason: DroppedWork) {
         self.work_dropped.get_or_create(&DroppedWorkLabels { reason }).inc();
+    }
+
+    /// Counts a dropped observation or lines in `trainwarden_record_dropped`.
+    pub fn record_drop(&self, reason: RecordDrop) {
+        self.record_dropped.get_or_create(&RecordDropLabels { reason }).inc();
     }
 
     /// The OpenMetrics text exposition.

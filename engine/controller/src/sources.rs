@@ -28,8 +28,8 @@ use trainwarden_kube::trainjob::{to_snapshot, trainjob_api};
 use trainwarden_kube::{ClusterProgressPolicy, ProgressPolicy, ProgressPolicyStatus};
 
 use crate::config::ControllerConfig;
-use crate::messages::{Input, JobInput, PolicyInput};
-use crate::metrics::{ApiOperation, Metrics, WatchedKind, WatchedKindLabels};
+use crate::messages::{Input, JobInput, JobObservation, Observation, PolicyInput, RecordedProgress};
+use crate::metrics::{ApiOperation, Metrics, RecordDrop, WatchedKind, WatchedKindLabels};
 use crate::{EXEMPT_ANNOTATION, Error};
 
 /// The keys a watch has delivered, so that a re-list reports the objects deleted while the watch was down.
@@ -103,6 +103,47 @@ pub fn job_input(obj: &DynamicObject) -> Option<JobInput> {
     let exempt = obj.annotations().get(EXEMPT_ANNOTATION).is_some_and(|v| v.eq_ignore_ascii_case("true"));
     let snapshot = to_snapshot(obj);
     Some(JobInput { key, snapshot, exempt, uid: obj.uid() })
+}
+
+/// What the recorder gets of a watched TrainJob: the progress as the object carries it (the
+/// `status.trainerStatus` JSON, else the RHOAI annotation's text, as [`trainwarden_core::from_trainjob`]
+/// prefers them) and what its reading found.
+pub fn job_observation(
+    obj: &DynamicObject,
+    input: &JobInput,
+    at: trainwarden_core::Timestamp,
+) -> JobObservation {
+    let progress = match obj.data.get("status").and_then(|s| s.get("trainerStatus")) {
+        Some(ts) if !ts.is_null() => Some(RecordedProgress::TrainerStatus(ts.clone())),
+        _ => obj
+            .annotations()
+            .get(trainwarden_core::TRAINER_STATUS_ANNOTATION)
+            .map(|a| RecordedProgress::Annotation(a.clone())),
+    };
+    let snapshot = input.snapshot.as_ref().ok();
+    JobObservation {
+        job: input.key.clone(),
+        uid: input.uid.clone(),
+        labels: obj.labels().clone(),
+        gpus: snapshot.and_then(|s| s.gpus),
+        phase: snapshot.map(|s| s.phase),
+        progress,
+        sample_time: snapshot.and_then(|s| s.sample.as_ref()).map(|s| s.updated_at),
+        at,
+    }
+}
+
+/// Hands an observation to the recorder without waiting: a full channel drops it (counted).
+fn record(
+    recorder: Option<&mpsc::Sender<Observation>>,
+    metrics: &Metrics,
+    make: impl FnOnce() -> Observation,
+) {
+    if let Some(tx) = recorder
+        && let Err(mpsc::error::TrySendError::Full(_)) = tx.try_send(make())
+    {
+        metrics.record_drop(RecordDrop::QueueFull);
+    }
 }
 
 fn policy_input<K>(obj: &K, kind: PolicyKind, status: Option<ProgressPolicyStatus>) -> PolicyInput
@@ -180,13 +221,15 @@ where
     }
 }
 
-/// Starts the watches. The TrainJob watch waits for `policies_synced`.
+/// Starts the watches. The TrainJob watch waits for `policies_synced`, and hands what it sees to `recorder`
+/// too when recording is on.
 pub fn spawn_watchers(
     tasks: &mut JoinSet<&'static str>,
     client: Client,
     config: &ControllerConfig,
     inputs: mpsc::Sender<Input>,
     policies_synced: oneshot::Receiver<()>,
+    recorder: Option<mpsc::Sender<Observation>>,
     metrics: Arc<Metrics>,
 ) {
     let ns = config.namespace.clone();
@@ -252,6 +295,10 @@ pub fn spawn_watchers(
                         match job_input(&obj) {
                             Some(job) => {
                                 relist.seen(&job.key);
+                                record(recorder.as_ref(), &metrics, || {
+                                    let at = trainwarden_core::Timestamp::now();
+                                    Observation::Seen(Box::new(job_observation(&obj, &job, at)))
+                                });
                                 Input::Job(Box::new(job))
                             }
                             None => continue,
@@ -261,6 +308,10 @@ pub fn spawn_watchers(
                         Some(ns) => {
                             let key = JobKey::new(ns, obj.name_any());
                             relist.deleted(&key);
+                            record(recorder.as_ref(), &metrics, || Observation::Gone {
+                                job: key.clone(),
+                                at: trainwarden_core::Timestamp::now(),
+                            });
                             Input::JobGone(key)
                         }
                         None => continue,
@@ -270,6 +321,10 @@ pub fn spawn_watchers(
                         for gone in relist.done() {
                             info!(job = %gone, "TrainJob deleted while the watch was down (found by the re-list)");
                             metrics.relist_deletions.get_or_create(&labels).inc();
+                            record(recorder.as_ref(), &metrics, || Observation::Gone {
+                                job: gone.clone(),
+                                at: trainwarden_core::Timestamp::now(),
+                            });
                             if tx.send(Input::JobGone(gone)).await.is_err() {
                                 return "TrainJob watch";
                             }

@@ -561,3 +561,70 @@ async fn health_readiness_and_metrics_are_served() {
     }
     controller.stop().await;
 }
+
+/// `--record-dir`: the controller writes what the TrainJob watch sees as a gzip stream the replay parser
+/// reads: a first line, each progress report once (a watch re-delivers them), and the deletion.
+#[tokio::test]
+async fn the_recorder_writes_each_report_once_in_a_replayable_stream() {
+    use std::io::Read;
+    let ctx = setup!("controller_record");
+    let (c, ns) = (&ctx.client, ctx.ns.as_str());
+    let dir = std::env::temp_dir().join(format!("trainwarden-record-{ns}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    let record = trainwarden_controller::config::RecordConfig {
+        flush_interval: Duration::from_millis(200),
+        ..trainwarden_controller::config::RecordConfig::new(&dir)
+    };
+    let job = create_trainjob(c, ns, "recorded", &[("team", "fraud")]).await;
+    let uid = job.uid().expect("a uid");
+    let controller = start(c, ControllerConfig { record: Some(record), ..config_for(ns) });
+    let file = dir.join(format!("test-{ns}")).join(format!("{ns}_recorded_{}.jsonl.gz", &uid[..8]));
+    let read = |file: std::path::PathBuf| {
+        let mut text = String::new();
+        std::fs::File::open(&file)
+            .ok()
+            .and_then(|f| flate2::read::MultiGzDecoder::new(f).read_to_string(&mut text).ok())
+            .map(|_| trainwarden_core::parse_stream(&text, "recorded").expect("a valid stream"))
+    };
+    let lines_with_progress = |records: &[trainwarden_core::StreamRecord]| {
+        records
+            .iter()
+            .filter_map(|r| match r {
+                trainwarden_core::StreamRecord::Update(u) => u.sample.as_ref().and_then(|s| s.metric("loss")),
+                trainwarden_core::StreamRecord::Object { .. } => panic!("compact lines only"),
+            })
+            .collect::<Vec<f64>>()
+    };
+    eventually("the first line", Duration::from_secs(15), || async {
+        read(file.clone()).filter(|r| !r.is_empty())
+    })
+    .await;
+    report(c, ns, "recorded", seconds_ago(2), "0.9", 10).await;
+    report(c, ns, "recorded", seconds_ago(1), "0.7", 20).await;
+    // Re-delivers the last report unchanged: not a line.
+    trainjob_api(c.clone(), Some(ns))
+        .patch(
+            "recorded",
+            &PatchParams::default(),
+            &Patch::Merge(&json!({"metadata": {"labels": {"x": "y"}}})),
+        )
+        .await
+        .expect("label the TrainJob");
+    let records = eventually("both reports recorded", Duration::from_secs(15), || async {
+        read(file.clone()).filter(|r| lines_with_progress(r) == [0.9, 0.7] && r.len() == 4)
+    })
+    .await;
+    let trainwarden_core::StreamRecord::Update(first) = &records[0] else { unreachable!() };
+    assert_eq!(first.labels.as_ref().and_then(|l| l.get("team")).map(String::as_str), Some("fraud"));
+    assert_eq!(first.phase, Some(trainwarden_core::JobPhase::Running));
+    let trainwarden_core::StreamRecord::Update(relabel) = &records[3] else { unreachable!() };
+    assert!(relabel.sample.is_none() && relabel.labels.as_ref().is_some_and(|l| l.contains_key("x")));
+    trainjob_api(c.clone(), Some(ns)).delete("recorded", &Default::default()).await.expect("delete");
+    eventually("the deletion recorded", Duration::from_secs(15), || async {
+        read(file.clone())
+            .filter(|r| matches!(r.last(), Some(trainwarden_core::StreamRecord::Update(u)) if u.deleted))
+    })
+    .await;
+    controller.stop().await;
+    let _ = std::fs::remove_dir_all(&dir);
+}

@@ -200,6 +200,10 @@ fn alternative_values(secret_namespaces: &[&str]) -> Vec<String> {
         "--set=logFormat=text".into(),
         "--set=logLevel=info\\,trainwarden=debug".into(),
         "--set=evalInterval=1m30s".into(),
+        "--set=record.enabled=true".into(),
+        "--set=record.persistence.enabled=true".into(),
+        "--set-json=record.persistence.accessModes=[\"ReadWriteMany\"]".into(),
+        "--set=record.maxFiles=500".into(),
     ]
 }
 
@@ -530,6 +534,11 @@ fn alternative_args(namespace: &str) -> Vec<String> {
         &format!("--lease-namespace={namespace}"),
         "--kueue=false",
         "--eval-interval=1m30s",
+        "--record-dir=/var/lib/trainwarden/record",
+        "--record-flush-interval=10s",
+        "--record-max-bytes=1GiB",
+        "--record-max-file-bytes=16MiB",
+        "--record-max-files=500",
     ]
     .into_iter()
     .map(String::from)
@@ -554,6 +563,7 @@ fn assert_alternative_extras(rendered: &Rendered) {
     for (k, v) in monitor["spec"]["selector"]["matchLabels"].as_object().expect("matchLabels") {
         assert_eq!(&service_labels[k], v, "the ServiceMonitor selects the Service by {k}");
     }
+    assert_eq!(rendered.of_kind("PersistentVolumeClaim").len(), 1, "record.persistence renders its claim");
     let pdb: PodDisruptionBudget = rendered.one("PodDisruptionBudget");
     let pdb_spec = pdb.spec.expect("PDB spec");
     assert_eq!(serde_json::to_value(pdb_spec.max_unavailable).unwrap(), json!(1));
@@ -704,6 +714,82 @@ fn a_single_replica_without_leader_election_needs_no_lease() {
     );
 }
 
+/// `record.enabled`: the recorder's flags, its volume (an emptyDir, or a claim the chart creates or is given)
+/// mounted where `--record-dir` points, and an fsGroup so the non-root user can write the volume.
+#[test]
+fn recording_mounts_its_volume_and_passes_its_bounds() {
+    let helm = helm_or_skip!();
+    let pod_of = |rendered: &Rendered| -> Value {
+        serde_json::to_value(rendered.one::<Deployment>("Deployment").spec.unwrap().template.spec.unwrap())
+            .unwrap()
+    };
+    let rendered =
+        helm.render("trainwarden", "ops", &["--set=record.enabled=true", "--set=record.maxBytes=500MB"]);
+    let pod = pod_of(&rendered);
+    let args: Vec<&str> =
+        pod["containers"][0]["args"].as_array().unwrap().iter().filter_map(Value::as_str).collect();
+    for flag in [
+        "--record-dir=/var/lib/trainwarden/record",
+        "--record-flush-interval=10s",
+        "--record-max-bytes=500MB",
+        "--record-max-file-bytes=16MiB",
+        "--record-max-files=10000",
+    ] {
+        assert!(args.contains(&flag), "{flag} missing: {args:?}");
+    }
+    assert_eq!(
+        pod["containers"][0]["volumeMounts"],
+        json!([{"name": "record", "mountPath": "/var/lib/trainwarden/record"}])
+    );
+    assert_eq!(pod["volumes"], json!([{"name": "record", "emptyDir": {}}]));
+    assert_eq!(pod["securityContext"]["fsGroup"], 65532);
+    assert!(rendered.of_kind("PersistentVolumeClaim").is_empty());
+
+    let rendered = helm.render(
+        "trainwarden",
+        "ops",
+        &[
+            "--set=record.enabled=true",
+            "--set=record.persistence.enabled=true",
+            "--set-json=record.persistence.accessModes=[\"ReadWriteMany\"]",
+            "--set=record.persistence.storageClass=nfs",
+        ],
+    );
+    let claim = rendered.of_kind("PersistentVolumeClaim");
+    assert_eq!(claim.len(), 1);
+    assert_eq!(claim[0]["spec"]["accessModes"], json!(["ReadWriteMany"]));
+    assert_eq!(claim[0]["spec"]["storageClassName"], "nfs");
+    assert_eq!(claim[0]["metadata"]["annotations"]["helm.sh/resource-policy"], "keep");
+    assert_eq!(pod_of(&rendered)["volumes"][0]["persistentVolumeClaim"]["claimName"], name(claim[0]));
+    let strategy = |r: &Rendered| {
+        serde_json::to_value(r.one::<Deployment>("Deployment").spec.unwrap().strategy).unwrap()
+    };
+    assert_eq!(strategy(&rendered), Value::Null, "a shared volume rolls as usual");
+    let single = helm.render(
+        "trainwarden",
+        "ops",
+        &[
+            "--set=replicas=1",
+            "--set=leaderElection.enabled=false",
+            "--set=record.enabled=true",
+            "--set=record.persistence.enabled=true",
+        ],
+    );
+    assert_eq!(strategy(&single), json!({"type": "Recreate"}), "a ReadWriteOnce volume is let go of first");
+
+    let rendered = helm.render(
+        "trainwarden",
+        "ops",
+        &[
+            "--set=record.enabled=true",
+            "--set=record.persistence.enabled=true",
+            "--set=record.persistence.existingClaim=mine",
+        ],
+    );
+    assert!(rendered.of_kind("PersistentVolumeClaim").is_empty());
+    assert_eq!(pod_of(&rendered)["volumes"][0]["persistentVolumeClaim"]["claimName"], "mine");
+}
+
 #[test]
 fn invalid_values_are_rejected_at_render_time() {
     let helm = helm_or_skip!();
@@ -716,6 +802,11 @@ fn invalid_values_are_rejected_at_render_time() {
         (&["--set=serviceMonitor.interval=15 seconds"], "interval"),
         (&["--set=replicas=2", "--set=leaderElection.enabled=false"], "needs leaderElection.enabled"),
         (&["--set=serviceAccount.create=false"], "serviceAccount.name is required"),
+        (&["--set=record.maxBytes=lots"], "maxBytes"),
+        (
+            &["--set=record.enabled=true", "--set=record.persistence.enabled=true"],
+            "needs accessModes [ReadWriteMany]",
+        ),
     ];
     for (values, expected) in cases {
         let stderr = helm.render_error(values);
