@@ -63,7 +63,11 @@ pub(crate) fn render(report: &Report) -> String {
             .as_deref()
             .map_or("the rule's metric".to_string(), |t| format!("<code>{}</code>", escape(t))),
         pct(Some(report.tolerance)),
-        if report.min_improvement > 0.0 { format!(" and {}", fmt_num(report.min_improvement)) } else { String::new() },
+        if report.min_improvement > 0.0 {
+            format!(" and {}", fmt_num(report.min_improvement))
+        } else {
+            String::new()
+        },
     );
     let Some(base) = report.candidates.first() else {
         out.push_str(TAIL);

@@ -107,6 +107,13 @@ pub(crate) fn backtest(args: &BacktestArgs) -> Result<bool, String> {
     if corpus.is_empty() {
         return Err("no corpus given (stream files or directories of them)".into());
     }
+    let (corpus, duplicates) = runs_of_files(corpus);
+    if duplicates > 0 {
+        eprintln!(
+            "note: {} skipped: the same job's recording in another replica's directory (the largest copy is used)",
+            trainwarden_core::plural(duplicates as u64, "recording", "recordings")
+        );
+    }
     let files = policy_paths
         .iter()
         .map(|p| Ok(PolicyFile { source: p.display().to_string(), text: read(p)? }))
@@ -141,6 +148,52 @@ pub(crate) fn backtest(args: &BacktestArgs) -> Result<bool, String> {
     Ok(true)
 }
 
+/// One corpus entry: the files of one recorded run, in order.
+#[derive(Debug, PartialEq)]
+struct Entry {
+    /// How the report names it.
+    name: String,
+    /// Its files: one, or the parts the controller's recorder rotated (`stem.jsonl.gz`, `stem.1.jsonl.gz`, …).
+    parts: Vec<PathBuf>,
+}
+
+/// Groups the files into runs. Files the controller's recorder wrote (`<namespace>_<name>_<uid>[.N].jsonl.gz`)
+/// are one run per directory and stem, parts in order; the same stem in several directories is the same job
+/// recorded by several replicas, and only the largest recording is kept (the count of the others is
+/// returned). Every other file is a run of its own.
+fn runs_of_files(files: Vec<PathBuf>) -> (Vec<Entry>, usize) {
+    use trainwarden_controller::recorder::parse_file_name;
+    let mut recorded: BTreeMap<String, BTreeMap<PathBuf, Vec<(u32, PathBuf)>>> = BTreeMap::new();
+    let mut entries = Vec::new();
+    for path in files {
+        let name = path.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
+        match parse_file_name(&name) {
+            Some((stem, part)) => {
+                let dir = path.parent().map(Path::to_path_buf).unwrap_or_default();
+                recorded.entry(stem.to_string()).or_default().entry(dir).or_default().push((part, path));
+            }
+            None => {
+                let name = if name.is_empty() { path.display().to_string() } else { name };
+                entries.push(Entry { name, parts: vec![path] });
+            }
+        }
+    }
+    let mut duplicates = 0;
+    for (stem, copies) in recorded {
+        duplicates += copies.len() - 1;
+        let size = |parts: &Vec<(u32, PathBuf)>| -> u64 {
+            parts.iter().map(|(_, p)| std::fs::metadata(p).map_or(0, |m| m.len())).sum()
+        };
+        let Some(mut parts) = copies.into_values().max_by_key(size) else { continue };
+        parts.sort();
+        entries.push(Entry {
+            name: format!("{stem}.jsonl.gz"),
+            parts: parts.into_iter().map(|(_, p)| p).collect(),
+        });
+    }
+    (entries, duplicates)
+}
+
 /// `1%` or `0.01`.
 fn tolerance(text: &str) -> Result<f64, String> {
     let t = text.trim();
@@ -159,7 +212,7 @@ fn tolerance(text: &str) -> Result<f64, String> {
 /// ones before them are in, so only the out-of-order ones wait in memory.
 fn run(
     plan: &Plan,
-    corpus: &[PathBuf],
+    corpus: &[Entry],
     max_lateness: PolicyDuration,
     workers: usize,
 ) -> Result<Report, String> {
@@ -181,11 +234,9 @@ fn run(
             scope.spawn(|| {
                 loop {
                     let i = taken.fetch_add(1, Ordering::Relaxed);
-                    let Some(path) = corpus.get(i) else { break };
-                    let name = path
-                        .file_name()
-                        .map_or_else(|| path.display().to_string(), |n| n.to_string_lossy().into_owned());
-                    let result = records(path, max_lateness).and_then(|r| plan.backtest(&r, &name));
+                    let Some(entry) = corpus.get(i) else { break };
+                    let result =
+                        records(&entry.parts, max_lateness).and_then(|r| plan.backtest(&r, &entry.name));
                     let mut p = progress.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
                     match result {
                         Ok(r) => {
@@ -219,9 +270,10 @@ fn run(
     Ok(p.builder.finish())
 }
 
-/// One corpus file's records in time order (through the same reorder window as `replay`).
-fn records(path: &Path, max_lateness: PolicyDuration) -> Result<Vec<StreamRecord>, String> {
-    let mut merge = Merge::new(streams::open_all(&[path.to_path_buf()])?, max_lateness);
+/// One run's records in time order: its files merged on their clocks through the same reorder window as
+/// `replay`.
+fn records(parts: &[PathBuf], max_lateness: PolicyDuration) -> Result<Vec<StreamRecord>, String> {
+    let mut merge = Merge::new(streams::open_all(parts)?, max_lateness);
     let mut out = Vec::new();
     loop {
         match merge.next_record() {
@@ -236,5 +288,51 @@ fn records(path: &Path, max_lateness: PolicyDuration) -> Result<Vec<StreamRecord
                 return Err(format!("{late}; sort the stream or raise --max-lateness"));
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn recorded_parts_are_one_run_and_other_replicas_copies_are_skipped() {
+        let dir = std::env::temp_dir().join(format!("trainwarden-runs-of-files-{}", std::process::id()));
+        for (replica, name, bytes) in [
+            ("pod-a", "team_ft_0123abcd.jsonl.gz", 10),
+            ("pod-a", "team_ft_0123abcd.1.jsonl.gz", 10),
+            ("pod-a", "team_ft_0123abcd.2.jsonl.gz", 10),
+            ("pod-b", "team_ft_0123abcd.jsonl.gz", 5),
+            ("pod-a", "hand-made.jsonl", 1),
+        ] {
+            std::fs::create_dir_all(dir.join(replica)).unwrap();
+            std::fs::write(dir.join(replica).join(name), vec![b'x'; bytes]).unwrap();
+        }
+        let mut files = Vec::new();
+        collect_files(&dir, is_stream_name, &mut files).unwrap();
+        let (entries, duplicates) = runs_of_files(files);
+        assert_eq!(duplicates, 1);
+        assert_eq!(entries.len(), 2);
+        assert_eq!(entries[0].name, "hand-made.jsonl");
+        assert_eq!(entries[1].name, "team_ft_0123abcd.jsonl.gz");
+        let parts: Vec<String> =
+            entries[1].parts.iter().map(|p| p.strip_prefix(&dir).unwrap().display().to_string()).collect();
+        assert_eq!(
+            parts,
+            [
+                "pod-a/team_ft_0123abcd.jsonl.gz",
+                "pod-a/team_ft_0123abcd.1.jsonl.gz",
+                "pod-a/team_ft_0123abcd.2.jsonl.gz"
+            ]
+        );
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn tolerances_read_as_fractions_or_percentages() {
+        assert_eq!(tolerance("1%").unwrap(), 0.01);
+        assert_eq!(tolerance("0.05").unwrap(), 0.05);
+        assert!(tolerance("-1%").is_err());
+        assert!(tolerance("a lot").unwrap_err().contains("expected a fraction"));
     }
 }
