@@ -102,9 +102,10 @@ fn totals(out: &mut String, p: &PolicyReport) {
     let worst = match &t.worst_regret {
         None => "none".to_string(),
         Some(w) if w.relative.is_none() => format!(
-            "{} stopped by {} before any {} was reported",
+            "{} stopped by {} {} {}",
             escape(&w.run_name),
             escape(&w.rule),
+            if w.from_zero { "at a best of 0 of" } else { "before any report of" },
             escape(&w.target)
         ),
         Some(w) => format!("{} in {} by {}", pct(w.relative), escape(&w.run_name), escape(&w.rule)),
@@ -237,8 +238,14 @@ fn run_chart(out: &mut String, run: &RunSummary, entry: &StopEntry) {
     let y = Scale::new(lo - margin, hi + margin, HEIGHT - PAD_BOTTOM, PAD_TOP);
     let verdict = if !o.measured {
         format!("not judged: the run never reported {}", escape(&stop.target))
-    } else if o.false_stop && o.relative_improvement.is_none() {
+    } else if o.false_stop && o.best_before.is_none() {
         format!("<span class=\"bad\">false stop</span>: before any {} was reported", escape(&stop.target))
+    } else if o.false_stop && o.relative_improvement.is_none() {
+        format!(
+            "<span class=\"bad\">false stop</span>: {} improved from 0 to {} afterwards",
+            escape(&stop.target),
+            o.best_after.map_or("-".into(), short)
+        )
     } else if o.false_stop {
         format!(
             "<span class=\"bad\">false stop</span>: {} improved {} afterwards ({} → {})",
@@ -365,7 +372,7 @@ fn tradeoff(out: &mut String, report: &Report, policy: usize) {
     let _ = write!(
         out,
         "<figure class=\"tradeoff\"><figcaption>Trade-off over the settings: GPU-hours saved against false stops \
-         (green: the Pareto front, where no setting saves more with fewer false stops).</figcaption>\
+         (green: the Pareto front, where no other setting saves as many GPU-hours with as few false stops and is better at one).</figcaption>\
          <svg class=\"chart\" viewBox=\"0 0 {WIDTH} {HEIGHT}\" width=\"{WIDTH}\" height=\"{HEIGHT}\" role=\"img\" aria-label=\"trade-off\">"
     );
     axes(out, x, y, "false stops", "GPU-h saved", true);

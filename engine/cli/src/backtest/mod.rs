@@ -124,7 +124,19 @@ pub(crate) fn backtest(args: &BacktestArgs) -> Result<bool, String> {
     let plan = Plan { candidates, config, options };
     let workers =
         args.jobs.unwrap_or_else(|| std::thread::available_parallelism().map_or(1, std::num::NonZero::get));
+    // An unwritable --html path fails now, not after the whole corpus has run.
+    let html_file = args
+        .html
+        .as_ref()
+        .map(|p| std::fs::File::create(p).map(|f| (p, f)).map_err(|e| format!("--html {}: {e}", p.display())))
+        .transpose()?;
     let report = run(&plan, &corpus, max_lateness, workers.max(1))?;
+    if report.runs.len() == report.incomplete.len() {
+        return Err(format!(
+            "no run to judge: the corpus holds {}, and none ran to its end (completed, failed or deleted while not suspended)",
+            trainwarden_core::plural(report.runs.len() as u64, "run", "runs")
+        ));
+    }
 
     let mut out = io::BufWriter::new(io::stdout().lock());
     let written = |e: io::Error| format!("writing output: {e}");
@@ -133,8 +145,9 @@ pub(crate) fn backtest(args: &BacktestArgs) -> Result<bool, String> {
         Output::Text => out.write_all(report.render_text().as_bytes()).map_err(written)?,
     }
     out.flush().map_err(written)?;
-    if let Some(path) = &args.html {
-        std::fs::write(path, html::render(&report)).map_err(|e| format!("--html {}: {e}", path.display()))?;
+    if let Some((path, mut file)) = html_file {
+        file.write_all(html::render(&report).as_bytes())
+            .map_err(|e| format!("--html {}: {e}", path.display()))?;
         eprintln!("wrote {}", path.display());
     }
     let errors = report.rule_errors();

@@ -43,7 +43,7 @@
 
 mod json;
 pub(crate) mod merge;
-mod names;
+pub(crate) mod names;
 mod rhoai;
 pub(crate) mod sample;
 pub(crate) mod stream;

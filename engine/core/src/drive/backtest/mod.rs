@@ -22,7 +22,7 @@ use rustc_hash::FxHashMap;
 use crate::drive::replay::Replay;
 use crate::evaluate::{EngineConfig, Evaluator, Event};
 use crate::history::metric_series::Direction;
-use crate::input::sample::{JobKey, JobPhase};
+use crate::input::sample::{JobKey, JobPhase, ProgressSample};
 use crate::input::stream::StreamRecord;
 use crate::policy::compile::{self, CompiledPolicy, PolicyDocument};
 use crate::policy::{ActionSpec, Mode};
@@ -34,18 +34,12 @@ use sweep::Candidate;
 pub const CURVE_POINTS: usize = 400;
 
 /// How stops are judged.
-#[derive(Clone, Debug, PartialEq)]
+#[derive(Clone, Debug, Default, PartialEq)]
 pub struct Options {
     /// Improvement after a stop beyond which it is a false stop.
     pub tolerance: outcome::Tolerance,
     /// The metric regret is measured on; `None`: the stopping rule's own metric (`with.metric`), else `loss`.
     pub target: Option<String>,
-}
-
-impl Default for Options {
-    fn default() -> Self {
-        Options { tolerance: outcome::Tolerance::default(), target: None }
-    }
 }
 
 /// One recorded run: one job of one corpus file.
@@ -61,12 +55,14 @@ pub struct Run {
     pub gpus: Option<f64>,
     /// First record.
     pub start: Timestamp,
-    /// Last record: when it really ended.
+    /// When it really ended: its first completion, failure or deletion (a TrainJob is often deleted long
+    /// after it completed), else its last record.
     pub end: Timestamp,
     /// Its last phase.
     pub phase: JobPhase,
-    /// It ran to its end: it completed, failed or was deleted, and was never suspended. Only such runs
-    /// are judged: of a run cut short, what would have come after a stop is unknown.
+    /// It ran to its end: it completed, failed or was deleted, and was not suspended when it ended (a
+    /// Kueue job waits suspended before admission, or after a preemption, and that does not count). Only
+    /// such runs are judged: of a run cut short, what would have come after a stop is unknown.
     pub complete: bool,
     /// When each distinct progress report arrived.
     pub reports: Vec<Timestamp>,
@@ -78,8 +74,8 @@ pub struct Run {
 pub fn runs_of(records: &[StreamRecord], name: &str) -> Vec<Run> {
     let mut index: FxHashMap<&JobKey, usize> = FxHashMap::default();
     let mut runs: Vec<Run> = Vec::new();
-    let mut last_report: Vec<Option<Timestamp>> = Vec::new();
-    let (mut suspended, mut ended) = (Vec::new(), Vec::new());
+    let mut last_report: Vec<Option<ProgressSample>> = Vec::new();
+    let mut ended: Vec<bool> = Vec::new();
     for record in records {
         let key = record.job();
         let time = record.time();
@@ -97,10 +93,12 @@ pub fn runs_of(records: &[StreamRecord], name: &str) -> Vec<Run> {
                 curves: BTreeMap::new(),
             });
             last_report.push(None);
-            suspended.push(false);
             ended.push(false);
             runs.len() - 1
         });
+        if ended[i] {
+            continue; // After its end (a deletion days after completion): not part of the run.
+        }
         let run = &mut runs[i];
         run.end = run.end.max(time);
         let (sample, phase, deleted) = match record {
@@ -117,16 +115,20 @@ pub fn runs_of(records: &[StreamRecord], name: &str) -> Vec<Run> {
                 (u.sample.as_ref(), u.phase, u.deleted)
             }
         };
+        let suspended_before = run.phase == JobPhase::Suspended;
         if let Some(p) = phase {
             run.phase = p;
         }
-        suspended[i] |= run.phase == JobPhase::Suspended;
-        ended[i] |= deleted || matches!(run.phase, JobPhase::Complete | JobPhase::Failed);
+        if deleted || matches!(run.phase, JobPhase::Complete | JobPhase::Failed) {
+            ended[i] = true;
+            // Completing or failing means it ran again; a deletion while suspended leaves it cut short.
+            run.complete = !(deleted && suspended_before);
+        }
         // A watch re-delivers the same report when anything else about the job changes.
         if let Some(s) = sample
-            && last_report[i] != Some(s.updated_at)
+            && last_report[i].as_ref() != Some(s)
         {
-            last_report[i] = Some(s.updated_at);
+            last_report[i] = Some(s.clone());
             run.reports.push(time);
             let mut push = |name: &str, value: f64| {
                 run.curves.entry(name.to_string()).or_default().points.push((time, value));
@@ -138,9 +140,6 @@ pub fn runs_of(records: &[StreamRecord], name: &str) -> Vec<Run> {
                 push(&m.name, m.value);
             }
         }
-    }
-    for (i, run) in runs.iter_mut().enumerate() {
-        run.complete = ended[i] && !suspended[i];
     }
     if runs.len() > 1 {
         for run in &mut runs {
@@ -159,8 +158,8 @@ pub struct Verdict {
     pub selected: bool,
     /// The first stop (suspension), with the rule and the metric it was judged on.
     pub stop: Option<Stop>,
-    /// Rule evaluations that failed on this run.
-    pub rule_errors: u64,
+    /// Rule evaluations that failed on this run, by rule: how many, and the first message.
+    pub rule_errors: BTreeMap<String, (u64, String)>,
 }
 
 /// A would-be stop and its verdict.
@@ -223,13 +222,26 @@ impl Plan {
         let engine = Evaluator::new(self.config.clone());
         let mut policy = compile::compile(doc, engine.scripts()).map_err(|e| e.to_string())?;
         as_enforced(&mut policy);
+        let watched: FxHashMap<String, (String, Direction)> = policy
+            .rules
+            .iter()
+            .filter_map(|r| {
+                let (metric, direction) = r.detector.as_ref()?.watched_metric()?;
+                Some((r.name.clone(), (metric.to_string(), direction)))
+            })
+            .collect();
         let reference = policy.reference.clone();
         let gpu_hour_cost = policy.env.gpu_hour_cost;
         let assume_gpus = policy.env.assume_gpus;
         let mut replay = Replay::new(vec![policy], self.config.clone());
         let mut verdicts: Vec<Verdict> = runs
             .iter()
-            .map(|r| Verdict { skipped: !r.complete, selected: false, stop: None, rule_errors: 0 })
+            .map(|r| Verdict {
+                skipped: !r.complete,
+                selected: false,
+                stop: None,
+                rule_errors: BTreeMap::new(),
+            })
             .collect();
         // Only complete runs are replayed.
         let index: FxHashMap<&JobKey, usize> =
@@ -245,9 +257,10 @@ impl Plan {
                     Event::Intent(i) if matches!(i.action, ActionSpec::Suspend(_)) => {
                         (i.job, Some((i.rule, i.at, i.reason.summary)))
                     }
-                    Event::RuleError { job, .. } => {
+                    Event::RuleError { job, rule, message, .. } => {
                         if let Some(&r) = index.get(&job) {
-                            verdicts[r].rule_errors += 1;
+                            let e = verdicts[r].rule_errors.entry(rule).or_insert((0, message));
+                            e.0 += 1;
                         }
                         continue;
                     }
@@ -258,7 +271,7 @@ impl Plan {
                     && verdicts[r].stop.is_none()
                 {
                     let run = &runs[r];
-                    let target = self.target_of(doc, &rule);
+                    let (target, direction) = self.target(watched.get(&rule));
                     let empty = Curve::default();
                     let curve = run.curves.get(&target).unwrap_or(&empty);
                     let facts = RunFacts {
@@ -267,7 +280,6 @@ impl Plan {
                         gpu_hour_cost,
                         reports: &run.reports,
                     };
-                    let direction = self.direction_of(doc, &rule, &target);
                     let outcome = outcome::judge_stop(curve, direction, self.options.tolerance, &facts, at);
                     verdicts[r].stop = Some(Stop { rule, target, reason, outcome });
                 }
@@ -288,32 +300,21 @@ impl Plan {
         Ok(verdicts)
     }
 
-    /// The metric a stop by `rule` is judged on: `--target`, else the rule's `with.metric`, else `loss`.
-    fn target_of(&self, doc: &PolicyDocument, rule: &str) -> String {
-        self.options
-            .target
-            .clone()
-            .or_else(|| rule_param(doc, rule, "metric"))
-            .unwrap_or_else(|| "loss".to_string())
-    }
-
-    /// Which way the target improves: the rule's `with.mode` when it is about that metric, else by name.
-    fn direction_of(&self, doc: &PolicyDocument, rule: &str, target: &str) -> Direction {
-        let own_metric = rule_param(doc, rule, "metric").is_some_and(|m| m == target);
-        match rule_param(doc, rule, "mode").as_deref() {
-            Some("min") if own_metric => Direction::Min,
-            Some("max") if own_metric => Direction::Max,
-            _ => Direction::infer(target),
+    /// The metric stops are judged on and which way it improves: `--target` (higher is better for
+    /// `progress` and accuracy-like names), else the metric the stopping rule's detector watches, else
+    /// `loss` (stall, time, cost and Rhai rules: was the run still learning?).
+    fn target(&self, watched: Option<&(String, Direction)>) -> (String, Direction) {
+        if let Some(t) = &self.options.target {
+            let name = crate::input::names::canonical_metric_name(t).into_owned();
+            let direction = if name == "progress" { Direction::Max } else { Direction::infer(&name) };
+            return (name, direction);
         }
+        watched.cloned().unwrap_or_else(|| ("loss".to_string(), Direction::Min))
     }
 }
 
-fn rule_param(doc: &PolicyDocument, rule: &str, key: &str) -> Option<String> {
-    let r = doc.spec.rules.iter().find(|r| r.name == rule)?;
-    r.with.as_ref()?.get(key)?.as_str().map(str::to_string)
-}
-
-/// Every rule of the policy enforces: a backtest asks what enforcing it would do.
+/// The replay stops evaluating a run once its policy suspends it, as it would stop live: every rule
+/// enforces (an Audit rule's first suspension is the stop just the same).
 fn as_enforced(policy: &mut CompiledPolicy) {
     policy.mode = Mode::Enforce;
     for rule in &mut policy.rules {

@@ -82,7 +82,8 @@ pub struct StopOutcome {
     pub best_after: Option<f64>,
     /// How much better `best_after` is than `best_before` (0 when it is not better).
     pub improvement: f64,
-    /// `improvement` relative to `|best_before|`; `None` when nothing was measured before the stop.
+    /// `improvement` relative to `|best_before|`; `None` when nothing was measured before the stop, or
+    /// the best before it was exactly 0.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub relative_improvement: Option<f64>,
     /// The run improved by more than the tolerance after the stop: good work would have been killed.
@@ -156,12 +157,10 @@ pub fn judge_stop(
     let (improvement, relative, false_stop) = match (best_before, best_after) {
         (Some(b), Some(a)) => {
             let improvement = gain(direction, a, b).max(0.0);
-            let relative = if b == 0.0 {
-                if improvement > 0.0 { f64::INFINITY } else { 0.0 }
-            } else {
-                improvement / b.abs()
-            };
-            (improvement, Some(relative), relative > tolerance.relative && improvement > tolerance.absolute)
+            // From a best of exactly 0 any gain is infinitely large relatively: only the absolute floor counts.
+            let relative = (b != 0.0).then(|| improvement / b.abs());
+            let beyond = relative.is_none_or(|r| r > tolerance.relative) && improvement > tolerance.absolute;
+            (improvement, relative, beyond)
         }
         // Stopped before anything was measured, and the run went on to measure: it was cut short blind.
         (None, Some(_)) => (0.0, None, true),
@@ -418,6 +417,17 @@ mod tests {
         assert!(!o.measured);
         assert!(!o.false_stop);
         assert_eq!(o.trouble, None);
+    }
+
+    #[test]
+    fn a_gain_from_a_best_of_zero_has_no_relative_size() {
+        let c = curve(&[0.0, 0.0, 0.8]);
+        let r = reports(3);
+        let o = judge_stop(&c, Direction::Max, TOL, &facts(3, 1.0, &r), t(1));
+        assert!(o.false_stop);
+        assert_eq!((o.best_before, o.relative_improvement), (Some(0.0), None));
+        let floor = Tolerance { relative: 0.01, absolute: 1.0 };
+        assert!(!judge_stop(&c, Direction::Max, floor, &facts(3, 1.0, &r), t(1)).false_stop);
     }
 
     #[test]

@@ -6,7 +6,7 @@
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
 
-use super::outcome::median;
+use super::outcome::{Trouble, median};
 use super::{CURVE_POINTS, FileResult, Plan, Stop, thinned};
 use crate::input::sample::JobPhase;
 use crate::time::{Timestamp, fmt_num, fmt_secs, plural};
@@ -28,6 +28,8 @@ pub struct Report {
     pub runs: Vec<RunSummary>,
     /// Runs not judged because they did not run to their end (still running, or suspended).
     pub incomplete: Vec<String>,
+    /// Judged runs without a recorded GPU count: their GPU-hours are 0 unless the policy sets assumeGpus.
+    pub runs_without_gpus: usize,
     /// One per combination of `--set` values (one without sweeps).
     pub candidates: Vec<CandidateReport>,
 }
@@ -98,6 +100,9 @@ pub struct PolicyReport {
 pub struct RuleReport {
     /// The rule's name.
     pub rule: String,
+    /// The first evaluation error, with its run, when it failed somewhere.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub first_error: Option<String>,
     /// Its totals (`runsSeen` is the policy's).
     #[serde(flatten)]
     pub totals: Tally,
@@ -163,9 +168,11 @@ pub struct Regret {
     pub target: String,
     /// How much better it got after the stop.
     pub improvement: f64,
-    /// Relative to the best before the stop (`None`: nothing had been measured yet).
+    /// Relative to the best before the stop (`None`: nothing had been measured yet, or the best was 0).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub relative: Option<f64>,
+    /// The best before the stop was exactly 0 (so there is no relative size).
+    pub from_zero: bool,
 }
 
 impl Tally {
@@ -191,6 +198,7 @@ impl Tally {
                     target: stop.target.clone(),
                     improvement: o.improvement,
                     relative: o.relative_improvement,
+                    from_zero: o.best_before == Some(0.0),
                 });
             }
         }
@@ -235,7 +243,11 @@ impl ReportBuilder {
                             .spec
                             .rules
                             .iter()
-                            .map(|r| RuleReport { rule: r.name.clone(), totals: Tally::default() })
+                            .map(|r| RuleReport {
+                                rule: r.name.clone(),
+                                first_error: None,
+                                totals: Tally::default(),
+                            })
                             .collect(),
                         stops: Vec::new(),
                         pareto: true,
@@ -251,6 +263,7 @@ impl ReportBuilder {
                 files: 0,
                 runs: Vec::new(),
                 incomplete: Vec::new(),
+                runs_without_gpus: 0,
                 candidates,
             },
         }
@@ -271,7 +284,13 @@ impl ReportBuilder {
                             rule.totals.runs_seen += 1;
                         }
                     }
-                    policy.totals.rule_errors += verdict.rule_errors;
+                    for (rule, (count, message)) in &verdict.rule_errors {
+                        policy.totals.rule_errors += count;
+                        if let Some(r) = policy.rules.iter_mut().find(|x| &x.rule == rule) {
+                            r.totals.rule_errors += count;
+                            r.first_error.get_or_insert_with(|| format!("{name}: {message}"));
+                        }
+                    }
                     let Some(stop) = &verdict.stop else { continue };
                     policy.totals.add(name, stop);
                     if let Some(rule) = policy.rules.iter_mut().find(|x| x.rule == stop.rule) {
@@ -289,6 +308,8 @@ impl ReportBuilder {
         for (run, wanted) in file.runs.into_iter().zip(targets) {
             if !run.complete {
                 self.report.incomplete.push(run.name.clone());
+            } else if run.gpus.is_none() {
+                self.report.runs_without_gpus += 1;
             }
             let curves = wanted
                 .into_iter()
@@ -344,10 +365,15 @@ fn phase_name(p: JobPhase) -> &'static str {
     }
 }
 
+/// A fraction as a percentage, to a tenth (finer when smaller: a 0.05 % tolerance does not print as 0 %).
 fn percent(v: Option<f64>) -> String {
     match v {
-        Some(r) if r.is_finite() => format!("{} %", fmt_num((r * 1000.0).round() / 10.0)),
-        Some(_) | None => "from nothing".into(),
+        Some(r) if r.is_finite() => {
+            let p = r * 100.0;
+            let scale = if p.abs() >= 1.0 || p == 0.0 { 10.0 } else { 1000.0 };
+            format!("{} %", fmt_num((p * scale).round() / scale))
+        }
+        Some(_) | None => "-".into(),
     }
 }
 
@@ -391,6 +417,13 @@ impl Report {
                 plural(self.incomplete.len() as u64, "run", "runs"),
                 shown.join(", "),
                 if more > 0 { format!(" and {more} more") } else { String::new() }
+            );
+        }
+        if self.runs_without_gpus > 0 {
+            let _ = writeln!(
+                out,
+                "note: {} no recorded GPU count: their GPU-hours are 0 unless the policy sets assumeGpus (hours saved still count)",
+                plural(self.runs_without_gpus as u64, "run has", "runs have")
             );
         }
         let Some(base) = self.candidates.first() else { return out };
@@ -442,8 +475,14 @@ impl Report {
             Some(w) => {
                 let _ = write!(
                     out,
-                    "; worst: {} stopped by {} before any {} was reported",
-                    w.run_name, w.rule, w.target
+                    "; worst: {} stopped by {} {}",
+                    w.run_name,
+                    w.rule,
+                    if w.from_zero {
+                        format!("at a best {} of 0", w.target)
+                    } else {
+                        format!("before any {} was reported", w.target)
+                    }
                 );
             }
             None => {}
@@ -467,9 +506,14 @@ impl Report {
         if t.rule_errors > 0 {
             let _ = writeln!(
                 out,
-                "  {} (those rules never fired there)",
+                "  {} (those rules never fired there):",
                 plural(t.rule_errors, "rule error", "rule errors")
             );
+            for r in p.rules.iter().filter(|r| r.totals.rule_errors > 0) {
+                let first = r.first_error.as_deref().unwrap_or("");
+                let n = plural(r.totals.rule_errors, "error", "errors");
+                let _ = writeln!(out, "    {}: {n}, the first in {first}", r.rule);
+            }
         }
         let _ = writeln!(
             out,
@@ -496,8 +540,14 @@ impl Report {
             let o = &s.stop.outcome;
             let verdict = if !o.measured {
                 format!("not judged: the run never reported {}", s.stop.target)
-            } else if o.false_stop && o.relative_improvement.is_none() {
+            } else if o.false_stop && o.best_before.is_none() {
                 format!("FALSE STOP: before any {} was reported; the run went on to report it", s.stop.target)
+            } else if o.false_stop && o.relative_improvement.is_none() {
+                format!(
+                    "FALSE STOP: {} improved from 0 to {} afterwards",
+                    s.stop.target,
+                    o.best_after.map_or_else(String::new, fmt_num)
+                )
             } else if o.false_stop {
                 format!(
                     "FALSE STOP: {} improved {} afterwards",
@@ -506,6 +556,9 @@ impl Report {
                 )
             } else {
                 match (o.trouble, o.lead_seconds) {
+                    (Some(Trouble::Diverged), Some(l)) => {
+                        format!("right: diverged, its best {} before the stop", fmt_secs(l.round()))
+                    }
                     (Some(k), Some(l)) => {
                         format!("right: {} for {} before the stop", k.as_str(), fmt_secs(l.round()))
                     }
@@ -526,7 +579,7 @@ impl Report {
     fn render_tradeoff(&self, out: &mut String, policy: usize, name: &str) {
         let _ = writeln!(
             out,
-            "\ntrade-off for {name} (* = Pareto front: no other setting saves more GPU-hours with no more false stops)"
+            "\ntrade-off for {name} (* = Pareto front: no other setting saves as many GPU-hours with as few false stops and is better at one)"
         );
         let paths: Vec<&str> = self.candidates[0].settings.iter().map(|s| s.path.as_str()).collect();
         let widths: Vec<usize> = paths

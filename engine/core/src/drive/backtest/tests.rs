@@ -3,6 +3,7 @@
 use super::report::ReportBuilder;
 use super::sweep::{PolicyFile, Sweep, candidates};
 use super::*;
+use crate::history::metric_series::Direction;
 use crate::input::stream::parse_stream;
 use crate::judge::script::ScriptEngine;
 
@@ -186,6 +187,106 @@ fn runs_that_did_not_run_to_their_end_are_not_judged() {
         "{}",
         report.render_text()
     );
+}
+
+#[test]
+fn a_run_ends_at_its_completion_not_at_a_later_deletion() {
+    let mut text = stream("late", &late_improver());
+    text.push_str(&format!(
+        "\n{{\"time\":\"{}\",\"job\":\"default/late\",\"deleted\":true}}",
+        at(540 + 24 * 60)
+    ));
+    let records = parse_stream(&text, "late").unwrap();
+    let runs = runs_of(&records, "late");
+    assert_eq!(runs[0].end.to_string(), at(540));
+    assert!(runs[0].complete);
+    let report = backtest(&plan(&[]), &[("late", late_improver())]);
+    let saved = report.candidates[0].policies[0].totals.gpu_hours_saved;
+    assert!((saved - 4.0 * 250.0 / 60.0).abs() < 1e-9, "{saved}");
+}
+
+#[test]
+fn a_kueue_job_that_waited_suspended_before_admission_is_judged() {
+    let text =
+        stream("queued", &late_improver()).replacen(r#""phase":"Running""#, r#""phase":"Suspended""#, 1);
+    let text = text.replacen(
+        r#"{"time""#,
+        &format!(
+            r#"{{"time":"{}","job":"default/queued","phase":"Running"}}
+{{"time""#,
+            at(0)
+        ),
+        2,
+    );
+    let records = parse_stream(&text, "queued").unwrap();
+    let runs = runs_of(&records, "queued");
+    assert!(runs[0].complete, "suspended only while it waited for admission");
+    // Deleted while suspended: cut short.
+    let cut = format!(
+        "{}\n{{\"time\":\"{}\",\"job\":\"default/x\",\"phase\":\"Suspended\"}}\n{{\"time\":\"{}\",\"job\":\"default/x\",\"deleted\":true}}",
+        stream("x", &[1.0, 0.9]).lines().take(3).collect::<Vec<_>>().join("\n"),
+        at(30),
+        at(40)
+    );
+    let records = parse_stream(&cut, "x").unwrap();
+    assert!(!runs_of(&records, "x")[0].complete);
+}
+
+#[test]
+fn a_repeated_report_with_new_content_is_kept() {
+    // Two reports with the same lastUpdatedTime but different content: both are points of the curve.
+    let line = |loss: &str| {
+        format!(
+            r#"{{"time":"{t}","job":"default/r","trainerStatus":{{"metrics":[{{"name":"loss","value":"{loss}"}}],"lastUpdatedTime":"{t}"}}}}"#,
+            t = at(5)
+        )
+    };
+    let text = format!("{}\n{}\n{}", line("1.0"), line("1.0"), line("0.5"));
+    let records = parse_stream(&text, "r").unwrap();
+    let runs = runs_of(&records, "r");
+    assert_eq!(runs[0].curves["loss"].points.len(), 2, "the exact repeat is dropped, the new content kept");
+}
+
+#[test]
+fn stops_are_judged_on_the_metric_the_detector_watches() {
+    let text = POLICY.replace(
+        "with: {metric: loss, window: 2h, minDelta: 0.001}",
+        "with: {metric: eval_loss, window: 2h, minDelta: 0.001}",
+    );
+    let files = [PolicyFile { source: "p.yaml".into(), text }];
+    let candidates = candidates(&files, &[], &ScriptEngine::new(Default::default())).unwrap();
+    let plan = Plan { candidates, config: EngineConfig::default(), options: Options::default() };
+    let losses = late_improver();
+    let stream_text = stream("late", &losses).replace(r#""name":"loss""#, r#""name":"eval_loss""#);
+    let records = parse_stream(&stream_text, "late").unwrap();
+    let result = plan.backtest(&records, "late").unwrap();
+    let stop = result.verdicts[0][0][0].stop.as_ref().unwrap();
+    assert_eq!(stop.target, "eval_loss");
+    assert!(stop.outcome.false_stop);
+    // --target overrides it; `progress` improves upwards.
+    let mut plan = plan;
+    plan.options.target = Some("progress".into());
+    assert_eq!(plan.target(None), ("progress".to_string(), Direction::Max));
+    plan.options.target = Some("train_loss".into());
+    assert_eq!(plan.target(None).1, Direction::Min);
+}
+
+#[test]
+fn rule_errors_are_kept_per_rule_with_the_first_message() {
+    let text = POLICY.replace("    - name: nan-loss", "    - name: boom\n      when: 'let z = runtime().to_int() * 0; 1 / z > 0'\n      actions: [{suspend: {}}]\n    - name: nan-loss");
+    let files = [PolicyFile { source: "p.yaml".into(), text }];
+    let candidates = candidates(&files, &[], &ScriptEngine::new(Default::default())).unwrap();
+    let plan = Plan { candidates, config: EngineConfig::default(), options: Options::default() };
+    let mut builder = ReportBuilder::new(&plan);
+    let records = parse_stream(&stream("late", &late_improver()), "late").unwrap();
+    builder.add(plan.backtest(&records, "late").unwrap());
+    let report = builder.finish();
+    let p = &report.candidates[0].policies[0];
+    let boom = p.rules.iter().find(|r| r.rule == "boom").unwrap();
+    assert!(boom.totals.rule_errors > 0);
+    assert_eq!(p.totals.rule_errors, boom.totals.rule_errors);
+    assert!(boom.first_error.as_ref().unwrap().starts_with("late: "), "{:?}", boom.first_error);
+    assert!(report.render_text().contains("boom: "), "{}", report.render_text());
 }
 
 #[test]

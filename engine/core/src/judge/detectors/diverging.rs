@@ -70,6 +70,10 @@ fn build(p: &mut Params<'_>) -> Option<Box<dyn Detector>> {
 }
 
 impl Detector for Diverging {
+    fn watched_metric(&self) -> Option<(&str, crate::history::metric_series::Direction)> {
+        Some((&self.metric, self.mode.resolve(&self.metric)))
+    }
+
     // Judges the samples only.
     fn reads_the_clock(&self) -> bool {
         false

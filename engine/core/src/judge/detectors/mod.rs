@@ -108,6 +108,12 @@ pub trait Detector: fmt::Debug + Send + Sync {
         Vec::new()
     }
 
+    /// The metric whose progress the detector judges, and which way it improves: what a backtest measures
+    /// a stop's regret on. `None` for detectors about time, cost or every metric at once.
+    fn watched_metric(&self) -> Option<(&str, crate::history::metric_series::Direction)> {
+        None
+    }
+
     /// Whether the detector needs the policy's gpuHourCost (validation checks that it is set).
     fn needs_gpu_hour_cost(&self) -> bool {
         false

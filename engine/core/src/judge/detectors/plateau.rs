@@ -162,6 +162,10 @@ impl Plateau {
 }
 
 impl Detector for Plateau {
+    fn watched_metric(&self) -> Option<(&str, crate::history::metric_series::Direction)> {
+        Some((&self.metric, self.direction))
+    }
+
     // Judges the samples (and their times) only.
     fn reads_the_clock(&self) -> bool {
         false

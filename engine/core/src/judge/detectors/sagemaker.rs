@@ -130,6 +130,10 @@ fn build_loss_not_decreasing(p: &mut Params<'_>) -> Option<Box<dyn Detector>> {
 }
 
 impl Detector for LossNotDecreasing {
+    fn watched_metric(&self) -> Option<(&str, crate::history::metric_series::Direction)> {
+        Some((&self.metric, crate::history::metric_series::Direction::Min))
+    }
+
     // Judges the samples only.
     fn reads_the_clock(&self) -> bool {
         false
@@ -229,6 +233,11 @@ fn advance(best: &mut Option<f64>, wait: &mut u64, value: Option<f64>, delta: f6
 }
 
 impl Detector for Overtraining {
+    /// Overtraining is about the validation loss no longer improving.
+    fn watched_metric(&self) -> Option<(&str, crate::history::metric_series::Direction)> {
+        Some((&self.validation_metric, crate::history::metric_series::Direction::Min))
+    }
+
     // Judges the samples only.
     fn reads_the_clock(&self) -> bool {
         false
