@@ -45,7 +45,7 @@ pub use evaluate::{
 pub use history::job::JobData;
 pub use history::job_series::JobSeries;
 pub use history::metric_series::{Direction, MetricSeries};
-pub use input::merge::{LateRecord, Merge, MergeError, StreamLines};
+pub use input::merge::{LateRecord, MAX_LINE_BYTES, Merge, MergeError, StreamLines};
 pub use input::sample::{JobKey, JobPhase, JobSnapshot, Metric, ProgressSample, SampleSource};
 pub use input::stream::{RecordError, StreamRecord, parse_line, parse_stream};
 pub use input::{

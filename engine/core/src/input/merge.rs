@@ -16,6 +16,10 @@ use crate::input::stream::{RecordError, StreamRecord, parse_line};
 use crate::time::Timestamp;
 use crate::units::duration::PolicyDuration;
 
+/// The longest line a stream may hold. A TrainJob object is at most 1.5 MiB (etcd's limit on an object); a
+/// longer line is not a record, and holding it could exhaust memory (a file without newlines).
+pub const MAX_LINE_BYTES: usize = 8 << 20;
+
 /// The records of one stream, decoded line by line: blank lines and `#` comments are skipped, as in
 /// [`parse_stream`](crate::input::stream::parse_stream), and errors carry the same `file:line[:column]`.
 pub struct StreamLines<R> {
@@ -47,15 +51,21 @@ impl<R: BufRead> StreamLines<R> {
                 return None;
             }
             self.buf.clear();
-            match self.reader.read_until(b'\n', &mut self.buf) {
+            let length = match read_line_capped(&mut self.reader, &mut self.buf, MAX_LINE_BYTES) {
                 Ok(0) => return None,
-                Ok(_) => {}
+                Ok(n) => n,
                 Err(e) => {
                     self.broken = true;
                     return Some(Err(self.error(self.line + 1, None, format!("cannot read: {e}"))));
                 }
-            }
+            };
             self.line += 1;
+            if length > MAX_LINE_BYTES {
+                let message = format!(
+                    "the line is {length} bytes long, more than the {MAX_LINE_BYTES} a record may be"
+                );
+                return Some(Err(self.error(self.line, None, message)));
+            }
             let text = match std::str::from_utf8(&self.buf) {
                 Ok(t) => t,
                 Err(e) => {
@@ -77,6 +87,34 @@ impl<R: BufRead> StreamLines<R> {
 
     fn error(&self, line: usize, column: Option<usize>, message: String) -> RecordError {
         RecordError { file: self.source.clone(), line, column, message }
+    }
+}
+
+/// Reads one line (with its `\n`) into `buf`, keeping at most `cap` bytes of it; the rest of a longer line
+/// is read and dropped. Returns the line's whole length (0 at the end).
+fn read_line_capped(reader: &mut impl BufRead, buf: &mut Vec<u8>, cap: usize) -> std::io::Result<usize> {
+    let mut length = 0;
+    loop {
+        let available = match reader.fill_buf() {
+            Ok(b) => b,
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+            Err(e) => return Err(e),
+        };
+        if available.is_empty() {
+            return Ok(length);
+        }
+        let (chunk, done) = match available.iter().position(|b| *b == b'\n') {
+            Some(i) => (&available[..=i], true),
+            None => (available, false),
+        };
+        let room = cap.saturating_sub(buf.len());
+        buf.extend_from_slice(&chunk[..chunk.len().min(room)]);
+        let used = chunk.len();
+        length += used;
+        reader.consume(used);
+        if done {
+            return Ok(length);
+        }
     }
 }
 
@@ -322,6 +360,36 @@ impl<R: BufRead> Merge<R> {
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn a_line_longer_than_the_limit_is_an_error_and_the_next_line_is_read() {
+        let good = r#"{"time":"2026-01-05T00:00:00Z","job":"a/b","phase":"Running"}"#;
+        let text = format!("{}\n{good}\n", "x".repeat(MAX_LINE_BYTES + 10));
+        let mut lines = StreamLines::new(std::io::Cursor::new(text.into_bytes()), "long.jsonl");
+        let e = lines.next_record().unwrap().unwrap_err();
+        assert_eq!(e.line, 1);
+        assert!(e.message.contains(&format!("{} bytes long", MAX_LINE_BYTES + 11)), "{}", e.message);
+        let (line, _) = lines.next_record().unwrap().unwrap();
+        assert_eq!(line, 2);
+        assert!(lines.next_record().is_none());
+    }
+
+    #[test]
+    fn capped_reads_return_whole_lines_across_buffer_refills() {
+        let data = b"abc\ndefgh\nij".to_vec();
+        let mut reader = std::io::BufReader::with_capacity(2, std::io::Cursor::new(data));
+        let mut buf = Vec::new();
+        assert_eq!(read_line_capped(&mut reader, &mut buf, 100).unwrap(), 4);
+        assert_eq!(buf, b"abc\n");
+        buf.clear();
+        assert_eq!(read_line_capped(&mut reader, &mut buf, 3).unwrap(), 6);
+        assert_eq!(buf, b"def", "kept up to the cap");
+        buf.clear();
+        assert_eq!(read_line_capped(&mut reader, &mut buf, 100).unwrap(), 2);
+        assert_eq!(buf, b"ij");
+        buf.clear();
+        assert_eq!(read_line_capped(&mut reader, &mut buf, 100).unwrap(), 0);
+    }
+
     use super::*;
 
     fn line(time: &str, job: &str) -> String {
