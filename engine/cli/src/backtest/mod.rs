@@ -27,8 +27,9 @@ pub(crate) struct BacktestArgs {
     #[arg(long = "policy", value_name = "FILE")]
     policies: Vec<PathBuf>,
     /// Policy files (*.yaml, *.yml) and the corpus: stream files (JSONL, gzip or zstd) or directories of
-    /// them (*.jsonl, *.jsonl.gz, *.jsonl.zst, searched recursively). Each job of each stream is one
-    /// complete run.
+    /// them (*.jsonl, *.jsonl.gz, *.jsonl.zst, searched recursively). Each job of each stream is one run;
+    /// the parts the controller's recorder rotated a job into are one run, and a job that several replicas
+    /// recorded counts once.
     #[arg(required = true, value_name = "POLICY|CORPUS")]
     paths: Vec<PathBuf>,
     /// The metric regret is measured on (default: the stopping rule's own metric, else loss).
@@ -43,7 +44,9 @@ pub(crate) struct BacktestArgs {
     #[arg(long, value_name = "AMOUNT", default_value_t = 0.0)]
     min_improvement: f64,
     /// Try several values of a policy field: PATH=V1,V2,… (PATH relative to spec, rules by name:
-    /// rules[loss-plateau].with.window=1h,2h,4h). Repeatable; every combination is evaluated.
+    /// rules[loss-plateau].with.window=1h,2h,4h). It applies to every policy that has the field (a rule by
+    /// position, rules[0], to every policy). Values are comma-separated (a value cannot hold a comma).
+    /// Repeatable; every combination is evaluated.
     #[arg(long = "set", value_name = "PATH=VALUES")]
     sets: Vec<String>,
     /// text or json (the whole report as one object).
