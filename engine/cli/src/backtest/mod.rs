@@ -45,7 +45,7 @@ pub(crate) struct BacktestArgs {
     min_improvement: f64,
     /// Try several values of a policy field: PATH=V1,V2,… (PATH relative to spec, rules by name:
     /// rules[loss-plateau].with.window=1h,2h,4h). It applies to every policy that has the field (a rule by
-    /// position, rules[0], to every policy). Values are comma-separated (a value cannot hold a comma).
+    /// position, `rules[0]`, to every policy). Values are comma-separated (a value cannot hold a comma).
     /// Repeatable; every combination is evaluated.
     #[arg(long = "set", value_name = "PATH=VALUES")]
     sets: Vec<String>,
