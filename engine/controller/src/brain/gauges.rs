@@ -73,6 +73,9 @@ impl JobGauges {
     }
 
     fn reconcile(&mut self, job: &JobKey, wanted: Vec<(Series, f64)>) {
+        if wanted.is_empty() && !self.exported.contains_key(job) {
+            return; // the common case of a job no policy selects: nothing to set, nothing to remove
+        }
         let labels = JobLabels { namespace: job.namespace.clone(), trainjob: job.name.clone() };
         let now: HashSet<Series> = wanted.iter().map(|(s, _)| s.clone()).collect();
         if let Some(before) = self.exported.get(job) {
@@ -302,6 +305,27 @@ mod tests {
         // The policy goes: no policy judges the job, so none of its series stay.
         b.handle(Input::PolicyGone(key()), t(3));
         assert_eq!(job_lines(&metrics), Vec::<String>::new());
+    }
+
+    #[test]
+    fn a_rule_edited_out_of_its_policy_loses_its_series() {
+        let metrics = Arc::new(Metrics::new());
+        let mut b = brain(&metrics);
+        b.handle(policy_input(HIGH_LOSS, None), t(0));
+        b.handle(report("ft", t(0), "6"), t(0));
+        let rules = |m: &Metrics| job_lines(m).into_iter().filter(|l| l.contains("rule_state")).count();
+        assert_eq!(rules(&metrics), 1);
+        let Input::Policy(mut edited) = policy_input(
+            "    - {name: other, when: 'metric(\"loss\") > 50.0', actions: [{suspend: {}}]}\n",
+            None,
+        ) else {
+            unreachable!("a policy input")
+        };
+        edited.generation = 2;
+        b.handle(Input::Policy(edited), t(1));
+        assert_eq!(rules(&metrics), 0, "{:#?}", job_lines(&metrics));
+        // The job is still judged: its other series stay.
+        assert_eq!(job_lines(&metrics).len(), 5, "{:#?}", job_lines(&metrics));
     }
 
     #[test]
