@@ -19,6 +19,10 @@
 //!
 //! Owed actions: every intent issued stays in the [`ledger`] until an outcome settles it; failures come back
 //! as timers (capped exponential backoff), "not leader" parks them until [`Brain::lead`] hands them over.
+//!
+//! Per-job gauges (`--job-metrics`): after each step the series of the jobs it touched (a report, a rule
+//! transition, a deletion; every exported job when a policy changed) are brought in line with the
+//! evaluator in `gauges`, which remembers what it exported so that nothing outlives its job, rule or policy.
 
 mod books;
 mod gauges;
