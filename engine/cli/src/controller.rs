@@ -67,6 +67,10 @@ pub(crate) struct ControllerArgs {
     /// Most history checkpoint writes per second over all TrainJobs.
     #[arg(long, default_value_t = 5, value_parser = clap::value_parser!(u32).range(1..))]
     history_writes_per_second: u32,
+    /// Export per-job gauges on /metrics (progress, ETA, last report time, loss, eval_loss, grad_norm,
+    /// learning_rate, pending/firing rules) for every TrainJob a policy selects; false registers none of them.
+    #[arg(long, default_value_t = true, action = clap::ArgAction::Set)]
+    job_metrics: bool,
     /// Record every TrainJob's progress as it is seen, as gzip streams `trainwarden replay` reads, one per job,
     /// in DIR/<identity>/ (off when absent).
     #[arg(long, value_name = "DIR")]
@@ -170,6 +174,7 @@ pub(crate) fn run(args: ControllerArgs) -> ExitCode {
         status_interval: args.status_interval,
         history_interval: args.history_interval,
         history_writes_per_second: args.history_writes_per_second,
+        job_metrics: args.job_metrics,
         record: args.record_dir.as_ref().map(|dir| trainwarden_controller::config::RecordConfig {
             flush_interval: args.record_flush_interval,
             max_file_bytes: args.record_max_file_bytes,

@@ -50,6 +50,9 @@ pub struct ControllerConfig {
     /// Most checkpoint writes per second over all jobs (a burst of this many, then this many per second):
     /// a fleet of 20,000 jobs must not turn into 20,000 patches at once after a hand-over.
     pub history_writes_per_second: u32,
+    /// Export the per-job gauges on `/metrics` (`trainwarden_job_*`, `trainwarden_rule_state`): a few series
+    /// per judged TrainJob ([`crate::metrics::JobFamilies`]). Off: those families are not registered.
+    pub job_metrics: bool,
     /// Record every TrainJob's progress as replayable streams (`--record-dir`); `None`: no recording.
     pub record: Option<RecordConfig>,
 }
@@ -108,6 +111,7 @@ impl Default for ControllerConfig {
             work_queue: 4096,
             history_interval: Duration::from_secs(300),
             history_writes_per_second: 5,
+            job_metrics: true,
             record: None,
         }
     }

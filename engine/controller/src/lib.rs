@@ -126,7 +126,7 @@ pub async fn run_with_listener(
     listener: Option<tokio::net::TcpListener>,
     mut shutdown: watch::Receiver<bool>,
 ) -> Result<(), Error> {
-    let metrics = Arc::new(metrics::Metrics::new());
+    let metrics = Arc::new(metrics::Metrics::with_job_metrics(config.job_metrics));
     sources::check_crds(&client, &config).await?;
     let (ready_tx, ready_rx) = watch::channel(false);
     let leader = leader::elect(&client, &config, metrics.clone()).await?;

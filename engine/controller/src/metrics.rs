@@ -2,6 +2,7 @@
 //! appends it (and prometheus-client panics in debug builds when a name already ends in `_total`).
 
 use std::fmt::Write;
+use std::sync::atomic::AtomicU64;
 
 use prometheus_client::encoding::{EncodeLabelSet, EncodeLabelValue, LabelValueEncoder};
 use prometheus_client::metrics::counter::Counter;
@@ -207,6 +208,129 @@ pub struct RecordDropLabels {
     pub reason: RecordDrop,
 }
 
+/// Labels of the per-job gauges (`trainwarden_job_*`).
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct JobLabels {
+    /// The TrainJob's namespace.
+    pub namespace: String,
+    /// The TrainJob's name.
+    pub trainjob: String,
+}
+
+/// The canonical metrics the per-job gauge `trainwarden_job_metric` exports: the ones the catalog's policies
+/// read. A fixed list, so a job reporting a hundred metrics still costs four series.
+#[derive(Clone, Copy, Debug, Hash, PartialEq, Eq)]
+pub enum JobMetricName {
+    /// `loss`.
+    Loss,
+    /// `eval_loss`.
+    EvalLoss,
+    /// `grad_norm`.
+    GradNorm,
+    /// `learning_rate`.
+    LearningRate,
+}
+
+impl JobMetricName {
+    /// Every exported metric.
+    pub const ALL: [JobMetricName; 4] =
+        [JobMetricName::Loss, JobMetricName::EvalLoss, JobMetricName::GradNorm, JobMetricName::LearningRate];
+
+    /// The canonical name (the `metric` label).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            JobMetricName::Loss => "loss",
+            JobMetricName::EvalLoss => "eval_loss",
+            JobMetricName::GradNorm => "grad_norm",
+            JobMetricName::LearningRate => "learning_rate",
+        }
+    }
+}
+
+/// Labels of `trainwarden_job_metric`.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct JobMetricLabels {
+    /// The TrainJob's namespace.
+    pub namespace: String,
+    /// The TrainJob's name.
+    pub trainjob: String,
+    /// Which canonical metric.
+    pub metric: JobMetricName,
+}
+
+/// The `state` label of `trainwarden_rule_state`: the two states that have a series.
+#[derive(Clone, Copy, Debug, Hash, PartialEq, Eq)]
+pub enum RuleStateLabel {
+    /// The condition holds, `for` has not elapsed.
+    Pending,
+    /// The rule fires.
+    Firing,
+}
+
+/// Labels of `trainwarden_rule_state`.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct RuleStateLabels {
+    /// The TrainJob's namespace.
+    pub namespace: String,
+    /// The TrainJob's name.
+    pub trainjob: String,
+    /// The policy, as `kind/namespace/name` (`kind/name` for a ClusterProgressPolicy).
+    pub policy: String,
+    /// The rule's name in the policy.
+    pub rule: String,
+    /// pending or firing.
+    pub state: RuleStateLabel,
+}
+
+/// A float gauge.
+pub type FloatGauge = Gauge<f64, AtomicU64>;
+
+/// The per-job families (`--job-metrics`), registered only when switched on. Handles: the brain sets and
+/// removes their series ([`crate::brain`]), `/metrics` encodes them.
+#[derive(Clone, Default)]
+pub struct JobFamilies {
+    /// `trainwarden_job_progress_percent`: the latest report's progress, 0-100.
+    pub progress_percent: Family<JobLabels, FloatGauge>,
+    /// `trainwarden_job_eta_seconds`: the latest report's estimated remaining time.
+    pub eta_seconds: Family<JobLabels, FloatGauge>,
+    /// `trainwarden_job_metric{metric}`: the latest value of each canonical metric the policies read.
+    pub metric: Family<JobMetricLabels, FloatGauge>,
+    /// `trainwarden_job_last_report_timestamp_seconds`: the latest report's `lastUpdatedTime`, Unix seconds.
+    pub last_report_timestamp_seconds: Family<JobLabels, FloatGauge>,
+    /// `trainwarden_rule_state{policy,rule,state}`: 1 while the rule is pending or firing for the job.
+    pub rule_state: Family<RuleStateLabels, Gauge>,
+}
+
+impl JobFamilies {
+    fn register(&self, registry: &mut Registry) {
+        registry.register(
+            "job_progress_percent",
+            "Progress of each judged TrainJob's latest report, 0-100",
+            self.progress_percent.clone(),
+        );
+        registry.register(
+            "job_eta_seconds",
+            "Remaining time each judged TrainJob's latest report estimates, in seconds",
+            self.eta_seconds.clone(),
+        );
+        registry.register(
+            "job_metric",
+            "Latest value of the canonical metrics the policies read (loss, eval_loss, grad_norm, learning_rate) per judged TrainJob",
+            self.metric.clone(),
+        );
+        registry.register(
+            "job_last_report_timestamp_seconds",
+            "lastUpdatedTime of each judged TrainJob's latest report, Unix seconds (time() - this: seconds since the report)",
+            self.last_report_timestamp_seconds.clone(),
+        );
+        registry.register(
+            "rule_state",
+            "1 while a rule is pending or firing for a TrainJob (no series while inactive), like Prometheus' ALERTS",
+            self.rule_state.clone(),
+        );
+    }
+}
+
 /// Label values are the enums' names in snake case, written by their `as_str`.
 macro_rules! label_value {
     ($($ty:ty => |$v:ident| $name:expr;)*) => {$(
@@ -255,6 +379,11 @@ label_value! {
         RecordDrop::QueueFull => "queue_full",
         RecordDrop::Backlog => "backlog",
         RecordDrop::FileGone => "file_gone",
+    };
+    JobMetricName => |v| v.as_str();
+    RuleStateLabel => |v| match v {
+        RuleStateLabel::Pending => "pending",
+        RuleStateLabel::Firing => "firing",
     };
     StatusWrite => |v| match v {
         StatusWrite::Done => "done",
@@ -333,6 +462,8 @@ pub struct Metrics {
     pub record_files: Gauge,
     /// `trainwarden_record_bytes`: bytes of those files.
     pub record_bytes: Gauge,
+    /// The per-job gauges; `None` when `--job-metrics=false` (not registered at all).
+    pub job: Option<JobFamilies>,
 }
 
 /// Labels of `trainwarden_action_retries`.
@@ -367,8 +498,13 @@ impl Default for Metrics {
 }
 
 impl Metrics {
-    /// Every metric at zero, registered under the `trainwarden_` prefix.
+    /// Every metric at zero, registered under the `trainwarden_` prefix, the per-job gauges included.
     pub fn new() -> Self {
+        Self::with_job_metrics(true)
+    }
+
+    /// [`Metrics::new`], with the per-job families registered only when `job_metrics` is set.
+    pub fn with_job_metrics(job_metrics: bool) -> Self {
         let mut registry = Registry::with_prefix("trainwarden");
         let samples = Counter::default();
         registry.register("samples", "Progress samples received from TrainJob watch events", samples.clone());
@@ -517,6 +653,10 @@ impl Metrics {
         );
         let record_bytes = Gauge::default();
         registry.register("record_bytes", "Bytes of those stream files", record_bytes.clone());
+        let job = job_metrics.then(JobFamilies::default);
+        if let Some(families) = &job {
+            families.register(&mut registry);
+        }
         Metrics {
             registry,
             samples,
@@ -550,6 +690,7 @@ impl Metrics {
             record_dropped,
             record_files,
             record_bytes,
+            job,
         }
     }
 

@@ -524,16 +524,7 @@ async fn health_readiness_and_metrics_are_served() {
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind");
     let port = listener.local_addr().unwrap().port();
     let controller = start_with_listener(c, config_for(ns), Some(listener));
-    let get = |path: &'static str| async move {
-        use tokio::io::{AsyncReadExt, AsyncWriteExt};
-        let mut s = tokio::net::TcpStream::connect(("127.0.0.1", port)).await.ok()?;
-        s.write_all(format!("GET {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n").as_bytes())
-            .await
-            .ok()?;
-        let mut out = String::new();
-        s.read_to_string(&mut out).await.ok()?;
-        Some(out)
-    };
+    let get = |path: &'static str| http_get(port, path);
     eventually("healthz", Duration::from_secs(10), || async {
         get("/healthz").await.filter(|r| r.contains(" 200 "))
     })
@@ -560,6 +551,54 @@ async fn health_readiness_and_metrics_are_served() {
         assert!(metrics.contains(name), "{name} missing in:\n{metrics}");
     }
     controller.stop().await;
+}
+
+/// Issue 18: a judged TrainJob's gauges are on /metrics with its latest report's values, and every series of
+/// the job is gone once the TrainJob is deleted.
+#[tokio::test]
+async fn a_jobs_gauges_are_on_metrics_until_it_is_deleted() {
+    let ctx = setup!("controller_gauges");
+    let (c, ns) = (&ctx.client, ctx.ns.as_str());
+    apply_policy(c, ns, &policy("nan", "Audit", NAN_RULE)).await;
+    create_trainjob(c, ns, "gauged", &[]).await;
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind");
+    let port = listener.local_addr().unwrap().port();
+    let controller = start_with_listener(c, config_for(ns), Some(listener));
+    let at = seconds_ago(1);
+    report(c, ns, "gauged", at, "0.5", 40).await;
+    let job = format!("namespace=\"{ns}\",trainjob=\"gauged\"");
+    let progress = format!("trainwarden_job_progress_percent{{{job}}} 40.0");
+    let metrics = eventually("the job's progress in /metrics", Duration::from_secs(10), || async {
+        http_get(port, "/metrics").await.filter(|m| m.contains(&progress))
+    })
+    .await;
+    for line in [
+        format!("trainwarden_job_eta_seconds{{{job}}} 3600.0"),
+        format!("trainwarden_job_metric{{{job},metric=\"loss\"}} 0.5"),
+        format!("trainwarden_job_last_report_timestamp_seconds{{{job}}} {}.0", at.as_second()),
+    ] {
+        assert!(metrics.contains(&line), "{line} missing in:\n{metrics}");
+    }
+
+    trainjob_api(c.clone(), Some(ns)).delete("gauged", &Default::default()).await.expect("delete");
+    let trainjob = "trainjob=\"gauged\"";
+    eventually("the job's series gone from /metrics", Duration::from_secs(10), || async {
+        http_get(port, "/metrics").await.filter(|m| m.contains("trainwarden_jobs 0") && !m.contains(trainjob))
+    })
+    .await;
+    controller.stop().await;
+}
+
+/// The response to a plain HTTP/1.1 GET of `path` on the controller's port, headers included.
+async fn http_get(port: u16, path: &str) -> Option<String> {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mut s = tokio::net::TcpStream::connect(("127.0.0.1", port)).await.ok()?;
+    s.write_all(format!("GET {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n").as_bytes())
+        .await
+        .ok()?;
+    let mut out = String::new();
+    s.read_to_string(&mut out).await.ok()?;
+    Some(out)
 }
 
 /// `--record-dir`: the controller writes what the TrainJob watch sees as a gzip stream the replay parser

@@ -200,6 +200,7 @@ fn alternative_values(secret_namespaces: &[&str]) -> Vec<String> {
         "--set=logFormat=text".into(),
         "--set=logLevel=info\\,trainwarden=debug".into(),
         "--set=evalInterval=1m30s".into(),
+        "--set=metrics.perJob=false".into(),
         "--set=record.enabled=true".into(),
         "--set=record.persistence.enabled=true".into(),
         "--set-json=record.persistence.accessModes=[\"ReadWriteMany\"]".into(),
@@ -518,6 +519,7 @@ fn default_args(namespace: &str) -> Vec<String> {
         &format!("--lease-namespace={namespace}"),
         "--kueue=true",
         "--eval-interval=30s",
+        "--job-metrics=true",
     ]
     .into_iter()
     .map(String::from)
@@ -534,6 +536,7 @@ fn alternative_args(namespace: &str) -> Vec<String> {
         &format!("--lease-namespace={namespace}"),
         "--kueue=false",
         "--eval-interval=1m30s",
+        "--job-metrics=false",
         "--record-dir=/var/lib/trainwarden/record",
         "--record-flush-interval=10s",
         "--record-max-bytes=1GiB",
@@ -799,6 +802,7 @@ fn invalid_values_are_rejected_at_render_time() {
         (&["--set-json=notifications.secretNamespaces=[\"Team_A\"]"], "secretNamespaces"),
         (&["--set-json=notifications.secretNamespaces=[\"a\",\"a\"]"], "secretNamespaces"),
         (&["--set=evalInterval=soon"], "evalInterval"),
+        (&["--set=metrics.perJob=sometimes"], "perJob"),
         (&["--set=serviceMonitor.interval=15 seconds"], "interval"),
         (&["--set=replicas=2", "--set=leaderElection.enabled=false"], "needs leaderElection.enabled"),
         (&["--set=serviceAccount.create=false"], "serviceAccount.name is required"),

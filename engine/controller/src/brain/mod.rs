@@ -19,8 +19,13 @@
 //!
 //! Owed actions: every intent issued stays in the [`ledger`] until an outcome settles it; failures come back
 //! as timers (capped exponential backoff), "not leader" parks them until [`Brain::lead`] hands them over.
+//!
+//! Per-job gauges (`--job-metrics`): after each step the series of the jobs it touched (a report, a rule
+//! transition, a deletion; every exported job when a policy changed) are brought in line with the
+//! evaluator in `gauges`, which remembers what it exported so that nothing outlives its job, rule or policy.
 
 mod books;
+mod gauges;
 mod history;
 pub mod ledger;
 mod status;
@@ -46,6 +51,7 @@ use crate::metrics::{
     ProgressSourceLabels,
 };
 use books::PolicyBook;
+use gauges::JobGauges;
 use history::{Due, HistoryBook};
 use ledger::Ledger;
 use trainwarden_notify::{JobProgress, Notifier};
@@ -84,6 +90,8 @@ pub struct Brain {
     notifier: Option<Notifier>,
     /// When each job's history checkpoint was last stored and is next due.
     history: HistoryBook,
+    /// The per-job gauges on `/metrics`; `None` with `--job-metrics=false`.
+    gauges: Option<JobGauges>,
 }
 
 impl Brain {
@@ -93,7 +101,9 @@ impl Brain {
             eval_interval: trainwarden_core::PolicyDuration::from_secs(config.eval_interval.as_secs().max(1)),
             ..EngineConfig::default()
         };
+        let gauges = metrics.job.clone().map(JobGauges::new);
         Brain {
+            gauges,
             evaluator: Evaluator::new(engine),
             books: HashMap::new(),
             policy_kinds_listed: HashSet::new(),
@@ -135,6 +145,9 @@ impl Brain {
             Input::Policy(p) => self.apply_policy(*p, now),
             Input::PolicyGone(key) => {
                 self.abandon(|i| i.policy.id() == key);
+                if let Some(g) = &mut self.gauges {
+                    g.touch_all();
+                }
                 if let Some(book) = self.books.remove(&key)
                     && let Some(reference) = book.reference
                 {
@@ -152,6 +165,9 @@ impl Brain {
             Input::Namespace { name, labels } => self.evaluator.set_namespace_labels(&name, labels),
             Input::Job(job) => {
                 let job = *job;
+                if let Some(g) = &mut self.gauges {
+                    g.touch(&job.key);
+                }
                 if job.exempt {
                     self.unknown_now.remove(&job.key);
                     if self.exempt.insert(job.key.clone()) {
@@ -198,6 +214,9 @@ impl Brain {
             }
             Input::JobGone(key) => {
                 self.abandon(|i| i.job == key);
+                if let Some(g) = &mut self.gauges {
+                    g.touch(&key);
+                }
                 self.history.forget(&key);
                 self.exempt.remove(&key);
                 self.unreadable.remove(&key);
@@ -224,7 +243,14 @@ impl Brain {
         }
         self.metrics.jobs.set(self.evaluator.job_count() as i64);
         self.drain_events();
+        self.sync_gauges();
         self.metrics.actions_owed.set(self.ledger.len() as i64);
+    }
+
+    /// Brings the per-job gauges of the jobs this step touched in line with the evaluator.
+    fn sync_gauges(&mut self) {
+        let (Some(gauges), exempt) = (&mut self.gauges, &self.exempt) else { return };
+        gauges.sync(&self.evaluator, |job| !exempt.contains(job));
     }
 
     /// A job seen for the first time in this run gets the history its TrainJob carries (see
@@ -364,6 +390,7 @@ impl Brain {
         self.metrics.evaluations.inc();
         self.metrics.evaluation_seconds.observe(started.elapsed().as_secs_f64());
         self.drain_events();
+        self.sync_gauges();
         let (due, dropped) = {
             let (ledger, wanted) = self.ledger_and_wanted();
             ledger.take_due(now, wanted)
@@ -496,6 +523,9 @@ impl Brain {
                     }));
                 }
                 self.evaluator.upsert_policy(compiled, now, &mut self.events);
+                if let Some(g) = &mut self.gauges {
+                    g.touch_all();
+                }
                 if first_sight
                     && let Some(status) = p.status
                     && !status.rule_states.is_empty()
@@ -517,6 +547,13 @@ impl Brain {
     }
 
     fn drain_events(&mut self) {
+        if let Some(g) = &mut self.gauges {
+            for event in &self.events {
+                if let Event::Transition { job, .. } = event {
+                    g.touch(job);
+                }
+            }
+        }
         self.drain_events_in_order();
         // A firing's actions that stop the job go last: a suspended job's rules are frozen, so if the
         // controller died after stopping the job but before its Events and notifications, those would never
@@ -753,7 +790,12 @@ mod tests {
     }
 
     /// A TrainJob `namespace/name` whose `status.trainerStatus` is `status`, updated at `at`, as watched.
-    fn trainer_status(namespace: &str, name: &str, at: Timestamp, mut status: serde_json::Value) -> Input {
+    pub(super) fn trainer_status(
+        namespace: &str,
+        name: &str,
+        at: Timestamp,
+        mut status: serde_json::Value,
+    ) -> Input {
         status["lastUpdatedTime"] = serde_json::json!(at.to_string());
         let obj = serde_json::json!({
             "metadata": {"name": name, "namespace": namespace},
