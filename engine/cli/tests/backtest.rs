@@ -381,3 +381,22 @@ fn the_readme_shows_what_backtest_prints() {
     }
     assert!(checked >= 2, "the README's backtest blocks were found ({checked})");
 }
+
+#[test]
+fn a_run_that_cannot_be_read_is_listed_and_left_out() {
+    let dir = temp_dir("unreadable");
+    std::fs::copy(repo().join(CORPUS).join("quality-mc-stuck.jsonl"), dir.join("good.jsonl")).unwrap();
+    std::fs::write(
+        dir.join("bad.jsonl"),
+        "{\"time\":\"2026-10-02T16:30:00Z\",\"job\":\"default/x\",\"phase\":\"Runing\"}\n",
+    )
+    .unwrap();
+    let out = trainwarden(&["backtest", PLATEAU, dir.to_str().unwrap()]);
+    assert_eq!(out.status.code(), Some(1), "{}", String::from_utf8_lossy(&out.stderr));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("1 run could not be read"), "{err}");
+    assert!(err.contains("bad.jsonl:1"), "the bad line is named: {err}");
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(text.contains("backtest: 1 run from 1 file"), "{text}");
+    let _ = std::fs::remove_dir_all(&dir);
+}

@@ -559,7 +559,7 @@ fn assert_alternative_extras(rendered: &Rendered) {
     assert_eq!(monitor["metadata"]["labels"]["release"], "prometheus", "serviceMonitor.labels");
     assert_eq!(
         monitor["spec"]["endpoints"],
-        json!([{"port": "http", "path": "/metrics", "interval": "15s"}])
+        json!([{"port": "http", "path": "/metrics", "honorLabels": true, "interval": "15s"}])
     );
     assert_eq!(monitor["spec"]["namespaceSelector"], json!({"matchNames": [ns]}));
     let service_labels = serde_json::to_value(service.metadata.labels.clone().unwrap_or_default()).unwrap();
@@ -866,6 +866,7 @@ spec:
                     properties:
                       port: {type: string}
                       path: {type: string}
+                      honorLabels: {type: boolean}
                       interval: {type: string, pattern: '^(0|(([0-9]+)y)?(([0-9]+)w)?(([0-9]+)d)?(([0-9]+)h)?(([0-9]+)m)?(([0-9]+)s)?(([0-9]+)ms)?)$'}
                       scrapeTimeout: {type: string, pattern: '^(0|(([0-9]+)y)?(([0-9]+)w)?(([0-9]+)d)?(([0-9]+)h)?(([0-9]+)m)?(([0-9]+)s)?(([0-9]+)ms)?)$'}
 ";

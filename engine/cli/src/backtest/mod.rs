@@ -110,11 +110,11 @@ pub(crate) fn backtest(args: &BacktestArgs) -> Result<bool, String> {
     if corpus.is_empty() {
         return Err("no corpus given (stream files or directories of them)".into());
     }
-    let (corpus, duplicates) = runs_of_files(corpus);
-    if duplicates > 0 {
+    let (corpus, merged) = runs_of_files(corpus);
+    if merged > 0 {
         eprintln!(
-            "note: {} skipped: the same job's recording in another replica's directory (the largest copy is used)",
-            trainwarden_core::plural(duplicates as u64, "recording", "recordings")
+            "note: {} recorded in several replicas' directories, merged (exact repeats dropped)",
+            trainwarden_core::plural(merged as u64, "run was", "runs were")
         );
     }
     let files = policy_paths
@@ -133,7 +133,20 @@ pub(crate) fn backtest(args: &BacktestArgs) -> Result<bool, String> {
         .as_ref()
         .map(|p| std::fs::File::create(p).map(|f| (p, f)).map_err(|e| format!("--html {}: {e}", p.display())))
         .transpose()?;
-    let report = run(&plan, &corpus, max_lateness, workers.max(1))?;
+    let (report, unreadable) = run(&plan, &corpus, max_lateness, workers.max(1));
+    if !unreadable.is_empty() {
+        eprintln!(
+            "error: {} could not be read and {} not in the figures:",
+            trainwarden_core::plural(unreadable.len() as u64, "run", "runs"),
+            if unreadable.len() == 1 { "is" } else { "are" }
+        );
+        for e in &unreadable {
+            eprintln!("  {}", e.replace('\n', "\n    "));
+        }
+    }
+    if report.runs.is_empty() && !unreadable.is_empty() {
+        return Err("no run of the corpus could be read".into());
+    }
     if report.runs.len() == report.incomplete.len() {
         return Err(format!(
             "no run to judge: the corpus holds {}, and none ran to its end (completed, failed or deleted while not suspended)",
@@ -152,6 +165,9 @@ pub(crate) fn backtest(args: &BacktestArgs) -> Result<bool, String> {
         file.write_all(html::render(&report).as_bytes())
             .map_err(|e| format!("--html {}: {e}", path.display()))?;
         eprintln!("wrote {}", path.display());
+    }
+    if !unreadable.is_empty() {
+        return Ok(false);
     }
     let errors = report.rule_errors();
     if errors > 0 {
@@ -174,19 +190,20 @@ struct Entry {
 }
 
 /// Groups the files into runs. Files the controller's recorder wrote (`<namespace>_<name>_<uid>[.N].jsonl.gz`)
-/// are one run per directory and stem, parts in order; the same stem in several directories is the same job
-/// recorded by several replicas, and only the largest recording is kept (the count of the others is
-/// returned). Every other file is a run of its own.
+/// are one run per stem, wherever they are: its rotated parts, and the directories of every replica that
+/// recorded it (each pod writes its own; a rollout moves a long job's recording to the new pod's). Their
+/// records are merged on their clocks and exact repeats dropped ([`records`]). Returns the runs and how many
+/// of them were put together from several directories. Every other file is a run of its own.
 fn runs_of_files(files: Vec<PathBuf>) -> (Vec<Entry>, usize) {
     use trainwarden_controller::recorder::parse_file_name;
-    let mut recorded: BTreeMap<String, BTreeMap<PathBuf, Vec<(u32, PathBuf)>>> = BTreeMap::new();
+    let mut recorded: BTreeMap<String, Vec<(PathBuf, u32, PathBuf)>> = BTreeMap::new();
     let mut entries = Vec::new();
     for path in files {
         let name = path.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
         match parse_file_name(&name) {
             Some((stem, part)) => {
                 let dir = path.parent().map(Path::to_path_buf).unwrap_or_default();
-                recorded.entry(stem.to_string()).or_default().entry(dir).or_default().push((part, path));
+                recorded.entry(stem.to_string()).or_default().push((dir, part, path));
             }
             None => {
                 let name = if name.is_empty() { path.display().to_string() } else { name };
@@ -194,20 +211,17 @@ fn runs_of_files(files: Vec<PathBuf>) -> (Vec<Entry>, usize) {
             }
         }
     }
-    let mut duplicates = 0;
-    for (stem, copies) in recorded {
-        duplicates += copies.len() - 1;
-        let size = |parts: &Vec<(u32, PathBuf)>| -> u64 {
-            parts.iter().map(|(_, p)| std::fs::metadata(p).map_or(0, |m| m.len())).sum()
-        };
-        let Some(mut parts) = copies.into_values().max_by_key(size) else { continue };
+    let mut merged = 0;
+    for (stem, mut parts) in recorded {
         parts.sort();
+        let dirs: std::collections::BTreeSet<&PathBuf> = parts.iter().map(|(d, _, _)| d).collect();
+        merged += usize::from(dirs.len() > 1);
         entries.push(Entry {
             name: format!("{stem}.jsonl.gz"),
-            parts: parts.into_iter().map(|(_, p)| p).collect(),
+            parts: parts.into_iter().map(|(_, _, p)| p).collect(),
         });
     }
-    (entries, duplicates)
+    (entries, merged)
 }
 
 /// `1%` or `0.01`.
@@ -224,25 +238,23 @@ fn tolerance(text: &str) -> Result<f64, String> {
     Ok(value)
 }
 
-/// Every file through the plan on `workers` threads; results are added up in corpus order as soon as the
-/// ones before them are in, so only the out-of-order ones wait in memory.
-fn run(
-    plan: &Plan,
-    corpus: &[Entry],
-    max_lateness: PolicyDuration,
-    workers: usize,
-) -> Result<Report, String> {
+/// Every run through the plan on `workers` threads; results are added up in corpus order as soon as the
+/// ones before them are in, so only the out-of-order ones wait in memory. A run that cannot be read (a bad
+/// line, a file cut by a crash) is left out and returned with its error, in corpus order: one damaged file
+/// does not stop a fleet's backtest, and is not hidden either.
+fn run(plan: &Plan, corpus: &[Entry], max_lateness: PolicyDuration, workers: usize) -> (Report, Vec<String>) {
     struct Progress {
         next: usize,
-        waiting: BTreeMap<usize, FileResult>,
+        /// Results that finished before the ones ahead of them; `None`: the run could not be read.
+        waiting: BTreeMap<usize, Option<FileResult>>,
         builder: ReportBuilder,
-        error: Option<(usize, String)>,
+        unreadable: BTreeMap<usize, String>,
     }
     let progress = Mutex::new(Progress {
         next: 0,
         waiting: BTreeMap::new(),
         builder: ReportBuilder::new(plan),
-        error: None,
+        unreadable: BTreeMap::new(),
     });
     let taken = AtomicUsize::new(0);
     std::thread::scope(|scope| {
@@ -256,44 +268,45 @@ fn run(
                     let mut p = progress.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
                     match result {
                         Ok(r) => {
-                            p.waiting.insert(i, r);
+                            p.waiting.insert(i, Some(r));
                         }
                         Err(e) => {
-                            if p.error.as_ref().is_none_or(|(j, _)| i < *j) {
-                                p.error = Some((i, e));
-                            }
-                            break;
+                            p.unreadable.insert(i, format!("{}: {e}", entry.name));
+                            p.waiting.insert(i, None);
                         }
                     }
                     while let Some(r) = {
                         let next = p.next;
                         p.waiting.remove(&next)
                     } {
-                        p.builder.add(r);
+                        if let Some(r) = r {
+                            p.builder.add(r);
+                        }
                         p.next += 1;
-                    }
-                    if p.error.is_some() {
-                        break;
                     }
                 }
             });
         }
     });
     let p = progress.into_inner().unwrap_or_else(std::sync::PoisonError::into_inner);
-    if let Some((_, e)) = p.error {
-        return Err(e);
-    }
-    Ok(p.builder.finish())
+    (p.builder.finish(), p.unreadable.into_values().collect())
 }
 
 /// One run's records in time order: its files merged on their clocks through the same reorder window as
-/// `replay`.
+/// `replay`. A record equal to its job's record before is dropped: two replicas' copies of one job say
+/// everything twice.
 fn records(parts: &[PathBuf], max_lateness: PolicyDuration) -> Result<Vec<StreamRecord>, String> {
     let mut merge = Merge::new(streams::open_all(parts)?, max_lateness);
     let mut out = Vec::new();
+    let mut last: BTreeMap<trainwarden_core::JobKey, StreamRecord> = BTreeMap::new();
     loop {
         match merge.next_record() {
-            Ok(Some(r)) => out.push(r),
+            Ok(Some(r)) => {
+                if last.get(r.job()) != Some(&r) {
+                    last.insert(r.job().clone(), r.clone());
+                    out.push(r);
+                }
+            }
             Ok(None) => return Ok(out),
             Err(MergeError::Invalid(first)) => {
                 let lines: Vec<String> =
@@ -312,22 +325,22 @@ mod tests {
     use super::*;
 
     #[test]
-    fn recorded_parts_are_one_run_and_other_replicas_copies_are_skipped() {
+    fn a_jobs_recordings_in_every_directory_are_one_run() {
         let dir = std::env::temp_dir().join(format!("trainwarden-runs-of-files-{}", std::process::id()));
-        for (replica, name, bytes) in [
-            ("pod-a", "team_ft_0123abcd.jsonl.gz", 10),
-            ("pod-a", "team_ft_0123abcd.1.jsonl.gz", 10),
-            ("pod-a", "team_ft_0123abcd.2.jsonl.gz", 10),
-            ("pod-b", "team_ft_0123abcd.jsonl.gz", 5),
-            ("pod-a", "hand-made.jsonl", 1),
+        for (replica, name) in [
+            ("pod-a", "team_ft_0123abcd.jsonl.gz"),
+            ("pod-a", "team_ft_0123abcd.1.jsonl.gz"),
+            ("pod-a", "team_ft_0123abcd.2.jsonl.gz"),
+            ("pod-b", "team_ft_0123abcd.jsonl.gz"),
+            ("pod-a", "hand-made.jsonl"),
         ] {
             std::fs::create_dir_all(dir.join(replica)).unwrap();
-            std::fs::write(dir.join(replica).join(name), vec![b'x'; bytes]).unwrap();
+            std::fs::write(dir.join(replica).join(name), b"x").unwrap();
         }
         let mut files = Vec::new();
         collect_files(&dir, is_stream_name, &mut files).unwrap();
-        let (entries, duplicates) = runs_of_files(files);
-        assert_eq!(duplicates, 1);
+        let (entries, merged) = runs_of_files(files);
+        assert_eq!(merged, 1);
         assert_eq!(entries.len(), 2);
         assert_eq!(entries[0].name, "hand-made.jsonl");
         assert_eq!(entries[1].name, "team_ft_0123abcd.jsonl.gz");
@@ -338,9 +351,25 @@ mod tests {
             [
                 "pod-a/team_ft_0123abcd.jsonl.gz",
                 "pod-a/team_ft_0123abcd.1.jsonl.gz",
-                "pod-a/team_ft_0123abcd.2.jsonl.gz"
+                "pod-a/team_ft_0123abcd.2.jsonl.gz",
+                "pod-b/team_ft_0123abcd.jsonl.gz"
             ]
         );
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn two_copies_of_a_recording_are_read_once() {
+        let dir = std::env::temp_dir().join(format!("trainwarden-two-copies-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let text = "{\"time\":\"2026-01-05T00:00:00Z\",\"job\":\"a/b\",\"phase\":\"Running\",\"gpus\":2}\n\
+                    {\"time\":\"2026-01-05T00:01:00Z\",\"job\":\"a/b\",\"trainerStatus\":{\"progressPercentage\":5,\"lastUpdatedTime\":\"2026-01-05T00:01:00Z\"}}\n";
+        let (one, two) = (dir.join("a.jsonl"), dir.join("b.jsonl"));
+        std::fs::write(&one, text).unwrap();
+        std::fs::write(&two, text).unwrap();
+        let max = "5m".parse().unwrap();
+        assert_eq!(records(&[one.clone()], max).unwrap().len(), 2);
+        assert_eq!(records(&[one, two], max).unwrap().len(), 2, "the second copy adds nothing");
         std::fs::remove_dir_all(&dir).unwrap();
     }
 

@@ -48,9 +48,14 @@ impl JobGauges {
         }
     }
 
-    /// A policy changed: every job's series may have.
+    /// A policy or a namespace's labels changed: every job's series may have.
     pub(super) fn touch_all(&mut self) {
         self.all_touched = true;
+    }
+
+    /// Whether the next [`JobGauges::sync`] looks at every job (the caller then refreshes selection first).
+    pub(super) fn all_touched(&self) -> bool {
+        self.all_touched
     }
 
     /// Brings the touched jobs' series in line with the evaluator. `judged`: the job is neither exempt
@@ -58,7 +63,10 @@ impl JobGauges {
     pub(super) fn sync(&mut self, evaluator: &Evaluator, judged: impl Fn(&JobKey) -> bool) {
         let mut jobs = std::mem::take(&mut self.touched);
         if std::mem::take(&mut self.all_touched) {
+            // Jobs that have series (they may have lost their policy) and jobs that have none yet (a new
+            // policy selects them, finished ones included).
             jobs.extend(self.exported.keys().cloned());
+            jobs.extend(evaluator.job_keys().cloned());
         }
         for job in jobs {
             let wanted = if judged(&job) { wanted(evaluator, &job) } else { Vec::new() };
@@ -142,7 +150,8 @@ fn rule_labels(job: &JobLabels, policy: &str, rule: &str, state: RuleStateLabel)
     }
 }
 
-/// The series a job should have now: none unless some policy selects it (as of its last evaluation).
+/// The series a job should have now: none unless some policy selects it (selection as of the job's last
+/// evaluation, or of [`Evaluator::refresh_selections`] after a policy or namespace change).
 fn wanted(evaluator: &Evaluator, job: &JobKey) -> Vec<(Series, f64)> {
     let selecting: Vec<_> = evaluator.policies().filter(|p| evaluator.selects(&p.reference, job)).collect();
     if selecting.is_empty() {
@@ -305,6 +314,33 @@ mod tests {
         // The policy goes: no policy judges the job, so none of its series stay.
         b.handle(Input::PolicyGone(key()), t(3));
         assert_eq!(job_lines(&metrics), Vec::<String>::new());
+    }
+
+    /// The test policy at `generation`, with `selector` (YAML flow mapping) if given.
+    fn policy_at(generation: i64, selector: Option<&str>) -> Input {
+        let mut rules = HIGH_LOSS.to_string();
+        if let Some(sel) = selector {
+            rules.push_str(&format!("  selector: {sel}\n"));
+        }
+        let Input::Policy(mut p) = policy_input(&rules, None) else { unreachable!("a policy input") };
+        p.generation = generation;
+        Input::Policy(p)
+    }
+
+    #[test]
+    fn a_quiet_job_follows_a_selector_change_at_once() {
+        let metrics = Arc::new(Metrics::new());
+        let mut b = brain(&metrics);
+        b.handle(policy_at(1, None), t(0));
+        b.handle(report("ft", t(0), "1.5"), t(0));
+        assert_eq!(job_lines(&metrics).len(), 5, "{:#?}", job_lines(&metrics));
+        // The selector narrows; the job reports nothing more (it finished): its series go now, not at a
+        // next report that never comes.
+        b.handle(policy_at(2, Some("{matchLabels: {team: a}}")), t(1));
+        assert_eq!(job_lines(&metrics), Vec::<String>::new());
+        // And a policy that selects it again brings them back without a report.
+        b.handle(policy_at(3, None), t(2));
+        assert_eq!(job_lines(&metrics).len(), 5, "{:#?}", job_lines(&metrics));
     }
 
     #[test]

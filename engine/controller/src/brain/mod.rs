@@ -162,7 +162,12 @@ impl Brain {
             Input::PoliciesListed(kind) => {
                 self.policy_kinds_listed.insert(kind);
             }
-            Input::Namespace { name, labels } => self.evaluator.set_namespace_labels(&name, labels),
+            Input::Namespace { name, labels } => {
+                self.evaluator.set_namespace_labels(&name, labels);
+                if let Some(g) = &mut self.gauges {
+                    g.touch_all();
+                }
+            }
             Input::Job(job) => {
                 let job = *job;
                 if let Some(g) = &mut self.gauges {
@@ -250,6 +255,11 @@ impl Brain {
     /// Brings the per-job gauges of the jobs this step touched in line with the evaluator.
     fn sync_gauges(&mut self) {
         let (Some(gauges), exempt) = (&mut self.gauges, &self.exempt) else { return };
+        if gauges.all_touched() {
+            // After a policy or namespace change, selection is otherwise stale until each job's next
+            // evaluation: a finished job would keep (or never get) its series.
+            self.evaluator.refresh_selections();
+        }
         gauges.sync(&self.evaluator, |job| !exempt.contains(job));
     }
 

@@ -678,6 +678,22 @@ impl Evaluator {
         self.jobs.get(job).is_some_and(|j| j.selected_by.contains(&p))
     }
 
+    /// Brings every job's policy selection up to date now; it is otherwise recomputed at the job's next
+    /// evaluation, which a finished or quiet job may never have. For views of selection outside evaluation
+    /// (the controller's per-job gauges); evaluation itself refreshes a job before judging it either way.
+    pub fn refresh_selections(&mut self) {
+        let stale: Vec<JobKey> =
+            self.jobs.iter().filter(|(_, j)| j.selection_stale).map(|(k, _)| k.clone()).collect();
+        for key in stale {
+            self.refresh_selection(&key);
+        }
+    }
+
+    /// Every job the evaluator tracks.
+    pub fn job_keys(&self) -> impl Iterator<Item = &JobKey> {
+        self.jobs.keys()
+    }
+
     /// Jobs the evaluator tracks.
     pub fn job_count(&self) -> usize {
         self.jobs.len()
