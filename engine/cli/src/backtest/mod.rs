@@ -368,7 +368,7 @@ mod tests {
         std::fs::write(&one, text).unwrap();
         std::fs::write(&two, text).unwrap();
         let max = "5m".parse().unwrap();
-        assert_eq!(records(&[one.clone()], max).unwrap().len(), 2);
+        assert_eq!(records(std::slice::from_ref(&one), max).unwrap().len(), 2);
         assert_eq!(records(&[one, two], max).unwrap().len(), 2, "the second copy adds nothing");
         std::fs::remove_dir_all(&dir).unwrap();
     }
