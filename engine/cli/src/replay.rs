@@ -8,7 +8,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use trainwarden_core::replay::{self, Replay};
-use trainwarden_core::{CompiledPolicy, Evaluator, Event, Merge, MergeError, PolicyDuration, Timestamp};
+use trainwarden_core::{CompiledPolicy, Evaluator, Event, Merge, PolicyDuration, Timestamp};
 use trainwarden_notify::delivery::RetryPolicy;
 use trainwarden_notify::offline::{self, OfflineNotifications};
 use trainwarden_notify::{FileSecrets, JobProgress, LocalSecrets, SendConfig, Sender};
@@ -18,9 +18,6 @@ use crate::streams;
 
 /// The most evaluation rounds (stream span ÷ `--eval-interval`) a replay runs: a year at 5 s.
 const MAX_ROUNDS: f64 = 6_400_000.0;
-
-/// Bad lines listed per input when a stream is invalid.
-const ERRORS_PER_INPUT: usize = 20;
 
 /// What `replay` does with the notifications the policies' receivers would get.
 pub(crate) struct ReplayNotify {
@@ -66,22 +63,8 @@ pub(crate) fn replay(args: &ReplayArgs<'_>) -> Result<bool, String> {
     let mut replay = Replay::new(policies, config);
     let mut timeline = Timeline::new(args.json, tz.clone());
     let written = |e: io::Error| format!("writing output: {e}");
-    loop {
-        let record = match merge.next_record() {
-            Ok(Some(r)) => r,
-            Ok(None) => break,
-            Err(MergeError::Invalid(first)) => {
-                let errors = merge.invalid_lines(first, ERRORS_PER_INPUT);
-                let lines: Vec<String> = errors.iter().map(ToString::to_string).collect();
-                return Err(format!(
-                    "invalid stream (replayed up to the first bad line)\n{}",
-                    lines.join("\n")
-                ));
-            }
-            Err(MergeError::Late(late)) => {
-                return Err(format!("{late}; sort the stream or raise --max-lateness"));
-            }
-        };
+    let heading = "invalid stream (replayed up to the first bad line)";
+    while let Some(record) = streams::next_record(&mut merge, heading)? {
         rounds.check(record.time())?;
         replay.feed(record);
         timeline.observe(&mut replay, &mut notifications).map_err(written)?;

@@ -1,5 +1,6 @@
-//! The inputs of `replay`, opened for reading line by line: files, `-` for stdin, and gzip or zstd data
-//! (recognised by its first bytes, whatever the name) decompressed as it is read.
+//! The inputs of `replay` and `backtest`, opened for reading line by line: files, `-` for stdin, and gzip or
+//! zstd data (recognised by its first bytes, whatever the name) decompressed as it is read; and the next
+//! record of their merge, with the message both commands give for a stream it refuses.
 
 use std::fs::File;
 use std::io::{self, BufRead, BufReader, Cursor, Read};
@@ -7,10 +8,28 @@ use std::path::{Path, PathBuf};
 
 use ruzstd::decoding::errors::{FrameDecoderError, ReadFrameHeaderError};
 use ruzstd::decoding::{BlockDecodingStrategy, FrameDecoder};
-use trainwarden_core::StreamLines;
+use trainwarden_core::{Merge, MergeError, StreamLines, StreamRecord};
 
 /// One input's bytes, decompressed.
 pub(crate) type Input = Box<dyn BufRead>;
+
+/// Bad lines listed per input when a stream is invalid.
+const ERRORS_PER_INPUT: usize = 20;
+
+/// The merge's next record (`None` at the end). A refused stream is an error: every bad line, up to
+/// [`ERRORS_PER_INPUT`] per input (the rest of each input is read to find them), under `heading`; or the
+/// line that came too late, and what to do about it.
+pub(crate) fn next_record(merge: &mut Merge<Input>, heading: &str) -> Result<Option<StreamRecord>, String> {
+    match merge.next_record() {
+        Ok(r) => Ok(r),
+        Err(MergeError::Invalid(first)) => {
+            let lines: Vec<String> =
+                merge.invalid_lines(first, ERRORS_PER_INPUT).iter().map(ToString::to_string).collect();
+            Err(format!("{heading}\n{}", lines.join("\n")))
+        }
+        Err(MergeError::Late(late)) => Err(format!("{late}; sort the stream or raise --max-lateness")),
+    }
+}
 
 /// Large reads: streams are hundreds of megabytes read front to back.
 const BUFFER: usize = 1 << 18;

@@ -4,6 +4,7 @@
 //! checks what the controller did to the TrainJob, the Kueue Workload, the Events and the policy status.
 
 use trainwarden_testkit::apiserver as support;
+use trainwarden_testkit::http::http_get;
 use trainwarden_testkit::setup;
 
 use std::time::Duration;
@@ -587,18 +588,6 @@ async fn a_jobs_gauges_are_on_metrics_until_it_is_deleted() {
     })
     .await;
     controller.stop().await;
-}
-
-/// The response to a plain HTTP/1.1 GET of `path` on the controller's port, headers included.
-async fn http_get(port: u16, path: &str) -> Option<String> {
-    use tokio::io::{AsyncReadExt, AsyncWriteExt};
-    let mut s = tokio::net::TcpStream::connect(("127.0.0.1", port)).await.ok()?;
-    s.write_all(format!("GET {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n").as_bytes())
-        .await
-        .ok()?;
-    let mut out = String::new();
-    s.read_to_string(&mut out).await.ok()?;
-    Some(out)
 }
 
 /// `--record-dir`: the controller writes what the TrainJob watch sees as a gzip stream the replay parser

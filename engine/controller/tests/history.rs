@@ -3,6 +3,7 @@
 //! with the same reason, as the evaluator fed every report without a restart.
 
 use trainwarden_testkit::apiserver as support;
+use trainwarden_testkit::http::http_get;
 use trainwarden_testkit::setup;
 
 use std::time::Duration;
@@ -70,17 +71,6 @@ fn evaluator_fires(policy_yaml: &str, trainjob: &Value, times: &[Timestamp], fro
         }
     }
     panic!("the evaluator never fired on these reports");
-}
-
-async fn get(port: u16, path: &str) -> Option<String> {
-    use tokio::io::{AsyncReadExt, AsyncWriteExt};
-    let mut s = tokio::net::TcpStream::connect(("127.0.0.1", port)).await.ok()?;
-    s.write_all(format!("GET {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n").as_bytes())
-        .await
-        .ok()?;
-    let mut out = String::new();
-    s.read_to_string(&mut out).await.ok()?;
-    Some(out)
 }
 
 /// The checkpoint on the TrainJob, once it has counted `samples` samples.
@@ -156,10 +146,10 @@ async fn restart_mid_window(c: &kube::Client, ns: &str, history_interval: Durati
     let second = start_with_listener(c, config, Some(listener));
     // Ready once the TrainJobs are listed, and the history is restored while they are.
     eventually("readyz", Duration::from_secs(15), || async {
-        get(port, "/readyz").await.filter(|r| r.contains(" 200 "))
+        http_get(port, "/readyz").await.filter(|r| r.contains(" 200 "))
     })
     .await;
-    let metrics = get(port, "/metrics").await.unwrap_or_default();
+    let metrics = http_get(port, "/metrics").await.unwrap_or_default();
     assert!(
         metrics.contains("trainwarden_history_checkpoints_total{result=\"restored\"} 1"),
         "the new controller restored the checkpoint:\n{metrics}"

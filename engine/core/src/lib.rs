@@ -34,6 +34,8 @@ mod units;
 
 #[cfg(test)]
 mod robustness_tests;
+#[cfg(test)]
+mod test_rng;
 
 pub use drive::{backtest, replay, rule_test};
 pub use error::{FieldError, FieldErrors, MAX_ECHOED_TOKEN, Position, clip_tokens};

@@ -5,6 +5,7 @@
 //!   `use trainwarden_testkit::apiserver as support;` and start with `let ctx = setup!("name");`.
 //! - [`faultproxy`]: a TCP proxy between the controller and the API server that black-holes, resets or
 //!   refuses connections, for the fault-injection tests.
+//! - [`http`]: a plain HTTP GET of a local port (the controller's `/metrics`, `/readyz`).
 //! - [`receivers`]: what notification tests deliver to and with: a local HTTP receiver that records requests,
 //!   an SMTP server (aiosmtpd), policies compiled by the real core, intents, secrets in a directory.
 #![forbid(unsafe_code)]
@@ -12,4 +13,5 @@
 
 pub mod apiserver;
 pub mod faultproxy;
+pub mod http;
 pub mod receivers;

@@ -16,7 +16,7 @@ use trainwarden_core::backtest::outcome::Tolerance;
 use trainwarden_core::backtest::report::{Report, ReportBuilder};
 use trainwarden_core::backtest::sweep::{self, PolicyFile, Sweep};
 use trainwarden_core::backtest::{FileResult, Options, Plan};
-use trainwarden_core::{Evaluator, Merge, MergeError, PolicyDuration, StreamRecord};
+use trainwarden_core::{Evaluator, Merge, PolicyDuration, StreamRecord};
 
 use crate::commands::{collect_files, config};
 use crate::{Output, read, streams};
@@ -299,25 +299,13 @@ fn records(parts: &[PathBuf], max_lateness: PolicyDuration) -> Result<Vec<Stream
     let mut merge = Merge::new(streams::open_all(parts)?, max_lateness);
     let mut out = Vec::new();
     let mut last: BTreeMap<trainwarden_core::JobKey, StreamRecord> = BTreeMap::new();
-    loop {
-        match merge.next_record() {
-            Ok(Some(r)) => {
-                if last.get(r.job()) != Some(&r) {
-                    last.insert(r.job().clone(), r.clone());
-                    out.push(r);
-                }
-            }
-            Ok(None) => return Ok(out),
-            Err(MergeError::Invalid(first)) => {
-                let lines: Vec<String> =
-                    merge.invalid_lines(first, 20).iter().map(ToString::to_string).collect();
-                return Err(format!("invalid stream\n{}", lines.join("\n")));
-            }
-            Err(MergeError::Late(late)) => {
-                return Err(format!("{late}; sort the stream or raise --max-lateness"));
-            }
+    while let Some(r) = streams::next_record(&mut merge, "invalid stream")? {
+        if last.get(r.job()) != Some(&r) {
+            last.insert(r.job().clone(), r.clone());
+            out.push(r);
         }
     }
+    Ok(out)
 }
 
 #[cfg(test)]

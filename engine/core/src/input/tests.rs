@@ -5,6 +5,7 @@ use std::borrow::Cow;
 use serde_json::Value;
 
 use crate::input::sample::{JobKey, JobPhase, JobSnapshot, ProgressSample, SampleSource};
+use crate::test_rng::Rng;
 use crate::time::Timestamp;
 
 use super::names::*;
@@ -1160,24 +1161,6 @@ fn trainjob_error_paths() {
 }
 
 // ----- garbage ------------------------------------------------------------------------------------------
-
-/// xorshift64*: deterministic, no dependency.
-struct Rng(u64);
-
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 ^= self.0 >> 12;
-        self.0 ^= self.0 << 25;
-        self.0 ^= self.0 >> 27;
-        self.0.wrapping_mul(0x2545_f491_4f6c_dd1d)
-    }
-    fn below(&mut self, n: usize) -> usize {
-        (self.next() % n as u64) as usize
-    }
-    fn pick<T: Copy>(&mut self, items: &[T]) -> T {
-        items[self.below(items.len())]
-    }
-}
 
 const KEYS: &[&str] = &[
     "apiVersion",

@@ -7,6 +7,7 @@ use rhai::Dynamic;
 
 use super::builtins::*;
 use super::*;
+use crate::test_rng::Rng;
 use crate::units::duration::PolicyDuration;
 
 fn eval(engine: &ScriptEngine, src: &str) -> Result<ScriptOutcome, ScriptError> {
@@ -375,26 +376,6 @@ fn scripts_that_call_a_clock_reader_anywhere_read_the_clock() {
     assert!(reads(r#""loss".since_improvement() > 600.0"#), "method style");
     assert!(reads(r#"let f = Fn("hour"); f.call() > 3"#), "through a function pointer");
     assert!(reads(r#"eval("true")"#), "eval may call anything");
-}
-
-/// Deterministic pseudo-random numbers for the generated expressions (xorshift64*).
-struct Rng(u64);
-
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 ^= self.0 >> 12;
-        self.0 ^= self.0 << 25;
-        self.0 ^= self.0 >> 27;
-        self.0.wrapping_mul(0x2545_F491_4F6C_DD1D)
-    }
-
-    fn pick<'a>(&mut self, items: &[&'a str]) -> &'a str {
-        items[(self.next() % items.len() as u64) as usize]
-    }
-
-    fn below(&mut self, n: u64) -> u64 {
-        self.next() % n
-    }
 }
 
 const FLOATS: &[&str] =
