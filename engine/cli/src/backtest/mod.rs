@@ -55,8 +55,8 @@ pub(crate) struct BacktestArgs {
     /// Also write a self-contained HTML report (charts, no network) to this file.
     #[arg(long, value_name = "FILE")]
     html: Option<PathBuf>,
-    /// Worker threads (default: every core).
-    #[arg(long)]
+    /// Worker threads, at least 1 (default: every core).
+    #[arg(long, value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(1..))]
     jobs: Option<usize>,
     /// Timer resolution of the replays.
     #[arg(long, default_value = "30s")]
