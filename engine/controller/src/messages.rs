@@ -86,6 +86,15 @@ pub struct HistorySave {
     pub at: Timestamp,
 }
 
+/// A job's verdict to store on the TrainJob ([`trainwarden_kube::VERDICT_ANNOTATION`]).
+#[derive(Debug)]
+pub struct VerdictSave {
+    /// The TrainJob.
+    pub job: JobKey,
+    /// The verdict's text; `None`: no rule is pending or firing, the annotation is removed.
+    pub text: Option<String>,
+}
+
 /// A watched policy, read.
 #[derive(Debug)]
 pub struct PolicyInput {
@@ -114,6 +123,8 @@ pub enum Work {
     Receivers(ReceiverChange),
     /// Store a job's history checkpoint on its TrainJob. Leader only, like every other write.
     SaveHistory(Box<HistorySave>),
+    /// Store (or remove) a job's verdict annotation. Leader only.
+    SaveVerdict(Box<VerdictSave>),
     /// Store these checkpoints one after the other (a stop's flush), then answer.
     FlushHistory(Vec<HistorySave>, tokio::sync::oneshot::Sender<()>),
 }
@@ -139,6 +150,7 @@ impl Work {
             Work::Act(i) => &i.job,
             Work::RecordEvent(a) => &a.job,
             Work::SaveHistory(h) => &h.job,
+            Work::SaveVerdict(v) => &v.job,
             Work::Notify(e, _) => match e.as_ref() {
                 Event::Transition { job, .. }
                 | Event::Suppressed { job, .. }

@@ -6,7 +6,8 @@
 //! - [`status`]: the policies' status (counts, savings, conditions, a capped per-job list);
 //! - [`trainjob`]: Kubeflow `TrainJob`s as dynamic objects and their normalization into
 //!   [`JobSnapshot`](trainwarden_core::JobSnapshot)s;
-//! - [`client`]: building a client (kubeconfig, crypto provider).
+//! - [`client`]: building a client (kubeconfig, crypto provider);
+//! - [`verdict`]: a TrainJob's pending and firing rules, as the controller publishes them on the job.
 //!
 //! Evaluation stays in `trainwarden-core`, which knows nothing of Kubernetes.
 #![forbid(unsafe_code)]
@@ -16,11 +17,13 @@ pub mod client;
 pub mod crd;
 pub mod status;
 pub mod trainjob;
+pub mod verdict;
 
 pub use crd::{
     ClusterProgressPolicy, ClusterProgressPolicySpec, PolicyResource, ProgressPolicy, ProgressPolicySpec,
 };
 pub use status::{JobStatus, MAX_STATUS_JOBS, ProgressPolicyStatus};
+pub use verdict::{RuleVerdict, VERDICT_ANNOTATION, VERDICT_FIELD_MANAGER, Verdict};
 
 /// The field manager trainwarden uses for its own server-side applies (policy status, CRDs, TrainJob
 /// patches).

@@ -29,6 +29,7 @@ mod gauges;
 mod history;
 pub mod ledger;
 mod status;
+mod verdicts;
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::Arc;
@@ -40,11 +41,12 @@ use trainwarden_core::compile;
 use trainwarden_core::{ActionSpec, PolicyId, PolicyKind};
 use trainwarden_core::{EngineConfig, Evaluator, Event, TransitionKind};
 use trainwarden_core::{JobKey, JobSnapshot, NormalizeError, SampleSource, Timestamp};
-use trainwarden_kube::ProgressPolicyStatus;
+use trainwarden_kube::{ProgressPolicyStatus, VERDICT_ANNOTATION};
 
 use crate::config::ControllerConfig;
 use crate::messages::{
-    ActionResult, HistorySave, Input, Outcome, PolicyInput, ReceiverChange, StatusUpdate, TrainJobEvent, Work,
+    ActionResult, HistorySave, Input, Outcome, PolicyInput, ReceiverChange, StatusUpdate, TrainJobEvent, VerdictSave,
+    Work,
 };
 use crate::metrics::{
     DroppedWork, HistoryResult, InvalidInput, Metrics, ModeLabel, ModeLabels, ProgressSource,
@@ -54,6 +56,7 @@ use books::PolicyBook;
 use gauges::JobGauges;
 use history::{Due, HistoryBook};
 use ledger::Ledger;
+use verdicts::VerdictBook;
 use trainwarden_notify::{JobProgress, Notifier};
 
 /// The evaluation loop's state: the [`Evaluator`], per-policy books for status, the last step's work. No
@@ -92,6 +95,8 @@ pub struct Brain {
     history: HistoryBook,
     /// The per-job gauges on `/metrics`; `None` with `--job-metrics=false`.
     gauges: Option<JobGauges>,
+    /// Each job's verdict annotation: what it should say and what the TrainJob shows.
+    verdicts: VerdictBook,
 }
 
 impl Brain {
@@ -121,6 +126,7 @@ impl Brain {
             leading: false,
             notifier,
             history: HistoryBook::new(config.history_interval, config.history_writes_per_second),
+            verdicts: VerdictBook::default(),
         }
     }
 
@@ -148,6 +154,7 @@ impl Brain {
                 if let Some(g) = &mut self.gauges {
                     g.touch_all();
                 }
+                self.verdicts.touch_all();
                 if let Some(book) = self.books.remove(&key)
                     && let Some(reference) = book.reference
                 {
@@ -174,6 +181,10 @@ impl Brain {
                     g.touch(&job.key);
                 }
                 if job.exempt {
+                    if let Ok(s) = &job.snapshot {
+                        self.verdicts.read(&job.key, s.annotations.get(VERDICT_ANNOTATION).map(String::as_str));
+                    }
+                    self.verdicts.clear(&job.key);
                     self.unknown_now.remove(&job.key);
                     if self.exempt.insert(job.key.clone()) {
                         self.evaluator.forget_job(&job.key, now, &mut self.events);
@@ -196,6 +207,8 @@ impl Brain {
                             self.unreadable.remove(&job.key);
                             self.surface_unknown_fields(&snapshot);
                             let checkpoint = snapshot.annotations.remove(crate::HISTORY_ANNOTATION);
+                            let verdict = snapshot.annotations.remove(VERDICT_ANNOTATION);
+                            self.verdicts.read(&job.key, verdict.as_deref());
                             self.restore_history(&job.key, checkpoint.as_deref(), job.uid.as_deref(), now);
                             let started = Instant::now();
                             self.evaluator.observe(snapshot, now, &mut self.events);
@@ -223,6 +236,7 @@ impl Brain {
                     g.touch(&key);
                 }
                 self.history.forget(&key);
+                self.verdicts.forget(&key);
                 self.exempt.remove(&key);
                 self.unreadable.remove(&key);
                 self.unknown_fields.remove(&key);
@@ -249,7 +263,20 @@ impl Brain {
         self.metrics.jobs.set(self.evaluator.job_count() as i64);
         self.drain_events();
         self.sync_gauges();
+        self.sync_verdicts(now);
         self.metrics.actions_owed.set(self.ledger.len() as i64);
+    }
+
+    /// Brings the verdicts of the jobs this step touched in line with the evaluator; on the leader, sends the
+    /// ones the TrainJobs do not show yet (or again, when a write went unanswered).
+    fn sync_verdicts(&mut self, now: Timestamp) {
+        let exempt = &self.exempt;
+        self.verdicts.sync(&self.evaluator, |job| !exempt.contains(job), now);
+        if self.leading {
+            for (job, text) in self.verdicts.due(now) {
+                self.work.push(Work::SaveVerdict(Box::new(VerdictSave { job, text })));
+            }
+        }
     }
 
     /// Brings the per-job gauges of the jobs this step touched in line with the evaluator.
@@ -401,6 +428,7 @@ impl Brain {
         self.metrics.evaluation_seconds.observe(started.elapsed().as_secs_f64());
         self.drain_events();
         self.sync_gauges();
+        self.sync_verdicts(now);
         let (due, dropped) = {
             let (ledger, wanted) = self.ledger_and_wanted();
             ledger.take_due(now, wanted)
@@ -425,8 +453,12 @@ impl Brain {
     /// When the next timer is due (a `for` ending, a stall deadline, a window edge, a failed action's or
     /// history checkpoint's retry); `None`: no timer is set.
     pub fn next_tick(&self) -> Option<Timestamp> {
-        let history = if self.leading { self.history.next_retry() } else { None };
-        [self.evaluator.next_tick(), self.ledger.next_due(), history].into_iter().flatten().min()
+        let (history, verdicts) = if self.leading {
+            (self.history.next_retry(), self.verdicts.next_retry())
+        } else {
+            (None, None)
+        };
+        [self.evaluator.next_tick(), self.ledger.next_due(), history, verdicts].into_iter().flatten().min()
     }
 
     /// This replica starts or stops leading. On becoming leader every owed intent it inherited (parked
@@ -441,6 +473,7 @@ impl Brain {
             return;
         }
         self.metrics.handovers.inc();
+        self.verdicts.lead();
         let (inherited, dropped) = {
             let (ledger, wanted) = self.ledger_and_wanted();
             ledger.take_inherited(wanted)
@@ -536,6 +569,7 @@ impl Brain {
                 if let Some(g) = &mut self.gauges {
                     g.touch_all();
                 }
+                self.verdicts.touch_all();
                 if first_sight
                     && let Some(status) = p.status
                     && !status.rule_states.is_empty()
@@ -557,6 +591,7 @@ impl Brain {
     }
 
     fn drain_events(&mut self) {
+        self.verdicts.transitions(&self.events);
         if let Some(g) = &mut self.gauges {
             for event in &self.events {
                 if let Event::Transition { job, .. } = event {
@@ -844,6 +879,7 @@ mod tests {
                 | Work::Notify(..)
                 | Work::Receivers(_)
                 | Work::SaveHistory(_)
+                | Work::SaveVerdict(_)
                 | Work::FlushHistory(..) => None,
             })
             .collect()
@@ -1147,6 +1183,7 @@ mod tests {
                 Work::Notify(..) => "notify".into(),
                 Work::Receivers(_) => "receivers".into(),
                 Work::SaveHistory(_) | Work::FlushHistory(..) => "history".into(),
+                Work::SaveVerdict(_) => "verdict".into(),
             })
             .collect();
         assert_eq!(reasons, vec!["Exempt"]);

@@ -39,6 +39,7 @@ mod events;
 mod history;
 mod queue;
 mod ssa;
+mod verdict;
 
 pub use actions::workload_resource;
 use call::CallError;
@@ -280,6 +281,11 @@ impl Executor {
                 let stored = self.leader.is_leader() && self.save_history(&save).await;
                 let (job, content, at) = (save.job, save.content, save.at);
                 let _ = feedback.send(Input::HistorySaved { job, content, at, stored }).await;
+            }
+            Work::SaveVerdict(save) => {
+                if self.leader.is_leader() {
+                    self.save_verdict(&save).await;
+                }
             }
             Work::FlushHistory(saves, done) => {
                 for save in &saves {

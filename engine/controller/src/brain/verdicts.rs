@@ -1,0 +1,307 @@
+//! Each judged TrainJob's verdict annotation ([`trainwarden_kube::VERDICT_ANNOTATION`]): its pending and
+//! firing rules, written by the leader when that set changes, so the kubectl plugin reads every job's state
+//! from the job itself.
+//!
+//! The states come from the evaluator (the authority, restored memories included); when each rule entered
+//! its state and why come from the transition that put it there, or, for a rule already pending or firing
+//! when this replica started, from the annotation the previous leader wrote. What is stored on the object
+//! is learnt from the watch (a hash of the annotation's text), so a new leader writes only what differs,
+//! the echo of a write changes nothing, and a write that failed or went nowhere is sent again after
+//! [`RETRY_AFTER`] until the object shows it.
+
+use std::collections::{HashMap, HashSet};
+use std::hash::{DefaultHasher, Hash, Hasher};
+use std::time::Duration;
+
+use trainwarden_core::{Evaluator, Event, JobKey, PolicyKind, RuleState, Timestamp, TransitionKind};
+use trainwarden_kube::{RuleVerdict, Verdict};
+
+/// When a verdict the object does not show yet is sent again.
+const RETRY_AFTER: Duration = Duration::from_secs(30);
+
+/// A rule of one policy: kind, namespace, policy name, rule name.
+type RuleKey = (PolicyKind, Option<String>, String, String);
+
+/// When a rule entered its state and why.
+#[derive(Clone, Debug)]
+struct Entered {
+    state: RuleState,
+    since: Timestamp,
+    why: String,
+}
+
+/// The verdicts of every judged job and what their TrainJobs show.
+#[derive(Debug, Default)]
+pub(super) struct VerdictBook {
+    /// Per job and rule, the transition that put the rule in its state.
+    entered: HashMap<JobKey, HashMap<RuleKey, Entered>>,
+    /// Hash of the annotation's text on each TrainJob as last watched (absent: no annotation).
+    stored: HashMap<JobKey, u64>,
+    /// Each job's verdict as it should be, when it differs from what is stored: its text (`None`: remove)
+    /// and when it was last sent (`None`: not yet).
+    owed: HashMap<JobKey, (Option<String>, Option<Timestamp>)>,
+    /// Jobs whose verdict may have changed since the last [`VerdictBook::sync`].
+    touched: HashSet<JobKey>,
+}
+
+fn hash(text: Option<&str>) -> u64 {
+    let mut h = DefaultHasher::new();
+    text.hash(&mut h);
+    h.finish()
+}
+
+impl VerdictBook {
+    /// The job's annotation as watched now. The first time, rules it lists seed when they entered their
+    /// state (a previous leader's transitions).
+    pub(super) fn read(&mut self, job: &JobKey, annotation: Option<&str>) {
+        let stored = hash(annotation);
+        if self.stored.insert(job.clone(), stored) == Some(stored) {
+            return;
+        }
+        if !self.entered.contains_key(job) {
+            let seeded = annotation.and_then(|t| Verdict::parse(t).ok()).map(|v| {
+                v.rules
+                    .into_iter()
+                    .map(|r| {
+                        let key = (r.kind, r.namespace, r.policy, r.rule);
+                        (key, Entered { state: r.state, since: r.since, why: r.why })
+                    })
+                    .collect()
+            });
+            self.entered.insert(job.clone(), seeded.unwrap_or_default());
+        }
+        self.touched.insert(job.clone());
+    }
+
+    /// Notes the transitions of a step.
+    pub(super) fn transitions(&mut self, events: &[Event]) {
+        for event in events {
+            let Event::Transition { at, job, policy, rule, kind, reason, .. } = event else { continue };
+            let key = (policy.kind, policy.namespace.clone(), policy.name.clone(), rule.clone());
+            let rules = self.entered.entry(job.clone()).or_default();
+            match kind {
+                TransitionKind::Pending | TransitionKind::Firing => {
+                    let state = if *kind == TransitionKind::Firing { RuleState::Firing } else { RuleState::Pending };
+                    rules.insert(key, Entered { state, since: *at, why: reason.summary.clone() });
+                }
+                TransitionKind::Resolved | TransitionKind::Cleared => {
+                    rules.remove(&key);
+                }
+            }
+            self.touched.insert(job.clone());
+        }
+    }
+
+    /// Every job's verdict may have changed (a policy was added, changed or removed).
+    pub(super) fn touch_all(&mut self) {
+        self.touched.extend(self.entered.keys().cloned());
+    }
+
+    /// The TrainJob is gone: nothing is owed to it.
+    pub(super) fn forget(&mut self, job: &JobKey) {
+        self.entered.remove(job);
+        self.stored.remove(job);
+        self.owed.remove(job);
+        self.touched.remove(job);
+    }
+
+    /// The job is not judged (exempt): its verdict is empty, so an annotation it carries is removed.
+    pub(super) fn clear(&mut self, job: &JobKey) {
+        self.entered.insert(job.clone(), HashMap::new());
+        self.touched.insert(job.clone());
+    }
+
+    /// Brings the touched jobs' verdicts in line with the evaluator's rule states.
+    pub(super) fn sync(&mut self, evaluator: &Evaluator, judged: impl Fn(&JobKey) -> bool, now: Timestamp) {
+        for job in std::mem::take(&mut self.touched) {
+            let mut verdict = Verdict::default();
+            if judged(&job) {
+                let entered = self.entered.get(&job);
+                for policy in evaluator.policies() {
+                    let r = &policy.reference;
+                    for rule in &policy.rules {
+                        let state = evaluator.rule_state(&job, r, &rule.name).unwrap_or(RuleState::Inactive);
+                        if state == RuleState::Inactive {
+                            continue;
+                        }
+                        let key = (r.kind, r.namespace.clone(), r.name.clone(), rule.name.clone());
+                        let known = entered.and_then(|e| e.get(&key)).filter(|e| e.state == state);
+                        verdict.set(RuleVerdict {
+                            kind: r.kind,
+                            namespace: r.namespace.clone(),
+                            policy: r.name.clone(),
+                            rule: rule.name.clone(),
+                            state,
+                            since: known.map_or(now, |e| e.since),
+                            mode: rule.mode,
+                            why: known.map(|e| e.why.clone()).unwrap_or_default(),
+                        });
+                    }
+                }
+            }
+            let text = verdict.render();
+            let stored = self.stored.get(&job).copied().unwrap_or_else(|| hash(None));
+            if hash(text.as_deref()) == stored {
+                self.owed.remove(&job);
+            } else if self.owed.get(&job).is_none_or(|(owed, _)| *owed != text) {
+                self.owed.insert(job, (text, None));
+            }
+        }
+    }
+
+    /// The verdicts to write now (leader only): owed ones not sent yet or sent [`RETRY_AFTER`] ago.
+    pub(super) fn due(&mut self, now: Timestamp) -> Vec<(JobKey, Option<String>)> {
+        let retry = jiff::SignedDuration::try_from(RETRY_AFTER).unwrap_or_default();
+        let mut out = Vec::new();
+        for (job, (text, sent)) in &mut self.owed {
+            if sent.is_none_or(|s| s.checked_add(retry).is_ok_and(|t| t <= now)) {
+                *sent = Some(now);
+                out.push((job.clone(), text.clone()));
+            }
+        }
+        out
+    }
+
+    /// When the next retry is due.
+    pub(super) fn next_retry(&self) -> Option<Timestamp> {
+        let retry = jiff::SignedDuration::try_from(RETRY_AFTER).unwrap_or_default();
+        self.owed.values().filter_map(|(_, sent)| sent.and_then(|s| s.checked_add(retry).ok())).min()
+    }
+
+    /// This replica starts leading: whatever is owed is sent at once.
+    pub(super) fn lead(&mut self) {
+        for (_, sent) in self.owed.values_mut() {
+            *sent = None;
+        }
+    }
+
+    /// Verdicts owed now (for tests and metrics).
+    #[cfg(test)]
+    pub(super) fn owed(&self) -> usize {
+        self.owed.len()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use trainwarden_core::{JobSnapshot, Metric, ProgressSample, SampleSource};
+    use trainwarden_kube::VERDICT_ANNOTATION;
+
+    use super::super::tests::{policy_input, t};
+    use super::*;
+    use crate::brain::Brain;
+    use crate::config::ControllerConfig;
+    use crate::messages::{Input, JobInput, Work};
+    use crate::metrics::Metrics;
+
+    const RULE: &str = "    - {name: high, when: 'metric(\"loss\") > 5.0', for: 10s, actions: [{suspend: {}}]}\n";
+
+    fn brain(leading: bool) -> Brain {
+        let mut b = Brain::new(&ControllerConfig::default(), Arc::new(Metrics::new()), None);
+        b.lead(leading);
+        b.handle(policy_input(RULE, None), t(0));
+        b.work.clear();
+        b
+    }
+
+    /// ml/ft reporting `loss` at `at`, carrying `verdict` as its annotation.
+    fn report(loss: f64, at: Timestamp, verdict: Option<&str>) -> Input {
+        let mut snapshot = JobSnapshot::new(JobKey::new("ml", "ft"));
+        snapshot.created_at = Some(t(-60));
+        let mut sample = ProgressSample::empty(at, SampleSource::TrainerStatus);
+        sample.metrics.push(Metric { name: "loss".into(), value: loss });
+        snapshot.sample = Some(sample);
+        if let Some(v) = verdict {
+            snapshot.annotations.insert(VERDICT_ANNOTATION.into(), v.into());
+        }
+        Input::Job(Box::new(JobInput { key: snapshot.key.clone(), snapshot: Ok(snapshot), exempt: false, uid: None }))
+    }
+
+    /// The verdict writes of the last step: `None` for a removal.
+    fn writes(b: &mut Brain) -> Vec<Option<Verdict>> {
+        b.work
+            .drain(..)
+            .filter_map(|w| match w {
+                Work::SaveVerdict(v) => Some(v.text.map(|t| Verdict::parse(&t).unwrap())),
+                _ => None,
+            })
+            .collect()
+    }
+
+    fn states(v: &Verdict) -> Vec<(String, RuleState, Timestamp)> {
+        v.rules.iter().map(|r| (r.rule.clone(), r.state, r.since)).collect()
+    }
+
+    #[test]
+    fn the_leader_writes_a_verdict_on_each_transition_and_removes_it_when_nothing_holds() {
+        let mut b = brain(true);
+        b.handle(report(1.0, t(0), None), t(0));
+        assert_eq!(writes(&mut b), Vec::<Option<Verdict>>::new(), "a healthy job gets no annotation");
+
+        b.handle(report(6.0, t(1), None), t(1));
+        let w = writes(&mut b);
+        let pending = w[0].clone().unwrap();
+        assert_eq!(states(&pending), [("high".into(), RuleState::Pending, t(1))]);
+        assert!(pending.rules[0].why.contains("loss"), "{}", pending.rules[0].why);
+        let text = pending.render().unwrap();
+
+        // The watch shows it: nothing more is owed, and the next identical report writes nothing.
+        b.handle(report(6.0, t(2), Some(&text)), t(2));
+        assert_eq!(writes(&mut b), Vec::<Option<Verdict>>::new());
+        assert_eq!(b.verdicts.owed(), 0);
+
+        b.tick(t(11));
+        let firing = writes(&mut b).remove(0).unwrap();
+        assert_eq!(states(&firing), [("high".into(), RuleState::Firing, t(11))]);
+        let text = firing.render().unwrap();
+        b.handle(report(6.0, t(12), Some(&text)), t(12));
+        assert_eq!(b.verdicts.owed(), 0);
+
+        b.handle(report(1.0, t(13), Some(&text)), t(13));
+        assert_eq!(writes(&mut b), vec![None], "resolved: the annotation is removed");
+    }
+
+    #[test]
+    fn an_unanswered_write_is_sent_again_and_a_follower_writes_only_once_it_leads() {
+        let mut b = brain(false);
+        b.handle(report(6.0, t(1), None), t(1));
+        assert!(writes(&mut b).is_empty(), "a follower never writes");
+        assert_eq!(b.next_tick(), Some(t(11)), "only the rule's `for`: no retry timer on a follower");
+        b.lead(true);
+        b.tick(t(2));
+        assert_eq!(writes(&mut b).len(), 1, "the new leader writes what the job does not show");
+        b.tick(t(20));
+        let w = writes(&mut b);
+        assert_eq!(w.len(), 1, "fired: the changed verdict goes at once");
+        assert_eq!(w[0].as_ref().map(|v| v.firing().count()), Some(1));
+        // Never echoed: sent again 30 s later.
+        b.tick(t(49));
+        assert!(writes(&mut b).is_empty());
+        b.tick(t(50));
+        assert_eq!(writes(&mut b).len(), 1);
+    }
+
+    #[test]
+    fn a_new_leader_keeps_when_a_rule_entered_its_state_from_the_annotation() {
+        let mut old = brain(true);
+        old.handle(report(6.0, t(1), None), t(1));
+        let text = writes(&mut old).remove(0).unwrap().render().unwrap();
+        // The successor restores the policy's rule memories (status.ruleStates) as a restart does.
+        let mut new = Brain::new(&ControllerConfig::default(), Arc::new(Metrics::new()), None);
+        new.lead(true);
+        let reference = old.evaluator().policies().next().unwrap().reference.clone();
+        let status = trainwarden_kube::ProgressPolicyStatus {
+            rule_states: old.evaluator.memories(&reference, t(5)),
+            ..Default::default()
+        };
+        new.handle(policy_input(RULE, Some(status)), t(5));
+        new.work.clear();
+        new.handle(report(6.0, t(5), Some(&text)), t(5));
+        assert!(writes(&mut new).is_empty(), "the job shows the verdict the successor holds too");
+        new.tick(t(11));
+        let firing = writes(&mut new).remove(0).unwrap();
+        assert_eq!(states(&firing), [("high".into(), RuleState::Firing, t(11))], "its `for` ran from t(1)");
+    }
+}
