@@ -48,32 +48,11 @@ use tracing::{error, info};
 
 pub use config::ControllerConfig;
 
-/// Annotation that exempts a TrainJob from every policy (`"true"`).
-pub const EXEMPT_ANNOTATION: &str = "trainwarden.dev/exempt";
-/// Annotation the executor writes on a TrainJob it acted on: the last action as JSON (intent id, action,
-/// policy, rule, reason, time). Also how a repeated intent is recognised (idempotence).
-pub const LAST_ACTION_ANNOTATION: &str = "trainwarden.dev/last-action";
-/// Annotation the executor keeps on a TrainJob it acted on: the ids of the last
-/// [`executor::RECORDED_INTENTS`] intents performed on it, as a JSON array, written in the same apply as
-/// the action's own change. An intent found there is not performed again (`already_done`), whichever
-/// replica or restart tries it: exactly-once effect by intent id.
-pub const INTENTS_ANNOTATION: &str = "trainwarden.dev/intents";
-/// Annotation a scale's first write (suspend and resize) sets when a resume must follow: the intent id. A
-/// leader that takes over a scale interrupted between the two writes finds it and resumes the job.
-pub const SCALE_PENDING_ANNOTATION: &str = "trainwarden.dev/scale-pending";
-/// Annotation the leader keeps on every judged TrainJob: the checkpoint of its history and detector
-/// memories ([`trainwarden_core::Evaluator::checkpoint`], at most
-/// [`trainwarden_core::MAX_CHECKPOINT_BYTES`]), so a restarted or newly elected controller judges a plateau
-/// on the schedule it had. Written by its own field manager ([`HISTORY_FIELD_MANAGER`]) at most once per
-/// `history_interval` per job and only when the history changed (see [`brain`]).
-pub const HISTORY_ANNOTATION: &str = "trainwarden.dev/history";
-/// The field manager of [`HISTORY_ANNOTATION`]: apart from the actions' manager, so a checkpoint write
-/// states one field and never re-states (or races) what an action applied.
-pub const HISTORY_FIELD_MANAGER: &str = "trainwarden-history";
-/// Annotation naming the policy and rule that suspended a TrainJob.
-pub const SUSPENDED_BY_ANNOTATION: &str = "trainwarden.dev/suspended-by";
-/// Kueue's queue label: Kueue owns `spec.suspend` of TrainJobs that carry it.
-pub const KUEUE_QUEUE_LABEL: &str = "kueue.x-k8s.io/queue-name";
+pub use trainwarden_kube::annotations::{
+    EXEMPT_ANNOTATION, HISTORY_ANNOTATION, HISTORY_FIELD_MANAGER, INTENTS_ANNOTATION, LAST_ACTION_ANNOTATION,
+    SCALE_PENDING_ANNOTATION, SUSPENDED_BY_ANNOTATION,
+};
+pub use trainwarden_kube::kueue::KUEUE_QUEUE_LABEL;
 
 /// Why the controller stopped.
 #[derive(Debug, thiserror::Error)]

@@ -11,9 +11,8 @@ use std::time::Duration;
 
 use jiff::Timestamp;
 use k8s_openapi::api::coordination::v1::Lease;
-use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kube::api::{Api, DynamicObject, Patch, PatchParams, PostParams};
-use kube::{Client, ResourceExt};
+use kube::ResourceExt;
 use serde_json::json;
 use trainwarden_controller::executor::workload_resource;
 use trainwarden_controller::{ControllerConfig, LAST_ACTION_ANNOTATION};
@@ -194,45 +193,12 @@ async fn nan_loss_in_either_source_suspends_at_once() {
     controller.stop().await;
 }
 
-/// A minimal Kueue Workload CRD (the API server needs one to store Workloads; no Kueue runs here), serving
-/// `v1beta2` (stored) and the deprecated `v1beta1`, as Kueue 0.17 does.
-async fn install_workload_crd(client: &Client) {
-    let schema = json!({"openAPIV3Schema": {"type": "object", "properties": {
-        "spec": {"type": "object", "properties": {
-            "active": {"type": "boolean"},
-            "queueName": {"type": "string"},
-            "podSets": {"type": "array", "items": {"type": "object", "x-kubernetes-preserve-unknown-fields": true}}
-        }},
-        "status": {"type": "object", "x-kubernetes-preserve-unknown-fields": true}
-    }}});
-    let crd: CustomResourceDefinition = serde_json::from_value(json!({
-        "apiVersion": "apiextensions.k8s.io/v1",
-        "kind": "CustomResourceDefinition",
-        "metadata": {"name": "workloads.kueue.x-k8s.io"},
-        "spec": {
-            "group": "kueue.x-k8s.io",
-            "names": {"kind": "Workload", "plural": "workloads", "singular": "workload", "listKind": "WorkloadList"},
-            "scope": "Namespaced",
-            "versions": [
-                {"name": "v1beta2", "served": true, "storage": true, "subresources": {"status": {}}, "schema": schema},
-                {"name": "v1beta1", "served": true, "storage": false, "subresources": {"status": {}}, "schema": schema}
-            ]
-        }
-    }))
-    .unwrap();
-    let api: Api<CustomResourceDefinition> = Api::all(client.clone());
-    api.patch(&crd.name_any(), &PatchParams::apply("trainwarden-tests").force(), &Patch::Apply(&crd))
-        .await
-        .expect("install the Workload CRD");
-    support::wait_established(&api, "workloads.kueue.x-k8s.io").await;
-}
-
 /// A Kueue-managed TrainJob is stopped by deactivating its Workload: Kueue owns spec.suspend.
 #[tokio::test]
 async fn a_kueue_managed_job_is_stopped_by_deactivating_its_workload() {
     let ctx = setup!("controller_kueue");
     let (c, ns) = (&ctx.client, ctx.ns.as_str());
-    install_workload_crd(c).await;
+    support::install_workload_crd(c).await;
     apply_policy(c, ns, &policy("nan", "Enforce", NAN_RULE)).await;
     let tj = create_trainjob(c, ns, "queued", &[("kueue.x-k8s.io/queue-name", "gpu-queue")]).await;
     // What Kueue creates for it: a Workload owned by the TrainJob.

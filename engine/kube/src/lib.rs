@@ -6,6 +6,8 @@
 //! - [`status`]: the policies' status (counts, savings, conditions, a capped per-job list);
 //! - [`trainjob`]: Kubeflow `TrainJob`s as dynamic objects and their normalization into
 //!   [`JobSnapshot`](trainwarden_core::JobSnapshot)s;
+//! - [`annotations`]: the annotations the controller keeps on TrainJobs;
+//! - [`kueue`]: Kueue's Workload, which owns suspension of the jobs Kueue manages;
 //! - [`client`]: building a client (kubeconfig, crypto provider);
 //! - [`verdict`]: a TrainJob's pending and firing rules, as the controller publishes them on the job.
 //!
@@ -13,8 +15,10 @@
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]
 
+pub mod annotations;
 pub mod client;
 pub mod crd;
+pub mod kueue;
 pub mod status;
 pub mod trainjob;
 pub mod verdict;

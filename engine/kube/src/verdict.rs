@@ -3,12 +3,11 @@
 //! changes (a rule starts pending, fires, resolves or clears), so `kubectl trainwarden get` and `explain`
 //! read every job's state from the objects themselves, for thousands of jobs, without the controller's pod
 //! being reachable, and the write rate is the rate of rule transitions, not of progress reports. A job no
-//! rule is pending or firing for carries no verdict.
+//! rule is pending or firing for carries no verdict. Rules in Audit mode are left out: Audit's promise is
+//! that nothing is written to the TrainJob (the policy status lists them).
 //!
 //! The text is JSON, versioned (`v`), at most [`MAX_VERDICT_BYTES`] long: at most [`MAX_VERDICT_RULES`]
 //! rules (firing first) and each reason clipped to [`MAX_REASON_CHARS`] characters.
-
-use std::collections::BTreeMap;
 
 use trainwarden_core::{Mode, PolicyKind, RuleState, Timestamp};
 
@@ -41,8 +40,10 @@ pub struct RuleVerdict {
     pub rule: String,
     /// `Pending` or `Firing`.
     pub state: RuleState,
-    /// When the rule entered that state.
-    pub since: Timestamp,
+    /// When the rule entered that state (always set by the controller; unknown for a rule read from a policy
+    /// status list).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub since: Option<Timestamp>,
     /// Enforce or Audit.
     pub mode: Mode,
     /// Why the condition held, as the rule said it when it entered the state.
@@ -154,19 +155,6 @@ impl Verdict {
     }
 }
 
-/// Counts of rules by state, per policy name, for tables.
-pub fn by_policy(verdict: &Verdict) -> BTreeMap<String, (Vec<&str>, Vec<&str>)> {
-    let mut out: BTreeMap<String, (Vec<&str>, Vec<&str>)> = BTreeMap::new();
-    for r in &verdict.rules {
-        let entry = out.entry(r.policy_name()).or_default();
-        match r.state {
-            RuleState::Firing => entry.0.push(&r.rule),
-            _ => entry.1.push(&r.rule),
-        }
-    }
-    out
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -178,7 +166,7 @@ mod tests {
             policy: policy.into(),
             rule: name.into(),
             state,
-            since: "2026-10-02T22:03:00Z".parse().unwrap(),
+            since: Some("2026-10-02T22:03:00Z".parse().unwrap()),
             mode: Mode::Enforce,
             why: why.into(),
         }

@@ -29,6 +29,7 @@ use k8s_openapi::api::core::v1::Namespace;
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kube::api::{Api, ObjectMeta, Patch, PatchParams, PostParams};
 use kube::{Client, ResourceExt};
+use serde_json::json;
 use trainwarden_kube::{FIELD_MANAGER, client, crd};
 
 /// The repository root (this crate is engine/testkit).
@@ -301,6 +302,39 @@ pub async fn wait_established(api: &Api<CustomResourceDefinition>, name: &str) {
         assert!(Instant::now() < deadline, "CRD {name} not Established after 30s");
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
+}
+
+/// A minimal Kueue Workload CRD (the API server needs one to store Workloads; no Kueue runs here), serving
+/// `v1beta2` (stored) and the deprecated `v1beta1`, as Kueue 0.17 does.
+pub async fn install_workload_crd(client: &Client) {
+    let schema = json!({"openAPIV3Schema": {"type": "object", "properties": {
+        "spec": {"type": "object", "properties": {
+            "active": {"type": "boolean"},
+            "queueName": {"type": "string"},
+            "podSets": {"type": "array", "items": {"type": "object", "x-kubernetes-preserve-unknown-fields": true}}
+        }},
+        "status": {"type": "object", "x-kubernetes-preserve-unknown-fields": true}
+    }}});
+    let crd: CustomResourceDefinition = serde_json::from_value(json!({
+        "apiVersion": "apiextensions.k8s.io/v1",
+        "kind": "CustomResourceDefinition",
+        "metadata": {"name": "workloads.kueue.x-k8s.io"},
+        "spec": {
+            "group": "kueue.x-k8s.io",
+            "names": {"kind": "Workload", "plural": "workloads", "singular": "workload", "listKind": "WorkloadList"},
+            "scope": "Namespaced",
+            "versions": [
+                {"name": "v1beta2", "served": true, "storage": true, "subresources": {"status": {}}, "schema": schema},
+                {"name": "v1beta1", "served": true, "storage": false, "subresources": {"status": {}}, "schema": schema}
+            ]
+        }
+    }))
+    .unwrap();
+    let api: Api<CustomResourceDefinition> = Api::all(client.clone());
+    api.patch(&crd.name_any(), &PatchParams::apply("trainwarden-tests").force(), &Patch::Apply(&crd))
+        .await
+        .expect("install the Workload CRD");
+    wait_established(&api, "workloads.kueue.x-k8s.io").await;
 }
 
 /// One test's view: a client, a fresh namespace, the plane.

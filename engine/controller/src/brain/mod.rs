@@ -182,7 +182,7 @@ impl Brain {
                 }
                 if job.exempt {
                     if let Ok(s) = &job.snapshot {
-                        self.verdicts.read(&job.key, s.annotations.get(VERDICT_ANNOTATION).map(String::as_str));
+                        self.verdicts.read(&job.key, s.annotations.get(VERDICT_ANNOTATION).map(String::as_str), now);
                     }
                     self.verdicts.clear(&job.key);
                     self.unknown_now.remove(&job.key);
@@ -208,7 +208,7 @@ impl Brain {
                             self.surface_unknown_fields(&snapshot);
                             let checkpoint = snapshot.annotations.remove(crate::HISTORY_ANNOTATION);
                             let verdict = snapshot.annotations.remove(VERDICT_ANNOTATION);
-                            self.verdicts.read(&job.key, verdict.as_deref());
+                            self.verdicts.read(&job.key, verdict.as_deref(), now);
                             self.restore_history(&job.key, checkpoint.as_deref(), job.uid.as_deref(), now);
                             let started = Instant::now();
                             self.evaluator.observe(snapshot, now, &mut self.events);

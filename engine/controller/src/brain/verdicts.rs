@@ -13,7 +13,7 @@ use std::collections::{HashMap, HashSet};
 use std::hash::{DefaultHasher, Hash, Hasher};
 use std::time::Duration;
 
-use trainwarden_core::{Evaluator, Event, JobKey, PolicyKind, RuleState, Timestamp, TransitionKind};
+use trainwarden_core::{Evaluator, Event, JobKey, Mode, PolicyKind, RuleState, Timestamp, TransitionKind};
 use trainwarden_kube::{RuleVerdict, Verdict};
 
 /// When a verdict the object does not show yet is sent again.
@@ -53,7 +53,7 @@ fn hash(text: Option<&str>) -> u64 {
 impl VerdictBook {
     /// The job's annotation as watched now. The first time, rules it lists seed when they entered their
     /// state (a previous leader's transitions).
-    pub(super) fn read(&mut self, job: &JobKey, annotation: Option<&str>) {
+    pub(super) fn read(&mut self, job: &JobKey, annotation: Option<&str>, now: Timestamp) {
         let stored = hash(annotation);
         if self.stored.insert(job.clone(), stored) == Some(stored) {
             return;
@@ -64,7 +64,7 @@ impl VerdictBook {
                     .into_iter()
                     .map(|r| {
                         let key = (r.kind, r.namespace, r.policy, r.rule);
-                        (key, Entered { state: r.state, since: r.since, why: r.why })
+                        (key, Entered { state: r.state, since: r.since.unwrap_or(now), why: r.why })
                     })
                     .collect()
             });
@@ -121,7 +121,8 @@ impl VerdictBook {
                     let r = &policy.reference;
                     for rule in &policy.rules {
                         let state = evaluator.rule_state(&job, r, &rule.name).unwrap_or(RuleState::Inactive);
-                        if state == RuleState::Inactive {
+                        // Audit promises that nothing is written to the job: its rules are in the policy status.
+                        if state == RuleState::Inactive || rule.mode == Mode::Audit {
                             continue;
                         }
                         let key = (r.kind, r.namespace.clone(), r.name.clone(), rule.name.clone());
@@ -132,7 +133,7 @@ impl VerdictBook {
                             policy: r.name.clone(),
                             rule: rule.name.clone(),
                             state,
-                            since: known.map_or(now, |e| e.since),
+                            since: Some(known.map_or(now, |e| e.since)),
                             mode: rule.mode,
                             why: known.map(|e| e.why.clone()).unwrap_or_default(),
                         });
@@ -231,7 +232,7 @@ mod tests {
     }
 
     fn states(v: &Verdict) -> Vec<(String, RuleState, Timestamp)> {
-        v.rules.iter().map(|r| (r.rule.clone(), r.state, r.since)).collect()
+        v.rules.iter().map(|r| (r.rule.clone(), r.state, r.since.unwrap())).collect()
     }
 
     #[test]
@@ -261,6 +262,20 @@ mod tests {
 
         b.handle(report(1.0, t(13), Some(&text)), t(13));
         assert_eq!(writes(&mut b), vec![None], "resolved: the annotation is removed");
+    }
+
+    #[test]
+    fn audit_rules_are_not_written_to_the_job() {
+        let mut b = Brain::new(&ControllerConfig::default(), Arc::new(Metrics::new()), None);
+        b.lead(true);
+        b.handle(policy_input(&RULE.replace("for: 10s", "for: 10s, mode: Audit"), None), t(0));
+        b.work.clear();
+        b.handle(report(6.0, t(1), None), t(1));
+        b.tick(t(11));
+        let reference = b.evaluator().policies().next().expect("the policy compiled").reference.clone();
+        let state = b.evaluator().rule_state(&JobKey::new("ml", "ft"), &reference, "high");
+        assert_eq!(state, Some(RuleState::Firing));
+        assert!(writes(&mut b).is_empty(), "Audit writes nothing on the TrainJob");
     }
 
     #[test]

@@ -51,16 +51,24 @@ pub(super) fn spec_bool(obj: &DynamicObject, pointer: &str) -> Option<bool> {
 }
 
 /// The `trainwarden.dev/last-action` annotation: what was done, why, and the intent id (idempotence).
+/// With the GPU-hours (and dollars) a suspension frees when they can be estimated, for `kubectl trainwarden
+/// get`'s SAVED column.
 pub(super) fn last_action(intent: &ActionIntent) -> String {
-    json!({
+    let mut record = json!({
         "id": intent.id,
         "action": intent.action.kind(),
         "policy": format!("{} {}", intent.policy.kind, intent.policy),
         "rule": intent.rule,
         "reason": truncate(&intent.reason.summary, 512),
         "at": intent.at.to_string(),
-    })
-    .to_string()
+    });
+    if let Some(s) = &intent.savings {
+        record["gpuHours"] = json!((s.gpu_hours * 100.0).round() / 100.0);
+        if let Some(d) = s.dollars {
+            record["dollars"] = json!(d.round());
+        }
+    }
+    record.to_string()
 }
 
 /// The intent ids in a TrainJob's `trainwarden.dev/intents` record (empty when absent or unreadable).

@@ -2,7 +2,8 @@
 //! deactivated (Kueue owns `spec.suspend` of such jobs and would undo a direct suspension).
 
 use kube::ResourceExt;
-use kube::api::{Api, ApiResource, DynamicObject, GroupVersionKind, Patch, PatchParams};
+use kube::api::{Api, ApiResource, DynamicObject, Patch, PatchParams};
+use trainwarden_kube::kueue::{WORKLOAD_VERSIONS, workload_of, workload_resource_version};
 use serde_json::json;
 use trainwarden_core::SuspendAction;
 use trainwarden_kube::FIELD_MANAGER;
@@ -14,23 +15,9 @@ use crate::metrics::ApiOperation;
 use crate::{KUEUE_QUEUE_LABEL, SUSPENDED_BY_ANNOTATION};
 
 /// Kueue's Workload at `v1beta1`, the version every Kueue serves (the executor itself prefers `v1beta2`, see
-/// `WORKLOAD_VERSIONS`); the object that owns admission of a Kueue-managed job.
+/// [`WORKLOAD_VERSIONS`]); the object that owns admission of a Kueue-managed job.
 pub fn workload_resource() -> ApiResource {
     workload_resource_version("v1beta1")
-}
-
-/// The Workload versions the executor uses, newest first. Kueue 0.15+ stores and serves `v1beta2`; there,
-/// `v1beta1` is deprecated and converted, and every write through it to a Workload with reserved quota fails
-/// its CEL rule (Kueue 0.17: `no such key: priorityClassSource evaluating rule: priorityClassSource is
-/// immutable while workload quota reserved`, 422; seen on the cluster tier). Older Kueue serves only `v1beta1`.
-pub(crate) const WORKLOAD_VERSIONS: [&str; 2] = ["v1beta2", "v1beta1"];
-
-/// Kueue's Workload at one API version.
-pub(crate) fn workload_resource_version(version: &str) -> ApiResource {
-    ApiResource::from_gvk_with_plural(
-        &GroupVersionKind::gvk("kueue.x-k8s.io", version, "Workload"),
-        "workloads",
-    )
 }
 
 impl Executor {
@@ -101,10 +88,7 @@ impl Executor {
                 Err(e) => return Err(ActionError::call(context(), e)),
             }
         };
-        let owned = list.items.into_iter().find(|w| {
-            w.owner_references().iter().any(|o| o.uid == uid)
-                || w.labels().get("kueue.x-k8s.io/job-uid").is_some_and(|u| *u == uid)
-        });
+        let owned = list.items.into_iter().find(|w| workload_of(w, &uid));
         let Some(workload) = owned else {
             return Err(ActionError::NoWorkload { queue: queue.to_string() });
         };

@@ -1,0 +1,229 @@
+//! The client, made as kubectl makes it, and what the commands read from the cluster.
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+
+use k8s_openapi::api::authorization::v1::{ResourceAttributes, SelfSubjectAccessReview, SelfSubjectAccessReviewSpec};
+use k8s_openapi::api::core::v1::Namespace;
+use kube::api::{Api, DynamicObject, ListParams, PostParams};
+use kube::config::{KubeConfigOptions, Kubeconfig};
+use kube::{Client, Config, ResourceExt};
+use trainwarden_core::{Mode, PolicyDocument, RuleState};
+use trainwarden_kube::trainjob::trainjob_api;
+use trainwarden_kube::{ClusterProgressPolicy, PolicyResource, ProgressPolicy, ProgressPolicyStatus};
+
+/// The flags kubectl passes its plugins' users expect.
+#[derive(clap::Args, Debug)]
+pub(crate) struct Flags {
+    /// Path to the kubeconfig file (default: $KUBECONFIG, then ~/.kube/config, then the in-cluster account).
+    #[arg(long, global = true)]
+    pub(crate) kubeconfig: Option<PathBuf>,
+    /// The kubeconfig context to use.
+    #[arg(long, global = true)]
+    pub(crate) context: Option<String>,
+    /// The namespace (default: the context's).
+    #[arg(short = 'n', long, global = true)]
+    pub(crate) namespace: Option<String>,
+    /// Judge and print as of this instant instead of now (RFC 3339): for reproducible output.
+    #[arg(long, global = true, hide = true)]
+    pub(crate) now: Option<String>,
+}
+
+/// A connection and the namespace commands act in.
+pub(crate) struct Cluster {
+    pub(crate) client: Client,
+    pub(crate) namespace: String,
+}
+
+/// Connects as kubectl would with these flags.
+pub(crate) async fn connect(flags: &Flags) -> Result<Cluster, String> {
+    trainwarden_kube::client::install_crypto_provider();
+    let options = KubeConfigOptions { context: flags.context.clone(), ..KubeConfigOptions::default() };
+    let config = match &flags.kubeconfig {
+        Some(path) => {
+            let kubeconfig = Kubeconfig::read_from(path).map_err(|e| format!("reading kubeconfig {}: {e}", path.display()))?;
+            Config::from_custom_kubeconfig(kubeconfig, &options).await.map_err(|e| format!("kubeconfig {}: {e}", path.display()))?
+        }
+        None => match Kubeconfig::read() {
+            Ok(kubeconfig) => Config::from_custom_kubeconfig(kubeconfig, &options).await.map_err(|e| format!("kubeconfig: {e}"))?,
+            Err(_) if flags.context.is_none() => Config::incluster()
+                .map_err(|e| format!("no kubeconfig (set --kubeconfig or KUBECONFIG) and not in a cluster: {e}"))?,
+            Err(e) => return Err(format!("reading the kubeconfig for --context: {e}")),
+        },
+    };
+    let namespace = flags.namespace.clone().unwrap_or_else(|| config.default_namespace.clone());
+    let client = Client::try_from(config).map_err(|e| format!("building the client: {e}"))?;
+    Ok(Cluster { client, namespace })
+}
+
+/// What an API error means to the person running the command.
+pub(crate) fn api_error(what: &str, e: &kube::Error) -> String {
+    match e {
+        kube::Error::Api(s) if s.code == 403 => format!("{what}: forbidden by RBAC ({})", s.message),
+        kube::Error::Api(s) if s.code == 404 => format!("{what}: not found ({})", s.message),
+        kube::Error::Api(s) => format!("{what}: {} ({})", s.message, s.code),
+        e => format!("{what}: {e}"),
+    }
+}
+
+/// The TrainJobs of one namespace (or all), optionally by label selector.
+pub(crate) async fn trainjobs(
+    cluster: &Cluster,
+    all_namespaces: bool,
+    selector: Option<&str>,
+) -> Result<Vec<DynamicObject>, String> {
+    let api = trainjob_api(cluster.client.clone(), (!all_namespaces).then_some(cluster.namespace.as_str()));
+    let mut params = ListParams::default();
+    if let Some(s) = selector {
+        params = params.labels(s);
+    }
+    let mut jobs = api.list(&params).await.map_err(|e| api_error("listing TrainJobs", &e))?.items;
+    jobs.sort_by_key(|j| (j.namespace(), j.name_any()));
+    Ok(jobs)
+}
+
+/// One TrainJob.
+pub(crate) async fn trainjob(cluster: &Cluster, name: &str) -> Result<DynamicObject, String> {
+    trainjob_api(cluster.client.clone(), Some(&cluster.namespace))
+        .get(name)
+        .await
+        .map_err(|e| api_error(&format!("TrainJob {}/{name}", cluster.namespace), &e))
+}
+
+/// The policies that may select jobs in these namespaces, as documents, and what could not be read
+/// (a forbidden list, an object that is not a valid policy): said, not hidden.
+pub(crate) struct Policies {
+    pub(crate) documents: Vec<PolicyDocument>,
+    /// Each policy's status as the controller last wrote it, by document index.
+    pub(crate) statuses: Vec<Option<ProgressPolicyStatus>>,
+    pub(crate) problems: Vec<String>,
+}
+
+impl Policies {
+    /// Rules of Audit policies the controller lists as pending or firing for the job in their status (Audit
+    /// writes nothing on the TrainJob, so its verdict annotation leaves them out). The status lists at most 50
+    /// jobs per policy, firing ones first.
+    pub(crate) fn audit_rules(&self, job: &trainwarden_core::JobKey) -> Vec<trainwarden_kube::RuleVerdict> {
+        let name = job.to_string();
+        let mut out = Vec::new();
+        for (document, status) in self.documents.iter().zip(&self.statuses) {
+            let Some(entry) = status.as_ref().and_then(|s| s.jobs.iter().find(|j| j.name == name)) else { continue };
+            let r = &document.reference;
+            let rule_mode = |rule: &str| {
+                document.spec.rules.iter().find(|x| x.name == rule).and_then(|x| x.mode).unwrap_or(document.spec.mode)
+            };
+            let states = entry.firing.iter().map(|n| (n, RuleState::Firing)).chain(entry.pending.iter().map(|n| (n, RuleState::Pending)));
+            for (rule, state) in states {
+                if rule_mode(rule) != Mode::Audit {
+                    continue;
+                }
+                out.push(trainwarden_kube::RuleVerdict {
+                    kind: r.kind,
+                    namespace: r.namespace.clone(),
+                    policy: r.name.clone(),
+                    rule: rule.clone(),
+                    state,
+                    since: None,
+                    mode: Mode::Audit,
+                    why: String::new(),
+                });
+            }
+        }
+        out
+    }
+}
+
+/// The ProgressPolicies of `namespace` (all with `None`) and every ClusterProgressPolicy.
+pub(crate) async fn policies(cluster: &Cluster, namespace: Option<&str>) -> Policies {
+    let mut out = Policies { documents: Vec::new(), statuses: Vec::new(), problems: Vec::new() };
+    let namespaced: Api<ProgressPolicy> = match namespace {
+        Some(ns) => Api::namespaced(cluster.client.clone(), ns),
+        None => Api::all(cluster.client.clone()),
+    };
+    match namespaced.list(&ListParams::default()).await {
+        Ok(list) => {
+            for p in list.items {
+                match p.to_document() {
+                    Ok(d) => {
+                        out.documents.push(d);
+                        out.statuses.push(p.status);
+                    }
+                    Err(e) => out.problems.push(format!("ProgressPolicy {}: {e}", p.name_any())),
+                }
+            }
+        }
+        Err(e) => out.problems.push(api_error("listing ProgressPolicies", &e)),
+    }
+    let cluster_wide: Api<ClusterProgressPolicy> = Api::all(cluster.client.clone());
+    match cluster_wide.list(&ListParams::default()).await {
+        Ok(list) => {
+            for p in list.items {
+                match p.to_document() {
+                    Ok(d) => {
+                        out.documents.push(d);
+                        out.statuses.push(p.status);
+                    }
+                    Err(e) => out.problems.push(format!("ClusterProgressPolicy {}: {e}", p.name_any())),
+                }
+            }
+        }
+        Err(e) => out.problems.push(api_error("listing ClusterProgressPolicies", &e)),
+    }
+    out
+}
+
+/// The labels of these namespaces (for cluster policies' `namespaceSelector`); one that cannot be read is
+/// missing from the map (its selection is then unknown, and said so).
+pub(crate) async fn namespace_labels(
+    cluster: &Cluster,
+    names: impl IntoIterator<Item = String>,
+) -> BTreeMap<String, BTreeMap<String, String>> {
+    let api: Api<Namespace> = Api::all(cluster.client.clone());
+    let mut out = BTreeMap::new();
+    for name in names {
+        if out.contains_key(&name) {
+            continue;
+        }
+        if let Ok(ns) = api.get(&name).await {
+            out.insert(name, ns.labels().clone());
+        }
+    }
+    out
+}
+
+/// Whether the user may `verb` the resource in the namespace, and the reason when not (a
+/// SelfSubjectAccessReview: the API server's own answer, asked before anything is written).
+pub(crate) async fn may(
+    cluster: &Cluster,
+    verb: &str,
+    group: &str,
+    resource: &str,
+    namespace: &str,
+) -> Result<(), String> {
+    let review = SelfSubjectAccessReview {
+        spec: SelfSubjectAccessReviewSpec {
+            resource_attributes: Some(ResourceAttributes {
+                verb: Some(verb.into()),
+                group: Some(group.into()),
+                resource: Some(resource.into()),
+                namespace: Some(namespace.into()),
+                ..ResourceAttributes::default()
+            }),
+            ..SelfSubjectAccessReviewSpec::default()
+        },
+        ..SelfSubjectAccessReview::default()
+    };
+    let api: Api<SelfSubjectAccessReview> = Api::all(cluster.client.clone());
+    let answer = api
+        .create(&PostParams::default(), &review)
+        .await
+        .map_err(|e| api_error("asking the API server what you may do (SelfSubjectAccessReview)", &e))?;
+    let status = answer.status.unwrap_or_default();
+    if status.allowed {
+        return Ok(());
+    }
+    let why = status.reason.filter(|r| !r.is_empty()).map(|r| format!(" ({r})")).unwrap_or_default();
+    Err(format!(
+        "RBAC does not allow you to {verb} {resource}.{group} in namespace {namespace}{why}; nothing was changed. Ask an admin for a Role granting `{verb}` on {resource}.{group} there."
+    ))
+}
