@@ -11,8 +11,8 @@ use std::time::Duration;
 
 use jiff::Timestamp;
 use k8s_openapi::api::coordination::v1::Lease;
-use kube::api::{Api, DynamicObject, Patch, PatchParams, PostParams};
 use kube::ResourceExt;
+use kube::api::{Api, DynamicObject, Patch, PatchParams, PostParams};
 use serde_json::json;
 use trainwarden_controller::executor::workload_resource;
 use trainwarden_controller::{ControllerConfig, LAST_ACTION_ANNOTATION};

@@ -14,7 +14,10 @@ pub const WORKLOAD_VERSIONS: [&str; 2] = ["v1beta2", "v1beta1"];
 
 /// Kueue's Workload at one API version.
 pub fn workload_resource_version(version: &str) -> ApiResource {
-    ApiResource::from_gvk_with_plural(&GroupVersionKind::gvk("kueue.x-k8s.io", version, "Workload"), "workloads")
+    ApiResource::from_gvk_with_plural(
+        &GroupVersionKind::gvk("kueue.x-k8s.io", version, "Workload"),
+        "workloads",
+    )
 }
 
 /// Whether `workload` is the one Kueue made for the job with this uid (its owner reference, or the

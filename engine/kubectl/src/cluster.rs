@@ -3,7 +3,9 @@
 use std::collections::BTreeMap;
 use std::path::PathBuf;
 
-use k8s_openapi::api::authorization::v1::{ResourceAttributes, SelfSubjectAccessReview, SelfSubjectAccessReviewSpec};
+use k8s_openapi::api::authorization::v1::{
+    ResourceAttributes, SelfSubjectAccessReview, SelfSubjectAccessReviewSpec,
+};
 use k8s_openapi::api::core::v1::Namespace;
 use kube::api::{Api, DynamicObject, ListParams, PostParams};
 use kube::config::{KubeConfigOptions, Kubeconfig};
@@ -24,6 +26,9 @@ pub(crate) struct Flags {
     /// The namespace (default: the context's).
     #[arg(short = 'n', long, global = true)]
     pub(crate) namespace: Option<String>,
+    /// Act as this user (impersonation, as kubectl's `--as`).
+    #[arg(long = "as", global = true, value_name = "USER")]
+    pub(crate) as_user: Option<String>,
     /// Judge and print as of this instant instead of now (RFC 3339): for reproducible output.
     #[arg(long, global = true, hide = true)]
     pub(crate) now: Option<String>,
@@ -41,16 +46,26 @@ pub(crate) async fn connect(flags: &Flags) -> Result<Cluster, String> {
     let options = KubeConfigOptions { context: flags.context.clone(), ..KubeConfigOptions::default() };
     let config = match &flags.kubeconfig {
         Some(path) => {
-            let kubeconfig = Kubeconfig::read_from(path).map_err(|e| format!("reading kubeconfig {}: {e}", path.display()))?;
-            Config::from_custom_kubeconfig(kubeconfig, &options).await.map_err(|e| format!("kubeconfig {}: {e}", path.display()))?
+            let kubeconfig = Kubeconfig::read_from(path)
+                .map_err(|e| format!("reading kubeconfig {}: {e}", path.display()))?;
+            Config::from_custom_kubeconfig(kubeconfig, &options)
+                .await
+                .map_err(|e| format!("kubeconfig {}: {e}", path.display()))?
         }
         None => match Kubeconfig::read() {
-            Ok(kubeconfig) => Config::from_custom_kubeconfig(kubeconfig, &options).await.map_err(|e| format!("kubeconfig: {e}"))?,
-            Err(_) if flags.context.is_none() => Config::incluster()
-                .map_err(|e| format!("no kubeconfig (set --kubeconfig or KUBECONFIG) and not in a cluster: {e}"))?,
+            Ok(kubeconfig) => Config::from_custom_kubeconfig(kubeconfig, &options)
+                .await
+                .map_err(|e| format!("kubeconfig: {e}"))?,
+            Err(_) if flags.context.is_none() => Config::incluster().map_err(|e| {
+                format!("no kubeconfig (set --kubeconfig or KUBECONFIG) and not in a cluster: {e}")
+            })?,
             Err(e) => return Err(format!("reading the kubeconfig for --context: {e}")),
         },
     };
+    let mut config = config;
+    if let Some(user) = &flags.as_user {
+        config.auth_info.impersonate = Some(user.clone());
+    }
     let namespace = flags.namespace.clone().unwrap_or_else(|| config.default_namespace.clone());
     let client = Client::try_from(config).map_err(|e| format!("building the client: {e}"))?;
     Ok(Cluster { client, namespace })
@@ -107,12 +122,24 @@ impl Policies {
         let name = job.to_string();
         let mut out = Vec::new();
         for (document, status) in self.documents.iter().zip(&self.statuses) {
-            let Some(entry) = status.as_ref().and_then(|s| s.jobs.iter().find(|j| j.name == name)) else { continue };
+            let Some(entry) = status.as_ref().and_then(|s| s.jobs.iter().find(|j| j.name == name)) else {
+                continue;
+            };
             let r = &document.reference;
             let rule_mode = |rule: &str| {
-                document.spec.rules.iter().find(|x| x.name == rule).and_then(|x| x.mode).unwrap_or(document.spec.mode)
+                document
+                    .spec
+                    .rules
+                    .iter()
+                    .find(|x| x.name == rule)
+                    .and_then(|x| x.mode)
+                    .unwrap_or(document.spec.mode)
             };
-            let states = entry.firing.iter().map(|n| (n, RuleState::Firing)).chain(entry.pending.iter().map(|n| (n, RuleState::Pending)));
+            let states = entry
+                .firing
+                .iter()
+                .map(|n| (n, RuleState::Firing))
+                .chain(entry.pending.iter().map(|n| (n, RuleState::Pending)));
             for (rule, state) in states {
                 if rule_mode(rule) != Mode::Audit {
                     continue;

@@ -5,7 +5,9 @@ use std::collections::BTreeMap;
 use std::fmt::Write;
 
 use kube::ResourceExt;
-use trainwarden_core::{CompiledPolicy, DETECTORS, PolicyDocument, PolicyKind, PolicyScope, RuleState, Timestamp};
+use trainwarden_core::{
+    CompiledPolicy, DETECTORS, JobPhase, PolicyDocument, PolicyKind, PolicyScope, RuleState, Timestamp,
+};
 use trainwarden_kube::RuleVerdict;
 
 use crate::cluster::{self, Cluster};
@@ -50,7 +52,8 @@ pub(crate) async fn explain(cluster: &Cluster, name: &str, now: Timestamp) -> Re
             let _ = writeln!(o, "  progress cannot be read: {e}");
         }
         (Some(s), None) => {
-            let phase = if row.suspended { "suspended".to_string() } else { format!("{:?}", s.phase).to_lowercase() };
+            let phase =
+                if row.suspended { "suspended".to_string() } else { format!("{:?}", s.phase).to_lowercase() };
             let mut facts = vec![phase];
             if let Some(g) = s.gpus {
                 facts.push(format!("{} GPUs", num(g)));
@@ -105,7 +108,8 @@ pub(crate) async fn explain(cluster: &Cluster, name: &str, now: Timestamp) -> Re
     if let Some(a) = &row.last_action {
         let at = a.at.map(|t| format!(" at {} ({})", short_time(t), relative(t, now))).unwrap_or_default();
         let frees = a.gpu_hours.map(|h| format!("; frees {} GPU-h", num(h))).unwrap_or_default();
-        let _ = writeln!(o, "  last action: {} by {} ({}){at}: {}{frees}", a.action, a.policy, a.rule, a.reason);
+        let _ =
+            writeln!(o, "  last action: {} by {} ({}){at}: {}{frees}", a.action, a.policy, a.rule, a.reason);
     }
     if row.exempt {
         let _ = writeln!(o, "  exempt: annotated trainwarden.dev/exempt=true, no policy judges it");
@@ -128,26 +132,50 @@ pub(crate) async fn explain(cluster: &Cluster, name: &str, now: Timestamp) -> Re
 
     let _ = writeln!(o, "\nPolicies");
     if policies.documents.is_empty() {
-        let _ = writeln!(o, "  none in namespace {namespace} and no ClusterProgressPolicy: nothing judges this job");
+        let _ = writeln!(
+            o,
+            "  none in namespace {namespace} and no ClusterProgressPolicy: nothing judges this job"
+        );
     }
     let job_labels = row.snapshot.as_ref().map(|s| s.labels.clone()).unwrap_or_default();
     let mut next: Vec<String> = Vec::new();
     for document in &policies.documents {
         let compiled = judge.evaluator.policies().find(|p| p.reference.id() == document.reference.id());
         let Some(policy) = compiled else {
-            let error = judge.invalid.iter().find(|(r, _)| r.id() == document.reference.id()).map_or("", |(_, e)| e.as_str());
-            let _ = writeln!(o, "  {} {}: does not compile, so the controller does not run it: {error}", document.reference.kind, document.reference);
+            let error = judge
+                .invalid
+                .iter()
+                .find(|(r, _)| r.id() == document.reference.id())
+                .map_or("", |(_, e)| e.as_str());
+            let _ = writeln!(
+                o,
+                "  {} {}: does not compile, so the controller does not run it: {error}",
+                document.reference.kind, document.reference
+            );
             continue;
         };
-        explain_policy(o, &mut next, &judge, &row, policy, document, &job_labels, labels.get(&namespace), now);
+        explain_policy(
+            o,
+            &mut next,
+            &judge,
+            &row,
+            policy,
+            document,
+            &job_labels,
+            labels.get(&namespace),
+            now,
+        );
     }
     for problem in &policies.problems {
         let _ = writeln!(o, "  warning: {problem}");
     }
 
     let _ = writeln!(o, "\nNext");
-    if let Some(t) = judge.evaluator.next_tick() {
-        next.push(format!("the next timer of the rules judging this job: {} ({})", short_time(t), relative(t, now)));
+    if row.suspended {
+        next.insert(0, format!(
+            "the job is suspended: its rules wait until it runs again (`kubectl trainwarden resume {} -n {}`, optionally with --snooze)",
+            row.key.name, row.key.namespace
+        ));
     }
     if next.is_empty() {
         next.push("nothing is due: a rule's condition must start to hold first".into());
@@ -174,7 +202,11 @@ fn explain_policy(
     let head = format!("  {} {} ({:?})", reference.kind, reference, policy.mode);
     if !judge.evaluator.selects(reference, &row.key) {
         let why = if !policy.selector.matches(job_labels) {
-            format!("its selector {} does not match the job's labels {}", json_text(&policy.selector), labels_text(job_labels))
+            format!(
+                "its selector {} does not match the job's labels {}",
+                json_text(&policy.selector),
+                labels_text(job_labels)
+            )
         } else if let PolicyScope::Cluster { namespace_selector } = &policy.scope {
             match namespace_labels {
                 Some(l) => format!(
@@ -197,7 +229,9 @@ fn explain_policy(
     }
     let selector = if policy.selector.is_empty() { "every job".into() } else { json_text(&policy.selector) };
     let scope = match (&policy.scope, reference.kind) {
-        (PolicyScope::Cluster { namespace_selector }, PolicyKind::Cluster) if !namespace_selector.is_empty() => {
+        (PolicyScope::Cluster { namespace_selector }, PolicyKind::Cluster)
+            if !namespace_selector.is_empty() =>
+        {
             format!(" in namespaces {}", json_text(namespace_selector))
         }
         _ => String::new(),
@@ -207,15 +241,28 @@ fn explain_policy(
     if calendar.windows().is_empty() {
         let _ = writeln!(o, "    active windows: none, always active");
     } else if calendar.is_active(now) {
-        let until = calendar.next_change_after(now).map(|t| format!(" until {} ({})", short_time(t), relative(t, now))).unwrap_or_default();
-        let _ = writeln!(o, "    active window: open now{until} ({})", calendar.time_zone().iana_name().unwrap_or("UTC"));
+        let until = calendar
+            .next_change_after(now)
+            .map(|t| format!(" until {} ({})", short_time(t), relative(t, now)))
+            .unwrap_or_default();
+        let _ = writeln!(
+            o,
+            "    active window: open now{until} ({})",
+            calendar.time_zone().iana_name().unwrap_or("UTC")
+        );
     } else {
-        let opens = calendar.next_change_after(now).map(|t| format!("; opens {} ({})", short_time(t), relative(t, now))).unwrap_or_default();
+        let opens = calendar
+            .next_change_after(now)
+            .map(|t| format!("; opens {} ({})", short_time(t), relative(t, now)))
+            .unwrap_or_default();
         let _ = writeln!(o, "    active window: closed now, the rules do not run{opens}");
     }
     for (rule, spec) in policy.rules.iter().zip(&document.spec.rules) {
         let published = row.verdict.rules.iter().find(|r| {
-            r.kind == reference.kind && r.namespace == reference.namespace && r.policy == reference.name && r.rule == rule.name
+            r.kind == reference.kind
+                && r.namespace == reference.namespace
+                && r.policy == reference.name
+                && r.rule == rule.name
         });
         let state = match published {
             Some(r) => published_state(r, now),
@@ -250,12 +297,34 @@ fn explain_policy(
             if actions.is_empty() { "none".into() } else { actions.join(", ") },
             rule.mode
         );
+        let running = row.snapshot.as_ref().is_some_and(|s| s.phase == JobPhase::Running) && !row.suspended;
         let here = match judge.local_state(&row.key, reference, &rule.name) {
+            _ if !running => "the job is not running, so its rules are not judged (they resume when it runs)",
             RuleState::Inactive => "its condition does not hold",
             _ => "its condition holds",
         };
         let _ = writeln!(o, "      judged here now, from the job's report and history checkpoint: {here}");
-        if let Some(r) = published {
+        // A stall rule's deadline: the last report plus its silence.
+        if running && calendar.is_active(now) && rule.detector_name.as_deref() == Some("stalled") {
+            let after =
+                spec.with.as_ref().and_then(|w| w.get("after")).and_then(|v| v.as_str()).unwrap_or("30m");
+            let deadline = after
+                .parse::<trainwarden_core::PolicyDuration>()
+                .ok()
+                .and_then(|d| jiff::SignedDuration::try_from_secs_f64(d.as_secs_f64()).ok())
+                .zip(row.sample().map(|s| s.updated_at))
+                .and_then(|(d, last)| last.checked_add(d).ok());
+            if let Some(at) = deadline.filter(|at| *at > now) {
+                next.push(format!(
+                    "{}/{} fires if the job sends no report by {} ({})",
+                    reference.name,
+                    rule.name,
+                    short_time(at),
+                    relative(at, now)
+                ));
+            }
+        }
+        if let Some(r) = published.filter(|_| running) {
             match r.state {
                 RuleState::Pending => {
                     let fires = jiff::SignedDuration::try_from_secs_f64(rule.for_.as_secs_f64())

@@ -9,7 +9,7 @@ use trainwarden_core::{JobPhase, RuleState, Timestamp};
 
 use crate::Output;
 use crate::cluster::{self, Cluster};
-use crate::job::{JobRow, Judge, num, sparkline, span, trend};
+use crate::job::{JobRow, Judge, num, span, sparkline, trend};
 
 /// What `get` was asked.
 pub(crate) struct Request {
@@ -21,7 +21,12 @@ pub(crate) struct Request {
     pub(crate) fixed_now: bool,
 }
 
-pub(crate) async fn run(cluster: &Cluster, request: &Request, now: Timestamp, watch: bool) -> Result<(), String> {
+pub(crate) async fn run(
+    cluster: &Cluster,
+    request: &Request,
+    now: Timestamp,
+    watch: bool,
+) -> Result<(), String> {
     let mut stdout = std::io::stdout();
     loop {
         let now = if request.fixed_now { now } else { Timestamp::now() };
@@ -46,25 +51,31 @@ pub(crate) async fn run(cluster: &Cluster, request: &Request, now: Timestamp, wa
 pub(crate) async fn render(cluster: &Cluster, request: &Request, now: Timestamp) -> Result<String, String> {
     let mut jobs = cluster::trainjobs(cluster, request.all_namespaces, request.selector.as_deref()).await?;
     if !request.names.is_empty() {
-        let missing: Vec<&String> = request.names.iter().filter(|n| !jobs.iter().any(|j| j.name_any() == **n)).collect();
+        let missing: Vec<&String> =
+            request.names.iter().filter(|n| !jobs.iter().any(|j| j.name_any() == **n)).collect();
         if !missing.is_empty() {
             let list = missing.iter().map(|n| n.as_str()).collect::<Vec<_>>().join(", ");
             return Err(format!("TrainJob not found in namespace {}: {list}", cluster.namespace));
         }
         jobs.retain(|j| request.names.contains(&j.name_any()));
     }
-    let policies = cluster::policies(cluster, (!request.all_namespaces).then_some(cluster.namespace.as_str())).await;
+    let policies =
+        cluster::policies(cluster, (!request.all_namespaces).then_some(cluster.namespace.as_str())).await;
     let namespaces: BTreeSet<String> = jobs.iter().filter_map(ResourceExt::namespace).collect();
     let labels = cluster::namespace_labels(cluster, namespaces).await;
     let mut judge = Judge::new(&policies.documents, &labels, now);
     let rows: Vec<JobRow> = jobs.iter().map(|j| JobRow::read(j, &mut judge, &policies, now)).collect();
     let mut out = match request.output {
-        Output::Json => serde_json::to_string_pretty(&rows.iter().map(|r| json_row(r, now)).collect::<Vec<_>>())
-            .map_err(|e| e.to_string())?
-            + "\n",
+        Output::Json => {
+            serde_json::to_string_pretty(&rows.iter().map(|r| json_row(r, now)).collect::<Vec<_>>())
+                .map_err(|e| e.to_string())?
+                + "\n"
+        }
         Output::Yaml => serde_saphyr::to_string(&rows.iter().map(|r| json_row(r, now)).collect::<Vec<_>>())
             .map_err(|e| e.to_string())?,
-        Output::Table | Output::Wide => table(&rows, request.all_namespaces, request.output == Output::Wide, now),
+        Output::Table | Output::Wide => {
+            table(&rows, request.all_namespaces, request.output == Output::Wide, now)
+        }
     };
     if matches!(request.output, Output::Table | Output::Wide) {
         if rows.is_empty() {
@@ -77,12 +88,15 @@ pub(crate) async fn render(cluster: &Cluster, request: &Request, now: Timestamp)
             out.push_str(&format!("warning: {problem}\n"));
         }
         for row in &rows {
-            for problem in [&row.unreadable, &row.verdict_problem, &row.snooze_problem].into_iter().flatten() {
+            for problem in [&row.unreadable, &row.verdict_problem, &row.snooze_problem].into_iter().flatten()
+            {
                 out.push_str(&format!("warning: {}: {problem}\n", row.key));
             }
         }
         for (policy, _) in &judge.invalid {
-            out.push_str(&format!("warning: policy {policy} does not compile; see `kubectl get` of it for the errors\n"));
+            out.push_str(&format!(
+                "warning: policy {policy} does not compile; see `kubectl get` of it for the errors\n"
+            ));
         }
     }
     Ok(out)
@@ -94,9 +108,10 @@ fn rules(row: &JobRow) -> String {
     for r in &row.verdict.rules {
         let state = if r.state == RuleState::Firing { "firing" } else { "pending" };
         let entry = format!("{} ({state})", r.rule);
-        match by_policy.iter_mut().find(|(p, _)| *p == r.policy_name()) {
+        let policy = row.short(&r.policy_name());
+        match by_policy.iter_mut().find(|(p, _)| *p == policy) {
             Some((_, rules)) => rules.push(entry),
-            None => by_policy.push((r.policy_name(), vec![entry])),
+            None => by_policy.push((policy, vec![entry])),
         }
     }
     if by_policy.is_empty() {
@@ -106,7 +121,9 @@ fn rules(row: &JobRow) -> String {
 }
 
 fn saved(row: &JobRow) -> String {
-    let Some(a) = row.last_action.as_ref().filter(|a| a.action == "suspend" && row.suspended) else { return "-".into() };
+    let Some(a) = row.last_action.as_ref().filter(|a| a.action == "suspend" && row.suspended) else {
+        return "-".into();
+    };
     match (a.gpu_hours, a.dollars) {
         (Some(h), Some(d)) => format!("{} GPU-h (${})", num(h), num(d)),
         (Some(h), None) => format!("{} GPU-h", num(h)),

@@ -8,10 +8,12 @@ use std::collections::BTreeMap;
 use kube::ResourceExt;
 use kube::api::DynamicObject;
 use trainwarden_core::{
-    CompiledPolicy, EngineConfig, Evaluator, JobKey, JobPhase, JobSnapshot, PolicyDocument, PolicyRef, RuleState,
-    Timestamp, compile,
+    CompiledPolicy, EngineConfig, Evaluator, JobKey, JobPhase, JobSnapshot, PolicyDocument, PolicyRef,
+    RuleState, Timestamp, compile,
 };
-use trainwarden_kube::annotations::{EXEMPT_ANNOTATION, HISTORY_ANNOTATION, LAST_ACTION_ANNOTATION, SUSPENDED_BY_ANNOTATION};
+use trainwarden_kube::annotations::{
+    EXEMPT_ANNOTATION, HISTORY_ANNOTATION, LAST_ACTION_ANNOTATION, SUSPENDED_BY_ANNOTATION,
+};
 use trainwarden_kube::kueue::KUEUE_QUEUE_LABEL;
 use trainwarden_kube::trainjob::to_snapshot;
 use trainwarden_kube::{VERDICT_ANNOTATION, Verdict};
@@ -31,7 +33,11 @@ pub(crate) struct Judge {
 }
 
 impl Judge {
-    pub(crate) fn new(documents: &[PolicyDocument], namespaces: &BTreeMap<String, BTreeMap<String, String>>, now: Timestamp) -> Judge {
+    pub(crate) fn new(
+        documents: &[PolicyDocument],
+        namespaces: &BTreeMap<String, BTreeMap<String, String>>,
+        now: Timestamp,
+    ) -> Judge {
         let mut evaluator = Evaluator::new(EngineConfig::default());
         let mut invalid = Vec::new();
         let mut events = Vec::new();
@@ -48,7 +54,12 @@ impl Judge {
     }
 
     /// Reads a job into the judge: its history from the checkpoint, then its current report.
-    pub(crate) fn observe(&mut self, job: &DynamicObject, snapshot: &JobSnapshot, now: Timestamp) -> Option<String> {
+    pub(crate) fn observe(
+        &mut self,
+        job: &DynamicObject,
+        snapshot: &JobSnapshot,
+        now: Timestamp,
+    ) -> Option<String> {
         let mut problem = None;
         if let (Some(text), Some(uid)) = (job.annotations().get(HISTORY_ANNOTATION), job.uid())
             && let Err(e) = self.evaluator.restore_history(&snapshot.key, text, &uid, now)
@@ -67,7 +78,9 @@ impl Judge {
 
     /// The last values of a metric, oldest first.
     pub(crate) fn recent(&self, job: &JobKey, metric: &str, n: usize) -> Vec<f64> {
-        let Some(series) = self.evaluator.job(job).and_then(|d| d.series.metric(metric)) else { return Vec::new() };
+        let Some(series) = self.evaluator.job(job).and_then(|d| d.series.metric(metric)) else {
+            return Vec::new();
+        };
         let mut values: Vec<f64> = (0..n).filter_map(|i| series.value_back(i)).collect();
         values.reverse();
         values
@@ -172,7 +185,12 @@ pub(crate) struct JobRow {
 
 impl JobRow {
     /// Reads the job; `judge` has it observed afterwards.
-    pub(crate) fn read(job: &DynamicObject, judge: &mut Judge, policies: &crate::cluster::Policies, now: Timestamp) -> JobRow {
+    pub(crate) fn read(
+        job: &DynamicObject,
+        judge: &mut Judge,
+        policies: &crate::cluster::Policies,
+        now: Timestamp,
+    ) -> JobRow {
         let key = JobKey::new(job.namespace().unwrap_or_default(), job.name_any());
         let annotations = job.annotations();
         let (snapshot, unreadable) = match to_snapshot(job) {
@@ -182,22 +200,29 @@ impl JobRow {
         if let Some(s) = &snapshot {
             judge.observe(job, s, now);
         }
-        let (mut verdict, verdict_problem) = match annotations.get(VERDICT_ANNOTATION).map(|t| Verdict::parse(t)) {
-            None => (Verdict::default(), None),
-            Some(Ok(v)) => (v, None),
-            Some(Err(e)) => (Verdict::default(), Some(e.to_string())),
-        };
+        let (mut verdict, verdict_problem) =
+            match annotations.get(VERDICT_ANNOTATION).map(|t| Verdict::parse(t)) {
+                None => (Verdict::default(), None),
+                Some(Ok(v)) => (v, None),
+                Some(Err(e)) => (Verdict::default(), Some(e.to_string())),
+            };
         for rule in policies.audit_rules(&key) {
             if !verdict.rules.iter().any(|r| r.policy_name() == rule.policy_name() && r.rule == rule.rule) {
                 verdict.rules.push(rule);
             }
         }
-        let last_action = annotations.get(LAST_ACTION_ANNOTATION).and_then(|t| serde_json::from_str::<LastAction>(t).ok());
+        let last_action =
+            annotations.get(LAST_ACTION_ANNOTATION).and_then(|t| serde_json::from_str::<LastAction>(t).ok());
         let (snooze_until, snooze_problem) = match annotations.get(SNOOZE_ANNOTATION) {
             None => (None, None),
             Some(t) => match t.trim().parse::<Timestamp>() {
                 Ok(at) => (Some(at), None),
-                Err(_) => (None, Some(format!("{SNOOZE_ANNOTATION}={t:?} is not an RFC 3339 instant; the controller ignores it"))),
+                Err(_) => (
+                    None,
+                    Some(format!(
+                        "{SNOOZE_ANNOTATION}={t:?} is not an RFC 3339 instant; the controller ignores it"
+                    )),
+                ),
             },
         };
         let suspended = job.data.pointer("/spec/suspend").and_then(serde_json::Value::as_bool) == Some(true)
@@ -235,15 +260,17 @@ impl JobRow {
             return Verdicts::Finished { phase: phase.into() };
         }
         if self.suspended {
-            if let Some(by) = &self.suspended_by
-                && let Some((policy, rule)) = by.rsplit_once('/')
-            {
-                return Verdicts::SuspendedBy { policy: policy.into(), rule: rule.into() };
-            }
-            // A Kueue job trainwarden stopped carries no suspended-by mark (Kueue owns spec.suspend): its last
-            // action says it.
+            // The last action says who (a Kueue job trainwarden stopped carries no suspended-by mark: Kueue owns
+            // its spec.suspend); the mark alone is "<kind> <policy> (rule <rule>)".
             if let Some(a) = self.last_action.as_ref().filter(|a| a.action == "suspend") {
-                return Verdicts::SuspendedBy { policy: a.policy_name().into(), rule: a.rule.clone() };
+                return Verdicts::SuspendedBy { policy: self.short(a.policy_name()), rule: a.rule.clone() };
+            }
+            if let Some(by) = &self.suspended_by {
+                let (policy, rule) = by
+                    .strip_suffix(')')
+                    .and_then(|b| b.rsplit_once(" (rule "))
+                    .map_or((by.as_str(), "?"), |(p, r)| (p.split_once(' ').map_or(p, |(_, name)| name), r));
+                return Verdicts::SuspendedBy { policy: self.short(policy), rule: rule.into() };
             }
             if let Some(queue) = &self.kueue_queue {
                 return Verdicts::Queued { queue: queue.clone() };
@@ -255,15 +282,21 @@ impl JobRow {
         }
         if let Some(r) = self.verdict.firing().next() {
             return Verdicts::Firing {
-                policy: r.policy_name(),
+                policy: self.short(&r.policy_name()),
                 rule: r.rule.clone(),
                 audit: r.mode == trainwarden_core::Mode::Audit,
             };
         }
         if let Some(r) = self.verdict.pending().next() {
-            return Verdicts::Pending { policy: r.policy_name(), rule: r.rule.clone() };
+            return Verdicts::Pending { policy: self.short(&r.policy_name()), rule: r.rule.clone() };
         }
         if self.selected_by.is_empty() { Verdicts::NotJudged } else { Verdicts::Healthy }
+    }
+
+    /// A policy as the job's own listing names it: a ProgressPolicy (always in the job's namespace) by its
+    /// name, a ClusterProgressPolicy by its.
+    pub(crate) fn short(&self, policy: &str) -> String {
+        policy.strip_prefix(&format!("{}/", self.key.namespace)).unwrap_or(policy).to_string()
     }
 
     /// The latest report's progress fields.

@@ -46,7 +46,9 @@ struct Cli {
 enum Command {
     /// One line per TrainJob: progress, ETA, step, loss and its trend, pending/firing rules, verdict, GPU
     /// time saved.
-    #[command(after_help = "Examples:\n  kubectl trainwarden get\n  kubectl trainwarden get -A -l team=ml -o wide\n  kubectl trainwarden get -n fraud -o json")]
+    #[command(
+        after_help = "Examples:\n  kubectl trainwarden get\n  kubectl trainwarden get -A -l team=ml -o wide\n  kubectl trainwarden get -n fraud -o json"
+    )]
     Get {
         /// Only these TrainJobs (names); all when none.
         names: Vec<String>,
@@ -73,7 +75,9 @@ enum Command {
     /// Resumes a TrainJob trainwarden (or anyone) suspended: its `spec.suspend`, or for a job Kueue manages
     /// its Workload's `spec.active`; clears trainwarden's suspended-by mark; optionally snoozes the policies
     /// for the job.
-    #[command(after_help = "Examples:\n  kubectl trainwarden resume bert-ft -n fraud\n  kubectl trainwarden resume bert-ft -n fraud --snooze 4h")]
+    #[command(
+        after_help = "Examples:\n  kubectl trainwarden resume bert-ft -n fraud\n  kubectl trainwarden resume bert-ft -n fraud --snooze 4h"
+    )]
     Resume {
         /// The TrainJob.
         job: String,
@@ -83,7 +87,9 @@ enum Command {
     },
     /// Snoozes the policies for a TrainJob: rules still evaluate, their actions wait until the snooze ends
     /// (the controller caps its length).
-    #[command(after_help = "Examples:\n  kubectl trainwarden snooze bert-ft 8h -n fraud\n  kubectl trainwarden snooze bert-ft --clear -n fraud")]
+    #[command(
+        after_help = "Examples:\n  kubectl trainwarden snooze bert-ft 8h -n fraud\n  kubectl trainwarden snooze bert-ft --clear -n fraud"
+    )]
     Snooze {
         /// The TrainJob.
         job: String,
@@ -95,7 +101,9 @@ enum Command {
         clear: bool,
     },
     /// Prints a shell completion script (bash, zsh, fish, elvish, powershell).
-    #[command(after_help = "Example:\n  kubectl-trainwarden completion bash > /etc/bash_completion.d/kubectl-trainwarden")]
+    #[command(
+        after_help = "Example:\n  kubectl-trainwarden completion bash > /etc/bash_completion.d/kubectl-trainwarden"
+    )]
     Completion {
         /// The shell.
         shell: clap_complete::Shell,
@@ -140,13 +148,16 @@ fn main() -> ExitCode {
 
 async fn run(cli: Cli) -> Result<(), String> {
     let now = match &cli.flags.now {
-        Some(t) => t.parse::<Timestamp>().map_err(|e| format!("--now {t}: {e} (expected RFC 3339, e.g. 2026-10-03T01:00:00Z)"))?,
+        Some(t) => t
+            .parse::<Timestamp>()
+            .map_err(|e| format!("--now {t}: {e} (expected RFC 3339, e.g. 2026-10-03T01:00:00Z)"))?,
         None => Timestamp::now(),
     };
     let cluster = cluster::connect(&cli.flags).await?;
     match cli.command {
         Command::Get { names, all_namespaces, selector, output, watch } => {
-            let request = get::Request { names, all_namespaces, selector, output, fixed_now: cli.flags.now.is_some() };
+            let request =
+                get::Request { names, all_namespaces, selector, output, fixed_now: cli.flags.now.is_some() };
             get::run(&cluster, &request, now, watch).await
         }
         Command::Explain { job } => explain::run(&cluster, &job, now).await,
@@ -155,7 +166,8 @@ async fn run(cli: Cli) -> Result<(), String> {
             resume::resume(&cluster, &job, snooze, now).await
         }
         Command::Snooze { job, duration, clear } => {
-            let duration = if clear { None } else { duration.map(|d| resume::parse_duration(&d)).transpose()? };
+            let duration =
+                if clear { None } else { duration.map(|d| resume::parse_duration(&d)).transpose()? };
             resume::snooze(&cluster, &job, duration, now).await
         }
         Command::Completion { .. } => unreachable!("handled before connecting"),

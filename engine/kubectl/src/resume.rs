@@ -26,7 +26,9 @@ const FIELD_MANAGER: &str = "kubectl-trainwarden";
 pub(crate) fn parse_duration(text: &str) -> Result<PolicyDuration, String> {
     let d: PolicyDuration = text.parse().map_err(|e| format!("{text:?} is not a duration: {e}"))?;
     if d.as_secs_f64() <= 0.0 {
-        return Err(format!("{text:?}: a snooze must be longer than zero (use `snooze JOB --clear` to end one)"));
+        return Err(format!(
+            "{text:?}: a snooze must be longer than zero (use `snooze JOB --clear` to end one)"
+        ));
     }
     Ok(d)
 }
@@ -43,11 +45,15 @@ fn merge(patch: &Value) -> Patch<&Value> {
 }
 
 /// The Workload Kueue made for the job, at the newest version this Kueue serves.
-async fn workload_of_job(cluster: &Cluster, job: &DynamicObject) -> Result<(Api<DynamicObject>, DynamicObject), String> {
+async fn workload_of_job(
+    cluster: &Cluster,
+    job: &DynamicObject,
+) -> Result<(Api<DynamicObject>, DynamicObject), String> {
     let ns = job.namespace().unwrap_or_default();
     let uid = job.uid().unwrap_or_default();
     for version in WORKLOAD_VERSIONS {
-        let api: Api<DynamicObject> = Api::namespaced_with(cluster.client.clone(), &ns, &workload_resource_version(version));
+        let api: Api<DynamicObject> =
+            Api::namespaced_with(cluster.client.clone(), &ns, &workload_resource_version(version));
         match api.list(&ListParams::default()).await {
             Ok(list) => {
                 return match list.items.into_iter().find(|w| workload_of(w, &uid)) {
@@ -62,14 +68,21 @@ async fn workload_of_job(cluster: &Cluster, job: &DynamicObject) -> Result<(Api<
             Err(e) => return Err(api_error(&format!("listing Kueue Workloads in {ns}"), &e)),
         }
     }
-    Err(format!("the job carries {KUEUE_QUEUE_LABEL}, but this cluster serves no Kueue Workload API; nothing was changed"))
+    Err(format!(
+        "the job carries {KUEUE_QUEUE_LABEL}, but this cluster serves no Kueue Workload API; nothing was changed"
+    ))
 }
 
-pub(crate) async fn resume(cluster: &Cluster, name: &str, snooze: Option<PolicyDuration>, now: Timestamp) -> Result<(), String> {
-    let job = cluster::trainjob(cluster, name).await?;
-    let ns = job.namespace().unwrap_or_else(|| cluster.namespace.clone());
-    let kueue = job.labels().contains_key(KUEUE_QUEUE_LABEL);
+pub(crate) async fn resume(
+    cluster: &Cluster,
+    name: &str,
+    snooze: Option<PolicyDuration>,
+    now: Timestamp,
+) -> Result<(), String> {
+    let ns = cluster.namespace.clone();
     cluster::may(cluster, "patch", TRAINJOB_GROUP, "trainjobs", &ns).await?;
+    let job = cluster::trainjob(cluster, name).await?;
+    let kueue = job.labels().contains_key(KUEUE_QUEUE_LABEL);
     if kueue {
         cluster::may(cluster, "patch", "kueue.x-k8s.io", "workloads", &ns).await?;
     }
@@ -120,9 +133,15 @@ pub(crate) async fn resume(cluster: &Cluster, name: &str, snooze: Option<PolicyD
             patch["spec"] = json!({"suspend": false});
         }
         if suspended || had_mark || snooze_until.is_some() {
-            jobs.patch(name, &params, &merge(&patch)).await.map_err(|e| api_error(&format!("resuming TrainJob {ns}/{name}"), &e))?;
+            jobs.patch(name, &params, &merge(&patch))
+                .await
+                .map_err(|e| api_error(&format!("resuming TrainJob {ns}/{name}"), &e))?;
         }
-        done.push(if suspended { "spec.suspend set to false".to_string() } else { "it was not suspended".to_string() });
+        done.push(if suspended {
+            "spec.suspend set to false".to_string()
+        } else {
+            "it was not suspended".to_string()
+        });
     }
     if had_mark {
         done.push(format!("{SUSPENDED_BY_ANNOTATION} removed"));
@@ -134,10 +153,15 @@ pub(crate) async fn resume(cluster: &Cluster, name: &str, snooze: Option<PolicyD
     Ok(())
 }
 
-pub(crate) async fn snooze(cluster: &Cluster, name: &str, duration: Option<PolicyDuration>, now: Timestamp) -> Result<(), String> {
-    let job = cluster::trainjob(cluster, name).await?;
-    let ns = job.namespace().unwrap_or_else(|| cluster.namespace.clone());
+pub(crate) async fn snooze(
+    cluster: &Cluster,
+    name: &str,
+    duration: Option<PolicyDuration>,
+    now: Timestamp,
+) -> Result<(), String> {
+    let ns = cluster.namespace.clone();
     cluster::may(cluster, "patch", TRAINJOB_GROUP, "trainjobs", &ns).await?;
+    cluster::trainjob(cluster, name).await?;
     let jobs = trainjob_api(cluster.client.clone(), Some(&ns));
     let params = PatchParams { field_manager: Some(FIELD_MANAGER.into()), ..PatchParams::default() };
     let value = match duration {

@@ -45,8 +45,8 @@ use trainwarden_kube::{ProgressPolicyStatus, VERDICT_ANNOTATION};
 
 use crate::config::ControllerConfig;
 use crate::messages::{
-    ActionResult, HistorySave, Input, Outcome, PolicyInput, ReceiverChange, StatusUpdate, TrainJobEvent, VerdictSave,
-    Work,
+    ActionResult, HistorySave, Input, Outcome, PolicyInput, ReceiverChange, StatusUpdate, TrainJobEvent,
+    VerdictSave, Work,
 };
 use crate::metrics::{
     DroppedWork, HistoryResult, InvalidInput, Metrics, ModeLabel, ModeLabels, ProgressSource,
@@ -56,8 +56,8 @@ use books::PolicyBook;
 use gauges::JobGauges;
 use history::{Due, HistoryBook};
 use ledger::Ledger;
-use verdicts::VerdictBook;
 use trainwarden_notify::{JobProgress, Notifier};
+use verdicts::VerdictBook;
 
 /// The evaluation loop's state: the [`Evaluator`], per-policy books for status, the last step's work. No
 /// I/O: it reads inputs and the clock and leaves [`Work`] and status updates for the caller to send.
@@ -182,7 +182,11 @@ impl Brain {
                 }
                 if job.exempt {
                     if let Ok(s) = &job.snapshot {
-                        self.verdicts.read(&job.key, s.annotations.get(VERDICT_ANNOTATION).map(String::as_str), now);
+                        self.verdicts.read(
+                            &job.key,
+                            s.annotations.get(VERDICT_ANNOTATION).map(String::as_str),
+                            now,
+                        );
                     }
                     self.verdicts.clear(&job.key);
                     self.unknown_now.remove(&job.key);
@@ -453,11 +457,8 @@ impl Brain {
     /// When the next timer is due (a `for` ending, a stall deadline, a window edge, a failed action's or
     /// history checkpoint's retry); `None`: no timer is set.
     pub fn next_tick(&self) -> Option<Timestamp> {
-        let (history, verdicts) = if self.leading {
-            (self.history.next_retry(), self.verdicts.next_retry())
-        } else {
-            (None, None)
-        };
+        let (history, verdicts) =
+            if self.leading { (self.history.next_retry(), self.verdicts.next_retry()) } else { (None, None) };
         [self.evaluator.next_tick(), self.ledger.next_due(), history, verdicts].into_iter().flatten().min()
     }
 

@@ -81,7 +81,8 @@ impl VerdictBook {
             let rules = self.entered.entry(job.clone()).or_default();
             match kind {
                 TransitionKind::Pending | TransitionKind::Firing => {
-                    let state = if *kind == TransitionKind::Firing { RuleState::Firing } else { RuleState::Pending };
+                    let state =
+                        if *kind == TransitionKind::Firing { RuleState::Firing } else { RuleState::Pending };
                     rules.insert(key, Entered { state, since: *at, why: reason.summary.clone() });
                 }
                 TransitionKind::Resolved | TransitionKind::Cleared => {
@@ -197,7 +198,8 @@ mod tests {
     use crate::messages::{Input, JobInput, Work};
     use crate::metrics::Metrics;
 
-    const RULE: &str = "    - {name: high, when: 'metric(\"loss\") > 5.0', for: 10s, actions: [{suspend: {}}]}\n";
+    const RULE: &str =
+        "    - {name: high, when: 'metric(\"loss\") > 5.0', for: 10s, actions: [{suspend: {}}]}\n";
 
     fn brain(leading: bool) -> Brain {
         let mut b = Brain::new(&ControllerConfig::default(), Arc::new(Metrics::new()), None);
@@ -217,7 +219,12 @@ mod tests {
         if let Some(v) = verdict {
             snapshot.annotations.insert(VERDICT_ANNOTATION.into(), v.into());
         }
-        Input::Job(Box::new(JobInput { key: snapshot.key.clone(), snapshot: Ok(snapshot), exempt: false, uid: None }))
+        Input::Job(Box::new(JobInput {
+            key: snapshot.key.clone(),
+            snapshot: Ok(snapshot),
+            exempt: false,
+            uid: None,
+        }))
     }
 
     /// The verdict writes of the last step: `None` for a removal.

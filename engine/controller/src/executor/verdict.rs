@@ -43,7 +43,7 @@ impl Executor {
             // A job deleted meanwhile has no verdict to keep.
             Err(CallError::Api(kube::Error::Api(e))) if e.code == 404 => {}
             Err(e) => {
-                warn!(job = %save.job, annotation = VERDICT_ANNOTATION, error = %e, "could not store the job's verdict; tried again in 30 s")
+                warn!(job = %save.job, annotation = VERDICT_ANNOTATION, error = %e, "could not store the job's verdict; tried again in 30 s");
             }
         }
     }

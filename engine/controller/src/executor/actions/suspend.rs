@@ -3,10 +3,10 @@
 
 use kube::ResourceExt;
 use kube::api::{Api, ApiResource, DynamicObject, Patch, PatchParams};
-use trainwarden_kube::kueue::{WORKLOAD_VERSIONS, workload_of, workload_resource_version};
 use serde_json::json;
 use trainwarden_core::SuspendAction;
 use trainwarden_kube::FIELD_MANAGER;
+use trainwarden_kube::kueue::{WORKLOAD_VERSIONS, workload_of, workload_resource_version};
 
 use super::super::ssa::spec_bool;
 use super::super::{ActionError, Ended, Executor, Record, Target};
