@@ -45,6 +45,8 @@ pub enum ApiOperation {
     GetTrainjob,
     /// `patch_trainjob`: a patch of a TrainJob (suspend, annotate, scale and its dry run).
     PatchTrainjob,
+    /// `patch_verdict`: a TrainJob's verdict annotation written (one per change of its pending/firing rules).
+    PatchVerdict,
     /// `list_workloads`: finding a Kueue-managed TrainJob's Workload.
     ListWorkloads,
     /// `patch_workload`: deactivating a Workload.
@@ -63,6 +65,7 @@ impl ApiOperation {
         match self {
             ApiOperation::GetTrainjob => "get_trainjob",
             ApiOperation::PatchTrainjob => "patch_trainjob",
+            ApiOperation::PatchVerdict => "patch_verdict",
             ApiOperation::ListWorkloads => "list_workloads",
             ApiOperation::PatchWorkload => "patch_workload",
             ApiOperation::CreateEvent => "create_event",

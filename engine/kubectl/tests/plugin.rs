@@ -139,6 +139,7 @@ async fn get_shows_every_job_in_its_state_and_explain_says_why() {
 
     let (ok, table, err) = plugin(&ctx, &["get"]);
     assert!(ok, "{err}");
+    eprintln!("{table}");
     let saved = regex_lite_saved(&table);
     assert!((7.5..=8.01).contains(&saved), "8 GPUs × the hour left: {saved}\n{table}");
     let dollars =

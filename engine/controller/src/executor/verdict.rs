@@ -37,7 +37,7 @@ impl Executor {
         let body = verdict_body(save);
         let params = PatchParams::apply(VERDICT_FIELD_MANAGER).force();
         let patch = Patch::Apply(&body);
-        match self.call(ApiOperation::PatchTrainjob, || api.patch(&save.job.name, &params, &patch)).await {
+        match self.call(ApiOperation::PatchVerdict, || api.patch(&save.job.name, &params, &patch)).await {
             Ok(_) => debug!(job = %save.job, removed = save.text.is_none(), "verdict stored"),
             Err(CallError::NotLeader) => {}
             // A job deleted meanwhile has no verdict to keep.
