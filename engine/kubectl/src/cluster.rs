@@ -105,6 +105,35 @@ pub(crate) async fn trainjob(cluster: &Cluster, name: &str) -> Result<DynamicObj
         .map_err(|e| api_error(&format!("TrainJob {}/{name}", cluster.namespace), &e))
 }
 
+/// Whether each Kueue Workload of these namespaces is active, by the uid of the job it belongs to (its
+/// owner, or Kueue's `kueue.x-k8s.io/job-uid` label), at the newest Workload version the cluster serves.
+/// Empty when Kueue is not installed or the Workloads may not be read.
+pub(crate) async fn workload_activity(
+    cluster: &Cluster,
+    namespaces: impl IntoIterator<Item = String>,
+) -> std::collections::HashMap<String, bool> {
+    use trainwarden_kube::kueue::{WORKLOAD_VERSIONS, workload_resource_version};
+    let mut out = std::collections::HashMap::new();
+    for ns in namespaces {
+        for version in WORKLOAD_VERSIONS {
+            let api: Api<DynamicObject> =
+                Api::namespaced_with(cluster.client.clone(), &ns, &workload_resource_version(version));
+            let Ok(list) = api.list(&ListParams::default()).await else { continue };
+            for w in list.items {
+                let active =
+                    w.data.pointer("/spec/active").and_then(serde_json::Value::as_bool) != Some(false);
+                let owners = w.owner_references().iter().map(|o| o.uid.clone());
+                let label = w.labels().get("kueue.x-k8s.io/job-uid").cloned();
+                for uid in owners.chain(label) {
+                    out.insert(uid, active);
+                }
+            }
+            break;
+        }
+    }
+    out
+}
+
 /// The policies that may select jobs in these namespaces, as documents, and what could not be read
 /// (a forbidden list, an object that is not a valid policy): said, not hidden.
 pub(crate) struct Policies {

@@ -42,7 +42,11 @@ pub(crate) async fn explain(cluster: &Cluster, name: &str, now: Timestamp) -> Re
     let policies = cluster::policies(cluster, Some(&namespace)).await;
     let labels = cluster::namespace_labels(cluster, [namespace.clone()]).await;
     let mut judge = Judge::new(&policies.documents, &labels, now);
-    let row = JobRow::read(&job, &mut judge, &policies, now);
+    let workloads = match job.labels().contains_key(trainwarden_kube::kueue::KUEUE_QUEUE_LABEL) {
+        true => cluster::workload_activity(cluster, [namespace.clone()]).await,
+        false => Default::default(),
+    };
+    let row = JobRow::read(&job, &mut judge, &policies, &workloads, now);
     let mut out = String::new();
     let o = &mut out;
 

@@ -62,9 +62,16 @@ pub(crate) async fn render(cluster: &Cluster, request: &Request, now: Timestamp)
     let policies =
         cluster::policies(cluster, (!request.all_namespaces).then_some(cluster.namespace.as_str())).await;
     let namespaces: BTreeSet<String> = jobs.iter().filter_map(ResourceExt::namespace).collect();
+    let kueue_namespaces: BTreeSet<String> = jobs
+        .iter()
+        .filter(|j| j.labels().contains_key(trainwarden_kube::kueue::KUEUE_QUEUE_LABEL))
+        .filter_map(ResourceExt::namespace)
+        .collect();
+    let workloads = cluster::workload_activity(cluster, kueue_namespaces).await;
     let labels = cluster::namespace_labels(cluster, namespaces).await;
     let mut judge = Judge::new(&policies.documents, &labels, now);
-    let rows: Vec<JobRow> = jobs.iter().map(|j| JobRow::read(j, &mut judge, &policies, now)).collect();
+    let rows: Vec<JobRow> =
+        jobs.iter().map(|j| JobRow::read(j, &mut judge, &policies, &workloads, now)).collect();
     let mut out = match request.output {
         Output::Json => {
             serde_json::to_string_pretty(&rows.iter().map(|r| json_row(r, now)).collect::<Vec<_>>())

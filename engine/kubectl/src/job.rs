@@ -175,6 +175,8 @@ pub(crate) struct JobRow {
     pub(crate) suspended_by: Option<String>,
     pub(crate) exempt: bool,
     pub(crate) kueue_queue: Option<String>,
+    /// Whether its Kueue Workload is active (`None`: no Workload found).
+    pub(crate) workload_active: Option<bool>,
     pub(crate) snooze_until: Option<Timestamp>,
     /// The snooze annotation's text when it is not an instant.
     pub(crate) snooze_problem: Option<String>,
@@ -189,6 +191,7 @@ impl JobRow {
         job: &DynamicObject,
         judge: &mut Judge,
         policies: &crate::cluster::Policies,
+        workloads: &std::collections::HashMap<String, bool>,
         now: Timestamp,
     ) -> JobRow {
         let key = JobKey::new(job.namespace().unwrap_or_default(), job.name_any());
@@ -240,6 +243,7 @@ impl JobRow {
             suspended_by: annotations.get(SUSPENDED_BY_ANNOTATION).cloned(),
             exempt: annotations.get(EXEMPT_ANNOTATION).is_some_and(|v| v.eq_ignore_ascii_case("true")),
             kueue_queue: job.labels().get(KUEUE_QUEUE_LABEL).cloned(),
+            workload_active: job.uid().and_then(|uid| workloads.get(&uid).copied()),
             snooze_until,
             snooze_problem,
             selected_by,
@@ -262,10 +266,12 @@ impl JobRow {
         if self.suspended {
             // The last action says who (a Kueue job trainwarden stopped carries no suspended-by mark: Kueue owns
             // its spec.suspend); the mark alone is "<kind> <policy> (rule <rule>)".
-            if let Some(a) = self.last_action.as_ref().filter(|a| a.action == "suspend") {
+            // A Kueue job whose Workload is active again (resumed) waits for admission, whatever stopped it.
+            let requeued = self.kueue_queue.is_some() && self.workload_active == Some(true);
+            if let Some(a) = self.last_action.as_ref().filter(|a| a.action == "suspend" && !requeued) {
                 return Verdicts::SuspendedBy { policy: self.short(a.policy_name()), rule: a.rule.clone() };
             }
-            if let Some(by) = &self.suspended_by {
+            if let Some(by) = self.suspended_by.as_ref().filter(|_| !requeued) {
                 let (policy, rule) = by
                     .strip_suffix(')')
                     .and_then(|b| b.rsplit_once(" (rule "))

@@ -273,4 +273,13 @@ async fn resume_goes_through_whatever_owns_the_suspension() {
     let w = workloads.get("trainjob-queued-1a2b3").await.unwrap();
     assert_eq!(w.data.pointer("/spec/active"), Some(&json!(true)));
     assert!(!suspended(&job(c, ns, "queued").await), "the TrainJob itself is left to Kueue");
+    // Kueue has not admitted it yet (none runs here): its TrainJob is still suspended, and waits in its queue.
+    trainjob_api(c.clone(), Some(ns))
+        .patch("queued", &PatchParams::default(), &Patch::Merge(json!({"spec": {"suspend": true}})))
+        .await
+        .unwrap();
+    let (ok, out, err) = plugin(&ctx, &["get", "queued", "-o", "json"]);
+    assert!(ok, "{err}");
+    let rows: serde_json::Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(rows[0]["verdict"], json!({"state": "queued", "queue": "team-a"}), "{out}");
 }

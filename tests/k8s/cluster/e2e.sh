@@ -379,6 +379,21 @@ EOF
   [[ "$(jp workloads.v1beta2.kueue.x-k8s.io -n "$ns" "$wla" -o jsonpath='{.spec.active}')" == false ]] || fail "Kueue undid the deactivation"
   pod_running "$ns" a-hangs && fail "team-a's job runs again"
   log "10 s later: $wla still inactive, team-a's job not running (Kueue did not undo the stop)"
+
+  # kubectl trainwarden (issue 18): the verdict, and the way back through the Workload Kueue owns.
+  local plugin="${CARGO_TARGET_DIR:-$REPO/target}/debug/kubectl-trainwarden"
+  [[ -x "$plugin" ]] || fail "no $plugin (cargo build -p kubectl-trainwarden)"
+  "$plugin" -n "$ns" get >"$OUT/kueue-get-stopped.txt" 2>&1 || fail "kubectl trainwarden get: $(cat "$OUT/kueue-get-stopped.txt")"
+  grep -Eq '^a-hangs .* suspended by ' "$OUT/kueue-get-stopped.txt" ||
+    fail "get does not show a-hangs suspended by its rule: $(cat "$OUT/kueue-get-stopped.txt")"
+  "$plugin" -n "$ns" resume a-hangs >"$OUT/kueue-resume.txt" 2>&1 || fail "kubectl trainwarden resume: $(cat "$OUT/kueue-resume.txt")"
+  grep -q "Kueue Workload $wla re-activated" "$OUT/kueue-resume.txt" || fail "resume said: $(cat "$OUT/kueue-resume.txt")"
+  [[ "$(jp workloads.v1beta2.kueue.x-k8s.io -n "$ns" "$wla" -o jsonpath='{.spec.active}')" == true ]] ||
+    fail "kubectl trainwarden resume did not re-activate $wla"
+  # team-b holds the quota: Kueue keeps team-a's job suspended, waiting in its queue.
+  until_ 30 bash -c "\"$plugin\" -n $ns get a-hangs | grep -q 'queued (Kueue team-a)'" ||
+    fail "get does not show a-hangs queued after the resume: $("$plugin" -n "$ns" get a-hangs 2>&1)"
+  log "kubectl trainwarden: a-hangs shown suspended by its rule, resumed through $wla (spec.active true), now queued behind team-b"
   kubectl delete namespace "$ns" --wait=false >/dev/null
 }
 
