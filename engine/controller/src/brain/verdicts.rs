@@ -164,10 +164,16 @@ impl VerdictBook {
         out
     }
 
-    /// When the next retry is due.
+    /// When the next write is due: at once for one not sent yet (a new leader's), else the next retry.
     pub(super) fn next_retry(&self) -> Option<Timestamp> {
         let retry = jiff::SignedDuration::try_from(RETRY_AFTER).unwrap_or_default();
-        self.owed.values().filter_map(|(_, sent)| sent.and_then(|s| s.checked_add(retry).ok())).min()
+        self.owed
+            .values()
+            .filter_map(|(_, sent)| match sent {
+                None => Some(Timestamp::UNIX_EPOCH),
+                Some(s) => s.checked_add(retry).ok(),
+            })
+            .min()
     }
 
     /// This replica starts leading: whatever is owed is sent at once.
@@ -292,6 +298,11 @@ mod tests {
         assert!(writes(&mut b).is_empty(), "a follower never writes");
         assert_eq!(b.next_tick(), Some(t(11)), "only the rule's `for`: no retry timer on a follower");
         b.lead(true);
+        assert_eq!(
+            b.next_tick(),
+            Some(Timestamp::UNIX_EPOCH),
+            "the new leader's owed verdict is due at once"
+        );
         b.tick(t(2));
         assert_eq!(writes(&mut b).len(), 1, "the new leader writes what the job does not show");
         b.tick(t(20));
