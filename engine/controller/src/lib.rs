@@ -50,6 +50,11 @@ pub use config::ControllerConfig;
 
 /// Annotation that exempts a TrainJob from every policy (`"true"`).
 pub const EXEMPT_ANNOTATION: &str = "trainwarden.dev/exempt";
+/// Annotation that snoozes a TrainJob's policies until an RFC 3339 time (`2026-12-02T08:00:00Z`): its rules
+/// are judged, their actions held until then (at most `--max-snooze` after it was first seen), and the
+/// rules still firing then act. Defined in the core ([`trainwarden_core::SNOOZE_ANNOTATION`]), which
+/// `replay`, `test` and the kubectl plugin share.
+pub const SNOOZE_ANNOTATION: &str = trainwarden_core::SNOOZE_ANNOTATION;
 /// Annotation the executor writes on a TrainJob it acted on: the last action as JSON (intent id, action,
 /// policy, rule, reason, time). Also how a repeated intent is recognised (idempotence).
 pub const LAST_ACTION_ANNOTATION: &str = "trainwarden.dev/last-action";

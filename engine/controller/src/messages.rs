@@ -139,12 +139,7 @@ impl Work {
             Work::Act(i) => &i.job,
             Work::RecordEvent(a) => &a.job,
             Work::SaveHistory(h) => &h.job,
-            Work::Notify(e, _) => match e.as_ref() {
-                Event::Transition { job, .. }
-                | Event::Suppressed { job, .. }
-                | Event::RuleError { job, .. } => job,
-                Event::Intent(i) => &i.job,
-            },
+            Work::Notify(e, _) => e.job(),
             Work::Receivers(_) | Work::FlushHistory(..) => return None,
         })
     }
