@@ -434,7 +434,8 @@ pub fn snooze_text(change: &crate::evaluate::SnoozeChange, tz: &jiff::tz::TimeZo
             why.text(),
             match released {
                 0 => "no rule fires, nothing to do".to_string(),
-                n => format!("{} still firing act now", plural(*n as u64, "rule", "rules")),
+                1 => "1 rule still firing acts now".to_string(),
+                n => format!("{n} rules still firing act now"),
             }
         ),
         SnoozeChange::Invalid { message, .. } => message.clone(),
