@@ -87,6 +87,10 @@ pub(crate) struct ControllerArgs {
     /// The most stream files under --record-dir (every replica's); the oldest are deleted first.
     #[arg(long, default_value_t = 10_000, value_parser = clap::value_parser!(u64).range(1..))]
     record_max_files: u64,
+    /// The longest an owner's snooze (the TrainJob annotation trainwarden.dev/snooze-until) holds a job's
+    /// actions, from when the controller first saw the annotation's value; 0s allows no snooze.
+    #[arg(long, default_value = "24h", value_parser = parse_duration)]
+    max_snooze: Duration,
     /// Path of a kubeconfig (default: $KUBECONFIG, ~/.kube/config, or the in-cluster service account).
     #[arg(long)]
     kubeconfig: Option<std::path::PathBuf>,
@@ -175,6 +179,7 @@ pub(crate) fn run(args: ControllerArgs) -> ExitCode {
         history_interval: args.history_interval,
         history_writes_per_second: args.history_writes_per_second,
         job_metrics: args.job_metrics,
+        max_snooze: args.max_snooze,
         record: args.record_dir.as_ref().map(|dir| trainwarden_controller::config::RecordConfig {
             flush_interval: args.record_flush_interval,
             max_file_bytes: args.record_max_file_bytes,

@@ -55,6 +55,10 @@ pub struct ControllerConfig {
     pub job_metrics: bool,
     /// Record every TrainJob's progress as replayable streams (`--record-dir`); `None`: no recording.
     pub record: Option<RecordConfig>,
+    /// The longest an owner's snooze ([`crate::SNOOZE_ANNOTATION`]) holds a TrainJob's actions, counted from
+    /// when the controller first saw the annotation's value (kept across restarts in the job's history
+    /// checkpoint); zero allows no snooze.
+    pub max_snooze: Duration,
 }
 
 /// Where and how much the recorder writes ([`crate::recorder`]).
@@ -113,6 +117,7 @@ impl Default for ControllerConfig {
             history_writes_per_second: 5,
             job_metrics: true,
             record: None,
+            max_snooze: Duration::from_secs(24 * 3600),
         }
     }
 }

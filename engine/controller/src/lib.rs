@@ -53,6 +53,11 @@ pub use trainwarden_kube::annotations::{
     SCALE_PENDING_ANNOTATION, SUSPENDED_BY_ANNOTATION,
 };
 pub use trainwarden_kube::kueue::KUEUE_QUEUE_LABEL;
+/// Annotation that snoozes a TrainJob's policies until an RFC 3339 time (`2026-12-02T08:00:00Z`): its rules
+/// are judged, their actions held until then (at most `--max-snooze` after it was first seen), and the
+/// rules still firing then act. Defined in the core ([`trainwarden_core::SNOOZE_ANNOTATION`]), which
+/// `replay`, `test` and the kubectl plugin share.
+pub const SNOOZE_ANNOTATION: &str = trainwarden_core::SNOOZE_ANNOTATION;
 
 /// Why the controller stopped.
 #[derive(Debug, thiserror::Error)]

@@ -151,12 +151,7 @@ impl Work {
             Work::RecordEvent(a) => &a.job,
             Work::SaveHistory(h) => &h.job,
             Work::SaveVerdict(v) => &v.job,
-            Work::Notify(e, _) => match e.as_ref() {
-                Event::Transition { job, .. }
-                | Event::Suppressed { job, .. }
-                | Event::RuleError { job, .. } => job,
-                Event::Intent(i) => &i.job,
-            },
+            Work::Notify(e, _) => e.job(),
             Work::Receivers(_) | Work::FlushHistory(..) => return None,
         })
     }

@@ -622,3 +622,73 @@ async fn the_recorder_writes_each_report_once_in_a_replayable_stream() {
     controller.stop().await;
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// An owner's snooze (trainwarden.dev/snooze-until): the rule fires and is reported, its suspension held
+/// (an ActionsHeld Event, snoozedUntil in the status); at the snooze's end the rule, still firing, suspends
+/// the job once, on that second (a timer: no report arrives then).
+#[tokio::test]
+async fn a_snoozed_job_is_suspended_once_when_its_snooze_ends_if_its_rule_still_fires() {
+    let ctx = setup!("controller_snooze");
+    let (c, ns) = (&ctx.client, ctx.ns.as_str());
+    let rule = "    - {name: high, when: 'metric(\"loss\") > 1.0', actions: [{suspend: {}}]}\n";
+    apply_policy(c, ns, &policy("snooze", "Enforce", rule)).await;
+    create_trainjob(c, ns, "snoozed", &[]).await;
+    let end = Timestamp::from_second(Timestamp::now().as_second() + 15).unwrap();
+    let until = end.strftime("%Y-%m-%dT%H:%M:%SZ").to_string();
+    let patch = json!({"metadata": {"annotations": {trainwarden_controller::SNOOZE_ANNOTATION: until}}});
+    trainjob_api(c.clone(), Some(ns))
+        .patch("snoozed", &PatchParams::default(), &Patch::Merge(&patch))
+        .await
+        .expect("annotate the TrainJob");
+    let controller = start(c, config_for(ns));
+    wait_until_watching(c, ns, "snooze", 1).await;
+
+    report(c, ns, "snoozed", seconds_ago(0), "2.0", 10).await;
+    let e = events_once_there(c, ns, "snoozed", "ActionsHeld", 1).await;
+    assert!(
+        e.iter().any(|(r, note, _)| r == "ActionsHeld"
+            && note.contains("rule high firing")
+            && note.contains(&format!(
+                "suspend held: snoozed until {end} by annotation trainwarden.dev/snooze-until"
+            ))),
+        "{e:?}"
+    );
+    assert_eq!(count(&e, "Snoozed"), 1, "{e:?}");
+    let status = eventually("snoozedUntil in the status", Duration::from_secs(10), || async {
+        let s = policy_status(c, ns, "snooze").await;
+        s.jobs.first().and_then(|j| j.snoozed_until.as_ref()).is_some().then_some(s)
+    })
+    .await;
+    assert_eq!(status.jobs[0].snoozed_until.as_ref().map(|t| t.0), Some(end));
+    assert_eq!(status.jobs[0].firing, vec!["high".to_string()]);
+    // More reports while snoozed: still held, nothing done.
+    report(c, ns, "snoozed", seconds_ago(0), "2.0", 20).await;
+    wait_until_evaluated(c, ns, "snooze", "snoozed", 20).await;
+    assert!(Timestamp::now() < end, "the test was too slow to look before the snooze ended");
+    assert!(!suspended(&job(c, ns, "snoozed").await), "suspended while snoozed");
+    assert_eq!(count(&events(c, ns, "snoozed").await, "Suspended"), 0);
+
+    // The end: suspended by the timer, once.
+    let j = eventually("the suspension at the snooze's end", Duration::from_secs(25), || async {
+        let j = job(c, ns, "snoozed").await;
+        suspended(&j).then_some(j)
+    })
+    .await;
+    let lateness = action_time(&j).expect("last-action time").duration_since(end).as_secs_f64();
+    assert!((0.0..=1.0).contains(&lateness), "acted {lateness:.3}s after the snooze's end");
+    assert!(j.annotations()[LAST_ACTION_ANNOTATION].contains("\"rule\":\"high\""));
+    let e = events_once_there(c, ns, "snoozed", "SnoozeEnded", 1).await;
+    assert!(
+        e.iter().any(|(r, note, _)| r == "SnoozeEnded" && note.contains("1 rule still firing acts now")),
+        "{e:?}"
+    );
+    events_once_there(c, ns, "snoozed", "Suspended", 1).await;
+    tokio::time::sleep(SETTLE).await;
+    assert_eq!(count(&events(c, ns, "snoozed").await, "Suspended"), 1, "suspended once");
+    eventually("snoozedUntil gone from the status", Duration::from_secs(10), || async {
+        let s = policy_status(c, ns, "snooze").await;
+        s.jobs.iter().all(|j| j.snoozed_until.is_none()).then_some(())
+    })
+    .await;
+    controller.stop().await;
+}

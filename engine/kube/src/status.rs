@@ -171,6 +171,12 @@ pub struct JobStatus {
     /// When the last action on this job was taken.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub last_action_time: Option<Time>,
+
+    /// The owner snoozed the job (annotation trainwarden.dev/snooze-until) until this time, at most the
+    /// controller's --max-snooze after the annotation was first seen: its rules are judged, their actions
+    /// held; the rules still firing then act.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub snoozed_until: Option<Time>,
 }
 
 impl JobStatus {

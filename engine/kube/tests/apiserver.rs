@@ -397,6 +397,7 @@ fn sample_status(generation: i64) -> ProgressPolicyStatus {
             progress_percent: Some(45.0),
             last_action: Some("suspend (loss-plateau)".into()),
             last_action_time: Some(now.clone()),
+            snoozed_until: None,
         }]),
         gpu_hours_would_save: None,
         dollars_would_save: None,

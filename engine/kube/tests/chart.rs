@@ -200,6 +200,7 @@ fn alternative_values(secret_namespaces: &[&str]) -> Vec<String> {
         "--set=logFormat=text".into(),
         "--set=logLevel=info\\,trainwarden=debug".into(),
         "--set=evalInterval=1m30s".into(),
+        "--set=maxSnooze=8h".into(),
         "--set=metrics.perJob=false".into(),
         "--set=record.enabled=true".into(),
         "--set=record.persistence.enabled=true".into(),
@@ -519,6 +520,7 @@ fn default_args(namespace: &str) -> Vec<String> {
         &format!("--lease-namespace={namespace}"),
         "--kueue=true",
         "--eval-interval=30s",
+        "--max-snooze=24h",
         "--job-metrics=true",
     ]
     .into_iter()
@@ -536,6 +538,7 @@ fn alternative_args(namespace: &str) -> Vec<String> {
         &format!("--lease-namespace={namespace}"),
         "--kueue=false",
         "--eval-interval=1m30s",
+        "--max-snooze=8h",
         "--job-metrics=false",
         "--record-dir=/var/lib/trainwarden/record",
         "--record-flush-interval=10s",
@@ -802,6 +805,7 @@ fn invalid_values_are_rejected_at_render_time() {
         (&["--set-json=notifications.secretNamespaces=[\"Team_A\"]"], "secretNamespaces"),
         (&["--set-json=notifications.secretNamespaces=[\"a\",\"a\"]"], "secretNamespaces"),
         (&["--set=evalInterval=soon"], "evalInterval"),
+        (&["--set=maxSnooze=forever"], "maxSnooze"),
         (&["--set=metrics.perJob=sometimes"], "perJob"),
         (&["--set=serviceMonitor.interval=15 seconds"], "interval"),
         (&["--set=replicas=2", "--set=leaderElection.enabled=false"], "needs leaderElection.enabled"),

@@ -19,7 +19,7 @@ use trainwarden_kube::trainjob::to_snapshot;
 use trainwarden_kube::{VERDICT_ANNOTATION, Verdict};
 
 /// The annotation that snoozes a job's policies until an RFC 3339 instant.
-pub(crate) const SNOOZE_ANNOTATION: &str = "trainwarden.dev/snooze-until";
+pub(crate) use trainwarden_core::SNOOZE_ANNOTATION;
 
 /// How many recent loss values the trend is drawn from.
 pub(crate) const TREND_POINTS: usize = 8;

@@ -112,7 +112,15 @@ impl Alert {
             job: intent.job.clone(),
             status: AlertStatus::Firing,
             mode: intent.mode,
-            summary: intent.reason.summary.clone(),
+            summary: match intent.snoozed_until {
+                // The first message after a snooze says why it comes only now.
+                Some(until) => format!(
+                    "{} (held while the job was snoozed until {until} by annotation {}; the rule still fires)",
+                    intent.reason.summary,
+                    trainwarden_core::SNOOZE_ANNOTATION
+                ),
+                None => intent.reason.summary.clone(),
+            },
             values: intent.reason.values.clone(),
             actions: Vec::new(),
             message: notify.message.clone(),
@@ -455,5 +463,33 @@ mod tests {
         assert_eq!(fmt_money(1234567.0), "1,234,567.00");
         assert_eq!(fmt_money(0.5), "0.50");
         assert_eq!(fmt_money(-1000.0), "-1,000.00");
+    }
+
+    #[test]
+    fn the_first_message_after_a_snooze_says_it_was_held() {
+        let mut intent = ActionIntent {
+            id: "i".into(),
+            at: Timestamp::from_second(1_795_798_800).unwrap(),
+            job: JobKey::new("fraud", "ft"),
+            policy: PolicyRef {
+                kind: trainwarden_core::PolicyKind::Namespaced,
+                namespace: Some("fraud".into()),
+                name: "p".into(),
+                generation: 1,
+            },
+            rule: "plateau".into(),
+            action: ActionSpec::Notify(trainwarden_core::NotifyAction { to: "team".into(), message: None }),
+            mode: Mode::Enforce,
+            reason: trainwarden_core::Reason { summary: "loss is flat".into(), ..Default::default() },
+            savings: None,
+            snoozed_until: None,
+        };
+        assert_eq!(Alert::from_intent(&intent, None).unwrap().0.summary, "loss is flat");
+        intent.snoozed_until = Some(Timestamp::from_second(1_795_798_800).unwrap());
+        assert_eq!(
+            Alert::from_intent(&intent, None).unwrap().0.summary,
+            "loss is flat (held while the job was snoozed until 2026-11-27T17:00:00Z by annotation \
+             trainwarden.dev/snooze-until; the rule still fires)"
+        );
     }
 }

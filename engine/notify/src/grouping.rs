@@ -510,6 +510,7 @@ mod tests {
             mode: Mode::Enforce,
             reason: Reason { summary: format!("{rule} fired"), ..Reason::default() },
             savings: None,
+            snoozed_until: None,
         }
     }
 

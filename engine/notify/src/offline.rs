@@ -35,10 +35,7 @@ pub struct OfflineNotifications {
 }
 
 fn event_time(event: &Event) -> Timestamp {
-    match event {
-        Event::Transition { at, .. } | Event::Suppressed { at, .. } | Event::RuleError { at, .. } => *at,
-        Event::Intent(i) => i.at,
-    }
+    event.at()
 }
 
 impl OfflineNotifications {

@@ -183,6 +183,7 @@ pub fn intent(p: &CompiledPolicy, rule: &str, job: &str, at: Timestamp, action: 
             resolution: None,
         },
         savings: None,
+        snoozed_until: None,
     }
 }
 

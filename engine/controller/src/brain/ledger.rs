@@ -245,6 +245,7 @@ mod tests {
             mode: Mode::Enforce,
             reason: Reason::default(),
             savings: None,
+            snoozed_until: None,
         }
     }
 

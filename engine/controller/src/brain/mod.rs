@@ -39,7 +39,7 @@ use tokio::sync::{mpsc, oneshot, watch};
 use tracing::{debug, info, warn};
 use trainwarden_core::compile;
 use trainwarden_core::{ActionSpec, PolicyId, PolicyKind};
-use trainwarden_core::{EngineConfig, Evaluator, Event, TransitionKind};
+use trainwarden_core::{EngineConfig, Evaluator, Event, SnoozeChange, TransitionKind};
 use trainwarden_core::{JobKey, JobSnapshot, NormalizeError, SampleSource, Timestamp};
 use trainwarden_kube::{ProgressPolicyStatus, VERDICT_ANNOTATION};
 
@@ -104,6 +104,9 @@ impl Brain {
     pub fn new(config: &ControllerConfig, metrics: Arc<Metrics>, notifier: Option<Notifier>) -> Self {
         let engine = EngineConfig {
             eval_interval: trainwarden_core::PolicyDuration::from_secs(config.eval_interval.as_secs().max(1)),
+            max_snooze: trainwarden_core::PolicyDuration::from_millis(
+                u64::try_from(config.max_snooze.as_millis()).unwrap_or(u64::MAX),
+            ),
             ..EngineConfig::default()
         };
         let gauges = metrics.job.clone().map(JobGauges::new);
@@ -328,10 +331,14 @@ impl Brain {
         if !self.leading {
             return;
         }
-        let fired = self
-            .events
-            .iter()
-            .any(|e| matches!(e, Event::Transition { job, kind: TransitionKind::Firing, .. } if job == key));
+        // A snooze that starts or ends is stored at once too: its first-seen time is what the cap runs from.
+        let fired = self.events.iter().any(|e| match e {
+            Event::Transition { job, kind: TransitionKind::Firing, .. } => job == key,
+            Event::Snooze { job, change: SnoozeChange::Started(_) | SnoozeChange::Ended { .. }, .. } => {
+                job == key
+            }
+            _ => false,
+        });
         if fired {
             self.history.due_now(key);
         }
@@ -493,7 +500,8 @@ impl Brain {
     }
 
     /// The ledger and a test of whether an owed intent is still wanted: its policy is loaded, its job is not
-    /// exempt and its rule still fires for the job.
+    /// exempt nor snoozed (the snooze's end re-issues what still fires, with new ids) and its rule still
+    /// fires for the job.
     fn ledger_and_wanted(&mut self) -> (&mut Ledger, impl Fn(&trainwarden_core::ActionIntent) -> bool + '_) {
         let (books, exempt, evaluator) = (&self.books, &self.exempt, &self.evaluator);
         let wanted = move |i: &trainwarden_core::ActionIntent| {
@@ -501,6 +509,7 @@ impl Brain {
                 return false;
             };
             !exempt.contains(&i.job)
+                && evaluator.snooze(&i.job).is_none()
                 && evaluator.rule_state(&i.job, reference, &i.rule)
                     == Some(trainwarden_core::RuleState::Firing)
         };
@@ -509,7 +518,7 @@ impl Brain {
 
     fn dropped_owed(&mut self, dropped: Vec<trainwarden_core::ActionIntent>) {
         for i in &dropped {
-            info!(job = %i.job, rule = %i.rule, id = %i.id, "owed action dropped: its rule no longer fires");
+            info!(job = %i.job, rule = %i.rule, id = %i.id, "owed action dropped: its rule no longer fires (or its job is snoozed)");
         }
         self.metrics.actions_abandoned.inc_by(dropped.len() as u64);
     }
@@ -727,6 +736,37 @@ impl Brain {
                 }
                 Event::Suppressed { job, policy, rule, action, until, .. } => {
                     debug!(%job, %policy, rule, action = action.as_str(), %until, "suppressed by cooldown");
+                }
+                Event::Held { job, policy, rule, actions, until, mode, .. } => {
+                    info!(%job, %policy, rule, %until, "actions held: the job is snoozed");
+                    self.work.push(Work::RecordEvent(Box::new(TrainJobEvent {
+                        job,
+                        warning: false,
+                        reason: "ActionsHeld".into(),
+                        action: "Evaluate".into(),
+                        note: format!(
+                            "{} {policy} rule {rule} firing [{}]: {}",
+                            policy.kind,
+                            mode.as_str(),
+                            trainwarden_core::replay::held_text(&actions, until)
+                        ),
+                    })));
+                }
+                Event::Snooze { job, change, .. } => {
+                    let (warning, reason) = match &change {
+                        SnoozeChange::Started(_) => (false, "Snoozed"),
+                        SnoozeChange::Ended { .. } => (false, "SnoozeEnded"),
+                        SnoozeChange::Invalid { .. } => (true, "InvalidSnooze"),
+                    };
+                    let note = trainwarden_core::replay::snooze_text(&change, &jiff::tz::TimeZone::UTC);
+                    info!(%job, reason, %note, "snooze");
+                    self.work.push(Work::RecordEvent(Box::new(TrainJobEvent {
+                        job,
+                        warning,
+                        reason: reason.into(),
+                        action: "Evaluate".into(),
+                        note,
+                    })));
                 }
             }
         }

@@ -475,6 +475,7 @@ mod tests {
             mode,
             reason: Default::default(),
             savings: None,
+            snoozed_until: None,
         }
     }
 

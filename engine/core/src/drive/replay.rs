@@ -292,6 +292,16 @@ pub fn event_json(event: &Event) -> serde_json::Value {
             "time": at.to_string(), "job": job.to_string(), "policy": policy.to_string(), "rule": rule,
             "state": "error", "action": null, "mode": null, "reason": {"summary": message},
         }),
+        Event::Held { at, job, policy, rule, actions, until, mode } => json!({
+            "time": at.to_string(), "job": job.to_string(), "policy": policy.to_string(), "rule": rule,
+            "state": "held", "action": null, "actions": actions, "mode": mode.as_str(), "snoozedUntil": until.to_string(),
+            "reason": {"summary": held_text(actions, *until)},
+        }),
+        Event::Snooze { at, job, change } => json!({
+            "time": at.to_string(), "job": job.to_string(), "policy": null, "rule": null,
+            "state": "snooze", "action": null, "mode": null, "snooze": change,
+            "reason": {"summary": snooze_text(change, &jiff::tz::TimeZone::UTC)},
+        }),
     }
 }
 
@@ -378,8 +388,58 @@ pub fn render_event(e: &Event, tz: &jiff::tz::TimeZone) -> String {
         Event::RuleError { at, job, rule, message, .. } => {
             out += &format!("{}  {job}  {rule:<16} ERROR     {message}\n", local(*at, tz));
         }
+        Event::Held { at, job, rule, actions, until, .. } => {
+            out += &format!(
+                "{}  {job}  {rule:<16}           ✗ {}\n",
+                local(*at, tz),
+                held_text(actions, *until).replace(&until.to_string(), &local(*until, tz))
+            );
+        }
+        Event::Snooze { at, job, change } => {
+            out += &format!("{}  {job}  {:<16} SNOOZE    {}\n", local(*at, tz), "", snooze_text(change, tz));
+        }
     }
     out
+}
+
+/// `suspend, notify held: snoozed until 2026-12-02T08:00:00Z by annotation trainwarden.dev/snooze-until`.
+pub fn held_text(actions: &[crate::policy::ActionKind], until: Timestamp) -> String {
+    let names: Vec<&str> = actions.iter().map(|a| a.as_str()).collect();
+    format!(
+        "{} held: snoozed until {until} by annotation {}; done then if the rule still fires",
+        names.join(", "),
+        crate::evaluate::SNOOZE_ANNOTATION
+    )
+}
+
+/// A snooze change for people, times in `tz`.
+pub fn snooze_text(change: &crate::evaluate::SnoozeChange, tz: &jiff::tz::TimeZone) -> String {
+    use crate::evaluate::SnoozeChange;
+    match change {
+        SnoozeChange::Started(s) => {
+            let mut text = format!(
+                "snoozed until {} by annotation {}: actions are held",
+                local(s.until, tz),
+                crate::evaluate::SNOOZE_ANNOTATION
+            );
+            if s.capped() {
+                text +=
+                    &format!(" (asked for {}; the longest snooze allowed ends then)", local(s.requested, tz));
+            }
+            text
+        }
+        SnoozeChange::Ended { until, why, released } => format!(
+            "snooze until {} ended ({}): {}",
+            local(*until, tz),
+            why.text(),
+            match released {
+                0 => "no rule fires, nothing to do".to_string(),
+                1 => "1 rule still firing acts now".to_string(),
+                n => format!("{n} rules still firing act now"),
+            }
+        ),
+        SnoozeChange::Invalid { message, .. } => message.clone(),
+    }
 }
 
 /// Renders the human timeline and summary. Times are shown in `tz` (the policy's zone).

@@ -2,13 +2,17 @@
 //! [`Evaluator::restore_history`]): its history (`history::checkpoint`) and the memories of its stateful
 //! detectors (the plateau's reference best and sample clock, the overtraining waits), versioned, tied to the
 //! job's uid and at most [`MAX_CHECKPOINT_BYTES`] long. The controller keeps it in an annotation on the
-//! TrainJob; the rule memories (pending, firing, cooldowns) stay in the policy status.
+//! TrainJob; the rule memories (pending, firing, cooldowns) stay in the policy status. A snooze in force
+//! is kept too (its value and when it was first seen, so the administrator's cap runs from the same
+//! instant after a restart, and a snooze that ended while no controller ran releases its actions at the
+//! first evaluation after the restart).
 //!
 //! A detector memory is keyed by policy, rule name and the rule's definition hash, so a rule edited while
 //! nobody watched starts afresh instead of inheriting a patience that belonged to other parameters.
 
 use super::Evaluator;
 use super::memory::rule_hash;
+use super::snooze::SnoozeTrack;
 use crate::history::checkpoint::{Num, SeriesWire};
 use crate::history::fnv1a;
 use crate::input::sample::JobKey;
@@ -93,9 +97,22 @@ struct Wire {
     series: SeriesWire,
     #[serde(rename = "d", default, skip_serializing_if = "Vec::is_empty")]
     detectors: Vec<DetectorWire>,
+    /// The snooze holding the job's actions: its value and when it was first seen (the cap runs from
+    /// there). Optional, so version 1 reads checkpoints written with and without it, either way round.
+    #[serde(rename = "z", default, skip_serializing_if = "Option::is_none")]
+    snooze: Option<SnoozeWire>,
     /// When the checkpoint was taken. Last, and not part of [`HistoryCheckpoint::content`].
     #[serde(default, skip_serializing_if = "Option::is_none")]
     at: Option<Timestamp>,
+}
+
+/// A snooze in force when the checkpoint was taken (see `super::snooze`).
+#[derive(Clone, Debug, PartialEq, serde::Serialize, serde::Deserialize)]
+struct SnoozeWire {
+    /// The annotation's value.
+    v: String,
+    /// When the evaluator first saw it on the job.
+    f: Timestamp,
 }
 
 /// Only the header, read first so that an unknown version is refused for what it is.
@@ -262,6 +279,7 @@ impl Evaluator {
             first_seen: Num::of(seconds(origin, data.first_seen)),
             series: SeriesWire::of(series, origin),
             detectors,
+            snooze: entry.snooze.holding().map(|s| SnoozeWire { v: s.value.clone(), f: s.since }),
             at: Some(now),
         };
         let (points, metrics) = (wire.series.points(), wire.series.metric_count());
@@ -327,10 +345,18 @@ impl Evaluator {
         }
         let restored_samples = series.samples;
         let metrics = series.metric_names().count();
+        let max_snooze = self.config.max_snooze;
         let entry = self.entry(key, now);
         if let Some(data) = entry.data.as_mut() {
             data.series = series;
             data.first_seen = first_seen.min(data.first_seen);
+        }
+        // A first-seen time ahead of now would stretch the cap: it is taken as now at the latest.
+        if let Some(z) = wire.snooze
+            && !entry.snooze.seen()
+            && let Some(track) = SnoozeTrack::restored(z.v, z.f.min(now), max_snooze)
+        {
+            entry.snooze = track;
         }
         let mut restored =
             HistoryRestored { samples: restored_samples, metrics, detectors: 0, detectors_ignored: 0 };

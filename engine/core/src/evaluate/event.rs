@@ -178,6 +178,10 @@ pub struct ActionIntent {
     /// GPU time a suspension frees, when it can be estimated.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub savings: Option<Savings>,
+    /// On the intents of a firing released when a snooze ended: when that snooze ended (the actions were
+    /// held until then, see [`super::SNOOZE_ANNOTATION`]), so messages can say so. `None` otherwise.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub snoozed_until: Option<Timestamp>,
 }
 
 /// Everything evaluation reports.
@@ -217,6 +221,33 @@ pub enum Event {
         /// When the cooldown ends.
         until: Timestamp,
     },
+    /// A rule fired while its job is snoozed ([`super::SNOOZE_ANNOTATION`]): its actions are held, no intent
+    /// is issued. If the rule still fires when the snooze ends, it fires again then and acts.
+    Held {
+        /// When the rule fired.
+        at: Timestamp,
+        /// The job.
+        job: JobKey,
+        /// The policy the rule belongs to.
+        policy: PolicyRef,
+        /// The rule's name.
+        rule: String,
+        /// The actions held, in the rule's order.
+        actions: Vec<ActionKind>,
+        /// When the snooze ends.
+        until: Timestamp,
+        /// The rule's mode.
+        mode: Mode,
+    },
+    /// A job's snooze started, ended or could not be honoured.
+    Snooze {
+        /// When the evaluator saw it.
+        at: Timestamp,
+        /// The job.
+        job: JobKey,
+        /// What happened.
+        change: super::SnoozeChange,
+    },
     /// A rule could not be evaluated (script error); its state is left as it was.
     RuleError {
         /// When the evaluation failed.
@@ -230,4 +261,30 @@ pub enum Event {
         /// The error, located in the rule's `when`.
         message: String,
     },
+}
+
+impl Event {
+    /// When it happened.
+    pub fn at(&self) -> Timestamp {
+        match self {
+            Event::Transition { at, .. }
+            | Event::Suppressed { at, .. }
+            | Event::Held { at, .. }
+            | Event::Snooze { at, .. }
+            | Event::RuleError { at, .. } => *at,
+            Event::Intent(i) => i.at,
+        }
+    }
+
+    /// The job it is about.
+    pub fn job(&self) -> &JobKey {
+        match self {
+            Event::Transition { job, .. }
+            | Event::Suppressed { job, .. }
+            | Event::Held { job, .. }
+            | Event::Snooze { job, .. }
+            | Event::RuleError { job, .. } => job,
+            Event::Intent(i) => &i.job,
+        }
+    }
 }

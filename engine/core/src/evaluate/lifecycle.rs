@@ -39,6 +39,8 @@ pub(super) fn condition(
     Ok((Some(Reason::from_findings(findings, rule.when.as_deref())), wake))
 }
 
+/// One evaluation's verdict on a rule's state. `hold`: the job is snoozed until then, so a firing holds its
+/// actions (see [`super::snooze`]).
 #[allow(clippy::too_many_arguments)]
 pub(super) fn advance(
     track: &mut RuleTrack,
@@ -49,6 +51,7 @@ pub(super) fn advance(
     cleared_by: Resolution,
     now: Timestamp,
     data: Option<&JobData>,
+    hold: Option<Timestamp>,
     out: &mut Vec<Event>,
 ) {
     // `reason` is `None` because of `cleared_by`: the condition, the window or the job's phase.
@@ -70,7 +73,7 @@ pub(super) fn advance(
     match (track.alert, reason) {
         (Alert::Inactive, Some(reason)) => {
             if rule.for_.is_zero() {
-                fire(track, key, policy, rule, reason, now, data, out);
+                fire(track, key, policy, rule, reason, now, data, hold, out);
             } else {
                 track.alert = Alert::Pending { since: Some(now) };
                 track.last_reason = reason.clone();
@@ -81,7 +84,7 @@ pub(super) fn advance(
             let since = since.unwrap_or(now);
             track.last_reason = reason.clone();
             if crate::time::seconds(since, now) >= rule.for_.as_secs_f64() {
-                fire(track, key, policy, rule, reason, now, data, out);
+                fire(track, key, policy, rule, reason, now, data, hold, out);
             }
         }
         (Alert::Pending { .. }, None) => {
@@ -104,6 +107,8 @@ pub(super) fn advance(
     }
 }
 
+/// The rule fires: one transition, then its actions' intents, or, while the job is snoozed (`hold`), one
+/// [`Event::Held`] instead (cooldowns are not touched: nothing was issued).
 #[allow(clippy::too_many_arguments)]
 pub(super) fn fire(
     track: &mut RuleTrack,
@@ -113,6 +118,7 @@ pub(super) fn fire(
     reason: Reason,
     now: Timestamp,
     data: Option<&JobData>,
+    hold: Option<Timestamp>,
     out: &mut Vec<Event>,
 ) {
     track.alert = Alert::Firing { since: Some(now), cleared_at: None };
@@ -127,6 +133,57 @@ pub(super) fn fire(
         reason: reason.clone(),
         mode: rule.mode,
     });
+    if let Some(until) = hold {
+        if !rule.actions.is_empty() {
+            out.push(Event::Held {
+                at: now,
+                job: key.clone(),
+                policy: policy.reference.clone(),
+                rule: rule.name.clone(),
+                actions: rule.actions.iter().map(ActionSpec::kind).collect(),
+                until,
+                mode: rule.mode,
+            });
+        }
+        return;
+    }
+    issue(track, key, policy, rule, &reason, now, data, None, out);
+}
+
+/// A rule still firing when its job's snooze ended (at `until`) fires again now: a new firing (new intent
+/// ids, so the executor does not take it for the one before the snooze), without a new transition (it
+/// never stopped firing), its `keepFiringFor` clock left as it was.
+#[allow(clippy::too_many_arguments)]
+pub(super) fn release(
+    track: &mut RuleTrack,
+    key: &JobKey,
+    policy: &CompiledPolicy,
+    rule: &CompiledRule,
+    now: Timestamp,
+    data: Option<&JobData>,
+    until: Timestamp,
+    out: &mut Vec<Event>,
+) {
+    let Alert::Firing { cleared_at, .. } = track.alert else { return };
+    track.alert = Alert::Firing { since: Some(now), cleared_at };
+    track.firings += 1;
+    let reason = track.last_reason.clone();
+    issue(track, key, policy, rule, &reason, now, data, Some(until), out);
+}
+
+/// The intents of one firing, each action subject to its cooldown.
+#[allow(clippy::too_many_arguments)]
+fn issue(
+    track: &mut RuleTrack,
+    key: &JobKey,
+    policy: &CompiledPolicy,
+    rule: &CompiledRule,
+    reason: &Reason,
+    now: Timestamp,
+    data: Option<&JobData>,
+    snoozed_until: Option<Timestamp>,
+    out: &mut Vec<Event>,
+) {
     track.last_issued.resize(rule.actions.len(), None);
     for (i, action) in rule.actions.iter().enumerate() {
         if let Some(last) = track.last_issued[i] {
@@ -146,7 +203,7 @@ pub(super) fn fire(
         }
         track.last_issued[i] = Some(now);
         let savings = match action {
-            ActionSpec::Suspend(_) => data.and_then(|d| savings::estimate(d, policy, &reason, now)),
+            ActionSpec::Suspend(_) => data.and_then(|d| savings::estimate(d, policy, reason, now)),
             _ => None,
         };
         out.push(Event::Intent(ActionIntent {
@@ -159,6 +216,7 @@ pub(super) fn fire(
             mode: rule.mode,
             reason: reason.clone(),
             savings,
+            snoozed_until,
         }));
     }
 }

@@ -29,15 +29,18 @@ mod event;
 mod lifecycle;
 mod memory;
 mod savings;
+mod snooze;
 mod timers;
 
 pub use checkpoint::{
     CHECKPOINT_VERSION, HistoryCheckpoint, HistoryRefused, HistoryRestored, MAX_CHECKPOINT_BYTES,
 };
 pub use event::{ActionIntent, Event, Reason, Resolution, RuleState, Savings, SavingsBasis, TransitionKind};
-use lifecycle::{advance, condition, resolve_track};
+use lifecycle::{advance, condition, release, resolve_track};
 pub use memory::RuleMemory;
 use memory::claim_memories;
+use snooze::SnoozeTrack;
+pub use snooze::{SNOOZE_ANNOTATION, Snooze, SnoozeChange, SnoozeEnd};
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 
@@ -63,6 +66,9 @@ pub struct EngineConfig {
     /// Run conditions of the common shapes natively (the default; see `judge::script::native`). `false`
     /// runs every condition in Rhai, as benchmarks' baseline does.
     pub native_conditions: bool,
+    /// The longest an owner's snooze ([`SNOOZE_ANNOTATION`]) holds a job's actions, counted from when the
+    /// evaluator first saw the annotation's value on the job (default 24h; zero allows no snooze).
+    pub max_snooze: PolicyDuration,
 }
 
 impl Default for EngineConfig {
@@ -71,6 +77,7 @@ impl Default for EngineConfig {
             eval_interval: PolicyDuration::from_secs(30),
             limits: Limits::default(),
             native_conditions: true,
+            max_snooze: PolicyDuration::from_secs(24 * 3600),
         }
     }
 }
@@ -147,6 +154,8 @@ struct JobEntry {
     /// — a new sample — never clones labels or re-matches selectors).
     selected_by: Vec<usize>,
     selection_stale: bool,
+    /// The owner's snooze ([`SNOOZE_ANNOTATION`]), read at each evaluation.
+    snooze: SnoozeTrack,
 }
 
 impl JobEntry {
@@ -372,6 +381,7 @@ impl Evaluator {
     pub fn observe(&mut self, mut snapshot: JobSnapshot, now: Timestamp, out: &mut Vec<Event>) {
         let sample = snapshot.sample.take();
         let key = snapshot.key.clone();
+        let max_snooze = self.config.max_snooze;
         let entry = self.entry(&key, now);
         let mut resumed = false;
         if let Some(data) = entry.data.as_mut() {
@@ -379,6 +389,8 @@ impl Evaluator {
                 entry.selection_stale = true;
             }
             resumed = data.snapshot.phase != JobPhase::Running && snapshot.phase == JobPhase::Running;
+            let value = snapshot.annotations.get(SNOOZE_ANNOTATION).map(String::as_str);
+            entry.snooze.note(&key, value, now, max_snooze, out);
             data.snapshot = snapshot;
         }
         if resumed {
@@ -432,6 +444,7 @@ impl Evaluator {
                 tracks: Vec::new(),
                 selected_by: Vec::new(),
                 selection_stale: true,
+                snooze: SnoozeTrack::default(),
             },
         );
     }
@@ -557,6 +570,10 @@ impl Evaluator {
         self.evaluations += 1;
         let Some(phase) = entry.data.as_ref().map(|d| d.snapshot.phase) else { return };
         let running = phase == JobPhase::Running;
+        let snooze = entry.snooze.check(now);
+        let hold = snooze.hold;
+        // The rules that fire in this very evaluation act (or not) on their own: a release skips them.
+        let mut fired_now: Vec<(usize, usize)> = Vec::new();
         for i in 0..entry.selected_by.len() {
             let p_index = entry.selected_by[i];
             let Some(Some(slot)) = self.policies.get(p_index) else { continue };
@@ -589,6 +606,7 @@ impl Evaluator {
                     Ok((reason, wake)) => {
                         track.last_error = None;
                         track.script_wake = wake;
+                        let firings = track.firings;
                         advance(
                             track,
                             key,
@@ -598,8 +616,12 @@ impl Evaluator {
                             cleared_by,
                             now,
                             entry.data.as_deref(),
+                            hold,
                             out,
                         );
+                        if snooze.ended.is_some() && track.firings != firings {
+                            fired_now.push((p_index, r_index));
+                        }
                     }
                     Err(message) => {
                         if track.last_error.as_deref() != Some(message.as_str()) {
@@ -614,6 +636,34 @@ impl Evaluator {
                         }
                     }
                 }
+            }
+        }
+        if let Some((until, why)) = snooze.ended {
+            // Every rule still firing acts now (a running job's: a suspended job's rules are frozen, a
+            // finished job's resolved), except those that fired in this very evaluation.
+            let mut due: Vec<(usize, usize)> = Vec::new();
+            if running {
+                for &p in &entry.selected_by {
+                    for (r, track) in entry.tracks.get(p).into_iter().flatten().enumerate() {
+                        if track.alert.state() == RuleState::Firing && !fired_now.contains(&(p, r)) {
+                            due.push((p, r));
+                        }
+                    }
+                }
+            }
+            out.push(Event::Snooze {
+                at: now,
+                job: key.clone(),
+                change: SnoozeChange::Ended { until, why, released: due.len() },
+            });
+            for (p, r) in due {
+                let Some(Some(slot)) = self.policies.get(p) else { continue };
+                let (Some(rule), Some(track)) =
+                    (slot.policy.rules.get(r), entry.tracks.get_mut(p).and_then(|t| t.get_mut(r)))
+                else {
+                    continue;
+                };
+                release(track, key, &slot.policy, rule, now, entry.data.as_deref(), until, out);
             }
         }
         // Policies that no longer select the job (labels changed): their rules resolve.
@@ -646,6 +696,12 @@ impl Evaluator {
         let r = slot.policy.rules.iter().position(|x| x.name == rule)?;
         let track = self.jobs.get(job)?.tracks.get(p)?.get(r)?;
         Some(track.alert.state())
+    }
+
+    /// The owner's snooze ([`SNOOZE_ANNOTATION`]) holding the job's actions, as of the job's last
+    /// evaluation (a snooze ends at the evaluation its timer makes on the second it is due).
+    pub fn snooze(&self, job: &JobKey) -> Option<&Snooze> {
+        self.jobs.get(job)?.snooze.holding()
     }
 
     /// Job evaluations so far: what time and samples cost.

@@ -84,6 +84,8 @@ impl World {
                 }
                 Event::Suppressed { at, rule, action, .. } => (m(at), format!("{rule} ✗ {action}")),
                 Event::RuleError { at, rule, message, .. } => (m(at), format!("{rule} error: {message}")),
+                Event::Held { at, rule, actions, .. } => (m(at), format!("{rule} held {actions:?}")),
+                Event::Snooze { at, change, .. } => (m(at), format!("snooze {change:?}")),
             })
             .collect()
     }

@@ -1,6 +1,6 @@
 //! When jobs are evaluated with no new sample: the `eval_interval` cadence (for jobs of policies that read the
 //! clock), calendar window changes and each job's one exact timer (the earliest of its `for`,
-//! `keepFiringFor` and time-driven detector deadlines).
+//! `keepFiringFor` and time-driven detector deadlines, and the end of its snooze).
 
 use super::{Alert, Evaluator, Event};
 use crate::input::sample::{JobKey, JobPhase};
@@ -90,6 +90,8 @@ impl Evaluator {
                 wake = Some(wake.map_or(t, |w| w.min(t)));
             }
         };
+        // A snooze ends on its second whatever the job's phase (its status and Events say so then).
+        consider(entry.snooze.current(now).map(|s| s.until));
         if let Some(data) = entry.data.as_deref()
             && data.snapshot.phase == JobPhase::Running
         {
