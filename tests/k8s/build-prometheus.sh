@@ -59,6 +59,12 @@ need_go() {
   local v
   v="$(GOTOOLCHAIN=local go env GOVERSION 2>/dev/null)" || die "'go env GOVERSION' failed; is the Go installation broken?"
   log "using $v ($(command -v go))"
+  # GOTOOLCHAIN=local: no toolchain download, so the wrapper's `go` line must be met by this go.
+  local want
+  want="$(sed -n 's/^go[[:space:]][[:space:]]*\([0-9][0-9.]*\)[[:space:]]*$/\1/p' "$WRAPPER/go.mod" 2>/dev/null | head -n1)"
+  if [[ -n "$want" && "$(printf '%s\n%s\n' "$want" "${v#go}" | sort -V | head -n1)" != "$want" ]]; then
+    die "$v is older than go $want, which prometheus $PROMETHEUS_MODULE_VERSION requires; install a newer Go"
+  fi
 }
 
 # The module version is whatever the committed wrapper pins.
