@@ -7,8 +7,9 @@
 #   e.g. tests/k8s/with-control-plane.sh cargo test -p trainwarden-engine --test k8s
 #
 # CMD sees: KUBECONFIG, TRAINWARDEN_TEST_KUBECONFIG (same file),
-# TRAINWARDEN_KUBECTL (the built kubectl), KUBECACHEDIR (per-plane cache) and
-# TRAINWARDEN_HELM (helm built by build-helm.sh).
+# TRAINWARDEN_KUBECTL (the built kubectl), KUBECACHEDIR (per-plane cache),
+# TRAINWARDEN_HELM (helm built by build-helm.sh), and TRAINWARDEN_PROMTOOL and
+# TRAINWARDEN_PROMETHEUS (built by build-prometheus.sh).
 # The exit code is CMD's. If CMD (or the setup) fails, the etcd and apiserver
 # logs are copied to a directory that is printed (TRAINWARDEN_K8S_LOG_DIR
 # to choose it); the temp dir is always removed.
@@ -53,6 +54,10 @@ export TRAINWARDEN_K8S_BIN_DIR="$cache/bin"
 # helm, for the chart test (engine/kube/tests/chart.rs).
 helm_cache="$("$SCRIPT_DIR/build-helm.sh" | tail -n1)" || die "build-helm.sh failed"
 export TRAINWARDEN_HELM="$helm_cache/bin/helm"
+# promtool, for the chart's rules and dashboard (engine/controller/tests/monitoring.rs), and prometheus.
+prometheus_cache="$("$SCRIPT_DIR/build-prometheus.sh" | tail -n1)" || die "build-prometheus.sh failed"
+export TRAINWARDEN_PROMTOOL="$prometheus_cache/bin/promtool"
+export TRAINWARDEN_PROMETHEUS="$prometheus_cache/bin/prometheus"
 
 plane_dir="$(mktemp -d "${TMPDIR:-/tmp}/trainwarden-k8s.XXXXXX")"
 "$SCRIPT_DIR/control-plane.sh" start "$plane_dir" >/dev/null

@@ -285,8 +285,59 @@ pub struct RuleStateLabels {
     pub state: RuleStateLabel,
 }
 
+/// The `phase` label of `trainwarden_job_phase`: the job's phase as the policies see it.
+#[derive(Clone, Copy, Debug, Hash, PartialEq, Eq)]
+pub enum JobPhaseLabel {
+    /// Neither suspended nor finished.
+    Running,
+    /// `spec.suspend` is true (by trainwarden, Kueue or a user), or its Kueue Workload is not admitted.
+    Suspended,
+    /// The `Complete` condition is true.
+    Complete,
+    /// The `Failed` condition is true.
+    Failed,
+}
+
+impl From<trainwarden_core::JobPhase> for JobPhaseLabel {
+    fn from(phase: trainwarden_core::JobPhase) -> Self {
+        use trainwarden_core::JobPhase;
+        match phase {
+            JobPhase::Running => JobPhaseLabel::Running,
+            JobPhase::Suspended => JobPhaseLabel::Suspended,
+            JobPhase::Complete => JobPhaseLabel::Complete,
+            JobPhase::Failed => JobPhaseLabel::Failed,
+        }
+    }
+}
+
+/// Labels of `trainwarden_job_phase`.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct JobPhaseLabels {
+    /// The TrainJob's namespace.
+    pub namespace: String,
+    /// The TrainJob's name.
+    pub trainjob: String,
+    /// running, suspended, complete or failed.
+    pub phase: JobPhaseLabel,
+}
+
+/// Labels of `trainwarden_gpu_hours_saved` and `trainwarden_dollars_saved`.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct SavingsLabels {
+    /// The policy whose rule stopped the job, as `kind/namespace/name` (`kind/name` for a
+    /// ClusterProgressPolicy).
+    pub policy: String,
+    /// The stopped TrainJob's namespace (the team).
+    pub namespace: String,
+    /// `Enforce` (saved: the job was suspended) or `Audit` (would have been saved: reported only).
+    pub mode: ModeLabel,
+}
+
 /// A float gauge.
 pub type FloatGauge = Gauge<f64, AtomicU64>;
+
+/// A float counter.
+pub type FloatCounter = Counter<f64, AtomicU64>;
 
 /// The per-job families (`--job-metrics`), registered only when switched on. Handles: the brain sets and
 /// removes their series ([`crate::brain`]), `/metrics` encodes them.
@@ -302,6 +353,11 @@ pub struct JobFamilies {
     pub last_report_timestamp_seconds: Family<JobLabels, FloatGauge>,
     /// `trainwarden_rule_state{policy,rule,state}`: 1 while the rule is pending or firing for the job.
     pub rule_state: Family<RuleStateLabels, Gauge>,
+    /// `trainwarden_job_gpus`: the GPUs the job holds when running (its own count, else the largest
+    /// `assumeGpus` of the policies selecting it); no series when neither is known.
+    pub gpus: Family<JobLabels, FloatGauge>,
+    /// `trainwarden_job_phase{phase}`: 1 for the job's current phase (one series a job).
+    pub phase: Family<JobPhaseLabels, Gauge>,
 }
 
 impl JobFamilies {
@@ -330,6 +386,16 @@ impl JobFamilies {
             "rule_state",
             "1 while a rule is pending or firing for a TrainJob (no series while inactive), like Prometheus' ALERTS",
             self.rule_state.clone(),
+        );
+        registry.register(
+            "job_gpus",
+            "GPUs each judged TrainJob holds when running: its own count, else the largest assumeGpus of the policies selecting it",
+            self.gpus.clone(),
+        );
+        registry.register(
+            "job_phase",
+            "1 for each judged TrainJob's current phase (running, suspended, complete, failed); one series a job",
+            self.phase.clone(),
         );
     }
 }
@@ -384,6 +450,12 @@ label_value! {
         RecordDrop::FileGone => "file_gone",
     };
     JobMetricName => |v| v.as_str();
+    JobPhaseLabel => |v| match v {
+        JobPhaseLabel::Running => "running",
+        JobPhaseLabel::Suspended => "suspended",
+        JobPhaseLabel::Complete => "complete",
+        JobPhaseLabel::Failed => "failed",
+    };
     RuleStateLabel => |v| match v {
         RuleStateLabel::Pending => "pending",
         RuleStateLabel::Firing => "firing",
@@ -465,6 +537,11 @@ pub struct Metrics {
     pub record_files: Gauge,
     /// `trainwarden_record_bytes`: bytes of those files.
     pub record_bytes: Gauge,
+    /// `trainwarden_gpu_hours_saved`: GPU-hours freed by suspending jobs (`Enforce`), or that would have
+    /// been (`Audit`), by policy and the job's namespace, as this replica booked them while it led.
+    pub gpu_hours_saved: Family<SavingsLabels, FloatCounter>,
+    /// `trainwarden_dollars_saved`: the same in dollars, for policies that set `gpuHourCost`.
+    pub dollars_saved: Family<SavingsLabels, FloatCounter>,
     /// The per-job gauges; `None` when `--job-metrics=false` (not registered at all).
     pub job: Option<JobFamilies>,
 }
@@ -656,6 +733,18 @@ impl Metrics {
         );
         let record_bytes = Gauge::default();
         registry.register("record_bytes", "Bytes of those stream files", record_bytes.clone());
+        let gpu_hours_saved = Family::<SavingsLabels, FloatCounter>::default();
+        registry.register(
+            "gpu_hours_saved",
+            "GPU-hours freed by suspending TrainJobs (mode Enforce) or that would have been (mode Audit), by policy and the job's namespace; booked by the leader when the action is done or reported",
+            gpu_hours_saved.clone(),
+        );
+        let dollars_saved = Family::<SavingsLabels, FloatCounter>::default();
+        registry.register(
+            "dollars_saved",
+            "Dollars of those GPU-hours, for policies that set gpuHourCost",
+            dollars_saved.clone(),
+        );
         let job = job_metrics.then(JobFamilies::default);
         if let Some(families) = &job {
             families.register(&mut registry);
@@ -693,6 +782,8 @@ impl Metrics {
             record_dropped,
             record_files,
             record_bytes,
+            gpu_hours_saved,
+            dollars_saved,
             job,
         }
     }
@@ -730,6 +821,15 @@ impl Metrics {
     /// Counts a dropped observation or lines in `trainwarden_record_dropped`.
     pub fn record_drop(&self, reason: RecordDrop) {
         self.record_dropped.get_or_create(&RecordDropLabels { reason }).inc();
+    }
+
+    /// Books what a job's suspension saved (`Enforce`) or would have saved (`Audit`) in
+    /// `trainwarden_gpu_hours_saved` and, when priced, `trainwarden_dollars_saved`.
+    pub fn saved(&self, labels: &SavingsLabels, gpu_hours: f64, dollars: Option<f64>) {
+        self.gpu_hours_saved.get_or_create(labels).inc_by(gpu_hours);
+        if let Some(d) = dollars {
+            self.dollars_saved.get_or_create(labels).inc_by(d);
+        }
     }
 
     /// The OpenMetrics text exposition.

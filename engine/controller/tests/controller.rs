@@ -543,6 +543,7 @@ async fn a_jobs_gauges_are_on_metrics_until_it_is_deleted() {
         format!("trainwarden_job_eta_seconds{{{job}}} 3600.0"),
         format!("trainwarden_job_metric{{{job},metric=\"loss\"}} 0.5"),
         format!("trainwarden_job_last_report_timestamp_seconds{{{job}}} {}.0", at.as_second()),
+        format!("trainwarden_job_phase{{{job},phase=\"running\"}} 1"),
     ] {
         assert!(metrics.contains(&line), "{line} missing in:\n{metrics}");
     }

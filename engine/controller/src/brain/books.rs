@@ -1,16 +1,16 @@
 //! What the brain keeps per policy beyond the evaluator, for its status: the loaded generation or why it is
 //! invalid, the last actions, savings and action counts (updated from the executor's outcomes).
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, HashMap, HashSet};
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
 use tracing::{info, warn};
+use trainwarden_core::{ActionSpec, Mode, PolicyId, PolicyRef};
 use trainwarden_core::{JobKey, Timestamp};
-use trainwarden_core::{Mode, PolicyRef};
 use trainwarden_kube::ProgressPolicyStatus;
 
 use crate::messages::{ActionResult, Outcome};
-use crate::metrics::{ActionLabel, ExecutedActionLabels};
+use crate::metrics::{ActionLabel, ExecutedActionLabels, ModeLabel, SavingsLabels};
 
 use super::Brain;
 use super::ledger::Settled;
@@ -36,6 +36,8 @@ pub(super) struct PolicyBook {
     /// Rules of the loaded generation whose evaluation failed, by rule: shown in the Ready condition while
     /// recent, since such a rule never fires.
     pub(super) rule_errors: BTreeMap<String, RuleErrors>,
+    /// The job namespaces and modes whose savings series exist (see [`Brain::expect_savings`]).
+    pub(super) savings_series: HashSet<(String, Mode)>,
 }
 
 /// A rule's recent evaluation failures.
@@ -111,6 +113,36 @@ impl PolicyBook {
 }
 
 impl Brain {
+    /// Creates at zero the savings series a suspension of `job` would add to: for each policy selecting it,
+    /// in the job's namespace, for the mode of each of its rules that suspends (once each). `increase()`
+    /// counts a counter's growth from its first sample on, so a series born with its first saving would lose
+    /// it; born at zero when the job is first judged, it is scraped at zero long before.
+    pub(super) fn expect_savings(&mut self, job: &JobKey) {
+        for policy in self.evaluator.policies() {
+            if !self.evaluator.selects(&policy.reference, job) {
+                continue;
+            }
+            let Some(book) = self.books.get_mut(&PolicyId::from(&policy.reference)) else { continue };
+            let suspending =
+                policy.rules.iter().filter(|r| r.actions.iter().any(|a| matches!(a, ActionSpec::Suspend(_))));
+            for rule in suspending {
+                if book.savings_series.contains(&(job.namespace.clone(), rule.mode)) {
+                    continue;
+                }
+                book.savings_series.insert((job.namespace.clone(), rule.mode));
+                let labels = SavingsLabels {
+                    policy: format!("{}/{}", policy.reference.kind, policy.reference),
+                    namespace: job.namespace.clone(),
+                    mode: ModeLabel(Some(rule.mode)),
+                };
+                self.metrics.gpu_hours_saved.get_or_create(&labels).inc_by(0.0);
+                if policy.env.gpu_hour_cost.is_some() {
+                    self.metrics.dollars_saved.get_or_create(&labels).inc_by(0.0);
+                }
+            }
+        }
+    }
+
     pub(super) fn record_outcome(&mut self, o: Outcome, now: Timestamp) {
         let settled = self.ledger.settle(
             &o.intent,
@@ -156,6 +188,11 @@ impl Brain {
         if let Some(s) = &o.savings
             && o.action.stops_job()
         {
+            let labels = || SavingsLabels {
+                policy: format!("{}/{}", o.policy.kind, o.policy),
+                namespace: o.job.namespace.clone(),
+                mode: ModeLabel(Some(o.mode)),
+            };
             match (o.mode, &o.result) {
                 // Found done by its id: the leader that did it was lost before its status counted it
                 // (a status that counted it would have settled the intent here), so it counts now, once.
@@ -164,15 +201,102 @@ impl Brain {
                     if let Some(d) = s.dollars {
                         *book.dollars_saved.get_or_insert(0.0) += d;
                     }
+                    self.metrics.saved(&labels(), s.gpu_hours, s.dollars);
                 }
                 (Mode::Audit, ActionResult::Reported) => {
                     book.gpu_hours_would_save += s.gpu_hours;
                     if let Some(d) = s.dollars {
                         *book.dollars_would_save.get_or_insert(0.0) += d;
                     }
+                    self.metrics.saved(&labels(), s.gpu_hours, s.dollars);
                 }
                 _ => {}
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use trainwarden_core::{JobKey, Mode};
+
+    use crate::brain::Brain;
+    use crate::brain::tests::{job_reporting, key, policy_input, t};
+    use crate::config::ControllerConfig;
+    use crate::messages::{ActionResult, ExecutedAction, Input, Outcome};
+    use crate::metrics::Metrics;
+
+    fn outcome(mode: Mode, result: ActionResult, gpu_hours: f64) -> Input {
+        Input::Outcome(Box::new(Outcome {
+            intent: format!("i-{gpu_hours}"),
+            policy: key(),
+            job: JobKey::new("ml", "ft"),
+            rule: "high".into(),
+            action: ExecutedAction::Suspend,
+            mode,
+            result,
+            message: String::new(),
+            at: t(5),
+            savings: Some(trainwarden_core::Savings {
+                until: t(3605),
+                basis: trainwarden_core::SavingsBasis::EstimatedEnd,
+                gpus: 8.0,
+                gpu_hours,
+                dollars: Some(gpu_hours * 10.0),
+            }),
+        }))
+    }
+
+    fn saved_lines(metrics: &Metrics) -> Vec<String> {
+        metrics
+            .encode()
+            .lines()
+            .filter(|l| {
+                l.starts_with("trainwarden_gpu_hours_saved") || l.starts_with("trainwarden_dollars_saved")
+            })
+            .map(str::to_string)
+            .collect()
+    }
+
+    #[test]
+    fn savings_are_counted_by_policy_namespace_and_mode_from_zero() {
+        let metrics = Arc::new(Metrics::new());
+        let mut b = Brain::new(&ControllerConfig::default(), metrics.clone(), None);
+        b.handle(
+            policy_input(
+                "    - {name: high, when: 'metric(\"loss\") > 5.0', actions: [{suspend: {}}]}\n  gpuHourCost: 10\n",
+                None,
+            ),
+            t(0),
+        );
+        let labels = r#"{policy="ProgressPolicy/ml/p",namespace="ml",mode="Enforce"}"#;
+        assert_eq!(saved_lines(&metrics), Vec::<String>::new(), "no job judged yet");
+        // Judged: the series exist at zero, so that Prometheus' increase() counts the first saving.
+        b.handle(job_reporting(1.0, t(1)), t(1));
+        assert_eq!(
+            saved_lines(&metrics),
+            vec![
+                format!("trainwarden_gpu_hours_saved_total{labels} 0.0"),
+                format!("trainwarden_dollars_saved_total{labels} 0.0")
+            ]
+        );
+        b.handle(outcome(Mode::Enforce, ActionResult::Done, 8.0), t(5));
+        // Neither a failure nor an unchanged job saves anything.
+        b.handle(outcome(Mode::Enforce, ActionResult::Failed, 100.0), t(7));
+        b.handle(outcome(Mode::Enforce, ActionResult::Unchanged, 100.0), t(7));
+        b.handle(outcome(Mode::Audit, ActionResult::Reported, 4.0), t(8));
+        let audit = r#"{policy="ProgressPolicy/ml/p",namespace="ml",mode="Audit"}"#;
+        let lines = saved_lines(&metrics);
+        for want in [
+            format!("trainwarden_gpu_hours_saved_total{labels} 8.0"),
+            format!("trainwarden_dollars_saved_total{labels} 80.0"),
+            format!("trainwarden_gpu_hours_saved_total{audit} 4.0"),
+            format!("trainwarden_dollars_saved_total{audit} 40.0"),
+        ] {
+            assert!(lines.contains(&want), "{want} missing in {lines:#?}");
+        }
+        assert_eq!(lines.len(), 4, "{lines:#?}");
     }
 }

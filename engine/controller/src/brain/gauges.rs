@@ -1,5 +1,5 @@
-//! The per-job gauges (`--job-metrics`): each judged TrainJob's latest progress, ETA, report time and
-//! canonical metrics, and its pending and firing rules, as series on `/metrics`.
+//! The per-job gauges (`--job-metrics`): each judged TrainJob's latest progress, ETA, report time,
+//! canonical metrics, GPUs and phase, and its pending and firing rules, as series on `/metrics`.
 //!
 //! The brain owns the evaluator, so it is the one place that knows when these values change: a job's series
 //! are brought in line with the evaluator after each of its reports and rule transitions, and after a
@@ -13,7 +13,8 @@ use std::collections::{HashMap, HashSet};
 use trainwarden_core::{Evaluator, JobKey, RuleState};
 
 use crate::metrics::{
-    JobFamilies, JobLabels, JobMetricLabels, JobMetricName, RuleStateLabel, RuleStateLabels,
+    JobFamilies, JobLabels, JobMetricLabels, JobMetricName, JobPhaseLabel, JobPhaseLabels, RuleStateLabel,
+    RuleStateLabels,
 };
 
 /// One series of a job.
@@ -23,6 +24,8 @@ enum Series {
     Eta,
     LastReport,
     Metric(JobMetricName),
+    Gpus,
+    Phase(JobPhaseLabel),
     Rule { policy: String, rule: String, state: RuleStateLabel },
 }
 
@@ -116,6 +119,12 @@ impl JobGauges {
             Series::Metric(metric) => {
                 f.metric.get_or_create(&metric_labels(labels, *metric)).set(value);
             }
+            Series::Gpus => {
+                f.gpus.get_or_create(labels).set(value);
+            }
+            Series::Phase(phase) => {
+                f.phase.get_or_create(&phase_labels(labels, *phase)).set(1);
+            }
             Series::Rule { policy, rule, state } => {
                 f.rule_state.get_or_create(&rule_labels(labels, policy, rule, *state)).set(1);
             }
@@ -129,6 +138,8 @@ impl JobGauges {
             Series::Eta => f.eta_seconds.remove(labels),
             Series::LastReport => f.last_report_timestamp_seconds.remove(labels),
             Series::Metric(metric) => f.metric.remove(&metric_labels(labels, *metric)),
+            Series::Gpus => f.gpus.remove(labels),
+            Series::Phase(phase) => f.phase.remove(&phase_labels(labels, *phase)),
             Series::Rule { policy, rule, state } => {
                 f.rule_state.remove(&rule_labels(labels, policy, rule, *state))
             }
@@ -138,6 +149,10 @@ impl JobGauges {
 
 fn metric_labels(job: &JobLabels, metric: JobMetricName) -> JobMetricLabels {
     JobMetricLabels { namespace: job.namespace.clone(), trainjob: job.trainjob.clone(), metric }
+}
+
+fn phase_labels(job: &JobLabels, phase: JobPhaseLabel) -> JobPhaseLabels {
+    JobPhaseLabels { namespace: job.namespace.clone(), trainjob: job.trainjob.clone(), phase }
 }
 
 fn rule_labels(job: &JobLabels, policy: &str, rule: &str, state: RuleStateLabel) -> RuleStateLabels {
@@ -174,6 +189,10 @@ fn wanted(evaluator: &Evaluator, job: &JobKey) -> Vec<(Series, f64)> {
                 out.push((Series::Metric(metric), value));
             }
         }
+        out.push((Series::Phase(data.snapshot.phase.into()), 1.0));
+        // What the policies' savings count: the job's own figure, else the policies' assumption.
+        let assumed = selecting.iter().filter_map(|p| p.env.assume_gpus).reduce(f64::max);
+        out.extend(data.snapshot.gpus.or(assumed).map(|g| (Series::Gpus, g)));
     }
     for policy in selecting {
         let name = format!("{}/{}", policy.reference.kind, policy.reference);
@@ -255,11 +274,12 @@ mod tests {
             r#"trainwarden_job_metric{namespace="ml",trainjob="ft",metric="loss"} 1.5"#.to_string(),
             r#"trainwarden_job_metric{namespace="ml",trainjob="ft",metric="learning_rate"} 0.0002"#
                 .to_string(),
+            r#"trainwarden_job_phase{namespace="ml",trainjob="ft",phase="running"} 1"#.to_string(),
         ] {
             assert!(has(&lines, &want), "{want} missing in {lines:#?}");
         }
-        // Only the four canonical metrics; no rule is pending.
-        assert_eq!(lines.len(), 5, "{lines:#?}");
+        // Only the four canonical metrics; no rule is pending; no GPU count is known.
+        assert_eq!(lines.len(), 6, "{lines:#?}");
 
         b.handle(Input::JobGone(JobKey::new("ml", "ft")), t(1));
         assert_eq!(job_lines(&metrics), Vec::<String>::new());
@@ -303,14 +323,14 @@ mod tests {
         assert_eq!(job_lines(&metrics), Vec::<String>::new());
 
         b.handle(report("ft", t(0), "6"), t(0));
-        assert_eq!(job_lines(&metrics).len(), 6, "{:#?}", job_lines(&metrics));
+        assert_eq!(job_lines(&metrics).len(), 7, "{:#?}", job_lines(&metrics));
         let Input::Job(mut exempt) = report("ft", t(1), "6") else { unreachable!("a job input") };
         exempt.exempt = true;
         b.handle(Input::Job(exempt), t(1));
         assert_eq!(job_lines(&metrics), Vec::<String>::new());
 
         b.handle(report("ft", t(2), "6"), t(2));
-        assert_eq!(job_lines(&metrics).len(), 6, "{:#?}", job_lines(&metrics));
+        assert_eq!(job_lines(&metrics).len(), 7, "{:#?}", job_lines(&metrics));
         // The policy goes: no policy judges the job, so none of its series stay.
         b.handle(Input::PolicyGone(key()), t(3));
         assert_eq!(job_lines(&metrics), Vec::<String>::new());
@@ -333,14 +353,14 @@ mod tests {
         let mut b = brain(&metrics);
         b.handle(policy_at(1, None), t(0));
         b.handle(report("ft", t(0), "1.5"), t(0));
-        assert_eq!(job_lines(&metrics).len(), 5, "{:#?}", job_lines(&metrics));
+        assert_eq!(job_lines(&metrics).len(), 6, "{:#?}", job_lines(&metrics));
         // The selector narrows; the job reports nothing more (it finished): its series go now, not at a
         // next report that never comes.
         b.handle(policy_at(2, Some("{matchLabels: {team: a}}")), t(1));
         assert_eq!(job_lines(&metrics), Vec::<String>::new());
         // And a policy that selects it again brings them back without a report.
         b.handle(policy_at(3, None), t(2));
-        assert_eq!(job_lines(&metrics).len(), 5, "{:#?}", job_lines(&metrics));
+        assert_eq!(job_lines(&metrics).len(), 6, "{:#?}", job_lines(&metrics));
     }
 
     #[test]
@@ -361,7 +381,7 @@ mod tests {
         b.handle(Input::Policy(edited), t(1));
         assert_eq!(rules(&metrics), 0, "{:#?}", job_lines(&metrics));
         // The job is still judged: its other series stay.
-        assert_eq!(job_lines(&metrics).len(), 5, "{:#?}", job_lines(&metrics));
+        assert_eq!(job_lines(&metrics).len(), 6, "{:#?}", job_lines(&metrics));
     }
 
     #[test]
@@ -374,6 +394,43 @@ mod tests {
         let lines = job_lines(&metrics);
         assert!(has(&lines, r#"trainwarden_job_progress_percent{namespace="ml",trainjob="ft"} 50.0"#));
         assert!(!lines.iter().any(|l| l.starts_with("trainwarden_job_eta_seconds")), "{lines:#?}");
+    }
+
+    #[test]
+    fn gpus_are_the_jobs_own_else_the_policies_assumption_and_the_phase_follows_the_job() {
+        let metrics = Arc::new(Metrics::new());
+        let mut b = brain(&metrics);
+        b.handle(policy_input(&format!("{HIGH_LOSS}  assumeGpus: 4\n"), None), t(0));
+        let gpus = r#"trainwarden_job_gpus{namespace="ml",trainjob="ft"}"#;
+        b.handle(report("ft", t(0), "1.5"), t(0));
+        assert!(has(&job_lines(&metrics), &format!("{gpus} 4.0")), "{:#?}", job_lines(&metrics));
+
+        // The job's own count (8 GPUs: 2 nodes of 4) wins; suspended, its phase series is replaced.
+        let obj = serde_json::json!({
+            "metadata": {"name": "ft", "namespace": "ml"},
+            "spec": {"suspend": true, "trainer": {"numNodes": 2, "resourcesPerNode": {"limits": {"nvidia.com/gpu": "4"}}}},
+            "status": {"trainerStatus": {"progressPercentage": 50, "lastUpdatedTime": t(1).to_string()}},
+        });
+        let snapshot = trainwarden_core::from_trainjob(&obj).unwrap();
+        assert_eq!(snapshot.gpus, Some(8.0), "the fixture's GPU count");
+        b.handle(
+            Input::Job(Box::new(crate::messages::JobInput {
+                key: snapshot.key.clone(),
+                snapshot: Ok(snapshot),
+                exempt: false,
+                uid: None,
+            })),
+            t(1),
+        );
+        let lines = job_lines(&metrics);
+        assert!(has(&lines, &format!("{gpus} 8.0")), "{lines:#?}");
+        let phase =
+            |p: &str| format!(r#"trainwarden_job_phase{{namespace="ml",trainjob="ft",phase="{p}"}} 1"#);
+        assert!(has(&lines, &phase("suspended")), "{lines:#?}");
+        assert!(!has(&lines, &phase("running")), "{lines:#?}");
+
+        b.handle(Input::JobGone(JobKey::new("ml", "ft")), t(2));
+        assert_eq!(job_lines(&metrics), Vec::<String>::new());
     }
 
     #[test]
@@ -390,12 +447,12 @@ mod tests {
 }
 
 /// The figures in the README's per-job gauges section: 10,000 jobs with realistic names, every job with its
-/// seven job series and each of a four-rule policy's rules firing (the worst case). `cargo test -p
+/// nine job series and each of a four-rule policy's rules firing (the worst case). `cargo test -p
 /// trainwarden-controller --lib -- --ignored --nocapture cardinality`.
 #[cfg(test)]
 mod cardinality {
     use super::{JobGauges, Series};
-    use crate::metrics::{JobMetricName, Metrics, RuleStateLabel};
+    use crate::metrics::{JobMetricName, JobPhaseLabel, Metrics, RuleStateLabel};
     use trainwarden_core::JobKey;
 
     #[test]
@@ -414,6 +471,8 @@ mod cardinality {
             for (i, m) in JobMetricName::ALL.into_iter().enumerate() {
                 out.push((Series::Metric(m), 0.123_456_789 / f64::from(job + 1 + i as u32)));
             }
+            out.push((Series::Gpus, 8.0));
+            out.push((Series::Phase(JobPhaseLabel::Running), 1.0));
             out
         };
         let key =
@@ -433,6 +492,6 @@ mod cardinality {
         let text = metrics.encode();
         let lines = text.lines().filter(|l| !l.starts_with('#')).count();
         let worst = text.len() - base;
-        println!("10,000 jobs: typical 70,000 series, {typical} bytes; worst {lines} series, {worst} bytes");
+        println!("10,000 jobs: typical 90,000 series, {typical} bytes; worst {lines} series, {worst} bytes");
     }
 }

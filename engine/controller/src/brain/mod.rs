@@ -219,6 +219,7 @@ impl Brain {
                             self.restore_history(&job.key, checkpoint.as_deref(), job.uid.as_deref(), now);
                             let started = Instant::now();
                             self.evaluator.observe(snapshot, now, &mut self.events);
+                            self.expect_savings(&job.key);
                             self.metrics.evaluations.inc();
                             self.metrics.evaluation_seconds.observe(started.elapsed().as_secs_f64());
                             if let Some(uid) = &job.uid {
