@@ -93,6 +93,8 @@ pub struct VerdictSave {
     pub job: JobKey,
     /// The verdict's text; `None`: no rule is pending or firing, the annotation is removed.
     pub text: Option<String>,
+    /// The TrainJob's uid, when known: the API server refuses the write if the object is another one by now.
+    pub uid: Option<String>,
 }
 
 /// A watched policy, read.

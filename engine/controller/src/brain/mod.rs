@@ -177,6 +177,7 @@ impl Brain {
                 if let Some(g) = &mut self.gauges {
                     g.touch_all();
                 }
+                self.verdicts.touch_all();
             }
             Input::Job(job) => {
                 let job = *job;
@@ -185,11 +186,8 @@ impl Brain {
                 }
                 if job.exempt {
                     if let Ok(s) = &job.snapshot {
-                        self.verdicts.read(
-                            &job.key,
-                            s.annotations.get(VERDICT_ANNOTATION).map(String::as_str),
-                            now,
-                        );
+                        let verdict = s.annotations.get(VERDICT_ANNOTATION).map(String::as_str);
+                        self.verdicts.read(&job.key, verdict, job.uid.as_deref(), self.leading);
                     }
                     self.verdicts.clear(&job.key);
                     self.unknown_now.remove(&job.key);
@@ -215,7 +213,12 @@ impl Brain {
                             self.surface_unknown_fields(&snapshot);
                             let checkpoint = snapshot.annotations.remove(crate::HISTORY_ANNOTATION);
                             let verdict = snapshot.annotations.remove(VERDICT_ANNOTATION);
-                            self.verdicts.read(&job.key, verdict.as_deref(), now);
+                            self.verdicts.read(
+                                &job.key,
+                                verdict.as_deref(),
+                                job.uid.as_deref(),
+                                self.leading,
+                            );
                             self.restore_history(&job.key, checkpoint.as_deref(), job.uid.as_deref(), now);
                             let started = Instant::now();
                             self.evaluator.observe(snapshot, now, &mut self.events);
@@ -279,10 +282,10 @@ impl Brain {
     /// ones the TrainJobs do not show yet (or again, when a write went unanswered).
     fn sync_verdicts(&mut self, now: Timestamp) {
         let exempt = &self.exempt;
-        self.verdicts.sync(&self.evaluator, |job| !exempt.contains(job), now);
+        self.verdicts.sync(&self.evaluator, |job| !exempt.contains(job));
         if self.leading {
-            for (job, text) in self.verdicts.due(now) {
-                self.work.push(Work::SaveVerdict(Box::new(VerdictSave { job, text })));
+            for (job, text, uid) in self.verdicts.due(now) {
+                self.work.push(Work::SaveVerdict(Box::new(VerdictSave { job, text, uid })));
             }
         }
     }

@@ -18,30 +18,51 @@ use trainwarden_kube::{RuleVerdict, Verdict};
 
 /// When a verdict the object does not show yet is sent again.
 const RETRY_AFTER: Duration = Duration::from_secs(30);
+/// The most verdict writes per second (a token bucket): a hand-over or a policy change that alters thousands
+/// of verdicts at once spreads them out instead of queueing them all before the next action.
+pub(super) const VERDICT_WRITES_PER_SECOND: f64 = 50.0;
 
 /// A rule of one policy: kind, namespace, policy name, rule name.
 type RuleKey = (PolicyKind, Option<String>, String, String);
 
-/// When a rule entered its state and why.
+/// Why a rule entered its state (and when, for a rule whose restored memory does not say).
 #[derive(Clone, Debug)]
 struct Entered {
     state: RuleState,
-    since: Timestamp,
+    since: Option<Timestamp>,
     why: String,
 }
 
 /// The verdicts of every judged job and what their TrainJobs show.
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub(super) struct VerdictBook {
-    /// Per job and rule, the transition that put the rule in its state.
+    /// Per job and rule, what the transition that put the rule in its state said.
     entered: HashMap<JobKey, HashMap<RuleKey, Entered>>,
     /// Hash of the annotation's text on each TrainJob as last watched (absent: no annotation).
     stored: HashMap<JobKey, u64>,
+    /// Each TrainJob's uid: a write names it, so it never lands on a re-created object of the same name.
+    uids: HashMap<JobKey, String>,
     /// Each job's verdict as it should be, when it differs from what is stored: its text (`None`: remove)
     /// and when it was last sent (`None`: not yet).
     owed: HashMap<JobKey, (Option<String>, Option<Timestamp>)>,
     /// Jobs whose verdict may have changed since the last [`VerdictBook::sync`].
     touched: HashSet<JobKey>,
+    tokens: f64,
+    refilled: Option<Timestamp>,
+}
+
+impl Default for VerdictBook {
+    fn default() -> Self {
+        VerdictBook {
+            entered: HashMap::new(),
+            stored: HashMap::new(),
+            uids: HashMap::new(),
+            owed: HashMap::new(),
+            touched: HashSet::new(),
+            tokens: VERDICT_WRITES_PER_SECOND,
+            refilled: None,
+        }
+    }
 }
 
 fn hash(text: Option<&str>) -> u64 {
@@ -50,25 +71,41 @@ fn hash(text: Option<&str>) -> u64 {
     h.finish()
 }
 
+/// To the second: what the annotation shows, so two replicas that saw the same transition a few
+/// milliseconds apart publish the same text.
+fn to_second(t: Timestamp) -> Timestamp {
+    Timestamp::from_second(t.as_second()).unwrap_or(t)
+}
+
 impl VerdictBook {
-    /// The job's annotation as watched now. The first time, rules it lists seed when they entered their
-    /// state (a previous leader's transitions).
-    pub(super) fn read(&mut self, job: &JobKey, annotation: Option<&str>, now: Timestamp) {
+    /// The job's annotation as watched now. The rules it lists seed why (and, where a restored memory does
+    /// not say, since when) they entered their state: the first time a job is seen, and on a follower
+    /// always, so the replicas agree with the leader's text and a hand-over rewrites nothing. The leader
+    /// keeps its own: an older echo arriving after a newer transition must not undo it.
+    pub(super) fn read(&mut self, job: &JobKey, annotation: Option<&str>, uid: Option<&str>, leading: bool) {
+        if let Some(uid) = uid {
+            self.uids.insert(job.clone(), uid.to_string());
+        }
         let stored = hash(annotation);
         if self.stored.insert(job.clone(), stored) == Some(stored) {
             return;
         }
-        if !self.entered.contains_key(job) {
-            let seeded = annotation.and_then(|t| Verdict::parse(t).ok()).map(|v| {
-                v.rules
-                    .into_iter()
-                    .map(|r| {
-                        let key = (r.kind, r.namespace, r.policy, r.rule);
-                        (key, Entered { state: r.state, since: r.since.unwrap_or(now), why: r.why })
-                    })
-                    .collect()
-            });
-            self.entered.insert(job.clone(), seeded.unwrap_or_default());
+        let first = !self.entered.contains_key(job);
+        if first || !leading {
+            let seeded: HashMap<RuleKey, Entered> = annotation
+                .and_then(|t| Verdict::parse(t).ok())
+                .map(|v| {
+                    v.rules
+                        .into_iter()
+                        .map(|r| {
+                            let key = (r.kind, r.namespace, r.policy, r.rule);
+                            (key, Entered { state: r.state, since: r.since, why: r.why })
+                        })
+                        .collect()
+                })
+                .unwrap_or_default();
+            let entered = self.entered.entry(job.clone()).or_default();
+            entered.extend(seeded);
         }
         self.touched.insert(job.clone());
     }
@@ -78,22 +115,27 @@ impl VerdictBook {
         for event in events {
             let Event::Transition { at, job, policy, rule, kind, reason, .. } = event else { continue };
             let key = (policy.kind, policy.namespace.clone(), policy.name.clone(), rule.clone());
-            let rules = self.entered.entry(job.clone()).or_default();
             match kind {
                 TransitionKind::Pending | TransitionKind::Firing => {
                     let state =
                         if *kind == TransitionKind::Firing { RuleState::Firing } else { RuleState::Pending };
-                    rules.insert(key, Entered { state, since: *at, why: reason.summary.clone() });
+                    let entered = Entered { state, since: Some(to_second(*at)), why: reason.summary.clone() };
+                    self.entered.entry(job.clone()).or_default().insert(key, entered);
                 }
+                // A deleted job's rules resolve after it was forgotten: nothing is re-created for it.
                 TransitionKind::Resolved | TransitionKind::Cleared => {
-                    rules.remove(&key);
+                    if let Some(rules) = self.entered.get_mut(job) {
+                        rules.remove(&key);
+                    }
                 }
             }
-            self.touched.insert(job.clone());
+            if self.entered.contains_key(job) {
+                self.touched.insert(job.clone());
+            }
         }
     }
 
-    /// Every job's verdict may have changed (a policy was added, changed or removed).
+    /// Every job's verdict may have changed (a policy was added, changed or removed; a namespace's labels).
     pub(super) fn touch_all(&mut self) {
         self.touched.extend(self.entered.keys().cloned());
     }
@@ -102,6 +144,7 @@ impl VerdictBook {
     pub(super) fn forget(&mut self, job: &JobKey) {
         self.entered.remove(job);
         self.stored.remove(job);
+        self.uids.remove(job);
         self.owed.remove(job);
         self.touched.remove(job);
     }
@@ -112,8 +155,10 @@ impl VerdictBook {
         self.touched.insert(job.clone());
     }
 
-    /// Brings the touched jobs' verdicts in line with the evaluator's rule states.
-    pub(super) fn sync(&mut self, evaluator: &Evaluator, judged: impl Fn(&JobKey) -> bool, now: Timestamp) {
+    /// Brings the touched jobs' verdicts in line with the evaluator's rule states. The text depends only on
+    /// the evaluator's states and since-times and on the reasons noted, never on the clock, so rendering it
+    /// again (an echo, a policy change) gives the same text.
+    pub(super) fn sync(&mut self, evaluator: &Evaluator, judged: impl Fn(&JobKey) -> bool) {
         for job in std::mem::take(&mut self.touched) {
             let mut verdict = Verdict::default();
             if judged(&job) {
@@ -128,13 +173,14 @@ impl VerdictBook {
                         }
                         let key = (r.kind, r.namespace.clone(), r.name.clone(), rule.name.clone());
                         let known = entered.and_then(|e| e.get(&key)).filter(|e| e.state == state);
+                        let since = evaluator.rule_since(&job, r, &rule.name).map(to_second);
                         verdict.set(RuleVerdict {
                             kind: r.kind,
                             namespace: r.namespace.clone(),
                             policy: r.name.clone(),
                             rule: rule.name.clone(),
                             state,
-                            since: Some(known.map_or(now, |e| e.since)),
+                            since: since.or_else(|| known.and_then(|e| e.since)),
                             mode: rule.mode,
                             why: known.map(|e| e.why.clone()).unwrap_or_default(),
                         });
@@ -151,42 +197,67 @@ impl VerdictBook {
         }
     }
 
-    /// The verdicts to write now (leader only): owed ones not sent yet or sent [`RETRY_AFTER`] ago.
-    pub(super) fn due(&mut self, now: Timestamp) -> Vec<(JobKey, Option<String>)> {
+    /// The verdicts to write now (leader only): owed ones not sent yet or sent [`RETRY_AFTER`] ago, within
+    /// [`VERDICT_WRITES_PER_SECOND`]; each with the job's uid when known.
+    pub(super) fn due(&mut self, now: Timestamp) -> Vec<(JobKey, Option<String>, Option<String>)> {
+        let elapsed = self.refilled.map_or(0.0, |r| now.duration_since(r).as_secs_f64().max(0.0));
+        self.tokens = (self.tokens + elapsed * VERDICT_WRITES_PER_SECOND).min(VERDICT_WRITES_PER_SECOND);
+        self.refilled = Some(now);
         let retry = jiff::SignedDuration::try_from(RETRY_AFTER).unwrap_or_default();
         let mut out = Vec::new();
         for (job, (text, sent)) in &mut self.owed {
+            if self.tokens < 1.0 {
+                break;
+            }
             if sent.is_none_or(|s| s.checked_add(retry).is_ok_and(|t| t <= now)) {
+                self.tokens -= 1.0;
                 *sent = Some(now);
-                out.push((job.clone(), text.clone()));
+                out.push((job.clone(), text.clone(), self.uids.get(job).cloned()));
             }
         }
         out
     }
 
-    /// When the next write is due: at once for one not sent yet (a new leader's), else the next retry.
+    /// When the next write is due: one not sent yet (a new leader's, or one the budget held back) as soon
+    /// as the budget has a token, else the next retry.
     pub(super) fn next_retry(&self) -> Option<Timestamp> {
         let retry = jiff::SignedDuration::try_from(RETRY_AFTER).unwrap_or_default();
+        let token = match (self.tokens >= 1.0, self.refilled) {
+            (false, Some(r)) => {
+                let wait = (1.0 - self.tokens) / VERDICT_WRITES_PER_SECOND;
+                jiff::SignedDuration::try_from_secs_f64(wait)
+                    .ok()
+                    .and_then(|w| r.checked_add(w).ok())
+                    .unwrap_or(r)
+            }
+            _ => Timestamp::UNIX_EPOCH,
+        };
         self.owed
             .values()
             .filter_map(|(_, sent)| match sent {
-                None => Some(Timestamp::UNIX_EPOCH),
+                None => Some(token),
                 Some(s) => s.checked_add(retry).ok(),
             })
             .min()
     }
 
-    /// This replica starts leading: whatever is owed is sent at once.
+    /// This replica starts leading: whatever is owed is sent at once (within the budget).
     pub(super) fn lead(&mut self) {
         for (_, sent) in self.owed.values_mut() {
             *sent = None;
         }
     }
 
-    /// Verdicts owed now (for tests and metrics).
+    /// Verdicts owed now (for tests).
     #[cfg(test)]
     pub(super) fn owed(&self) -> usize {
         self.owed.len()
+    }
+
+    /// Jobs with an entry (for tests).
+    #[cfg(test)]
+    pub(super) fn jobs(&self) -> usize {
+        self.entered.len()
     }
 }
 
@@ -275,6 +346,94 @@ mod tests {
 
         b.handle(report(1.0, t(13), Some(&text)), t(13));
         assert_eq!(writes(&mut b), vec![None], "resolved: the annotation is removed");
+    }
+
+    /// A rule restored as pending from the policy status, on a job whose annotation does not show it yet (an
+    /// upgrade, a crash between the transition and its write): written once with the memory's since, and the
+    /// echo writes nothing more (it used to write a new `since` on every echo).
+    #[test]
+    fn a_restored_rule_is_written_once_and_its_echo_is_quiet() {
+        let mut old = brain(true);
+        old.handle(report(6.0, t(1), None), t(1));
+        let reference = old.evaluator().policies().next().unwrap().reference.clone();
+        let status = trainwarden_kube::ProgressPolicyStatus {
+            rule_states: old.evaluator.memories(&reference, t(5)),
+            ..Default::default()
+        };
+        let mut new = Brain::new(&ControllerConfig::default(), Arc::new(Metrics::new()), None);
+        new.lead(true);
+        new.handle(policy_input(RULE, Some(status)), t(5));
+        new.work.clear();
+        new.handle(report(6.0, t(6), None), t(6));
+        let w = writes(&mut new);
+        assert_eq!(w.len(), 1);
+        let text = w[0].as_ref().unwrap().render().unwrap();
+        assert_eq!(
+            states(w[0].as_ref().unwrap()),
+            [("high".into(), RuleState::Pending, t(1))],
+            "the memory's since"
+        );
+        for i in 7..10 {
+            new.handle(report(6.0, t(i), Some(&text)), t(i));
+            assert!(writes(&mut new).is_empty(), "echo {i} wrote again");
+        }
+    }
+
+    /// A follower takes the leader's reasons from the annotation, so its own text is the leader's and a
+    /// hand-over rewrites nothing.
+    #[test]
+    fn a_follower_agrees_with_the_leaders_text() {
+        let mut leader = brain(true);
+        let mut follower = brain(false);
+        leader.handle(report(6.0, t(1), None), t(1));
+        follower.handle(
+            report(6.0, t(1), None),
+            Timestamp::from_millisecond(t(1).as_millisecond() + 400).unwrap(),
+        );
+        let text = writes(&mut leader).remove(0).unwrap().render().unwrap();
+        follower.handle(report(6.0, t(2), Some(&text)), t(2));
+        assert_eq!(follower.verdicts.owed(), 0, "the follower holds the leader's text");
+        follower.lead(true);
+        follower.tick(t(3));
+        assert!(writes(&mut follower).is_empty(), "the hand-over rewrites nothing");
+    }
+
+    #[test]
+    fn a_deleted_job_leaves_nothing_behind() {
+        let mut b = brain(true);
+        b.handle(report(6.0, t(1), None), t(1));
+        assert_eq!(writes(&mut b).len(), 1, "pending");
+        b.handle(Input::JobGone(JobKey::new("ml", "ft")), t(2));
+        assert_eq!(
+            (b.verdicts.jobs(), b.verdicts.owed()),
+            (0, 0),
+            "its rules' Cleared events re-created no entry"
+        );
+        assert!(writes(&mut b).is_empty());
+    }
+
+    #[test]
+    fn writes_stay_within_the_budget_and_the_rest_follow() {
+        let mut b = brain(false);
+        let n = 2 * VERDICT_WRITES_PER_SECOND as usize;
+        for i in 0..n {
+            let mut input = report(6.0, t(1), None);
+            if let Input::Job(j) = &mut input {
+                j.key = JobKey::new("ml", format!("j{i}"));
+                if let Ok(s) = &mut j.snapshot {
+                    s.key = j.key.clone();
+                }
+            }
+            b.handle(input, t(1));
+        }
+        assert_eq!(b.verdicts.owed(), n);
+        b.lead(true);
+        b.tick(t(2));
+        assert_eq!(writes(&mut b).len(), VERDICT_WRITES_PER_SECOND as usize, "one second's budget");
+        let next = b.next_tick().unwrap();
+        assert!(next > t(2) && next <= t(3), "the rest when tokens are back: {next}");
+        b.tick(t(3));
+        assert_eq!(writes(&mut b).len(), VERDICT_WRITES_PER_SECOND as usize);
     }
 
     #[test]

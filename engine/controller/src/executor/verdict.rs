@@ -20,7 +20,7 @@ pub(super) fn verdict_body(save: &VerdictSave) -> serde_json::Value {
         Some(text) => json!({ VERDICT_ANNOTATION: text }),
         None => json!({}),
     };
-    json!({
+    let mut body = json!({
         "apiVersion": format!("{TRAINJOB_GROUP}/{TRAINJOB_VERSION}"),
         "kind": TRAINJOB_KIND,
         "metadata": {
@@ -28,7 +28,11 @@ pub(super) fn verdict_body(save: &VerdictSave) -> serde_json::Value {
             "namespace": save.job.namespace,
             "annotations": annotations,
         },
-    })
+    });
+    if let Some(uid) = &save.uid {
+        body["metadata"]["uid"] = json!(uid);
+    }
+    body
 }
 
 impl Executor {
@@ -40,8 +44,8 @@ impl Executor {
         match self.call(ApiOperation::PatchVerdict, || api.patch(&save.job.name, &params, &patch)).await {
             Ok(_) => debug!(job = %save.job, removed = save.text.is_none(), "verdict stored"),
             Err(CallError::NotLeader) => {}
-            // A job deleted meanwhile has no verdict to keep.
-            Err(CallError::Api(kube::Error::Api(e))) if e.code == 404 => {}
+            // A job deleted (or re-created: the uid is another) meanwhile has no verdict to keep.
+            Err(CallError::Api(kube::Error::Api(e))) if e.code == 404 || e.code == 409 => {}
             Err(e) => {
                 warn!(job = %save.job, annotation = VERDICT_ANNOTATION, error = %e, "could not store the job's verdict; tried again in 30 s");
             }
@@ -56,9 +60,12 @@ mod tests {
 
     #[test]
     fn an_empty_verdict_applies_no_annotation_so_the_manager_gives_it_up() {
-        let save = VerdictSave { job: JobKey::new("ml", "ft"), text: None };
+        let save = VerdictSave { job: JobKey::new("ml", "ft"), text: None, uid: None };
         assert_eq!(verdict_body(&save)["metadata"]["annotations"], json!({}));
-        let save = VerdictSave { job: JobKey::new("ml", "ft"), text: Some("{}".into()) };
-        assert_eq!(verdict_body(&save)["metadata"]["annotations"][VERDICT_ANNOTATION], "{}");
+        let save =
+            VerdictSave { job: JobKey::new("ml", "ft"), text: Some("{}".into()), uid: Some("u-1".into()) };
+        let body = verdict_body(&save);
+        assert_eq!(body["metadata"]["annotations"][VERDICT_ANNOTATION], "{}");
+        assert_eq!(body["metadata"]["uid"], "u-1", "a re-created TrainJob of the same name is not written");
     }
 }

@@ -704,6 +704,15 @@ impl Evaluator {
         self.jobs.get(job)?.snooze.holding()
     }
 
+    /// When the rule entered its pending or firing state for the job (as restored memories keep it too);
+    /// `None` while inactive, or when a restored memory did not say.
+    pub fn rule_since(&self, job: &JobKey, policy: &PolicyRef, rule: &str) -> Option<Timestamp> {
+        let p = self.find_policy(policy)?;
+        let slot = self.policies[p].as_ref()?;
+        let r = slot.policy.rules.iter().position(|x| x.name == rule)?;
+        self.jobs.get(job)?.tracks.get(p)?.get(r)?.alert.since()
+    }
+
     /// Job evaluations so far: what time and samples cost.
     pub fn evaluations(&self) -> u64 {
         self.evaluations
