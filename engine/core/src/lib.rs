@@ -56,7 +56,7 @@ pub use input::{
 };
 pub use judge::detectors::{DETECTORS, DetectorInfo, ParamDoc};
 pub use judge::script::{BUILTINS, Limits, ScriptContext, ScriptEngine};
-pub use policy::compile::{CompiledPolicy, PolicyDocument, compile, parse_documents};
+pub use policy::compile::{CompiledPolicy, PolicyDocument, RESERVED_ANNOTATIONS, compile, parse_documents};
 pub use policy::positions::DocumentPositions;
 pub use policy::receiver::{
     CompiledReceiver, EmailChannel, SecretRef, SlackChannel, WebhookChannel, WebhookUrl,

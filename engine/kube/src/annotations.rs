@@ -25,3 +25,28 @@ pub const HISTORY_ANNOTATION: &str = "trainwarden.dev/history";
 pub const HISTORY_FIELD_MANAGER: &str = "trainwarden-history";
 /// Annotation naming the policy and rule that suspended a TrainJob.
 pub const SUSPENDED_BY_ANNOTATION: &str = "trainwarden.dev/suspended-by";
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// `annotate` actions may not set what the controller keeps: the core's list names every one.
+    #[test]
+    fn the_core_refuses_every_annotation_the_controller_keeps() {
+        for key in [
+            EXEMPT_ANNOTATION,
+            LAST_ACTION_ANNOTATION,
+            INTENTS_ANNOTATION,
+            SCALE_PENDING_ANNOTATION,
+            HISTORY_ANNOTATION,
+            SUSPENDED_BY_ANNOTATION,
+            crate::VERDICT_ANNOTATION,
+            trainwarden_core::SNOOZE_ANNOTATION,
+        ] {
+            assert!(
+                trainwarden_core::RESERVED_ANNOTATIONS.contains(&key),
+                "{key} is not reserved in the core"
+            );
+        }
+    }
+}

@@ -384,7 +384,8 @@ pub struct NotifyAction {
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct AnnotateAction {
-    /// Annotation key, for example trainwarden.dev/verdict.
+    /// Annotation key, for example trainwarden.dev/plateau-verdict (not one the controller keeps itself,
+    /// such as trainwarden.dev/verdict or trainwarden.dev/last-action).
     #[schemars(length(min = 1, max = 317))]
     pub key: String,
     /// Annotation value. Defaults to the rule's reason.

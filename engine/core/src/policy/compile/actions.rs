@@ -36,6 +36,15 @@ pub(super) fn check(
                     a.key
                 ),
             )),
+            ActionSpec::Annotate(a) if RESERVED_ANNOTATIONS.contains(&a.key.as_str()) => {
+                errors.push(FieldError::new(
+                    format!("{apath}.annotate.key"),
+                    format!(
+                        "{:?} is an annotation the controller itself keeps on TrainJobs; choose another key (e.g. trainwarden.dev/<your-rule>)",
+                        a.key
+                    ),
+                ));
+            }
             ActionSpec::Scale(s) if s.num_nodes < 1 => {
                 errors.push(FieldError::new(format!("{apath}.scale.numNodes"), "must be at least 1"));
             }
@@ -43,6 +52,20 @@ pub(super) fn check(
         }
     }
 }
+
+/// The annotations the controller writes (or reads as its own) on TrainJobs: an `annotate` action may not
+/// set them (it would fight the controller's writes). trainwarden-kube's constants are checked against this
+/// list by a test there.
+pub const RESERVED_ANNOTATIONS: &[&str] = &[
+    "trainwarden.dev/verdict",
+    "trainwarden.dev/history",
+    "trainwarden.dev/intents",
+    "trainwarden.dev/last-action",
+    "trainwarden.dev/suspended-by",
+    "trainwarden.dev/scale-pending",
+    "trainwarden.dev/snooze-until",
+    "trainwarden.dev/exempt",
+];
 
 pub(super) fn valid_annotation_key(key: &str) -> bool {
     let name = key.rsplit_once('/').map_or(key, |(_, n)| n);

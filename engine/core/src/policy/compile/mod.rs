@@ -8,6 +8,7 @@
 //! is half-applied. Scripts are compiled here, once per policy version.
 
 mod actions;
+pub use actions::RESERVED_ANNOTATIONS;
 mod calendar;
 mod rules;
 
@@ -549,6 +550,7 @@ spec:
     - name: w
       uses: stalled
       with: {after: 30s}
+      actions: [{annotate: {key: trainwarden.dev/verdict, value: "x"}}]
 "#;
         let errors = compile_yaml(yaml).unwrap_err();
         let paths: Vec<&str> = errors.iter().map(|e| e.split(": ").next().unwrap()).collect();
@@ -568,9 +570,11 @@ spec:
                 "spec.rules[4].with.maxCost",
                 "spec.rules[4].actions[0].annotate.key",
                 "spec.rules[5].with.after",
+                "spec.rules[5].actions[0].annotate.key",
             ],
             "{errors:#?}"
         );
+        assert!(errors[13].contains("an annotation the controller itself keeps"), "{}", errors[13]);
         assert!(errors[12].contains("30s is shorter than the sampling interval 1m"), "{}", errors[12]);
         assert!(errors[8].contains("line 1:17"), "{}", errors[8]);
     }
