@@ -105,30 +105,42 @@ pub(crate) async fn trainjob(cluster: &Cluster, name: &str) -> Result<DynamicObj
         .map_err(|e| api_error(&format!("TrainJob {}/{name}", cluster.namespace), &e))
 }
 
-/// Whether each Kueue Workload of these namespaces is active, by the uid of the job it belongs to (its
-/// owner, or Kueue's `kueue.x-k8s.io/job-uid` label), at the newest Workload version the cluster serves.
-/// Empty when Kueue is not installed or the Workloads may not be read.
+/// The Kueue Workloads of a namespace at the newest version the cluster serves (a version it does not serve
+/// answers 404 and the next is tried); `Ok(None)` when it serves none (no Kueue).
+pub(crate) async fn workloads(
+    cluster: &Cluster,
+    ns: &str,
+) -> Result<Option<(Api<DynamicObject>, Vec<DynamicObject>)>, String> {
+    use trainwarden_kube::kueue::{WORKLOAD_VERSIONS, workload_resource_version};
+    for version in WORKLOAD_VERSIONS {
+        let api: Api<DynamicObject> =
+            Api::namespaced_with(cluster.client.clone(), ns, &workload_resource_version(version));
+        match api.list(&ListParams::default()).await {
+            Ok(list) => return Ok(Some((api, list.items))),
+            Err(kube::Error::Api(e)) if e.code == 404 => continue,
+            Err(e) => return Err(api_error(&format!("listing Kueue Workloads in {ns}"), &e)),
+        }
+    }
+    Ok(None)
+}
+
+/// Whether the Kueue Workload of each of these jobs is active, by job uid; a job whose Workload is not found
+/// (or may not be read) is missing.
 pub(crate) async fn workload_activity(
     cluster: &Cluster,
-    namespaces: impl IntoIterator<Item = String>,
+    jobs: &[&DynamicObject],
 ) -> std::collections::HashMap<String, bool> {
-    use trainwarden_kube::kueue::{WORKLOAD_VERSIONS, workload_resource_version};
     let mut out = std::collections::HashMap::new();
+    let namespaces: std::collections::BTreeSet<String> = jobs.iter().filter_map(|j| j.namespace()).collect();
     for ns in namespaces {
-        for version in WORKLOAD_VERSIONS {
-            let api: Api<DynamicObject> =
-                Api::namespaced_with(cluster.client.clone(), &ns, &workload_resource_version(version));
-            let Ok(list) = api.list(&ListParams::default()).await else { continue };
-            for w in list.items {
+        let Ok(Some((_, items))) = workloads(cluster, &ns).await else { continue };
+        for job in jobs.iter().filter(|j| j.namespace().as_deref() == Some(ns.as_str())) {
+            let Some(uid) = job.uid() else { continue };
+            if let Some(w) = items.iter().find(|w| trainwarden_kube::kueue::workload_of(w, &uid)) {
                 let active =
                     w.data.pointer("/spec/active").and_then(serde_json::Value::as_bool) != Some(false);
-                let owners = w.owner_references().iter().map(|o| o.uid.clone());
-                let label = w.labels().get("kueue.x-k8s.io/job-uid").cloned();
-                for uid in owners.chain(label) {
-                    out.insert(uid, active);
-                }
+                out.insert(uid, active);
             }
-            break;
         }
     }
     out
@@ -144,6 +156,20 @@ pub(crate) struct Policies {
 }
 
 impl Policies {
+    /// When the controller holds the job's snooze until (its cap applied), as a policy status lists it.
+    pub(crate) fn snoozed_until(
+        &self,
+        job: &trainwarden_core::JobKey,
+    ) -> Option<trainwarden_core::Timestamp> {
+        let name = job.to_string();
+        self.statuses
+            .iter()
+            .flatten()
+            .filter_map(|s| s.jobs.iter().find(|j| j.name == name)?.snoozed_until.as_ref())
+            .filter_map(|t| t.0.to_string().parse().ok())
+            .min()
+    }
+
     /// Rules of Audit policies the controller lists as pending or firing for the job in their status (Audit
     /// writes nothing on the TrainJob, so its verdict annotation leaves them out). The status lists at most 50
     /// jobs per policy, firing ones first.
@@ -255,6 +281,7 @@ pub(crate) async fn may(
     group: &str,
     resource: &str,
     namespace: &str,
+    name: Option<&str>,
 ) -> Result<(), String> {
     let review = SelfSubjectAccessReview {
         spec: SelfSubjectAccessReviewSpec {
@@ -263,6 +290,7 @@ pub(crate) async fn may(
                 group: Some(group.into()),
                 resource: Some(resource.into()),
                 namespace: Some(namespace.into()),
+                name: name.map(str::to_string),
                 ..ResourceAttributes::default()
             }),
             ..SelfSubjectAccessReviewSpec::default()

@@ -43,7 +43,7 @@ pub(crate) async fn explain(cluster: &Cluster, name: &str, now: Timestamp) -> Re
     let labels = cluster::namespace_labels(cluster, [namespace.clone()]).await;
     let mut judge = Judge::new(&policies.documents, &labels, now);
     let workloads = match job.labels().contains_key(trainwarden_kube::kueue::KUEUE_QUEUE_LABEL) {
-        true => cluster::workload_activity(cluster, [namespace.clone()]).await,
+        true => cluster::workload_activity(cluster, &[&job]).await,
         false => Default::default(),
     };
     let row = JobRow::read(&job, &mut judge, &policies, &workloads, now);

@@ -62,12 +62,9 @@ pub(crate) async fn render(cluster: &Cluster, request: &Request, now: Timestamp)
     let policies =
         cluster::policies(cluster, (!request.all_namespaces).then_some(cluster.namespace.as_str())).await;
     let namespaces: BTreeSet<String> = jobs.iter().filter_map(ResourceExt::namespace).collect();
-    let kueue_namespaces: BTreeSet<String> = jobs
-        .iter()
-        .filter(|j| j.labels().contains_key(trainwarden_kube::kueue::KUEUE_QUEUE_LABEL))
-        .filter_map(ResourceExt::namespace)
-        .collect();
-    let workloads = cluster::workload_activity(cluster, kueue_namespaces).await;
+    let kueue_jobs: Vec<&kube::api::DynamicObject> =
+        jobs.iter().filter(|j| j.labels().contains_key(trainwarden_kube::kueue::KUEUE_QUEUE_LABEL)).collect();
+    let workloads = cluster::workload_activity(cluster, &kueue_jobs).await;
     let labels = cluster::namespace_labels(cluster, namespaces).await;
     let mut judge = Judge::new(&policies.documents, &labels, now);
     let rows: Vec<JobRow> =
@@ -128,7 +125,8 @@ fn rules(row: &JobRow) -> String {
 }
 
 fn saved(row: &JobRow) -> String {
-    let Some(a) = row.last_action.as_ref().filter(|a| a.action == "suspend" && row.suspended) else {
+    let by_trainwarden = matches!(row.state, crate::job::Verdicts::SuspendedBy { .. });
+    let Some(a) = row.last_action.as_ref().filter(|a| a.action == "suspend" && by_trainwarden) else {
         return "-".into();
     };
     match (a.gpu_hours, a.dollars) {

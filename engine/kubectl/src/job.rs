@@ -209,6 +209,17 @@ impl JobRow {
                 Some(Ok(v)) => (v, None),
                 Some(Err(e)) => (Verdict::default(), Some(e.to_string())),
             };
+        // Rules of a policy that no longer exists are not current (the controller removes them with its next
+        // write, or is not running): only when every policy could be listed is that known.
+        if policies.problems.is_empty() {
+            verdict.rules.retain(|r| {
+                policies.documents.iter().any(|d| {
+                    d.reference.kind == r.kind
+                        && d.reference.namespace == r.namespace
+                        && d.reference.name == r.policy
+                })
+            });
+        }
         for rule in policies.audit_rules(&key) {
             if !verdict.rules.iter().any(|r| r.policy_name() == rule.policy_name() && r.rule == rule.rule) {
                 verdict.rules.push(rule);
@@ -216,10 +227,13 @@ impl JobRow {
         }
         let last_action =
             annotations.get(LAST_ACTION_ANNOTATION).and_then(|t| serde_json::from_str::<LastAction>(t).ok());
+        // The end the controller holds (its cap applied) is in the policy status; else as the local judge
+        // computes it from the job's checkpoint with the default cap; else the annotation as written.
+        let held = policies.snoozed_until(&key).or_else(|| judge.evaluator.snooze(&key).map(|z| z.until));
         let (snooze_until, snooze_problem) = match annotations.get(SNOOZE_ANNOTATION) {
             None => (None, None),
             Some(t) => match t.trim().parse::<Timestamp>() {
-                Ok(at) => (Some(at), None),
+                Ok(at) => (Some(held.map_or(at, |h| h.min(at))), None),
                 Err(_) => (
                     None,
                     Some(format!(
@@ -266,19 +280,25 @@ impl JobRow {
         if self.suspended {
             // The last action says who (a Kueue job trainwarden stopped carries no suspended-by mark: Kueue owns
             // its spec.suspend); the mark alone is "<kind> <policy> (rule <rule>)".
-            // A Kueue job whose Workload is active again (resumed) waits for admission, whatever stopped it.
-            let requeued = self.kueue_queue.is_some() && self.workload_active == Some(true);
-            if let Some(a) = self.last_action.as_ref().filter(|a| a.action == "suspend" && !requeued) {
+            // Who stopped it: for a job trainwarden suspended through spec.suspend, its mark (which `resume`
+            // removes, so a later suspension by someone else is not blamed on the last action); for a job
+            // Kueue owns, the last action while the Workload is still inactive (an active one waits for
+            // admission, whatever stopped it; an unreadable one is taken at the last action's word).
+            if self.kueue_queue.is_some()
+                && self.suspended_by.is_none()
+                && self.workload_active != Some(true)
+                && let Some(a) = self.last_action.as_ref().filter(|a| a.action == "suspend")
+            {
                 return Verdicts::SuspendedBy { policy: self.short(a.policy_name()), rule: a.rule.clone() };
             }
-            if let Some(by) = self.suspended_by.as_ref().filter(|_| !requeued) {
+            if let Some(by) = &self.suspended_by {
                 let (policy, rule) = by
                     .strip_suffix(')')
                     .and_then(|b| b.rsplit_once(" (rule "))
                     .map_or((by.as_str(), "?"), |(p, r)| (p.split_once(' ').map_or(p, |(_, name)| name), r));
                 return Verdicts::SuspendedBy { policy: self.short(policy), rule: rule.into() };
             }
-            if let Some(queue) = &self.kueue_queue {
+            if let Some(queue) = self.kueue_queue.as_ref().filter(|_| self.suspended_by.is_none()) {
                 return Verdicts::Queued { queue: queue.clone() };
             }
             return Verdicts::Suspended;

@@ -9,11 +9,11 @@
 //! runs again), and taken back when the resume itself fails.
 
 use kube::ResourceExt;
-use kube::api::{Api, DynamicObject, ListParams, Patch, PatchParams};
+use kube::api::{Api, DynamicObject, Patch, PatchParams};
 use serde_json::{Value, json};
 use trainwarden_core::{PolicyDuration, Timestamp};
 use trainwarden_kube::annotations::SUSPENDED_BY_ANNOTATION;
-use trainwarden_kube::kueue::{KUEUE_QUEUE_LABEL, WORKLOAD_VERSIONS, workload_of, workload_resource_version};
+use trainwarden_kube::kueue::{KUEUE_QUEUE_LABEL, workload_of};
 use trainwarden_kube::trainjob::{TRAINJOB_GROUP, trainjob_api};
 
 use crate::cluster::{self, Cluster, api_error};
@@ -51,26 +51,18 @@ async fn workload_of_job(
 ) -> Result<(Api<DynamicObject>, DynamicObject), String> {
     let ns = job.namespace().unwrap_or_default();
     let uid = job.uid().unwrap_or_default();
-    for version in WORKLOAD_VERSIONS {
-        let api: Api<DynamicObject> =
-            Api::namespaced_with(cluster.client.clone(), &ns, &workload_resource_version(version));
-        match api.list(&ListParams::default()).await {
-            Ok(list) => {
-                return match list.items.into_iter().find(|w| workload_of(w, &uid)) {
-                    Some(w) => Ok((api, w)),
-                    None => Err(format!(
-                        "TrainJob {ns}/{} carries {KUEUE_QUEUE_LABEL} but Kueue has no Workload for it (yet); nothing was changed",
-                        job.name_any()
-                    )),
-                };
-            }
-            Err(kube::Error::Api(e)) if e.code == 404 => continue,
-            Err(e) => return Err(api_error(&format!("listing Kueue Workloads in {ns}"), &e)),
-        }
+    let Some((api, items)) = cluster::workloads(cluster, &ns).await? else {
+        return Err(format!(
+            "the job carries {KUEUE_QUEUE_LABEL}, but this cluster serves no Kueue Workload API; nothing was changed"
+        ));
+    };
+    match items.into_iter().find(|w| workload_of(w, &uid)) {
+        Some(w) => Ok((api, w)),
+        None => Err(format!(
+            "TrainJob {ns}/{} carries {KUEUE_QUEUE_LABEL} but Kueue has no Workload for it (yet); nothing was changed",
+            job.name_any()
+        )),
     }
-    Err(format!(
-        "the job carries {KUEUE_QUEUE_LABEL}, but this cluster serves no Kueue Workload API; nothing was changed"
-    ))
 }
 
 pub(crate) async fn resume(
@@ -80,49 +72,55 @@ pub(crate) async fn resume(
     now: Timestamp,
 ) -> Result<(), String> {
     let ns = cluster.namespace.clone();
-    cluster::may(cluster, "patch", TRAINJOB_GROUP, "trainjobs", &ns).await?;
+    cluster::may(cluster, "patch", TRAINJOB_GROUP, "trainjobs", &ns, Some(name)).await?;
     let job = cluster::trainjob(cluster, name).await?;
-    let kueue = job.labels().contains_key(KUEUE_QUEUE_LABEL);
-    if kueue {
-        cluster::may(cluster, "patch", "kueue.x-k8s.io", "workloads", &ns).await?;
-    }
     let jobs = trainjob_api(cluster.client.clone(), Some(&ns));
     let params = PatchParams { field_manager: Some(FIELD_MANAGER.into()), ..PatchParams::default() };
     let snooze_until = snooze.map(|d| until(now, d)).transpose()?;
     let had_mark = job.annotations().contains_key(SUSPENDED_BY_ANNOTATION);
+    let suspended = job.data.pointer("/spec/suspend").and_then(Value::as_bool) == Some(true);
+    // The mark is written only where trainwarden set spec.suspend itself (also for a Kueue job when the
+    // controller runs with --kueue=false): then spec.suspend is what to undo.
+    let through_kueue = job.labels().contains_key(KUEUE_QUEUE_LABEL) && !had_mark;
     let mut done = Vec::new();
 
-    if kueue {
+    if through_kueue {
         let (workloads, workload) = workload_of_job(cluster, &job).await?;
+        let wname = workload.name_any();
+        cluster::may(cluster, "patch", "kueue.x-k8s.io", "workloads", &ns, Some(&wname)).await?;
         let active = workload.data.pointer("/spec/active").and_then(Value::as_bool) != Some(false);
-        // The job's annotations first: the controller sees the snooze before Kueue lets the job run.
-        let mut annotations = json!({ SUSPENDED_BY_ANNOTATION: null });
+        // The snooze first: the controller sees it before Kueue lets the job run; put back as it was if the
+        // Workload cannot be re-activated.
+        let previous = job.annotations().get(SNOOZE_ANNOTATION).cloned();
         if let Some(t) = snooze_until {
-            annotations[SNOOZE_ANNOTATION] = json!(t.to_string());
-        }
-        if had_mark || snooze_until.is_some() {
-            jobs.patch(name, &params, &merge(&json!({"metadata": {"annotations": annotations}})))
+            let patch = json!({"metadata": {"annotations": { SNOOZE_ANNOTATION: t.to_string() }}});
+            jobs.patch(name, &params, &merge(&patch))
                 .await
-                .map_err(|e| api_error(&format!("annotating TrainJob {ns}/{name}"), &e))?;
+                .map_err(|e| api_error(&format!("snoozing TrainJob {ns}/{name}"), &e))?;
         }
         if active {
-            done.push(format!("its Kueue Workload {} is already active", workload.name_any()));
+            done.push(format!("its Kueue Workload {wname} is already active"));
         } else if let Err(e) =
-            workloads.patch(&workload.name_any(), &params, &merge(&json!({"spec": {"active": true}}))).await
+            workloads.patch(&wname, &params, &merge(&json!({"spec": {"active": true}}))).await
         {
+            let mut message = api_error(&format!("re-activating Kueue Workload {ns}/{wname}"), &e);
             if snooze_until.is_some() {
-                let undo = json!({"metadata": {"annotations": { SNOOZE_ANNOTATION: null }}});
-                let _ = jobs.patch(name, &params, &merge(&undo)).await;
+                let undo = json!({"metadata": {"annotations": { SNOOZE_ANNOTATION: previous }}});
+                match jobs.patch(name, &params, &merge(&undo)).await {
+                    Ok(_) => message.push_str("; the snooze was taken back, nothing changed"),
+                    Err(u) => message.push_str(&format!(
+                        "; taking the snooze back failed too ({}): remove it with `kubectl trainwarden snooze {name} --clear -n {ns}`",
+                        api_error("annotating", &u)
+                    )),
+                }
             }
-            return Err(api_error(&format!("re-activating Kueue Workload {ns}/{}", workload.name_any()), &e));
+            return Err(message);
         } else {
             done.push(format!(
-                "Kueue Workload {} re-activated (spec.active: true); Kueue admits the job again when its queue has room",
-                workload.name_any()
+                "Kueue Workload {wname} re-activated (spec.active: true); Kueue admits the job again when its queue has room"
             ));
         }
     } else {
-        let suspended = job.data.pointer("/spec/suspend").and_then(Value::as_bool) == Some(true);
         let mut annotations = json!({ SUSPENDED_BY_ANNOTATION: null });
         if let Some(t) = snooze_until {
             annotations[SNOOZE_ANNOTATION] = json!(t.to_string());
@@ -142,9 +140,9 @@ pub(crate) async fn resume(
         } else {
             "it was not suspended".to_string()
         });
-    }
-    if had_mark {
-        done.push(format!("{SUSPENDED_BY_ANNOTATION} removed"));
+        if had_mark {
+            done.push(format!("{SUSPENDED_BY_ANNOTATION} removed"));
+        }
     }
     if let (Some(t), Some(d)) = (snooze_until, snooze) {
         done.push(format!("policies snoozed for it until {} ({})", short_time(t), span(d.as_secs_f64())));
@@ -160,7 +158,7 @@ pub(crate) async fn snooze(
     now: Timestamp,
 ) -> Result<(), String> {
     let ns = cluster.namespace.clone();
-    cluster::may(cluster, "patch", TRAINJOB_GROUP, "trainjobs", &ns).await?;
+    cluster::may(cluster, "patch", TRAINJOB_GROUP, "trainjobs", &ns, Some(name)).await?;
     cluster::trainjob(cluster, name).await?;
     let jobs = trainjob_api(cluster.client.clone(), Some(&ns));
     let params = PatchParams { field_manager: Some(FIELD_MANAGER.into()), ..PatchParams::default() };

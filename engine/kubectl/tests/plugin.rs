@@ -94,7 +94,7 @@ async fn get_shows_every_job_in_its_state_and_explain_says_why() {
         create_trainjob(c, ns, name, &[("team", team)]).await;
     }
     annotate(c, ns, "d-exempt", "trainwarden.dev/exempt", "true").await;
-    annotate(c, ns, "e-snoozed", "trainwarden.dev/snooze-until", "2030-01-01T00:00:00Z").await;
+    annotate(c, ns, "e-snoozed", "trainwarden.dev/snooze-until", "2099-01-01T00:00:00Z").await;
     let config = ControllerConfig { history_interval: Duration::from_secs(0), ..config_for(ns) };
     let controller = start(c, config);
     wait_until_watching(c, ns, "guard", 4).await;
@@ -122,12 +122,10 @@ async fn get_shows_every_job_in_its_state_and_explain_says_why() {
             .map(|_| ())
     })
     .await;
-    eventually("a-healthy's history of three reports", Duration::from_secs(20), || async {
-        let j = job(c, ns, "a-healthy").await;
-        j.annotations()
-            .get("trainwarden.dev/history")
-            .filter(|h| h.contains("\"n\":3") || h.contains("1.2"))
-            .map(|_| ())
+    // The trend comes from the history checkpoint: three reports in it, falling.
+    eventually("a-healthy's falling loss from its history", Duration::from_secs(20), || async {
+        let (ok, table, _) = plugin(&ctx, &["get", "a-healthy"]);
+        (ok && table.contains("1.2 ↓")).then_some(())
     })
     .await;
     eventually("the Audit policy lists c-suspended as firing", Duration::from_secs(20), || async {
@@ -144,7 +142,17 @@ async fn get_shows_every_job_in_its_state_and_explain_says_why() {
     assert!((7.5..=8.01).contains(&saved), "8 GPUs × the hour left: {saved}\n{table}");
     let dollars =
         table.split("GPU-h ($").nth(1).and_then(|r| r.split(')').next()).unwrap_or("none").to_string();
-    let normalized = table.replace(&format!("{saved} GPU-h (${dollars})"), "N GPU-h ($M)");
+    // The snooze ends where the controller's cap (24h after it first saw the annotation) puts it, not in 2099.
+    let snoozed = table.lines().find(|l| l.starts_with("e-snoozed")).expect("e-snoozed's row");
+    let until_text =
+        snoozed.split("snoozed until ").nth(1).and_then(|r| r.get(..17)).expect("snoozed until T");
+    let until: jiff::Timestamp =
+        format!("{}:00Z", until_text.replace(' ', "T").trim_end_matches('Z')).parse().unwrap();
+    let hours = until.duration_since(jiff::Timestamp::now()).as_secs_f64() / 3600.0;
+    assert!((23.9..=24.0).contains(&hours), "capped at 24h: {hours}h\n{table}");
+    let normalized = table
+        .replace(&format!("{saved} GPU-h (${dollars})"), "N GPU-h ($M)")
+        .replace(&format!("snoozed until {until_text}"), "snoozed until <now + 24h>      ");
     assert_golden("get.txt", &normalized);
 
     let (ok, json_out, err) = plugin(&ctx, &["get", "c-suspended", "-o", "json"]);
@@ -267,6 +275,39 @@ async fn resume_goes_through_whatever_owns_the_suspension() {
     }))
     .unwrap();
     workloads.create(&PostParams::default(), &workload).await.expect("create Workload");
+    // Someone who may patch TrainJobs but not Workloads: refused before anything is written, no snooze left.
+    for yaml in [
+        format!(
+            "apiVersion: rbac.authorization.k8s.io/v1\nkind: Role\nmetadata: {{name: trainjobs-only, namespace: {ns}}}\nrules:\n\
+             - {{apiGroups: [trainer.kubeflow.org], resources: [trainjobs], verbs: [get, list, patch]}}\n\
+             - {{apiGroups: [kueue.x-k8s.io], resources: [workloads], verbs: [list]}}\n"
+        ),
+        format!(
+            "apiVersion: rbac.authorization.k8s.io/v1\nkind: RoleBinding\nmetadata: {{name: trainjobs-only, namespace: {ns}}}\n\
+             roleRef: {{apiGroup: rbac.authorization.k8s.io, kind: Role, name: trainjobs-only}}\n\
+             subjects: [{{kind: ServiceAccount, name: owner, namespace: {ns}}}]\n"
+        ),
+    ] {
+        let path = std::env::temp_dir().join(format!("{ns}-rbac.yaml"));
+        std::fs::write(&path, yaml).unwrap();
+        let out = ctx.kubectl(&["apply", "-f", path.to_str().unwrap()]);
+        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    }
+    let owner = format!("system:serviceaccount:{ns}:owner");
+    let (ok, _, err) = plugin(&ctx, &["--as", &owner, "resume", "queued", "--snooze", "1h"]);
+    assert!(!ok);
+    assert!(
+        err.contains("RBAC does not allow you to patch workloads.kueue.x-k8s.io")
+            && err.contains("nothing was changed"),
+        "{err}"
+    );
+    assert!(
+        !job(c, ns, "queued").await.annotations().contains_key("trainwarden.dev/snooze-until"),
+        "half-applied"
+    );
+    let w = workloads.get("trainjob-queued-1a2b3").await.unwrap();
+    assert_eq!(w.data.pointer("/spec/active"), Some(&json!(false)));
+
     let (ok, out, err) = plugin(&ctx, &["resume", "queued"]);
     assert!(ok, "{err}");
     assert!(out.contains("Kueue Workload trainjob-queued-1a2b3 re-activated"), "{out}");
