@@ -33,7 +33,7 @@ use crate::time::Timestamp;
 use crate::units::duration::PolicyDuration;
 
 /// The TrainJob annotation that snoozes a job's policies: an RFC 3339 time (`2026-12-02T08:00:00Z`) until
-/// which the actions of its rules are held (see [`crate::evaluate`]'s snooze module doc).
+/// which the actions of its rules are held (the evaluator's snooze module, `evaluate/snooze.rs`, says how).
 pub const SNOOZE_ANNOTATION: &str = "trainwarden.dev/snooze-until";
 
 /// A job's snooze as the evaluator applies it.
