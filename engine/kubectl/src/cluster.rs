@@ -222,36 +222,35 @@ pub(crate) async fn policies(cluster: &Cluster, namespace: Option<&str>) -> Poli
         Some(ns) => Api::namespaced(cluster.client.clone(), ns),
         None => Api::all(cluster.client.clone()),
     };
-    match namespaced.list(&ListParams::default()).await {
-        Ok(list) => {
-            for p in list.items {
-                match p.to_document() {
-                    Ok(d) => {
-                        out.documents.push(d);
-                        out.statuses.push(p.status);
-                    }
-                    Err(e) => out.problems.push(format!("ProgressPolicy {}: {e}", p.name_any())),
-                }
-            }
-        }
-        Err(e) => out.problems.push(api_error("listing ProgressPolicies", &e)),
-    }
+    list_policies(namespaced, "ProgressPolicies", |p| p.status, &mut out).await;
     let cluster_wide: Api<ClusterProgressPolicy> = Api::all(cluster.client.clone());
-    match cluster_wide.list(&ListParams::default()).await {
+    list_policies(cluster_wide, "ClusterProgressPolicies", |p| p.status, &mut out).await;
+    out
+}
+
+/// One policy kind into `out`: each object as a document with its status, or what is wrong with it.
+async fn list_policies<K>(
+    api: Api<K>,
+    plural: &str,
+    status: fn(K) -> Option<ProgressPolicyStatus>,
+    out: &mut Policies,
+) where
+    K: PolicyResource + kube::Resource + Clone + serde::de::DeserializeOwned + std::fmt::Debug,
+{
+    match api.list(&ListParams::default()).await {
         Ok(list) => {
             for p in list.items {
                 match p.to_document() {
                     Ok(d) => {
                         out.documents.push(d);
-                        out.statuses.push(p.status);
+                        out.statuses.push(status(p));
                     }
-                    Err(e) => out.problems.push(format!("ClusterProgressPolicy {}: {e}", p.name_any())),
+                    Err(e) => out.problems.push(format!("{plural} {}: {e}", p.name_any())),
                 }
             }
         }
-        Err(e) => out.problems.push(api_error("listing ClusterProgressPolicies", &e)),
+        Err(e) => out.problems.push(api_error(&format!("listing {plural}"), &e)),
     }
-    out
 }
 
 /// The labels of these namespaces (for cluster policies' `namespaceSelector`); one that cannot be read is
