@@ -655,11 +655,13 @@ async fn a_snoozed_job_is_suspended_once_when_its_snooze_ends_if_its_rule_still_
         "{e:?}"
     );
     assert_eq!(count(&e, "Snoozed"), 1, "{e:?}");
-    let status = eventually("snoozedUntil in the status", Duration::from_secs(10), || async {
-        let s = policy_status(c, ns, "snooze").await;
-        s.jobs.first().and_then(|j| j.snoozed_until.as_ref()).is_some().then_some(s)
-    })
-    .await;
+    // The job is listed as snoozed as soon as it is watched, before its report fires the rule: wait for both.
+    let status =
+        eventually("snoozedUntil and the firing rule in the status", Duration::from_secs(10), || async {
+            let s = policy_status(c, ns, "snooze").await;
+            s.jobs.first().is_some_and(|j| j.snoozed_until.is_some() && j.firing == ["high"]).then_some(s)
+        })
+        .await;
     assert_eq!(status.jobs[0].snoozed_until.as_ref().map(|t| t.0), Some(end));
     assert_eq!(status.jobs[0].firing, vec!["high".to_string()]);
     // More reports while snoozed: still held, nothing done.
