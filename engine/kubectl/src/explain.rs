@@ -130,7 +130,7 @@ pub(crate) async fn explain(cluster: &Cluster, name: &str, now: Timestamp) -> Re
             let _ = writeln!(o, "  a snooze ended {} ({})", short_time(until), relative(until, now));
         }
     }
-    for problem in [&row.verdict_problem, &row.snooze_problem].into_iter().flatten() {
+    for problem in [&row.verdict_problem, &row.history_problem, &row.snooze_problem].into_iter().flatten() {
         let _ = writeln!(o, "  warning: {problem}");
     }
 
@@ -308,14 +308,21 @@ fn explain_policy(
             _ => "its condition holds",
         };
         let _ = writeln!(o, "      judged here now, from the job's report and history checkpoint: {here}");
-        // A stall rule's deadline: the last report plus its silence.
+        // A stall rule's deadline: the last report plus its silence (the catalog's default when the rule
+        // gives none), plus its `for`.
         if running && calendar.is_active(now) && rule.detector_name.as_deref() == Some("stalled") {
+            let default = DETECTORS
+                .iter()
+                .find(|i| i.name == "stalled")
+                .and_then(|i| i.params.iter().find(|p| p.name == "after"))
+                .map_or("30m", |p| p.default);
             let after =
-                spec.with.as_ref().and_then(|w| w.get("after")).and_then(|v| v.as_str()).unwrap_or("30m");
+                spec.with.as_ref().and_then(|w| w.get("after")).and_then(|v| v.as_str()).unwrap_or(default);
             let deadline = after
                 .parse::<trainwarden_core::PolicyDuration>()
                 .ok()
-                .and_then(|d| jiff::SignedDuration::try_from_secs_f64(d.as_secs_f64()).ok())
+                .map(|d| d.as_secs_f64() + rule.for_.as_secs_f64())
+                .and_then(|secs| jiff::SignedDuration::try_from_secs_f64(secs).ok())
                 .zip(row.sample().map(|s| s.updated_at))
                 .and_then(|(d, last)| last.checked_add(d).ok());
             if let Some(at) = deadline.filter(|at| *at > now) {

@@ -30,10 +30,19 @@ pub(crate) async fn run(
     let mut stdout = std::io::stdout();
     loop {
         let now = if request.fixed_now { now } else { Timestamp::now() };
-        let text = render(cluster, request, now).await?;
+        let text = match render(cluster, request, now).await {
+            Ok(text) => text,
+            // Watching, one failed read (the API server restarting, a timeout) is said and tried again.
+            Err(e) if watch => format!("error: {e} (trying again in 2 s)\n"),
+            Err(e) => return Err(e),
+        };
         if watch {
-            // Home and clear, as `watch(1)` does; a pipe gets the frames one after the other.
-            let _ = write!(stdout, "\x1b[H\x1b[2J");
+            // Home and clear on a terminal, as `watch(1)` does; a pipe gets the frames one after the other.
+            if std::io::IsTerminal::is_terminal(&stdout) {
+                let _ = write!(stdout, "\x1b[H\x1b[2J");
+            } else {
+                let _ = writeln!(stdout, "--- {now}");
+            }
         }
         let _ = stdout.write_all(text.as_bytes());
         let _ = stdout.flush();
@@ -55,7 +64,12 @@ pub(crate) async fn render(cluster: &Cluster, request: &Request, now: Timestamp)
             request.names.iter().filter(|n| !jobs.iter().any(|j| j.name_any() == **n)).collect();
         if !missing.is_empty() {
             let list = missing.iter().map(|n| n.as_str()).collect::<Vec<_>>().join(", ");
-            return Err(format!("TrainJob not found in namespace {}: {list}", cluster.namespace));
+            let place = if request.all_namespaces {
+                "any namespace".to_string()
+            } else {
+                format!("namespace {}", cluster.namespace)
+            };
+            return Err(format!("TrainJob not found in {place}: {list}"));
         }
         jobs.retain(|j| request.names.contains(&j.name_any()));
     }
@@ -92,7 +106,9 @@ pub(crate) async fn render(cluster: &Cluster, request: &Request, now: Timestamp)
             out.push_str(&format!("warning: {problem}\n"));
         }
         for row in &rows {
-            for problem in [&row.unreadable, &row.verdict_problem, &row.snooze_problem].into_iter().flatten()
+            for problem in [&row.unreadable, &row.verdict_problem, &row.history_problem, &row.snooze_problem]
+                .into_iter()
+                .flatten()
             {
                 out.push_str(&format!("warning: {}: {problem}\n", row.key));
             }
@@ -231,7 +247,10 @@ fn table(rows: &[JobRow], all_namespaces: bool, wide: bool, now: Timestamp) -> S
 fn json_row(row: &JobRow, now: Timestamp) -> serde_json::Value {
     let sample = row.sample();
     let problems: Vec<&String> =
-        [&row.unreadable, &row.verdict_problem, &row.snooze_problem].into_iter().flatten().collect();
+        [&row.unreadable, &row.verdict_problem, &row.history_problem, &row.snooze_problem]
+            .into_iter()
+            .flatten()
+            .collect();
     let recent: Vec<serde_json::Value> = row
         .loss
         .iter()

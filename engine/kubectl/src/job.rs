@@ -170,6 +170,9 @@ pub(crate) struct JobRow {
     pub(crate) verdict: Verdict,
     /// Why the verdict annotation could not be read.
     pub(crate) verdict_problem: Option<String>,
+    /// Why the history checkpoint was not restored (the trend and the local judgement start from the
+    /// current report only).
+    pub(crate) history_problem: Option<String>,
     pub(crate) last_action: Option<LastAction>,
     pub(crate) suspended: bool,
     pub(crate) suspended_by: Option<String>,
@@ -200,9 +203,7 @@ impl JobRow {
             Ok(s) => (Some(s), None),
             Err(e) => (None, Some(e.to_string())),
         };
-        if let Some(s) = &snapshot {
-            judge.observe(job, s, now);
-        }
+        let history_problem = snapshot.as_ref().and_then(|s| judge.observe(job, s, now));
         let (mut verdict, verdict_problem) =
             match annotations.get(VERDICT_ANNOTATION).map(|t| Verdict::parse(t)) {
                 None => (Verdict::default(), None),
@@ -252,6 +253,7 @@ impl JobRow {
             unreadable,
             verdict,
             verdict_problem,
+            history_problem,
             last_action,
             suspended,
             suspended_by: annotations.get(SUSPENDED_BY_ANNOTATION).cloned(),
