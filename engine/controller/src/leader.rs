@@ -69,7 +69,11 @@ pub async fn elect(
         .with_identity(&config.identity)
         .with_duration(duration)
         .with_grace((duration / 3).max(1))
-        .with_field_manager(format!("{}-lease", trainwarden_kube::FIELD_MANAGER))
+        // One field manager per replica, as kube-lease-manager requires: taking an orphaned Lease is a
+        // server-side apply of holderIdentity, and only a *different* manager's apply conflicts. With one shared
+        // manager two replicas starting together both "took" it and both led (seen in CI: two RuleFiring
+        // Events from the two replicas of `of_two_replicas_only_the_leader_acts`).
+        .with_field_manager(format!("{}-lease-{}", trainwarden_kube::FIELD_MANAGER, config.identity))
         .build()
         .await?;
     // The manager's task runs while its channel has a receiver: this task holds the only one and mirrors it
