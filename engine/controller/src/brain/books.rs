@@ -220,33 +220,16 @@ impl Brain {
 mod tests {
     use std::sync::Arc;
 
-    use trainwarden_core::{JobKey, Mode};
+    use trainwarden_core::Mode;
 
     use crate::brain::Brain;
-    use crate::brain::tests::{job_reporting, key, policy_input, t};
+    use crate::brain::tests::{job_reporting, policy_input, suspend_outcome, t};
     use crate::config::ControllerConfig;
-    use crate::messages::{ActionResult, ExecutedAction, Input, Outcome};
+    use crate::messages::{ActionResult, Input};
     use crate::metrics::Metrics;
 
     fn outcome(mode: Mode, result: ActionResult, gpu_hours: f64) -> Input {
-        Input::Outcome(Box::new(Outcome {
-            intent: format!("i-{gpu_hours}"),
-            policy: key(),
-            job: JobKey::new("ml", "ft"),
-            rule: "high".into(),
-            action: ExecutedAction::Suspend,
-            mode,
-            result,
-            message: String::new(),
-            at: t(5),
-            savings: Some(trainwarden_core::Savings {
-                until: t(3605),
-                basis: trainwarden_core::SavingsBasis::EstimatedEnd,
-                gpus: 8.0,
-                gpu_hours,
-                dollars: Some(gpu_hours * 10.0),
-            }),
-        }))
+        Input::Outcome(Box::new(suspend_outcome(&format!("i-{gpu_hours}"), mode, result, gpu_hours)))
     }
 
     fn saved_lines(metrics: &Metrics) -> Vec<String> {

@@ -866,6 +866,29 @@ mod tests {
         Brain::new(&ControllerConfig::default(), Arc::new(Metrics::new()), None)
     }
 
+    /// What the executor reports after suspending ml/ft for rule `high` of ml/p at t(5): `gpu_hours` freed
+    /// until t(3605), at $10 each.
+    pub(super) fn suspend_outcome(intent: &str, mode: Mode, result: ActionResult, gpu_hours: f64) -> Outcome {
+        Outcome {
+            intent: intent.into(),
+            policy: key(),
+            job: JobKey::new("ml", "ft"),
+            rule: "high".into(),
+            action: crate::messages::ExecutedAction::Suspend,
+            mode,
+            result,
+            message: String::new(),
+            at: t(5),
+            savings: Some(trainwarden_core::Savings {
+                until: t(3605),
+                basis: trainwarden_core::SavingsBasis::EstimatedEnd,
+                gpus: 8.0,
+                gpu_hours,
+                dollars: Some(gpu_hours * 10.0),
+            }),
+        }
+    }
+
     pub(super) fn key() -> PolicyId {
         PolicyId { kind: PolicyKind::Namespaced, namespace: Some("ml".into()), name: "p".into() }
     }
@@ -1244,24 +1267,8 @@ mod tests {
             ),
             t(0),
         );
-        let outcome = Outcome {
-            intent: "ProgressPolicy:ml:p:1:high:ml:ft:0:1:0".into(),
-            policy: key(),
-            job: JobKey::new("ml", "ft"),
-            rule: "high".into(),
-            action: crate::messages::ExecutedAction::Suspend,
-            mode: Mode::Enforce,
-            result: ActionResult::Done,
-            message: String::new(),
-            at: t(5),
-            savings: Some(trainwarden_core::Savings {
-                until: t(3605),
-                basis: trainwarden_core::SavingsBasis::EstimatedEnd,
-                gpus: 8.0,
-                gpu_hours: 8.0,
-                dollars: Some(80.0),
-            }),
-        };
+        let outcome =
+            suspend_outcome("ProgressPolicy:ml:p:1:high:ml:ft:0:1:0", Mode::Enforce, ActionResult::Done, 8.0);
         b.handle(Input::Outcome(Box::new(outcome)), t(5));
         let status = b.status_of(&key(), t(6));
         assert_eq!(status.last_action.as_deref(), Some("suspend ml/ft (high)"));
