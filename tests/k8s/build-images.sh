@@ -20,6 +20,8 @@
 #   TRAINWARDEN_CLUSTER_DIR     state dir shared with cluster.sh (default ~/.cache/trainwarden/cluster)
 #   TRAINWARDEN_DOCKER_DIR      dockerd's data-root and run dir (default ~/.cache/trainwarden/docker)
 #   TRAINWARDEN_DEBIAN_MIRROR   mirror for debootstrap (default http://deb.debian.org/debian)
+#   TRAINWARDEN_IMAGES_MIN_FREE_GIB  free disk the trainwarden image build needs (default 8: a release workspace
+#                               build in a layer; a full disk makes the linker die of SIGBUS on its mmap'd output)
 set -euo pipefail
 
 SCRIPT_DIR="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
@@ -32,6 +34,7 @@ DOCKER_DIR="${TRAINWARDEN_DOCKER_DIR:-$HOME/.cache/trainwarden/docker}"
 DRUN="$DOCKER_DIR/run"
 MIRROR="${TRAINWARDEN_DEBIAN_MIRROR:-http://deb.debian.org/debian}"
 DOCKER=/usr/bin/docker
+MIN_FREE_GIB="${TRAINWARDEN_IMAGES_MIN_FREE_GIB:-8}"
 
 BASE_IMAGE=trainwarden-test/debian-base:bookworm
 TRAINING_IMAGE=trainwarden-test/training:dev
@@ -41,6 +44,8 @@ TRAINWARDEN_BUILDER_IMAGE=trainwarden-test/trainwarden-builder:dev
 
 log() { printf '[build-images] %s\n' "$*" >&2; }
 die() { printf '[build-images] ERROR: %s\n' "$*" >&2; exit 1; }
+# shellcheck source=disk.sh
+. "$SCRIPT_DIR/disk.sh"
 
 only=()
 import=1
@@ -172,6 +177,9 @@ build_trainwarden() {
   # dangling and survive the prune below; the full build then reuses them.
   local stage
   : >"$IMAGES/trainwarden-build.log"
+  # Leftovers of an earlier, interrupted build go first; then the disk must hold a release build.
+  "$DOCKER" image prune -f >/dev/null || log "WARNING: docker image prune failed"
+  require_free_gib "$MIN_FREE_GIB" "building $TRAINWARDEN_IMAGE needs ${MIN_FREE_GIB} GiB (TRAINWARDEN_IMAGES_MIN_FREE_GIB); a full disk kills the linker with SIGBUS" "$DOCKER_DIR"
   for stage in builder final; do
     local target=() tag="$TRAINWARDEN_IMAGE"
     [[ "$stage" == builder ]] && target=(--target builder) && tag="$TRAINWARDEN_BUILDER_IMAGE"
