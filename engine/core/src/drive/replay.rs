@@ -297,6 +297,12 @@ pub fn event_json(event: &Event) -> serde_json::Value {
             "state": "held", "action": null, "actions": actions, "mode": mode.as_str(), "snoozedUntil": until.to_string(),
             "reason": {"summary": held_text(actions, *until)},
         }),
+        Event::Limited { at, job, policy, rule, actions, limit, retry, mode } => json!({
+            "time": at.to_string(), "job": job.to_string(), "policy": policy.to_string(), "rule": rule,
+            "state": "held", "action": null, "actions": actions, "mode": mode.as_str(), "limit": limit,
+            "retry": retry.map(|t| t.to_string()),
+            "reason": {"summary": limited_text(actions, limit, *retry)},
+        }),
         Event::Snooze { at, job, change } => json!({
             "time": at.to_string(), "job": job.to_string(), "policy": null, "rule": null,
             "state": "snooze", "action": null, "mode": null, "snooze": change,
@@ -395,11 +401,32 @@ pub fn render_event(e: &Event, tz: &jiff::tz::TimeZone) -> String {
                 held_text(actions, *until).replace(&until.to_string(), &local(*until, tz))
             );
         }
+        Event::Limited { at, job, rule, actions, limit, retry, .. } => {
+            let mut text = limited_text(actions, limit, *retry);
+            if let Some(t) = retry {
+                text = text.replace(&t.to_string(), &local(*t, tz));
+            }
+            out += &format!("{}  {job}  {rule:<16}           ✗ {text}\n", local(*at, tz));
+        }
         Event::Snooze { at, job, change } => {
             out += &format!("{}  {job}  {:<16} SNOOZE    {}\n", local(*at, tz), "", snooze_text(change, tz));
         }
     }
     out
+}
+
+/// `suspend, notify held: limit 5/h reached (spec.limits.maxActionsPerHour); a slot frees at …`.
+pub fn limited_text(
+    actions: &[crate::policy::ActionKind],
+    limit: &crate::evaluate::Limit,
+    retry: Option<Timestamp>,
+) -> String {
+    let names: Vec<&str> = actions.iter().map(|a| a.as_str()).collect();
+    let when = match retry {
+        Some(t) => format!("a slot frees at {t}; done then"),
+        None => "done once a job it holds runs again, finishes or is deleted".to_string(),
+    };
+    format!("{} held: {limit}; {when} if the rule still fires", names.join(", "))
 }
 
 /// `suspend, notify held: snoozed until 2026-12-02T08:00:00Z by annotation trainwarden.dev/snooze-until`.

@@ -239,6 +239,27 @@ pub enum Event {
         /// The rule's mode.
         mode: Mode,
     },
+    /// A rule fired and a blast-radius limit ([`super::Limit`]) holds its actions back: no intent is
+    /// issued now. Each evaluation of the job while the rule still fires asks again; when the limit allows,
+    /// the held firing's intents are issued then.
+    Limited {
+        /// When the rule fired (or was asked again after a snooze).
+        at: Timestamp,
+        /// The job.
+        job: JobKey,
+        /// The policy the rule belongs to.
+        policy: PolicyRef,
+        /// The rule's name.
+        rule: String,
+        /// The actions held, in the rule's order.
+        actions: Vec<ActionKind>,
+        /// Which limit.
+        limit: super::Limit,
+        /// For an hourly limit: when a slot frees.
+        retry: Option<Timestamp>,
+        /// The rule's mode.
+        mode: Mode,
+    },
     /// A job's snooze started, ended or could not be honoured.
     Snooze {
         /// When the evaluator saw it.
@@ -270,6 +291,7 @@ impl Event {
             Event::Transition { at, .. }
             | Event::Suppressed { at, .. }
             | Event::Held { at, .. }
+            | Event::Limited { at, .. }
             | Event::Snooze { at, .. }
             | Event::RuleError { at, .. } => *at,
             Event::Intent(i) => i.at,
@@ -282,6 +304,7 @@ impl Event {
             Event::Transition { job, .. }
             | Event::Suppressed { job, .. }
             | Event::Held { job, .. }
+            | Event::Limited { job, .. }
             | Event::Snooze { job, .. }
             | Event::RuleError { job, .. } => job,
             Event::Intent(i) => &i.job,

@@ -1,6 +1,7 @@
 //! One rule for one job, Prometheus style: the condition (detector and/or script), the state machine
 //! inactive → pending → firing → resolved, firing's action intents with cooldowns, and resolution.
 
+use super::limits::Hold;
 use super::{ActionIntent, Alert, Event, Reason, Resolution, RuleTrack, TransitionKind, savings};
 use crate::history::job::JobData;
 use crate::input::sample::JobKey;
@@ -40,7 +41,8 @@ pub(super) fn condition(
 }
 
 /// One evaluation's verdict on a rule's state. `hold`: the job is snoozed until then, so a firing holds its
-/// actions (see [`super::snooze`]).
+/// actions (see [`super::snooze`]); `limit`: a blast-radius limit would hold a firing's actions (see
+/// [`super::limits`]).
 #[allow(clippy::too_many_arguments)]
 pub(super) fn advance(
     track: &mut RuleTrack,
@@ -52,6 +54,7 @@ pub(super) fn advance(
     now: Timestamp,
     data: Option<&JobData>,
     hold: Option<Timestamp>,
+    limit: Option<Hold>,
     out: &mut Vec<Event>,
 ) {
     // `reason` is `None` because of `cleared_by`: the condition, the window or the job's phase.
@@ -73,7 +76,7 @@ pub(super) fn advance(
     match (track.alert, reason) {
         (Alert::Inactive, Some(reason)) => {
             if rule.for_.is_zero() {
-                fire(track, key, policy, rule, reason, now, data, hold, out);
+                fire(track, key, policy, rule, reason, now, data, hold, limit, out);
             } else {
                 track.alert = Alert::Pending { since: Some(now) };
                 track.last_reason = reason.clone();
@@ -84,7 +87,7 @@ pub(super) fn advance(
             let since = since.unwrap_or(now);
             track.last_reason = reason.clone();
             if crate::time::seconds(since, now) >= rule.for_.as_secs_f64() {
-                fire(track, key, policy, rule, reason, now, data, hold, out);
+                fire(track, key, policy, rule, reason, now, data, hold, limit, out);
             }
         }
         (Alert::Pending { .. }, None) => {
@@ -108,7 +111,8 @@ pub(super) fn advance(
 }
 
 /// The rule fires: one transition, then its actions' intents, or, while the job is snoozed (`hold`), one
-/// [`Event::Held`] instead (cooldowns are not touched: nothing was issued).
+/// [`Event::Held`] instead (cooldowns are not touched: nothing was issued), or, when a limit refuses
+/// (`limit`), one [`Event::Limited`] and the track holds the firing.
 #[allow(clippy::too_many_arguments)]
 pub(super) fn fire(
     track: &mut RuleTrack,
@@ -119,6 +123,7 @@ pub(super) fn fire(
     now: Timestamp,
     data: Option<&JobData>,
     hold: Option<Timestamp>,
+    limit: Option<Hold>,
     out: &mut Vec<Event>,
 ) {
     track.alert = Alert::Firing { since: Some(now), cleared_at: None };
@@ -147,6 +152,11 @@ pub(super) fn fire(
         }
         return;
     }
+    if let Some(h) = limit {
+        track.held = Some(h);
+        out.push(super::limits::held_event(now, key, policy, rule, h));
+        return;
+    }
     issue(track, key, policy, rule, &reason, now, data, None, out);
 }
 
@@ -173,7 +183,7 @@ pub(super) fn release(
 
 /// The intents of one firing, each action subject to its cooldown.
 #[allow(clippy::too_many_arguments)]
-fn issue(
+pub(super) fn issue(
     track: &mut RuleTrack,
     key: &JobKey,
     policy: &CompiledPolicy,

@@ -3,6 +3,7 @@
 
 use std::collections::HashMap;
 
+use super::limits::{Hold, LimitBook, count_restored};
 use super::{Alert, Evaluator, JobEntry, RuleState};
 use crate::input::sample::JobKey;
 use crate::policy::PolicyRef;
@@ -43,6 +44,10 @@ pub struct RuleMemory {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(length(max = 16))]
     pub rule_hash: Option<String>,
+    /// Firing with its actions held by this blast-radius limit (spec.limits or the controller's
+    /// --max-actions-per-hour): they are issued once the limit allows, if the rule still fires.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub held: Option<super::Limit>,
 }
 
 /// A stable (FNV-1a, 64-bit) hash of a rule's fingerprint, as [`RuleMemory::rule_hash`].
@@ -58,10 +63,12 @@ pub(super) fn rule_hash(rule: &CompiledRule) -> String {
 /// Applies the memories restored for (policy, job), if any, to the job's fresh rule tracks of that policy.
 pub(super) fn claim_memories(
     restored: &mut HashMap<(usize, JobKey), Vec<RuleMemory>>,
+    limits: &mut LimitBook,
     entry: &mut JobEntry,
     key: &JobKey,
     p_index: usize,
     policy: &CompiledPolicy,
+    now: Timestamp,
 ) {
     if restored.is_empty() {
         return;
@@ -76,6 +83,11 @@ pub(super) fn claim_memories(
         let track = &mut tracks[r];
         track.alert = Alert::restored(memory.state, memory.since, memory.cleared_at);
         track.firings = memory.firings;
+        track.held = memory
+            .held
+            .filter(|_| memory.state == RuleState::Firing)
+            .map(|limit| Hold { limit, retry: None });
+        count_restored(limits, p_index, &policy.rules[r], key, &memory, now);
         track.last_issued = memory.last_issued;
         track.last_issued.resize(policy.rules[r].actions.len(), None);
     }
@@ -109,6 +121,7 @@ impl Evaluator {
                     firings: track.firings,
                     last_issued: track.last_issued.clone(),
                     rule_hash: Some(rule_hash(rule)),
+                    held: track.held.map(|h| h.limit),
                 });
             }
         }

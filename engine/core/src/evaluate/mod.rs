@@ -27,6 +27,7 @@
 mod checkpoint;
 mod event;
 mod lifecycle;
+mod limits;
 mod memory;
 mod savings;
 mod snooze;
@@ -37,6 +38,7 @@ pub use checkpoint::{
 };
 pub use event::{ActionIntent, Event, Reason, Resolution, RuleState, Savings, SavingsBasis, TransitionKind};
 use lifecycle::{advance, condition, release, resolve_track};
+pub use limits::{Limit, LimitKind};
 pub use memory::RuleMemory;
 use memory::claim_memories;
 use snooze::SnoozeTrack;
@@ -69,6 +71,9 @@ pub struct EngineConfig {
     /// The longest an owner's snooze ([`SNOOZE_ANNOTATION`]) holds a job's actions, counted from when the
     /// evaluator first saw the annotation's value on the job (default 24h; zero allows no snooze).
     pub max_snooze: PolicyDuration,
+    /// At most this many Enforce firings that suspend or scale a job in any rolling hour, over every
+    /// policy (the controller's `--max-actions-per-hour`; see the `limits` module). `None`: no cap.
+    pub max_actions_per_hour: Option<u32>,
 }
 
 impl Default for EngineConfig {
@@ -78,6 +83,7 @@ impl Default for EngineConfig {
             limits: Limits::default(),
             native_conditions: true,
             max_snooze: PolicyDuration::from_secs(24 * 3600),
+            max_actions_per_hour: None,
         }
     }
 }
@@ -138,6 +144,8 @@ struct RuleTrack {
     last_reason: Reason,
     /// From the last evaluation of a script: when a time-driven function in it would turn true.
     script_wake: Option<Timestamp>,
+    /// Firing with its actions held by a blast-radius limit (see the `limits` module).
+    held: Option<limits::Hold>,
 }
 
 struct JobEntry {
@@ -213,6 +221,8 @@ pub struct Evaluator {
     /// Rule memories restored from a previous run (see [`Evaluator::restore`]), claimed by each job the first
     /// time a policy's rules are set up for it.
     restored: HashMap<(usize, JobKey), Vec<RuleMemory>>,
+    /// What the blast-radius limits have counted (see the `limits` module).
+    limits: limits::LimitBook,
 }
 
 /// Counters for status and metrics.
@@ -244,6 +254,7 @@ impl Evaluator {
             ids: Vec::new(),
             free_ids: Vec::new(),
             restored: HashMap::new(),
+            limits: limits::LimitBook::default(),
         }
     }
 
@@ -317,6 +328,7 @@ impl Evaluator {
         if let Some(index) = self.find_policy(reference) {
             self.retire_policy(index, now, out);
             self.policies[index] = None;
+            self.limits.forget_policy(index);
             self.restored.retain(|(p, _), _| *p != index);
             self.mark_selection_stale();
         }
@@ -381,6 +393,13 @@ impl Evaluator {
     pub fn observe(&mut self, mut snapshot: JobSnapshot, now: Timestamp, out: &mut Vec<Event>) {
         let sample = snapshot.sample.take();
         let key = snapshot.key.clone();
+        // A job that ran again since a policy suspended it, or finished, no longer counts against that
+        // policy's maxConcurrentSuspended.
+        match snapshot.phase {
+            JobPhase::Running => self.limits.job_left(&key, snapshot.running_since),
+            JobPhase::Complete | JobPhase::Failed => self.limits.job_left(&key, None),
+            JobPhase::Suspended => {}
+        }
         let max_snooze = self.config.max_snooze;
         let entry = self.entry(&key, now);
         let mut resumed = false;
@@ -467,7 +486,7 @@ impl Evaluator {
                 let Some(Some(slot)) = self.policies.get(p_index) else { continue };
                 let rules = &slot.policy.rules;
                 entry.tracks_mut(p_index, rules.len());
-                claim_memories(&mut self.restored, entry, key, p_index, &slot.policy);
+                claim_memories(&mut self.restored, &mut self.limits, entry, key, p_index, &slot.policy, now);
                 let Some(data) = entry.data.as_ref() else { continue };
                 let series = &data.series;
                 let tracks = &mut entry.tracks[p_index];
@@ -538,6 +557,7 @@ impl Evaluator {
 
     /// A job was deleted: its firing rules resolve and its history is dropped.
     pub fn forget_job(&mut self, key: &JobKey, now: Timestamp, out: &mut Vec<Event>) {
+        self.limits.job_left(key, None);
         if let Some(job) = self.jobs.remove(key) {
             if let Some(wake) = job.wake {
                 self.wakes.remove(&(wake, job.id));
@@ -578,11 +598,6 @@ impl Evaluator {
             let p_index = entry.selected_by[i];
             let Some(Some(slot)) = self.policies.get(p_index) else { continue };
             let policy = &slot.policy;
-            // A suspended job teaches us nothing new: its rules keep their state, so a job a person resumed on
-            // purpose is not suspended again the moment it restarts, only after its rule resolves and re-fires.
-            if phase == JobPhase::Suspended {
-                continue;
-            }
             let active = running && slot.is_active(now);
             // Why the condition does not hold, when it does not.
             let cleared_by = if !running {
@@ -593,7 +608,16 @@ impl Evaluator {
                 Resolution::ConditionCleared
             };
             entry.tracks_mut(p_index, policy.rules.len());
-            claim_memories(&mut self.restored, entry, key, p_index, policy);
+            claim_memories(&mut self.restored, &mut self.limits, entry, key, p_index, policy, now);
+            // A suspended job teaches us nothing new: its rules keep their state (restored above after a
+            // restart), so a job a person resumed on purpose is not suspended again the moment it restarts, only
+            // after its rule resolves and re-fires.
+            if phase == JobPhase::Suspended {
+                continue;
+            }
+            // Only policies with limits (or an engine-wide cap) pay for counting.
+            let limits_apply = policy.limits != crate::policy::spec::LimitsSpec::default()
+                || self.config.max_actions_per_hour.is_some();
             for (r_index, rule) in policy.rules.iter().enumerate() {
                 let track = &mut entry.tracks[p_index][r_index];
                 let verdict = if active {
@@ -607,6 +631,19 @@ impl Evaluator {
                         track.last_error = None;
                         track.script_wake = wake;
                         let firings = track.firings;
+                        let counted = limits_apply && limits::limited(&rule.actions);
+                        // The limit a firing now would meet (a snoozed job's firing is held anyway).
+                        let refusal = if counted && hold.is_none() {
+                            self.limits.refusal(
+                                p_index,
+                                policy,
+                                rule.mode,
+                                self.config.max_actions_per_hour,
+                                now,
+                            )
+                        } else {
+                            None
+                        };
                         advance(
                             track,
                             key,
@@ -617,10 +654,27 @@ impl Evaluator {
                             now,
                             entry.data.as_deref(),
                             hold,
+                            refusal,
                             out,
                         );
-                        if snooze.ended.is_some() && track.firings != firings {
+                        let fired = track.firings != firings;
+                        if snooze.ended.is_some() && fired {
                             fired_now.push((p_index, r_index));
+                        }
+                        if counted {
+                            let data = entry.data.as_deref();
+                            let engine_cap = self.config.max_actions_per_hour;
+                            limits::settle(
+                                &mut self.limits,
+                                track,
+                                (p_index, policy, rule),
+                                key,
+                                fired,
+                                now,
+                                data,
+                                engine_cap,
+                                out,
+                            );
                         }
                     }
                     Err(message) => {
@@ -663,6 +717,21 @@ impl Evaluator {
                 else {
                     continue;
                 };
+                let limits_apply = slot.policy.limits != crate::policy::spec::LimitsSpec::default()
+                    || self.config.max_actions_per_hour.is_some();
+                if limits_apply && limits::limited(&rule.actions) {
+                    let engine_cap = self.config.max_actions_per_hour;
+                    if let Some(h) = self.limits.refusal(p, &slot.policy, rule.mode, engine_cap, now) {
+                        // A new firing (as a release is), held until the limit allows.
+                        track.firings += 1;
+                        track.held = Some(h);
+                        out.push(limits::held_event(now, key, &slot.policy, rule, h));
+                        continue;
+                    }
+                    release(track, key, &slot.policy, rule, now, entry.data.as_deref(), until, out);
+                    limits::count_if_issued(&mut self.limits, track, p, rule, key, now);
+                    continue;
+                }
                 release(track, key, &slot.policy, rule, now, entry.data.as_deref(), until, out);
             }
         }
@@ -787,5 +856,7 @@ impl Evaluator {
     }
 }
 
+#[cfg(test)]
+mod limits_tests;
 #[cfg(test)]
 mod tests;

@@ -85,6 +85,7 @@ impl World {
                 Event::Suppressed { at, rule, action, .. } => (m(at), format!("{rule} ✗ {action}")),
                 Event::RuleError { at, rule, message, .. } => (m(at), format!("{rule} error: {message}")),
                 Event::Held { at, rule, actions, .. } => (m(at), format!("{rule} held {actions:?}")),
+                Event::Limited { at, rule, limit, .. } => (m(at), format!("{rule} limited: {limit}")),
                 Event::Snooze { at, change, .. } => (m(at), format!("snooze {change:?}")),
             })
             .collect()
@@ -564,6 +565,7 @@ fn memories_of_unknown_rules_and_vanished_jobs_are_dropped() {
         firings: 0,
         last_issued: vec![],
         rule_hash: None,
+        held: None,
     };
     w.ev.restore(
         &reference,

@@ -115,6 +115,15 @@ impl Evaluator {
                             consider(cleared_at.and_then(|c| {
                                 crate::time::add_seconds(c, rule.keep_firing_for.as_secs_f64())
                             }));
+                            // A held firing asks its limit again when an hourly slot frees, and at least
+                            // every interval (a suspended job elsewhere may have run again).
+                            if let Some(hold) = track.held {
+                                consider(hold.retry);
+                                consider(crate::time::add_seconds(
+                                    now,
+                                    self.config.eval_interval.as_secs_f64(),
+                                ));
+                            }
                         }
                         Alert::Inactive => {}
                     }

@@ -78,6 +78,13 @@ pub struct PolicySpec {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub sampling_interval: Option<DurationText>,
 
+    /// Blast-radius limits: how many jobs this policy may stop (suspend or scale). A firing a limit holds
+    /// back stays firing with all its actions held (an Event and a status entry name the limit) and acts
+    /// when the limit allows, if its rule still fires. They apply in Audit mode too, so Audit shows what
+    /// Enforce would hold.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub limits: Option<LimitsSpec>,
+
     /// The rules, evaluated independently for every selected TrainJob. Rule names are unique (the API server
     /// merges rules by name).
     #[schemars(length(min = 1, max = 64))]
@@ -90,6 +97,22 @@ pub struct PolicySpec {
     #[schemars(length(max = 16))]
     #[schemars(extend("x-kubernetes-list-type" = "map", "x-kubernetes-list-map-keys" = ["name"]))]
     pub receivers: Vec<ReceiverSpec>,
+}
+
+/// `spec.limits`: at most so many stopping firings per hour, at most so many jobs suspended at once.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct LimitsSpec {
+    /// At most this many firings that suspend or scale a job in any rolling hour; the next waits for a slot.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 1, max = 100000))]
+    pub max_actions_per_hour: Option<u32>,
+
+    /// At most this many jobs suspended by this policy at a time (a job counts until it runs again,
+    /// finishes or is deleted); the next waits until one of them leaves.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 1, max = 100000))]
+    pub max_concurrent_suspended: Option<u32>,
 }
 
 impl PolicySpec {

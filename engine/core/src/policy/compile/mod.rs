@@ -84,6 +84,8 @@ pub struct CompiledPolicy {
     pub rules: Vec<CompiledRule>,
     /// `spec.receivers`, for the notifier.
     pub receivers: Vec<CompiledReceiver>,
+    /// `spec.limits`: how many jobs it may stop (the evaluator's `limits` module applies them).
+    pub limits: crate::policy::spec::LimitsSpec,
 }
 
 impl CompiledPolicy {
@@ -178,6 +180,7 @@ pub fn compile(doc: &PolicyDocument, engine: &ScriptEngine) -> Result<CompiledPo
         sampling_interval,
         rules,
         receivers,
+        limits: spec.limits.unwrap_or_default(),
     })
 }
 
@@ -206,6 +209,22 @@ fn check_settings(doc: &PolicyDocument, errors: &mut Vec<FieldError>) -> PolicyD
         && !(gpus.is_finite() && gpus >= 0.0)
     {
         errors.push(FieldError::new("spec.assumeGpus", format!("must be a number >= 0, got {gpus}")));
+    }
+    let limits = spec.limits.unwrap_or_default();
+    for (field, value) in [
+        ("spec.limits.maxActionsPerHour", limits.max_actions_per_hour),
+        ("spec.limits.maxConcurrentSuspended", limits.max_concurrent_suspended),
+    ] {
+        if let Some(v) = value
+            && !(1..=100_000).contains(&v)
+        {
+            let why = if v == 0 {
+                " (0 would hold every action for ever; Audit mode reports without acting)"
+            } else {
+                ""
+            };
+            errors.push(FieldError::new(field, format!("must be from 1 to 100000, got {v}{why}")));
+        }
     }
     validate_selector(errors, "spec.selector", &spec.selector);
     if let PolicyScope::Cluster { namespace_selector } = &doc.scope {

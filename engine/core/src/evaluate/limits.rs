@@ -1,0 +1,305 @@
+//! Blast-radius limits: how many jobs a policy (`spec.limits`) and the whole engine
+//! ([`super::EngineConfig::max_actions_per_hour`], the controller's `--max-actions-per-hour`) may stop.
+//!
+//! - **What counts**: a firing whose actions include a `suspend` or a `scale` (the actions that stop or
+//!   shrink a job) counts once, when its intents are issued. Reporting actions (notify, annotate, event) are
+//!   not limited on their own, but a held firing holds all of its actions, so a message that says "the job
+//!   was suspended" never goes out for a job that was not.
+//! - `maxActionsPerHour`: at most N counted firings of this policy in any rolling hour;
+//!   `maxConcurrentSuspended`: at most N jobs this policy suspended and that have not run since (a resume
+//!   sets a later `running_since`; a finished or deleted job leaves); both apply in Audit too, so an Audit
+//!   run shows what Enforce would hold. The engine-wide hourly cap counts and holds Enforce firings only (an
+//!   Audit policy must not use up the budget of the ones that act).
+//! - **A refused firing** is firing (its transition is reported as ever) with its actions held: one
+//!   [`Event::Limited`] names the limit and, for an hourly one, when a slot frees. Every evaluation of the
+//!   job while its rule still fires asks again (a held job is woken when its hourly slot frees and at
+//!   least every evaluation interval); when the limits allow, the held firing's intents are issued then,
+//!   with the ids it was given when it fired. A rule that resolves while held does nothing. Which of
+//!   several held jobs gets a freed slot first is whichever is evaluated first.
+//! - **Restarts**: the hold is part of the rule's memory ([`super::RuleMemory::held`]); the counts are
+//!   rebuilt from the restored memories' last issue times (a job stopped twice by the same rule within the
+//!   hour then counts once).
+
+use std::collections::{BTreeMap, VecDeque};
+
+use super::{Event, RuleState, RuleTrack};
+use crate::history::job::JobData;
+use crate::input::sample::JobKey;
+use crate::policy::compile::{CompiledPolicy, CompiledRule};
+use crate::policy::{ActionSpec, Mode};
+use crate::time::Timestamp;
+
+const HOUR: f64 = 3600.0;
+
+/// A limit that held a firing back: which, and its value.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize, schemars::JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct Limit {
+    /// Which limit.
+    pub kind: LimitKind,
+    /// Its value: firings per hour, or jobs suspended at once.
+    pub max: u32,
+}
+
+/// The blast-radius limits.
+#[derive(
+    Clone, Copy, Debug, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize, schemars::JsonSchema,
+)]
+#[serde(rename_all = "camelCase")]
+pub enum LimitKind {
+    /// The policy's `spec.limits.maxActionsPerHour`.
+    PolicyPerHour,
+    /// The policy's `spec.limits.maxConcurrentSuspended`.
+    PolicyConcurrent,
+    /// The engine's (the controller's `--max-actions-per-hour`), over every Enforce policy.
+    EnginePerHour,
+}
+
+impl Limit {
+    fn new(kind: LimitKind, max: u32) -> Self {
+        Limit { kind, max }
+    }
+}
+
+impl std::fmt::Display for Limit {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let max = self.max;
+        match self.kind {
+            LimitKind::PolicyPerHour => write!(f, "limit {max}/h reached (spec.limits.maxActionsPerHour)"),
+            LimitKind::PolicyConcurrent => {
+                let jobs = if max == 1 { "job" } else { "jobs" };
+                write!(f, "limit of {max} suspended {jobs} reached (spec.limits.maxConcurrentSuspended)")
+            }
+            LimitKind::EnginePerHour => {
+                write!(f, "the controller's limit {max}/h reached (--max-actions-per-hour)")
+            }
+        }
+    }
+}
+
+/// A firing held back: by which limit, and when an hourly slot frees (`None`: the concurrency limit, asked
+/// again at every evaluation).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) struct Hold {
+    pub(super) limit: Limit,
+    pub(super) retry: Option<Timestamp>,
+}
+
+/// Whether a rule's actions count against the limits: it stops or shrinks a job.
+pub(super) fn limited(actions: &[ActionSpec]) -> bool {
+    actions.iter().any(|a| matches!(a, ActionSpec::Suspend(_) | ActionSpec::Scale(_)))
+}
+
+/// The counts of one policy.
+#[derive(Clone, Debug, Default)]
+pub(super) struct PolicyLimits {
+    /// When its counted firings were issued, oldest first, within the last hour.
+    recent: VecDeque<Timestamp>,
+    /// The jobs it suspended and that have not run since, with when.
+    suspended: BTreeMap<JobKey, Timestamp>,
+}
+
+/// The engine's counts: per policy (by index) and over every Enforce policy.
+#[derive(Clone, Debug, Default)]
+pub(super) struct LimitBook {
+    policies: BTreeMap<usize, PolicyLimits>,
+    /// Enforce firings counted within the last hour, oldest first.
+    enforce_recent: VecDeque<Timestamp>,
+}
+
+fn prune(recent: &mut VecDeque<Timestamp>, now: Timestamp) {
+    while recent.front().is_some_and(|t| crate::time::seconds(*t, now) >= HOUR) {
+        recent.pop_front();
+    }
+}
+
+fn slot_frees(recent: &VecDeque<Timestamp>) -> Option<Timestamp> {
+    recent.front().and_then(|t| crate::time::add_seconds(*t, HOUR))
+}
+
+impl LimitBook {
+    /// The limit that refuses a new counted firing of `policy` (at `index`) now, and when an hourly slot
+    /// frees; `None`: it may act.
+    pub(super) fn refusal(
+        &mut self,
+        index: usize,
+        policy: &CompiledPolicy,
+        mode: Mode,
+        engine_per_hour: Option<u32>,
+        now: Timestamp,
+    ) -> Option<Hold> {
+        let limits = &policy.limits;
+        let book = self.policies.entry(index).or_default();
+        prune(&mut book.recent, now);
+        prune(&mut self.enforce_recent, now);
+        if let Some(max) = limits.max_actions_per_hour
+            && book.recent.len() >= max as usize
+        {
+            return Some(Hold {
+                limit: Limit::new(LimitKind::PolicyPerHour, max),
+                retry: slot_frees(&book.recent),
+            });
+        }
+        if let Some(max) = limits.max_concurrent_suspended
+            && book.suspended.len() >= max as usize
+        {
+            return Some(Hold { limit: Limit::new(LimitKind::PolicyConcurrent, max), retry: None });
+        }
+        if mode == Mode::Enforce
+            && let Some(max) = engine_per_hour
+            && self.enforce_recent.len() >= max as usize
+        {
+            return Some(Hold {
+                limit: Limit::new(LimitKind::EnginePerHour, max),
+                retry: slot_frees(&self.enforce_recent),
+            });
+        }
+        None
+    }
+
+    /// A counted firing of the policy at `index` for `job` was issued at `at` (`suspends`: its actions
+    /// suspend the job).
+    pub(super) fn count(&mut self, index: usize, mode: Mode, job: &JobKey, suspends: bool, at: Timestamp) {
+        let book = self.policies.entry(index).or_default();
+        insert_sorted(&mut book.recent, at);
+        if suspends {
+            book.suspended.insert(job.clone(), at);
+        }
+        if mode == Mode::Enforce {
+            insert_sorted(&mut self.enforce_recent, at);
+        }
+    }
+
+    /// The job ran again after `running_since`, finished or is gone: it no longer counts as suspended by
+    /// any policy whose suspension came before (`None`: whatever the time).
+    pub(super) fn job_left(&mut self, job: &JobKey, running_since: Option<Timestamp>) {
+        for book in self.policies.values_mut() {
+            if let Some(at) = book.suspended.get(job)
+                && running_since.is_none_or(|since| since > *at)
+            {
+                book.suspended.remove(job);
+            }
+        }
+    }
+
+    /// A policy went away (or was replaced under a new index).
+    pub(super) fn forget_policy(&mut self, index: usize) {
+        self.policies.remove(&index);
+    }
+}
+
+/// Restored issue times arrive in any order.
+fn insert_sorted(recent: &mut VecDeque<Timestamp>, at: Timestamp) {
+    let i = recent.partition_point(|t| *t <= at);
+    recent.insert(i, at);
+}
+
+/// The [`Event::Limited`] of a held firing.
+pub(super) fn held_event(
+    at: Timestamp,
+    job: &JobKey,
+    policy: &CompiledPolicy,
+    rule: &CompiledRule,
+    hold: Hold,
+) -> Event {
+    Event::Limited {
+        at,
+        job: job.clone(),
+        policy: policy.reference.clone(),
+        rule: rule.name.clone(),
+        actions: rule.actions.iter().map(ActionSpec::kind).collect(),
+        limit: hold.limit,
+        retry: hold.retry,
+        mode: rule.mode,
+    }
+}
+
+/// After a limited rule's evaluation: a firing that issued its intents is counted; a held one asks again
+/// (and issues its intents when the limits allow), or is dropped when its rule no longer fires.
+#[allow(clippy::too_many_arguments)]
+pub(super) fn settle(
+    book: &mut LimitBook,
+    track: &mut RuleTrack,
+    (index, policy, rule): (usize, &CompiledPolicy, &CompiledRule),
+    key: &JobKey,
+    fired: bool,
+    now: Timestamp,
+    data: Option<&JobData>,
+    engine_cap: Option<u32>,
+    out: &mut Vec<Event>,
+) {
+    if fired {
+        if track.held.is_none() {
+            count_if_issued(book, track, index, rule, key, now);
+        }
+        return;
+    }
+    if track.held.is_none() {
+        return;
+    }
+    if track.alert.state() != RuleState::Firing {
+        track.held = None; // resolved while held: nothing to do
+        return;
+    }
+    match book.refusal(index, policy, rule.mode, engine_cap, now) {
+        Some(hold) => track.held = Some(hold),
+        None => {
+            track.held = None;
+            let reason = track.last_reason.clone();
+            super::lifecycle::issue(track, key, policy, rule, &reason, now, data, None, out);
+            count_if_issued(book, track, index, rule, key, now);
+        }
+    }
+}
+
+/// Counts the rule's firing if it issued a limited action at `now` (a cooldown may have suppressed them).
+pub(super) fn count_if_issued(
+    book: &mut LimitBook,
+    track: &RuleTrack,
+    index: usize,
+    rule: &CompiledRule,
+    key: &JobKey,
+    now: Timestamp,
+) {
+    let issued = rule
+        .actions
+        .iter()
+        .zip(&track.last_issued)
+        .any(|(a, t)| limited(std::slice::from_ref(a)) && *t == Some(now));
+    if issued {
+        let suspends = rule.actions.iter().any(|a| matches!(a, ActionSpec::Suspend(_)));
+        book.count(index, rule.mode, key, suspends, now);
+    }
+}
+
+/// A restored memory counts as it did before the restart: its rule's last limited action within the hour,
+/// and, for a firing rule that suspended, its job as suspended by the policy (until it runs again).
+pub(super) fn count_restored(
+    book: &mut LimitBook,
+    index: usize,
+    rule: &CompiledRule,
+    key: &JobKey,
+    memory: &super::RuleMemory,
+    now: Timestamp,
+) {
+    let last = rule
+        .actions
+        .iter()
+        .zip(&memory.last_issued)
+        .filter(|(a, _)| limited(std::slice::from_ref(*a)))
+        .filter_map(|(_, t)| *t)
+        .max();
+    let Some(at) = last else { return };
+    let suspends =
+        memory.state == RuleState::Firing && rule.actions.iter().any(|a| matches!(a, ActionSpec::Suspend(_)));
+    let book_policy = book.policies.entry(index).or_default();
+    if crate::time::seconds(at, now) < HOUR {
+        insert_sorted(&mut book_policy.recent, at);
+        if rule.mode == Mode::Enforce {
+            insert_sorted(&mut book.enforce_recent, at);
+        }
+    }
+    if suspends {
+        book.policies.entry(index).or_default().suspended.insert(key.clone(), at);
+    }
+}

@@ -1,0 +1,253 @@
+//! Blast-radius limits ([`super::limits`]): a policy's `maxActionsPerHour` and `maxConcurrentSuspended`, the
+//! engine-wide hourly cap (Enforce only), a held firing that resolves, holds and counts across a restart,
+//! and how a replay prints a hold.
+
+use std::collections::BTreeMap;
+
+use super::limits::LimitKind;
+use super::*;
+use crate::input::sample::{Metric, ProgressSample, SampleSource};
+use crate::policy::compile::{compile, parse_documents};
+
+/// 2026-11-27T17:00:00Z, a Friday.
+fn t(minutes: i64) -> Timestamp {
+    Timestamp::from_second(1_795_798_800 + minutes * 60).unwrap()
+}
+
+const HUGE: &str = "    - {name: huge, when: 'metric(\"loss\") > 9.0', actions: [{suspend: {}}]}\n";
+
+fn policy(name: &str, mode: &str, limits: &str) -> String {
+    format!(
+        "apiVersion: trainwarden.dev/v1alpha1\nkind: ProgressPolicy\nmetadata: {{name: {name}, namespace: ml}}\nspec:\n  mode: {mode}\n{limits}  rules:\n{HUGE}"
+    )
+}
+
+/// Several jobs in namespace `ml`, judged on a clock the test moves.
+struct Fleet {
+    ev: Evaluator,
+    events: Vec<Event>,
+    /// When each job last started running (a resume moves it, as the TrainJob's Suspended condition does).
+    running_since: BTreeMap<String, Timestamp>,
+}
+
+impl Fleet {
+    fn new(policies: &[String], config: EngineConfig) -> Fleet {
+        let mut ev = Evaluator::new(config);
+        let mut events = Vec::new();
+        for yaml in policies {
+            for d in parse_documents(yaml, "test").unwrap() {
+                let p = compile(&d, ev.scripts()).unwrap_or_else(|e| panic!("{e}"));
+                ev.upsert_policy(p, t(0), &mut events);
+            }
+        }
+        Fleet { ev, events, running_since: BTreeMap::new() }
+    }
+
+    fn snapshot(&self, job: &str, phase: JobPhase) -> JobSnapshot {
+        let mut s = JobSnapshot::new(JobKey::new("ml", job));
+        s.gpus = Some(8.0);
+        s.phase = phase;
+        s.running_since = Some(self.running_since.get(job).copied().unwrap_or(t(0)));
+        s
+    }
+
+    fn advance(&mut self, minute: i64) {
+        while let Some(next) = self.ev.next_tick() {
+            if next > t(minute) {
+                break;
+            }
+            self.ev.tick(next, &mut self.events);
+        }
+    }
+
+    fn report(&mut self, minute: i64, job: &str, loss: f64) {
+        self.advance(minute);
+        let mut snap = self.snapshot(job, JobPhase::Running);
+        let mut s = ProgressSample::empty(t(minute), SampleSource::TrainerStatus);
+        s.metrics.push(Metric { name: "loss".into(), value: loss });
+        snap.sample = Some(s);
+        self.ev.observe(snap, t(minute), &mut self.events);
+    }
+
+    fn phase(&mut self, minute: i64, job: &str, phase: JobPhase) {
+        self.advance(minute);
+        if phase == JobPhase::Running {
+            self.running_since.insert(job.to_string(), t(minute));
+        }
+        let snap = self.snapshot(job, phase);
+        self.ev.observe(snap, t(minute), &mut self.events);
+    }
+
+    /// `(seconds since t(0), job, policy)` of every suspend intent, in order.
+    fn suspensions(&self) -> Vec<(i64, String, String)> {
+        self.events
+            .iter()
+            .filter_map(|e| match e {
+                Event::Intent(i) => {
+                    Some((i.at.as_second() - t(0).as_second(), i.job.name.clone(), i.policy.name.clone()))
+                }
+                _ => None,
+            })
+            .collect()
+    }
+
+    /// `(job, limit, retry)` of every hold, in order.
+    fn holds(&self) -> Vec<(String, Limit, Option<Timestamp>)> {
+        self.events
+            .iter()
+            .filter_map(|e| match e {
+                Event::Limited { job, limit, retry, .. } => Some((job.name.clone(), *limit, *retry)),
+                _ => None,
+            })
+            .collect()
+    }
+}
+
+fn acted(list: &[(i64, &str, &str)]) -> Vec<(i64, String, String)> {
+    list.iter().map(|(s, j, p)| (*s, j.to_string(), p.to_string())).collect()
+}
+
+#[test]
+fn max_actions_per_hour_holds_the_next_firing_until_a_slot_frees() {
+    let limits = "  limits: {maxActionsPerHour: 2}\n";
+    let mut f = Fleet::new(&[policy("p", "Enforce", limits)], EngineConfig::default());
+    f.report(0, "a", 10.0);
+    f.report(0, "b", 10.0);
+    f.report(5, "c", 10.0);
+    assert_eq!(f.suspensions(), acted(&[(0, "a", "p"), (0, "b", "p")]));
+    assert_eq!(f.holds(), vec![("c".into(), Limit { kind: LimitKind::PolicyPerHour, max: 2 }, Some(t(60)))]);
+    // c still fires and keeps reporting; nothing more is issued within the hour, and it is held once.
+    for m in [15, 30, 45, 59] {
+        f.report(m, "c", 10.0);
+    }
+    assert_eq!(f.suspensions().len(), 2);
+    assert_eq!(f.holds().len(), 1);
+    // The hour after a's and b's suspensions: c acts on that second, with no report arriving.
+    f.advance(61);
+    assert_eq!(f.suspensions(), acted(&[(0, "a", "p"), (0, "b", "p"), (3600, "c", "p")]));
+    let Some(Event::Intent(i)) = f.events.iter().rev().find(|e| matches!(e, Event::Intent(_))) else {
+        panic!()
+    };
+    assert!(i.id.ends_with(":1:0"), "the held firing's own id (firing 1, action 0): {}", i.id);
+}
+
+#[test]
+fn a_held_firing_whose_rule_resolves_does_nothing() {
+    let limits = "  limits: {maxActionsPerHour: 1}\n";
+    let mut f = Fleet::new(&[policy("p", "Enforce", limits)], EngineConfig::default());
+    f.report(0, "a", 10.0);
+    f.report(1, "b", 10.0);
+    assert_eq!(f.holds().len(), 1);
+    f.report(20, "b", 1.0); // b recovers while held
+    f.advance(120);
+    assert_eq!(f.suspensions(), acted(&[(0, "a", "p")]));
+    let memories = f.ev.memories(&f.ev.policies().next().unwrap().reference.clone(), t(120));
+    assert!(memories.iter().all(|m| m.held.is_none()), "{memories:?}");
+}
+
+#[test]
+fn max_concurrent_suspended_waits_for_a_suspended_job_to_run_again() {
+    let limits = "  limits: {maxConcurrentSuspended: 1}\n";
+    let mut f = Fleet::new(&[policy("p", "Enforce", limits)], EngineConfig::default());
+    f.report(0, "a", 10.0);
+    f.report(0, "b", 10.0);
+    assert_eq!(f.suspensions(), acted(&[(0, "a", "p")]));
+    assert_eq!(f.holds(), vec![("b".into(), Limit { kind: LimitKind::PolicyConcurrent, max: 1 }, None)]);
+    // a is suspended (the Trainer reports it so); a report of a's from before it stopped does not free it.
+    f.phase(1, "a", JobPhase::Suspended);
+    f.advance(20);
+    assert_eq!(f.suspensions().len(), 1);
+    // Someone resumes a: b's next evaluation (its hold wakes it every interval, 30 s) takes the slot.
+    f.phase(30, "a", JobPhase::Running);
+    f.advance(31);
+    assert_eq!(f.suspensions(), acted(&[(0, "a", "p"), (1830, "b", "p")]));
+}
+
+#[test]
+fn a_finished_or_deleted_job_frees_its_slot() {
+    let limits = "  limits: {maxConcurrentSuspended: 1}\n";
+    let mut f = Fleet::new(&[policy("p", "Enforce", limits)], EngineConfig::default());
+    f.report(0, "a", 10.0);
+    f.report(0, "b", 10.0);
+    f.report(0, "c", 10.0);
+    f.phase(1, "a", JobPhase::Suspended);
+    f.phase(10, "a", JobPhase::Failed);
+    f.report(11, "b", 10.0);
+    f.phase(12, "b", JobPhase::Suspended);
+    let mut out = Vec::new();
+    f.ev.forget_job(&JobKey::new("ml", "b"), t(20), &mut out);
+    f.report(21, "c", 10.0);
+    let who: Vec<String> = f.suspensions().into_iter().map(|(_, j, _)| j).collect();
+    assert_eq!(who, ["a", "b", "c"]);
+}
+
+#[test]
+fn the_engine_wide_cap_counts_and_holds_enforce_policies_only() {
+    let config = EngineConfig { max_actions_per_hour: Some(1), ..EngineConfig::default() };
+    let audit = policy("watch", "Audit", "");
+    let enforce = policy("guard", "Enforce", "");
+    let mut f = Fleet::new(&[audit, enforce], config);
+    f.report(0, "a", 10.0);
+    f.report(1, "b", 10.0);
+    // Audit would suspend both (not counted, not held); Enforce suspends a, and b waits for the hour.
+    let by = |p: &str| f.suspensions().into_iter().filter(|s| s.2 == p).map(|s| s.1).collect::<Vec<_>>();
+    assert_eq!(by("watch"), ["a", "b"]);
+    assert_eq!(by("guard"), ["a"]);
+    assert_eq!(f.holds(), vec![("b".into(), Limit { kind: LimitKind::EnginePerHour, max: 1 }, Some(t(60)))]);
+}
+
+#[test]
+fn a_hold_and_the_hours_count_survive_a_restart() {
+    let yaml = policy("p", "Enforce", "  limits: {maxActionsPerHour: 1}\n");
+    let mut before = Fleet::new(std::slice::from_ref(&yaml), EngineConfig::default());
+    before.report(0, "a", 10.0);
+    before.report(5, "b", 10.0);
+    let reference = before.ev.policies().next().unwrap().reference.clone();
+    let memories = before.ev.memories(&reference, t(10));
+    let b = memories.iter().find(|m| m.job == "ml/b").expect("b's memory");
+    assert_eq!(
+        (b.state, b.held),
+        (RuleState::Firing, Some(Limit { kind: LimitKind::PolicyPerHour, max: 1 }))
+    );
+
+    // A new evaluator (a restarted controller) gets the memories back before seeing the jobs.
+    let mut after = Fleet::new(&[yaml], EngineConfig::default());
+    after.ev.restore(&reference, memories);
+    after.phase(10, "a", JobPhase::Suspended);
+    after.report(10, "b", 10.0);
+    assert!(after.suspensions().is_empty(), "a's suspension still counts within the hour");
+    after.report(40, "b", 10.0);
+    after.advance(61);
+    assert_eq!(after.suspensions(), acted(&[(3600, "b", "p")]));
+    let Some(Event::Intent(i)) = after.events.iter().find(|e| matches!(e, Event::Intent(_))) else {
+        panic!()
+    };
+    assert!(i.id.ends_with(":1:0"), "the id the held firing had before the restart: {}", i.id);
+}
+
+#[test]
+fn the_replay_says_which_limit_holds_what_and_until_when() {
+    let limits = "  limits: {maxActionsPerHour: 1}\n";
+    let mut f = Fleet::new(&[policy("p", "Enforce", limits)], EngineConfig::default());
+    f.report(0, "a", 10.0);
+    f.report(5, "b", 10.0);
+    let held = f.events.iter().find(|e| matches!(e, Event::Limited { .. })).unwrap();
+    let line = crate::replay::render_event(held, &jiff::tz::TimeZone::UTC);
+    assert_eq!(
+        line,
+        "Fri 2026-11-27 17:05:00 +00:00  ml/b  huge                       ✗ suspend held: limit 1/h reached \
+         (spec.limits.maxActionsPerHour); a slot frees at Fri 2026-11-27 18:00:00 +00:00; done then if the rule \
+         still fires\n"
+    );
+    let json = crate::replay::event_json(held);
+    assert_eq!(json["state"], "held");
+    assert_eq!(json["limit"], serde_json::json!({"kind": "policyPerHour", "max": 1}));
+}
+
+#[test]
+fn limits_must_allow_at_least_one_action() {
+    let yaml = policy("p", "Enforce", "  limits: {maxActionsPerHour: 0, maxConcurrentSuspended: 3}\n");
+    let doc = &parse_documents(&yaml, "limits.yaml").unwrap()[0];
+    let err = compile(doc, &crate::judge::script::ScriptEngine::default()).unwrap_err().to_string();
+    assert!(err.contains("spec.limits.maxActionsPerHour: must be from 1 to 100000, got 0"), "{err}");
+}
