@@ -91,6 +91,11 @@ pub(crate) struct ControllerArgs {
     /// actions, from when the controller first saw the annotation's value; 0s allows no snooze.
     #[arg(long, default_value = "24h", value_parser = parse_duration)]
     max_snooze: Duration,
+    /// At most this many Enforce firings that suspend or scale a job in any rolling hour, over every policy
+    /// (a blast-radius limit on top of each policy's spec.limits); the next waits, with an ActionsLimited
+    /// Event, until the hour allows. Unset: no cap.
+    #[arg(long, value_parser = clap::value_parser!(u32).range(1..))]
+    max_actions_per_hour: Option<u32>,
     /// Path of a kubeconfig (default: $KUBECONFIG, ~/.kube/config, or the in-cluster service account).
     #[arg(long)]
     kubeconfig: Option<std::path::PathBuf>,
@@ -180,6 +185,7 @@ pub(crate) fn run(args: ControllerArgs) -> ExitCode {
         history_writes_per_second: args.history_writes_per_second,
         job_metrics: args.job_metrics,
         max_snooze: args.max_snooze,
+        max_actions_per_hour: args.max_actions_per_hour,
         record: args.record_dir.as_ref().map(|dir| trainwarden_controller::config::RecordConfig {
             flush_interval: args.record_flush_interval,
             max_file_bytes: args.record_max_file_bytes,

@@ -59,6 +59,29 @@ pub struct ControllerConfig {
     /// when the controller first saw the annotation's value (kept across restarts in the job's history
     /// checkpoint); zero allows no snooze.
     pub max_snooze: Duration,
+    /// At most this many Enforce firings that suspend or scale a job in any rolling hour, over every policy
+    /// (`--max-actions-per-hour`); `None`: no cap.
+    pub max_actions_per_hour: Option<u32>,
+    /// Where the evaluation loop's "now" comes from: the machine's clock, or, to replay a recorded stream
+    /// through the whole controller, the stream's own.
+    pub clock: Clock,
+}
+
+/// Where the evaluation loop's "now" comes from ([`crate::brain::run`]).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Clock {
+    /// The machine's clock: the controller in a cluster.
+    #[default]
+    Wall,
+    /// A recorded stream's own clock, to replay it through the whole controller on a test cluster (the
+    /// Friday story in the README is recorded so): time starts at `from` and moves to each progress
+    /// report's `lastUpdatedTime` when the report arrives; the timers a report passes run first, each at its
+    /// own instant, in order, as `trainwarden replay` runs them. Between reports time stands still, so this
+    /// is never for a live cluster (a hung job would never be found stalled). No flag sets it.
+    Reports {
+        /// The time before the first report: policies are applied then.
+        from: trainwarden_core::Timestamp,
+    },
 }
 
 /// Where and how much the recorder writes ([`crate::recorder`]).
@@ -118,6 +141,8 @@ impl Default for ControllerConfig {
             job_metrics: true,
             record: None,
             max_snooze: Duration::from_secs(24 * 3600),
+            max_actions_per_hour: None,
+            clock: Clock::Wall,
         }
     }
 }

@@ -46,7 +46,7 @@ use tokio::sync::{mpsc, watch};
 use tokio::task::JoinSet;
 use tracing::{error, info};
 
-pub use config::ControllerConfig;
+pub use config::{Clock, ControllerConfig};
 
 pub use trainwarden_kube::annotations::{
     EXEMPT_ANNOTATION, HISTORY_ANNOTATION, HISTORY_FIELD_MANAGER, INTENTS_ANNOTATION, LAST_ACTION_ANNOTATION,

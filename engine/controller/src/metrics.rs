@@ -432,6 +432,11 @@ label_value! {
         DroppedWork::ExecutorGone => "executor_gone",
         DroppedWork::NotifierRefused => "notifier_refused",
     };
+    LimitLabel => |v| match v {
+        LimitLabel::PolicyPerHour => "policy_per_hour",
+        LimitLabel::PolicyConcurrent => "policy_concurrent",
+        LimitLabel::EnginePerHour => "engine_per_hour",
+    };
     WatchedKind => |v| match v {
         WatchedKind::Trainjob => "trainjob",
         WatchedKind::Progresspolicy => "progresspolicy",
@@ -520,6 +525,8 @@ pub struct Metrics {
     /// `trainwarden_relist_deletions`: objects found deleted by a watch re-list (no Delete event came), by
     /// kind.
     pub relist_deletions: Family<WatchedKindLabels, Counter>,
+    /// `trainwarden_actions_limited`: firings whose actions a blast-radius limit held back, by limit.
+    pub actions_limited: Family<LimitLabels, Counter>,
     /// `trainwarden_record_lines`: stream lines the recorder produced (`--record-dir`).
     pub record_lines: Counter,
     /// `trainwarden_record_bytes_written`: compressed bytes the recorder wrote.
@@ -562,6 +569,35 @@ pub enum WatchedKind {
     Progresspolicy,
     /// `clusterprogresspolicy`.
     Clusterprogresspolicy,
+}
+
+/// Which limit held a firing back, for `trainwarden_actions_limited`.
+#[derive(Clone, Copy, Debug, Hash, PartialEq, Eq)]
+pub enum LimitLabel {
+    /// `policy_per_hour`: the policy's `spec.limits.maxActionsPerHour`.
+    PolicyPerHour,
+    /// `policy_concurrent`: the policy's `spec.limits.maxConcurrentSuspended`.
+    PolicyConcurrent,
+    /// `engine_per_hour`: the controller's `--max-actions-per-hour`.
+    EnginePerHour,
+}
+
+impl From<trainwarden_core::Limit> for LimitLabel {
+    fn from(limit: trainwarden_core::Limit) -> Self {
+        use trainwarden_core::LimitKind;
+        match limit.kind {
+            LimitKind::PolicyPerHour => LimitLabel::PolicyPerHour,
+            LimitKind::PolicyConcurrent => LimitLabel::PolicyConcurrent,
+            LimitKind::EnginePerHour => LimitLabel::EnginePerHour,
+        }
+    }
+}
+
+/// Labels of `trainwarden_actions_limited`.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct LimitLabels {
+    /// Which limit.
+    pub limit: LimitLabel,
 }
 
 /// Labels of `trainwarden_relist_deletions`.
@@ -689,6 +725,12 @@ impl Metrics {
             "Objects found deleted by a watch re-list, without a Delete event, by kind",
             relist_deletions.clone(),
         );
+        let actions_limited = Family::<LimitLabels, Counter>::default();
+        registry.register(
+            "actions_limited",
+            "Firings whose actions a blast-radius limit held back (spec.limits, --max-actions-per-hour), by limit",
+            actions_limited.clone(),
+        );
         let record_lines = Counter::default();
         registry.register(
             "record_lines",
@@ -774,6 +816,7 @@ impl Metrics {
             actions_inherited,
             executor_panics,
             relist_deletions,
+            actions_limited,
             record_lines,
             record_bytes_written,
             record_files_created,

@@ -695,3 +695,78 @@ async fn a_snoozed_job_is_suspended_once_when_its_snooze_ends_if_its_rule_still_
     .await;
     controller.stop().await;
 }
+
+/// `spec.limits.maxConcurrentSuspended: 1`: of two jobs firing at once one is suspended, the other's actions
+/// are held (an ActionsLimited Event, a `held` entry in the policy status, the metric) until the first one
+/// runs again; then it is suspended, once.
+#[tokio::test]
+async fn a_limit_holds_the_second_suspension_until_the_first_job_runs_again() {
+    let ctx = setup!("controller_limits");
+    let (c, ns) = (&ctx.client, ctx.ns.as_str());
+    let rule = "    - {name: high, when: 'metric(\"loss\") > 1.0', actions: [{suspend: {}}]}\n";
+    let yaml = policy("limited", "Enforce", rule)
+        .replace("  rules:", "  limits: {maxConcurrentSuspended: 1}\n  rules:");
+    apply_policy(c, ns, &yaml).await;
+    create_trainjob(c, ns, "first", &[]).await;
+    create_trainjob(c, ns, "second", &[]).await;
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let controller = start_with_listener(c, config_for(ns), Some(listener));
+    wait_until_watching(c, ns, "limited", 2).await;
+
+    report(c, ns, "first", seconds_ago(0), "2.0", 10).await;
+    eventually("first suspended", Duration::from_secs(20), || async {
+        suspended(&job(c, ns, "first").await).then_some(())
+    })
+    .await;
+    report(c, ns, "second", seconds_ago(0), "2.0", 10).await;
+    let e = events_once_there(c, ns, "second", "ActionsLimited", 1).await;
+    let held = "suspend held: limit of 1 suspended job reached (spec.limits.maxConcurrentSuspended)";
+    assert!(e.iter().any(|(r, note, _)| r == "ActionsLimited" && note.contains(held)), "{e:?}");
+    let status = eventually("the hold in the status", Duration::from_secs(10), || async {
+        let s = policy_status(c, ns, "limited").await;
+        s.jobs.iter().any(|j| j.name.ends_with("/second") && !j.held.is_empty()).then_some(s)
+    })
+    .await;
+    let second = status.jobs.iter().find(|j| j.name.ends_with("/second")).unwrap();
+    assert_eq!(
+        second.held,
+        vec![format!("high: held: limit of 1 suspended job reached (spec.limits.maxConcurrentSuspended)")]
+    );
+    assert_eq!(second.firing, vec!["high".to_string()]);
+    let limited = "trainwarden_actions_limited_total{limit=\"policy_concurrent\"} 1";
+    eventually("the metric", Duration::from_secs(10), || async {
+        http_get(addr.port(), "/metrics").await.filter(|m| m.contains(limited))
+    })
+    .await;
+    // Held, not forgotten: more reports and evaluations change nothing while first is suspended.
+    report(c, ns, "second", seconds_ago(0), "2.0", 20).await;
+    wait_until_evaluated(c, ns, "limited", "second", 20).await;
+    tokio::time::sleep(SETTLE).await;
+    assert!(!suspended(&job(c, ns, "second").await), "suspended over the limit");
+
+    // Someone resumes first (the Trainer marks it running again, later than its suspension): the slot
+    // frees and second's hold, asked again within the evaluation interval, acts.
+    tokio::time::sleep(Duration::from_millis(1100)).await;
+    let resume = json!({"spec": {"suspend": false}});
+    trainjob_api(c.clone(), Some(ns))
+        .patch("first", &PatchParams::default(), &Patch::Merge(&resume))
+        .await
+        .expect("resume first");
+    let resumed = json!({"apiVersion": "trainer.kubeflow.org/v1alpha1", "kind": "TrainJob", "status": {"conditions": [
+        {"type": "Suspended", "status": "False", "reason": "Resumed", "message": "TrainJob is resumed",
+         "lastTransitionTime": seconds_ago(0).strftime("%Y-%m-%dT%H:%M:%SZ").to_string()}]}});
+    trainjob_api(c.clone(), Some(ns))
+        .patch_status("first", &PatchParams::apply("trainer-controller").force(), &Patch::Apply(&resumed))
+        .await
+        .expect("the Trainer's Resumed condition");
+    eventually("second suspended once first runs again", Duration::from_secs(20), || async {
+        suspended(&job(c, ns, "second").await).then_some(())
+    })
+    .await;
+    events_once_there(c, ns, "second", "Suspended", 1).await;
+    tokio::time::sleep(SETTLE).await;
+    assert_eq!(count(&events(c, ns, "second").await, "Suspended"), 1, "suspended once");
+    assert_eq!(count(&events(c, ns, "first").await, "Suspended"), 1, "first not suspended again");
+    controller.stop().await;
+}

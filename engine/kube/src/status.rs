@@ -154,6 +154,13 @@ pub struct JobStatus {
     #[schemars(length(max = 64))]
     pub firing: Vec<String>,
 
+    /// Rules firing for this job whose actions a blast-radius limit holds back, as "<rule>: held: <limit>"
+    /// (for example "idle: held: limit 5/h reached (spec.limits.maxActionsPerHour)"): they act when the
+    /// limit allows, if the rule still fires.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(max = 64))]
+    pub held: Vec<String>,
+
     /// Names of the rules pending for this job (condition holds, `for` not yet elapsed).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     #[schemars(length(max = 64))]

@@ -393,6 +393,7 @@ fn sample_status(generation: i64) -> ProgressPolicyStatus {
         jobs: JobStatus::cap(vec![JobStatus {
             name: "fraud/bert-ft".into(),
             firing: vec!["loss-plateau".into()],
+            held: vec!["loss-plateau: held: limit 5/h reached (spec.limits.maxActionsPerHour)".into()],
             pending: vec!["late".into(), "stalled".into()],
             progress_percent: Some(45.0),
             last_action: Some("suspend (loss-plateau)".into()),
@@ -421,6 +422,7 @@ fn sample_status(generation: i64) -> ProgressPolicyStatus {
             firings: 2,
             last_issued: vec![None, Some(now.0)],
             rule_hash: None,
+            held: None,
         }],
     }
 }

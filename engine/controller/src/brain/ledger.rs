@@ -259,6 +259,7 @@ mod tests {
             firings,
             last_issued: vec![],
             rule_hash: None,
+            held: None,
         }
     }
 

@@ -25,6 +25,7 @@
 //! evaluator in `gauges`, which remembers what it exported so that nothing outlives its job, rule or policy.
 
 mod books;
+mod clock;
 mod gauges;
 mod history;
 pub mod ledger;
@@ -49,7 +50,7 @@ use crate::messages::{
     VerdictSave, Work,
 };
 use crate::metrics::{
-    DroppedWork, HistoryResult, InvalidInput, Metrics, ModeLabel, ModeLabels, ProgressSource,
+    DroppedWork, HistoryResult, InvalidInput, LimitLabels, Metrics, ModeLabel, ModeLabels, ProgressSource,
     ProgressSourceLabels,
 };
 use books::PolicyBook;
@@ -107,6 +108,7 @@ impl Brain {
             max_snooze: trainwarden_core::PolicyDuration::from_millis(
                 u64::try_from(config.max_snooze.as_millis()).unwrap_or(u64::MAX),
             ),
+            max_actions_per_hour: config.max_actions_per_hour,
             ..EngineConfig::default()
         };
         let gauges = metrics.job.clone().map(JobGauges::new);
@@ -756,6 +758,22 @@ impl Brain {
                         ),
                     })));
                 }
+                Event::Limited { job, policy, rule, actions, limit, retry, mode, .. } => {
+                    info!(%job, %policy, rule, %limit, "actions held by a limit");
+                    self.metrics.actions_limited.get_or_create(&LimitLabels { limit: limit.into() }).inc();
+                    self.work.push(Work::RecordEvent(Box::new(TrainJobEvent {
+                        job,
+                        warning: true,
+                        reason: "ActionsLimited".into(),
+                        action: "Evaluate".into(),
+                        note: format!(
+                            "{} {policy} rule {rule} firing [{}]: {}",
+                            policy.kind,
+                            mode.as_str(),
+                            trainwarden_core::replay::limited_text(&actions, &limit, retry)
+                        ),
+                    })));
+                }
                 Event::Snooze { job, change, .. } => {
                     let (warning, reason) = match &change {
                         SnoozeChange::Started(_) => (false, "Snoozed"),
@@ -775,11 +793,6 @@ impl Brain {
             }
         }
     }
-}
-
-fn until(t: Timestamp, now: Timestamp) -> Duration {
-    let secs = t.duration_since(now).as_secs_f64();
-    Duration::from_secs_f64(secs.clamp(0.0, 3600.0))
 }
 
 /// The loop: inputs, timers and the status beat, one at a time.
@@ -802,13 +815,16 @@ pub async fn run(
     // tokio's interval panics on zero.
     let mut beat = tokio::time::interval(config.status_interval.max(Duration::from_millis(10)));
     beat.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let mut clock = clock::LoopClock::new(config.clock);
     loop {
         let next = brain.next_tick();
-        let wait = next.map_or(Duration::from_secs(3600), |t| until(t, Timestamp::now()));
+        let wait = clock.sleep_before(next);
         tokio::select! {
             input = inputs.recv() => {
                 let Some(input) = input else { break };
-                brain.handle(input, Timestamp::now());
+                let now = clock.before(&mut brain, &input);
+                brain.handle(input, now);
+                clock.after(&mut brain);
                 if brain.policies_listed() && let Some(tx) = policies_synced.take() {
                     let _ = tx.send(());
                 }
@@ -817,9 +833,9 @@ pub async fn run(
                 }
             }
             _ = tokio::time::sleep(wait) => {
-                // Never evaluate a timer before its time (a sleep can end a hair early on some clocks).
-                let now = next.map_or_else(Timestamp::now, |n| Timestamp::now().max(n));
-                brain.tick(now);
+                if let Some(now) = clock.timer_time(next) {
+                    brain.tick(now);
+                }
             }
             changed = async { leadership.as_mut()?.changed().await.ok() }, if leadership.is_some() => {
                 match changed {
@@ -832,7 +848,7 @@ pub async fn run(
             }
             _ = beat.tick() => {
                 brain.refresh_notification_metrics();
-                for update in brain.changed_statuses(Timestamp::now()) {
+                for update in brain.changed_statuses(clock.now()) {
                     if statuses.send(update).await.is_err() {
                         return;
                     }
@@ -1135,6 +1151,7 @@ mod tests {
                 firings: 0,
                 last_issued: vec![],
                 rule_hash: None,
+                held: None,
             }],
             ..Default::default()
         };
@@ -1395,6 +1412,7 @@ mod handover_tests {
                 firings: 1,
                 last_issued: vec![Some(t(0))],
                 rule_hash: None,
+                held: None,
             }],
             ..Default::default()
         };

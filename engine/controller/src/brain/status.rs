@@ -87,6 +87,9 @@ impl Brain {
                 let entry = jobs
                     .entry(m.job.clone())
                     .or_insert_with(|| JobStatus { name: m.job.clone(), ..Default::default() });
+                if let Some(limit) = m.held {
+                    entry.held.push(format!("{}: held: {limit}", m.rule));
+                }
                 match m.state {
                     RuleState::Firing => entry.firing.push(m.rule.clone()),
                     RuleState::Pending => entry.pending.push(m.rule.clone()),
