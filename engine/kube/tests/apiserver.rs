@@ -423,6 +423,7 @@ fn sample_status(generation: i64) -> ProgressPolicyStatus {
             last_issued: vec![None, Some(now.0)],
             rule_hash: None,
             held: None,
+            deferred: vec![],
         }],
     }
 }

@@ -260,6 +260,7 @@ mod tests {
             last_issued: vec![],
             rule_hash: None,
             held: None,
+            deferred: vec![],
         }
     }
 

@@ -774,6 +774,22 @@ impl Brain {
                         ),
                     })));
                 }
+                Event::Deferred { job, policy, rule, action, until, mode, .. } => {
+                    info!(%job, %policy, rule, %until, action = action.as_str(), "action deferred by its grace");
+                    let command = format!("kubectl trainwarden snooze {} -n {} 4h", job.name, job.namespace);
+                    self.work.push(Work::RecordEvent(Box::new(TrainJobEvent {
+                        job,
+                        warning: true,
+                        reason: "ActionDeferred".into(),
+                        action: "Evaluate".into(),
+                        note: format!(
+                            "{} {policy} rule {rule} firing [{}]: {}; to keep the job running for now: {command}",
+                            policy.kind,
+                            mode.as_str(),
+                            trainwarden_core::replay::deferred_text(action, until)
+                        ),
+                    })));
+                }
                 Event::Snooze { job, change, .. } => {
                     let (warning, reason) = match &change {
                         SnoozeChange::Started(_) => (false, "Snoozed"),
@@ -1152,6 +1168,7 @@ mod tests {
                 last_issued: vec![],
                 rule_hash: None,
                 held: None,
+                deferred: vec![],
             }],
             ..Default::default()
         };
@@ -1413,6 +1430,7 @@ mod handover_tests {
                 last_issued: vec![Some(t(0))],
                 rule_hash: None,
                 held: None,
+                deferred: vec![],
             }],
             ..Default::default()
         };

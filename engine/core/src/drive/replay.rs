@@ -111,6 +111,15 @@ impl Replay {
         &self.evaluator
     }
 
+    /// The labels of `namespace`, for cluster policies' namespaceSelector (a recorded stream has none).
+    pub fn set_namespace_labels(
+        &mut self,
+        namespace: &str,
+        labels: std::collections::BTreeMap<String, String>,
+    ) {
+        self.evaluator.set_namespace_labels(namespace, labels);
+    }
+
     /// Runs timers up to and including `until`.
     pub fn advance_to(&mut self, until: Timestamp) {
         self.run_timers(until, true);
@@ -303,6 +312,11 @@ pub fn event_json(event: &Event) -> serde_json::Value {
             "retry": retry.map(|t| t.to_string()),
             "reason": {"summary": limited_text(actions, limit, *retry)},
         }),
+        Event::Deferred { at, job, policy, rule, action, until, mode } => json!({
+            "time": at.to_string(), "job": job.to_string(), "policy": policy.to_string(), "rule": rule,
+            "state": "deferred", "action": action, "mode": mode.as_str(), "until": until.to_string(),
+            "reason": {"summary": deferred_text(*action, *until)},
+        }),
         Event::Snooze { at, job, change } => json!({
             "time": at.to_string(), "job": job.to_string(), "policy": null, "rule": null,
             "state": "snooze", "action": null, "mode": null, "snooze": change,
@@ -408,11 +422,23 @@ pub fn render_event(e: &Event, tz: &jiff::tz::TimeZone) -> String {
             }
             out += &format!("{}  {job}  {rule:<16}           ✗ {text}\n", local(*at, tz));
         }
+        Event::Deferred { at, job, rule, action, until, .. } => {
+            let text = deferred_text(*action, *until).replace(&until.to_string(), &local(*until, tz));
+            out += &format!("{}  {job}  {rule:<16}           … {text}\n", local(*at, tz));
+        }
         Event::Snooze { at, job, change } => {
             out += &format!("{}  {job}  {:<16} SNOOZE    {}\n", local(*at, tz), "", snooze_text(change, tz));
         }
     }
     out
+}
+
+/// `suspend waits for its grace, until …: done then if the rule still fires and the job is not snoozed`.
+pub fn deferred_text(action: crate::policy::ActionKind, until: Timestamp) -> String {
+    format!(
+        "{} waits for its grace, until {until}: done then if the rule still fires and the job is not snoozed",
+        action.as_str()
+    )
 }
 
 /// `suspend, notify held: limit 5/h reached (spec.limits.maxActionsPerHour); a slot frees at …`.

@@ -110,6 +110,9 @@ pub struct TestJob {
     /// Its labels, for the policies' selectors.
     #[serde(default)]
     pub labels: BTreeMap<String, String>,
+    /// Its namespace's labels, for a ClusterProgressPolicy's namespaceSelector.
+    #[serde(default)]
+    pub namespace_labels: BTreeMap<String, String>,
     /// Accelerators it holds; leave out for a job that does not say (the policy's `assumeGpus` applies).
     #[serde(default)]
     pub gpus: Option<f64>,
@@ -117,7 +120,13 @@ pub struct TestJob {
 
 impl Default for TestJob {
     fn default() -> Self {
-        TestJob { namespace: default_ns(), name: default_name(), labels: BTreeMap::new(), gpus: None }
+        TestJob {
+            namespace: default_ns(),
+            name: default_name(),
+            labels: BTreeMap::new(),
+            namespace_labels: BTreeMap::new(),
+            gpus: None,
+        }
     }
 }
 
@@ -367,7 +376,7 @@ fn not_selected(job: &JobKey, labels: &BTreeMap<String, String>, policies: &[Com
                     "every namespace".to_string()
                 }
                 crate::policy::PolicyScope::Cluster { .. } => {
-                    "namespaces by label (a test job's namespace has no labels)".to_string()
+                    "namespaces by label (set job.namespaceLabels)".to_string()
                 }
             };
             let mut selector = show_labels(&p.selector.match_labels);
@@ -439,7 +448,9 @@ pub fn run_case(
     // A case whose job no policy selects passes every "does not fire" expectation for the wrong reason.
     // (A recorded stream brings its jobs' own labels: the check is for the job the case describes.)
     if case.stream.is_none() {
-        let selected = policies.iter().any(|p| p.selects(&default_job.namespace, &case.job.labels, None));
+        let ns_labels = Some(&case.job.namespace_labels);
+        let selected =
+            policies.iter().any(|p| p.selects(&default_job.namespace, &case.job.labels, ns_labels));
         if case.expect_selected && !selected {
             failures.push(not_selected(&default_job, &case.job.labels, &policies));
         }
@@ -452,6 +463,7 @@ pub fn run_case(
     }
     checkpoints.sort();
     let mut replay = Replay::new(policies, config);
+    replay.set_namespace_labels(&case.job.namespace, case.job.namespace_labels.clone());
     let mut records = input.records.into_iter().peekable();
     for (t, i) in checkpoints {
         while let Some(r) = records.next_if(|r| r.time() <= t) {

@@ -260,6 +260,24 @@ pub enum Event {
         /// The rule's mode.
         mode: Mode,
     },
+    /// A firing's suspend or scale waits for its `grace`: the firing's other actions went out at once and
+    /// say so; it is issued at `until` if the rule still fires and the job is not snoozed then.
+    Deferred {
+        /// When the rule fired.
+        at: Timestamp,
+        /// The job.
+        job: JobKey,
+        /// The policy the rule belongs to.
+        policy: PolicyRef,
+        /// The rule's name.
+        rule: String,
+        /// The action deferred.
+        action: ActionKind,
+        /// When it is due.
+        until: Timestamp,
+        /// The rule's mode.
+        mode: Mode,
+    },
     /// A job's snooze started, ended or could not be honoured.
     Snooze {
         /// When the evaluator saw it.
@@ -292,6 +310,7 @@ impl Event {
             | Event::Suppressed { at, .. }
             | Event::Held { at, .. }
             | Event::Limited { at, .. }
+            | Event::Deferred { at, .. }
             | Event::Snooze { at, .. }
             | Event::RuleError { at, .. } => *at,
             Event::Intent(i) => i.at,
@@ -305,6 +324,7 @@ impl Event {
             | Event::Suppressed { job, .. }
             | Event::Held { job, .. }
             | Event::Limited { job, .. }
+            | Event::Deferred { job, .. }
             | Event::Snooze { job, .. }
             | Event::RuleError { job, .. } => job,
             Event::Intent(i) => &i.job,

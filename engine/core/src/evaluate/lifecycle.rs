@@ -181,7 +181,10 @@ pub(super) fn release(
     issue(track, key, policy, rule, &reason, now, data, Some(until), out);
 }
 
-/// The intents of one firing, each action subject to its cooldown.
+/// The intents of one firing, each action subject to its cooldown. A suspend or scale with a `grace` waits
+/// (one [`Event::Deferred`], its due time on the track) unless the firing follows a snooze (`snoozed_until`:
+/// the owner had their warning); the firing's other intents then carry, in their reason, when it will
+/// happen and how to snooze the job.
 #[allow(clippy::too_many_arguments)]
 pub(super) fn issue(
     track: &mut RuleTrack,
@@ -195,39 +198,136 @@ pub(super) fn issue(
     out: &mut Vec<Event>,
 ) {
     track.last_issued.resize(rule.actions.len(), None);
+    track.deferred = vec![None; rule.actions.len()];
+    let cooling = |track: &RuleTrack, i: usize| {
+        // A cooldown past the representable range means "never again".
+        track.last_issued[i]
+            .map(|last| crate::time::add_seconds(last, rule.cooldown.as_secs_f64()).unwrap_or(Timestamp::MAX))
+            .filter(|until| *until > now)
+    };
+    let graced: Vec<(usize, Timestamp)> = if snoozed_until.is_some() {
+        Vec::new()
+    } else {
+        (rule.actions.iter().enumerate())
+            .filter(|(i, _)| cooling(track, *i).is_none())
+            .filter_map(|(i, a)| Some((i, crate::time::add_seconds(now, a.grace()?.as_secs_f64())?)))
+            .collect()
+    };
+    let warned = if graced.is_empty() {
+        reason.clone()
+    } else {
+        let mut r = reason.clone();
+        r.summary += &grace_notice(key, rule, &graced);
+        r
+    };
     for (i, action) in rule.actions.iter().enumerate() {
-        if let Some(last) = track.last_issued[i] {
-            // A cooldown past the representable range means "never again".
-            let until = crate::time::add_seconds(last, rule.cooldown.as_secs_f64()).unwrap_or(Timestamp::MAX);
-            if until > now {
-                out.push(Event::Suppressed {
-                    at: now,
-                    job: key.clone(),
-                    policy: policy.reference.clone(),
-                    rule: rule.name.clone(),
-                    action: action.kind(),
-                    until,
-                });
-                continue;
-            }
+        if let Some(until) = cooling(track, i) {
+            out.push(Event::Suppressed {
+                at: now,
+                job: key.clone(),
+                policy: policy.reference.clone(),
+                rule: rule.name.clone(),
+                action: action.kind(),
+                until,
+            });
+            continue;
         }
-        track.last_issued[i] = Some(now);
-        let savings = match action {
-            ActionSpec::Suspend(_) => data.and_then(|d| savings::estimate(d, policy, reason, now)),
-            _ => None,
-        };
-        out.push(Event::Intent(ActionIntent {
-            id: intent_id(policy, rule, key, data, track.firings, i),
-            at: now,
-            job: key.clone(),
-            policy: policy.reference.clone(),
-            rule: rule.name.clone(),
-            action: action.clone(),
-            mode: rule.mode,
-            reason: reason.clone(),
-            savings,
-            snoozed_until,
-        }));
+        if let Some(&(_, until)) = graced.iter().find(|(j, _)| *j == i) {
+            track.deferred[i] = Some(until);
+            out.push(Event::Deferred {
+                at: now,
+                job: key.clone(),
+                policy: policy.reference.clone(),
+                rule: rule.name.clone(),
+                action: action.kind(),
+                until,
+                mode: rule.mode,
+            });
+            continue;
+        }
+        emit(track, key, policy, rule, i, &warned, now, data, snoozed_until, out);
+    }
+}
+
+/// Issues the intent of action `i` now.
+#[allow(clippy::too_many_arguments)]
+fn emit(
+    track: &mut RuleTrack,
+    key: &JobKey,
+    policy: &CompiledPolicy,
+    rule: &CompiledRule,
+    i: usize,
+    reason: &Reason,
+    now: Timestamp,
+    data: Option<&JobData>,
+    snoozed_until: Option<Timestamp>,
+    out: &mut Vec<Event>,
+) {
+    let action = &rule.actions[i];
+    track.last_issued[i] = Some(now);
+    let savings = match action {
+        ActionSpec::Suspend(_) => data.and_then(|d| savings::estimate(d, policy, reason, now)),
+        _ => None,
+    };
+    out.push(Event::Intent(ActionIntent {
+        id: intent_id(policy, rule, key, data, track.firings, i),
+        at: now,
+        job: key.clone(),
+        policy: policy.reference.clone(),
+        rule: rule.name.clone(),
+        action: action.clone(),
+        mode: rule.mode,
+        reason: reason.clone(),
+        savings,
+        snoozed_until,
+    }));
+}
+
+/// What the firing's other actions say of its deferred ones: `; suspend at 2026-11-27T23:41:26Z (grace
+/// 30m) unless the rule stops firing or the job is snoozed: kubectl trainwarden snooze ft -n ml 4h`.
+fn grace_notice(key: &JobKey, rule: &CompiledRule, graced: &[(usize, Timestamp)]) -> String {
+    let what: Vec<String> = graced
+        .iter()
+        .map(|(i, until)| {
+            let a = &rule.actions[*i];
+            let grace = a.grace().map(|g| g.to_string()).unwrap_or_default();
+            format!("{} at {until} (grace {grace})", a.kind().as_str())
+        })
+        .collect();
+    format!(
+        "; {} unless the rule stops firing or the job is snoozed: kubectl trainwarden snooze {} -n {} 4h",
+        what.join(", "),
+        key.name,
+        key.namespace
+    )
+}
+
+/// A firing rule's deferred actions whose grace is over are issued now, with the firing's ids; a rule that
+/// no longer fires drops them (it recovered).
+#[allow(clippy::too_many_arguments)]
+pub(super) fn act_on_deferred(
+    track: &mut RuleTrack,
+    key: &JobKey,
+    policy: &CompiledPolicy,
+    rule: &CompiledRule,
+    now: Timestamp,
+    data: Option<&JobData>,
+    out: &mut Vec<Event>,
+) {
+    if track.deferred.iter().all(Option::is_none) {
+        return;
+    }
+    if !matches!(track.alert, Alert::Firing { .. }) {
+        track.deferred.clear();
+        return;
+    }
+    track.last_issued.resize(rule.actions.len(), None);
+    let reason = track.last_reason.clone();
+    for i in 0..track.deferred.len().min(rule.actions.len()) {
+        if track.deferred[i].is_some_and(|due| due <= now) {
+            track.deferred[i] = None;
+            emit(track, key, policy, rule, i, &reason, now, data, None, out);
+        }
     }
 }
 

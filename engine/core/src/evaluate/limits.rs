@@ -261,11 +261,13 @@ pub(super) fn count_if_issued(
     key: &JobKey,
     now: Timestamp,
 ) {
-    let issued = rule
-        .actions
-        .iter()
-        .zip(&track.last_issued)
-        .any(|(a, t)| limited(std::slice::from_ref(a)) && *t == Some(now));
+    // Issued now, or deferred by its grace now (the slot is taken when the decision is made, so graces
+    // running out together cannot overshoot the limit).
+    let issued = rule.actions.iter().enumerate().any(|(i, a)| {
+        limited(std::slice::from_ref(a))
+            && (track.last_issued.get(i) == Some(&Some(now))
+                || track.deferred.get(i).is_some_and(Option::is_some))
+    });
     if issued {
         let suspends = rule.actions.iter().any(|a| matches!(a, ActionSpec::Suspend(_)));
         book.count(index, rule.mode, key, suspends, now);

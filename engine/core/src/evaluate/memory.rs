@@ -48,6 +48,10 @@ pub struct RuleMemory {
     /// --max-actions-per-hour): they are issued once the limit allows, if the rule still fires.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub held: Option<super::Limit>,
+    /// By action position: when an action its `grace` defers is due (issued then if the rule still fires).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(with = "Vec<Option<String>>", length(max = 16))]
+    pub deferred: Vec<Option<Timestamp>>,
 }
 
 /// A stable (FNV-1a, 64-bit) hash of a rule's fingerprint, as [`RuleMemory::rule_hash`].
@@ -88,6 +92,8 @@ pub(super) fn claim_memories(
             .filter(|_| memory.state == RuleState::Firing)
             .map(|limit| Hold { limit, retry: None });
         count_restored(limits, p_index, &policy.rules[r], key, &memory, now);
+        track.deferred = memory.deferred.clone();
+        track.deferred.resize(policy.rules[r].actions.len(), None);
         track.last_issued = memory.last_issued;
         track.last_issued.resize(policy.rules[r].actions.len(), None);
     }
@@ -122,6 +128,11 @@ impl Evaluator {
                     last_issued: track.last_issued.clone(),
                     rule_hash: Some(rule_hash(rule)),
                     held: track.held.map(|h| h.limit),
+                    deferred: if track.deferred.iter().any(Option::is_some) {
+                        track.deferred.clone()
+                    } else {
+                        Vec::new()
+                    },
                 });
             }
         }

@@ -37,7 +37,7 @@ pub use checkpoint::{
     CHECKPOINT_VERSION, HistoryCheckpoint, HistoryRefused, HistoryRestored, MAX_CHECKPOINT_BYTES,
 };
 pub use event::{ActionIntent, Event, Reason, Resolution, RuleState, Savings, SavingsBasis, TransitionKind};
-use lifecycle::{advance, condition, release, resolve_track};
+use lifecycle::{act_on_deferred, advance, condition, release, resolve_track};
 pub use limits::{Limit, LimitKind};
 pub use memory::RuleMemory;
 use memory::claim_memories;
@@ -146,6 +146,8 @@ struct RuleTrack {
     script_wake: Option<Timestamp>,
     /// Firing with its actions held by a blast-radius limit (see the `limits` module).
     held: Option<limits::Hold>,
+    /// By action position: when an action deferred by its `grace` is due (see [`lifecycle::issue`]).
+    deferred: Vec<Option<Timestamp>>,
 }
 
 struct JobEntry {
@@ -676,6 +678,11 @@ impl Evaluator {
                                 out,
                             );
                         }
+                        // A grace that ended acts (unless the owner snoozed the job meanwhile: the snooze's
+                        // end fires the rule again below, every action at once).
+                        if hold.is_none() && snooze.ended.is_none() {
+                            act_on_deferred(track, key, policy, rule, now, entry.data.as_deref(), out);
+                        }
                     }
                     Err(message) => {
                         if track.last_error.as_deref() != Some(message.as_str()) {
@@ -857,6 +864,6 @@ impl Evaluator {
 }
 
 #[cfg(test)]
-mod limits_tests;
+mod holds_tests;
 #[cfg(test)]
 mod tests;

@@ -86,6 +86,7 @@ impl World {
                 Event::RuleError { at, rule, message, .. } => (m(at), format!("{rule} error: {message}")),
                 Event::Held { at, rule, actions, .. } => (m(at), format!("{rule} held {actions:?}")),
                 Event::Limited { at, rule, limit, .. } => (m(at), format!("{rule} limited: {limit}")),
+                Event::Deferred { at, rule, action, .. } => (m(at), format!("{rule} … {action}")),
                 Event::Snooze { at, change, .. } => (m(at), format!("snooze {change:?}")),
             })
             .collect()
@@ -566,6 +567,7 @@ fn memories_of_unknown_rules_and_vanished_jobs_are_dropped() {
         last_issued: vec![],
         rule_hash: None,
         held: None,
+        deferred: vec![],
     };
     w.ev.restore(
         &reference,

@@ -115,6 +115,10 @@ impl Evaluator {
                             consider(cleared_at.and_then(|c| {
                                 crate::time::add_seconds(c, rule.keep_firing_for.as_secs_f64())
                             }));
+                            // A grace that ends.
+                            for due in &track.deferred {
+                                consider(*due);
+                            }
                             // A held firing asks its limit again when an hourly slot frees, and at least
                             // every interval (a suspended job elsewhere may have run again).
                             if let Some(hold) = track.held {

@@ -374,6 +374,16 @@ impl ActionSpec {
         }
     }
 
+    /// A suspend's or scale's `grace`, parsed (`None`: none, or one `validate` refuses).
+    pub fn grace(&self) -> Option<PolicyDuration> {
+        let text = match self {
+            ActionSpec::Suspend(s) => s.grace.as_ref(),
+            ActionSpec::Scale(s) => s.grace.as_ref(),
+            _ => None,
+        }?;
+        text.parse().ok().filter(|d| !d.is_zero())
+    }
+
     /// Whether the action changes the TrainJob (Audit mode never performs these).
     pub fn mutates_job(&self) -> bool {
         matches!(self, ActionSpec::Suspend(_) | ActionSpec::Annotate(_) | ActionSpec::Scale(_))
@@ -388,6 +398,11 @@ pub struct SuspendAction {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(length(max = 1024))]
     pub message: Option<String>,
+    /// Warn first: the rule's other actions (its notify) go out at once and say when this will happen and
+    /// how to snooze the job; it happens when this much time has passed, if the rule still fires and the job
+    /// was not snoozed meanwhile (a rule that recovers cancels it). At most 7d.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub grace: Option<DurationText>,
 }
 
 /// Parameters of the notify action.
@@ -445,6 +460,11 @@ pub struct ScaleAction {
     /// The new `spec.trainer.numNodes`.
     #[schemars(range(min = 1, max = 10000))]
     pub num_nodes: i32,
+    /// Warn first: the rule's other actions (its notify) go out at once and say when this will happen and
+    /// how to snooze the job; it happens when this much time has passed, if the rule still fires and the job
+    /// was not snoozed meanwhile (a rule that recovers cancels it). At most 7d.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub grace: Option<DurationText>,
 }
 
 /// The spec of a ClusterProgressPolicy: a policy plus the namespaces it reaches.

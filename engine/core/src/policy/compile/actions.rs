@@ -3,6 +3,7 @@
 
 use crate::error::FieldError;
 use crate::policy::{ActionSpec, ReceiverSpec};
+use crate::units::duration::PolicyDuration;
 
 /// Checks the actions of the rule at `path`.
 pub(super) fn check(
@@ -49,6 +50,23 @@ pub(super) fn check(
                 errors.push(FieldError::new(format!("{apath}.scale.numNodes"), "must be at least 1"));
             }
             _ => {}
+        }
+        let grace = match action {
+            ActionSpec::Suspend(s) => s.grace.as_ref().map(|g| ("suspend", g)),
+            ActionSpec::Scale(s) => s.grace.as_ref().map(|g| ("scale", g)),
+            _ => None,
+        };
+        if let Some((kind, text)) = grace {
+            let field = format!("{apath}.{kind}.grace");
+            match text.parse() {
+                Err(e) => errors.push(FieldError::new(field, e)),
+                Ok(d) if d.is_zero() => errors
+                    .push(FieldError::new(field, "must be longer than 0s (leave it out to act at once)")),
+                Ok(d) if d > PolicyDuration::from_secs(7 * 24 * 3600) => {
+                    errors.push(FieldError::new(field, format!("must be at most 7d, got {}", text.0)));
+                }
+                Ok(_) => {}
+            }
         }
     }
 }

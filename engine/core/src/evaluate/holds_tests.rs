@@ -1,6 +1,8 @@
-//! Blast-radius limits ([`super::limits`]): a policy's `maxActionsPerHour` and `maxConcurrentSuspended`, the
-//! engine-wide hourly cap (Enforce only), a held firing that resolves, holds and counts across a restart,
-//! and how a replay prints a hold.
+//! What holds a stopping action back. Blast-radius limits ([`super::limits`]): a policy's
+//! `maxActionsPerHour` and `maxConcurrentSuspended`, the engine-wide hourly cap (Enforce only), a held firing
+//! that resolves, holds and counts across a restart, how a replay prints a hold. An action's `grace`
+//! ([`super::lifecycle::issue`]): the warning with the snooze command, the action at the grace's end, a
+//! recovery or a snooze meanwhile, a restart.
 
 use std::collections::BTreeMap;
 
@@ -17,8 +19,12 @@ fn t(minutes: i64) -> Timestamp {
 const HUGE: &str = "    - {name: huge, when: 'metric(\"loss\") > 9.0', actions: [{suspend: {}}]}\n";
 
 fn policy(name: &str, mode: &str, limits: &str) -> String {
+    policy_with(name, mode, limits, HUGE)
+}
+
+fn policy_with(name: &str, mode: &str, limits: &str, rules: &str) -> String {
     format!(
-        "apiVersion: trainwarden.dev/v1alpha1\nkind: ProgressPolicy\nmetadata: {{name: {name}, namespace: ml}}\nspec:\n  mode: {mode}\n{limits}  rules:\n{HUGE}"
+        "apiVersion: trainwarden.dev/v1alpha1\nkind: ProgressPolicy\nmetadata: {{name: {name}, namespace: ml}}\nspec:\n  mode: {mode}\n{limits}  rules:\n{rules}"
     )
 }
 
@@ -28,6 +34,8 @@ struct Fleet {
     events: Vec<Event>,
     /// When each job last started running (a resume moves it, as the TrainJob's Suspended condition does).
     running_since: BTreeMap<String, Timestamp>,
+    /// Each job's annotations (a snooze).
+    annotations: BTreeMap<String, BTreeMap<String, String>>,
 }
 
 impl Fleet {
@@ -40,7 +48,7 @@ impl Fleet {
                 ev.upsert_policy(p, t(0), &mut events);
             }
         }
-        Fleet { ev, events, running_since: BTreeMap::new() }
+        Fleet { ev, events, running_since: BTreeMap::new(), annotations: BTreeMap::new() }
     }
 
     fn snapshot(&self, job: &str, phase: JobPhase) -> JobSnapshot {
@@ -48,6 +56,7 @@ impl Fleet {
         s.gpus = Some(8.0);
         s.phase = phase;
         s.running_since = Some(self.running_since.get(job).copied().unwrap_or(t(0)));
+        s.annotations = self.annotations.get(job).cloned().unwrap_or_default();
         s
     }
 
@@ -250,4 +259,112 @@ fn limits_must_allow_at_least_one_action() {
     let doc = &parse_documents(&yaml, "limits.yaml").unwrap()[0];
     let err = compile(doc, &crate::judge::script::ScriptEngine::default()).unwrap_err().to_string();
     assert!(err.contains("spec.limits.maxActionsPerHour: must be from 1 to 100000, got 0"), "{err}");
+}
+
+const WARNED: &str = "    - {name: huge, when: 'metric(\"loss\") > 9.0', actions: [{notify: {to: team}}, {suspend: {grace: 30m}}]}\n";
+
+/// `(minute, kind)` of every intent, in order.
+fn intents(f: &Fleet) -> Vec<(i64, String)> {
+    f.events
+        .iter()
+        .filter_map(|e| match e {
+            Event::Intent(i) => {
+                Some(((i.at.as_second() - t(0).as_second()) / 60, i.action.kind().as_str().to_string()))
+            }
+            _ => None,
+        })
+        .collect()
+}
+
+fn kinds(list: &[(i64, &str)]) -> Vec<(i64, String)> {
+    list.iter().map(|(m, k)| (*m, k.to_string())).collect()
+}
+
+#[test]
+fn a_grace_warns_at_once_with_the_snooze_command_and_suspends_when_it_ends() {
+    let mut f = Fleet::new(&[policy_with("p", "Enforce", "", WARNED)], EngineConfig::default());
+    f.report(0, "a", 10.0);
+    assert_eq!(intents(&f), kinds(&[(0, "notify")]));
+    let Some(Event::Intent(notify)) = f.events.iter().find(|e| matches!(e, Event::Intent(_))) else {
+        panic!()
+    };
+    assert!(
+        notify.reason.summary.ends_with(
+            "; suspend at 2026-11-27T17:30:00Z (grace 30m) unless the rule stops firing or the job is snoozed: \
+             kubectl trainwarden snooze a -n ml 4h"
+        ),
+        "{}",
+        notify.reason.summary
+    );
+    assert!(f.events.iter().any(|e| matches!(e, Event::Deferred { until, .. } if *until == t(30))));
+    for m in [10, 20, 29] {
+        f.report(m, "a", 10.0);
+    }
+    assert_eq!(intents(&f).len(), 1, "nothing more during the grace");
+    // The grace ends on its second, with no report arriving.
+    f.advance(31);
+    assert_eq!(intents(&f), kinds(&[(0, "notify"), (30, "suspend")]));
+    let Some(Event::Intent(suspend)) = f.events.iter().rev().find(|e| matches!(e, Event::Intent(_))) else {
+        panic!()
+    };
+    assert!(suspend.id.ends_with(":1:1"), "the firing's id for action 1: {}", suspend.id);
+    assert!(!suspend.reason.summary.contains("kubectl trainwarden snooze"), "{}", suspend.reason.summary);
+    let line = crate::replay::render_event(
+        f.events.iter().find(|e| matches!(e, Event::Deferred { .. })).unwrap(),
+        &jiff::tz::TimeZone::UTC,
+    );
+    assert!(line.contains("… suspend waits for its grace, until Fri 2026-11-27 17:30:00 +00:00"), "{line}");
+}
+
+#[test]
+fn a_job_that_recovers_during_its_grace_is_not_suspended() {
+    let mut f = Fleet::new(&[policy_with("p", "Enforce", "", WARNED)], EngineConfig::default());
+    f.report(0, "a", 10.0);
+    f.report(10, "a", 1.0);
+    f.advance(60);
+    f.report(61, "a", 1.0);
+    assert_eq!(intents(&f), kinds(&[(0, "notify")]));
+}
+
+#[test]
+fn a_job_snoozed_during_its_grace_acts_when_the_snooze_ends_if_its_rule_still_fires() {
+    let mut f = Fleet::new(&[policy_with("p", "Enforce", "", WARNED)], EngineConfig::default());
+    f.report(0, "a", 10.0);
+    f.annotations.insert("a".into(), BTreeMap::from([(SNOOZE_ANNOTATION.to_string(), t(60).to_string())]));
+    f.report(10, "a", 10.0);
+    f.advance(59);
+    assert_eq!(intents(&f), kinds(&[(0, "notify")]), "nothing while snoozed, the grace's end included");
+    f.advance(61);
+    // The snooze's end fires the rule again: every action at once (the owner had the warning).
+    assert_eq!(intents(&f), kinds(&[(0, "notify"), (60, "notify"), (60, "suspend")]));
+}
+
+#[test]
+fn a_grace_survives_a_restart() {
+    let yaml = policy_with("p", "Enforce", "", WARNED);
+    let mut before = Fleet::new(std::slice::from_ref(&yaml), EngineConfig::default());
+    before.report(0, "a", 10.0);
+    let reference = before.ev.policies().next().unwrap().reference.clone();
+    let memories = before.ev.memories(&reference, t(5));
+    assert_eq!(memories[0].deferred, vec![None, Some(t(30))]);
+    let mut after = Fleet::new(&[yaml], EngineConfig::default());
+    after.ev.restore(&reference, memories);
+    after.report(10, "a", 10.0);
+    after.advance(31);
+    assert_eq!(intents(&after), kinds(&[(30, "suspend")]), "no second warning, the suspension on time");
+}
+
+#[test]
+fn a_grace_is_a_positive_duration_of_at_most_a_week() {
+    for (grace, want) in [
+        ("0s", "spec.rules[0].actions[0].suspend.grace: must be longer than 0s"),
+        ("8d", "spec.rules[0].actions[0].suspend.grace: must be at most 7d, got 8d"),
+        ("soon", "spec.rules[0].actions[0].suspend.grace: invalid duration"),
+    ] {
+        let rules = format!("    - {{name: r, when: 'true', actions: [{{suspend: {{grace: {grace}}}}}]}}\n");
+        let yaml = policy_with("p", "Enforce", "", &rules);
+        let doc = &parse_documents(&yaml, "grace.yaml").unwrap()[0];
+        let err = compile(doc, &crate::judge::script::ScriptEngine::default()).unwrap_err().to_string();
+        assert!(err.contains(want), "{grace}: {err}");
+    }
 }
