@@ -42,7 +42,8 @@ pub use error::{FieldError, FieldErrors, MAX_ECHOED_TOKEN, Position, clip_tokens
 pub use evaluate::{
     ActionIntent, CHECKPOINT_VERSION, EngineConfig, Evaluator, Event, HistoryCheckpoint, HistoryRefused,
     HistoryRestored, Limit, LimitKind, MAX_CHECKPOINT_BYTES, Reason, Resolution, RuleCounts, RuleMemory,
-    RuleState, SNOOZE_ANNOTATION, Savings, SavingsBasis, Snooze, SnoozeChange, SnoozeEnd, TransitionKind,
+    RuleState, SNOOZE_ANNOTATION, Savings, SavingsBasis, Snooze, SnoozeCap, SnoozeChange, SnoozeEnd,
+    TransitionKind,
 };
 pub use history::job::JobData;
 pub use history::job_series::JobSeries;

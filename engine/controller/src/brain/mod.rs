@@ -794,6 +794,7 @@ impl Brain {
                     let (warning, reason) = match &change {
                         SnoozeChange::Started(_) => (false, "Snoozed"),
                         SnoozeChange::Ended { .. } => (false, "SnoozeEnded"),
+                        SnoozeChange::PolicyCapped { .. } => (false, "SnoozeCapped"),
                         SnoozeChange::Invalid { .. } => (true, "InvalidSnooze"),
                     };
                     let note = trainwarden_core::replay::snooze_text(&change, &jiff::tz::TimeZone::UTC);

@@ -105,14 +105,16 @@ impl Brain {
             }
             // Snoozed jobs are listed even with nothing pending: the owner looks for the snooze here.
             for key in self.evaluator.job_keys() {
-                if self.evaluator.snooze(key).is_some() && self.evaluator.selects(reference, key) {
+                if self.evaluator.snoozed_until(key, reference).is_some()
+                    && self.evaluator.selects(reference, key)
+                {
                     let name = key.to_string();
                     jobs.entry(name.clone()).or_insert_with(|| JobStatus { name, ..Default::default() });
                 }
             }
             for entry in jobs.values_mut() {
                 if let Some(key) = JobKey::parse(&entry.name) {
-                    entry.snoozed_until = self.evaluator.snooze(&key).map(|s| Time(s.until));
+                    entry.snoozed_until = self.evaluator.snoozed_until(&key, reference).map(Time);
                     // Whole percents: the status changes when progress does, not on every report.
                     entry.progress_percent = self
                         .evaluator

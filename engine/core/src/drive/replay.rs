@@ -491,6 +491,17 @@ pub fn snooze_text(change: &crate::evaluate::SnoozeChange, tz: &jiff::tz::TimeZo
                 n => format!("{n} rules still firing act now"),
             }
         ),
+        SnoozeChange::PolicyCapped { policy, cap, until, released } => format!(
+            "the snooze no longer holds {} {policy} ({} at {}): {}",
+            policy.kind,
+            cap.text(),
+            local(*until, tz),
+            match released {
+                0 => "no rule of it fires, nothing to do".to_string(),
+                1 => "1 rule still firing acts now".to_string(),
+                n => format!("{n} rules still firing act now"),
+            }
+        ),
         SnoozeChange::Invalid { message, .. } => message.clone(),
     }
 }

@@ -101,9 +101,16 @@ struct Wire {
     /// there). Optional, so version 1 reads checkpoints written with and without it, either way round.
     #[serde(rename = "z", default, skip_serializing_if = "Option::is_none")]
     snooze: Option<SnoozeWire>,
+    /// How many snoozes the job has had (for `spec.snooze.maxPerJob`); optional like `z`.
+    #[serde(rename = "zn", default, skip_serializing_if = "is_zero")]
+    snoozes: u32,
     /// When the checkpoint was taken. Last, and not part of [`HistoryCheckpoint::content`].
     #[serde(default, skip_serializing_if = "Option::is_none")]
     at: Option<Timestamp>,
+}
+
+fn is_zero(n: &u32) -> bool {
+    *n == 0
 }
 
 /// A snooze in force when the checkpoint was taken (see `super::snooze`).
@@ -280,6 +287,7 @@ impl Evaluator {
             series: SeriesWire::of(series, origin),
             detectors,
             snooze: entry.snooze.holding().map(|s| SnoozeWire { v: s.value.clone(), f: s.since }),
+            snoozes: entry.snooze.count,
             at: Some(now),
         };
         let (points, metrics) = (wire.series.points(), wire.series.metric_count());
@@ -358,6 +366,7 @@ impl Evaluator {
         {
             entry.snooze = track;
         }
+        entry.snooze.count = entry.snooze.count.max(wire.snoozes);
         let mut restored =
             HistoryRestored { samples: restored_samples, metrics, detectors: 0, detectors_ignored: 0 };
         for (d, state) in states {

@@ -368,3 +368,86 @@ fn a_grace_is_a_positive_duration_of_at_most_a_week() {
         assert!(err.contains(want), "{grace}: {err}");
     }
 }
+
+/// Two policies on one snoozed job: `capped` lets a snooze hold it for 1h (`spec.snooze.maxDuration`),
+/// `open` takes the engine's cap. At 1h `capped`'s rule acts although the job stays snoozed for `open`,
+/// which acts when the snooze ends; neither acts twice.
+#[test]
+fn a_policys_snooze_cap_releases_its_rules_while_the_job_stays_snoozed_for_others() {
+    let capped = policy("capped", "Enforce", "  snooze: {maxDuration: 1h}\n");
+    let open = policy("open", "Enforce", "");
+    let mut f = Fleet::new(&[capped, open], EngineConfig::default());
+    f.annotations.insert("a".into(), BTreeMap::from([(SNOOZE_ANNOTATION.to_string(), t(240).to_string())]));
+    f.report(0, "a", 1.0);
+    f.report(5, "a", 10.0);
+    let held: Vec<(String, Timestamp)> = f
+        .events
+        .iter()
+        .filter_map(|e| match e {
+            Event::Held { policy, until, .. } => Some((policy.name.clone(), *until)),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(held, vec![("capped".to_string(), t(60)), ("open".to_string(), t(240))]);
+    let job = JobKey::new("ml", "a");
+    let reference =
+        |f: &Fleet, name: &str| f.ev.policies().find(|p| p.reference.name == name).unwrap().reference.clone();
+    let (capped, open) = (reference(&f, "capped"), reference(&f, "open"));
+    assert_eq!(f.ev.snoozed_until(&job, &capped), Some(t(60)));
+    assert_eq!(f.ev.snoozed_until(&job, &open), Some(t(240)));
+    assert!(f.suspensions().is_empty());
+    // At 1h, on the second, with no report: capped acts, open still waits.
+    f.advance(61);
+    assert_eq!(f.suspensions(), acted(&[(3600, "a", "capped")]));
+    assert!(f.events.iter().any(|e| matches!(e,
+        Event::Snooze { change: SnoozeChange::PolicyCapped { policy, until, released: 1, cap: SnoozeCap::MaxDuration }, .. }
+            if policy.name == "capped" && *until == t(60))));
+    assert_eq!(f.ev.snoozed_until(&job, &capped), None);
+    assert_eq!(f.ev.snoozed_until(&job, &open), Some(t(240)));
+    f.report(120, "a", 10.0);
+    f.advance(241);
+    assert_eq!(f.suspensions(), acted(&[(3600, "a", "capped"), (14400, "a", "open")]));
+}
+
+#[test]
+fn a_zero_snooze_cap_means_the_policy_is_never_snoozed() {
+    let mut f =
+        Fleet::new(&[policy("strict", "Enforce", "  snooze: {maxDuration: 0s}\n")], EngineConfig::default());
+    f.annotations.insert("a".into(), BTreeMap::from([(SNOOZE_ANNOTATION.to_string(), t(240).to_string())]));
+    f.report(0, "a", 1.0);
+    f.report(5, "a", 10.0);
+    assert_eq!(f.suspensions(), acted(&[(300, "a", "strict")]));
+    assert!(!f.events.iter().any(|e| matches!(e, Event::Held { .. })));
+}
+
+#[test]
+fn a_snooze_cap_is_a_duration() {
+    let yaml = policy("p", "Enforce", "  snooze: {maxDuration: forever}\n");
+    let doc = &parse_documents(&yaml, "snooze.yaml").unwrap()[0];
+    let err = compile(doc, &crate::judge::script::ScriptEngine::default()).unwrap_err().to_string();
+    assert!(err.contains("spec.snooze.maxDuration: invalid duration"), "{err}");
+}
+
+/// `maxPerJob: 1`: the first snooze holds the policy; a second value (the owner snoozes again) does not, and
+/// the rule still firing acts at once; the count survives a restart in the history checkpoint.
+#[test]
+fn a_job_snoozed_more_often_than_max_per_job_is_not_held_by_that_policy() {
+    let yaml = policy("p", "Enforce", "  snooze: {maxPerJob: 1}\n");
+    let mut f = Fleet::new(std::slice::from_ref(&yaml), EngineConfig::default());
+    f.annotations.insert("a".into(), BTreeMap::from([(SNOOZE_ANNOTATION.to_string(), t(60).to_string())]));
+    f.report(0, "a", 10.0);
+    assert!(f.suspensions().is_empty(), "the first snooze holds");
+    f.annotations.insert("a".into(), BTreeMap::from([(SNOOZE_ANNOTATION.to_string(), t(240).to_string())]));
+    f.report(10, "a", 10.0);
+    assert_eq!(f.suspensions(), acted(&[(600, "a", "p")]), "the second does not");
+    assert!(f.events.iter().any(|e| matches!(
+        e,
+        Event::Snooze {
+            change: SnoozeChange::PolicyCapped { cap: SnoozeCap::MaxPerJob { max: 1 }, released: 1, .. },
+            ..
+        }
+    )));
+    let key = JobKey::new("ml", "a");
+    let checkpoint = f.ev.checkpoint(&key, "uid-a", t(11)).expect("a checkpoint");
+    assert!(checkpoint.text.contains("\"zn\":2"), "{}", checkpoint.text);
+}

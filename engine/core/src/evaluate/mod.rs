@@ -42,7 +42,7 @@ pub use limits::{Limit, LimitKind};
 pub use memory::RuleMemory;
 use memory::claim_memories;
 use snooze::SnoozeTrack;
-pub use snooze::{SNOOZE_ANNOTATION, Snooze, SnoozeChange, SnoozeEnd};
+pub use snooze::{SNOOZE_ANNOTATION, Snooze, SnoozeCap, SnoozeChange, SnoozeEnd};
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 
@@ -592,6 +592,8 @@ impl Evaluator {
         self.evaluations += 1;
         let Some(phase) = entry.data.as_ref().map(|d| d.snapshot.phase) else { return };
         let running = phase == JobPhase::Running;
+        // Read before `check` clears them when the snooze ends.
+        let released_before = entry.snooze.released_policies.clone();
         let snooze = entry.snooze.check(now);
         let hold = snooze.hold;
         // The rules that fire in this very evaluation act (or not) on their own: a release skips them.
@@ -601,6 +603,12 @@ impl Evaluator {
             let Some(Some(slot)) = self.policies.get(p_index) else { continue };
             let policy = &slot.policy;
             let active = running && slot.is_active(now);
+            // The snooze holds this policy's actions until its own cap ends it (spec.snooze.maxDuration).
+            let over = policy.max_snoozes.is_some_and(|m| entry.snooze.count > m);
+            let hold =
+                if over { None } else { hold.and(entry.snooze.holds_policy_until(policy.max_snooze, now)) };
+            let capped_now =
+                snooze.hold.is_some() && hold.is_none() && !entry.snooze.released_policies.contains(&p_index);
             // Why the condition does not hold, when it does not.
             let cleared_by = if !running {
                 Resolution::JobFinished
@@ -680,7 +688,7 @@ impl Evaluator {
                         }
                         // A grace that ended acts (unless the owner snoozed the job meanwhile: the snooze's
                         // end fires the rule again below, every action at once).
-                        if hold.is_none() && snooze.ended.is_none() {
+                        if hold.is_none() && snooze.ended.is_none() && !capped_now {
                             act_on_deferred(track, key, policy, rule, now, entry.data.as_deref(), out);
                         }
                     }
@@ -698,13 +706,56 @@ impl Evaluator {
                     }
                 }
             }
+            if capped_now {
+                // This policy's cap ended the snooze for it: its rules still firing act now, once.
+                entry.snooze.released_policies.push(p_index);
+                let (cap, until) = match policy.max_snoozes.filter(|_| over) {
+                    Some(max) => (SnoozeCap::MaxPerJob { max }, now),
+                    None => {
+                        (SnoozeCap::MaxDuration, entry.snooze.policy_end(policy.max_snooze).unwrap_or(now))
+                    }
+                };
+                let due: Vec<(usize, usize)> = if running {
+                    (entry.tracks.get(p_index).into_iter().flatten().enumerate())
+                        .filter(|(r, t)| {
+                            t.alert.state() == RuleState::Firing && !fired_now.contains(&(p_index, *r))
+                        })
+                        .map(|(r, _)| (p_index, r))
+                        .collect()
+                } else {
+                    Vec::new()
+                };
+                out.push(Event::Snooze {
+                    at: now,
+                    job: key.clone(),
+                    change: SnoozeChange::PolicyCapped {
+                        policy: policy.reference.clone(),
+                        cap,
+                        until,
+                        released: due.len(),
+                    },
+                });
+                let engine_cap = self.config.max_actions_per_hour;
+                release_firing(
+                    &self.policies,
+                    &mut self.limits,
+                    engine_cap,
+                    entry,
+                    key,
+                    due,
+                    until,
+                    now,
+                    out,
+                );
+            }
         }
         if let Some((until, why)) = snooze.ended {
             // Every rule still firing acts now (a running job's: a suspended job's rules are frozen, a
             // finished job's resolved), except those that fired in this very evaluation.
             let mut due: Vec<(usize, usize)> = Vec::new();
             if running {
-                for &p in &entry.selected_by {
+                // Policies whose own cap released them already are not released again.
+                for &p in entry.selected_by.iter().filter(|p| !released_before.contains(p)) {
                     for (r, track) in entry.tracks.get(p).into_iter().flatten().enumerate() {
                         if track.alert.state() == RuleState::Firing && !fired_now.contains(&(p, r)) {
                             due.push((p, r));
@@ -717,30 +768,8 @@ impl Evaluator {
                 job: key.clone(),
                 change: SnoozeChange::Ended { until, why, released: due.len() },
             });
-            for (p, r) in due {
-                let Some(Some(slot)) = self.policies.get(p) else { continue };
-                let (Some(rule), Some(track)) =
-                    (slot.policy.rules.get(r), entry.tracks.get_mut(p).and_then(|t| t.get_mut(r)))
-                else {
-                    continue;
-                };
-                let limits_apply = slot.policy.limits != crate::policy::spec::LimitsSpec::default()
-                    || self.config.max_actions_per_hour.is_some();
-                if limits_apply && limits::limited(&rule.actions) {
-                    let engine_cap = self.config.max_actions_per_hour;
-                    if let Some(h) = self.limits.refusal(p, &slot.policy, rule.mode, engine_cap, now) {
-                        // A new firing (as a release is), held until the limit allows.
-                        track.firings += 1;
-                        track.held = Some(h);
-                        out.push(limits::held_event(now, key, &slot.policy, rule, h));
-                        continue;
-                    }
-                    release(track, key, &slot.policy, rule, now, entry.data.as_deref(), until, out);
-                    limits::count_if_issued(&mut self.limits, track, p, rule, key, now);
-                    continue;
-                }
-                release(track, key, &slot.policy, rule, now, entry.data.as_deref(), until, out);
-            }
+            let engine_cap = self.config.max_actions_per_hour;
+            release_firing(&self.policies, &mut self.limits, engine_cap, entry, key, due, until, now, out);
         }
         // Policies that no longer select the job (labels changed): their rules resolve.
         for p in 0..entry.tracks.len() {
@@ -778,6 +807,20 @@ impl Evaluator {
     /// evaluation (a snooze ends at the evaluation its timer makes on the second it is due).
     pub fn snooze(&self, job: &JobKey) -> Option<&Snooze> {
         self.jobs.get(job)?.snooze.holding()
+    }
+
+    /// Until when the job's snooze holds `policy`'s actions, as of the job's last evaluation: the snooze's
+    /// end, or earlier where the policy's `spec.snooze.maxDuration` ends it (`None`: not held).
+    pub fn snoozed_until(&self, job: &JobKey, policy: &PolicyRef) -> Option<Timestamp> {
+        let entry = self.jobs.get(job)?;
+        entry.snooze.holding()?;
+        let p = self.find_policy(policy)?;
+        let policy = &self.policies[p].as_ref()?.policy;
+        if policy.max_snoozes.is_some_and(|m| entry.snooze.count > m) {
+            return None;
+        }
+        let until = entry.snooze.policy_end(policy.max_snooze)?;
+        (!entry.snooze.released_policies.contains(&p)).then_some(until)
     }
 
     /// When the rule entered its pending or firing state for the job (as restored memories keep it too);
@@ -860,6 +903,45 @@ impl Evaluator {
                 + j.tracks.iter().map(|t| t.capacity() * std::mem::size_of::<RuleTrack>()).sum::<usize>()
                 + j.tracks.iter().flatten().map(|t| t.last_issued.capacity() * 16).sum::<usize>(),
         )
+    }
+}
+
+/// Fires again, now, the rules `due` (policy, rule) that were still firing when a snooze stopped holding
+/// them (`until`): each acts as a new firing, subject to the blast-radius limits.
+#[allow(clippy::too_many_arguments)]
+fn release_firing(
+    policies: &[Option<PolicySlot>],
+    limit_book: &mut limits::LimitBook,
+    engine_cap: Option<u32>,
+    entry: &mut JobEntry,
+    key: &JobKey,
+    due: Vec<(usize, usize)>,
+    until: Timestamp,
+    now: Timestamp,
+    out: &mut Vec<Event>,
+) {
+    for (p, r) in due {
+        let Some(Some(slot)) = policies.get(p) else { continue };
+        let (Some(rule), Some(track)) =
+            (slot.policy.rules.get(r), entry.tracks.get_mut(p).and_then(|t| t.get_mut(r)))
+        else {
+            continue;
+        };
+        let limits_apply =
+            slot.policy.limits != crate::policy::spec::LimitsSpec::default() || engine_cap.is_some();
+        if limits_apply && limits::limited(&rule.actions) {
+            if let Some(h) = limit_book.refusal(p, &slot.policy, rule.mode, engine_cap, now) {
+                // A new firing (as a release is), held until the limit allows.
+                track.firings += 1;
+                track.held = Some(h);
+                out.push(limits::held_event(now, key, &slot.policy, rule, h));
+                continue;
+            }
+            release(track, key, &slot.policy, rule, now, entry.data.as_deref(), until, out);
+            limits::count_if_issued(limit_book, track, p, rule, key, now);
+            continue;
+        }
+        release(track, key, &slot.policy, rule, now, entry.data.as_deref(), until, out);
     }
 }
 

@@ -80,6 +80,31 @@ impl SnoozeEnd {
     }
 }
 
+/// Which of a policy's snooze caps (`spec.snooze`) ended a snooze for it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "camelCase", tag = "cap")]
+pub enum SnoozeCap {
+    /// `maxDuration` ran out.
+    MaxDuration,
+    /// The job's snoozes are more than `maxPerJob`.
+    MaxPerJob {
+        /// The limit.
+        max: u32,
+    },
+}
+
+impl SnoozeCap {
+    /// Why, as a clause for people.
+    pub fn text(self) -> String {
+        match self {
+            SnoozeCap::MaxDuration => "its spec.snooze.maxDuration ended".to_string(),
+            SnoozeCap::MaxPerJob { max } => {
+                format!("the job has had its spec.snooze.maxPerJob of {max} snoozes")
+            }
+        }
+    }
+}
+
 /// A change of a job's snooze, as [`Event::Snooze`] reports it.
 #[derive(Clone, Debug, PartialEq, Eq, serde::Serialize)]
 #[serde(rename_all = "camelCase", tag = "change")]
@@ -93,6 +118,19 @@ pub enum SnoozeChange {
         /// Why it ended now.
         why: SnoozeEnd,
         /// Rules that fired again (their actions are issued now).
+        released: usize,
+    },
+    /// The snooze no longer holds one policy's actions (the job stays snoozed for the others): its
+    /// `spec.snooze.maxDuration` is over, or the job had more snoozes than its `maxPerJob`; `released` rules
+    /// of it still firing fire again now.
+    PolicyCapped {
+        /// The policy.
+        policy: crate::policy::PolicyRef,
+        /// Which of its caps.
+        cap: SnoozeCap,
+        /// When its cap ended the snooze for it.
+        until: Timestamp,
+        /// Its rules that fired again.
         released: usize,
     },
     /// The annotation's value cannot be honoured (it is not an RFC 3339 time, or the administrator allows
@@ -118,6 +156,12 @@ pub(super) struct SnoozeTrack {
     replaced: bool,
     /// The end of the snooze a new value replaced, for the report of its end.
     previous_until: Option<Timestamp>,
+    /// Policies (by index) whose `spec.snooze.maxDuration` ended this snooze for them: their rules were
+    /// released then, so the snooze's own end does not release them again.
+    pub(super) released_policies: Vec<usize>,
+    /// Snoozes (distinct valid values) this job has had, for `spec.snooze.maxPerJob`; kept in its history
+    /// checkpoint.
+    pub(super) count: u32,
 }
 
 /// The outcome of [`SnoozeTrack::observe`].
@@ -167,6 +211,7 @@ impl SnoozeTrack {
         }
         self.value = value.map(String::from);
         self.replaced = true;
+        self.released_policies.clear();
         if let Some(s) = &self.snooze {
             self.previous_until = Some(s.until);
         }
@@ -182,6 +227,7 @@ impl SnoozeTrack {
             }
         }
         if let Some(s) = self.snooze.as_ref().filter(|s| s.until > now) {
+            self.count = self.count.saturating_add(1);
             out.push(Event::Snooze { at: now, job: key.clone(), change: SnoozeChange::Started(s.clone()) });
         }
     }
@@ -206,6 +252,9 @@ impl SnoozeTrack {
         };
         self.holding = hold.is_some();
         self.replaced = false;
+        if ended.is_some() {
+            self.released_policies.clear();
+        }
         if hold.is_some() {
             self.previous_until = None;
         }
@@ -220,6 +269,27 @@ impl SnoozeTrack {
     /// The snooze holding the job's actions as of its last evaluation.
     pub(super) fn holding(&self) -> Option<&Snooze> {
         self.snooze.as_ref().filter(|_| self.holding)
+    }
+
+    /// Until when the snooze holds the actions of a policy whose own cap is `cap` (`None` at `now`: it does
+    /// not, or no longer, hold them).
+    pub(super) fn holds_policy_until(
+        &self,
+        cap: Option<PolicyDuration>,
+        now: Timestamp,
+    ) -> Option<Timestamp> {
+        self.policy_end(cap).filter(|until| *until > now)
+    }
+
+    /// When the snooze stops holding a policy whose own cap is `cap`, whatever `now` is.
+    pub(super) fn policy_end(&self, cap: Option<PolicyDuration>) -> Option<Timestamp> {
+        let s = self.snooze.as_ref()?;
+        Some(match cap {
+            Some(c) => {
+                s.until.min(crate::time::add_seconds(s.since, c.as_secs_f64()).unwrap_or(Timestamp::MAX))
+            }
+            None => s.until,
+        })
     }
 
     /// The snooze in force at `now`, if any.

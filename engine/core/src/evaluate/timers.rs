@@ -92,6 +92,16 @@ impl Evaluator {
         };
         // A snooze ends on its second whatever the job's phase (its status and Events say so then).
         consider(entry.snooze.current(now).map(|s| s.until));
+        // And where a policy's own cap (spec.snooze.maxDuration) ends it for that policy.
+        if entry.snooze.current(now).is_some() {
+            for &p in &entry.selected_by {
+                if let Some(Some(slot)) = self.policies.get(p)
+                    && slot.policy.max_snooze.is_some()
+                {
+                    consider(entry.snooze.policy_end(slot.policy.max_snooze));
+                }
+            }
+        }
         if let Some(data) = entry.data.as_deref()
             && data.snapshot.phase == JobPhase::Running
         {

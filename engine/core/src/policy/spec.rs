@@ -85,6 +85,10 @@ pub struct PolicySpec {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub limits: Option<LimitsSpec>,
 
+    /// What an owner's snooze (the TrainJob annotation trainwarden.dev/snooze-until) may do to this policy.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub snooze: Option<SnoozeSpec>,
+
     /// The rules, evaluated independently for every selected TrainJob. Rule names are unique (the API server
     /// merges rules by name).
     #[schemars(length(min = 1, max = 64))]
@@ -97,6 +101,24 @@ pub struct PolicySpec {
     #[schemars(length(max = 16))]
     #[schemars(extend("x-kubernetes-list-type" = "map", "x-kubernetes-list-map-keys" = ["name"]))]
     pub receivers: Vec<ReceiverSpec>,
+}
+
+/// `spec.snooze`: the administrator's cap on owners' snoozes of this policy.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct SnoozeSpec {
+    /// The longest a snooze holds this policy's actions, from when the controller first saw it (within the
+    /// controller's --max-snooze, which caps every policy); when it is over, the policy's rules still firing
+    /// act even though the job stays snoozed for other policies. 0s: this policy's actions are never
+    /// snoozed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_duration: Option<DurationText>,
+
+    /// How many snoozes (distinct values of the annotation) a job may have for this policy over its life;
+    /// from the next one on, the policy's rules act as if the job were not snoozed. 0: never snoozed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 0, max = 1000))]
+    pub max_per_job: Option<u32>,
 }
 
 /// `spec.limits`: at most so many stopping firings per hour, at most so many jobs suspended at once.

@@ -86,6 +86,11 @@ pub struct CompiledPolicy {
     pub receivers: Vec<CompiledReceiver>,
     /// `spec.limits`: how many jobs it may stop (the evaluator's `limits` module applies them).
     pub limits: crate::policy::spec::LimitsSpec,
+    /// `spec.snooze.maxDuration`: the longest an owner's snooze holds this policy's actions (`None`: the
+    /// engine's cap alone).
+    pub max_snooze: Option<PolicyDuration>,
+    /// `spec.snooze.maxPerJob`: how many snoozes a job may have for this policy (`None`: no limit).
+    pub max_snoozes: Option<u32>,
 }
 
 impl CompiledPolicy {
@@ -181,6 +186,8 @@ pub fn compile(doc: &PolicyDocument, engine: &ScriptEngine) -> Result<CompiledPo
         rules,
         receivers,
         limits: spec.limits.unwrap_or_default(),
+        max_snooze: spec.snooze.as_ref().and_then(|s| s.max_duration.as_ref()).and_then(|d| d.parse().ok()),
+        max_snoozes: spec.snooze.as_ref().and_then(|s| s.max_per_job),
     })
 }
 
@@ -225,6 +232,16 @@ fn check_settings(doc: &PolicyDocument, errors: &mut Vec<FieldError>) -> PolicyD
             };
             errors.push(FieldError::new(field, format!("must be from 1 to 100000, got {v}{why}")));
         }
+    }
+    if let Some(Err(e)) =
+        spec.snooze.as_ref().and_then(|s| s.max_duration.as_ref()).map(super::spec::DurationText::parse)
+    {
+        errors.push(FieldError::new("spec.snooze.maxDuration", e));
+    }
+    if let Some(n) = spec.snooze.as_ref().and_then(|s| s.max_per_job)
+        && n > 1000
+    {
+        errors.push(FieldError::new("spec.snooze.maxPerJob", format!("must be from 0 to 1000, got {n}")));
     }
     validate_selector(errors, "spec.selector", &spec.selector);
     if let PolicyScope::Cluster { namespace_selector } = &doc.scope {
