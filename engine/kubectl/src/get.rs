@@ -146,10 +146,26 @@ fn saved(row: &JobRow) -> String {
         return "-".into();
     };
     match (a.gpu_hours, a.dollars) {
-        (Some(h), Some(d)) => format!("{} GPU-h (${})", num(h), num(d)),
+        (Some(h), Some(d)) => format!("{} GPU-h ({})", num(h), dollars(d)),
         (Some(h), None) => format!("{} GPU-h", num(h)),
         _ => "-".into(),
     }
+}
+
+/// Whole dollars with thousands separators, as the replay prints money: `$1,804`.
+fn dollars(d: f64) -> String {
+    if !d.is_finite() {
+        return format!("${d}");
+    }
+    let whole = format!("{:.0}", d.abs());
+    let mut grouped = String::new();
+    for (i, c) in whole.chars().enumerate() {
+        if i > 0 && (whole.len() - i) % 3 == 0 {
+            grouped.push(',');
+        }
+        grouped.push(c);
+    }
+    format!("{}${grouped}", if d < 0.0 { "-" } else { "" })
 }
 
 fn progress(row: &JobRow) -> String {
@@ -277,4 +293,18 @@ fn json_row(row: &JobRow, now: Timestamp) -> serde_json::Value {
         "snoozeUntil": row.snooze_until.map(|t| t.to_string()),
         "problems": problems,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::dollars;
+
+    #[test]
+    fn dollars_are_whole_and_grouped_by_thousands() {
+        assert_eq!(dollars(1804.24), "$1,804");
+        assert_eq!(dollars(80.0), "$80");
+        assert_eq!(dollars(999.5), "$1,000");
+        assert_eq!(dollars(1_234_567.0), "$1,234,567");
+        assert_eq!(dollars(0.0), "$0");
+    }
 }
