@@ -77,7 +77,8 @@ pub enum Clock {
     /// Friday story in the README is recorded so): time starts at `from` and moves to each progress
     /// report's `lastUpdatedTime` when the report arrives; the timers a report passes run first, each at its
     /// own instant, in order, as `trainwarden replay` runs them. Between reports time stands still, so this
-    /// is never for a live cluster (a hung job would never be found stalled). No flag sets it.
+    /// is never for a live cluster (a hung job would never be found stalled); retries of failed actions and
+    /// checkpoint writes also wait for the next report. No flag sets it.
     Reports {
         /// The time before the first report: policies are applied then.
         from: trainwarden_core::Timestamp,

@@ -771,13 +771,13 @@ async fn a_limit_holds_the_second_suspension_until_the_first_job_runs_again() {
     controller.stop().await;
 }
 
-/// `suspend: {grace: 3s}`: the firing's Event says when the job will be suspended and how to snooze it, and
+/// `suspend: {grace: 5s}`: the firing's Event says when the job will be suspended and how to snooze it, and
 /// the suspension comes on the grace's second, once; a job that recovers within its grace is left running.
 #[tokio::test]
 async fn a_grace_warns_with_the_snooze_command_then_suspends_unless_the_job_recovers() {
     let ctx = setup!("controller_grace");
     let (c, ns) = (&ctx.client, ctx.ns.as_str());
-    let rule = "    - {name: high, when: 'metric(\"loss\") > 1.0', actions: [{suspend: {grace: 3s}}]}\n";
+    let rule = "    - {name: high, when: 'metric(\"loss\") > 1.0', actions: [{suspend: {grace: 5s}}]}\n";
     apply_policy(c, ns, &policy("graced", "Enforce", rule)).await;
     create_trainjob(c, ns, "warned", &[]).await;
     create_trainjob(c, ns, "recovers", &[]).await;
@@ -787,6 +787,9 @@ async fn a_grace_warns_with_the_snooze_command_then_suspends_unless_the_job_reco
     report(c, ns, "warned", seconds_ago(0), "2.0", 10).await;
     report(c, ns, "recovers", seconds_ago(0), "2.0", 10).await;
     let fired_by = Timestamp::now();
+    // recovers reports a healthy loss at once, well within its grace.
+    wait_until_evaluated(c, ns, "graced", "recovers", 10).await;
+    report(c, ns, "recovers", seconds_ago(0), "0.5", 11).await;
     let e = events_once_there(c, ns, "warned", "ActionDeferred", 1).await;
     let command = format!("kubectl trainwarden snooze warned -n {ns} 4h");
     assert!(
@@ -795,17 +798,15 @@ async fn a_grace_warns_with_the_snooze_command_then_suspends_unless_the_job_reco
             && note.contains(&command)),
         "{e:?}"
     );
-    // recovers reports a healthy loss within its grace.
-    report(c, ns, "recovers", seconds_ago(0), "0.5", 11).await;
     let j = eventually("warned suspended when its grace ends", Duration::from_secs(20), || async {
         let j = job(c, ns, "warned").await;
         suspended(&j).then_some(j)
     })
     .await;
     let waited = action_time(&j).expect("last-action time").duration_since(fired_by).as_secs_f64();
-    assert!(waited >= 2.0, "suspended {waited:.1}s after the firing, before its 3s grace");
+    assert!(waited >= 4.0, "suspended {waited:.1}s after the firing, before its 5s grace");
     events_once_there(c, ns, "warned", "Suspended", 1).await;
-    tokio::time::sleep(Duration::from_secs(4)).await;
+    tokio::time::sleep(Duration::from_secs(2)).await;
     assert!(!suspended(&job(c, ns, "recovers").await), "a job that recovered within its grace was suspended");
     assert_eq!(count(&events(c, ns, "warned").await, "Suspended"), 1, "suspended once");
     controller.stop().await;

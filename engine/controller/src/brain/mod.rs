@@ -776,14 +776,27 @@ impl Brain {
                 }
                 Event::Deferred { job, policy, rule, action, until, mode, .. } => {
                     info!(%job, %policy, rule, %until, action = action.as_str(), "action deferred by its grace");
-                    let command = format!("kubectl trainwarden snooze {} -n {} 4h", job.name, job.namespace);
+                    // A policy that allows no snooze does not offer one.
+                    let snoozable =
+                        self.evaluator.policies().find(|p| p.reference == policy).is_none_or(|p| {
+                            !p.max_snooze.is_some_and(trainwarden_core::PolicyDuration::is_zero)
+                                && p.max_snoozes != Some(0)
+                        });
+                    let command = if snoozable {
+                        format!(
+                            "; to keep the job running for now: kubectl trainwarden snooze {} -n {} 4h",
+                            job.name, job.namespace
+                        )
+                    } else {
+                        "; this policy allows no snooze".to_string()
+                    };
                     self.work.push(Work::RecordEvent(Box::new(TrainJobEvent {
                         job,
                         warning: true,
                         reason: "ActionDeferred".into(),
                         action: "Evaluate".into(),
                         note: format!(
-                            "{} {policy} rule {rule} firing [{}]: {}; to keep the job running for now: {command}",
+                            "{} {policy} rule {rule} firing [{}]: {}{command}",
                             policy.kind,
                             mode.as_str(),
                             trainwarden_core::replay::deferred_text(action, until)

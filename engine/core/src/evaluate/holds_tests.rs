@@ -92,7 +92,7 @@ impl Fleet {
         self.events
             .iter()
             .filter_map(|e| match e {
-                Event::Intent(i) => {
+                Event::Intent(i) if matches!(i.action, crate::policy::ActionSpec::Suspend(_)) => {
                     Some((i.at.as_second() - t(0).as_second(), i.job.name.clone(), i.policy.name.clone()))
                 }
                 _ => None,
@@ -222,8 +222,10 @@ fn a_hold_and_the_hours_count_survive_a_restart() {
     // A new evaluator (a restarted controller) gets the memories back before seeing the jobs.
     let mut after = Fleet::new(&[yaml], EngineConfig::default());
     after.ev.restore(&reference, memories);
-    after.phase(10, "a", JobPhase::Suspended);
+    // b is listed first: the hour's count was rebuilt when the memories were given back, not when a's
+    // memory is claimed.
     after.report(10, "b", 10.0);
+    after.phase(10, "a", JobPhase::Suspended);
     assert!(after.suspensions().is_empty(), "a's suspension still counts within the hour");
     after.report(40, "b", 10.0);
     after.advance(61);
@@ -429,7 +431,7 @@ fn a_snooze_cap_is_a_duration() {
 }
 
 /// `maxPerJob: 1`: the first snooze holds the policy; a second value (the owner snoozes again) does not, and
-/// the rule still firing acts at once; the count survives a restart in the history checkpoint.
+/// the rule still firing acts at once.
 #[test]
 fn a_job_snoozed_more_often_than_max_per_job_is_not_held_by_that_policy() {
     let yaml = policy("p", "Enforce", "  snooze: {maxPerJob: 1}\n");
@@ -447,7 +449,72 @@ fn a_job_snoozed_more_often_than_max_per_job_is_not_held_by_that_policy() {
             ..
         }
     )));
+}
+
+/// A grace and an hourly limit together: the waiting suspension holds its slot; a firing released by a
+/// snooze's end while the hour is full is held (its grace dropped) and nothing goes out before the limit
+/// allows.
+#[test]
+fn a_snooze_release_that_meets_a_full_hour_is_held_and_its_grace_does_not_fire() {
+    let yaml = policy_with("p", "Enforce", "  limits: {maxActionsPerHour: 1}\n", WARNED);
+    let mut f = Fleet::new(&[yaml], EngineConfig::default());
+    f.report(0, "x", 10.0); // warned, suspension due at 30, the hour's slot reserved
+    f.annotations.insert("x".into(), BTreeMap::from([(SNOOZE_ANNOTATION.to_string(), t(20).to_string())]));
+    f.report(5, "x", 10.0);
+    f.report(6, "y", 10.0); // the slot is x's: y is held
+    assert_eq!(f.holds().len(), 1);
+    f.report(10, "x", 10.0);
+    f.advance(21); // x's snooze ends: its reservation is given back, y's hold and x's release compete
+    f.advance(200);
+    let all = f.suspensions();
+    assert_eq!(all.len(), 2, "each job suspended once: {all:?}");
+    // Whoever goes first, the second comes at least an hour after the first.
+    assert!(all[1].0 - all[0].0 >= 3600, "{all:?}");
+}
+
+#[test]
+fn a_policy_that_allows_no_snooze_keeps_its_grace_when_the_job_is_snoozed() {
+    let yaml = policy_with("p", "Enforce", "  snooze: {maxDuration: 0s}\n", WARNED);
+    let mut f = Fleet::new(&[yaml], EngineConfig::default());
+    f.report(0, "a", 10.0);
+    let Some(Event::Intent(notify)) = f.events.iter().find(|e| matches!(e, Event::Intent(_))) else {
+        panic!()
+    };
+    assert!(notify.reason.summary.ends_with("unless the rule stops firing (this policy allows no snooze)"));
+    f.annotations.insert("a".into(), BTreeMap::from([(SNOOZE_ANNOTATION.to_string(), t(240).to_string())]));
+    f.report(5, "a", 10.0);
+    f.advance(31);
+    assert_eq!(intents(&f), kinds(&[(0, "notify"), (30, "suspend")]), "the grace ends as announced, once");
+}
+
+#[test]
+fn a_job_that_recovers_during_its_grace_gives_its_slot_back() {
+    let yaml = policy_with("p", "Enforce", "  limits: {maxConcurrentSuspended: 1}\n", WARNED);
+    let mut f = Fleet::new(&[yaml], EngineConfig::default());
+    f.report(0, "a", 10.0);
+    f.report(10, "a", 1.0); // recovers: no suspension, the slot is free again
+    f.report(20, "b", 10.0);
+    f.advance(60);
+    assert_eq!(f.suspensions(), acted(&[(3000, "b", "p")]));
+    assert!(f.holds().is_empty());
+}
+
+#[test]
+fn the_snooze_count_survives_a_restart_in_the_history_checkpoint() {
+    let yaml = policy("p", "Enforce", "  snooze: {maxPerJob: 1}\n");
+    let mut before = Fleet::new(std::slice::from_ref(&yaml), EngineConfig::default());
+    before
+        .annotations
+        .insert("a".into(), BTreeMap::from([(SNOOZE_ANNOTATION.to_string(), t(30).to_string())]));
+    before.report(0, "a", 1.0);
     let key = JobKey::new("ml", "a");
-    let checkpoint = f.ev.checkpoint(&key, "uid-a", t(11)).expect("a checkpoint");
-    assert!(checkpoint.text.contains("\"zn\":2"), "{}", checkpoint.text);
+    let checkpoint = before.ev.checkpoint(&key, "uid-a", t(1)).expect("a checkpoint");
+    let mut after = Fleet::new(&[yaml], EngineConfig::default());
+    after.ev.restore_history(&key, &checkpoint.text, "uid-a", t(40)).expect("restored");
+    // A second snooze after the restart is over maxPerJob: the policy acts at once.
+    after
+        .annotations
+        .insert("a".into(), BTreeMap::from([(SNOOZE_ANNOTATION.to_string(), t(240).to_string())]));
+    after.report(40, "a", 10.0);
+    assert_eq!(after.suspensions(), acted(&[(2400, "a", "p")]));
 }

@@ -139,6 +139,7 @@ pub(super) fn fire(
         mode: rule.mode,
     });
     if let Some(until) = hold {
+        track.snooze_held = !rule.actions.is_empty();
         if !rule.actions.is_empty() {
             out.push(Event::Held {
                 at: now,
@@ -154,6 +155,7 @@ pub(super) fn fire(
     }
     if let Some(h) = limit {
         track.held = Some(h);
+        track.deferred.clear();
         out.push(super::limits::held_event(now, key, policy, rule, h));
         return;
     }
@@ -199,6 +201,7 @@ pub(super) fn issue(
 ) {
     track.last_issued.resize(rule.actions.len(), None);
     track.deferred = vec![None; rule.actions.len()];
+    track.snooze_held = false;
     let cooling = |track: &RuleTrack, i: usize| {
         // A cooldown past the representable range means "never again".
         track.last_issued[i]
@@ -217,7 +220,7 @@ pub(super) fn issue(
         reason.clone()
     } else {
         let mut r = reason.clone();
-        r.summary += &grace_notice(key, rule, &graced);
+        r.summary += &grace_notice(key, policy, rule, &graced);
         r
     };
     for (i, action) in rule.actions.iter().enumerate() {
@@ -285,7 +288,12 @@ fn emit(
 
 /// What the firing's other actions say of its deferred ones: `; suspend at 2026-11-27T23:41:26Z (grace
 /// 30m) unless the rule stops firing or the job is snoozed: kubectl trainwarden snooze ft -n ml 4h`.
-fn grace_notice(key: &JobKey, rule: &CompiledRule, graced: &[(usize, Timestamp)]) -> String {
+fn grace_notice(
+    key: &JobKey,
+    policy: &CompiledPolicy,
+    rule: &CompiledRule,
+    graced: &[(usize, Timestamp)],
+) -> String {
     let what: Vec<String> = graced
         .iter()
         .map(|(i, until)| {
@@ -294,6 +302,12 @@ fn grace_notice(key: &JobKey, rule: &CompiledRule, graced: &[(usize, Timestamp)]
             format!("{} at {until} (grace {grace})", a.kind().as_str())
         })
         .collect();
+    // A policy that allows no snooze says so instead of offering one.
+    let never_snoozed = policy.max_snooze.is_some_and(crate::units::duration::PolicyDuration::is_zero)
+        || policy.max_snoozes == Some(0);
+    if never_snoozed {
+        return format!("; {} unless the rule stops firing (this policy allows no snooze)", what.join(", "));
+    }
     format!(
         "; {} unless the rule stops firing or the job is snoozed: kubectl trainwarden snooze {} -n {} 4h",
         what.join(", "),
@@ -302,8 +316,20 @@ fn grace_notice(key: &JobKey, rule: &CompiledRule, graced: &[(usize, Timestamp)]
     )
 }
 
-/// A firing rule's deferred actions whose grace is over are issued now, with the firing's ids; a rule that
-/// no longer fires drops them (it recovered).
+/// What became of a rule's deferred actions at one evaluation.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum Deferral {
+    /// Nothing was waiting, or it still waits.
+    Waiting,
+    /// A grace ended: its action was issued now.
+    Issued,
+    /// The rule no longer fires: the waiting actions are dropped.
+    Cancelled,
+}
+
+/// A rule's deferred actions: dropped once the rule no longer fires (it recovered); with `may_act` (the
+/// job is not snoozed for this policy, the firing not held by a limit), those whose grace is over are
+/// issued now with the firing's ids, unless the condition stopped holding within `keepFiringFor`.
 #[allow(clippy::too_many_arguments)]
 pub(super) fn act_on_deferred(
     track: &mut RuleTrack,
@@ -312,23 +338,33 @@ pub(super) fn act_on_deferred(
     rule: &CompiledRule,
     now: Timestamp,
     data: Option<&JobData>,
+    may_act: bool,
     out: &mut Vec<Event>,
-) {
+) -> Deferral {
     if track.deferred.iter().all(Option::is_none) {
-        return;
+        return Deferral::Waiting;
     }
-    if !matches!(track.alert, Alert::Firing { .. }) {
-        track.deferred.clear();
-        return;
+    let cleared_at = match track.alert {
+        Alert::Firing { cleared_at, .. } => cleared_at,
+        _ => {
+            track.deferred.clear();
+            return Deferral::Cancelled;
+        }
+    };
+    if !may_act || track.held.is_some() || cleared_at.is_some() {
+        return Deferral::Waiting;
     }
     track.last_issued.resize(rule.actions.len(), None);
     let reason = track.last_reason.clone();
+    let mut issued = Deferral::Waiting;
     for i in 0..track.deferred.len().min(rule.actions.len()) {
         if track.deferred[i].is_some_and(|due| due <= now) {
             track.deferred[i] = None;
             emit(track, key, policy, rule, i, &reason, now, data, None, out);
+            issued = Deferral::Issued;
         }
     }
+    issued
 }
 
 /// Unique per policy version, rule, job incarnation (its first-seen time: a re-created job is a new one),

@@ -97,6 +97,9 @@ pub(super) struct PolicyLimits {
     recent: VecDeque<Timestamp>,
     /// The jobs it suspended and that have not run since, with when.
     suspended: BTreeMap<JobKey, Timestamp>,
+    /// Jobs whose counted firing waits for a grace (its slot taken then, so graces ending together
+    /// cannot overshoot), with when it was counted and its mode: given back if the action never happens.
+    reserved: BTreeMap<JobKey, (Timestamp, Mode)>,
 }
 
 /// The engine's counts: per policy (by index) and over every Enforce policy.
@@ -170,6 +173,40 @@ impl LimitBook {
         }
     }
 
+    /// A counted firing of `job` whose limited action waits for its grace, counted at `at`.
+    pub(super) fn reserve(&mut self, index: usize, mode: Mode, job: &JobKey, suspends: bool, at: Timestamp) {
+        self.count(index, mode, job, suspends, at);
+        self.policies.entry(index).or_default().reserved.insert(job.clone(), (at, mode));
+    }
+
+    /// The deferred action of `job` happened: its reservation is a count like any other.
+    pub(super) fn redeem(&mut self, index: usize, job: &JobKey) {
+        if let Some(book) = self.policies.get_mut(&index) {
+            book.reserved.remove(job);
+        }
+    }
+
+    /// The deferred action of `job` will not happen (the rule recovered, a snooze or a limit took over):
+    /// its slot is given back.
+    pub(super) fn cancel(&mut self, index: usize, job: &JobKey) {
+        let Some(book) = self.policies.get_mut(&index) else { return };
+        let Some((at, mode)) = book.reserved.remove(job) else { return };
+        remove_one(&mut book.recent, at);
+        if book.suspended.get(job) == Some(&at) {
+            book.suspended.remove(job);
+        }
+        if mode == Mode::Enforce {
+            remove_one(&mut self.enforce_recent, at);
+        }
+    }
+
+    /// `job` no longer counts as suspended by the policy at `index` (its memory was dropped: it is gone).
+    pub(super) fn forget_job_of(&mut self, index: usize, job: &JobKey) {
+        if let Some(book) = self.policies.get_mut(&index) {
+            book.suspended.remove(job);
+        }
+    }
+
     /// The job ran again after `running_since`, finished or is gone: it no longer counts as suspended by
     /// any policy whose suspension came before (`None`: whatever the time).
     pub(super) fn job_left(&mut self, job: &JobKey, running_since: Option<Timestamp>) {
@@ -185,6 +222,12 @@ impl LimitBook {
     /// A policy went away (or was replaced under a new index).
     pub(super) fn forget_policy(&mut self, index: usize) {
         self.policies.remove(&index);
+    }
+}
+
+fn remove_one(recent: &mut VecDeque<Timestamp>, at: Timestamp) {
+    if let Some(i) = recent.iter().position(|t| *t == at) {
+        recent.remove(i);
     }
 }
 
@@ -261,20 +304,23 @@ pub(super) fn count_if_issued(
     key: &JobKey,
     now: Timestamp,
 ) {
-    // Issued now, or deferred by its grace now (the slot is taken when the decision is made, so graces
-    // running out together cannot overshoot the limit).
-    let issued = rule.actions.iter().enumerate().any(|(i, a)| {
-        limited(std::slice::from_ref(a))
-            && (track.last_issued.get(i) == Some(&Some(now))
-                || track.deferred.get(i).is_some_and(Option::is_some))
-    });
+    let is_limited = |i: usize| rule.actions.get(i).is_some_and(|a| limited(std::slice::from_ref(a)));
+    let issued =
+        (0..rule.actions.len()).any(|i| is_limited(i) && track.last_issued.get(i) == Some(&Some(now)));
+    // Deferred by its grace now: the slot is taken when the decision is made (so graces running out
+    // together cannot overshoot the limit) and given back if the action never happens.
+    let deferred =
+        (0..rule.actions.len()).any(|i| is_limited(i) && track.deferred.get(i).is_some_and(Option::is_some));
+    let suspends = rule.actions.iter().any(|a| matches!(a, ActionSpec::Suspend(_)));
     if issued {
-        let suspends = rule.actions.iter().any(|a| matches!(a, ActionSpec::Suspend(_)));
         book.count(index, rule.mode, key, suspends, now);
+    } else if deferred {
+        book.reserve(index, rule.mode, key, suspends, now);
     }
 }
 
-/// A restored memory counts as it did before the restart: its rule's last limited action within the hour,
+/// A restored memory counts as it did before the restart: its rule's last limited action (the hourly
+/// window prunes what is older), a limited action still waiting for its grace (reserved as of the firing),
 /// and, for a firing rule that suspended, its job as suspended by the policy (until it runs again).
 pub(super) fn count_restored(
     book: &mut LimitBook,
@@ -282,26 +328,29 @@ pub(super) fn count_restored(
     rule: &CompiledRule,
     key: &JobKey,
     memory: &super::RuleMemory,
-    now: Timestamp,
 ) {
+    let is_limited = |a: &ActionSpec| limited(std::slice::from_ref(a));
+    let suspends = rule.actions.iter().any(|a| matches!(a, ActionSpec::Suspend(_)));
+    let waiting = memory.state == RuleState::Firing
+        && rule.actions.iter().zip(&memory.deferred).any(|(a, d)| is_limited(a) && d.is_some());
+    if waiting {
+        book.reserve(index, rule.mode, key, suspends, memory.since.unwrap_or(Timestamp::UNIX_EPOCH));
+        return;
+    }
     let last = rule
         .actions
         .iter()
         .zip(&memory.last_issued)
-        .filter(|(a, _)| limited(std::slice::from_ref(*a)))
+        .filter(|(a, _)| is_limited(a))
         .filter_map(|(_, t)| *t)
         .max();
     let Some(at) = last else { return };
-    let suspends =
-        memory.state == RuleState::Firing && rule.actions.iter().any(|a| matches!(a, ActionSpec::Suspend(_)));
-    let book_policy = book.policies.entry(index).or_default();
-    if crate::time::seconds(at, now) < HOUR {
-        insert_sorted(&mut book_policy.recent, at);
-        if rule.mode == Mode::Enforce {
-            insert_sorted(&mut book.enforce_recent, at);
-        }
+    let policy_book = book.policies.entry(index).or_default();
+    insert_sorted(&mut policy_book.recent, at);
+    if rule.mode == Mode::Enforce {
+        insert_sorted(&mut book.enforce_recent, at);
     }
-    if suspends {
+    if memory.state == RuleState::Firing && suspends {
         book.policies.entry(index).or_default().suspended.insert(key.clone(), at);
     }
 }

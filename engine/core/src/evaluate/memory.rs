@@ -3,7 +3,7 @@
 
 use std::collections::HashMap;
 
-use super::limits::{Hold, LimitBook, count_restored};
+use super::limits::{Hold, count_restored};
 use super::{Alert, Evaluator, JobEntry, RuleState};
 use crate::input::sample::JobKey;
 use crate::policy::PolicyRef;
@@ -67,12 +67,10 @@ pub(super) fn rule_hash(rule: &CompiledRule) -> String {
 /// Applies the memories restored for (policy, job), if any, to the job's fresh rule tracks of that policy.
 pub(super) fn claim_memories(
     restored: &mut HashMap<(usize, JobKey), Vec<RuleMemory>>,
-    limits: &mut LimitBook,
     entry: &mut JobEntry,
     key: &JobKey,
     p_index: usize,
     policy: &CompiledPolicy,
-    now: Timestamp,
 ) {
     if restored.is_empty() {
         return;
@@ -91,7 +89,6 @@ pub(super) fn claim_memories(
             .held
             .filter(|_| memory.state == RuleState::Firing)
             .map(|limit| Hold { limit, retry: None });
-        count_restored(limits, p_index, &policy.rules[r], key, &memory, now);
         track.deferred = memory.deferred.clone();
         track.deferred.resize(policy.rules[r].actions.len(), None);
         track.last_issued = memory.last_issued;
@@ -160,6 +157,14 @@ impl Evaluator {
             {
                 continue; // already judged in this run: what this run knows is newer
             }
+            // The blast-radius counts are rebuilt at once, before any job is judged, whatever order the
+            // jobs are listed in.
+            if let Some(Some(slot)) = self.policies.get(p)
+                && let Some(rule) = slot.policy.rules.iter().find(|r| r.name == memory.rule)
+                && memory.rule_hash.as_ref().is_none_or(|h| *h == rule_hash(rule))
+            {
+                count_restored(&mut self.limits, p, rule, &key, &memory);
+            }
             self.restored.entry((p, key)).or_default().push(memory);
         }
     }
@@ -167,6 +172,11 @@ impl Evaluator {
     /// Forgets restored memories whose job has not been seen (it was deleted while nobody watched).
     pub fn drop_unclaimed_memories(&mut self) -> usize {
         let n = self.restored.values().map(Vec::len).sum();
+        // Their jobs are gone: they hold no limit's slot any more.
+        for (p, key) in self.restored.keys() {
+            self.limits.cancel(*p, key);
+            self.limits.forget_job_of(*p, key);
+        }
         self.restored.clear();
         n
     }

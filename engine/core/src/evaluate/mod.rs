@@ -37,7 +37,7 @@ pub use checkpoint::{
     CHECKPOINT_VERSION, HistoryCheckpoint, HistoryRefused, HistoryRestored, MAX_CHECKPOINT_BYTES,
 };
 pub use event::{ActionIntent, Event, Reason, Resolution, RuleState, Savings, SavingsBasis, TransitionKind};
-use lifecycle::{act_on_deferred, advance, condition, release, resolve_track};
+use lifecycle::{Deferral, act_on_deferred, advance, condition, release, resolve_track};
 pub use limits::{Limit, LimitKind};
 pub use memory::RuleMemory;
 use memory::claim_memories;
@@ -148,6 +148,9 @@ struct RuleTrack {
     held: Option<limits::Hold>,
     /// By action position: when an action deferred by its `grace` is due (see [`lifecycle::issue`]).
     deferred: Vec<Option<Timestamp>>,
+    /// It fired while a snooze held its policy and has issued nothing since: what a policy's snooze cap
+    /// releases (not kept across a restart: the snooze's own end still releases every rule still firing).
+    snooze_held: bool,
 }
 
 struct JobEntry {
@@ -488,7 +491,7 @@ impl Evaluator {
                 let Some(Some(slot)) = self.policies.get(p_index) else { continue };
                 let rules = &slot.policy.rules;
                 entry.tracks_mut(p_index, rules.len());
-                claim_memories(&mut self.restored, &mut self.limits, entry, key, p_index, &slot.policy, now);
+                claim_memories(&mut self.restored, entry, key, p_index, &slot.policy);
                 let Some(data) = entry.data.as_ref() else { continue };
                 let series = &data.series;
                 let tracks = &mut entry.tracks[p_index];
@@ -609,6 +612,10 @@ impl Evaluator {
                 if over { None } else { hold.and(entry.snooze.holds_policy_until(policy.max_snooze, now)) };
             let capped_now =
                 snooze.hold.is_some() && hold.is_none() && !entry.snooze.released_policies.contains(&p_index);
+            // The cap releases what the snooze held for this policy; one that never held anything (a 0s
+            // cap, maxPerJob used up before any firing) leaves the rules as if there were no snooze.
+            let capped_release =
+                capped_now && entry.tracks.get(p_index).is_some_and(|ts| ts.iter().any(|t| t.snooze_held));
             // Why the condition does not hold, when it does not.
             let cleared_by = if !running {
                 Resolution::JobFinished
@@ -618,7 +625,7 @@ impl Evaluator {
                 Resolution::ConditionCleared
             };
             entry.tracks_mut(p_index, policy.rules.len());
-            claim_memories(&mut self.restored, &mut self.limits, entry, key, p_index, policy, now);
+            claim_memories(&mut self.restored, entry, key, p_index, policy);
             // A suspended job teaches us nothing new: its rules keep their state (restored above after a
             // restart), so a job a person resumed on purpose is not suspended again the moment it restarts, only
             // after its rule resolves and re-fires.
@@ -668,7 +675,8 @@ impl Evaluator {
                             out,
                         );
                         let fired = track.firings != firings;
-                        if snooze.ended.is_some() && fired {
+                        // A rule that fired now acts (or not) on its own: no release below repeats it.
+                        if fired {
                             fired_now.push((p_index, r_index));
                         }
                         if counted {
@@ -686,10 +694,17 @@ impl Evaluator {
                                 out,
                             );
                         }
-                        // A grace that ended acts (unless the owner snoozed the job meanwhile: the snooze's
-                        // end fires the rule again below, every action at once).
-                        if hold.is_none() && snooze.ended.is_none() && !capped_now {
-                            act_on_deferred(track, key, policy, rule, now, entry.data.as_deref(), out);
+                        // A grace that ended acts, unless the owner snoozed the job meanwhile (the snooze's
+                        // end fires the rule again below, every action at once); a recovery drops it.
+                        let may_act = hold.is_none() && snooze.ended.is_none() && !capped_release;
+                        if track.alert.state() != RuleState::Firing {
+                            track.snooze_held = false;
+                        }
+                        let data = entry.data.as_deref();
+                        match act_on_deferred(track, key, policy, rule, now, data, may_act, out) {
+                            Deferral::Issued if counted => self.limits.redeem(p_index, key),
+                            Deferral::Cancelled if counted => self.limits.cancel(p_index, key),
+                            _ => {}
                         }
                     }
                     Err(message) => {
@@ -715,7 +730,7 @@ impl Evaluator {
                         (SnoozeCap::MaxDuration, entry.snooze.policy_end(policy.max_snooze).unwrap_or(now))
                     }
                 };
-                let due: Vec<(usize, usize)> = if running {
+                let due: Vec<(usize, usize)> = if running && capped_release {
                     (entry.tracks.get(p_index).into_iter().flatten().enumerate())
                         .filter(|(r, t)| {
                             t.alert.state() == RuleState::Firing && !fired_now.contains(&(p_index, *r))
@@ -930,10 +945,13 @@ fn release_firing(
         let limits_apply =
             slot.policy.limits != crate::policy::spec::LimitsSpec::default() || engine_cap.is_some();
         if limits_apply && limits::limited(&rule.actions) {
+            // A grace still running is overtaken by the release: its slot is given back first.
+            limit_book.cancel(p, key);
             if let Some(h) = limit_book.refusal(p, &slot.policy, rule.mode, engine_cap, now) {
                 // A new firing (as a release is), held until the limit allows.
                 track.firings += 1;
                 track.held = Some(h);
+                track.deferred.clear();
                 out.push(limits::held_event(now, key, &slot.policy, rule, h));
                 continue;
             }

@@ -211,7 +211,6 @@ impl SnoozeTrack {
         }
         self.value = value.map(String::from);
         self.replaced = true;
-        self.released_policies.clear();
         if let Some(s) = &self.snooze {
             self.previous_until = Some(s.until);
         }
@@ -227,6 +226,9 @@ impl SnoozeTrack {
             }
         }
         if let Some(s) = self.snooze.as_ref().filter(|s| s.until > now) {
+            // A new window for every policy; a removed or invalid value keeps the list until the end of
+            // the snooze it replaced is processed (`check`), so no capped policy is released twice.
+            self.released_policies.clear();
             self.count = self.count.saturating_add(1);
             out.push(Event::Snooze { at: now, job: key.clone(), change: SnoozeChange::Started(s.clone()) });
         }
