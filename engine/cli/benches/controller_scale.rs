@@ -317,6 +317,8 @@ async fn main() {
     let delta = |name: &str| metric(&metrics1, name) - metric(&metrics0, name);
     let requests = delta("trainwarden_api_requests_total");
     let patches = delta("trainwarden_api_requests_total{operation=\"patch_trainjob\"}");
+    let history_writes = delta("trainwarden_api_requests_total{operation=\"patch_history\"}");
+    let verdict_writes = delta("trainwarden_api_requests_total{operation=\"patch_verdict\"}");
     let actions_done =
         delta("trainwarden_actions_total{action=\"suspend\",mode=\"Enforce\",result=\"done\"}");
     let status_writes = delta("trainwarden_status_writes_total{result=\"done\"}");
@@ -350,6 +352,11 @@ async fn main() {
         "controller API requests (executor + status writer): {requests:.0} = {:.1}/s; trainjob patches per suspension: {:.2}",
         requests / wall,
         patches / actions_done.max(1.0)
+    );
+    println!(
+        "bookkeeping writes on TrainJobs: {history_writes:.0} history checkpoints ({:.1}/s), {verdict_writes:.0} verdict annotations ({:.2} per suspension)",
+        history_writes / wall,
+        verdict_writes / actions_done.max(1.0)
     );
     println!(
         "status writes: {status_writes:.0} over {wall:.1}s for 3 policies = {:.2}/s per policy",

@@ -47,6 +47,9 @@ pub enum ApiOperation {
     PatchTrainjob,
     /// `patch_verdict`: a TrainJob's verdict annotation written (one per change of its pending/firing rules).
     PatchVerdict,
+    /// `patch_history`: a TrainJob's history checkpoint written (at most one per `--history-interval`, and
+    /// at a firing), apart from `patch_trainjob` so that "patches per action" counts actions.
+    PatchHistory,
     /// `list_workloads`: finding a Kueue-managed TrainJob's Workload.
     ListWorkloads,
     /// `patch_workload`: deactivating a Workload.
@@ -66,6 +69,7 @@ impl ApiOperation {
             ApiOperation::GetTrainjob => "get_trainjob",
             ApiOperation::PatchTrainjob => "patch_trainjob",
             ApiOperation::PatchVerdict => "patch_verdict",
+            ApiOperation::PatchHistory => "patch_history",
             ApiOperation::ListWorkloads => "list_workloads",
             ApiOperation::PatchWorkload => "patch_workload",
             ApiOperation::CreateEvent => "create_event",

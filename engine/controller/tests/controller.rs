@@ -811,3 +811,49 @@ async fn a_grace_warns_with_the_snooze_command_then_suspends_unless_the_job_reco
     assert_eq!(count(&events(c, ns, "warned").await, "Suspended"), 1, "suspended once");
     controller.stop().await;
 }
+
+/// `spec.snooze.maxDuration: 4s`: the owner's hour-long snooze holds this policy's action for 4 seconds from
+/// when the controller first saw it; then the rule still firing acts, once, with a SnoozeCapped Event.
+#[tokio::test]
+async fn a_policys_snooze_cap_ends_the_snooze_for_it() {
+    let ctx = setup!("controller_snooze_cap");
+    let (c, ns) = (&ctx.client, ctx.ns.as_str());
+    let rule = "    - {name: high, when: 'metric(\"loss\") > 1.0', actions: [{suspend: {}}]}\n";
+    let yaml = policy("capped", "Enforce", rule).replace("  rules:", "  snooze: {maxDuration: 4s}\n  rules:");
+    apply_policy(c, ns, &yaml).await;
+    create_trainjob(c, ns, "snoozed", &[]).await;
+    let until = Timestamp::from_second(Timestamp::now().as_second() + 3600).unwrap();
+    let patch = json!({"metadata": {"annotations": {trainwarden_controller::SNOOZE_ANNOTATION:
+        until.strftime("%Y-%m-%dT%H:%M:%SZ").to_string()}}});
+    trainjob_api(c.clone(), Some(ns))
+        .patch("snoozed", &PatchParams::default(), &Patch::Merge(&patch))
+        .await
+        .expect("annotate the TrainJob");
+    // The cap runs from when the controller first sees the value: not before it starts.
+    let seen = Timestamp::now();
+    let controller = start(c, config_for(ns));
+    wait_until_watching(c, ns, "capped", 1).await;
+    report(c, ns, "snoozed", seconds_ago(0), "2.0", 10).await;
+    events_once_there(c, ns, "snoozed", "ActionsHeld", 1).await;
+    assert!(!suspended(&job(c, ns, "snoozed").await), "suspended while the snooze holds the policy");
+    let j =
+        eventually("suspended when the policy's cap ends the snooze", Duration::from_secs(20), || async {
+            let j = job(c, ns, "snoozed").await;
+            suspended(&j).then_some(j)
+        })
+        .await;
+    let after = action_time(&j).expect("last-action time").duration_since(seen).as_secs_f64();
+    // (The write's time has whole seconds.)
+    assert!(after >= 3.0, "acted {after:.1}s after the controller started, before the 4s cap");
+    let e = events_once_there(c, ns, "snoozed", "SnoozeCapped", 1).await;
+    assert!(
+        e.iter().any(|(r, note, _)| r == "SnoozeCapped"
+            && note.contains("its spec.snooze.maxDuration ended")
+            && note.contains("1 rule still firing acts now")),
+        "{e:?}"
+    );
+    events_once_there(c, ns, "snoozed", "Suspended", 1).await;
+    tokio::time::sleep(SETTLE).await;
+    assert_eq!(count(&events(c, ns, "snoozed").await, "Suspended"), 1, "suspended once");
+    controller.stop().await;
+}

@@ -37,7 +37,7 @@ impl Executor {
         let body = history_body(save);
         let params = PatchParams::apply(HISTORY_FIELD_MANAGER).force();
         let patch = Patch::Apply(&body);
-        match self.call(ApiOperation::PatchTrainjob, || api.patch(&save.job.name, &params, &patch)).await {
+        match self.call(ApiOperation::PatchHistory, || api.patch(&save.job.name, &params, &patch)).await {
             Ok(_) => {
                 self.metrics.history(HistoryResult::Written);
                 debug!(job = %save.job, bytes = save.text.len(), "history checkpoint stored");
