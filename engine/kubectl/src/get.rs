@@ -157,15 +157,8 @@ fn dollars(d: f64) -> String {
     if !d.is_finite() {
         return format!("${d}");
     }
-    let whole = format!("{:.0}", d.abs());
-    let mut grouped = String::new();
-    for (i, c) in whole.chars().enumerate() {
-        if i > 0 && (whole.len() - i) % 3 == 0 {
-            grouped.push(',');
-        }
-        grouped.push(c);
-    }
-    format!("{}${grouped}", if d < 0.0 { "-" } else { "" })
+    let whole = trainwarden_core::replay::thousands(d.abs().round() as u64);
+    format!("{}${whole}", if d < 0.0 { "-" } else { "" })
 }
 
 fn progress(row: &JobRow) -> String {

@@ -14,8 +14,10 @@ use trainwarden_testkit::setup;
 #[path = "../../controller/tests/fixtures/mod.rs"]
 mod fixtures;
 
+mod common;
+use common::{assert_golden, plugin};
+
 use std::path::PathBuf;
-use std::process::Command;
 use std::time::Duration;
 
 use fixtures::*;
@@ -192,18 +194,6 @@ async fn kueue_suspends(c: &Client, ns: &str, trainer: &mut Trainer, name: &str,
     trainer.condition(name, "Suspended", "Suspended", at).await;
 }
 
-fn plugin(ctx: &support::Ctx, args: &[&str]) -> (bool, String, String) {
-    let out = Command::new(env!("CARGO_BIN_EXE_kubectl-trainwarden"))
-        .arg("--kubeconfig")
-        .arg(&ctx.plane.kubeconfig)
-        .args(["-n", &ctx.ns])
-        .args(args)
-        .output()
-        .expect("run kubectl-trainwarden");
-    let text = |b: &[u8]| String::from_utf8_lossy(b).into_owned();
-    (out.status.success(), text(&out.stdout), text(&out.stderr))
-}
-
 #[tokio::test]
 async fn the_friday_story_judged_by_the_controller_as_replay_judges_it() {
     let ctx = setup!("friday");
@@ -291,11 +281,5 @@ async fn the_friday_story_judged_by_the_controller_as_replay_judges_it() {
     let (ok, table, err) = plugin(&ctx, &["--now", &end, "get"]);
     assert!(ok, "{err}");
     eprintln!("{table}");
-    let path = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/golden/friday.txt");
-    if std::env::var("TRAINWARDEN_BLESS").is_ok_and(|v| v == "1") {
-        std::fs::write(&path, &table).unwrap();
-    } else {
-        let golden = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
-        assert_eq!(table, golden, "`get` differs from {} (TRAINWARDEN_BLESS=1 rewrites it)", path.display());
-    }
+    assert_golden("friday.txt", &table);
 }

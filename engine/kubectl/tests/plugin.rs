@@ -12,8 +12,9 @@ use trainwarden_testkit::setup;
 #[path = "../../controller/tests/fixtures/mod.rs"]
 mod fixtures;
 
-use std::path::PathBuf;
-use std::process::Command;
+mod common;
+use common::{assert_golden, plugin};
+
 use std::time::Duration;
 
 use fixtures::*;
@@ -24,35 +25,6 @@ use trainwarden_controller::ControllerConfig;
 use trainwarden_kube::VERDICT_ANNOTATION;
 use trainwarden_kube::kueue::workload_resource_version;
 use trainwarden_kube::trainjob::trainjob_api;
-
-/// Runs the plugin binary as a user does, against the test plane.
-fn plugin(ctx: &support::Ctx, args: &[&str]) -> (bool, String, String) {
-    let out = Command::new(env!("CARGO_BIN_EXE_kubectl-trainwarden"))
-        .arg("--kubeconfig")
-        .arg(&ctx.plane.kubeconfig)
-        .args(["-n", &ctx.ns])
-        .args(args)
-        .output()
-        .expect("run kubectl-trainwarden");
-    let text = |b: &[u8]| String::from_utf8_lossy(b).into_owned();
-    (out.status.success(), text(&out.stdout), text(&out.stderr))
-}
-
-fn golden(name: &str) -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/golden").join(name)
-}
-
-/// Compares with the golden file (or rewrites it under `TRAINWARDEN_BLESS=1`).
-fn assert_golden(name: &str, actual: &str) {
-    let path = golden(name);
-    if std::env::var("TRAINWARDEN_BLESS").is_ok_and(|v| v == "1") {
-        std::fs::create_dir_all(path.parent().unwrap()).unwrap();
-        std::fs::write(&path, actual).unwrap();
-        return;
-    }
-    let expected = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
-    assert_eq!(actual, expected, "`get` differs from {} (TRAINWARDEN_BLESS=1 rewrites it)", path.display());
-}
 
 async fn annotate(c: &Client, ns: &str, name: &str, key: &str, value: &str) {
     trainjob_api(c.clone(), Some(ns))

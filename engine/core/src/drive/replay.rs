@@ -355,13 +355,23 @@ fn savings_text(s: &Savings) -> String {
 fn money(d: f64) -> String {
     let cents = (d * 100.0).round() as i64;
     let whole = cents / 100;
-    let mut digits = whole.abs().to_string();
+    format!(
+        "{}{}.{:02}",
+        if whole < 0 { "-" } else { "" },
+        thousands(whole.unsigned_abs()),
+        (cents % 100).abs()
+    )
+}
+
+/// `1804` → `1,804`: how money's whole part is printed here and by `kubectl trainwarden`.
+pub fn thousands(n: u64) -> String {
+    let mut digits = n.to_string();
     let mut i = digits.len() as i64 - 3;
     while i > 0 {
         digits.insert(i as usize, ',');
         i -= 3;
     }
-    format!("{}{}.{:02}", if whole < 0 { "-" } else { "" }, digits, (cents % 100).abs())
+    digits
 }
 
 fn intent_line(i: &ActionIntent) -> String {
