@@ -424,6 +424,7 @@ fn sample_status(generation: i64) -> ProgressPolicyStatus {
             rule_hash: None,
             held: None,
             deferred: vec![],
+            snooze_held: false,
         }],
     }
 }

@@ -261,6 +261,7 @@ mod tests {
             rule_hash: None,
             held: None,
             deferred: vec![],
+            snooze_held: false,
         }
     }
 

@@ -1183,6 +1183,7 @@ mod tests {
                 rule_hash: None,
                 held: None,
                 deferred: vec![],
+                snooze_held: false,
             }],
             ..Default::default()
         };
@@ -1445,6 +1446,7 @@ mod handover_tests {
                 rule_hash: None,
                 held: None,
                 deferred: vec![],
+                snooze_held: false,
             }],
             ..Default::default()
         };

@@ -518,3 +518,34 @@ fn the_snooze_count_survives_a_restart_in_the_history_checkpoint() {
     after.report(40, "a", 10.0);
     assert_eq!(after.suspensions(), acted(&[(2400, "a", "p")]));
 }
+
+/// A firing a snooze held is still released by its policy's cap after a restart: the memory keeps that the
+/// snooze held it.
+#[test]
+fn a_policys_snooze_cap_releases_a_held_firing_after_a_restart() {
+    let yaml = policy("capped", "Enforce", "  snooze: {maxDuration: 1h}\n");
+    let mut before = Fleet::new(std::slice::from_ref(&yaml), EngineConfig::default());
+    let snooze = BTreeMap::from([(SNOOZE_ANNOTATION.to_string(), t(240).to_string())]);
+    before.annotations.insert("a".into(), snooze.clone());
+    before.report(0, "a", 1.0);
+    before.report(5, "a", 10.0);
+    assert!(before.suspensions().is_empty(), "held by the snooze");
+    let key = JobKey::new("ml", "a");
+    let reference = before.ev.policies().next().unwrap().reference.clone();
+    let memories = before.ev.memories(&reference, t(10));
+    assert!(memories.iter().any(|m| m.snooze_held), "{memories:?}");
+    let checkpoint =
+        before.ev.checkpoint(&key, "uid-a", t(10)).expect("a checkpoint (the snooze's first-seen time)");
+
+    let mut after = Fleet::new(&[yaml], EngineConfig::default());
+    after.ev.restore(&reference, memories);
+    after.ev.restore_history(&key, &checkpoint.text, "uid-a", t(20)).expect("restored");
+    after.annotations.insert("a".into(), snooze);
+    after.report(20, "a", 10.0);
+    after.advance(61);
+    assert_eq!(
+        after.suspensions(),
+        acted(&[(3600, "a", "capped")]),
+        "released at the cap, not at the snooze's end"
+    );
+}

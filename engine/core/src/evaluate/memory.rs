@@ -52,6 +52,10 @@ pub struct RuleMemory {
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     #[schemars(with = "Vec<Option<String>>", length(max = 16))]
     pub deferred: Vec<Option<Timestamp>>,
+    /// Firing while the job's snooze held its actions (nothing issued since): what a policy's
+    /// spec.snooze cap releases when it ends the snooze for that policy.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub snooze_held: bool,
 }
 
 /// A stable (FNV-1a, 64-bit) hash of a rule's fingerprint, as [`RuleMemory::rule_hash`].
@@ -89,6 +93,7 @@ pub(super) fn claim_memories(
             .held
             .filter(|_| memory.state == RuleState::Firing)
             .map(|limit| Hold { limit, retry: None });
+        track.snooze_held = memory.snooze_held && memory.state == RuleState::Firing;
         track.deferred = memory.deferred.clone();
         track.deferred.resize(policy.rules[r].actions.len(), None);
         track.last_issued = memory.last_issued;
@@ -130,6 +135,7 @@ impl Evaluator {
                     } else {
                         Vec::new()
                     },
+                    snooze_held: track.snooze_held,
                 });
             }
         }

@@ -149,7 +149,7 @@ struct RuleTrack {
     /// By action position: when an action deferred by its `grace` is due (see [`lifecycle::issue`]).
     deferred: Vec<Option<Timestamp>>,
     /// It fired while a snooze held its policy and has issued nothing since: what a policy's snooze cap
-    /// releases (not kept across a restart: the snooze's own end still releases every rule still firing).
+    /// releases (kept across a restart in the rule's memory).
     snooze_held: bool,
 }
 

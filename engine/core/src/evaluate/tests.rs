@@ -568,6 +568,7 @@ fn memories_of_unknown_rules_and_vanished_jobs_are_dropped() {
         rule_hash: None,
         held: None,
         deferred: vec![],
+        snooze_held: false,
     };
     w.ev.restore(
         &reference,
