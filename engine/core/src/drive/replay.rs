@@ -179,6 +179,10 @@ impl Replay {
                     && u.gpus.is_none()
                     && self.jobs.contains_key(&key)
                 {
+                    // GPU readings are recorded first: a progress sample on the same line is judged with them.
+                    if let Some(gpu) = &u.gpu {
+                        self.evaluator.record_gpu(&key, gpu, time);
+                    }
                     // Only progress: the hot path, no metadata copy.
                     match u.sample {
                         Some(sample) => self.evaluator.observe_sample(&key, sample, time, &mut self.scratch),
@@ -204,6 +208,9 @@ impl Replay {
                     }
                     let mut update = snapshot.clone();
                     update.sample = u.sample;
+                    if let Some(gpu) = &u.gpu {
+                        self.evaluator.record_gpu(&key, gpu, time);
+                    }
                     self.evaluator.observe(update, time, &mut self.scratch);
                 }
             }

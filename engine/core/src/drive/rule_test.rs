@@ -21,8 +21,9 @@
 //!       - {at: 3h31m, rule: loss-plateau, action: suspend, mode: Enforce}
 //! ```
 //!
-//! Series names `progress`, `eta` (seconds), `step`, `totalSteps`, `epoch` fill the progress fields; every
-//! other name is a metric. A step where every series has a gap (`_`) sends no sample at all, which is how a
+//! Series names `progress`, `eta` (seconds), `step`, `totalSteps`, `epoch` fill the progress fields;
+//! `gpuUtil` and `gpuPower` are GPU readings of every GPU of the job (`job.gpus`, default 1), `gpuUtil.N` and
+//! `gpuPower.N` of GPU N alone (from 0); every other name is a metric. A step where every series has a gap (`_`) sends no sample at all, which is how a
 //! stall is written. `at` is an offset from `start` (a duration) or an RFC 3339 time.
 
 use std::collections::BTreeMap;
@@ -226,6 +227,73 @@ struct Input {
     end: Timestamp,
 }
 
+/// Which GPU reading a series name writes: `(util?, device)`; `device` None means every GPU of the job.
+fn gpu_series(name: &str) -> Option<(bool, Option<usize>)> {
+    let (field, index) = match name.split_once('.') {
+        Some((f, i)) => {
+            (f, Some(i.parse::<usize>().ok().filter(|i| *i < crate::input::gpu::MAX_GPUS_PER_JOB)?))
+        }
+        None => (name, None),
+    };
+    match field {
+        "gpuUtil" => Some((true, index)),
+        "gpuPower" => Some((false, index)),
+        _ => None,
+    }
+}
+
+/// The GPU readings of step `i`: one per GPU (the job's `gpus`, at least 1, or more if a series names a
+/// higher GPU), from the GPU series with a value at that step; `None` when none has one.
+fn gpu_sample(
+    expanded: &[(&str, Vec<Step>)],
+    i: usize,
+    at: Timestamp,
+    gpus: Option<f64>,
+) -> Option<crate::input::gpu::GpuSample> {
+    use crate::input::gpu::{GpuReading, GpuSample};
+    let values: Vec<(bool, Option<usize>, f64)> = expanded
+        .iter()
+        .filter_map(|(name, steps)| match (gpu_series(name), steps.get(i)) {
+            (Some((util, device)), Some(Step::Value(v))) => Some((util, device, *v)),
+            _ => None,
+        })
+        .collect();
+    if values.is_empty() {
+        return None;
+    }
+    let highest = values.iter().filter_map(|(_, d, _)| *d).max().map_or(0, |d| d + 1);
+    let count =
+        highest.max(gpus.map_or(1, |g| g.round().max(1.0) as usize)).min(crate::input::gpu::MAX_GPUS_PER_JOB);
+    let mut readings: Vec<GpuReading> = (0..count)
+        .map(|d| GpuReading {
+            id: d.to_string(),
+            util: None,
+            engine_active: None,
+            power: None,
+            fb_used: None,
+        })
+        .collect();
+    // Every-GPU values first, so a GPU's own series overrides them.
+    for pass_device in [false, true] {
+        for (util, device, v) in &values {
+            if device.is_some() != pass_device {
+                continue;
+            }
+            for (d, r) in readings.iter_mut().enumerate() {
+                if device.is_none_or(|x| x == d) {
+                    if *util {
+                        r.util = Some(*v);
+                    } else {
+                        r.power = Some(*v);
+                    }
+                }
+            }
+        }
+    }
+    readings.retain(|r| r.util.is_some() || r.power.is_some());
+    Some(GpuSample { at, gpus: readings })
+}
+
 fn build_input(case: &TestCase, start: Timestamp, files: &dyn FileSource) -> Result<Input, Vec<String>> {
     let mut errors = Vec::new();
     let key = JobKey::new(case.job.namespace.clone(), case.job.name.clone());
@@ -251,8 +319,30 @@ fn build_input(case: &TestCase, start: Timestamp, files: &dyn FileSource) -> Res
         };
         let mut expanded: Vec<(&str, Vec<Step>)> = Vec::new();
         for (name, text) in &case.series {
+            if name.starts_with("gpu") && gpu_series(name).is_none() {
+                errors.push(format!(
+                    "series.{name}: GPU series are gpuUtil, gpuPower (every GPU of the job) or gpuUtil.N, gpuPower.N (GPU N, from 0, below {})",
+                    crate::input::gpu::MAX_GPUS_PER_JOB
+                ));
+                continue;
+            }
             match notation::expand(text) {
-                Ok(steps) => expanded.push((name.as_str(), steps)),
+                Ok(steps) => {
+                    if let Some((util, _)) = gpu_series(name) {
+                        let bad = steps.iter().find_map(|step| match step {
+                            Step::Value(v) if !(v.is_finite() && *v >= 0.0 && (!util || *v <= 100.0)) => {
+                                Some(*v)
+                            }
+                            _ => None,
+                        });
+                        if let Some(v) = bad {
+                            let range = if util { "a utilization from 0 to 100" } else { "watts, >= 0" };
+                            errors.push(format!("series.{name}: {v} is not {range}"));
+                            continue;
+                        }
+                    }
+                    expanded.push((name.as_str(), steps));
+                }
                 Err(e) => errors.push(format!("series.{name}: {e}")),
             }
         }
@@ -265,6 +355,9 @@ fn build_input(case: &TestCase, start: Timestamp, files: &dyn FileSource) -> Res
             let mut any = false;
             for (name, steps) in &expanded {
                 let Some(Step::Value(v)) = steps.get(i) else { continue };
+                if gpu_series(name).is_some() {
+                    continue;
+                }
                 any = true;
                 match *name {
                     "progress" => sample.progress_percent = Some(*v),
@@ -278,7 +371,8 @@ fn build_input(case: &TestCase, start: Timestamp, files: &dyn FileSource) -> Res
                 }
             }
             let first = records.is_empty();
-            if any || first {
+            let gpu = gpu_sample(&expanded, i, t, case.job.gpus);
+            if any || first || gpu.is_some() {
                 records.push(StreamRecord::Update(Update {
                     time: t,
                     job: key.clone(),
@@ -286,6 +380,7 @@ fn build_input(case: &TestCase, start: Timestamp, files: &dyn FileSource) -> Res
                     phase: None,
                     labels: first.then(|| case.job.labels.clone()),
                     gpus: if first { case.job.gpus } else { None },
+                    gpu,
                     deleted: false,
                 }));
             }
@@ -298,6 +393,7 @@ fn build_input(case: &TestCase, start: Timestamp, files: &dyn FileSource) -> Res
                 phase: None,
                 labels: Some(case.job.labels.clone()),
                 gpus: case.job.gpus,
+                gpu: None,
                 deleted: false,
             }));
         }
@@ -310,6 +406,7 @@ fn build_input(case: &TestCase, start: Timestamp, files: &dyn FileSource) -> Res
             phase: None,
             labels: None,
             gpus: None,
+            gpu: None,
             deleted: false,
         }));
     }
@@ -334,6 +431,7 @@ fn build_input(case: &TestCase, start: Timestamp, files: &dyn FileSource) -> Res
                 phase: Some(phase),
                 labels: None,
                 gpus: None,
+                gpu: None,
                 deleted: false,
             })),
             Err(e) => errors.push(format!("phases[{i}].at: {e}")),

@@ -50,6 +50,7 @@ use rustc_hash::FxHashMap;
 
 use crate::history::job::JobData;
 use crate::history::job_series::{JobSeries, Recorded};
+use crate::input::gpu::GpuSample;
 use crate::input::sample::{JobKey, JobPhase, JobSnapshot, ProgressSample};
 use crate::judge::detectors::DetectorState;
 use crate::judge::script::{Limits, ScriptEngine};
@@ -436,6 +437,21 @@ impl Evaluator {
         self.record_and_evaluate(key, Some(sample), now, out);
     }
 
+    /// Records a job's GPU readings without evaluating (replay records them before the line's progress
+    /// sample). An unknown job is created with default metadata; readings not newer than the latest, or with
+    /// no utilization, are ignored.
+    pub fn record_gpu(&mut self, key: &JobKey, sample: &GpuSample, now: Timestamp) {
+        if let Some(data) = self.entry(key, now).data.as_mut() {
+            data.gpu.record(sample);
+        }
+    }
+
+    /// New GPU readings of a job (the controller's Prometheus poll): recorded, then the job is evaluated.
+    pub fn observe_gpu(&mut self, key: &JobKey, sample: &GpuSample, now: Timestamp, out: &mut Vec<Event>) {
+        self.record_gpu(key, sample, now);
+        self.tick_job(key, now, out);
+    }
+
     fn entry(&mut self, key: &JobKey, now: Timestamp) -> &mut JobEntry {
         if !self.jobs.contains_key(key) {
             self.insert_job(key, now);
@@ -459,6 +475,7 @@ impl Evaluator {
             JobEntry {
                 data: Some(Box::new(JobData {
                     series: JobSeries::new(now),
+                    gpu: Default::default(),
                     snapshot: JobSnapshot::new(key.clone()),
                     first_seen: now,
                 })),
@@ -913,6 +930,7 @@ impl Evaluator {
             std::mem::size_of::<JobEntry>()
                 + std::mem::size_of::<JobData>()
                 + data.series.approx_bytes()
+                + data.gpu.heap_bytes()
                 + strings(&data.snapshot.labels)
                 + strings(&data.snapshot.annotations)
                 + j.tracks.iter().map(|t| t.capacity() * std::mem::size_of::<RuleTrack>()).sum::<usize>()

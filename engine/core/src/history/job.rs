@@ -1,6 +1,7 @@
 //! The per-job view the judges look at: what the evaluator keeps about a job ([`JobData`]), the policy's
 //! job-independent context ([`PolicyEnv`]), and both seen at one instant ([`JobView`]).
 
+use crate::history::gpu_series::GpuSeries;
 use crate::history::job_series::JobSeries;
 use crate::input::sample::{JobPhase, JobSnapshot};
 use crate::time::{Timestamp, add_seconds, seconds};
@@ -21,6 +22,8 @@ pub struct JobData {
     pub snapshot: JobSnapshot,
     /// Its progress history.
     pub series: JobSeries,
+    /// Its GPUs' history.
+    pub gpu: GpuSeries,
     /// When the evaluator first saw the job; stands in for `running_since` when the job does not say.
     pub first_seen: Timestamp,
 }
@@ -31,6 +34,7 @@ impl JobData {
         JobView {
             snapshot: &self.snapshot,
             series: &self.series,
+            gpu: &self.gpu,
             now,
             first_seen: self.first_seen,
             gpus: self.snapshot.gpus.or(env.assume_gpus),
@@ -45,6 +49,8 @@ impl JobData {
 pub struct JobView<'a> {
     pub snapshot: &'a JobSnapshot,
     pub series: &'a JobSeries,
+    /// The job's GPU readings.
+    pub gpu: &'a GpuSeries,
     pub now: Timestamp,
     /// When the engine first saw the job (fallback for runtime and stall clocks).
     pub first_seen: Timestamp,

@@ -6,8 +6,9 @@
 //!   before it, since a watch re-delivers objects with an old `trainerStatus` when anything else changes;
 //! * the compact form `{"time": RFC3339, "job": "ns/name", "trainerStatus": {...}}` or
 //!   `{"time": ..., "job": ..., "annotation": "<json>"}`, optionally with `"phase"` (Running, Suspended,
-//!   Complete, Failed), `"labels"`, `"gpus"`, or `"deleted": true`. A compact line without progress is a
-//!   heartbeat: time passes, nothing is reported — which is exactly what a hung job looks like.
+//!   Complete, Failed), `"labels"`, `"gpus"`, `"gpu"` (the job's GPU readings, see [`crate::input::gpu`]), or
+//!   `"deleted": true`. A compact line without progress is a heartbeat: time passes, nothing is reported —
+//!   which is exactly what a hung job looks like.
 //!
 //! Blank lines and lines starting with `#` are skipped. Errors name the line and, for JSON syntax, the column.
 //! A key the progress format does not define (inside `trainerStatus`, one of its metrics or the RHOAI
@@ -19,6 +20,7 @@ use std::collections::BTreeMap;
 
 use serde_json::Value;
 
+use crate::input::gpu::{self, GpuSample};
 use crate::input::sample::{JobKey, JobPhase, JobSnapshot, ProgressSample};
 use crate::input::{self, NormalizeError};
 use crate::time::Timestamp;
@@ -64,6 +66,8 @@ pub struct Update {
     pub phase: Option<JobPhase>,
     pub labels: Option<BTreeMap<String, String>>,
     pub gpus: Option<f64>,
+    /// GPU readings taken at `time`.
+    pub gpu: Option<GpuSample>,
     pub deleted: bool,
 }
 
@@ -107,6 +111,7 @@ fn parse_compact_fast(line: &str) -> Option<StreamRecord> {
         phase: None,
         labels: None,
         gpus: None,
+        gpu: None,
         deleted: false,
     }))
 }
@@ -155,12 +160,12 @@ pub fn parse_line(
     for key in obj.keys() {
         if !matches!(
             key.as_str(),
-            "time" | "job" | "trainerStatus" | "annotation" | "phase" | "labels" | "gpus" | "deleted"
+            "time" | "job" | "trainerStatus" | "annotation" | "phase" | "labels" | "gpus" | "gpu" | "deleted"
         ) {
             return Err(err(
                 None,
                 format!(
-                    "unknown field {key:?} (expected time, job, trainerStatus, annotation, phase, labels, gpus, deleted)"
+                    "unknown field {key:?} (expected time, job, trainerStatus, annotation, phase, labels, gpus, gpu, deleted)"
                 ),
             ));
         }
@@ -223,12 +228,16 @@ pub fn parse_line(
             _ => return Err(err(None, format!("gpus: expected a number >= 0, got {v}"))),
         },
     };
+    let gpu = match obj.get("gpu") {
+        None => None,
+        Some(v) => Some(gpu::from_stream_value(v, time, "gpu").map_err(|e| err(None, e.to_string()))?),
+    };
     let deleted = match obj.get("deleted") {
         None => false,
         Some(Value::Bool(b)) => *b,
         Some(other) => return Err(err(None, format!("deleted: expected true or false, got {other}"))),
     };
-    Ok(StreamRecord::Update(Update { time, job, sample, phase, labels, gpus, deleted }))
+    Ok(StreamRecord::Update(Update { time, job, sample, phase, labels, gpus, gpu, deleted }))
 }
 
 /// Parses a whole stream. Every bad line is reported (up to 20), not just the first.
@@ -397,6 +406,29 @@ mod tests {
             .unwrap();
         let StreamRecord::Update(u) = r else { panic!() };
         assert_eq!((u.sample, u.phase), (None, Some(JobPhase::Complete)));
+    }
+
+    #[test]
+    fn gpu_readings_ride_on_compact_lines() {
+        let line = r#"{"time":"2026-11-30T07:00:00Z","job":"a/b","gpu":[{"id":"b-node-0-0-x/0","util":97,"power":300.5},{"util":3}]}"#;
+        let StreamRecord::Update(u) = parse_line(line, "s", 4, None).unwrap() else { panic!() };
+        let gpu = u.gpu.expect("readings");
+        assert_eq!(gpu.at, "2026-11-30T07:00:00Z".parse::<Timestamp>().unwrap());
+        assert_eq!(gpu.gpus.len(), 2);
+        assert_eq!(
+            (gpu.gpus[0].id.as_str(), gpu.gpus[0].util, gpu.gpus[0].power),
+            ("b-node-0-0-x/0", Some(97.0), Some(300.5))
+        );
+        assert_eq!(gpu.gpus[1].id, "1", "a reading without an id is named by its position");
+        assert!(u.sample.is_none(), "GPU readings alone are no progress report");
+        let e = parse_line(
+            r#"{"time":"2026-11-30T07:00:00Z","job":"a/b","gpu":[{"util":"97"}]}"#,
+            "s.jsonl",
+            5,
+            None,
+        )
+        .unwrap_err();
+        assert_eq!(e.to_string(), "s.jsonl:5: gpu[0].util: expected a number from 0 to 100, got \"97\"");
     }
 
     #[test]

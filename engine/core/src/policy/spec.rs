@@ -244,7 +244,7 @@ pub enum SelectorOperator {
 }
 
 /// The detectors a rule can use. Kept in sync with [`crate::judge::detectors::DETECTORS`] by a test.
-pub(crate) const DETECTOR_NAMES: [&str; 10] = [
+pub(crate) const DETECTOR_NAMES: [&str; 12] = [
     "plateau",
     "diverging",
     "non_finite",
@@ -255,6 +255,8 @@ pub(crate) const DETECTOR_NAMES: [&str; 10] = [
     "loss_not_decreasing",
     "overtraining",
     "stalled_training",
+    "gpu_idle",
+    "hang",
 ];
 
 fn detector_name_schema(generator: &mut schemars::SchemaGenerator) -> schemars::Schema {

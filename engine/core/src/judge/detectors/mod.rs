@@ -21,6 +21,8 @@ use crate::time::Timestamp;
 mod budget;
 mod diverging;
 mod eta;
+mod gpu_idle;
+mod hang;
 mod non_finite;
 mod params;
 mod plateau;
@@ -29,6 +31,8 @@ mod stalled;
 
 pub(crate) use diverging::Diverging;
 pub(crate) use eta::{EtaAfter, EtaExceeds, parse_deadline};
+pub(crate) use gpu_idle::{GpuIdle, Which as GpuWhich};
+pub(crate) use hang::Hang;
 pub(crate) use non_finite::NonFinite;
 pub(crate) use params::{DirectionParam, Params};
 pub(crate) use plateau::PlateauState;
@@ -158,6 +162,8 @@ pub const DETECTORS: &[DetectorInfo] = &[
     sagemaker::INFO_LOSS_NOT_DECREASING,
     sagemaker::INFO_OVERTRAINING,
     stalled::INFO_STALLED_TRAINING,
+    gpu_idle::INFO,
+    hang::INFO,
 ];
 
 /// Looks up a detector by name.
@@ -205,6 +211,7 @@ pub(crate) mod testkit {
     pub(crate) struct Job {
         pub snapshot: JobSnapshot,
         pub series: JobSeries,
+        pub gpu: crate::history::gpu_series::GpuSeries,
         pub state: DetectorState,
         pub calendar: Calendar,
         pub gpus: Option<f64>,
@@ -216,6 +223,7 @@ pub(crate) mod testkit {
             Job {
                 snapshot: JobSnapshot::new(JobKey::new("ns", "job")),
                 series: JobSeries::new(t(0)),
+                gpu: Default::default(),
                 state: DetectorState::None,
                 calendar: Calendar::new(jiff::tz::TimeZone::UTC, Vec::new()),
                 gpus: None,
@@ -241,6 +249,22 @@ pub(crate) mod testkit {
             }
         }
 
+        /// Records GPU readings (one utilization per GPU) at `secs`.
+        pub(crate) fn gpu(&mut self, secs: i64, utils: &[f64]) {
+            let gpus = utils
+                .iter()
+                .enumerate()
+                .map(|(i, u)| crate::input::gpu::GpuReading {
+                    id: format!("ft-node-0-0/{i}"),
+                    util: Some(*u),
+                    engine_active: None,
+                    power: Some(60.0 + 2.5 * u),
+                    fb_used: None,
+                })
+                .collect();
+            self.gpu.record(&crate::input::gpu::GpuSample { at: t(secs), gpus });
+        }
+
         /// Feeds `values` of `metric` one every `every` seconds starting at 0; returns the last time.
         pub(crate) fn feed(
             &mut self,
@@ -261,6 +285,7 @@ pub(crate) mod testkit {
             JobView {
                 snapshot: &self.snapshot,
                 series: &self.series,
+                gpu: &self.gpu,
                 now: t(now_secs),
                 first_seen: t(0),
                 gpus: self.gpus.or(self.snapshot.gpus),

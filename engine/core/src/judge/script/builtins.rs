@@ -299,6 +299,36 @@ pub const BUILTINS: &[Builtin] = &[
         },
     },
     Builtin {
+        signature: "gpu_util() -> float, gpu_util_min() -> float, gpu_power() -> float",
+        doc: "The job's GPUs now, by their own metrics (DCGM through Prometheus, or a stream's `gpu` field): mean utilization and the idlest GPU's, in percent, and mean power draw per GPU in W. NaN when no reading is less than 5 minutes old.",
+        example: "gpu_util_min() < 10.0 && gpu_util() > 50.0 && gpu_power() > 200.0",
+        expected: "true",
+        register: |e| {
+            e.register_fn("gpu_util", host::gpu_util);
+            e.register_fn("gpu_util_min", host::gpu_util_min);
+            e.register_fn("gpu_power", host::gpu_power);
+        },
+    },
+    Builtin {
+        signature: "gpu_idle(percent, duration) -> bool, gpu_idle_any(percent, duration) -> bool",
+        doc: "The detector gpu_idle: every GPU (gpu_idle_any: at least one GPU in every reading) stayed below the utilization for the duration, readings continuous and current.",
+        example: r#"gpu_idle_any(10.0, "3m") && !gpu_idle(10.0, "3m")"#,
+        expected: "true",
+        register: |e| {
+            e.register_fn("gpu_idle", host::gpu_idle);
+            e.register_fn("gpu_idle_any", host::gpu_idle_any);
+        },
+    },
+    Builtin {
+        signature: "hang(duration) -> bool",
+        doc: "The detector hang with busyAbove 80: no progress for the duration while every GPU stayed at or above 80 %.",
+        example: r#"hang("5m")"#,
+        expected: "false",
+        register: |e| {
+            e.register_fn("hang", host::hang);
+        },
+    },
+    Builtin {
         signature: "phase() -> string",
         doc: "Running, Suspended, Complete or Failed.",
         example: "phase()",
@@ -391,7 +421,8 @@ pub const BUILTINS: &[Builtin] = &[
 
 /// The job every builtin example runs against: loss 1.5, 1.3, 1.1, 1.2, 1.25 one per minute from
 /// 2026-01-01T01:55Z, grad_norm ended in Inf, progress 42 %, step 420 of 1000, ETA 10 h, 10 GPUs at $5.5,
-/// running since 00:00Z, evaluated at 02:00Z (a Thursday), label team=fraud.
+/// running since 00:00Z, evaluated at 02:00Z (a Thursday), label team=fraud; four GPU readings a minute
+/// apart to 01:59Z, each with GPUs at 0, 60, 90 and 90 % drawing 70, 250, 300 and 300 W.
 #[cfg(test)]
 pub(super) fn doc_fixture()
 -> (Box<crate::history::job::JobData>, std::sync::Arc<crate::history::job::PolicyEnv>, Timestamp) {
@@ -419,10 +450,25 @@ pub(super) fn doc_fixture()
         s.eta_seconds = Some(36_000.0);
         series.record(&s);
     }
+    let mut gpu = crate::history::gpu_series::GpuSeries::default();
+    for m in 116..120 {
+        let gpus = [(0.0, 70.0), (60.0, 250.0), (90.0, 300.0), (90.0, 300.0)]
+            .iter()
+            .enumerate()
+            .map(|(i, (util, power))| crate::input::gpu::GpuReading {
+                id: format!("ft-llama-node-0-0/{i}"),
+                util: Some(*util),
+                engine_active: None,
+                power: Some(*power),
+                fb_used: None,
+            })
+            .collect();
+        gpu.record(&crate::input::gpu::GpuSample { at: at(m), gpus });
+    }
     let env = PolicyEnv {
         calendar: Calendar::new(jiff::tz::TimeZone::UTC, Vec::new()),
         gpu_hour_cost: Some(5.5),
         assume_gpus: None,
     };
-    (Box::new(JobData { snapshot, series, first_seen: t0 }), Arc::new(env), at(120))
+    (Box::new(JobData { snapshot, series, gpu, first_seen: t0 }), Arc::new(env), at(120))
 }

@@ -54,6 +54,8 @@ pub(super) enum Param {
     MinDelta,
     /// A float greater than 1.
     Factor,
+    /// A utilization in percent: a float above 0 and at most 100.
+    Percent,
     /// Any float.
     Float,
     /// An integer or a float.
@@ -110,6 +112,12 @@ pub(super) const HOST_SIGNATURES: &[Signature] = &[
     sig("now", &[], Int),
     sig("duration", &[Duration], F),
     sig("gpus", &[], F),
+    sig("gpu_util", &[], F),
+    sig("gpu_util_min", &[], F),
+    sig("gpu_power", &[], F),
+    sig("gpu_idle", &[Percent, Window], Bool),
+    sig("gpu_idle_any", &[Percent, Window], Bool),
+    sig("hang", &[Window], Bool),
     sig("gpu_hours", &[], F),
     sig("cost", &[], F),
     sig("phase", &[], Text),
@@ -424,6 +432,7 @@ impl Param {
             Count | PlateauCount => "n",
             MinDelta => "min_delta",
             Factor => "factor",
+            Percent => "percent",
             Float => "threshold",
             Number => "x",
             Budget => "#{…}",
@@ -500,8 +509,15 @@ impl Param {
                     Err(format!("must be > 1, got {f}").into())
                 }
             }
+            (Percent, Constant::Float(f)) => {
+                if *f > 0.0 && *f <= 100.0 {
+                    Ok(())
+                } else {
+                    Err(format!("must be a utilization above 0 and at most 100 (percent), got {f}").into())
+                }
+            }
             (Float, Constant::Float(_)) | (Number, Constant::Int(_) | Constant::Float(_)) => Ok(()),
-            (MinDelta | Factor | Float, Constant::Int(i)) => {
+            (MinDelta | Factor | Percent | Float, Constant::Int(i)) => {
                 Err(wrong_type(format!("must be a float, got the integer {i}: write {i}.0")))
             }
             (Budget, Constant::Map(Some(map))) => check_budget(map, context).map_err(Complaint::from),
@@ -510,7 +526,9 @@ impl Param {
                 Err(wrong_type(format!("must be a string, got {kind}")))
             }
             (Count | PlateauCount, _) => Err(wrong_type(format!("must be an integer, got {kind}"))),
-            (MinDelta | Factor | Float, _) => Err(wrong_type(format!("must be a float, got {kind}"))),
+            (MinDelta | Factor | Percent | Float, _) => {
+                Err(wrong_type(format!("must be a float, got {kind}")))
+            }
             (Number, _) => Err(wrong_type(format!("must be a number, got {kind}"))),
             (Budget, _) => {
                 Err(wrong_type(format!("must be an object map such as #{{maxGpuHours: 100.0}}, got {kind}")))

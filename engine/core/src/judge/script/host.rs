@@ -9,8 +9,11 @@ use super::builtins::{
 };
 use super::frame::{HostResult, metric_series, view_of, with_frame};
 use crate::history::metric_series::{Direction, MetricSeries};
+use crate::input::gpu::GpuSummary;
 use crate::input::sample::JobPhase;
-use crate::judge::detectors::{self, DirectionParam, Diverging, EtaAfter, EtaExceeds, NonFinite, Stalled};
+use crate::judge::detectors::{
+    self, DirectionParam, Diverging, EtaAfter, EtaExceeds, GpuIdle, Hang, NonFinite, Stalled,
+};
 
 pub(super) fn metric(name: &str) -> HostResult<f64> {
     with_frame(|f| metric_series(f, name).and_then(MetricSeries::latest_observation).unwrap_or(f64::NAN))
@@ -109,6 +112,52 @@ pub(super) fn duration(s: &str) -> HostResult<f64> {
 
 pub(super) fn gpus() -> HostResult<f64> {
     with_frame(|f| view_of(f).gpus.unwrap_or(f64::NAN))
+}
+
+/// The job's latest GPU summary, if current; its going stale is the evaluator's wake (the value turns NaN).
+fn current_gpus(pick: impl FnOnce(&GpuSummary) -> f64) -> HostResult<f64> {
+    with_frame(|f| match f.job.gpu.current(f.now) {
+        Some(summary) => {
+            if let Some(until) = f.job.gpu.current_until().filter(|t| *t > f.now) {
+                f.wake = Some(f.wake.map_or(until, |w| w.min(until)));
+            }
+            pick(&summary)
+        }
+        None => f64::NAN,
+    })
+}
+
+pub(super) fn gpu_util() -> HostResult<f64> {
+    current_gpus(|s| s.mean_util)
+}
+
+pub(super) fn gpu_util_min() -> HostResult<f64> {
+    current_gpus(|s| s.min_util)
+}
+
+pub(super) fn gpu_power() -> HostResult<f64> {
+    current_gpus(|s| s.mean_power)
+}
+
+pub(super) fn gpu_idle(threshold: f64, window: &str) -> HostResult<bool> {
+    gpu_idle_of(threshold, window, detectors::GpuWhich::Every)
+}
+
+pub(super) fn gpu_idle_any(threshold: f64, window: &str) -> HostResult<bool> {
+    gpu_idle_of(threshold, window, detectors::GpuWhich::Any)
+}
+
+fn gpu_idle_of(threshold: f64, window: &str, which: detectors::GpuWhich) -> HostResult<bool> {
+    if !(threshold > 0.0 && threshold <= 100.0) {
+        return Err(
+            format!("the threshold must be a utilization above 0 and at most 100, got {threshold}").into()
+        );
+    }
+    detect(&GpuIdle { threshold, duration: parse_duration(window)?, which })
+}
+
+pub(super) fn hang(duration: &str) -> HostResult<bool> {
+    detect(&Hang { after: parse_duration(duration)?, busy_above: 80.0, require_first_sample: true })
 }
 
 pub(super) fn gpu_hours() -> HostResult<f64> {

@@ -189,7 +189,7 @@ fn the_host_signatures_are_exactly_the_registered_host_functions() {
         match p {
             Metric | Key | Duration | Window | Deadline | Mode => vec![TypeId::of::<ImmutableString>()],
             Count | PlateauCount => vec![TypeId::of::<i64>()],
-            MinDelta | Factor | Float => vec![TypeId::of::<f64>()],
+            MinDelta | Factor | Percent | Float => vec![TypeId::of::<f64>()],
             Number => vec![TypeId::of::<f64>(), TypeId::of::<i64>()],
             Budget => vec![TypeId::of::<Map>()],
         }
@@ -324,6 +324,7 @@ fn sample_call(sig: &check::Signature) -> String {
             Count | PlateauCount => "3",
             MinDelta => "0.01",
             Factor => "2.0",
+            Percent => "10.0",
             Float => "1.0",
             Number => "1.0",
             Budget => "#{maxRuntime: \"3h\"}",
