@@ -96,9 +96,42 @@ pub(crate) struct ControllerArgs {
     /// Event, until the hour allows. Unset: no cap.
     #[arg(long, value_parser = clap::value_parser!(u32).range(1..))]
     max_actions_per_hour: Option<u32>,
+    /// Read the GPUs' DCGM metrics (DCGM_FI_DEV_GPU_UTIL, …_POWER_USAGE, …_FB_USED,
+    /// DCGM_FI_PROF_GR_ENGINE_ACTIVE) from this Prometheus (or Thanos querier) for the GPU rules (gpu_idle,
+    /// hang, gpu_util(), …). Unset: GPU rules judge nothing, and the policies that have them say so.
+    #[arg(long, value_name = "URL", value_parser = parse_prometheus_url)]
+    prometheus_url: Option<String>,
+    /// Time between two GPU metrics queries (one query for every job).
+    #[arg(long, default_value = "30s", value_parser = parse_positive_duration)]
+    prometheus_interval: Duration,
+    /// Deadline of one GPU metrics query.
+    #[arg(long, default_value = "10s", value_parser = parse_positive_duration)]
+    prometheus_timeout: Duration,
+    /// A file holding a bearer token for Prometheus (OpenShift's Thanos querier takes the service account's
+    /// token, or mount a Secret), read again at every query.
+    #[arg(long, value_name = "FILE")]
+    prometheus_bearer_token_file: Option<std::path::PathBuf>,
+    /// A PEM file of CA certificates trusted for Prometheus (a cluster's service CA). Repeatable.
+    #[arg(long, value_name = "FILE")]
+    prometheus_ca: Vec<std::path::PathBuf>,
     /// Path of a kubeconfig (default: $KUBECONFIG, ~/.kube/config, or the in-cluster service account).
     #[arg(long)]
     kubeconfig: Option<std::path::PathBuf>,
+}
+
+/// An http(s) URL with a host (Prometheus' base URL).
+fn parse_prometheus_url(text: &str) -> Result<String, String> {
+    let rest = text
+        .strip_prefix("http://")
+        .or_else(|| text.strip_prefix("https://"))
+        .ok_or_else(|| format!("expected an http:// or https:// URL, got {text:?}"))?;
+    if rest.split(['/', '?', '#']).next().is_none_or(str::is_empty) {
+        return Err(format!("the URL {text:?} has no host"));
+    }
+    if text.contains(['?', '#']) {
+        return Err(format!("give Prometheus' base URL without a query or fragment, got {text:?}"));
+    }
+    Ok(text.to_string())
 }
 
 /// A size in bytes: a whole number, optionally with a unit: `B`; `k`/`KB`, `M`/`MB`, `G`/`GB` (powers of
@@ -178,6 +211,27 @@ pub(crate) fn run(args: ControllerArgs) -> ExitCode {
                 eprintln!("error: {e}");
                 return ExitCode::from(2);
             }
+        },
+        gpu_metrics: match &args.prometheus_url {
+            None => None,
+            Some(url) => Some(trainwarden_controller::GpuMetricsConfig {
+                interval: args.prometheus_interval,
+                timeout: args.prometheus_timeout,
+                bearer_token_file: args.prometheus_bearer_token_file.clone(),
+                ca_pems: match args
+                    .prometheus_ca
+                    .iter()
+                    .map(|p| std::fs::read(p).map_err(|e| format!("--prometheus-ca {}: {e}", p.display())))
+                    .collect::<Result<Vec<_>, _>>()
+                {
+                    Ok(pems) => pems,
+                    Err(e) => {
+                        eprintln!("error: {e}");
+                        return ExitCode::from(2);
+                    }
+                },
+                ..trainwarden_controller::GpuMetricsConfig::new(url)
+            }),
         },
         eval_interval: args.eval_interval,
         status_interval: args.status_interval,

@@ -83,7 +83,7 @@ enum Command {
     /// policy suspends it.
     Watch(watch::WatchArgs),
     /// Run the Kubernetes controller: watch TrainJobs and progress policies, act on firing rules.
-    Controller(controller::ControllerArgs),
+    Controller(Box<controller::ControllerArgs>),
     /// Print the ProgressPolicy and ClusterProgressPolicy CRDs (YAML), or write them into a directory.
     Crd {
         /// Write one file per CRD into this directory instead of printing. Repeatable: the repository keeps
@@ -102,7 +102,7 @@ fn main() -> ExitCode {
     });
     let command = match command {
         // The controller sets up its own logging (JSON by default) and runtime.
-        Command::Controller(args) => return controller::run(args),
+        Command::Controller(args) => return controller::run(*args),
         other => other,
     };
     tracing_subscriber::fmt()

@@ -65,6 +65,39 @@ pub struct ControllerConfig {
     /// Where the evaluation loop's "now" comes from: the machine's clock, or, to replay a recorded stream
     /// through the whole controller, the stream's own.
     pub clock: Clock,
+    /// Read the GPUs' DCGM metrics from Prometheus (`--prometheus-url`); `None`: GPU rules judge nothing and
+    /// the policies that have them say so in their `GpuMetrics` condition.
+    pub gpu_metrics: Option<GpuMetricsConfig>,
+}
+
+/// Where and how often the GPUs' metrics are read ([`crate::gpu_metrics`]).
+#[derive(Clone, Debug)]
+pub struct GpuMetricsConfig {
+    /// Prometheus' base URL (`http://prometheus-operated.monitoring:9090`, or OpenShift's Thanos querier
+    /// `https://thanos-querier.openshift-monitoring.svc:9091`); `/api/v1/query` is appended.
+    pub prometheus_url: String,
+    /// Time between two polls (one query each, for every job at once).
+    pub interval: std::time::Duration,
+    /// Deadline of one query.
+    pub timeout: std::time::Duration,
+    /// A file holding the bearer token sent with each query, read again at every poll (a projected
+    /// service-account token or a mounted Secret rotates).
+    pub bearer_token_file: Option<PathBuf>,
+    /// Extra CA certificates (PEM) trusted for Prometheus (the service CA of a cluster-internal querier).
+    pub ca_pems: Vec<Vec<u8>>,
+}
+
+impl GpuMetricsConfig {
+    /// Polling `prometheus_url` every 30 s with a 10 s deadline, without a token or extra CA.
+    pub fn new(prometheus_url: impl Into<String>) -> Self {
+        GpuMetricsConfig {
+            prometheus_url: prometheus_url.into(),
+            interval: std::time::Duration::from_secs(30),
+            timeout: std::time::Duration::from_secs(10),
+            bearer_token_file: None,
+            ca_pems: Vec::new(),
+        }
+    }
 }
 
 /// Where the evaluation loop's "now" comes from ([`crate::brain::run`]).
@@ -144,6 +177,7 @@ impl Default for ControllerConfig {
             max_snooze: Duration::from_secs(24 * 3600),
             max_actions_per_hour: None,
             clock: Clock::Wall,
+            gpu_metrics: None,
         }
     }
 }

@@ -23,6 +23,8 @@
 //! - [`recorder`] (`--record-dir`) writes what the TrainJob watch sees as replayable gzip streams, one per
 //!   job, bounded and rotated; it gets copies over a bounded channel and never holds up the watch. Every
 //!   replica records, into its own subdirectory.
+//! - [`gpu_metrics`] (`--prometheus-url`) reads the GPUs' DCGM metrics from Prometheus once per interval
+//!   and joins them to TrainJobs through their pods' JobSet label.
 //! - [`leader`] is Lease-based leader election; [`http`] serves `/healthz`, `/readyz` and `/metrics`.
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]
@@ -30,6 +32,7 @@
 pub mod brain;
 pub mod config;
 pub mod executor;
+pub mod gpu_metrics;
 pub mod http;
 pub mod leader;
 pub mod messages;
@@ -46,7 +49,7 @@ use tokio::sync::{mpsc, watch};
 use tokio::task::JoinSet;
 use tracing::{error, info};
 
-pub use config::{Clock, ControllerConfig};
+pub use config::{Clock, ControllerConfig, GpuMetricsConfig};
 
 pub use trainwarden_kube::annotations::{
     EXEMPT_ANNOTATION, HISTORY_ANNOTATION, HISTORY_FIELD_MANAGER, INTENTS_ANNOTATION, LAST_ACTION_ANNOTATION,
@@ -159,6 +162,11 @@ pub async fn run_with_listener(
         record_tx,
         metrics.clone(),
     );
+    if let Some(gpu) = config.gpu_metrics.clone() {
+        let (client, ns, tx, m) =
+            (client.clone(), config.namespace.clone(), input_tx.clone(), metrics.clone());
+        tasks.spawn(gpu_metrics::run(client, gpu, ns, tx, m));
+    }
     let notifier = if config.notifications {
         let secrets = Arc::new(secrets::KubeSecrets::new(client.clone()));
         Some(

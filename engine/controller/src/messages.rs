@@ -11,8 +11,8 @@
 use std::collections::BTreeMap;
 
 use trainwarden_core::{
-    ActionIntent, ActionKind, CompiledReceiver, Event, JobKey, JobPhase, JobSnapshot, Mode, NormalizeError,
-    PolicyDocument, PolicyId, PolicyKind, PolicyRef, Savings, Timestamp,
+    ActionIntent, ActionKind, CompiledReceiver, Event, GpuSample, JobKey, JobPhase, JobSnapshot, Mode,
+    NormalizeError, PolicyDocument, PolicyId, PolicyKind, PolicyRef, Savings, Timestamp,
 };
 use trainwarden_kube::ProgressPolicyStatus;
 use trainwarden_kube::crd::DocumentError;
@@ -40,6 +40,11 @@ pub enum Input {
         /// Its labels, now (the selectors of ClusterProgressPolicies match against them).
         labels: BTreeMap<String, String>,
     },
+    /// The GPUs' readings of one Prometheus poll ([`crate::gpu_metrics`]): one sample per TrainJob whose pods
+    /// hold GPUs that reported, taken at the poll's time.
+    GpuReadings(Vec<(JobKey, GpuSample)>),
+    /// Whether the GPU metrics can be read: sent at the first poll and whenever it changes.
+    GpuMetrics(GpuMetricsHealth),
     /// What the executor did with an action.
     Outcome(Box<Outcome>),
     /// The controller is stopping: on the leader, every job's checkpoint that changed since its last write
@@ -56,6 +61,16 @@ pub enum Input {
         /// Whether the API server has it.
         stored: bool,
     },
+}
+
+/// Whether the latest Prometheus poll for the GPUs' metrics succeeded, for the `GpuMetrics` condition of the
+/// policies with GPU rules.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct GpuMetricsHealth {
+    /// The query succeeded.
+    pub healthy: bool,
+    /// What was found, or why it failed (with the URL queried).
+    pub message: String,
 }
 
 /// A watched TrainJob, read.

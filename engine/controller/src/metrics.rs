@@ -436,6 +436,10 @@ label_value! {
         DroppedWork::ExecutorGone => "executor_gone",
         DroppedWork::NotifierRefused => "notifier_refused",
     };
+    GpuQueryResult => |v| match v {
+        GpuQueryResult::Ok => "ok",
+        GpuQueryResult::Failed => "failed",
+    };
     LimitLabel => |v| match v {
         LimitLabel::PolicyPerHour => "policy_per_hour",
         LimitLabel::PolicyConcurrent => "policy_concurrent",
@@ -553,8 +557,34 @@ pub struct Metrics {
     pub gpu_hours_saved: Family<SavingsLabels, FloatCounter>,
     /// `trainwarden_dollars_saved`: the same in dollars, for policies that set `gpuHourCost`.
     pub dollars_saved: Family<SavingsLabels, FloatCounter>,
+    /// `trainwarden_gpu_queries`: Prometheus queries for the GPUs' DCGM metrics (`--prometheus-url`), by
+    /// result.
+    pub gpu_queries: Family<GpuQueryLabels, Counter>,
+    /// `trainwarden_gpu_query_seconds`: how long one such query took, answer decoded.
+    pub gpu_query_seconds: Histogram,
+    /// `trainwarden_gpu_metrics_up`: 1 while the latest GPU query succeeded, 0 while they fail (not set without
+    /// `--prometheus-url`).
+    pub gpu_metrics_up: Gauge,
+    /// `trainwarden_gpu_jobs`: TrainJobs the latest GPU query found GPU readings for.
+    pub gpu_jobs: Gauge,
     /// The per-job gauges; `None` when `--job-metrics=false` (not registered at all).
     pub job: Option<JobFamilies>,
+}
+
+/// How a GPU metrics query ended (`trainwarden_gpu_queries`).
+#[derive(Clone, Copy, Debug, Hash, PartialEq, Eq)]
+pub enum GpuQueryResult {
+    /// Prometheus answered with a vector.
+    Ok,
+    /// No answer within the timeout, a connection error, an HTTP error or an error answer.
+    Failed,
+}
+
+/// Labels of `trainwarden_gpu_queries`.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct GpuQueryLabels {
+    /// How the query ended.
+    pub result: GpuQueryResult,
 }
 
 /// Labels of `trainwarden_action_retries`.
@@ -791,6 +821,31 @@ impl Metrics {
             "Dollars of those GPU-hours, for policies that set gpuHourCost",
             dollars_saved.clone(),
         );
+        let gpu_queries = Family::<GpuQueryLabels, Counter>::default();
+        registry.register(
+            "gpu_queries",
+            "Prometheus queries for the GPUs' DCGM metrics (--prometheus-url), by result",
+            gpu_queries.clone(),
+        );
+        // 1 ms … ~60 s.
+        let gpu_query_seconds = Histogram::new(exponential_buckets(1e-3, 3.0, 11));
+        registry.register(
+            "gpu_query_seconds",
+            "Time one GPU metrics query took, answer decoded",
+            gpu_query_seconds.clone(),
+        );
+        let gpu_metrics_up = Gauge::default();
+        registry.register(
+            "gpu_metrics_up",
+            "1 while the latest GPU metrics query succeeded, 0 while they fail (GPU rules then judge nothing new)",
+            gpu_metrics_up.clone(),
+        );
+        let gpu_jobs = Gauge::default();
+        registry.register(
+            "gpu_jobs",
+            "TrainJobs the latest GPU metrics query found readings for",
+            gpu_jobs.clone(),
+        );
         let job = job_metrics.then(JobFamilies::default);
         if let Some(families) = &job {
             families.register(&mut registry);
@@ -831,6 +886,10 @@ impl Metrics {
             record_bytes,
             gpu_hours_saved,
             dollars_saved,
+            gpu_queries,
+            gpu_query_seconds,
+            gpu_metrics_up,
+            gpu_jobs,
             job,
         }
     }

@@ -29,6 +29,11 @@ pub const CONDITION_FIRING: &str = "Firing";
 /// rules on those metrics never see them).
 pub const CONDITION_PROGRESS_UNDERSTOOD: &str = "ProgressUnderstood";
 
+/// Condition type, only on policies with GPU rules (`uses: gpu_idle`/`hang`, a `when` calling `gpu_util()`, …):
+/// the controller reads the GPUs' metrics (`False` with reason `NotConfigured` when it was started without
+/// `--prometheus-url`, so those rules can never fire, or `QueryFailing` while Prometheus does not answer).
+pub const CONDITION_GPU_METRICS: &str = "GpuMetrics";
+
 /// What the controller last observed and did for a progress policy.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]

@@ -797,6 +797,78 @@ fn recording_mounts_its_volume_and_passes_its_bounds() {
 }
 
 #[test]
+fn gpu_metrics_pass_the_prometheus_flags_mount_token_and_ca_and_grant_pods_only_then() {
+    let helm = helm_or_skip!();
+    let cluster_grants = |r: &Rendered| {
+        let role: ClusterRole = r.one("ClusterRole");
+        expand(&role.rules.unwrap_or_default(), "the ClusterRole")
+    };
+    let off = helm.render("trainwarden", "ops", &[]);
+    assert!(!cluster_grants(&off).iter().any(|g| g.resource == "pods"), "no pods without GPU metrics");
+    let rendered = helm.render(
+        "trainwarden",
+        "ops",
+        &[
+            "--set=gpuMetrics.prometheusUrl=https://thanos-querier.openshift-monitoring.svc:9091",
+            "--set=gpuMetrics.interval=1m",
+            "--set=gpuMetrics.bearerTokenSecret=thanos-token",
+            "--set=gpuMetrics.caConfigMap=service-ca",
+            "--set=gpuMetrics.caKey=service-ca.crt",
+        ],
+    );
+    let mut expected = expected_cluster_grants(true);
+    expected.extend(grants("", &["pods"], &["list", "watch"]));
+    assert_eq!(cluster_grants(&rendered), expected);
+    let pod =
+        serde_json::to_value(rendered.one::<Deployment>("Deployment").spec.unwrap().template.spec.unwrap())
+            .unwrap();
+    let args: Vec<&str> =
+        pod["containers"][0]["args"].as_array().unwrap().iter().filter_map(Value::as_str).collect();
+    for flag in [
+        "--prometheus-url=https://thanos-querier.openshift-monitoring.svc:9091",
+        "--prometheus-interval=1m",
+        "--prometheus-timeout=10s",
+        "--prometheus-bearer-token-file=/var/run/trainwarden/prometheus-token/token",
+        "--prometheus-ca=/var/run/trainwarden/prometheus-ca/service-ca.crt",
+    ] {
+        assert!(args.contains(&flag), "{flag} missing: {args:?}");
+    }
+    assert_eq!(
+        pod["containers"][0]["volumeMounts"],
+        json!([
+            {"name": "prometheus-token", "mountPath": "/var/run/trainwarden/prometheus-token", "readOnly": true},
+            {"name": "prometheus-ca", "mountPath": "/var/run/trainwarden/prometheus-ca", "readOnly": true}
+        ])
+    );
+    assert_eq!(
+        pod["volumes"],
+        json!([
+            {"name": "prometheus-token", "secret": {"secretName": "thanos-token"}},
+            {"name": "prometheus-ca", "configMap": {"name": "service-ca"}}
+        ])
+    );
+    // The service account's own token instead of a Secret.
+    let sa = helm.render(
+        "trainwarden",
+        "ops",
+        &[
+            "--set=gpuMetrics.prometheusUrl=http://prometheus:9090",
+            "--set=gpuMetrics.serviceAccountToken=true",
+        ],
+    );
+    let pod = serde_json::to_value(sa.one::<Deployment>("Deployment").spec.unwrap().template.spec.unwrap())
+        .unwrap();
+    let args: Vec<&str> =
+        pod["containers"][0]["args"].as_array().unwrap().iter().filter_map(Value::as_str).collect();
+    assert!(
+        args.contains(&"--prometheus-bearer-token-file=/var/run/secrets/kubernetes.io/serviceaccount/token")
+    );
+    assert!(pod.get("volumes").is_none(), "{pod}");
+    let error = helm.render_error(&["--set=gpuMetrics.prometheusUrl=prometheus:9090"]);
+    assert!(error.contains("gpuMetrics/prometheusUrl"), "{error}");
+}
+
+#[test]
 fn invalid_values_are_rejected_at_render_time() {
     let helm = helm_or_skip!();
     let cases: &[(&[&str], &str)] = &[

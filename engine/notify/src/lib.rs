@@ -74,4 +74,7 @@ pub use notifier::{ChannelStats, Notifier, NotifierConfig, ShutdownReport, Submi
 pub use secret::{
     EnvSecrets, FileSecrets, LocalSecrets, SecretError, SecretFuture, SecretResolver, SecretValue,
 };
-pub use send::{ChannelKind, SIGNATURE_HEADER, SendConfig, SendError, Sender, signature, verify_signature};
+pub use send::{
+    ChannelKind, SIGNATURE_HEADER, SendConfig, SendError, Sender, install_crypto_provider, signature,
+    verify_signature,
+};

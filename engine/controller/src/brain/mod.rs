@@ -46,8 +46,8 @@ use trainwarden_kube::{ProgressPolicyStatus, VERDICT_ANNOTATION};
 
 use crate::config::ControllerConfig;
 use crate::messages::{
-    ActionResult, HistorySave, Input, Outcome, PolicyInput, ReceiverChange, StatusUpdate, TrainJobEvent,
-    VerdictSave, Work,
+    ActionResult, GpuMetricsHealth, HistorySave, Input, Outcome, PolicyInput, ReceiverChange, StatusUpdate,
+    TrainJobEvent, VerdictSave, Work,
 };
 use crate::metrics::{
     DroppedWork, HistoryResult, InvalidInput, LimitLabels, Metrics, ModeLabel, ModeLabels, ProgressSource,
@@ -98,6 +98,10 @@ pub struct Brain {
     gauges: Option<JobGauges>,
     /// Each job's verdict annotation: what it should say and what the TrainJob shows.
     verdicts: VerdictBook,
+    /// `--prometheus-url` was given: GPU readings will come.
+    gpu_configured: bool,
+    /// The GPU poll's latest health, once it reported.
+    gpu_health: Option<GpuMetricsHealth>,
 }
 
 impl Brain {
@@ -132,6 +136,8 @@ impl Brain {
             notifier,
             history: HistoryBook::new(config.history_interval, config.history_writes_per_second),
             verdicts: VerdictBook::default(),
+            gpu_configured: config.gpu_metrics.is_some(),
+            gpu_health: None,
         }
     }
 
@@ -267,6 +273,22 @@ impl Brain {
                     );
                 }
             }
+            Input::GpuReadings(readings) => {
+                let started = Instant::now();
+                for (key, sample) in readings {
+                    // Only jobs the TrainJob watch delivered: a reading never creates a job.
+                    if self.exempt.contains(&key) || self.evaluator.job(&key).is_none() {
+                        continue;
+                    }
+                    if let Some(g) = &mut self.gauges {
+                        g.touch(&key);
+                    }
+                    self.evaluator.observe_gpu(&key, &sample, now, &mut self.events);
+                    self.metrics.evaluations.inc();
+                }
+                self.metrics.evaluation_seconds.observe(started.elapsed().as_secs_f64());
+            }
+            Input::GpuMetrics(health) => self.gpu_health = Some(health),
             Input::Outcome(o) => self.record_outcome(*o, now),
             Input::FlushHistory(done) => self.flush_history(done, now),
             Input::HistorySaved { job, content, at, stored } => {
@@ -997,6 +1019,61 @@ mod tests {
                 | Work::FlushHistory(..) => None,
             })
             .collect()
+    }
+
+    /// A policy with GPU rules says whether they can see anything: not configured, failing, reading; a
+    /// policy without them has no GpuMetrics condition. Readings of a job the TrainJob watch never delivered
+    /// create nothing; readings of a known one are judged.
+    #[test]
+    fn gpu_rules_report_whether_gpu_metrics_are_read() {
+        let gpu_condition = |b: &mut Brain| {
+            b.status_of(&key(), t(30))
+                .conditions
+                .into_iter()
+                .find(|c| c.type_ == trainwarden_kube::status::CONDITION_GPU_METRICS)
+                .map(|c| (c.status, c.reason))
+        };
+        let rule = "    - {name: idle, uses: gpu_idle, with: {threshold: 10, duration: 10s}, actions: [{suspend: {}}]}\n";
+        let mut b = brain();
+        b.handle(policy_input(rule, None), t(0));
+        assert_eq!(gpu_condition(&mut b), Some(("False".into(), "NotConfigured".into())));
+        let mut b = brain();
+        b.handle(
+            policy_input("    - {name: nan, uses: non_finite, with: {metric: loss}, actions: []}\n", None),
+            t(0),
+        );
+        assert_eq!(gpu_condition(&mut b), None, "no GPU rule, no GpuMetrics condition");
+
+        let config = ControllerConfig {
+            gpu_metrics: Some(crate::GpuMetricsConfig::new("http://prometheus:9090")),
+            ..ControllerConfig::default()
+        };
+        let mut b = Brain::new(&config, Arc::new(Metrics::new()), None);
+        b.handle(policy_input(rule, None), t(0));
+        assert_eq!(gpu_condition(&mut b), Some(("False".into(), "NotReadYet".into())));
+        let health = |healthy| crate::messages::GpuMetricsHealth { healthy, message: "m".into() };
+        b.handle(Input::GpuMetrics(health(false)), t(1));
+        assert_eq!(gpu_condition(&mut b), Some(("False".into(), "QueryFailing".into())));
+        b.handle(Input::GpuMetrics(health(true)), t(2));
+        assert_eq!(gpu_condition(&mut b), Some(("True".into(), "Reading".into())));
+
+        let idle = |at: i64| {
+            let gpus = vec![trainwarden_core::GpuReading {
+                id: "ft-node-0-0-x/0".into(),
+                util: Some(0.0),
+                engine_active: None,
+                power: Some(60.0),
+                fb_used: None,
+            }];
+            (JobKey::new("ml", "ft"), trainwarden_core::GpuSample { at: t(at), gpus })
+        };
+        b.handle(Input::GpuReadings(vec![idle(3)]), t(3));
+        assert!(b.evaluator().job(&JobKey::new("ml", "ft")).is_none(), "a reading never creates a job");
+        b.handle(job_reporting(1.0, t(3)), t(3));
+        for at in 4..=14 {
+            b.handle(Input::GpuReadings(vec![idle(at)]), t(at));
+        }
+        assert_eq!(actions(&mut b), ["suspend ml/ft"]);
     }
 
     /// Issue 14: a misspelt key in a live TrainJob's progress is not a reason to stop judging the job, but

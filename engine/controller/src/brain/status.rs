@@ -8,7 +8,7 @@ use trainwarden_core::PolicyId;
 use trainwarden_core::RuleState;
 use trainwarden_core::{JobKey, Timestamp};
 use trainwarden_kube::status::{
-    CONDITION_FIRING, CONDITION_PROGRESS_UNDERSTOOD, CONDITION_READY, MAX_RULE_STATES,
+    CONDITION_FIRING, CONDITION_GPU_METRICS, CONDITION_PROGRESS_UNDERSTOOD, CONDITION_READY, MAX_RULE_STATES,
 };
 use trainwarden_kube::{JobStatus, ProgressPolicyStatus};
 
@@ -196,7 +196,12 @@ impl Brain {
         }
         let firing = status.firing_rules.unwrap_or(0) > 0;
         let understood = self.unknown_progress_fields(book.reference.as_ref());
-        let conditions = vec![
+        let reads_gpus = book
+            .reference
+            .as_ref()
+            .and_then(|r| self.evaluator.policies().find(|p| &p.reference == r))
+            .is_some_and(trainwarden_core::CompiledPolicy::reads_gpus);
+        let mut conditions = vec![
             condition(&book.conditions, CONDITION_READY, ready.0, ready.1, &ready.2, book.generation, now),
             condition(
                 &book.conditions,
@@ -226,6 +231,26 @@ impl Brain {
                 now,
             ),
         ];
+        if reads_gpus {
+            let (ok, reason, message) = match (&self.gpu_health, self.gpu_configured) {
+                (_, false) => (
+                    false,
+                    "NotConfigured",
+                    "the controller was started without --prometheus-url: its GPU rules judge no GPU reading and never fire".to_string(),
+                ),
+                (None, true) => (false, "NotReadYet", "the GPU metrics have not been queried yet".to_string()),
+                (Some(h), true) => (h.healthy, if h.healthy { "Reading" } else { "QueryFailing" }, h.message.clone()),
+            };
+            conditions.push(condition(
+                &book.conditions,
+                CONDITION_GPU_METRICS,
+                ok,
+                reason,
+                &message,
+                book.generation,
+                now,
+            ));
+        }
         if let Some(book) = self.books.get_mut(key) {
             book.conditions = conditions.clone();
         }

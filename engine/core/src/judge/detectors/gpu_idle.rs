@@ -142,6 +142,10 @@ impl Detector for GpuIdle {
         Some(if due > view.now { due.min(stale) } else { stale })
     }
 
+    fn reads_gpus(&self) -> bool {
+        true
+    }
+
     fn windows(&self) -> Vec<(&'static str, PolicyDuration)> {
         vec![("duration", self.duration)]
     }

@@ -104,6 +104,10 @@ impl Detector for Hang {
         Some(if due > view.now { due.min(stale) } else { stale })
     }
 
+    fn reads_gpus(&self) -> bool {
+        true
+    }
+
     fn windows(&self) -> Vec<(&'static str, PolicyDuration)> {
         vec![("after", self.after)]
     }

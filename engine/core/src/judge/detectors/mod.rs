@@ -118,6 +118,11 @@ pub trait Detector: fmt::Debug + Send + Sync {
         None
     }
 
+    /// Whether the detector judges the job's GPU readings.
+    fn reads_gpus(&self) -> bool {
+        false
+    }
+
     /// Whether the detector needs the policy's gpuHourCost (validation checks that it is set).
     fn needs_gpu_hour_cost(&self) -> bool {
         false

@@ -150,9 +150,24 @@ pub(super) const CLOCK_READERS: &[&str] =
 /// a clock reader.
 const DYNAMIC_CALLS: &[&str] = &["call", "curry", "eval", "Fn"];
 
+/// Host functions that read the job's GPU readings.
+pub(super) const GPU_READERS: &[&str] =
+    &["gpu_util", "gpu_util_min", "gpu_power", "gpu_idle", "gpu_idle_any", "hang"];
+
+/// Whether a script may read the job's GPU readings: it calls a [`GPU_READERS`] function or a dynamic call.
+pub(super) fn reads_gpus(ast: &rhai::AST) -> bool {
+    calls_any(ast, GPU_READERS)
+}
+
 /// Whether a script may change its answer with time alone, without a sample or an announced wake: it calls
 /// a [`CLOCK_READERS`] function (directly, in a function of its own, or method style) or a dynamic call.
 pub(super) fn reads_the_clock(ast: &rhai::AST) -> bool {
+    calls_any(ast, CLOCK_READERS)
+}
+
+/// Whether a script calls one of `names` (directly, in a function of its own, or method style), or makes a
+/// dynamic call that may reach one.
+fn calls_any(ast: &rhai::AST, names: &[&str]) -> bool {
     let mut reads = false;
     ast.walk(&mut |path: &[ASTNode]| {
         let name = match path.last() {
@@ -162,7 +177,7 @@ pub(super) fn reads_the_clock(ast: &rhai::AST) -> bool {
             ) => call.name.as_str(),
             _ => return true,
         };
-        reads = CLOCK_READERS.contains(&name) || DYNAMIC_CALLS.contains(&name);
+        reads = names.contains(&name) || DYNAMIC_CALLS.contains(&name);
         !reads
     });
     reads

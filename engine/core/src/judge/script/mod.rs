@@ -125,6 +125,8 @@ pub struct CompiledScript {
     uses_annotations: bool,
     /// What the AST shows (see `check::reads_the_clock`), for when the condition runs in Rhai.
     reads_the_clock_in_rhai: bool,
+    /// Whether it calls a GPU function (see `check::reads_gpus`).
+    reads_gpus: bool,
     /// The condition compiled to native code, when it has one of the shapes [`native`] knows.
     native: Option<Arc<native::Condition>>,
 }
@@ -135,6 +137,11 @@ impl CompiledScript {
     /// in Rhai, any call of `hour()`, `runtime()`, … reads the clock.
     pub fn reads_the_clock(&self) -> bool {
         self.reads_the_clock_when(true)
+    }
+
+    /// Whether it reads the job's GPU readings (`gpu_util()`, `hang()`, …).
+    pub fn reads_gpus(&self) -> bool {
+        self.reads_gpus
     }
 
     /// [`CompiledScript::reads_the_clock`] for an engine that runs compiled conditions natively or not
@@ -269,6 +276,7 @@ impl ScriptEngine {
             uses_labels: source.contains("labels"),
             uses_annotations: source.contains("annotations"),
             reads_the_clock_in_rhai: check::reads_the_clock(&ast),
+            reads_gpus: check::reads_gpus(&ast),
             native,
             ast,
         })

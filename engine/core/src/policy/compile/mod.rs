@@ -126,6 +126,15 @@ impl CompiledPolicy {
         })
     }
 
+    /// Whether some rule judges the jobs' GPU readings (`uses: gpu_idle`/`hang`, or a `when` calling a GPU
+    /// function): the controller reports the GPU metrics' health on such policies.
+    pub fn reads_gpus(&self) -> bool {
+        self.rules.iter().any(|r| {
+            r.script.as_ref().is_some_and(crate::judge::script::CompiledScript::reads_gpus)
+                || r.detector.as_ref().is_some_and(|d| d.reads_gpus())
+        })
+    }
+
     /// Whether `notify: {to: name}` reaches a receiver of this policy.
     pub fn has_receiver(&self, name: &str) -> bool {
         self.receivers.iter().any(|r| r.name == name)
