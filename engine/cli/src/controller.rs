@@ -107,6 +107,10 @@ pub(crate) struct ControllerArgs {
     /// Deadline of one GPU metrics query.
     #[arg(long, default_value = "10s", value_parser = parse_positive_duration)]
     prometheus_timeout: Duration,
+    /// At start, read this much GPU utilization history back from Prometheus (one range query), so GPU
+    /// rules judge after a restart or hand-over as if the controller had never stopped; 0s: not at all.
+    #[arg(long, default_value = "1h", value_parser = parse_duration)]
+    prometheus_backfill: Duration,
     /// A file holding a bearer token for Prometheus (OpenShift's Thanos querier takes the service account's
     /// token, or mount a Secret), read again at every query.
     #[arg(long, value_name = "FILE")]
@@ -218,6 +222,7 @@ pub(crate) fn run(args: ControllerArgs) -> ExitCode {
                 interval: args.prometheus_interval,
                 timeout: args.prometheus_timeout,
                 bearer_token_file: args.prometheus_bearer_token_file.clone(),
+                backfill: args.prometheus_backfill,
                 ca_pems: match args
                     .prometheus_ca
                     .iter()

@@ -85,10 +85,14 @@ pub struct GpuMetricsConfig {
     pub bearer_token_file: Option<PathBuf>,
     /// Extra CA certificates (PEM) trusted for Prometheus (the service CA of a cluster-internal querier).
     pub ca_pems: Vec<Vec<u8>>,
+    /// At start, read this much of the GPUs' utilization history back (one range query), so GPU rules judge
+    /// after a restart or a hand-over as if the controller had never stopped; zero: not at all.
+    pub backfill: std::time::Duration,
 }
 
 impl GpuMetricsConfig {
-    /// Polling `prometheus_url` every 30 s with a 10 s deadline, without a token or extra CA.
+    /// Polling `prometheus_url` every 30 s with a 10 s deadline, without a token or extra CA, an hour of
+    /// history read back at start.
     pub fn new(prometheus_url: impl Into<String>) -> Self {
         GpuMetricsConfig {
             prometheus_url: prometheus_url.into(),
@@ -96,6 +100,7 @@ impl GpuMetricsConfig {
             timeout: std::time::Duration::from_secs(10),
             bearer_token_file: None,
             ca_pems: Vec::new(),
+            backfill: std::time::Duration::from_secs(3600),
         }
     }
 }

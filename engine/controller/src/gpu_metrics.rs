@@ -67,6 +67,9 @@ pub enum Field {
 /// The longest wait between two attempts while queries fail.
 const MAX_BACKOFF: Duration = Duration::from_secs(300);
 
+/// One series' value at an instant: its labels and the value as Prometheus wrote it.
+type Value<'a> = (&'a HashMap<String, String>, &'a str);
+
 /// The PromQL of the poll: every GPU's four gauges, in the controller's namespace only when it watches one.
 pub fn query(namespace: Option<&str>) -> String {
     let names: Vec<&str> = QUERY_METRICS.iter().map(|(n, _)| *n).collect();
@@ -97,14 +100,19 @@ pub struct QueryResponse {
 struct QueryData {
     #[serde(rename = "resultType")]
     result_type: String,
-    result: Vec<VectorSample>,
+    result: Vec<Series>,
 }
 
+/// One series of an answer: a vector's one `value` or a matrix's `values`.
 #[derive(Debug, Deserialize)]
-struct VectorSample {
+struct Series {
     metric: HashMap<String, String>,
-    /// `[unix seconds, "value"]`.
-    value: (f64, String),
+    /// `[unix seconds, "value"]` (instant queries).
+    #[serde(default)]
+    value: Option<(f64, String)>,
+    /// The same, one per step (range queries).
+    #[serde(default)]
+    values: Vec<(f64, String)>,
 }
 
 /// What one poll found.
@@ -133,6 +141,32 @@ pub fn readings(
     at: Timestamp,
     trainjob_of: impl Fn(&str, &str) -> Option<String>,
 ) -> Result<Readings, String> {
+    let data = answer_data(response, "vector")?;
+    let series: Vec<Value<'_>> =
+        data.result.iter().filter_map(|s| Some((&s.metric, s.value.as_ref()?.1.as_str()))).collect();
+    Ok(group(&series, at, &trainjob_of))
+}
+
+/// A range query's answer, step by step in time order: what the poll would have read at each step.
+pub fn readings_over_time(
+    response: QueryResponse,
+    trainjob_of: impl Fn(&str, &str) -> Option<String>,
+) -> Result<Vec<Readings>, String> {
+    let data = answer_data(response, "matrix")?;
+    let mut steps: BTreeMap<i64, Vec<Value<'_>>> = BTreeMap::new();
+    for s in &data.result {
+        for (t, v) in &s.values {
+            steps.entry((t * 1000.0).round() as i64).or_default().push((&s.metric, v.as_str()));
+        }
+    }
+    Ok(steps
+        .into_iter()
+        .filter_map(|(ms, series)| Some(group(&series, Timestamp::from_millisecond(ms).ok()?, &trainjob_of)))
+        .collect())
+}
+
+/// The data of a success answer of the expected type, or what Prometheus said.
+fn answer_data(response: QueryResponse, expected: &str) -> Result<QueryData, String> {
     if response.status != "success" {
         return Err(format!(
             "{}: {}",
@@ -141,21 +175,27 @@ pub fn readings(
         ));
     }
     let data = response.data.ok_or("a success answer without data")?;
-    if data.result_type != "vector" {
-        return Err(format!("expected a vector answer, got {}", data.result_type));
+    if data.result_type != expected {
+        return Err(format!("expected a {expected} answer, got {}", data.result_type));
     }
+    Ok(data)
+}
+
+/// Series values at one instant, grouped by TrainJob and GPU.
+fn group(
+    series: &[Value<'_>],
+    at: Timestamp,
+    trainjob_of: &impl Fn(&str, &str) -> Option<String>,
+) -> Readings {
     let mut jobs: BTreeMap<JobKey, BTreeMap<String, GpuReading>> = BTreeMap::new();
     let mut unmatched = 0;
-    for sample in data.result {
-        let Some(field) = sample
-            .metric
-            .get("__name__")
-            .and_then(|n| QUERY_METRICS.iter().find(|(m, _)| m == n))
-            .map(|(_, f)| *f)
+    for (labels, value) in series {
+        let Some(field) =
+            labels.get("__name__").and_then(|n| QUERY_METRICS.iter().find(|(m, _)| m == n)).map(|(_, f)| *f)
         else {
             continue;
         };
-        let Some((namespace, pod)) = pod_of(&sample.metric) else {
+        let Some((namespace, pod)) = pod_of(labels) else {
             unmatched += 1;
             continue;
         };
@@ -163,7 +203,7 @@ pub fn readings(
             unmatched += 1;
             continue;
         };
-        let Ok(value) = sample.value.1.parse::<f64>() else { continue };
+        let Ok(value) = value.parse::<f64>() else { continue };
         let max = match field {
             Field::Util => 100.0,
             Field::EngineActive => 1.0,
@@ -172,7 +212,7 @@ pub fn readings(
         if !(value.is_finite() && (0.0..=max).contains(&value)) {
             continue;
         }
-        let gpu = sample.metric.get("gpu").or_else(|| sample.metric.get("UUID")).map_or("?", String::as_str);
+        let gpu = labels.get("gpu").or_else(|| labels.get("UUID")).map_or("?", String::as_str);
         let id = format!("{pod}/{gpu}");
         let devices = jobs.entry(JobKey::new(namespace, job)).or_default();
         if devices.len() >= MAX_GPUS_PER_JOB && !devices.contains_key(&id) {
@@ -192,13 +232,13 @@ pub fn readings(
             Field::FbUsed => reading.fb_used = Some(value),
         }
     }
-    Ok(Readings {
+    Readings {
         jobs: jobs
             .into_iter()
             .map(|(job, devices)| (job, GpuSample { at, gpus: devices.into_values().collect() }))
             .collect(),
         unmatched,
-    })
+    }
 }
 
 /// Prometheus' HTTP API, as the poll uses it.
@@ -226,15 +266,32 @@ impl Prometheus {
     }
 
     async fn query(&self, promql: &str, at: Timestamp) -> Result<QueryResponse, String> {
-        let time = format!("{:.3}", at.as_millisecond() as f64 / 1000.0);
-        let mut request = self.http.post(&self.url).form(&[("query", promql), ("time", time.as_str())]);
+        self.post(&self.url, &[("query", promql), ("time", &unix(at))]).await
+    }
+
+    /// `/api/v1/query_range` from `start` to `end` every `step`.
+    async fn query_range(
+        &self,
+        promql: &str,
+        start: Timestamp,
+        end: Timestamp,
+        step: Duration,
+    ) -> Result<QueryResponse, String> {
+        let url = self.url.replace("/api/v1/query", "/api/v1/query_range");
+        let step = format!("{:.3}", step.as_secs_f64());
+        self.post(&url, &[("query", promql), ("start", &unix(start)), ("end", &unix(end)), ("step", &step)])
+            .await
+    }
+
+    async fn post(&self, url: &str, form: &[(&str, &str)]) -> Result<QueryResponse, String> {
+        let mut request = self.http.post(url).form(form);
         if let Some(file) = &self.token_file {
             let token = tokio::fs::read_to_string(file)
                 .await
                 .map_err(|e| format!("reading the bearer token {}: {e}", file.display()))?;
             request = request.bearer_auth(token.trim());
         }
-        let response = request.send().await.map_err(|e| format!("{}: {}", self.url, causes(&e)))?;
+        let response = request.send().await.map_err(|e| format!("{url}: {}", causes(&e)))?;
         let status = response.status();
         let body = response
             .bytes()
@@ -244,13 +301,17 @@ impl Prometheus {
         match serde_json::from_slice::<QueryResponse>(&body) {
             Ok(answer) => Ok(answer),
             Err(_) if !status.is_success() => Err(format!(
-                "{}: HTTP {status}: {}",
-                self.url,
+                "{url}: HTTP {status}: {}",
                 String::from_utf8_lossy(&body[..body.len().min(200)]).trim()
             )),
-            Err(e) => Err(format!("{}: not a Prometheus answer: {e}", self.url)),
+            Err(e) => Err(format!("{url}: not a Prometheus answer: {e}")),
         }
     }
+}
+
+/// Unix seconds with milliseconds, as Prometheus' API takes times.
+fn unix(at: Timestamp) -> String {
+    format!("{:.3}", at.as_millisecond() as f64 / 1000.0)
 }
 
 /// An error and its causes, `a: b: c` (reqwest's own message leaves out why a connection failed).
@@ -274,6 +335,7 @@ pub async fn run(
     config: GpuMetricsConfig,
     namespace: Option<String>,
     inputs: mpsc::Sender<Input>,
+    mut ready: tokio::sync::watch::Receiver<bool>,
     metrics: Arc<Metrics>,
 ) -> &'static str {
     const NAME: &str = "GPU metrics poll";
@@ -288,8 +350,31 @@ pub async fn run(
         }
     };
     let pods = pod_store(client, namespace.as_deref());
+    // The first poll joins nothing until the pods are listed.
+    if tokio::time::timeout(POD_LIST_WAIT, pods.wait_until_ready()).await.is_err() {
+        warn!("the pods of TrainJobs are not listed after {POD_LIST_WAIT:?}; reading GPU metrics anyway");
+    }
+    // Readings of jobs the loop does not know yet are dropped: wait until the TrainJobs are listed.
+    if ready.wait_for(|listed| *listed).await.is_err() {
+        return NAME;
+    }
     let promql = query(namespace.as_deref());
     info!(url = %prometheus.url, interval = ?config.interval, "reading GPU metrics from Prometheus");
+    if !config.backfill.is_zero() {
+        match backfill(&prometheus, &config, namespace.as_deref(), &pods).await {
+            Ok(steps) => {
+                let (n, jobs) = (steps.len(), steps.iter().map(|r| r.jobs.len()).max().unwrap_or(0));
+                for step in steps {
+                    if !step.jobs.is_empty() && inputs.send(Input::GpuReadings(step.jobs)).await.is_err() {
+                        return NAME;
+                    }
+                }
+                info!(steps = n, jobs, window = ?config.backfill, "GPU history read back from Prometheus");
+            }
+            // Not fatal: the rules then wait for a whole window of live readings.
+            Err(e) => warn!(error = %e, "reading the GPU history back from Prometheus failed"),
+        }
+    }
     let mut failures: u32 = 0;
     let mut last_health: Option<GpuMetricsHealth> = None;
     loop {
@@ -344,6 +429,44 @@ pub async fn run(
             last_health = Some(health);
         }
         tokio::time::sleep(wait).await;
+    }
+}
+
+/// How long the poll waits for the pod list before its first query.
+const POD_LIST_WAIT: Duration = Duration::from_secs(60);
+
+/// Steps a backfill reads at most per series: the step is the interval, or coarser for a long window, so
+/// a fleet's backfill stays one bounded answer (10,000 GPUs × 2 gauges × 120 steps).
+const BACKFILL_STEPS: u32 = 120;
+
+/// The GPUs' utilization over the last `config.backfill`, as the poll would have read it: a controller that
+/// (re)starts judges `gpu_idle` and `hang` on the history Prometheus kept, not from nothing. Only the two
+/// utilization gauges are read (the rules' windows judge them; power and memory are read live).
+async fn backfill(
+    prometheus: &Prometheus,
+    config: &GpuMetricsConfig,
+    namespace: Option<&str>,
+    pods: &Store<PartialObjectMeta<Pod>>,
+) -> Result<Vec<Readings>, String> {
+    let end = Timestamp::now();
+    let start = end
+        .checked_sub(jiff::SignedDuration::try_from(config.backfill).map_err(|e| e.to_string())?)
+        .map_err(|e| e.to_string())?;
+    let step = config.interval.max(config.backfill / BACKFILL_STEPS);
+    let promql = utilization_query(namespace);
+    let answer = prometheus.query_range(&promql, start, end, step).await?;
+    readings_over_time(answer, |ns, pod| trainjob_of(pods, ns, pod))
+        .map_err(|e| format!("{}: {e}", prometheus.url))
+}
+
+/// [`query`] for the two utilization gauges only.
+pub fn utilization_query(namespace: Option<&str>) -> String {
+    let names = "DCGM_FI_DEV_GPU_UTIL|DCGM_FI_PROF_GR_ENGINE_ACTIVE";
+    match namespace {
+        Some(ns) => format!(
+            "{{__name__=~\"{names}\",namespace=\"{ns}\"}} or {{__name__=~\"{names}\",exported_namespace=\"{ns}\"}}"
+        ),
+        None => format!("{{__name__=~\"{names}\"}}"),
     }
 }
 
@@ -474,6 +597,24 @@ mod tests {
         let g = &r.jobs[0].1.gpus[0];
         assert_eq!(g.id, "ft-node-0-1-zzz/0");
         assert_eq!((g.util, g.engine_active, g.power), (None, None, Some(88.0)));
+    }
+
+    #[test]
+    fn a_range_answer_becomes_one_reading_per_step_in_time_order() {
+        let answer: QueryResponse = serde_json::from_value(serde_json::json!({"status": "success", "data": {
+            "resultType": "matrix",
+            "result": [
+                {"metric": {"__name__": "DCGM_FI_DEV_GPU_UTIL", "namespace": "team-a", "pod": "ft-node-0-0-a", "gpu": "0"},
+                 "values": [[1795820400, "0"], [1795820430, "1"], [1795820460, "2"]]},
+                {"metric": {"__name__": "DCGM_FI_DEV_GPU_UTIL", "namespace": "team-a", "pod": "ft-node-0-0-a", "gpu": "1"},
+                 "values": [[1795820430, "5"]]}
+            ]}}))
+        .unwrap();
+        let steps = readings_over_time(answer, jobset).unwrap();
+        let at: Vec<i64> = steps.iter().map(|r| r.jobs[0].1.at.as_second()).collect();
+        assert_eq!(at, [1_795_820_400, 1_795_820_430, 1_795_820_460]);
+        assert_eq!(steps[1].jobs[0].1.gpus.len(), 2);
+        assert_eq!(steps[2].jobs[0].1.gpus[0].util, Some(2.0));
     }
 
     #[test]

@@ -165,7 +165,7 @@ pub async fn run_with_listener(
     if let Some(gpu) = config.gpu_metrics.clone() {
         let (client, ns, tx, m) =
             (client.clone(), config.namespace.clone(), input_tx.clone(), metrics.clone());
-        tasks.spawn(gpu_metrics::run(client, gpu, ns, tx, m));
+        tasks.spawn(gpu_metrics::run(client, gpu, ns, tx, ready_rx.clone(), m));
     }
     let notifier = if config.notifications {
         let secrets = Arc::new(secrets::KubeSecrets::new(client.clone()));

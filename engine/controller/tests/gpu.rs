@@ -54,7 +54,7 @@ async fn hung_and_idle_jobs_are_told_apart_by_their_gpus_in_prometheus() {
         create_pod(c, ns, &pod, job).await;
         exporter.set(ns, &pod, &[util, util]);
     }
-    let prometheus = Prometheus::start(&prometheus_bin, exporter.port);
+    let prometheus = Prometheus::start(&prometheus_bin, ns, exporter.port);
     prometheus.wait_until_scraped(ns).await;
 
     let mut config = config_for(ns);
@@ -150,6 +150,72 @@ async fn hung_and_idle_jobs_are_told_apart_by_their_gpus_in_prometheus() {
     }
     trainer.abort();
     controller.stop().await;
+}
+
+/// A controller that starts (a restart, a new leader) while a job's GPUs have been idle for longer than the
+/// rule's duration acts at once, on the history Prometheus kept (one range query), not a whole duration later.
+/// Without the backfill (`backfill: 0s`) the same job waits for a full duration of live readings.
+#[tokio::test]
+async fn a_starting_controller_judges_idle_gpus_on_the_history_prometheus_kept() {
+    let Some(prometheus_bin) = prometheus_binary() else { return };
+    let ctx = setup!("gpu_backfill");
+    let (c, ns) = (&ctx.client, ctx.ns.as_str());
+    let rules = "    - {name: idle, uses: gpu_idle, with: {threshold: 10, duration: 15s}, actions: [{suspend: {}}]}\n";
+    apply_policy(c, ns, &policy("gpus", "Enforce", rules)).await;
+    let exporter = Exporter::start().await;
+    for job in ["restarted", "without-backfill"] {
+        create_trainjob(c, ns, job, &[("job", job)]).await;
+        let pod = format!("{job}-node-0-0-q9d4s");
+        create_pod(c, ns, &pod, job).await;
+        exporter.set(ns, &pod, &[0.0, 0.0, 0.0, 0.0]);
+    }
+    let prometheus = Prometheus::start(&prometheus_bin, ns, exporter.port);
+    prometheus.wait_until_scraped(ns).await;
+    // The GPUs have been idle for 20 s when the controller starts.
+    tokio::time::sleep(Duration::from_secs(20)).await;
+    let gpu = GpuMetricsConfig {
+        interval: Duration::from_secs(1),
+        timeout: Duration::from_secs(2),
+        backfill: Duration::from_secs(60),
+        ..GpuMetricsConfig::new(prometheus.url())
+    };
+    // Two controllers, each judging one of the jobs (a TrainJob label selector): one reads the history
+    // back, the other does not.
+    let mut with = config_for(ns);
+    with.gpu_metrics = Some(gpu.clone());
+    let mut without = config_for(ns);
+    without.identity = format!("test-{ns}-2");
+    without.gpu_metrics = Some(GpuMetricsConfig { backfill: Duration::ZERO, ..gpu });
+    let started = std::time::Instant::now();
+    let controller = start(c, with_selector(with, "restarted"));
+    let other = start(c, with_selector(without, "without-backfill"));
+    eventually("the suspension on the backfilled history", Duration::from_secs(10), || async {
+        suspended(&job(c, ns, "restarted").await).then_some(())
+    })
+    .await;
+    let backfilled = started.elapsed();
+    eventually("the suspension on live readings", Duration::from_secs(30), || async {
+        suspended(&job(c, ns, "without-backfill").await).then_some(())
+    })
+    .await;
+    let live = started.elapsed();
+    eprintln!(
+        "idle for 20 s before the start: suspended {backfilled:?} after it with the backfill, {live:?} without"
+    );
+    assert!(backfilled < Duration::from_secs(8), "acted {backfilled:?} after the start");
+    assert!(live >= Duration::from_secs(14), "without the history a whole duration must pass: {live:?}");
+    controller.stop().await;
+    other.stop().await;
+    drop(prometheus);
+}
+
+/// A controller for one of the test's TrainJobs (by its `job` label).
+fn with_selector(
+    mut config: trainwarden_controller::ControllerConfig,
+    job: &str,
+) -> trainwarden_controller::ControllerConfig {
+    config.trainjob_selector = Some(format!("job={job}"));
+    config
 }
 
 // Fixtures --------------------------------------------------------------------------------------------------
@@ -285,9 +351,9 @@ struct Prometheus {
 }
 
 impl Prometheus {
-    fn start(bin: &std::path::Path, exporter_port: u16) -> Prometheus {
-        let dir =
-            PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join(format!("gpu-prometheus-{}", std::process::id()));
+    /// A Prometheus of its own for the test namespace `ns` (its config and TSDB in their own directory).
+    fn start(bin: &std::path::Path, ns: &str, exporter_port: u16) -> Prometheus {
+        let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join(format!("prometheus-{ns}"));
         let _ = std::fs::remove_dir_all(&dir);
         std::fs::create_dir_all(dir.join("data")).unwrap();
         let config = format!(

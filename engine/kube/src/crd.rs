@@ -340,7 +340,7 @@ mod tests {
             assert_eq!(at(spec, "gpuHourCost")["minimum"], 0.0);
             let rule = at(spec, "rules.[]");
             assert_eq!(at(spec, "rules")["minItems"], 1);
-            assert_eq!(rule["properties"]["uses"]["enum"].as_array().unwrap().len(), 10);
+            assert_eq!(rule["properties"]["uses"]["enum"].as_array().unwrap().len(), 12);
             assert_eq!(rule["properties"]["with"]["x-kubernetes-preserve-unknown-fields"], true);
             assert_eq!(rule["properties"]["with"]["type"], "object");
             for duration in ["for", "keepFiringFor", "cooldown"] {

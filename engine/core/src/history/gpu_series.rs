@@ -116,11 +116,21 @@ impl GpuSeries {
     /// The longest run of continuous readings, ending with a current one at `now`, whose spans all satisfy
     /// `keep`.
     pub fn run(&self, now: Timestamp, keep: impl Fn(&GpuSpan) -> bool) -> Option<Run> {
+        self.run_since(now, Timestamp::MIN, keep)
+    }
+
+    /// [`GpuSeries::run`] over the readings from `from` on only (a job's last start, its last progress): the
+    /// run starts no earlier, and what came before neither breaks it nor counts in its bounds.
+    pub fn run_since(&self, now: Timestamp, from: Timestamp, keep: impl Fn(&GpuSpan) -> bool) -> Option<Run> {
         self.current(now)?;
+        let from_secs = from.as_second();
         let mut run: Option<Run> = None;
         let mut next_from: Option<i64> = None;
         let at = |secs: i64| Timestamp::from_second(secs).unwrap_or(Timestamp::UNIX_EPOCH);
         for span in self.spans.iter().rev() {
+            if span.to < from_secs {
+                break;
+            }
             let (lo, hi) = (f64::from(span.min_util), f64::from(span.max_util));
             let joined = next_from.is_none_or(|n| (n - span.to) as f64 <= GPU_STALE_SECONDS);
             if !joined || !keep(span) {
@@ -141,7 +151,7 @@ impl GpuSeries {
             }
             next_from = Some(span.from);
         }
-        run
+        run.map(|r| Run { since: r.since.max(from), ..r })
     }
 
     /// The first instant the latest reading is no longer current.
@@ -259,6 +269,22 @@ mod tests {
         }
         let run = s.run(t(1060 + 199 * 30), idle).unwrap();
         assert!(run.since >= t(1000), "never reaches across the gap: {:?}", run.since);
+    }
+
+    #[test]
+    fn a_run_since_ignores_what_came_before() {
+        let mut s = GpuSeries::default();
+        s.record(&sample(0, &[100.0]));
+        s.record(&sample(60, &[5.0]));
+        for i in 2..=10 {
+            s.record(&sample(i * 60, &[90.0]));
+        }
+        let busy = |span: &GpuSpan| span.min_util >= 80.0;
+        assert_eq!(s.run(t(600), busy).unwrap().since, t(120), "the idle reading at 60 breaks the run");
+        let r = s.run_since(t(600), t(90), busy).unwrap();
+        assert_eq!((r.since, r.min_util), (t(120), 90.0));
+        let r = s.run_since(t(600), t(150), busy).unwrap();
+        assert_eq!(r.since, t(180), "from the first reading at or after the start");
     }
 
     #[test]

@@ -284,8 +284,9 @@ pub struct RuleSpec {
     #[schemars(length(min = 1, max = 63), regex(pattern = NAME_PATTERN))]
     pub name: String,
 
-    /// A built-in detector: plateau, diverging, non_finite, stalled, eta_after, eta_exceeds, over_budget, or the
-    /// SageMaker Debugger ports loss_not_decreasing, overtraining, stalled_training.
+    /// A built-in detector: plateau, diverging, non_finite, stalled, eta_after, eta_exceeds, over_budget, the
+    /// SageMaker Debugger ports loss_not_decreasing, overtraining, stalled_training, or the GPU detectors
+    /// gpu_idle and hang (the GPUs' DCGM metrics, read with --prometheus-url).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(schema_with = "detector_name_schema_opt")]
     pub uses: Option<String>,

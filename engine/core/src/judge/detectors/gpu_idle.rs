@@ -90,14 +90,13 @@ impl GpuIdle {
             return None;
         }
         let threshold = self.threshold as f32;
-        let run = match self.which {
-            // Every GPU below: the busiest one is.
-            Which::Every => view.gpu.run(view.now, |s| s.max_util < threshold),
-            // At least one GPU below in each reading: each reading's idlest one is.
-            Which::Any => view.gpu.run(view.now, |s| s.max_idlest < threshold),
-        }?;
         let started = view.snapshot.running_since.unwrap_or(view.first_seen);
-        Some(Run { since: run.since.max(started), ..run })
+        match self.which {
+            // Every GPU below: the busiest one is.
+            Which::Every => view.gpu.run_since(view.now, started, |s| s.max_util < threshold),
+            // At least one GPU below in each reading: each reading's idlest one is.
+            Which::Any => view.gpu.run_since(view.now, started, |s| s.max_idlest < threshold),
+        }
     }
 }
 

@@ -69,8 +69,8 @@ impl Hang {
             return None;
         }
         let busy = self.busy_above as f32;
-        let run = view.gpu.run(view.now, |s| s.min_util >= busy)?;
-        Some((run.since.max(view.last_activity()), run.min_util))
+        let run = view.gpu.run_since(view.now, view.last_activity(), |s| s.min_util >= busy)?;
+        Some((run.since, run.min_util))
     }
 }
 
