@@ -618,8 +618,26 @@ fn rules_pass_promtool_check_and_their_unit_tests() {
         alert_test(&alerts, "TrainwardenControllerDown", "40m", &[("", 1.0)]),
     ];
 
+    // GPU metrics: the leader's query fails from 5m, the standby's from 20m; both read again from 45m.
+    let mut gpu = Series::default();
+    gpu.controller(LEADER, "trainwarden_gpu_metrics_up", "", "1+0x4 0+0x40 1+0x15").controller(
+        STANDBY,
+        "trainwarden_gpu_metrics_up",
+        "",
+        "1+0x19 0+0x25 1+0x15",
+    );
+    let gpu_alerts = vec![
+        // One replica still reads them: no alert.
+        alert_test(&alerts, "TrainwardenGpuMetricsDown", "18m", &[]),
+        // Both fail from 20m; `for: 10m`.
+        alert_test(&alerts, "TrainwardenGpuMetricsDown", "29m", &[]),
+        alert_test(&alerts, "TrainwardenGpuMetricsDown", "31m", &[("", 0.0)]),
+        alert_test(&alerts, "TrainwardenGpuMetricsDown", "50m", &[]),
+    ];
+
     let tests = vec![
         group(fleet(), fleet_alerts, fleet_exprs),
+        group(gpu.0, gpu_alerts, vec![]),
         group(owed.0, owed_alerts, vec![]),
         group(leaderless.0, leaderless_alerts, vec![]),
         group(split.0, split_alerts, vec![]),
