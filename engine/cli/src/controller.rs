@@ -113,10 +113,10 @@ pub(crate) struct ControllerArgs {
     prometheus_backfill: Duration,
     /// A file holding a bearer token for Prometheus (OpenShift's Thanos querier takes the service account's
     /// token, or mount a Secret), read again at every query.
-    #[arg(long, value_name = "FILE")]
+    #[arg(long, value_name = "FILE", requires = "prometheus_url")]
     prometheus_bearer_token_file: Option<std::path::PathBuf>,
     /// A PEM file of CA certificates trusted for Prometheus (a cluster's service CA). Repeatable.
-    #[arg(long, value_name = "FILE")]
+    #[arg(long, value_name = "FILE", requires = "prometheus_url")]
     prometheus_ca: Vec<std::path::PathBuf>,
     /// Path of a kubeconfig (default: $KUBECONFIG, ~/.kube/config, or the in-cluster service account).
     #[arg(long)]
@@ -175,6 +175,11 @@ fn parse_duration(text: &str) -> Result<Duration, String> {
     Ok(Duration::from_secs_f64(d.as_secs_f64()))
 }
 
+/// The PEM files a repeatable CA flag names, read; an unreadable one is an error naming the flag and file.
+fn read_pems(flag: &str, paths: &[std::path::PathBuf]) -> Result<Vec<Vec<u8>>, String> {
+    paths.iter().map(|p| std::fs::read(p).map_err(|e| format!("{flag} {}: {e}", p.display()))).collect()
+}
+
 pub(crate) fn run(args: ControllerArgs) -> ExitCode {
     let filter = tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info".into());
     let builder = tracing_subscriber::fmt()
@@ -192,6 +197,16 @@ pub(crate) fn run(args: ControllerArgs) -> ExitCode {
             .filter(|h| !h.is_empty())
             .unwrap_or_else(|| format!("trainwarden-{}", std::process::id()))
     });
+    let (notification_ca_pems, prometheus_ca_pems) = match (
+        read_pems("--notification-ca", &args.notification_ca),
+        read_pems("--prometheus-ca", &args.prometheus_ca),
+    ) {
+        (Ok(n), Ok(p)) => (n, p),
+        (Err(e), _) | (_, Err(e)) => {
+            eprintln!("error: {e}");
+            return ExitCode::from(2);
+        }
+    };
     let config = ControllerConfig {
         http_addr: Some(args.http_addr),
         namespace: args.namespace.clone(),
@@ -204,18 +219,7 @@ pub(crate) fn run(args: ControllerArgs) -> ExitCode {
         identity,
         kueue: args.kueue,
         notifications: args.notifications,
-        notification_ca_pems: match args
-            .notification_ca
-            .iter()
-            .map(|p| std::fs::read(p).map_err(|e| format!("--notification-ca {}: {e}", p.display())))
-            .collect::<Result<Vec<_>, _>>()
-        {
-            Ok(pems) => pems,
-            Err(e) => {
-                eprintln!("error: {e}");
-                return ExitCode::from(2);
-            }
-        },
+        notification_ca_pems,
         gpu_metrics: match &args.prometheus_url {
             None => None,
             Some(url) => Some(trainwarden_controller::GpuMetricsConfig {
@@ -223,18 +227,7 @@ pub(crate) fn run(args: ControllerArgs) -> ExitCode {
                 timeout: args.prometheus_timeout,
                 bearer_token_file: args.prometheus_bearer_token_file.clone(),
                 backfill: args.prometheus_backfill,
-                ca_pems: match args
-                    .prometheus_ca
-                    .iter()
-                    .map(|p| std::fs::read(p).map_err(|e| format!("--prometheus-ca {}: {e}", p.display())))
-                    .collect::<Result<Vec<_>, _>>()
-                {
-                    Ok(pems) => pems,
-                    Err(e) => {
-                        eprintln!("error: {e}");
-                        return ExitCode::from(2);
-                    }
-                },
+                ca_pems: prometheus_ca_pems,
                 ..trainwarden_controller::GpuMetricsConfig::new(url)
             }),
         },

@@ -471,7 +471,7 @@ pub fn utilization_query(namespace: Option<&str>) -> String {
 }
 
 /// The wait before the next attempt after `failures` failed ones in a row: the interval, doubled per
-/// failure from the second, at most [`MAX_BACKOFF`] (or the interval, if longer).
+/// failure from the second, at most 5 minutes (or the interval, if longer).
 pub fn backoff(interval: Duration, failures: u32) -> Duration {
     if failures <= 1 {
         return interval;
