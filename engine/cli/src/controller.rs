@@ -102,14 +102,14 @@ pub(crate) struct ControllerArgs {
     #[arg(long, value_name = "URL", value_parser = parse_prometheus_url)]
     prometheus_url: Option<String>,
     /// Time between two GPU metrics queries (one query for every job).
-    #[arg(long, default_value = "30s", value_parser = parse_positive_duration)]
+    #[arg(long, default_value = "30s", value_parser = parse_prometheus_interval)]
     prometheus_interval: Duration,
     /// Deadline of one GPU metrics query.
     #[arg(long, default_value = "10s", value_parser = parse_positive_duration)]
     prometheus_timeout: Duration,
     /// At start, read this much GPU utilization history back from Prometheus (one range query), so GPU
     /// rules judge after a restart or hand-over as if the controller had never stopped; 0s: not at all.
-    #[arg(long, default_value = "1h", value_parser = parse_duration)]
+    #[arg(long, default_value = "1h", value_parser = parse_prometheus_backfill)]
     prometheus_backfill: Duration,
     /// A file holding a bearer token for Prometheus (OpenShift's Thanos querier takes the service account's
     /// token, or mount a Secret), read again at every query.
@@ -121,6 +121,34 @@ pub(crate) struct ControllerArgs {
     /// Path of a kubeconfig (default: $KUBECONFIG, ~/.kube/config, or the in-cluster service account).
     #[arg(long)]
     kubeconfig: Option<std::path::PathBuf>,
+}
+
+/// A GPU poll interval: readings more than 5 minutes apart do not make a continuous run, so no GPU rule
+/// could ever fire; half of that leaves room for a slow or failed query.
+fn parse_prometheus_interval(text: &str) -> Result<Duration, String> {
+    let d = parse_positive_duration(text)?;
+    let max = trainwarden_controller::gpu_metrics::MAX_STEP;
+    if d > max {
+        return Err(format!(
+            "at most {}s: GPU readings more than 5 minutes apart never make a continuous run",
+            max.as_secs()
+        ));
+    }
+    Ok(d)
+}
+
+/// How much GPU history to read back: at most 120 steps of at most 150 s (5 hours).
+fn parse_prometheus_backfill(text: &str) -> Result<Duration, String> {
+    let d = parse_duration(text)?;
+    let max =
+        trainwarden_controller::gpu_metrics::MAX_STEP * trainwarden_controller::gpu_metrics::BACKFILL_STEPS;
+    if d > max {
+        return Err(format!(
+            "at most {}h: the history is read at 120 steps of at most 150 s",
+            max.as_secs() / 3600
+        ));
+    }
+    Ok(d)
 }
 
 /// An http(s) URL with a host (Prometheus' base URL).

@@ -121,6 +121,34 @@ fn a_rule_that_cannot_be_evaluated_fails_its_test() {
 }
 
 #[test]
+fn bad_gpu_series_in_a_rule_test_are_named() {
+    let dir = temp_dir("gpu-series");
+    std::fs::write(
+        dir.join("p.yaml"),
+        "apiVersion: trainwarden.dev/v1alpha1\nkind: ProgressPolicy\nmetadata: {name: p}\nspec:\n  rules:\n    - {name: idle, uses: gpu_idle}\n",
+    )
+    .unwrap();
+    std::fs::write(
+        dir.join("p.test.yaml"),
+        "policies: [p.yaml]\ntests:\n  - name: bad\n    series: {gpuUtil: \"50 120\", gpuUtil.x: \"1\", gpuPowr: \"1\", gpu_mem: \"3\"}\n    expectActions: []\n  - name: huge\n    job: {gpus: 4096}\n    series: {gpuUtil: \"0x999\"}\n    expectActions: []\n",
+    )
+    .unwrap();
+    let out = trainwarden(&["test", dir.to_str().unwrap()]);
+    let text = stdout(&out);
+    assert_eq!(out.status.code(), Some(1), "{text}");
+    assert!(text.contains("series.gpuUtil: 120 is not a utilization from 0 to 100"), "{text}");
+    assert!(text.contains("series.gpuUtil.x: GPU series are gpuUtil, gpuPower"), "{text}");
+    assert!(!text.contains("series.gpuPowr"), "other names are metrics: {text}");
+    assert!(!text.contains("series.gpu_mem"), "other names are metrics: {text}");
+    assert!(
+        text.contains(
+            "series: 1000 steps × 4096 GPUs = 4096000 GPU readings; a test case holds at most 1000000"
+        ),
+        "{text}"
+    );
+}
+
+#[test]
 fn bad_stream_lines_name_file_and_line() {
     let dir = temp_dir("stream");
     let file = dir.join("s.jsonl");

@@ -124,13 +124,15 @@ pub struct Readings {
     pub unmatched: usize,
 }
 
-/// The pod of a series: `exported_*` labels first (Prometheus renames the exporter's `namespace`/`pod`
-/// when the scrape target has its own and `honor_labels` is off).
+/// The pod of a series: the `exported_*` pair when there is one (Prometheus renames the exporter's
+/// `namespace`/`pod` when the scrape target has its own and `honor_labels` is off), else the plain pair;
+/// never one of each.
 fn pod_of(labels: &HashMap<String, String>) -> Option<(&str, &str)> {
-    let get = |a: &str, b: &str| {
-        labels.get(a).filter(|v| !v.is_empty()).or_else(|| labels.get(b).filter(|v| !v.is_empty()))
+    let pair = |ns: &str, pod: &str| {
+        let get = |k: &str| labels.get(k).map(String::as_str).filter(|v| !v.is_empty());
+        Some((get(ns)?, get(pod)?))
     };
-    Some((get("exported_namespace", "namespace")?, get("exported_pod", "pod")?))
+    pair("exported_namespace", "exported_pod").or_else(|| pair("namespace", "pod"))
 }
 
 /// Groups an answer's series by TrainJob: `trainjob_of(namespace, pod)` names the TrainJob a pod belongs
@@ -212,8 +214,18 @@ fn group(
         if !(value.is_finite() && (0.0..=max).contains(&value)) {
             continue;
         }
-        let gpu = labels.get("gpu").or_else(|| labels.get("UUID")).map_or("?", String::as_str);
-        let id = format!("{pod}/{gpu}");
+        let Some(gpu) =
+            ["gpu", "UUID", "device"].iter().find_map(|k| labels.get(*k).filter(|v| !v.is_empty()))
+        else {
+            // Without a GPU label, two GPUs of a pod could not be told apart (one would overwrite the other).
+            unmatched += 1;
+            continue;
+        };
+        // A MIG instance is its own device: `GPU_I_ID` names it within its GPU.
+        let id = match labels.get("GPU_I_ID").filter(|v| !v.is_empty()) {
+            Some(instance) => format!("{pod}/{gpu}/mig{instance}"),
+            None => format!("{pod}/{gpu}"),
+        };
         let devices = jobs.entry(JobKey::new(namespace, job)).or_default();
         if devices.len() >= MAX_GPUS_PER_JOB && !devices.contains_key(&id) {
             continue;
@@ -244,6 +256,9 @@ fn group(
 /// Prometheus' HTTP API, as the poll uses it.
 struct Prometheus {
     http: reqwest::Client,
+    /// The base URL, without a trailing `/`.
+    base: String,
+    /// `<base>/api/v1/query`, as messages name it.
     url: String,
     token_file: Option<std::path::PathBuf>,
 }
@@ -261,8 +276,9 @@ impl Prometheus {
             builder = builder.add_root_certificate(cert);
         }
         let http = builder.build().map_err(|e| format!("HTTP client: {e}"))?;
-        let url = format!("{}/api/v1/query", config.prometheus_url.trim_end_matches('/'));
-        Ok(Prometheus { http, url, token_file: config.bearer_token_file.clone() })
+        let base = config.prometheus_url.trim_end_matches('/').to_string();
+        let url = format!("{base}/api/v1/query");
+        Ok(Prometheus { http, base, url, token_file: config.bearer_token_file.clone() })
     }
 
     async fn query(&self, promql: &str, at: Timestamp) -> Result<QueryResponse, String> {
@@ -277,7 +293,7 @@ impl Prometheus {
         end: Timestamp,
         step: Duration,
     ) -> Result<QueryResponse, String> {
-        let url = self.url.replace("/api/v1/query", "/api/v1/query_range");
+        let url = format!("{}/api/v1/query_range", self.base);
         let step = format!("{:.3}", step.as_secs_f64());
         self.post(&url, &[("query", promql), ("start", &unix(start)), ("end", &unix(end)), ("step", &step)])
             .await
@@ -291,7 +307,8 @@ impl Prometheus {
                 .map_err(|e| format!("reading the bearer token {}: {e}", file.display()))?;
             request = request.bearer_auth(token.trim());
         }
-        let response = request.send().await.map_err(|e| format!("{url}: {}", causes(&e)))?;
+        // reqwest's message names the URL already.
+        let response = request.send().await.map_err(|e| causes(&e))?;
         let status = response.status();
         let body = response
             .bytes()
@@ -306,6 +323,16 @@ impl Prometheus {
             )),
             Err(e) => Err(format!("{url}: not a Prometheus answer: {e}")),
         }
+    }
+}
+
+/// `30s`, `2m`: an interval as the flags write it.
+fn humantime(d: Duration) -> String {
+    let secs = d.as_secs();
+    if secs >= 60 && secs.is_multiple_of(60) {
+        format!("{}m", secs / 60)
+    } else {
+        format!("{:.0}s", d.as_secs_f64())
     }
 }
 
@@ -359,15 +386,17 @@ pub async fn run(
         return NAME;
     }
     let promql = query(namespace.as_deref());
+    let up_labels = crate::metrics::PrometheusLabels { prometheus: prometheus.base.clone() };
     info!(url = %prometheus.url, interval = ?config.interval, "reading GPU metrics from Prometheus");
     if !config.backfill.is_zero() {
         match backfill(&prometheus, &config, namespace.as_deref(), &pods).await {
             Ok(steps) => {
                 let (n, jobs) = (steps.len(), steps.iter().map(|r| r.jobs.len()).max().unwrap_or(0));
-                for step in steps {
-                    if !step.jobs.is_empty() && inputs.send(Input::GpuReadings(step.jobs)).await.is_err() {
-                        return NAME;
-                    }
+                // One message: every step is recorded before any job is judged, so no rule fires on the
+                // first part of the history before the rest (a job idle an hour ago and busy now).
+                let history = steps.into_iter().map(|r| r.jobs).filter(|j| !j.is_empty()).collect();
+                if inputs.send(Input::GpuHistory(history)).await.is_err() {
+                    return NAME;
                 }
                 info!(steps = n, jobs, window = ?config.backfill, "GPU history read back from Prometheus");
             }
@@ -390,13 +419,13 @@ pub async fn run(
             Ok(found) => {
                 failures = 0;
                 metrics.gpu_queries.get_or_create(&GpuQueryLabels { result: GpuQueryResult::Ok }).inc();
-                metrics.gpu_metrics_up.set(1);
+                metrics.gpu_metrics_up.get_or_create(&up_labels).set(1);
                 metrics.gpu_jobs.set(found.jobs.len() as i64);
+                metrics.gpu_series_unmatched.set(found.unmatched as i64);
                 let message = format!(
-                    "{} reads GPU readings of {} from {}",
-                    NAME,
-                    trainwarden_core::plural(found.jobs.len() as u64, "TrainJob", "TrainJobs"),
-                    prometheus.url
+                    "reading the GPUs' DCGM metrics from {} every {}",
+                    prometheus.url,
+                    humantime(config.interval)
                 );
                 if !found.jobs.is_empty() && inputs.send(Input::GpuReadings(found.jobs)).await.is_err() {
                     return NAME;
@@ -406,23 +435,22 @@ pub async fn run(
             Err(message) => {
                 failures = failures.saturating_add(1);
                 metrics.gpu_queries.get_or_create(&GpuQueryLabels { result: GpuQueryResult::Failed }).inc();
-                metrics.gpu_metrics_up.set(0);
+                metrics.gpu_metrics_up.get_or_create(&up_labels).set(0);
                 let wait = backoff(config.interval, failures);
                 warn!(error = %message, failures, retry_in = ?wait, "GPU metrics query failed");
                 (
                     GpuMetricsHealth {
                         healthy: false,
                         message: format!(
-                            "the GPU metrics query failed {} in a row (GPU rules judge no new reading; progress rules are not affected): {message}",
-                            trainwarden_core::plural(u64::from(failures), "time", "times")
+                            "the GPU metrics query fails (GPU rules judge no new reading; progress rules are not affected): {message}"
                         ),
                     },
                     wait,
                 )
             }
         };
-        // The condition changes with health, not with every count.
-        if last_health.as_ref().is_none_or(|h| h.healthy != health.healthy) {
+        // Sent when it changes (the messages carry no counts, so a steady state sends nothing).
+        if last_health.as_ref() != Some(&health) {
             if inputs.send(Input::GpuMetrics(health.clone())).await.is_err() {
                 return NAME;
             }
@@ -435,9 +463,12 @@ pub async fn run(
 /// How long the poll waits for the pod list before its first query.
 const POD_LIST_WAIT: Duration = Duration::from_secs(60);
 
+/// The coarsest backfill step: readings further apart than half the staleness (5 min) might not join.
+pub const MAX_STEP: Duration = Duration::from_secs(150);
+
 /// Steps a backfill reads at most per series: the step is the interval, or coarser for a long window, so
 /// a fleet's backfill stays one bounded answer (10,000 GPUs × 2 gauges × 120 steps).
-const BACKFILL_STEPS: u32 = 120;
+pub const BACKFILL_STEPS: u32 = 120;
 
 /// The GPUs' utilization over the last `config.backfill`, as the poll would have read it: a controller that
 /// (re)starts judges `gpu_idle` and `hang` on the history Prometheus kept, not from nothing. Only the two
@@ -452,7 +483,13 @@ async fn backfill(
     let start = end
         .checked_sub(jiff::SignedDuration::try_from(config.backfill).map_err(|e| e.to_string())?)
         .map_err(|e| e.to_string())?;
-    let step = config.interval.max(config.backfill / BACKFILL_STEPS);
+    // Readings further apart than the staleness would not join into runs: a window too long for that at
+    // BACKFILL_STEPS steps is read for its most recent part (the CLI refuses such windows anyway).
+    let step = config.interval.max(config.backfill / BACKFILL_STEPS).min(MAX_STEP);
+    let start = start.max(
+        end.checked_sub(jiff::SignedDuration::try_from(step * BACKFILL_STEPS).map_err(|e| e.to_string())?)
+            .map_err(|e| e.to_string())?,
+    );
     let promql = utilization_query(namespace);
     let answer = prometheus.query_range(&promql, start, end, step).await?;
     readings_over_time(answer, |ns, pod| trainjob_of(pods, ns, pod))
@@ -615,6 +652,28 @@ mod tests {
         assert_eq!(at, [1_795_820_400, 1_795_820_430, 1_795_820_460]);
         assert_eq!(steps[1].jobs[0].1.gpus.len(), 2);
         assert_eq!(steps[2].jobs[0].1.gpus[0].util, Some(2.0));
+    }
+
+    #[test]
+    fn a_pod_is_one_label_pair_and_a_gpu_needs_a_name() {
+        // exported_namespace alone is not paired with the exporter's own pod.
+        let half =
+            [("namespace", "team-a"), ("pod", "ft-node-0-0-a"), ("exported_namespace", "x"), ("gpu", "0")];
+        let mig = [("namespace", "team-a"), ("pod", "ft-node-0-0-a"), ("gpu", "1"), ("GPU_I_ID", "3")];
+        let nameless = [("namespace", "team-a"), ("pod", "ft-node-0-0-a")];
+        let r = readings(
+            answer(&[
+                ("DCGM_FI_DEV_GPU_UTIL", &half, "10"),
+                ("DCGM_FI_DEV_GPU_UTIL", &mig, "20"),
+                ("DCGM_FI_DEV_GPU_UTIL", &nameless, "0"),
+            ]),
+            at(),
+            jobset,
+        )
+        .unwrap();
+        let ids: Vec<&str> = r.jobs[0].1.gpus.iter().map(|g| g.id.as_str()).collect();
+        assert_eq!(ids, ["ft-node-0-0-a/0", "ft-node-0-0-a/1/mig3"]);
+        assert_eq!(r.unmatched, 1, "a series without gpu, UUID or device is not guessed at");
     }
 
     #[test]

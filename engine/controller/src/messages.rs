@@ -43,6 +43,9 @@ pub enum Input {
     /// The GPUs' readings of one Prometheus poll ([`crate::gpu_metrics`]): one sample per TrainJob whose pods
     /// hold GPUs that reported, taken at the poll's time.
     GpuReadings(Vec<(JobKey, GpuSample)>),
+    /// The GPUs' utilization history read back from Prometheus at start, oldest step first: recorded whole
+    /// before any job is judged on it.
+    GpuHistory(Vec<Vec<(JobKey, GpuSample)>>),
     /// Whether the GPU metrics can be read: sent at the first poll and whenever it changes.
     GpuMetrics(GpuMetricsHealth),
     /// What the executor did with an action.

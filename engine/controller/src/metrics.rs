@@ -562,11 +562,15 @@ pub struct Metrics {
     pub gpu_queries: Family<GpuQueryLabels, Counter>,
     /// `trainwarden_gpu_query_seconds`: how long one such query took, answer decoded.
     pub gpu_query_seconds: Histogram,
-    /// `trainwarden_gpu_metrics_up`: 1 while the latest GPU query succeeded, 0 while they fail (not set without
-    /// `--prometheus-url`).
-    pub gpu_metrics_up: Gauge,
+    /// `trainwarden_gpu_metrics_up`: 1 while the latest GPU query to a Prometheus succeeded, 0 while they
+    /// fail; no series at all without `--prometheus-url` (so an alert on 0 never fires where GPU metrics are
+    /// off).
+    pub gpu_metrics_up: Family<PrometheusLabels, Gauge>,
     /// `trainwarden_gpu_jobs`: TrainJobs the latest GPU query found GPU readings for.
     pub gpu_jobs: Gauge,
+    /// `trainwarden_gpu_series_unmatched`: GPU series of the latest query whose pod is no TrainJob's (other
+    /// workloads, free GPUs, or pods the controller cannot list: check its RBAC when every series is).
+    pub gpu_series_unmatched: Gauge,
     /// The per-job gauges; `None` when `--job-metrics=false` (not registered at all).
     pub job: Option<JobFamilies>,
 }
@@ -578,6 +582,13 @@ pub enum GpuQueryResult {
     Ok,
     /// No answer within the timeout, a connection error, an HTTP error or an error answer.
     Failed,
+}
+
+/// Labels of `trainwarden_gpu_metrics_up`.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct PrometheusLabels {
+    /// The Prometheus queried (`--prometheus-url`).
+    pub prometheus: String,
 }
 
 /// Labels of `trainwarden_gpu_queries`.
@@ -834,7 +845,7 @@ impl Metrics {
             "Time one GPU metrics query took, answer decoded",
             gpu_query_seconds.clone(),
         );
-        let gpu_metrics_up = Gauge::default();
+        let gpu_metrics_up = Family::<PrometheusLabels, Gauge>::default();
         registry.register(
             "gpu_metrics_up",
             "1 while the latest GPU metrics query succeeded, 0 while they fail (GPU rules then judge nothing new)",
@@ -845,6 +856,12 @@ impl Metrics {
             "gpu_jobs",
             "TrainJobs the latest GPU metrics query found readings for",
             gpu_jobs.clone(),
+        );
+        let gpu_series_unmatched = Gauge::default();
+        registry.register(
+            "gpu_series_unmatched",
+            "GPU series of the latest query whose pod is no TrainJob's (other workloads, free GPUs, or pods the controller cannot list)",
+            gpu_series_unmatched.clone(),
         );
         let job = job_metrics.then(JobFamilies::default);
         if let Some(families) = &job {
@@ -890,6 +907,7 @@ impl Metrics {
             gpu_query_seconds,
             gpu_metrics_up,
             gpu_jobs,
+            gpu_series_unmatched,
             job,
         }
     }

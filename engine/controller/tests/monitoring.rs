@@ -620,10 +620,11 @@ fn rules_pass_promtool_check_and_their_unit_tests() {
 
     // GPU metrics: the leader's query fails from 5m, the standby's from 20m; both read again from 45m.
     let mut gpu = Series::default();
-    gpu.controller(LEADER, "trainwarden_gpu_metrics_up", "", "1+0x4 0+0x40 1+0x15").controller(
+    let at = r#"prometheus="http://prometheus:9090""#;
+    gpu.controller(LEADER, "trainwarden_gpu_metrics_up", at, "1+0x4 0+0x40 1+0x15").controller(
         STANDBY,
         "trainwarden_gpu_metrics_up",
-        "",
+        at,
         "1+0x19 0+0x25 1+0x15",
     );
     let gpu_alerts = vec![
@@ -904,6 +905,13 @@ fn populated_metrics() -> Metrics {
         mode: ModeLabel(Some(Mode::Enforce)),
     };
     metrics.saved(&saved, 8.0, Some(80.0));
+    // GPU metrics on (--prometheus-url): without it the family has no series.
+    metrics
+        .gpu_metrics_up
+        .get_or_create(&trainwarden_controller::metrics::PrometheusLabels {
+            prometheus: "http://prometheus:9090".into(),
+        })
+        .set(0);
     let families = metrics.job.as_ref().expect("per-job families registered");
     let job = JobLabels { namespace: "team-a".into(), trainjob: "ft".into() };
     families.progress_percent.get_or_create(&job).set(45.0);

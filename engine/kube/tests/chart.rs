@@ -828,6 +828,7 @@ fn gpu_metrics_pass_the_prometheus_flags_mount_token_and_ca_and_grant_pods_only_
         "--prometheus-url=https://thanos-querier.openshift-monitoring.svc:9091",
         "--prometheus-interval=1m",
         "--prometheus-timeout=10s",
+        "--prometheus-backfill=1h",
         "--prometheus-bearer-token-file=/var/run/trainwarden/prometheus-token/token",
         "--prometheus-ca=/var/run/trainwarden/prometheus-ca/service-ca.crt",
     ] {

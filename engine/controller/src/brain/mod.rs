@@ -32,7 +32,7 @@ pub mod ledger;
 mod status;
 mod verdicts;
 
-use std::collections::{BTreeMap, HashMap, HashSet};
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -287,6 +287,23 @@ impl Brain {
                     self.metrics.evaluations.inc();
                 }
                 self.metrics.evaluation_seconds.observe(started.elapsed().as_secs_f64());
+            }
+            Input::GpuHistory(steps) => {
+                let mut touched = BTreeSet::new();
+                for (key, sample) in steps.into_iter().flatten() {
+                    if self.exempt.contains(&key) || self.evaluator.job(&key).is_none() {
+                        continue;
+                    }
+                    self.evaluator.record_gpu(&key, &sample, now);
+                    touched.insert(key);
+                }
+                for key in touched {
+                    if let Some(g) = &mut self.gauges {
+                        g.touch(&key);
+                    }
+                    self.evaluator.tick_job(&key, now, &mut self.events);
+                    self.metrics.evaluations.inc();
+                }
             }
             Input::GpuMetrics(health) => self.gpu_health = Some(health),
             Input::Outcome(o) => self.record_outcome(*o, now),

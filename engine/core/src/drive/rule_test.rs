@@ -227,6 +227,9 @@ struct Input {
     end: Timestamp,
 }
 
+/// GPU readings one test case may hold (steps × GPUs).
+const MAX_GPU_READINGS: usize = 1_000_000;
+
 /// Which GPU reading a series name writes: `(util?, device)`; `device` None means every GPU of the job.
 fn gpu_series(name: &str) -> Option<(bool, Option<usize>)> {
     let (field, index) = match name.split_once('.') {
@@ -319,7 +322,7 @@ fn build_input(case: &TestCase, start: Timestamp, files: &dyn FileSource) -> Res
         };
         let mut expanded: Vec<(&str, Vec<Step>)> = Vec::new();
         for (name, text) in &case.series {
-            if name.starts_with("gpu") && gpu_series(name).is_none() {
+            if (name.starts_with("gpuUtil") || name.starts_with("gpuPower")) && gpu_series(name).is_none() {
                 errors.push(format!(
                     "series.{name}: GPU series are gpuUtil, gpuPower (every GPU of the job) or gpuUtil.N, gpuPower.N (GPU N, from 0, below {})",
                     crate::input::gpu::MAX_GPUS_PER_JOB
@@ -347,6 +350,17 @@ fn build_input(case: &TestCase, start: Timestamp, files: &dyn FileSource) -> Res
             }
         }
         let len = expanded.iter().map(|(_, s)| s.len()).max().unwrap_or(0);
+        // GPU readings are held for the whole case: bound steps × GPUs, as a stream line bounds its GPUs.
+        if expanded.iter().any(|(name, _)| gpu_series(name).is_some()) {
+            let gpus = case.job.gpus.map_or(1.0, |g| g.round().max(1.0));
+            let readings = len as f64 * gpus;
+            if readings > MAX_GPU_READINGS as f64 {
+                errors.push(format!(
+                    "series: {len} steps × {gpus} GPUs = {readings} GPU readings; a test case holds at most {MAX_GPU_READINGS}"
+                ));
+                expanded.retain(|(name, _)| gpu_series(name).is_none());
+            }
+        }
         for i in 0..len {
             let Some(t) = crate::time::add_seconds(start, interval.as_secs_f64() * i as f64) else {
                 break;

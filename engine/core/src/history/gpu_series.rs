@@ -1,10 +1,11 @@
 //! A job's GPU history: what `gpu_idle`, `hang` and the `gpu_*()` functions look back on.
 //!
 //! Each [`GpuSample`] with a utilization becomes a [`GpuSpan`] of one instant; the series keeps at most
-//! [`CAPACITY`] spans. When full, the older half is merged pairwise, so recent readings stay exact and older
-//! ones coarsen: memory is bounded (about 5 KiB per job) and any window can be judged. A merged span keeps the
-//! minimum and maximum of what it covers, so "every GPU below 10 % since T" stays exact where it is true and
-//! is never claimed where a merged span hides a busy reading (the answer may only come later, never wrongly).
+//! [`CAPACITY`] spans. When full, the two neighbours whose merged span is shortest relative to its age are
+//! merged, so recent readings stay exact and older ones coarsen in proportion to their age: memory is bounded
+//! (about 5 KiB per job) and a window of any length is judged to within a small part of itself. A merged span
+//! keeps the minimum and maximum of what it covers, so "every GPU below 10 % since T" is never claimed where a
+//! merged span hides a busy reading: the answer may come a little later, never wrongly.
 //!
 //! Readings further apart than [`GPU_STALE_SECONDS`] (Prometheus' default lookback delta, 5 min) are not
 //! continuous: an outage of the metrics pipeline or a job without pods for a while starts a new run, so a
@@ -82,7 +83,7 @@ impl GpuSeries {
             continuous: true,
         };
         if self.spans.len() == CAPACITY {
-            self.compact();
+            self.compact(span.to);
         }
         self.spans.push_back(span);
         self.latest = Some((sample.at, summary));
@@ -91,19 +92,25 @@ impl GpuSeries {
         true
     }
 
-    /// Merges the older half pairwise.
-    fn compact(&mut self) {
-        let half = self.spans.len() / 2;
-        let mut merged: Vec<GpuSpan> = Vec::with_capacity(half / 2 + 1);
-        for pair in self.spans.drain(..half).collect::<Vec<_>>().chunks(2) {
-            merged.push(match pair {
-                [a, b] => merge(a, b),
-                [a] => *a,
-                _ => continue,
-            });
+    /// Merges the one pair of neighbours whose merged span is shortest relative to its age (how long before
+    /// the newest reading it ended): resolution coarsens in proportion to age, as in an exponential
+    /// histogram, so a span never grows to swallow the history and a window W is judged to within a small
+    /// fraction of W. Pairs across a gap merge only when nothing else can.
+    fn compact(&mut self, newest: i64) {
+        let mut best: Option<(f64, usize)> = None;
+        for i in 0..self.spans.len().saturating_sub(1) {
+            let (a, b) = (&self.spans[i], &self.spans[i + 1]);
+            let gap = (b.from - a.to) as f64 > GPU_STALE_SECONDS || !a.continuous || !b.continuous;
+            let age = (newest - b.to).max(1) as f64;
+            let cost = (b.to - a.from) as f64 / age + if gap { 1e12 } else { 0.0 };
+            if best.is_none_or(|(c, _)| cost < c) {
+                best = Some((cost, i));
+            }
         }
-        for span in merged.into_iter().rev() {
-            self.spans.push_front(span);
+        if let Some((_, i)) = best {
+            let merged = merge(&self.spans[i], &self.spans[i + 1]);
+            self.spans[i] = merged;
+            self.spans.remove(i + 1);
         }
     }
 
@@ -183,7 +190,7 @@ fn merge(a: &GpuSpan, b: &GpuSpan) -> GpuSpan {
         min_util: a.min_util.min(b.min_util),
         max_util: a.max_util.max(b.max_util),
         max_idlest: a.max_idlest.max(b.max_idlest),
-        readings: a.readings + b.readings,
+        readings: a.readings.saturating_add(b.readings),
         continuous: a.continuous && b.continuous && (b.from - a.to) as f64 <= GPU_STALE_SECONDS,
     }
 }
@@ -254,8 +261,8 @@ mod tests {
         assert!(s.len() <= CAPACITY);
         let run = s.run(t(999 * 30), idle).unwrap();
         assert!(run.since > t(30), "never reaches over the busy reading: {:?}", run.since);
-        // Recent readings stay exact: the run covers at least the last CAPACITY/2 readings.
-        assert!(run.since <= t((999 - CAPACITY as i64 / 2) * 30));
+        // The run reaches back close to the busy reading, not only over the recent readings.
+        assert!(run.since <= t(60 + 50 * 30), "{:?}", run.since);
         assert!(s.heap_bytes() <= 5 * 1024 + 64, "{} bytes", s.heap_bytes());
     }
 
@@ -269,6 +276,31 @@ mod tests {
         }
         let run = s.run(t(1060 + 199 * 30), idle).unwrap();
         assert!(run.since >= t(1000), "never reaches across the gap: {:?}", run.since);
+    }
+
+    #[test]
+    fn a_long_window_after_a_long_busy_spell_is_judged_to_within_a_small_part_of_it() {
+        // Busy for 200 readings, then idle for 600 (30 s apart): the idle run must reach back to reading 200
+        // within a few percent of its 5 hours, however many compactions came between.
+        let mut s = GpuSeries::default();
+        for i in 0..200 {
+            s.record(&sample(i * 30, &[95.0, 97.0]));
+        }
+        for i in 200..800 {
+            s.record(&sample(i * 30, &[1.0, 2.0]));
+        }
+        assert_eq!(s.len(), CAPACITY);
+        let run = s.run(t(799 * 30), idle).unwrap();
+        let idle_for = (799 - 200) * 30;
+        let found = (t(799 * 30).as_second() - run.since.as_second()) as f64;
+        assert!(run.since >= t(200 * 30), "never over a busy reading: {:?}", run.since);
+        assert!(found >= 0.95 * idle_for as f64, "found {found} s of {idle_for} s");
+        // And a busy spell inside a long idle one is never hidden.
+        let mut s = GpuSeries::default();
+        for i in 0..800 {
+            s.record(&sample(i * 30, &[if i == 300 { 90.0 } else { 1.0 }]));
+        }
+        assert!(s.run(t(799 * 30), idle).unwrap().since > t(300 * 30));
     }
 
     #[test]

@@ -3,7 +3,8 @@
 //! Judged on the job's GPU readings (DCGM through Prometheus in the controller, the `gpu` field of a
 //! recorded stream offline). `gpus: every` (the default) fires when every GPU stayed below `threshold` in
 //! every reading of the last `duration`: the whole job computes nothing. `gpus: any` fires when in every
-//! reading at least one GPU was below it: one idle rank, the others possibly waiting on it. Readings must
+//! reading at least one GPU was below it (not necessarily the same one: an idle rank, or ranks taking turns
+//! waiting on each other). Readings must
 //! cover the whole duration with no gap longer than 5 minutes and the latest must be current; a job without
 //! GPU readings, or a metrics outage, never fires it (a missing signal is not an idle GPU). Time suspended
 //! does not count: the run starts no earlier than the job's last (re)start.
@@ -40,7 +41,7 @@ pub(super) const INFO: DetectorInfo = DetectorInfo {
             name: "gpus",
             ty: "every | any",
             default: "every",
-            doc: "every: all GPUs idle (the job computes nothing); any: at least one idle GPU in each reading.",
+            doc: "every: all GPUs idle (the job computes nothing); any: some GPU idle in each reading (not necessarily the same).",
         },
     ],
     example: r#"{"threshold": 10, "duration": "30m", "gpus": "every"}"#,
@@ -122,7 +123,7 @@ impl Detector for GpuIdle {
                 self.duration
             ),
             Which::Any => format!(
-                "a GPU below {}% for {} (idlest now {} at {}%; limit {})",
+                "some GPU below {}% in every reading for {} (idlest now {} at {}%; limit {})",
                 fmt_num(self.threshold),
                 fmt_secs(idle),
                 view.gpu.idlest.as_deref().unwrap_or("?"),
@@ -143,10 +144,6 @@ impl Detector for GpuIdle {
 
     fn reads_gpus(&self) -> bool {
         true
-    }
-
-    fn windows(&self) -> Vec<(&'static str, PolicyDuration)> {
-        vec![("duration", self.duration)]
     }
 }
 
@@ -181,7 +178,10 @@ mod tests {
         }
         assert!(job.check(every.as_ref(), 600).is_none());
         let f = job.check(any.as_ref(), 600).expect("one idle rank for 10m");
-        assert_eq!(f.summary, "a GPU below 10% for 10m (idlest now ft-node-0-0/1 at 0%; limit 10m)");
+        assert_eq!(
+            f.summary,
+            "some GPU below 10% in every reading for 10m (idlest now ft-node-0-0/1 at 0%; limit 10m)"
+        );
     }
 
     #[test]

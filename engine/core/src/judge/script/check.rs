@@ -42,6 +42,9 @@ pub(super) enum Param {
     Duration,
     /// A time window such as "30m": longer than 0 and not shorter than the sampling interval.
     Window,
+    /// A duration longer than 0 that is not about progress samples (GPU readings come every poll), so not
+    /// checked against the sampling interval.
+    Span,
     /// An RFC 3339 time, such as "2026-12-01T09:00:00+01:00".
     Deadline,
     /// "min" or "max".
@@ -115,8 +118,8 @@ pub(super) const HOST_SIGNATURES: &[Signature] = &[
     sig("gpu_util", &[], F),
     sig("gpu_util_min", &[], F),
     sig("gpu_power", &[], F),
-    sig("gpu_idle", &[Percent, Window], Bool),
-    sig("gpu_idle_any", &[Percent, Window], Bool),
+    sig("gpu_idle", &[Percent, Span], Bool),
+    sig("gpu_idle_any", &[Percent, Span], Bool),
     sig("hang", &[Window], Bool),
     sig("gpu_hours", &[], F),
     sig("cost", &[], F),
@@ -442,6 +445,7 @@ impl Param {
             Key => "key",
             Duration => "duration",
             Window => "window",
+            Span => "duration",
             Deadline => "deadline",
             Mode => "\"min\"|\"max\"",
             Count | PlateauCount => "n",
@@ -484,6 +488,10 @@ impl Param {
                 } else {
                     Ok(())
                 }
+            }
+            (Span, Constant::Text(s)) => {
+                let d = s.parse::<PolicyDuration>().map_err(|e| Complaint::from(e.to_string()))?;
+                if d.is_zero() { Err(String::from("must be longer than 0s").into()) } else { Ok(()) }
             }
             (Deadline, Constant::Text(s)) => detectors::parse_deadline(s).map(drop).map_err(Complaint::from),
             (Mode, Constant::Text(s)) => match s.as_str() {
@@ -537,7 +545,7 @@ impl Param {
             }
             (Budget, Constant::Map(Some(map))) => check_budget(map, context).map_err(Complaint::from),
             (Budget, Constant::Map(None)) => Ok(()),
-            (Metric | Key | Duration | Window | Deadline | Mode, _) => {
+            (Metric | Key | Duration | Window | Span | Deadline | Mode, _) => {
                 Err(wrong_type(format!("must be a string, got {kind}")))
             }
             (Count | PlateauCount, _) => Err(wrong_type(format!("must be an integer, got {kind}"))),

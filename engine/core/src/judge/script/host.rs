@@ -114,6 +114,12 @@ pub(super) fn gpus() -> HostResult<f64> {
     with_frame(|f| view_of(f).gpus.unwrap_or(f64::NAN))
 }
 
+/// A duration longer than 0s (a computed `"0s"` is refused as the detector's parameter is).
+fn positive(text: &str) -> HostResult<crate::units::duration::PolicyDuration> {
+    let d = parse_duration(text)?;
+    if d.is_zero() { Err("the duration must be longer than 0s".into()) } else { Ok(d) }
+}
+
 /// The job's latest GPU summary, if current; its going stale is the evaluator's wake (the value turns NaN).
 fn current_gpus(pick: impl FnOnce(&GpuSummary) -> f64) -> HostResult<f64> {
     with_frame(|f| match f.job.gpu.current(f.now) {
@@ -153,11 +159,11 @@ fn gpu_idle_of(threshold: f64, window: &str, which: detectors::GpuWhich) -> Host
             format!("the threshold must be a utilization above 0 and at most 100, got {threshold}").into()
         );
     }
-    detect(&GpuIdle { threshold, duration: parse_duration(window)?, which })
+    detect(&GpuIdle { threshold, duration: positive(window)?, which })
 }
 
 pub(super) fn hang(duration: &str) -> HostResult<bool> {
-    detect(&Hang { after: parse_duration(duration)?, busy_above: 80.0, require_first_sample: true })
+    detect(&Hang { after: positive(duration)?, busy_above: 80.0, require_first_sample: true })
 }
 
 pub(super) fn gpu_hours() -> HostResult<f64> {

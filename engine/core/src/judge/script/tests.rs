@@ -187,7 +187,9 @@ fn the_host_signatures_are_exactly_the_registered_host_functions() {
     let type_of = |p: check::Param| -> Vec<TypeId> {
         use check::Param::*;
         match p {
-            Metric | Key | Duration | Window | Deadline | Mode => vec![TypeId::of::<ImmutableString>()],
+            Metric | Key | Duration | Window | Span | Deadline | Mode => {
+                vec![TypeId::of::<ImmutableString>()]
+            }
             Count | PlateauCount => vec![TypeId::of::<i64>()],
             MinDelta | Factor | Percent | Float => vec![TypeId::of::<f64>()],
             Number => vec![TypeId::of::<f64>(), TypeId::of::<i64>()],
@@ -319,6 +321,7 @@ fn sample_call(sig: &check::Signature) -> String {
             Key => "\"team\"",
             Duration => "\"90m\"",
             Window => "\"3m\"",
+            Span => "\"3m\"",
             Deadline => "\"2026-01-01T12:00:00Z\"",
             Mode => "\"min\"",
             Count | PlateauCount => "3",
