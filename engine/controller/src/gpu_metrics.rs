@@ -8,7 +8,7 @@
 //! 1. a metadata-only reflector keeps the pods carrying that label (their names, namespaces and the label;
 //!    managedFields dropped), re-listed by kube's watcher with deletions found;
 //! 2. every `interval`, **one** instant query asks for the four gauges of every GPU at once
-//!    ([`QUERY_METRICS`]); `exported_namespace`/`exported_pod` are preferred where Prometheus renamed the
+//!    ([`QUERY_METRICS`]), keeping only the labels the join needs; `exported_namespace`/`exported_pod` are preferred where Prometheus renamed the
 //!    exporter's own labels (a scrape without `honor_labels`);
 //! 3. readings are grouped by the TrainJob their pod belongs to, one [`GpuSample`] per job, GPUs named
 //!    `pod/gpu`, and sent to the evaluation loop as one [`Input::GpuReadings`].
@@ -70,18 +70,27 @@ const MAX_BACKOFF: Duration = Duration::from_secs(300);
 /// One series' value at an instant: its labels and the value as Prometheus wrote it.
 type Value<'a> = (&'a HashMap<String, String>, &'a str);
 
+/// The labels the answer keeps. Prometheus drops the others (`max by`), which makes the answer about a
+/// third of what the exporter's labels (UUID, PCI bus, model, host, driver, instance) would, and folds the
+/// copies an HA pair of Prometheus scrapers or two scrape jobs would return.
+const KEPT_LABELS: &str = "__name__, namespace, pod, exported_namespace, exported_pod, gpu, GPU_I_ID";
+
 /// The PromQL of the poll: every GPU's four gauges, in the controller's namespace only when it watches one.
 pub fn query(namespace: Option<&str>) -> String {
     let names: Vec<&str> = QUERY_METRICS.iter().map(|(n, _)| *n).collect();
-    match namespace {
-        // Either label may carry the pod's namespace (see `pod_of`).
+    selecting(&names.join("|"), namespace)
+}
+
+/// `max by (KEPT_LABELS)` of the named gauges, of one namespace (either label may carry the pod's, see
+/// `pod_of`) or of all.
+fn selecting(names: &str, namespace: Option<&str>) -> String {
+    let selector = match namespace {
         Some(ns) => format!(
-            "{{__name__=~\"{}\",namespace=\"{ns}\"}} or {{__name__=~\"{}\",exported_namespace=\"{ns}\"}}",
-            names.join("|"),
-            names.join("|")
+            "{{__name__=~\"{names}\",namespace=\"{ns}\"}} or {{__name__=~\"{names}\",exported_namespace=\"{ns}\"}}"
         ),
-        None => format!("{{__name__=~\"{}\"}}", names.join("|")),
-    }
+        None => format!("{{__name__=~\"{names}\"}}"),
+    };
+    format!("max by ({KEPT_LABELS}) ({selector})")
 }
 
 /// Prometheus' answer to an instant query.
@@ -498,13 +507,7 @@ async fn backfill(
 
 /// [`query`] for the two utilization gauges only.
 pub fn utilization_query(namespace: Option<&str>) -> String {
-    let names = "DCGM_FI_DEV_GPU_UTIL|DCGM_FI_PROF_GR_ENGINE_ACTIVE";
-    match namespace {
-        Some(ns) => format!(
-            "{{__name__=~\"{names}\",namespace=\"{ns}\"}} or {{__name__=~\"{names}\",exported_namespace=\"{ns}\"}}"
-        ),
-        None => format!("{{__name__=~\"{names}\"}}"),
-    }
+    selecting("DCGM_FI_DEV_GPU_UTIL|DCGM_FI_PROF_GR_ENGINE_ACTIVE", namespace)
 }
 
 /// The wait before the next attempt after `failures` failed ones in a row: the interval, doubled per
@@ -694,7 +697,7 @@ mod tests {
     fn the_query_asks_for_the_four_gauges_once() {
         assert_eq!(
             query(None),
-            r#"{__name__=~"DCGM_FI_DEV_GPU_UTIL|DCGM_FI_PROF_GR_ENGINE_ACTIVE|DCGM_FI_DEV_POWER_USAGE|DCGM_FI_DEV_FB_USED"}"#
+            r#"max by (__name__, namespace, pod, exported_namespace, exported_pod, gpu, GPU_I_ID) ({__name__=~"DCGM_FI_DEV_GPU_UTIL|DCGM_FI_PROF_GR_ENGINE_ACTIVE|DCGM_FI_DEV_POWER_USAGE|DCGM_FI_DEV_FB_USED"})"#
         );
         assert!(query(Some("team-a")).contains(r#"exported_namespace="team-a""#));
     }
