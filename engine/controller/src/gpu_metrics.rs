@@ -335,16 +335,6 @@ impl Prometheus {
     }
 }
 
-/// `30s`, `2m`: an interval as the flags write it.
-fn humantime(d: Duration) -> String {
-    let secs = d.as_secs();
-    if secs >= 60 && secs.is_multiple_of(60) {
-        format!("{}m", secs / 60)
-    } else {
-        format!("{:.0}s", d.as_secs_f64())
-    }
-}
-
 /// Unix seconds with milliseconds, as Prometheus' API takes times.
 fn unix(at: Timestamp) -> String {
     format!("{:.3}", at.as_millisecond() as f64 / 1000.0)
@@ -434,7 +424,10 @@ pub async fn run(
                 let message = format!(
                     "reading the GPUs' DCGM metrics from {} every {}",
                     prometheus.url,
-                    humantime(config.interval)
+                    // The flags' own notation (`30s`, `1m30s`).
+                    trainwarden_core::PolicyDuration::from_millis(
+                        u64::try_from(config.interval.as_millis()).unwrap_or(u64::MAX)
+                    )
                 );
                 if !found.jobs.is_empty() && inputs.send(Input::GpuReadings(found.jobs)).await.is_err() {
                     return NAME;
