@@ -121,6 +121,26 @@ fn a_rule_that_cannot_be_evaluated_fails_its_test() {
 }
 
 #[test]
+fn bad_queue_series_in_a_rule_test_are_named() {
+    let dir = temp_dir("queue-series");
+    std::fs::write(
+        dir.join("p.yaml"),
+        "apiVersion: trainwarden.dev/v1alpha1\nkind: ProgressPolicy\nmetadata: {name: p}\nspec:\n  rules:\n    - {name: blocking, when: \"queue_pending() > 0.0\"}\n",
+    )
+    .unwrap();
+    std::fs::write(
+        dir.join("p.test.yaml"),
+        "policies: [p.yaml]\ntests:\n  - name: bad\n    series: {queuePending: \"1 1.5\", queuePendingGpus: \"-8\"}\n    expectActions: []\n",
+    )
+    .unwrap();
+    let out = trainwarden(&["test", dir.to_str().unwrap()]);
+    let text = stdout(&out);
+    assert_eq!(out.status.code(), Some(1), "{text}");
+    assert!(text.contains("series.queuePending: 1.5 is not a whole number of Workloads, >= 0"), "{text}");
+    assert!(text.contains("series.queuePendingGpus: -8 is not GPUs, >= 0"), "{text}");
+}
+
+#[test]
 fn bad_gpu_series_in_a_rule_test_are_named() {
     let dir = temp_dir("gpu-series");
     std::fs::write(

@@ -179,9 +179,13 @@ impl Replay {
                     && u.gpus.is_none()
                     && self.jobs.contains_key(&key)
                 {
-                    // GPU readings are recorded first: a progress sample on the same line is judged with them.
+                    // GPU readings and queue demand are recorded first: a progress sample on the same line is
+                    // judged with them.
                     if let Some(gpu) = &u.gpu {
                         self.evaluator.record_gpu(&key, gpu, time);
+                    }
+                    if u.queue.is_some() {
+                        self.evaluator.record_queue(&key, u.queue, time);
                     }
                     // Only progress: the hot path, no metadata copy.
                     match u.sample {
@@ -210,6 +214,9 @@ impl Replay {
                     update.sample = u.sample;
                     if let Some(gpu) = &u.gpu {
                         self.evaluator.record_gpu(&key, gpu, time);
+                    }
+                    if u.queue.is_some() {
+                        self.evaluator.record_queue(&key, u.queue, time);
                     }
                     self.evaluator.observe(update, time, &mut self.scratch);
                 }

@@ -23,8 +23,9 @@
 //!
 //! Series names `progress`, `eta` (seconds), `step`, `totalSteps`, `epoch` fill the progress fields;
 //! `gpuUtil` and `gpuPower` are GPU readings of every GPU of the job (`job.gpus`, default 1), `gpuUtil.N` and
-//! `gpuPower.N` of GPU N alone (from 0); every other name is a metric. A step where every series has a gap (`_`) sends no sample at all, which is how a
-//! stall is written. `at` is an offset from `start` (a duration) or an RFC 3339 time.
+//! `gpuPower.N` of GPU N alone (from 0); `queuePending` and `queuePendingGpus` are the demand queued behind the
+//! job in Kueue (each holds its last value until the next; the other starts at 0); every other name is a
+//! metric. A step where every series has a gap (`_`) sends no sample at all, which is how a stall is written. `at` is an offset from `start` (a duration) or an RFC 3339 time.
 
 use std::collections::BTreeMap;
 
@@ -34,6 +35,7 @@ use crate::drive::notation::{self, Step};
 use crate::drive::replay::Replay;
 use crate::error::FieldError;
 use crate::evaluate::{EngineConfig, Event, RuleState};
+use crate::input::queue::QueueDemand;
 use crate::input::sample::{JobKey, JobPhase, Metric, ProgressSample, SampleSource};
 use crate::input::stream::{StreamRecord, Update};
 use crate::policy::PolicyRef;
@@ -297,6 +299,26 @@ fn gpu_sample(
     Some(GpuSample { at, gpus: readings })
 }
 
+/// Series that are the demand queued behind the job in Kueue, not progress.
+const QUEUE_SERIES: [&str; 2] = ["queuePending", "queuePendingGpus"];
+
+/// The queue demand of step `i`, when a queue series has a value there; each series keeps its last value
+/// (`last`) between its own steps.
+fn queue_demand(expanded: &[(&str, Vec<Step>)], i: usize, last: &mut QueueDemand) -> Option<QueueDemand> {
+    let mut changed = false;
+    for (name, steps) in expanded {
+        let Some(Step::Value(v)) = steps.get(i) else { continue };
+        match *name {
+            // Checked whole and in range when expanded.
+            "queuePending" => last.pending = *v as u32,
+            "queuePendingGpus" => last.pending_gpus = *v,
+            _ => continue,
+        }
+        changed = true;
+    }
+    changed.then_some(*last)
+}
+
 fn build_input(case: &TestCase, start: Timestamp, files: &dyn FileSource) -> Result<Input, Vec<String>> {
     let mut errors = Vec::new();
     let key = JobKey::new(case.job.namespace.clone(), case.job.name.clone());
@@ -344,6 +366,24 @@ fn build_input(case: &TestCase, start: Timestamp, files: &dyn FileSource) -> Res
                             continue;
                         }
                     }
+                    if QUEUE_SERIES.contains(&name.as_str()) {
+                        let whole = name == "queuePending";
+                        let bad = steps.iter().find_map(|step| match step {
+                            Step::Value(v)
+                                if !(v.is_finite()
+                                    && *v >= 0.0
+                                    && (!whole || (v.fract() == 0.0 && *v <= f64::from(u32::MAX)))) =>
+                            {
+                                Some(*v)
+                            }
+                            _ => None,
+                        });
+                        if let Some(v) = bad {
+                            let what = if whole { "a whole number of Workloads, >= 0" } else { "GPUs, >= 0" };
+                            errors.push(format!("series.{name}: {v} is not {what}"));
+                            continue;
+                        }
+                    }
                     expanded.push((name.as_str(), steps));
                 }
                 Err(e) => errors.push(format!("series.{name}: {e}")),
@@ -361,6 +401,7 @@ fn build_input(case: &TestCase, start: Timestamp, files: &dyn FileSource) -> Res
                 expanded.retain(|(name, _)| gpu_series(name).is_none());
             }
         }
+        let mut last_queue = QueueDemand::default();
         for i in 0..len {
             let Some(t) = crate::time::add_seconds(start, interval.as_secs_f64() * i as f64) else {
                 break;
@@ -369,7 +410,7 @@ fn build_input(case: &TestCase, start: Timestamp, files: &dyn FileSource) -> Res
             let mut any = false;
             for (name, steps) in &expanded {
                 let Some(Step::Value(v)) = steps.get(i) else { continue };
-                if gpu_series(name).is_some() {
+                if gpu_series(name).is_some() || QUEUE_SERIES.contains(name) {
                     continue;
                 }
                 any = true;
@@ -386,7 +427,8 @@ fn build_input(case: &TestCase, start: Timestamp, files: &dyn FileSource) -> Res
             }
             let first = records.is_empty();
             let gpu = gpu_sample(&expanded, i, t, case.job.gpus);
-            if any || first || gpu.is_some() {
+            let queue = queue_demand(&expanded, i, &mut last_queue);
+            if any || first || gpu.is_some() || queue.is_some() {
                 records.push(StreamRecord::Update(Update {
                     time: t,
                     job: key.clone(),
@@ -395,6 +437,7 @@ fn build_input(case: &TestCase, start: Timestamp, files: &dyn FileSource) -> Res
                     labels: first.then(|| case.job.labels.clone()),
                     gpus: if first { case.job.gpus } else { None },
                     gpu,
+                    queue,
                     deleted: false,
                 }));
             }
@@ -408,6 +451,7 @@ fn build_input(case: &TestCase, start: Timestamp, files: &dyn FileSource) -> Res
                 labels: Some(case.job.labels.clone()),
                 gpus: case.job.gpus,
                 gpu: None,
+                queue: None,
                 deleted: false,
             }));
         }
@@ -421,6 +465,7 @@ fn build_input(case: &TestCase, start: Timestamp, files: &dyn FileSource) -> Res
             labels: None,
             gpus: None,
             gpu: None,
+            queue: None,
             deleted: false,
         }));
     }
@@ -446,6 +491,7 @@ fn build_input(case: &TestCase, start: Timestamp, files: &dyn FileSource) -> Res
                 labels: None,
                 gpus: None,
                 gpu: None,
+                queue: None,
                 deleted: false,
             })),
             Err(e) => errors.push(format!("phases[{i}].at: {e}")),

@@ -51,6 +51,7 @@ use rustc_hash::FxHashMap;
 use crate::history::job::JobData;
 use crate::history::job_series::{JobSeries, Recorded};
 use crate::input::gpu::GpuSample;
+use crate::input::queue::QueueDemand;
 use crate::input::sample::{JobKey, JobPhase, JobSnapshot, ProgressSample};
 use crate::judge::detectors::DetectorState;
 use crate::judge::script::{Limits, ScriptEngine};
@@ -452,6 +453,31 @@ impl Evaluator {
         self.tick_job(key, now, out);
     }
 
+    /// Records the demand queued behind a job in Kueue (the controller's Kueue watch, a stream's `queue`
+    /// field; `None` when no longer known) without evaluating. Whether it differs from what was known.
+    pub fn record_queue(&mut self, key: &JobKey, demand: Option<QueueDemand>, now: Timestamp) -> bool {
+        match self.entry(key, now).data.as_mut() {
+            Some(data) if data.queue != demand => {
+                data.queue = demand;
+                true
+            }
+            _ => false,
+        }
+    }
+
+    /// [`Evaluator::record_queue`], then the job is evaluated if the demand changed.
+    pub fn observe_queue(
+        &mut self,
+        key: &JobKey,
+        demand: Option<QueueDemand>,
+        now: Timestamp,
+        out: &mut Vec<Event>,
+    ) {
+        if self.record_queue(key, demand, now) {
+            self.tick_job(key, now, out);
+        }
+    }
+
     fn entry(&mut self, key: &JobKey, now: Timestamp) -> &mut JobEntry {
         if !self.jobs.contains_key(key) {
             self.insert_job(key, now);
@@ -476,6 +502,7 @@ impl Evaluator {
                 data: Some(Box::new(JobData {
                     series: JobSeries::new(now),
                     gpu: Default::default(),
+                    queue: None,
                     snapshot: JobSnapshot::new(key.clone()),
                     first_seen: now,
                 })),

@@ -3,6 +3,7 @@
 
 use crate::history::gpu_series::GpuSeries;
 use crate::history::job_series::JobSeries;
+use crate::input::queue::QueueDemand;
 use crate::input::sample::{JobPhase, JobSnapshot};
 use crate::time::{Timestamp, add_seconds, seconds};
 use crate::units::calendar::Calendar;
@@ -24,6 +25,8 @@ pub struct JobData {
     pub series: JobSeries,
     /// Its GPUs' history.
     pub gpu: GpuSeries,
+    /// The demand queued behind it in Kueue; `None` when unknown (not a Kueue job, or no Kueue read).
+    pub queue: Option<QueueDemand>,
     /// When the evaluator first saw the job; stands in for `running_since` when the job does not say.
     pub first_seen: Timestamp,
 }

@@ -45,6 +45,7 @@ pub(crate) mod gpu;
 mod json;
 pub(crate) mod merge;
 pub(crate) mod names;
+pub(crate) mod queue;
 mod rhoai;
 pub(crate) mod sample;
 pub(crate) mod stream;

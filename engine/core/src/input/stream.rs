@@ -6,7 +6,8 @@
 //!   before it, since a watch re-delivers objects with an old `trainerStatus` when anything else changes;
 //! * the compact form `{"time": RFC3339, "job": "ns/name", "trainerStatus": {...}}` or
 //!   `{"time": ..., "job": ..., "annotation": "<json>"}`, optionally with `"phase"` (Running, Suspended,
-//!   Complete, Failed), `"labels"`, `"gpus"`, `"gpu"` (the job's GPU readings, see [`crate::input::gpu`]), or
+//!   Complete, Failed), `"labels"`, `"gpus"`, `"gpu"` (the job's GPU readings, see [`crate::input::gpu`]), `"queue"` (the
+//!   demand queued behind it in Kueue, see [`crate::input::queue`]), or
 //!   `"deleted": true`. A compact line without progress is a heartbeat: time passes, nothing is reported —
 //!   which is exactly what a hung job looks like.
 //!
@@ -21,6 +22,7 @@ use std::collections::BTreeMap;
 use serde_json::Value;
 
 use crate::input::gpu::{self, GpuSample};
+use crate::input::queue::{self, QueueDemand};
 use crate::input::sample::{JobKey, JobPhase, JobSnapshot, ProgressSample};
 use crate::input::{self, NormalizeError};
 use crate::time::Timestamp;
@@ -68,6 +70,8 @@ pub struct Update {
     pub gpus: Option<f64>,
     /// GPU readings taken at `time`.
     pub gpu: Option<GpuSample>,
+    /// The demand queued behind the job in Kueue from `time` on.
+    pub queue: Option<QueueDemand>,
     pub deleted: bool,
 }
 
@@ -112,6 +116,7 @@ fn parse_compact_fast(line: &str) -> Option<StreamRecord> {
         labels: None,
         gpus: None,
         gpu: None,
+        queue: None,
         deleted: false,
     }))
 }
@@ -160,12 +165,21 @@ pub fn parse_line(
     for key in obj.keys() {
         if !matches!(
             key.as_str(),
-            "time" | "job" | "trainerStatus" | "annotation" | "phase" | "labels" | "gpus" | "gpu" | "deleted"
+            "time"
+                | "job"
+                | "trainerStatus"
+                | "annotation"
+                | "phase"
+                | "labels"
+                | "gpus"
+                | "gpu"
+                | "queue"
+                | "deleted"
         ) {
             return Err(err(
                 None,
                 format!(
-                    "unknown field {key:?} (expected time, job, trainerStatus, annotation, phase, labels, gpus, gpu, deleted)"
+                    "unknown field {key:?} (expected time, job, trainerStatus, annotation, phase, labels, gpus, gpu, queue, deleted)"
                 ),
             ));
         }
@@ -232,12 +246,16 @@ pub fn parse_line(
         None => None,
         Some(v) => Some(gpu::from_stream_value(v, time, "gpu").map_err(|e| err(None, e.to_string()))?),
     };
+    let queue = match obj.get("queue") {
+        None => None,
+        Some(v) => Some(queue::from_stream_value(v, "queue").map_err(|e| err(None, e.to_string()))?),
+    };
     let deleted = match obj.get("deleted") {
         None => false,
         Some(Value::Bool(b)) => *b,
         Some(other) => return Err(err(None, format!("deleted: expected true or false, got {other}"))),
     };
-    Ok(StreamRecord::Update(Update { time, job, sample, phase, labels, gpus, gpu, deleted }))
+    Ok(StreamRecord::Update(Update { time, job, sample, phase, labels, gpus, gpu, queue, deleted }))
 }
 
 /// Parses a whole stream. Every bad line is reported (up to 20), not just the first.
@@ -429,6 +447,22 @@ mod tests {
         )
         .unwrap_err();
         assert_eq!(e.to_string(), "s.jsonl:5: gpu[0].util: expected a number from 0 to 100, got \"97\"");
+    }
+
+    #[test]
+    fn queue_demand_rides_on_compact_lines() {
+        let line = r#"{"time":"2026-11-30T07:00:00Z","job":"a/b","queue":{"pending":2,"pendingGpus":16}}"#;
+        let StreamRecord::Update(u) = parse_line(line, "s", 4, None).unwrap() else { panic!() };
+        assert_eq!(u.queue, Some(QueueDemand { pending: 2, pending_gpus: 16.0 }));
+        assert!(u.sample.is_none(), "queue demand alone is no progress report");
+        let e = parse_line(
+            r#"{"time":"2026-11-30T07:00:00Z","job":"a/b","queue":{"pending":-2}}"#,
+            "s.jsonl",
+            5,
+            None,
+        )
+        .unwrap_err();
+        assert_eq!(e.to_string(), "s.jsonl:5: queue.pending: expected a whole number >= 0, got -2");
     }
 
     #[test]

@@ -310,6 +310,16 @@ pub const BUILTINS: &[Builtin] = &[
         },
     },
     Builtin {
+        signature: "queue_pending() -> float, queue_pending_gpus() -> float",
+        doc: "Who waits for the quota the job holds in Kueue: pending Workloads in its ClusterQueue and the other ClusterQueues of its cohort, and the GPUs they request. NaN when unknown (the job has no kueue.x-k8s.io/queue-name label, or Kueue is not read).",
+        example: "queue_pending() >= 1.0 && queue_pending_gpus() >= 8.0",
+        expected: "true",
+        register: |e| {
+            e.register_fn("queue_pending", host::queue_pending);
+            e.register_fn("queue_pending_gpus", host::queue_pending_gpus);
+        },
+    },
+    Builtin {
         signature: "gpu_idle(percent, duration) -> bool, gpu_idle_any(percent, duration) -> bool",
         doc: "The detector gpu_idle: every GPU (gpu_idle_any: at least one GPU in every reading) stayed below the utilization for the duration, readings continuous and current.",
         example: r#"gpu_idle_any(10.0, "3m") && !gpu_idle(10.0, "3m")"#,
@@ -470,5 +480,6 @@ pub(super) fn doc_fixture()
         gpu_hour_cost: Some(5.5),
         assume_gpus: None,
     };
-    (Box::new(JobData { snapshot, series, gpu, first_seen: t0 }), Arc::new(env), at(120))
+    let queue = Some(crate::input::queue::QueueDemand { pending: 3, pending_gpus: 16.0 });
+    (Box::new(JobData { snapshot, series, gpu, queue, first_seen: t0 }), Arc::new(env), at(120))
 }

@@ -118,6 +118,8 @@ pub(super) const HOST_SIGNATURES: &[Signature] = &[
     sig("gpu_util", &[], F),
     sig("gpu_util_min", &[], F),
     sig("gpu_power", &[], F),
+    sig("queue_pending", &[], F),
+    sig("queue_pending_gpus", &[], F),
     sig("gpu_idle", &[Percent, Span], Bool),
     sig("gpu_idle_any", &[Percent, Span], Bool),
     sig("hang", &[Window], Bool),
@@ -160,6 +162,14 @@ pub(super) const GPU_READERS: &[&str] =
 /// Whether a script may read the job's GPU readings: it calls a [`GPU_READERS`] function or a dynamic call.
 pub(super) fn reads_gpus(ast: &rhai::AST) -> bool {
     calls_any(ast, GPU_READERS)
+}
+
+/// Host functions that read the demand queued behind the job in Kueue.
+pub(super) const QUEUE_READERS: &[&str] = &["queue_pending", "queue_pending_gpus"];
+
+/// Whether a script may read the job's Kueue queue: it calls a [`QUEUE_READERS`] function or a dynamic call.
+pub(super) fn reads_queue(ast: &rhai::AST) -> bool {
+    calls_any(ast, QUEUE_READERS)
 }
 
 /// Whether a script may change its answer with time alone, without a sample or an announced wake: it calls

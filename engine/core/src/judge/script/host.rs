@@ -145,6 +145,14 @@ pub(super) fn gpu_power() -> HostResult<f64> {
     current_gpus(|s| s.mean_power)
 }
 
+pub(super) fn queue_pending() -> HostResult<f64> {
+    with_frame(|f| f.job.queue.map_or(f64::NAN, |q| f64::from(q.pending)))
+}
+
+pub(super) fn queue_pending_gpus() -> HostResult<f64> {
+    with_frame(|f| f.job.queue.map_or(f64::NAN, |q| q.pending_gpus))
+}
+
 pub(super) fn gpu_idle(threshold: f64, window: &str) -> HostResult<bool> {
     gpu_idle_of(threshold, window, detectors::GpuWhich::Every)
 }

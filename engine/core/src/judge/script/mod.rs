@@ -127,6 +127,8 @@ pub struct CompiledScript {
     reads_the_clock_in_rhai: bool,
     /// Whether it calls a GPU function (see `check::reads_gpus`).
     reads_gpus: bool,
+    /// Whether it calls a Kueue queue function (see `check::reads_queue`).
+    reads_queue: bool,
     /// The condition compiled to native code, when it has one of the shapes [`native`] knows.
     native: Option<Arc<native::Condition>>,
 }
@@ -142,6 +144,11 @@ impl CompiledScript {
     /// Whether it reads the job's GPU readings (`gpu_util()`, `hang()`, …).
     pub fn reads_gpus(&self) -> bool {
         self.reads_gpus
+    }
+
+    /// Whether it reads the demand queued behind the job in Kueue (`queue_pending()`, …).
+    pub fn reads_queue(&self) -> bool {
+        self.reads_queue
     }
 
     /// [`CompiledScript::reads_the_clock`] for an engine that runs compiled conditions natively or not
@@ -277,6 +284,7 @@ impl ScriptEngine {
             uses_annotations: source.contains("annotations"),
             reads_the_clock_in_rhai: check::reads_the_clock(&ast),
             reads_gpus: check::reads_gpus(&ast),
+            reads_queue: check::reads_queue(&ast),
             native,
             ast,
         })

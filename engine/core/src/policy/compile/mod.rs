@@ -135,6 +135,14 @@ impl CompiledPolicy {
         })
     }
 
+    /// Whether some `when` reads the demand queued in Kueue (`queue_pending()`, `queue_pending_gpus()`): the
+    /// controller reports on such policies whether it reads Kueue's queues.
+    pub fn reads_queue(&self) -> bool {
+        self.rules
+            .iter()
+            .any(|r| r.script.as_ref().is_some_and(crate::judge::script::CompiledScript::reads_queue))
+    }
+
     /// Whether `notify: {to: name}` reaches a receiver of this policy.
     pub fn has_receiver(&self, name: &str) -> bool {
         self.receivers.iter().any(|r| r.name == name)
