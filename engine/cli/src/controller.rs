@@ -54,6 +54,10 @@ pub(crate) struct ControllerArgs {
     /// Stop Kueue-managed TrainJobs by deactivating their Workload (Kueue owns spec.suspend).
     #[arg(long, default_value_t = true, action = clap::ArgAction::Set)]
     kueue: bool,
+    /// Watch Kueue's Workloads, LocalQueues and ClusterQueues, so that rules can read the demand queued
+    /// behind a job (queue_pending(), queue_pending_gpus()); needs list/watch on them.
+    #[arg(long, default_value_t = true, action = clap::ArgAction::Set)]
+    kueue_queues: bool,
     /// How often jobs without news are re-evaluated (exact timers fire regardless).
     #[arg(long, default_value = "30s", value_parser = parse_duration)]
     eval_interval: Duration,
@@ -246,6 +250,7 @@ pub(crate) fn run(args: ControllerArgs) -> ExitCode {
         api_timeout: args.api_timeout,
         identity,
         kueue: args.kueue,
+        kueue_queues: args.kueue_queues,
         notifications: args.notifications,
         notification_ca_pems,
         gpu_metrics: match &args.prometheus_url {

@@ -33,6 +33,9 @@ pub struct ControllerConfig {
     pub notification_ca_pems: Vec<Vec<u8>>,
     /// Deactivate the Kueue Workload of Kueue-managed TrainJobs instead of setting `spec.suspend`.
     pub kueue: bool,
+    /// Watch Kueue's Workloads, LocalQueues and ClusterQueues for `queue_pending()` and
+    /// `queue_pending_gpus()` ([`crate::kueue_queues`]); off, those read as unknown.
+    pub kueue_queues: bool,
     /// Re-evaluation cadence of jobs without news (exact timers fire independently of it).
     pub eval_interval: Duration,
     /// The least time between two status writes of one policy.
@@ -170,6 +173,7 @@ impl Default for ControllerConfig {
             notifications: true,
             notification_ca_pems: Vec::new(),
             kueue: true,
+            kueue_queues: true,
             eval_interval: Duration::from_secs(30),
             status_interval: Duration::from_secs(1),
             api_timeout: Duration::from_secs(10),

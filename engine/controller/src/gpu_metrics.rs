@@ -37,7 +37,7 @@ use tracing::{info, warn};
 use trainwarden_core::{GpuReading, GpuSample, JobKey, MAX_GPUS_PER_JOB, Timestamp};
 
 use crate::config::GpuMetricsConfig;
-use crate::messages::{GpuMetricsHealth, Input};
+use crate::messages::{SourceHealth, Input};
 use crate::metrics::{GpuQueryLabels, GpuQueryResult, Metrics};
 
 /// The pod label JobSet sets to the JobSet's name, which Trainer v2 sets to the TrainJob's.
@@ -369,7 +369,7 @@ pub async fn run(
         Ok(p) => p,
         Err(message) => {
             warn!(%message, "GPU metrics cannot be read");
-            let _ = inputs.send(Input::GpuMetrics(GpuMetricsHealth { healthy: false, message })).await;
+            let _ = inputs.send(Input::GpuMetrics(SourceHealth { healthy: false, message })).await;
             // Not a reason to stop the controller: progress rules go on without GPU readings.
             std::future::pending::<()>().await;
             return NAME;
@@ -404,7 +404,7 @@ pub async fn run(
         }
     }
     let mut failures: u32 = 0;
-    let mut last_health: Option<GpuMetricsHealth> = None;
+    let mut last_health: Option<SourceHealth> = None;
     loop {
         let at = Timestamp::now();
         let started = Instant::now();
@@ -432,7 +432,7 @@ pub async fn run(
                 if !found.jobs.is_empty() && inputs.send(Input::GpuReadings(found.jobs)).await.is_err() {
                     return NAME;
                 }
-                (GpuMetricsHealth { healthy: true, message }, config.interval)
+                (SourceHealth { healthy: true, message }, config.interval)
             }
             Err(message) => {
                 failures = failures.saturating_add(1);
@@ -441,7 +441,7 @@ pub async fn run(
                 let wait = backoff(config.interval, failures);
                 warn!(error = %message, failures, retry_in = ?wait, "GPU metrics query failed");
                 (
-                    GpuMetricsHealth {
+                    SourceHealth {
                         healthy: false,
                         message: format!(
                             "the GPU metrics query fails (GPU rules judge no new reading; progress rules are not affected): {message}"

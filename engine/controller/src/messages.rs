@@ -9,10 +9,11 @@
 //! A policy is named by one [`PolicyId`] (kind, namespace, name) everywhere.
 
 use std::collections::BTreeMap;
+use std::sync::Arc;
 
 use trainwarden_core::{
     ActionIntent, ActionKind, CompiledReceiver, Event, GpuSample, JobKey, JobPhase, JobSnapshot, Mode,
-    NormalizeError, PolicyDocument, PolicyId, PolicyKind, PolicyRef, Savings, Timestamp,
+    NormalizeError, PolicyDocument, PolicyId, PolicyKind, PolicyRef, QueueDemand, Savings, Timestamp,
 };
 use trainwarden_kube::ProgressPolicyStatus;
 use trainwarden_kube::crd::DocumentError;
@@ -47,7 +48,12 @@ pub enum Input {
     /// before any job is judged on it.
     GpuHistory(Vec<Vec<(JobKey, GpuSample)>>),
     /// Whether the GPU metrics can be read: sent at the first poll and whenever it changes.
-    GpuMetrics(GpuMetricsHealth),
+    GpuMetrics(SourceHealth),
+    /// The demand queued behind every known Kueue LocalQueue ([`crate::kueue_queues`]), whole, when it
+    /// changed: a Kueue-managed TrainJob's is its LocalQueue's, and unknown when its LocalQueue is not here.
+    QueueDemand(Arc<BTreeMap<LocalQueueRef, QueueDemand>>),
+    /// Whether Kueue's queues can be read: sent when it changes.
+    KueueQueues(SourceHealth),
     /// What the executor did with an action.
     Outcome(Box<Outcome>),
     /// The controller is stopping: on the leader, every job's checkpoint that changed since its last write
@@ -66,14 +72,32 @@ pub enum Input {
     },
 }
 
-/// Whether the latest Prometheus poll for the GPUs' metrics succeeded, for the `GpuMetrics` condition of the
-/// policies with GPU rules.
+/// Whether a source beside the watches can be read: the latest Prometheus poll for the GPUs' metrics (the
+/// `GpuMetrics` condition of the policies with GPU rules), Kueue's queues (`KueueQueues`, of the policies
+/// that read the queue).
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub struct GpuMetricsHealth {
-    /// The query succeeded.
+pub struct SourceHealth {
+    /// The source was read.
     pub healthy: bool,
     /// What was found, or why it failed (with the URL queried).
     pub message: String,
+}
+
+/// A Kueue LocalQueue: its namespace and name (a TrainJob's `kueue.x-k8s.io/queue-name` names one in the
+/// job's namespace).
+#[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct LocalQueueRef {
+    /// The namespace.
+    pub namespace: String,
+    /// The LocalQueue's name.
+    pub name: String,
+}
+
+impl LocalQueueRef {
+    /// The LocalQueue `name` in `namespace`.
+    pub fn new(namespace: impl Into<String>, name: impl Into<String>) -> Self {
+        LocalQueueRef { namespace: namespace.into(), name: name.into() }
+    }
 }
 
 /// A watched TrainJob, read.

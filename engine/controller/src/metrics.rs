@@ -60,6 +60,9 @@ pub enum ApiOperation {
     PatchPolicyStatus,
     /// `watch_trainjobs`: the TrainJob watch (only its errors are counted).
     WatchTrainjobs,
+    /// `watch_kueue`: discovering and watching Kueue's Workloads, LocalQueues and ClusterQueues (only its
+    /// errors are counted).
+    WatchKueue,
 }
 
 impl ApiOperation {
@@ -75,6 +78,7 @@ impl ApiOperation {
             ApiOperation::CreateEvent => "create_event",
             ApiOperation::PatchPolicyStatus => "patch_policy_status",
             ApiOperation::WatchTrainjobs => "watch_trainjobs",
+            ApiOperation::WatchKueue => "watch_kueue",
         }
     }
 }

@@ -33,6 +33,9 @@ pub const CONDITION_PROGRESS_UNDERSTOOD: &str = "ProgressUnderstood";
 /// the controller reads the GPUs' metrics (`False` with reason `NotConfigured` when it was started without
 /// `--prometheus-url`, so those rules can never fire, or `QueryFailing` while Prometheus does not answer).
 pub const CONDITION_GPU_METRICS: &str = "GpuMetrics";
+/// Condition type of policies whose rules read Kueue's queues (`queue_pending()`, `queue_pending_gpus()`):
+/// whether the controller reads them.
+pub const CONDITION_KUEUE_QUEUES: &str = "KueueQueues";
 
 /// What the controller last observed and did for a progress policy.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]

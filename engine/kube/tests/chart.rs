@@ -331,6 +331,7 @@ fn expected_cluster_grants(kueue: bool) -> BTreeSet<Grant> {
     expected.extend(grants("events.k8s.io", &["events"], &["create", "patch"]));
     if kueue {
         expected.extend(grants("kueue.x-k8s.io", &["workloads"], &["get", "list", "watch", "patch"]));
+        expected.extend(grants("kueue.x-k8s.io", &["localqueues", "clusterqueues"], &["list", "watch"]));
     }
     expected
 }

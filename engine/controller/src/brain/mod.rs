@@ -41,12 +41,12 @@ use tracing::{debug, info, warn};
 use trainwarden_core::compile;
 use trainwarden_core::{ActionSpec, PolicyId, PolicyKind};
 use trainwarden_core::{EngineConfig, Evaluator, Event, SnoozeChange, TransitionKind};
-use trainwarden_core::{JobKey, JobSnapshot, NormalizeError, SampleSource, Timestamp};
+use trainwarden_core::{JobKey, JobSnapshot, NormalizeError, QueueDemand, SampleSource, Timestamp};
 use trainwarden_kube::{ProgressPolicyStatus, VERDICT_ANNOTATION};
 
 use crate::config::ControllerConfig;
 use crate::messages::{
-    ActionResult, GpuMetricsHealth, HistorySave, Input, Outcome, PolicyInput, ReceiverChange, StatusUpdate,
+    ActionResult, HistorySave, Input, LocalQueueRef, Outcome, PolicyInput, ReceiverChange, SourceHealth, StatusUpdate,
     TrainJobEvent, VerdictSave, Work,
 };
 use crate::metrics::{
@@ -101,7 +101,13 @@ pub struct Brain {
     /// `--prometheus-url` was given: GPU readings will come.
     gpu_configured: bool,
     /// The GPU poll's latest health, once it reported.
-    gpu_health: Option<GpuMetricsHealth>,
+    gpu_health: Option<SourceHealth>,
+    /// `--kueue-queues`: Kueue's queues will be read.
+    queue_configured: bool,
+    /// The Kueue watch's latest health, once it reported.
+    queue_health: Option<SourceHealth>,
+    /// The demand behind every known LocalQueue, as last sent.
+    queues: Arc<BTreeMap<LocalQueueRef, QueueDemand>>,
 }
 
 impl Brain {
@@ -138,7 +144,35 @@ impl Brain {
             verdicts: VerdictBook::default(),
             gpu_configured: config.gpu_metrics.is_some(),
             gpu_health: None,
+            queue_configured: config.kueue_queues,
+            queue_health: None,
+            queues: Arc::default(),
         }
+    }
+
+    /// The demand behind a job's LocalQueue (`queue`, in the job's namespace); `None` when the job is not
+    /// Kueue's or its LocalQueue is not known.
+    fn queue_of(&self, queue: Option<&str>, job: &JobKey) -> Option<QueueDemand> {
+        self.queues.get(&LocalQueueRef::new(job.namespace.as_str(), queue?)).copied()
+    }
+
+    /// Every Kueue-managed job is given its LocalQueue's demand, and judged again where it changed.
+    fn judge_queues(&mut self, now: Timestamp) {
+        let started = Instant::now();
+        let queued: Vec<(JobKey, Option<QueueDemand>)> = self
+            .evaluator
+            .job_keys()
+            .filter_map(|key| {
+                let q = self.evaluator.job(key)?.snapshot.kueue_queue.as_deref()?;
+                Some((key.clone(), self.queue_of(Some(q), key)))
+            })
+            .collect();
+        for (key, demand) in queued {
+            if !self.exempt.contains(&key) {
+                self.evaluator.observe_queue(&key, demand, now, &mut self.events);
+            }
+        }
+        self.metrics.evaluation_seconds.observe(started.elapsed().as_secs_f64());
     }
 
     /// The evaluator, for reading its policies, jobs and timers.
@@ -229,7 +263,10 @@ impl Brain {
                             );
                             self.restore_history(&job.key, checkpoint.as_deref(), job.uid.as_deref(), now);
                             let started = Instant::now();
+                            let queue = self.queue_of(snapshot.kueue_queue.as_deref(), &job.key);
                             self.evaluator.observe(snapshot, now, &mut self.events);
+                            // A job whose queue (or queue label) changed is judged again with it.
+                            self.evaluator.observe_queue(&job.key, queue, now, &mut self.events);
                             self.expect_savings(&job.key);
                             self.metrics.evaluations.inc();
                             self.metrics.evaluation_seconds.observe(started.elapsed().as_secs_f64());
@@ -306,6 +343,19 @@ impl Brain {
                 }
             }
             Input::GpuMetrics(health) => self.gpu_health = Some(health),
+            Input::QueueDemand(queues) => {
+                self.queues = queues;
+                self.judge_queues(now);
+            }
+            Input::KueueQueues(health) => {
+                if !health.healthy && !self.queues.is_empty() {
+                    // What was known is no longer current: rules read the queue as unknown, not as the
+                    // demand of whenever the watch last worked.
+                    self.queues = Arc::default();
+                    self.judge_queues(now);
+                }
+                self.queue_health = Some(health);
+            }
             Input::Outcome(o) => self.record_outcome(*o, now),
             Input::FlushHistory(done) => self.flush_history(done, now),
             Input::HistorySaved { job, content, at, stored } => {
@@ -1068,7 +1118,7 @@ mod tests {
         let mut b = Brain::new(&config, Arc::new(Metrics::new()), None);
         b.handle(policy_input(rule, None), t(0));
         assert_eq!(gpu_condition(&mut b), Some(("False".into(), "NotReadYet".into())));
-        let health = |healthy| crate::messages::GpuMetricsHealth { healthy, message: "m".into() };
+        let health = |healthy| crate::messages::SourceHealth { healthy, message: "m".into() };
         b.handle(Input::GpuMetrics(health(false)), t(1));
         assert_eq!(gpu_condition(&mut b), Some(("False".into(), "QueryFailing".into())));
         b.handle(Input::GpuMetrics(health(true)), t(2));
@@ -1091,6 +1141,76 @@ mod tests {
             b.handle(Input::GpuReadings(vec![idle(at)]), t(at));
         }
         assert_eq!(actions(&mut b), ["suspend ml/ft"]);
+    }
+
+    /// Issue 17 part 2: a queue-aware rule fires when demand arrives behind the job's LocalQueue, not before;
+    /// a job of another LocalQueue, or not Kueue's, reads the queue as unknown; the policy's KueueQueues
+    /// condition says whether the queues are read, and a failing watch makes the demand unknown.
+    #[test]
+    fn queue_rules_fire_when_others_wait_behind_the_job_s_local_queue() {
+        use crate::messages::{LocalQueueRef, SourceHealth};
+        use trainwarden_core::QueueDemand;
+        let condition = |b: &mut Brain| {
+            b.status_of(&key(), t(30))
+                .conditions
+                .into_iter()
+                .find(|c| c.type_ == trainwarden_kube::status::CONDITION_KUEUE_QUEUES)
+                .map(|c| (c.status, c.reason))
+        };
+        let rule = "    - {name: waiting, when: 'queue_pending_gpus() >= 8.0', actions: [{suspend: {}}]}\n";
+        let mut b = brain();
+        b.handle(policy_input(rule, None), t(0));
+        assert_eq!(condition(&mut b), Some(("False".into(), "NotReadYet".into())));
+        let demand = |lq: &str, pending, pending_gpus| {
+            Input::QueueDemand(Arc::new(BTreeMap::from([(
+                LocalQueueRef::new("ml", lq),
+                QueueDemand { pending, pending_gpus },
+            )])))
+        };
+        let queued_job = |queue: Option<&str>, at| {
+            let Input::Job(mut job) = job_reporting(1.0, t(at)) else { unreachable!() };
+            if let Ok(s) = &mut job.snapshot {
+                s.kueue_queue = queue.map(str::to_string);
+            }
+            Input::Job(job)
+        };
+        b.handle(Input::KueueQueues(SourceHealth { healthy: true, message: "m".into() }), t(1));
+        assert_eq!(condition(&mut b), Some(("True".into(), "Reading".into())));
+        b.handle(demand("team", 1, 4.0), t(1));
+        b.handle(queued_job(Some("team"), 2), t(2));
+        let queue = |b: &Brain| b.evaluator().job(&JobKey::new("ml", "ft")).and_then(|j| j.queue);
+        assert_eq!(queue(&b), Some(QueueDemand { pending: 1, pending_gpus: 4.0 }));
+        assert!(actions(&mut b).is_empty(), "4 GPUs wait: not enough");
+        b.handle(demand("other", 3, 24.0), t(3));
+        assert_eq!(queue(&b), None, "its LocalQueue is no longer known");
+        assert!(actions(&mut b).is_empty(), "another queue's demand is not this job's");
+        b.handle(demand("team", 2, 12.0), t(4));
+        assert_eq!(actions(&mut b), ["suspend ml/ft"]);
+
+        // Not Kueue's: the queue is unknown whatever waits.
+        let mut b = brain();
+        b.handle(policy_input(rule, None), t(0));
+        b.handle(demand("team", 2, 12.0), t(1));
+        b.handle(queued_job(None, 2), t(2));
+        assert_eq!(queue(&b), None);
+        assert!(actions(&mut b).is_empty());
+        // A failing watch: what was known is dropped.
+        b.handle(queued_job(Some("team"), 3), t(3));
+        assert_eq!(queue(&b), Some(QueueDemand { pending: 2, pending_gpus: 12.0 }));
+        b.handle(Input::KueueQueues(SourceHealth { healthy: false, message: "forbidden".into() }), t(4));
+        assert_eq!(condition(&mut b), Some(("False".into(), "Unavailable".into())));
+        assert_eq!(queue(&b), None);
+
+        let config = ControllerConfig { kueue_queues: false, ..ControllerConfig::default() };
+        let mut b = Brain::new(&config, Arc::new(Metrics::new()), None);
+        b.handle(policy_input(rule, None), t(0));
+        assert_eq!(condition(&mut b), Some(("False".into(), "NotConfigured".into())));
+        let mut b = brain();
+        b.handle(
+            policy_input("    - {name: nan, uses: non_finite, with: {metric: loss}, actions: []}\n", None),
+            t(0),
+        );
+        assert_eq!(condition(&mut b), None, "no queue rule, no KueueQueues condition");
     }
 
     /// Issue 14: a misspelt key in a live TrainJob's progress is not a reason to stop judging the job, but

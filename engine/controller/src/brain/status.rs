@@ -8,7 +8,7 @@ use trainwarden_core::PolicyId;
 use trainwarden_core::RuleState;
 use trainwarden_core::{JobKey, Timestamp};
 use trainwarden_kube::status::{
-    CONDITION_FIRING, CONDITION_GPU_METRICS, CONDITION_PROGRESS_UNDERSTOOD, CONDITION_READY, MAX_RULE_STATES,
+    CONDITION_FIRING, CONDITION_GPU_METRICS, CONDITION_KUEUE_QUEUES, CONDITION_PROGRESS_UNDERSTOOD, CONDITION_READY, MAX_RULE_STATES,
 };
 use trainwarden_kube::{JobStatus, ProgressPolicyStatus};
 
@@ -196,11 +196,9 @@ impl Brain {
         }
         let firing = status.firing_rules.unwrap_or(0) > 0;
         let understood = self.unknown_progress_fields(book.reference.as_ref());
-        let reads_gpus = book
-            .reference
-            .as_ref()
-            .and_then(|r| self.evaluator.policies().find(|p| &p.reference == r))
-            .is_some_and(trainwarden_core::CompiledPolicy::reads_gpus);
+        let compiled = book.reference.as_ref().and_then(|r| self.evaluator.policies().find(|p| &p.reference == r));
+        let reads_gpus = compiled.is_some_and(trainwarden_core::CompiledPolicy::reads_gpus);
+        let reads_queue = compiled.is_some_and(trainwarden_core::CompiledPolicy::reads_queue);
         let mut conditions = vec![
             condition(&book.conditions, CONDITION_READY, ready.0, ready.1, &ready.2, book.generation, now),
             condition(
@@ -244,6 +242,26 @@ impl Brain {
             conditions.push(condition(
                 &book.conditions,
                 CONDITION_GPU_METRICS,
+                ok,
+                reason,
+                &message,
+                book.generation,
+                now,
+            ));
+        }
+        if reads_queue {
+            let (ok, reason, message) = match (&self.queue_health, self.queue_configured) {
+                (_, false) => (
+                    false,
+                    "NotConfigured",
+                    "the controller was started with --kueue-queues=false: queue_pending() and queue_pending_gpus() are unknown, and rules that compare them never fire".to_string(),
+                ),
+                (None, true) => (false, "NotReadYet", "Kueue's queues have not been listed yet".to_string()),
+                (Some(h), true) => (h.healthy, if h.healthy { "Reading" } else { "Unavailable" }, h.message.clone()),
+            };
+            conditions.push(condition(
+                &book.conditions,
+                CONDITION_KUEUE_QUEUES,
                 ok,
                 reason,
                 &message,
