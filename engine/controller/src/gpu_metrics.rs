@@ -37,7 +37,7 @@ use tracing::{info, warn};
 use trainwarden_core::{GpuReading, GpuSample, JobKey, MAX_GPUS_PER_JOB, Timestamp};
 
 use crate::config::GpuMetricsConfig;
-use crate::messages::{SourceHealth, Input};
+use crate::messages::{Input, SourceHealth};
 use crate::metrics::{GpuQueryLabels, GpuQueryResult, Metrics};
 
 /// The pod label JobSet sets to the JobSet's name, which Trainer v2 sets to the TrainJob's.

@@ -121,7 +121,9 @@ fn gpu_quantity(list: Option<&Value>) -> Option<f64> {
         };
         match n.filter(|n| n.is_finite() && *n >= 0.0) {
             Some(n) => *found.get_or_insert(0.0) += n,
-            None => warn!(resource = %name, quantity = %q, "a Workload's GPU quantity is not a number; not counted"),
+            None => {
+                warn!(resource = %name, quantity = %q, "a Workload's GPU quantity is not a number; not counted")
+            }
         }
     }
     found
@@ -246,7 +248,8 @@ impl QueueIndex {
         self.local_queues
             .iter()
             .map(|(lq, cq)| {
-                let d = pools.get(&pool(cq)).copied().unwrap_or(QueueDemand { pending: 0, pending_gpus: 0.0 });
+                let d =
+                    pools.get(&pool(cq)).copied().unwrap_or(QueueDemand { pending: 0, pending_gpus: 0.0 });
                 (lq.clone(), d)
             })
             .collect()
@@ -388,10 +391,15 @@ pub async fn run(
                             Some(m) => format!("; cohorts unknown, each ClusterQueue counted alone ({m})"),
                             None => String::new(),
                         };
+                        use trainwarden_core::plural;
+                        let n = |v: usize| u64::try_from(v).unwrap_or(u64::MAX);
                         SourceHealth {
                             healthy: true,
                             message: format!(
-                                "Kueue {version}: {pending} pending Workloads, {lqs} LocalQueues, {cqs} ClusterQueues{cohorts}"
+                                "Kueue {version}: {}, {}, {}{cohorts}",
+                                plural(n(pending), "pending Workload", "pending Workloads"),
+                                plural(n(lqs), "LocalQueue", "LocalQueues"),
+                                plural(n(cqs), "ClusterQueue", "ClusterQueues"),
                             ),
                         }
                     }
@@ -434,7 +442,14 @@ mod tests {
     }
 
     /// A Workload in `ns` queued in `queue`, `pods` pods of `gpus` GPUs each, with these condition types True.
-    fn workload(ns: &str, name: &str, queue: &str, pods: u32, gpus: &str, conditions: &[&str]) -> DynamicObject {
+    fn workload(
+        ns: &str,
+        name: &str,
+        queue: &str,
+        pods: u32,
+        gpus: &str,
+        conditions: &[&str],
+    ) -> DynamicObject {
         let conditions: Vec<Value> =
             conditions.iter().map(|t| json!({"type": t, "status": "True", "reason": "r"})).collect();
         object(

@@ -171,7 +171,8 @@ pub async fn run_with_listener(
         tasks.spawn(gpu_metrics::run(client, gpu, ns, tx, ready_rx.clone(), m));
     }
     if config.kueue_queues {
-        let (client, ns, tx, m) = (client.clone(), config.namespace.clone(), input_tx.clone(), metrics.clone());
+        let (client, ns, tx, m) =
+            (client.clone(), config.namespace.clone(), input_tx.clone(), metrics.clone());
         tasks.spawn(kueue_queues::run(client, ns, tx, m));
     }
     let notifier = if config.notifications {

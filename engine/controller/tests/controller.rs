@@ -247,6 +247,107 @@ async fn a_kueue_managed_job_is_stopped_by_deactivating_its_workload() {
     controller.stop().await;
 }
 
+/// Issue 17 part 2: a queue-aware rule leaves an idle Kueue job alone while nobody waits and stops it once
+/// GPUs are pending in a sibling ClusterQueue of its cohort; Workloads with quota, or in another cohort, do
+/// not count. Kueue's objects are written here as Kueue writes them (no Kueue runs on this plane).
+#[tokio::test]
+async fn a_queue_aware_rule_stops_a_kueue_job_only_once_others_wait_in_its_cohort() {
+    let ctx = setup!("controller_kueue_queues");
+    let (c, ns) = (&ctx.client, ctx.ns.as_str());
+    support::install_kueue_queue_crds(c).await;
+    let kueue = |kind: &str, plural: &str| {
+        kube::api::ApiResource::from_gvk_with_plural(
+            &kube::api::GroupVersionKind::gvk("kueue.x-k8s.io", "v1beta2", kind),
+            plural,
+        )
+    };
+    let create = |api: Api<DynamicObject>, body: serde_json::Value| async move {
+        let obj: DynamicObject = serde_json::from_value(body).unwrap();
+        api.create(&PostParams::default(), &obj).await.expect("create a Kueue object")
+    };
+    // ClusterQueues are cluster-scoped: named after this test's namespace.
+    let cqs = || Api::<DynamicObject>::all_with(c.clone(), &kueue("ClusterQueue", "clusterqueues"));
+    for (cq, cohort) in [("mine", "research"), ("sibling", "research"), ("elsewhere", "prod")] {
+        let cohort = format!("{ns}-{cohort}");
+        create(
+            cqs(),
+            json!({"apiVersion": "kueue.x-k8s.io/v1beta2", "kind": "ClusterQueue",
+            "metadata": {"name": format!("{ns}-{cq}")}, "spec": {"cohortName": cohort}}),
+        )
+        .await;
+    }
+    let lqs = || Api::<DynamicObject>::namespaced_with(c.clone(), ns, &kueue("LocalQueue", "localqueues"));
+    for (lq, cq) in [("team", "mine"), ("neighbours", "sibling"), ("prod", "elsewhere")] {
+        create(
+            lqs(),
+            json!({"apiVersion": "kueue.x-k8s.io/v1beta2", "kind": "LocalQueue",
+            "metadata": {"name": lq, "namespace": ns}, "spec": {"clusterQueue": format!("{ns}-{cq}")}}),
+        )
+        .await;
+    }
+    let rule = "    - {name: others-wait, when: 'queue_pending_gpus() >= 8.0', actions: [{suspend: {}}]}\n";
+    apply_policy(c, ns, &policy("reclaim", "Enforce", rule)).await;
+    let tj = create_trainjob(c, ns, "idle", &[("kueue.x-k8s.io/queue-name", "team")]).await;
+    let workloads = || Api::<DynamicObject>::namespaced_with(c.clone(), ns, &kueue("Workload", "workloads"));
+    let workload = |name: &str, queue: &str, pods: u32| {
+        json!({"apiVersion": "kueue.x-k8s.io/v1beta2", "kind": "Workload",
+            "metadata": {"name": name, "namespace": ns},
+            "spec": {"queueName": queue, "podSets": [{"name": "node", "count": pods, "template": {"spec": {
+                "containers": [{"name": "trainer", "image": "t", "resources": {"limits": {"nvidia.com/gpu": "4"}}}]}}}]}})
+    };
+    let admit = |name: String| async move {
+        let status = json!({"apiVersion": "kueue.x-k8s.io/v1beta2", "kind": "Workload", "status": {"conditions": [{
+            "type": "QuotaReserved", "status": "True", "reason": "QuotaReserved", "message": "admitted",
+            "lastTransitionTime": "2026-12-01T00:00:00Z"}]}});
+        workloads()
+            .patch_status(&name, &PatchParams::apply("kueue-admission").force(), &Patch::Apply(&status))
+            .await
+            .expect("reserve quota");
+    };
+    // The job's own Workload, admitted (it runs).
+    let mut own = workload("trainjob-idle-1a2b3", "team", 2);
+    own["metadata"]["ownerReferences"] = json!([{"apiVersion": "trainer.kubeflow.org/v1alpha1",
+        "kind": "TrainJob", "name": "idle", "uid": tj.uid().unwrap(), "controller": true}]);
+    create(workloads(), own).await;
+    admit("trainjob-idle-1a2b3".into()).await;
+    // Waiting, but in another cohort; and admitted in the sibling queue: nobody waits behind the job.
+    create(workloads(), workload("prod-waits", "prod", 4)).await;
+    create(workloads(), workload("sibling-runs", "neighbours", 4)).await;
+    admit("sibling-runs".into()).await;
+    let controller = start(c, config_for(ns));
+    report(c, ns, "idle", seconds_ago(1), "0.9", 10).await;
+    let reading = eventually("the KueueQueues condition", Duration::from_secs(15), || async {
+        let s = policy_status(c, ns, "reclaim").await;
+        s.conditions.into_iter().find(|c| c.type_ == "KueueQueues" && c.status == "True")
+    })
+    .await;
+    assert!(
+        reading.message.starts_with("Kueue v1beta2: 1 pending Workload, 3 LocalQueues, "),
+        "{}",
+        reading.message
+    );
+    let active = || async {
+        workloads().get("trainjob-idle-1a2b3").await.unwrap().data.pointer("/spec/active")
+            != Some(&json!(false))
+    };
+    tokio::time::sleep(Duration::from_secs(4)).await;
+    assert!(active().await, "nobody waits in the job's cohort: left alone");
+
+    // 2 pods × 4 GPUs queue in the sibling ClusterQueue of the same cohort.
+    create(workloads(), workload("neighbour-waits", "neighbours", 2)).await;
+    eventually("the Workload deactivated", Duration::from_secs(15), || async {
+        (!active().await).then_some(())
+    })
+    .await;
+    let e = eventually("the Event", Duration::from_secs(10), || async {
+        let e = events(c, ns, "idle").await;
+        (count(&e, "WorkloadDeactivated") == 1).then_some(e)
+    })
+    .await;
+    assert!(e.iter().any(|(_, note, _)| note.contains("others-wait")), "{e:?}");
+    controller.stop().await;
+}
+
 /// A policy with a Rhai syntax error is Ready=False with line:column; the other policies keep working.
 #[tokio::test]
 async fn a_rhai_syntax_error_marks_its_policy_not_ready_and_others_keep_working() {

@@ -337,6 +337,49 @@ pub async fn install_workload_crd(client: &Client) {
     wait_established(&api, "workloads.kueue.x-k8s.io").await;
 }
 
+/// Minimal Kueue LocalQueue and ClusterQueue CRDs beside the Workload's ([`install_workload_crd`]), serving
+/// `v1beta2` (stored) and `v1beta1` as Kueue 0.17 does, with the spec fields trainwarden reads
+/// (`spec.clusterQueue`; `spec.cohortName`, `v1beta1`'s `spec.cohort`). No Kueue runs here: a test writes
+/// Workloads and their conditions as Kueue would.
+pub async fn install_kueue_queue_crds(client: &Client) {
+    install_workload_crd(client).await;
+    let api: Api<CustomResourceDefinition> = Api::all(client.clone());
+    for (kind, plural, scope, spec) in [
+        ("LocalQueue", "localqueues", "Namespaced", json!({"clusterQueue": {"type": "string"}})),
+        (
+            "ClusterQueue",
+            "clusterqueues",
+            "Cluster",
+            json!({"cohortName": {"type": "string"}, "cohort": {"type": "string"}}),
+        ),
+    ] {
+        let schema = json!({"openAPIV3Schema": {"type": "object", "properties": {
+            "spec": {"type": "object", "x-kubernetes-preserve-unknown-fields": true, "properties": spec},
+            "status": {"type": "object", "x-kubernetes-preserve-unknown-fields": true}
+        }}});
+        let name = format!("{plural}.kueue.x-k8s.io");
+        let crd: CustomResourceDefinition = serde_json::from_value(json!({
+            "apiVersion": "apiextensions.k8s.io/v1",
+            "kind": "CustomResourceDefinition",
+            "metadata": {"name": name},
+            "spec": {
+                "group": "kueue.x-k8s.io",
+                "names": {"kind": kind, "plural": plural, "singular": kind.to_lowercase(), "listKind": format!("{kind}List")},
+                "scope": scope,
+                "versions": [
+                    {"name": "v1beta2", "served": true, "storage": true, "subresources": {"status": {}}, "schema": schema},
+                    {"name": "v1beta1", "served": true, "storage": false, "subresources": {"status": {}}, "schema": schema}
+                ]
+            }
+        }))
+        .unwrap();
+        api.patch(&name, &PatchParams::apply("trainwarden-tests").force(), &Patch::Apply(&crd))
+            .await
+            .unwrap_or_else(|e| panic!("install the {kind} CRD: {e}"));
+        wait_established(&api, &name).await;
+    }
+}
+
 /// One test's view: a client, a fresh namespace, the plane.
 pub struct Ctx {
     /// A client of this test's own (see the module doc).

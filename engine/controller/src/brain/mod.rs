@@ -46,8 +46,8 @@ use trainwarden_kube::{ProgressPolicyStatus, VERDICT_ANNOTATION};
 
 use crate::config::ControllerConfig;
 use crate::messages::{
-    ActionResult, HistorySave, Input, LocalQueueRef, Outcome, PolicyInput, ReceiverChange, SourceHealth, StatusUpdate,
-    TrainJobEvent, VerdictSave, Work,
+    ActionResult, HistorySave, Input, LocalQueueRef, Outcome, PolicyInput, ReceiverChange, SourceHealth,
+    StatusUpdate, TrainJobEvent, VerdictSave, Work,
 };
 use crate::metrics::{
     DroppedWork, HistoryResult, InvalidInput, LimitLabels, Metrics, ModeLabel, ModeLabels, ProgressSource,

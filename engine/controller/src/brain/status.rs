@@ -8,7 +8,8 @@ use trainwarden_core::PolicyId;
 use trainwarden_core::RuleState;
 use trainwarden_core::{JobKey, Timestamp};
 use trainwarden_kube::status::{
-    CONDITION_FIRING, CONDITION_GPU_METRICS, CONDITION_KUEUE_QUEUES, CONDITION_PROGRESS_UNDERSTOOD, CONDITION_READY, MAX_RULE_STATES,
+    CONDITION_FIRING, CONDITION_GPU_METRICS, CONDITION_KUEUE_QUEUES, CONDITION_PROGRESS_UNDERSTOOD,
+    CONDITION_READY, MAX_RULE_STATES,
 };
 use trainwarden_kube::{JobStatus, ProgressPolicyStatus};
 
@@ -196,7 +197,8 @@ impl Brain {
         }
         let firing = status.firing_rules.unwrap_or(0) > 0;
         let understood = self.unknown_progress_fields(book.reference.as_ref());
-        let compiled = book.reference.as_ref().and_then(|r| self.evaluator.policies().find(|p| &p.reference == r));
+        let compiled =
+            book.reference.as_ref().and_then(|r| self.evaluator.policies().find(|p| &p.reference == r));
         let reads_gpus = compiled.is_some_and(trainwarden_core::CompiledPolicy::reads_gpus);
         let reads_queue = compiled.is_some_and(trainwarden_core::CompiledPolicy::reads_queue);
         let mut conditions = vec![
