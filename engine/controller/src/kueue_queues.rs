@@ -122,7 +122,7 @@ fn gpu_quantity(list: Option<&Value>) -> Option<f64> {
         match n.filter(|n| n.is_finite() && *n >= 0.0) {
             Some(n) => *found.get_or_insert(0.0) += n,
             None => {
-                warn!(resource = %name, quantity = %q, "a Workload's GPU quantity is not a number; not counted")
+                warn!(resource = %name, quantity = %q, "a Workload's GPU quantity is not a number; not counted");
             }
         }
     }
