@@ -19,8 +19,9 @@
 //! nothing when it is not pending); a re-list replaces a kind's part of the index whole at `InitDone`, so an
 //! object deleted while the watch was down is gone from it. At most every [`SEND_EVERY`], when the demand
 //! changed, the demand per LocalQueue goes to the evaluation loop as one [`Input::QueueDemand`].
-//! With `--namespace`, Workloads and LocalQueues are read in that namespace only; ClusterQueues are
-//! cluster-scoped, and when they cannot be read the demand is the job's own ClusterQueue's (no cohort).
+//! With `--namespace`, Workloads and LocalQueues are read in that namespace only (demand elsewhere in the
+//! cohort is not seen); ClusterQueues are cluster-scoped, and when they were never listed the demand is the
+//! job's own ClusterQueue's (no cohort).
 //! Kueue not installed is reported in the `KueueQueues` condition of the policies that read the queue, and
 //! looked for again every [`DISCOVERY_RETRY`].
 
@@ -363,7 +364,7 @@ pub async fn run(
                 let Some((part, change)) = next else { return NAME };
                 match change {
                     Change::Apply(e) => { failing.remove(&part); index.apply(e) }
-                    Change::Delete(e) => index.delete(&e),
+                    Change::Delete(e) => { failing.remove(&part); index.delete(&e) }
                     Change::ListStarted => { listing.insert(part, Vec::new()); }
                     Change::Listed(e) => listing.entry(part).or_default().push(e),
                     Change::ListDone => {
@@ -410,7 +411,10 @@ pub async fn run(
                     }
                     last_health = Some(now_health);
                 }
-                if !ready {
+                if !ready || !last_health.as_ref().is_some_and(|h| h.healthy) {
+                    // The loop drops what it knew when told the watch fails: once healthy again, the
+                    // demand is sent whether or not it changed meanwhile.
+                    last_sent = None;
                     continue;
                 }
                 let demand = index.demand();
