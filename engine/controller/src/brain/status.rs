@@ -231,45 +231,40 @@ impl Brain {
                 now,
             ),
         ];
-        if reads_gpus {
-            let (ok, reason, message) = match (&self.gpu_health, self.gpu_configured) {
-                (_, false) => (
-                    false,
-                    "NotConfigured",
-                    "the controller was started without --prometheus-url: its GPU rules judge no GPU reading and never fire".to_string(),
-                ),
-                (None, true) => (false, "NotReadYet", "the GPU metrics have not been queried yet".to_string()),
-                (Some(h), true) => (h.healthy, if h.healthy { "Reading" } else { "QueryFailing" }, h.message.clone()),
-            };
-            conditions.push(condition(
-                &book.conditions,
+        let sources = [
+            (
+                reads_gpus,
                 CONDITION_GPU_METRICS,
-                ok,
-                reason,
-                &message,
-                book.generation,
-                now,
-            ));
-        }
-        if reads_queue {
-            let (ok, reason, message) = match (&self.queue_health, self.queue_configured) {
-                (_, false) => (
-                    false,
-                    "NotConfigured",
-                    "the controller was started with --kueue-queues=false: queue_pending() and queue_pending_gpus() are unknown, and rules that compare them never fire".to_string(),
-                ),
-                (None, true) => (false, "NotReadYet", "Kueue's queues have not been listed yet".to_string()),
-                (Some(h), true) => (h.healthy, if h.healthy { "Reading" } else { "Unavailable" }, h.message.clone()),
-            };
-            conditions.push(condition(
-                &book.conditions,
+                self.gpu_health.as_ref(),
+                self.gpu_configured,
+                "QueryFailing",
+                "the controller was started without --prometheus-url: its GPU rules judge no GPU reading and never fire",
+                "the GPU metrics have not been queried yet",
+            ),
+            (
+                reads_queue,
                 CONDITION_KUEUE_QUEUES,
-                ok,
-                reason,
-                &message,
-                book.generation,
-                now,
-            ));
+                self.queue_health.as_ref(),
+                self.queue_configured,
+                "Unavailable",
+                "the controller was started with --kueue-queues=false: queue_pending() and queue_pending_gpus() are unknown, and rules that compare them never fire",
+                "Kueue's queues have not been listed yet",
+            ),
+        ];
+        // A source beside the watches, only on the policies that read it: not configured, not read yet,
+        // failing (with its error) or reading.
+        for (reads, kind, health, configured, failing, not_configured, not_yet) in sources {
+            if !reads {
+                continue;
+            }
+            let (ok, reason, message) = match (health, configured) {
+                (_, false) => (false, "NotConfigured", not_configured),
+                (None, true) => (false, "NotReadYet", not_yet),
+                (Some(h), true) => {
+                    (h.healthy, if h.healthy { "Reading" } else { failing }, h.message.as_str())
+                }
+            };
+            conditions.push(condition(&book.conditions, kind, ok, reason, message, book.generation, now));
         }
         if let Some(book) = self.books.get_mut(key) {
             book.conditions = conditions.clone();
