@@ -40,10 +40,10 @@ mod test_rng;
 pub use drive::{backtest, replay, rule_test};
 pub use error::{FieldError, FieldErrors, MAX_ECHOED_TOKEN, Position, clip_tokens};
 pub use evaluate::{
-    ActionIntent, CHECKPOINT_VERSION, EngineConfig, Evaluator, Event, HistoryCheckpoint, HistoryRefused,
-    HistoryRestored, Limit, LimitKind, MAX_CHECKPOINT_BYTES, Reason, Resolution, RuleCounts, RuleMemory,
-    RuleState, SNOOZE_ANNOTATION, Savings, SavingsBasis, Snooze, SnoozeCap, SnoozeChange, SnoozeEnd,
-    TransitionKind,
+    ActionIntent, CHECKPOINT_VERSION, EngineConfig, Evaluator, Event, ExceptionEnd, HistoryCheckpoint,
+    HistoryRefused, HistoryRestored, Limit, LimitKind, MAX_CHECKPOINT_BYTES, Reason, Resolution, RuleCounts,
+    RuleMemory, RuleState, SNOOZE_ANNOTATION, Savings, SavingsBasis, Snooze, SnoozeCap, SnoozeChange,
+    SnoozeEnd, TransitionKind,
 };
 pub use history::gpu_series::{GPU_STALE_SECONDS, GpuSeries};
 pub use history::job::JobData;
@@ -61,6 +61,10 @@ pub use input::{
 pub use judge::detectors::{DETECTORS, DetectorInfo, ParamDoc};
 pub use judge::script::{BUILTINS, Limits, ScriptContext, ScriptEngine};
 pub use policy::compile::{CompiledPolicy, PolicyDocument, RESERVED_ANNOTATIONS, compile, parse_documents};
+pub use policy::exception::{
+    CompiledException, EXCEPTION_KIND, ExceptedPolicy, ExceptedTarget, ExceptionMatch, ExceptionRef,
+    ExceptionSpec, compile_exception, parse_exceptions,
+};
 pub use policy::positions::DocumentPositions;
 pub use policy::receiver::{
     CompiledReceiver, EmailChannel, SecretRef, SlackChannel, WebhookChannel, WebhookUrl,
@@ -69,9 +73,9 @@ pub use policy::template::{
     DEFAULT_TEXT, DEFAULT_TITLE, Field, FieldValues, Scope as TemplateScope, Template,
 };
 pub use policy::{
-    ActionKind, ActionSpec, AnnotateAction, ClusterPolicySpec, EventAction, EventType, GroupLabel,
-    LabelSelector, Mode, NAME_PATTERN, NotifyAction, PolicyId, PolicyKind, PolicyRef, PolicyScope,
-    PolicySpec, REASON_PATTERN, SmtpTls, SuspendAction,
+    ActionKind, ActionSpec, AnnotateAction, ClusterPolicySpec, EventAction, EventType, ExceptionsSpec,
+    GroupLabel, LabelSelector, Mode, NAME_PATTERN, NotifyAction, PolicyId, PolicyKind, PolicyRef,
+    PolicyScope, PolicySpec, REASON_PATTERN, SmtpTls, SuspendAction,
 };
 pub use time::{Timestamp, fmt_local, fmt_num, plural, plural_num};
 pub use units::duration::{DURATION_PATTERN, PolicyDuration};

@@ -12,7 +12,7 @@ use kube::{CustomResource, CustomResourceExt};
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 use trainwarden_core::PolicyDocument;
-use trainwarden_core::{ClusterPolicySpec, PolicyKind, PolicyRef, PolicyScope, PolicySpec};
+use trainwarden_core::{ClusterPolicySpec, ExceptionSpec, PolicyKind, PolicyRef, PolicyScope, PolicySpec};
 
 pub use crate::status::ProgressPolicyStatus;
 
@@ -162,6 +162,42 @@ fn unfold(text: &str) -> String {
         .join("\n\n")
 }
 
+// The spec of a `ProgressPolicyException`: exactly the core's `ExceptionSpec`. `//` for the same reason.
+#[derive(CustomResource, Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[kube(
+    group = "trainwarden.dev",
+    version = "v1alpha1",
+    kind = "ProgressPolicyException",
+    namespaced,
+    derive = "PartialEq",
+    shortname = "ppe",
+    category = "trainwarden",
+    doc = "A ProgressPolicyException holds, until it expires, the actions of some rules of some policies for \
+           the TrainJobs of its namespace that it matches (Kyverno's PolicyException shape). A \
+           ClusterProgressPolicy honours it only when its spec.exceptions.allowedNamespaces lists this \
+           namespace; a ProgressPolicy of this namespace always does.",
+    printcolumn(
+        name = "Expires",
+        type_ = "date",
+        json_path = ".spec.expires",
+        description = "When it stops applying"
+    ),
+    printcolumn(
+        name = "Reason",
+        type_ = "string",
+        json_path = ".spec.reason",
+        description = "Why",
+        priority = "1"
+    ),
+    printcolumn(name = "Age", type_ = "date", json_path = ".metadata.creationTimestamp")
+)]
+#[serde(transparent)]
+#[schemars(transform = kubernetes_friendly)]
+#[allow(missing_docs)] // as for ProgressPolicySpec: a doc comment would change the CRD's description
+pub struct ProgressPolicyExceptionSpec {
+    pub exception: ExceptionSpec,
+}
+
 impl From<PolicySpec> for ProgressPolicySpec {
     fn from(policy: PolicySpec) -> Self {
         ProgressPolicySpec { policy }
@@ -174,9 +210,9 @@ impl From<ClusterPolicySpec> for ClusterProgressPolicySpec {
     }
 }
 
-/// Both CRDs, namespaced first.
+/// The CRDs: the two policies, namespaced first, then the exception.
 pub fn crds() -> Vec<CustomResourceDefinition> {
-    vec![ProgressPolicy::crd(), ClusterProgressPolicy::crd()]
+    vec![ProgressPolicy::crd(), ClusterProgressPolicy::crd(), ProgressPolicyException::crd()]
 }
 
 /// A CRD as it is committed under `crds/`: `(file name, YAML)`, the file named after the CRD
@@ -258,7 +294,10 @@ impl PolicyResource for ClusterProgressPolicy {
         let (name, generation) = name_and_generation(&self.metadata, PolicyKind::Cluster)?;
         Ok(PolicyDocument {
             reference: PolicyRef { kind: PolicyKind::Cluster, namespace: None, name, generation },
-            scope: PolicyScope::Cluster { namespace_selector: self.spec.policy.namespace_selector.clone() },
+            scope: PolicyScope::Cluster {
+                namespace_selector: self.spec.policy.namespace_selector.clone(),
+                exception_namespaces: self.spec.policy.exceptions.allowed_namespaces.clone(),
+            },
             spec: self.spec.policy.policy.clone(),
             positions: None,
             reading_errors: Vec::new(),
@@ -454,7 +493,7 @@ mod tests {
         let doc = cpp.to_document().unwrap();
         assert_eq!(doc.reference.kind, PolicyKind::Cluster);
         assert_eq!(doc.reference.namespace, None);
-        let PolicyScope::Cluster { namespace_selector } = &doc.scope else { panic!("{:?}", doc.scope) };
+        let PolicyScope::Cluster { namespace_selector, .. } = &doc.scope else { panic!("{:?}", doc.scope) };
         assert_eq!(namespace_selector.match_labels.get("tier").map(String::as_str), Some("gpu"));
         assert_ne!(namespace_selector, &LabelSelector::default());
         let mut from_file = trainwarden_core::parse_documents(&yaml, "c.yaml").unwrap();

@@ -346,7 +346,7 @@ async fn cluster_policy_is_cluster_scoped_with_a_namespace_selector() {
     let doc = api.get(&name).await.unwrap().to_document().unwrap();
     assert_eq!(doc.reference.kind, PolicyKind::Cluster);
     assert_eq!(doc.reference.namespace, None);
-    let PolicyScope::Cluster { namespace_selector } = &doc.scope else { panic!("{:?}", doc.scope) };
+    let PolicyScope::Cluster { namespace_selector, .. } = &doc.scope else { panic!("{:?}", doc.scope) };
     assert_eq!(
         namespace_selector.match_labels.get("trainwarden.dev/test").map(String::as_str),
         Some("cluster-policy")
@@ -425,6 +425,7 @@ fn sample_status(generation: i64) -> ProgressPolicyStatus {
             held: None,
             deferred: vec![],
             snooze_held: false,
+            excepted_by: None,
         }],
     }
 }

@@ -262,6 +262,7 @@ mod tests {
             held: None,
             deferred: vec![],
             snooze_held: false,
+            excepted_by: None,
         }
     }
 

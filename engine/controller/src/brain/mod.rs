@@ -832,8 +832,13 @@ impl Brain {
                 Event::Suppressed { job, policy, rule, action, until, .. } => {
                     debug!(%job, %policy, rule, action = action.as_str(), %until, "suppressed by cooldown");
                 }
-                Event::Held { job, policy, rule, actions, until, mode, .. } => {
-                    info!(%job, %policy, rule, %until, "actions held: the job is snoozed");
+                Event::Held { job, policy, rule, actions, until, mode, exception, .. } => {
+                    match &exception {
+                        Some(e) => {
+                            info!(%job, %policy, rule, %until, exception = %e, "actions held by an exception")
+                        }
+                        None => info!(%job, %policy, rule, %until, "actions held: the job is snoozed"),
+                    }
                     self.work.push(Work::RecordEvent(Box::new(TrainJobEvent {
                         job,
                         warning: false,
@@ -843,7 +848,21 @@ impl Brain {
                             "{} {policy} rule {rule} firing [{}]: {}",
                             policy.kind,
                             mode.as_str(),
-                            trainwarden_core::replay::held_text(&actions, until)
+                            trainwarden_core::replay::held_text(&actions, until, exception.as_ref())
+                        ),
+                    })));
+                }
+                Event::ExceptionEnded { job, policy, rule, exception, why, released, .. } => {
+                    info!(%job, %policy, rule, exception = %exception, ?why, released, "an exception ended");
+                    self.work.push(Work::RecordEvent(Box::new(TrainJobEvent {
+                        job,
+                        warning: false,
+                        reason: "ExceptionEnded".into(),
+                        action: "Evaluate".into(),
+                        note: format!(
+                            "{} {policy} rule {rule}: {}",
+                            policy.kind,
+                            trainwarden_core::replay::exception_ended_text(&exception, why, released)
                         ),
                     })));
                 }
@@ -1398,6 +1417,7 @@ mod tests {
                 held: None,
                 deferred: vec![],
                 snooze_held: false,
+                excepted_by: None,
             }],
             ..Default::default()
         };
@@ -1661,6 +1681,7 @@ mod handover_tests {
                 held: None,
                 deferred: vec![],
                 snooze_held: false,
+                excepted_by: None,
             }],
             ..Default::default()
         };

@@ -315,10 +315,22 @@ pub fn event_json(event: &Event) -> serde_json::Value {
             "time": at.to_string(), "job": job.to_string(), "policy": policy.to_string(), "rule": rule,
             "state": "error", "action": null, "mode": null, "reason": {"summary": message},
         }),
-        Event::Held { at, job, policy, rule, actions, until, mode } => json!({
+        Event::Held { at, job, policy, rule, actions, until, mode, exception: None } => json!({
             "time": at.to_string(), "job": job.to_string(), "policy": policy.to_string(), "rule": rule,
             "state": "held", "action": null, "actions": actions, "mode": mode.as_str(), "snoozedUntil": until.to_string(),
-            "reason": {"summary": held_text(actions, *until)},
+            "reason": {"summary": held_text(actions, *until, None)},
+        }),
+        Event::Held { at, job, policy, rule, actions, until, mode, exception: Some(e) } => json!({
+            "time": at.to_string(), "job": job.to_string(), "policy": policy.to_string(), "rule": rule,
+            "state": "held", "action": null, "actions": actions, "mode": mode.as_str(), "exceptedUntil": until.to_string(),
+            "exception": e.to_string(),
+            "reason": {"summary": held_text(actions, *until, Some(e))},
+        }),
+        Event::ExceptionEnded { at, job, policy, rule, exception, why, released } => json!({
+            "time": at.to_string(), "job": job.to_string(), "policy": policy.to_string(), "rule": rule,
+            "state": "exceptionEnded", "action": null, "mode": null, "exception": exception.to_string(),
+            "why": why, "released": released,
+            "reason": {"summary": exception_ended_text(exception, *why, *released)},
         }),
         Event::Limited { at, job, policy, rule, actions, limit, retry, mode } => json!({
             "time": at.to_string(), "job": job.to_string(), "policy": policy.to_string(), "rule": rule,
@@ -432,11 +444,19 @@ pub fn render_event(e: &Event, tz: &jiff::tz::TimeZone) -> String {
         Event::RuleError { at, job, rule, message, .. } => {
             out += &format!("{}  {job}  {rule:<16} ERROR     {message}\n", local(*at, tz));
         }
-        Event::Held { at, job, rule, actions, until, .. } => {
+        Event::Held { at, job, rule, actions, until, exception, .. } => {
             out += &format!(
                 "{}  {job}  {rule:<16}           ✗ {}\n",
                 local(*at, tz),
-                held_text(actions, *until).replace(&until.to_string(), &local(*until, tz))
+                held_text(actions, *until, exception.as_ref())
+                    .replace(&until.to_string(), &local(*until, tz))
+            );
+        }
+        Event::ExceptionEnded { at, job, rule, exception, why, released, .. } => {
+            out += &format!(
+                "{}  {job}  {rule:<16} EXCEPTION {}\n",
+                local(*at, tz),
+                exception_ended_text(exception, *why, *released)
             );
         }
         Event::Limited { at, job, rule, actions, limit, retry, .. } => {
@@ -480,13 +500,34 @@ pub fn limited_text(
 }
 
 /// `suspend, notify held: snoozed until 2026-12-02T08:00:00Z by annotation trainwarden.dev/snooze-until`.
-pub fn held_text(actions: &[crate::policy::ActionKind], until: Timestamp) -> String {
+pub fn held_text(
+    actions: &[crate::policy::ActionKind],
+    until: Timestamp,
+    exception: Option<&crate::policy::exception::ExceptionRef>,
+) -> String {
     let names: Vec<&str> = actions.iter().map(|a| a.as_str()).collect();
-    format!(
-        "{} held: snoozed until {until} by annotation {}; done then if the rule still fires",
-        names.join(", "),
-        crate::evaluate::SNOOZE_ANNOTATION
-    )
+    match exception {
+        Some(e) => format!(
+            "{} held: excepted until {until} by ProgressPolicyException {e}; done then if the rule still fires",
+            names.join(", "),
+        ),
+        None => format!(
+            "{} held: snoozed until {until} by annotation {}; done then if the rule still fires",
+            names.join(", "),
+            crate::evaluate::SNOOZE_ANNOTATION
+        ),
+    }
+}
+
+/// `ProgressPolicyException ml/eval no longer holds the rule: it expired; the rule still fires, so it fires
+/// again now`.
+pub fn exception_ended_text(
+    exception: &crate::policy::exception::ExceptionRef,
+    why: crate::evaluate::ExceptionEnd,
+    released: bool,
+) -> String {
+    let then = if released { "the rule still fires, so it fires again now" } else { "nothing is released" };
+    format!("ProgressPolicyException {exception} no longer holds the rule: {}; {then}", why.text())
 }
 
 /// A snooze change for people, times in `tz`.

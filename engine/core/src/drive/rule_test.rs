@@ -528,7 +528,7 @@ fn not_selected(job: &JobKey, labels: &BTreeMap<String, String>, policies: &[Com
         .map(|p| {
             let scope = match &p.scope {
                 crate::policy::PolicyScope::Namespace(ns) => format!("namespace {ns}"),
-                crate::policy::PolicyScope::Cluster { namespace_selector }
+                crate::policy::PolicyScope::Cluster { namespace_selector, .. }
                     if namespace_selector.is_empty() =>
                 {
                     "every namespace".to_string()

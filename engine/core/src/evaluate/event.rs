@@ -221,8 +221,9 @@ pub enum Event {
         /// When the cooldown ends.
         until: Timestamp,
     },
-    /// A rule fired while its job is snoozed ([`super::SNOOZE_ANNOTATION`]): its actions are held, no intent
-    /// is issued. If the rule still fires when the snooze ends, it fires again then and acts.
+    /// A rule fired while its job is snoozed ([`super::SNOOZE_ANNOTATION`]) or excepted (a
+    /// ProgressPolicyException, `exception`): its actions are held, no intent is issued. If the rule still
+    /// fires when the snooze or the exception ends, it fires again then and acts.
     Held {
         /// When the rule fired.
         at: Timestamp,
@@ -234,10 +235,30 @@ pub enum Event {
         rule: String,
         /// The actions held, in the rule's order.
         actions: Vec<ActionKind>,
-        /// When the snooze ends.
+        /// When the snooze (or the exception) ends.
         until: Timestamp,
         /// The rule's mode.
         mode: Mode,
+        /// The exception that holds the actions (`None`: the owner's snooze).
+        exception: Option<crate::policy::exception::ExceptionRef>,
+    },
+    /// An exception that held a rule's firing no longer does: it expired, was deleted, or no longer
+    /// matches the job. If the rule still fires (and no snooze holds the job), it fires again now and acts.
+    ExceptionEnded {
+        /// When.
+        at: Timestamp,
+        /// The job.
+        job: JobKey,
+        /// The policy the rule belongs to.
+        policy: PolicyRef,
+        /// The rule's name.
+        rule: String,
+        /// The exception.
+        exception: crate::policy::exception::ExceptionRef,
+        /// Why it ended.
+        why: ExceptionEnd,
+        /// Whether the rule fired again now (its actions are issued).
+        released: bool,
     },
     /// A rule fired and a blast-radius limit ([`super::Limit`]) holds its actions back: no intent is
     /// issued now. Each evaluation of the job while the rule still fires asks again; when the limit allows,
@@ -312,6 +333,7 @@ impl Event {
             | Event::Limited { at, .. }
             | Event::Deferred { at, .. }
             | Event::Snooze { at, .. }
+            | Event::ExceptionEnded { at, .. }
             | Event::RuleError { at, .. } => *at,
             Event::Intent(i) => i.at,
         }
@@ -326,8 +348,32 @@ impl Event {
             | Event::Limited { job, .. }
             | Event::Deferred { job, .. }
             | Event::Snooze { job, .. }
+            | Event::ExceptionEnded { job, .. }
             | Event::RuleError { job, .. } => job,
             Event::Intent(i) => &i.job,
+        }
+    }
+}
+
+/// Why an exception stopped holding a rule's actions.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "camelCase")]
+pub enum ExceptionEnd {
+    /// Its `expires` came.
+    Expired,
+    /// It was deleted.
+    Removed,
+    /// It was changed, or the job's labels were, and it no longer applies to this rule of this job.
+    NoLongerApplies,
+}
+
+impl ExceptionEnd {
+    /// Why, as a clause for people.
+    pub fn text(self) -> &'static str {
+        match self {
+            ExceptionEnd::Expired => "it expired",
+            ExceptionEnd::Removed => "it was deleted",
+            ExceptionEnd::NoLongerApplies => "it no longer applies to this rule of this job",
         }
     }
 }

@@ -40,6 +40,13 @@ pub(super) fn condition(
     Ok((Some(Reason::from_findings(findings, rule.when.as_deref())), wake))
 }
 
+/// What holds a firing's actions: the owner's snooze, or an exception (`exception`), until `until`.
+#[derive(Clone, Debug, PartialEq)]
+pub(super) struct Pause {
+    pub(super) until: Timestamp,
+    pub(super) exception: Option<crate::policy::exception::ExceptionRef>,
+}
+
 /// One evaluation's verdict on a rule's state. `hold`: the job is snoozed until then, so a firing holds its
 /// actions (see [`super::snooze`]); `limit`: a blast-radius limit would hold a firing's actions (see
 /// [`super::limits`]).
@@ -53,7 +60,7 @@ pub(super) fn advance(
     cleared_by: Resolution,
     now: Timestamp,
     data: Option<&JobData>,
-    hold: Option<Timestamp>,
+    hold: Option<&Pause>,
     limit: Option<Hold>,
     out: &mut Vec<Event>,
 ) {
@@ -122,7 +129,7 @@ pub(super) fn fire(
     reason: Reason,
     now: Timestamp,
     data: Option<&JobData>,
-    hold: Option<Timestamp>,
+    hold: Option<&Pause>,
     limit: Option<Hold>,
     out: &mut Vec<Event>,
 ) {
@@ -138,8 +145,12 @@ pub(super) fn fire(
         reason: reason.clone(),
         mode: rule.mode,
     });
-    if let Some(until) = hold {
-        track.snooze_held = !rule.actions.is_empty();
+    if let Some(pause) = hold {
+        // What holds it is what releases it: the snooze's end (or cap), or the exception's.
+        match &pause.exception {
+            Some(e) => track.excepted = (!rule.actions.is_empty()).then(|| e.clone()),
+            None => track.snooze_held = !rule.actions.is_empty(),
+        }
         if !rule.actions.is_empty() {
             out.push(Event::Held {
                 at: now,
@@ -147,8 +158,9 @@ pub(super) fn fire(
                 policy: policy.reference.clone(),
                 rule: rule.name.clone(),
                 actions: rule.actions.iter().map(ActionSpec::kind).collect(),
-                until,
+                until: pause.until,
                 mode: rule.mode,
+                exception: pause.exception.clone(),
             });
         }
         return;
@@ -173,14 +185,14 @@ pub(super) fn release(
     rule: &CompiledRule,
     now: Timestamp,
     data: Option<&JobData>,
-    until: Timestamp,
+    snoozed_until: Option<Timestamp>,
     out: &mut Vec<Event>,
 ) {
     let Alert::Firing { cleared_at, .. } = track.alert else { return };
     track.alert = Alert::Firing { since: Some(now), cleared_at };
     track.firings += 1;
     let reason = track.last_reason.clone();
-    issue(track, key, policy, rule, &reason, now, data, Some(until), out);
+    issue(track, key, policy, rule, &reason, now, data, snoozed_until, out);
 }
 
 /// The intents of one firing, each action subject to its cooldown. A suspend or scale with a `grace` waits
@@ -202,6 +214,7 @@ pub(super) fn issue(
     track.last_issued.resize(rule.actions.len(), None);
     track.deferred = vec![None; rule.actions.len()];
     track.snooze_held = false;
+    track.excepted = None;
     let cooling = |track: &RuleTrack, i: usize| {
         // A cooldown past the representable range means "never again".
         track.last_issued[i]

@@ -56,6 +56,11 @@ pub struct RuleMemory {
     /// spec.snooze cap releases when it ends the snooze for that policy.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub snooze_held: bool,
+    /// Firing while this ProgressPolicyException (namespace/name) held its actions (nothing issued
+    /// since): what the exception's end releases.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(max = 317))]
+    pub excepted_by: Option<String>,
 }
 
 /// A stable (FNV-1a, 64-bit) hash of a rule's fingerprint, as [`RuleMemory::rule_hash`].
@@ -94,6 +99,13 @@ pub(super) fn claim_memories(
             .filter(|_| memory.state == RuleState::Firing)
             .map(|limit| Hold { limit, retry: None });
         track.snooze_held = memory.snooze_held && memory.state == RuleState::Firing;
+        track.excepted = (memory.excepted_by.as_deref())
+            .filter(|_| memory.state == RuleState::Firing)
+            .and_then(|e| e.split_once('/'))
+            .map(|(namespace, name)| crate::policy::exception::ExceptionRef {
+                namespace: namespace.to_string(),
+                name: name.to_string(),
+            });
         track.deferred = memory.deferred.clone();
         track.deferred.resize(policy.rules[r].actions.len(), None);
         track.last_issued = memory.last_issued;
@@ -136,6 +148,7 @@ impl Evaluator {
                         Vec::new()
                     },
                     snooze_held: track.snooze_held,
+                    excepted_by: track.excepted.as_ref().map(ToString::to_string),
                 });
             }
         }

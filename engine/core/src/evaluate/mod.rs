@@ -26,6 +26,7 @@
 
 mod checkpoint;
 mod event;
+mod exceptions;
 mod lifecycle;
 mod limits;
 mod memory;
@@ -36,8 +37,10 @@ mod timers;
 pub use checkpoint::{
     CHECKPOINT_VERSION, HistoryCheckpoint, HistoryRefused, HistoryRestored, MAX_CHECKPOINT_BYTES,
 };
-pub use event::{ActionIntent, Event, Reason, Resolution, RuleState, Savings, SavingsBasis, TransitionKind};
-use lifecycle::{Deferral, act_on_deferred, advance, condition, release, resolve_track};
+pub use event::{
+    ActionIntent, Event, ExceptionEnd, Reason, Resolution, RuleState, Savings, SavingsBasis, TransitionKind,
+};
+use lifecycle::{Deferral, Pause, act_on_deferred, advance, condition, release, resolve_track};
 pub use limits::{Limit, LimitKind};
 pub use memory::RuleMemory;
 use memory::claim_memories;
@@ -153,6 +156,9 @@ struct RuleTrack {
     /// It fired while a snooze held its policy and has issued nothing since: what a policy's snooze cap
     /// releases (kept across a restart in the rule's memory).
     snooze_held: bool,
+    /// It fired while this exception held its actions and has issued nothing since: the exception's end
+    /// releases it (see the `exceptions` module; kept across a restart in the rule's memory).
+    excepted: Option<crate::policy::exception::ExceptionRef>,
 }
 
 struct JobEntry {
@@ -230,6 +236,8 @@ pub struct Evaluator {
     restored: HashMap<(usize, JobKey), Vec<RuleMemory>>,
     /// What the blast-radius limits have counted (see the `limits` module).
     limits: limits::LimitBook,
+    /// ProgressPolicyExceptions (see the `exceptions` module).
+    exceptions: exceptions::ExceptionBook,
 }
 
 /// Counters for status and metrics.
@@ -262,6 +270,7 @@ impl Evaluator {
             free_ids: Vec::new(),
             restored: HashMap::new(),
             limits: limits::LimitBook::default(),
+            exceptions: exceptions::ExceptionBook::new(),
         }
     }
 
@@ -670,10 +679,36 @@ impl Evaluator {
             };
             entry.tracks_mut(p_index, policy.rules.len());
             claim_memories(&mut self.restored, entry, key, p_index, policy);
+            // The exception holding each rule now, if any (none allocated while there are no exceptions).
+            let excepted: Vec<Option<Pause>> = match entry.data.as_deref() {
+                Some(d) if !self.exceptions.is_empty() => (policy.rules.iter())
+                    .map(|r| exceptions::applying(&self.exceptions, policy, r, key, &d.snapshot.labels, now))
+                    .collect(),
+                _ => Vec::new(),
+            };
+            // Rules whose firing an exception held that no longer applies: released after the rules ran.
+            let mut unexcepted: Vec<(usize, crate::policy::exception::ExceptionRef)> = Vec::new();
+            for (r, track) in entry.tracks[p_index].iter_mut().enumerate() {
+                let Some(held_by) = &track.excepted else { continue };
+                let now_by = excepted.get(r).and_then(Option::as_ref).and_then(|p| p.exception.as_ref());
+                if now_by == Some(held_by) {
+                    continue;
+                }
+                match now_by {
+                    // Another exception holds it now.
+                    Some(other) => track.excepted = Some(other.clone()),
+                    None => unexcepted.extend(track.excepted.take().map(|e| (r, e))),
+                }
+            }
             // A suspended job teaches us nothing new: its rules keep their state (restored above after a
             // restart), so a job a person resumed on purpose is not suspended again the moment it restarts, only
             // after its rule resolves and re-fires.
             if phase == JobPhase::Suspended {
+                // Nothing is released into a suspended job; its frozen rules stay as they are.
+                for (r, held_by) in unexcepted {
+                    let why = exceptions::why_ended(&self.exceptions, &held_by, now);
+                    out.push(exception_ended(key, policy, r, held_by, why, false, now));
+                }
                 continue;
             }
             // Only policies with limits (or an engine-wide cap) pay for counting.
@@ -687,6 +722,13 @@ impl Evaluator {
                     Ok((None, None))
                 };
                 let track = &mut entry.tracks[p_index][r_index];
+                // An exception's hold, else the snooze's; with both, until the later end (the exception's
+                // end hands over to the snooze).
+                let pause = match (excepted.get(r_index).cloned().flatten(), hold) {
+                    (Some(e), h) => Some(Pause { until: h.map_or(e.until, |h| h.max(e.until)), ..e }),
+                    (None, Some(until)) => Some(Pause { until, exception: None }),
+                    (None, None) => None,
+                };
                 match verdict {
                     Ok((reason, wake)) => {
                         track.last_error = None;
@@ -694,7 +736,7 @@ impl Evaluator {
                         let firings = track.firings;
                         let counted = limits_apply && limits::limited(&rule.actions);
                         // The limit a firing now would meet (a snoozed job's firing is held anyway).
-                        let refusal = if counted && hold.is_none() {
+                        let refusal = if counted && pause.is_none() {
                             self.limits.refusal(
                                 p_index,
                                 policy,
@@ -714,7 +756,7 @@ impl Evaluator {
                             cleared_by,
                             now,
                             entry.data.as_deref(),
-                            hold,
+                            pause.as_ref(),
                             refusal,
                             out,
                         );
@@ -740,9 +782,10 @@ impl Evaluator {
                         }
                         // A grace that ended acts, unless the owner snoozed the job meanwhile (the snooze's
                         // end fires the rule again below, every action at once); a recovery drops it.
-                        let may_act = hold.is_none() && snooze.ended.is_none() && !capped_release;
+                        let may_act = pause.is_none() && snooze.ended.is_none() && !capped_release;
                         if track.alert.state() != RuleState::Firing {
                             track.snooze_held = false;
+                            track.excepted = None;
                         }
                         let data = entry.data.as_deref();
                         match act_on_deferred(track, key, policy, rule, now, data, may_act, out) {
@@ -765,6 +808,29 @@ impl Evaluator {
                     }
                 }
             }
+            if !unexcepted.is_empty() {
+                // Held firings whose exception ended: those still firing act now, unless they fired in this
+                // very evaluation, or the owner's snooze still holds the job (it takes the hold over).
+                let mut due = Vec::new();
+                for (r, held_by) in unexcepted {
+                    let why = exceptions::why_ended(&self.exceptions, &held_by, now);
+                    let Some(track) = entry.tracks[p_index].get_mut(r) else { continue };
+                    let firing = running
+                        && track.alert.state() == RuleState::Firing
+                        && !fired_now.contains(&(p_index, r))
+                        && track.excepted.is_none();
+                    if firing && hold.is_some() {
+                        track.snooze_held = true;
+                    }
+                    let released = firing && hold.is_none();
+                    if released {
+                        due.push((p_index, r));
+                    }
+                    out.push(exception_ended(key, policy, r, held_by, why, released, now));
+                }
+                let engine_cap = self.config.max_actions_per_hour;
+                release_firing(&self.policies, &mut self.limits, engine_cap, entry, key, due, None, now, out);
+            }
             if capped_now {
                 // This policy's cap ended the snooze for it: its rules still firing act now, once.
                 entry.snooze.released_policies.push(p_index);
@@ -777,7 +843,9 @@ impl Evaluator {
                 let due: Vec<(usize, usize)> = if running && capped_release {
                     (entry.tracks.get(p_index).into_iter().flatten().enumerate())
                         .filter(|(r, t)| {
-                            t.alert.state() == RuleState::Firing && !fired_now.contains(&(p_index, *r))
+                            t.alert.state() == RuleState::Firing
+                                && !fired_now.contains(&(p_index, *r))
+                                && t.excepted.is_none()
                         })
                         .map(|(r, _)| (p_index, r))
                         .collect()
@@ -802,7 +870,7 @@ impl Evaluator {
                     entry,
                     key,
                     due,
-                    until,
+                    Some(until),
                     now,
                     out,
                 );
@@ -816,7 +884,11 @@ impl Evaluator {
                 // Policies whose own cap released them already are not released again.
                 for &p in entry.selected_by.iter().filter(|p| !released_before.contains(p)) {
                     for (r, track) in entry.tracks.get(p).into_iter().flatten().enumerate() {
-                        if track.alert.state() == RuleState::Firing && !fired_now.contains(&(p, r)) {
+                        // One an exception holds stays held: the exception's end releases it.
+                        if track.alert.state() == RuleState::Firing
+                            && !fired_now.contains(&(p, r))
+                            && track.excepted.is_none()
+                        {
                             due.push((p, r));
                         }
                     }
@@ -828,7 +900,17 @@ impl Evaluator {
                 change: SnoozeChange::Ended { until, why, released: due.len() },
             });
             let engine_cap = self.config.max_actions_per_hour;
-            release_firing(&self.policies, &mut self.limits, engine_cap, entry, key, due, until, now, out);
+            release_firing(
+                &self.policies,
+                &mut self.limits,
+                engine_cap,
+                entry,
+                key,
+                due,
+                Some(until),
+                now,
+                out,
+            );
         }
         // Policies that no longer select the job (labels changed): their rules resolve.
         for p in 0..entry.tracks.len() {
@@ -966,6 +1048,27 @@ impl Evaluator {
     }
 }
 
+/// The report that the exception `held_by` no longer holds rule `r` of `policy` for `key`.
+fn exception_ended(
+    key: &JobKey,
+    policy: &CompiledPolicy,
+    r: usize,
+    held_by: crate::policy::exception::ExceptionRef,
+    why: ExceptionEnd,
+    released: bool,
+    now: Timestamp,
+) -> Event {
+    Event::ExceptionEnded {
+        at: now,
+        job: key.clone(),
+        policy: policy.reference.clone(),
+        rule: policy.rules.get(r).map(|x| x.name.clone()).unwrap_or_default(),
+        exception: held_by,
+        why,
+        released,
+    }
+}
+
 /// Fires again, now, the rules `due` (policy, rule) that were still firing when a snooze stopped holding
 /// them (`until`): each acts as a new firing, subject to the blast-radius limits.
 #[allow(clippy::too_many_arguments)]
@@ -976,7 +1079,7 @@ fn release_firing(
     entry: &mut JobEntry,
     key: &JobKey,
     due: Vec<(usize, usize)>,
-    until: Timestamp,
+    snoozed_until: Option<Timestamp>,
     now: Timestamp,
     out: &mut Vec<Event>,
 ) {
@@ -1000,14 +1103,16 @@ fn release_firing(
                 out.push(limits::held_event(now, key, &slot.policy, rule, h));
                 continue;
             }
-            release(track, key, &slot.policy, rule, now, entry.data.as_deref(), until, out);
+            release(track, key, &slot.policy, rule, now, entry.data.as_deref(), snoozed_until, out);
             limits::count_if_issued(limit_book, track, p, rule, key, now);
             continue;
         }
-        release(track, key, &slot.policy, rule, now, entry.data.as_deref(), until, out);
+        release(track, key, &slot.policy, rule, now, entry.data.as_deref(), snoozed_until, out);
     }
 }
 
+#[cfg(test)]
+mod exception_tests;
 #[cfg(test)]
 mod holds_tests;
 #[cfg(test)]

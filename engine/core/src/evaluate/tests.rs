@@ -88,6 +88,9 @@ impl World {
                 Event::Limited { at, rule, limit, .. } => (m(at), format!("{rule} limited: {limit}")),
                 Event::Deferred { at, rule, action, .. } => (m(at), format!("{rule} … {action}")),
                 Event::Snooze { at, change, .. } => (m(at), format!("snooze {change:?}")),
+                Event::ExceptionEnded { at, rule, why, .. } => {
+                    (m(at), format!("{rule} exception ended {why:?}"))
+                }
             })
             .collect()
     }
@@ -569,6 +572,7 @@ fn memories_of_unknown_rules_and_vanished_jobs_are_dropped() {
         held: None,
         deferred: vec![],
         snooze_held: false,
+        excepted_by: None,
     };
     w.ev.restore(
         &reference,

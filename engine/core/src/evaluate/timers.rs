@@ -102,6 +102,12 @@ impl Evaluator {
                 }
             }
         }
+        // An exception holding a firing ends on its second too.
+        for track in entry.tracks.iter().flatten() {
+            if let Some(e) = track.excepted.as_ref().and_then(|e| self.exceptions.get(e)) {
+                consider(Some(e.expires));
+            }
+        }
         if let Some(data) = entry.data.as_deref()
             && data.snapshot.phase == JobPhase::Running
         {

@@ -2,6 +2,7 @@
 //! and the notification side of a policy ([`receiver`]s and message [`template`]s).
 
 pub(crate) mod compile;
+pub(crate) mod exception;
 pub(crate) mod positions;
 pub(crate) mod receiver;
 pub(crate) mod schema;

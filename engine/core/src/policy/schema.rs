@@ -24,6 +24,17 @@ const CLUSTER_PROGRESS_POLICY_CRD: &str = include_str!(concat!(
     "/../../crds/clusterprogresspolicies.trainwarden.dev.yaml"
 ));
 
+const EXCEPTION_CRD: &str = include_str!(concat!(
+    env!("CARGO_MANIFEST_DIR"),
+    "/../../crds/progresspolicyexceptions.trainwarden.dev.yaml"
+));
+
+/// The `spec` schema of the `ProgressPolicyException` CRD.
+pub(crate) fn exception_spec_schema() -> &'static Value {
+    static SCHEMA: OnceLock<Value> = OnceLock::new();
+    SCHEMA.get_or_init(|| load(EXCEPTION_CRD))
+}
+
 /// The `spec` schema of a kind's CRD.
 pub(crate) fn spec_schema(kind: PolicyKind) -> &'static Value {
     static SCHEMAS: OnceLock<(Value, Value)> = OnceLock::new();

@@ -499,9 +499,30 @@ pub struct ClusterPolicySpec {
     /// Namespaces whose TrainJobs this policy applies to, by namespace labels. Empty selects every namespace.
     #[serde(default, skip_serializing_if = "LabelSelector::is_empty")]
     pub namespace_selector: LabelSelector,
+    /// Which namespaces' ProgressPolicyExceptions this policy honours. None by default: an exception is
+    /// written by a namespace's own people, so a cluster policy trusts only the namespaces listed here.
+    #[serde(default, skip_serializing_if = "ExceptionsSpec::is_empty")]
+    pub exceptions: ExceptionsSpec,
     /// The policy itself, its fields inlined.
     #[serde(flatten)]
     pub policy: PolicySpec,
+}
+
+/// `spec.exceptions` of a ClusterProgressPolicy: whose ProgressPolicyExceptions it honours.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ExceptionsSpec {
+    /// Namespaces whose ProgressPolicyExceptions may hold this policy's actions for their own TrainJobs.
+    /// Empty (the default): none may.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(max = 1000))]
+    pub allowed_namespaces: Vec<String>,
+}
+
+impl ExceptionsSpec {
+    fn is_empty(&self) -> bool {
+        self.allowed_namespaces.is_empty()
+    }
 }
 
 /// Where a policy applies.
@@ -513,6 +534,8 @@ pub enum PolicyScope {
     Cluster {
         /// `spec.namespaceSelector`; empty selects every namespace.
         namespace_selector: LabelSelector,
+        /// `spec.exceptions.allowedNamespaces`: namespaces whose exceptions it honours.
+        exception_namespaces: Vec<String>,
     },
 }
 

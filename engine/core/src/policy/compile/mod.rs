@@ -103,12 +103,23 @@ impl CompiledPolicy {
     ) -> bool {
         let in_scope = match &self.scope {
             PolicyScope::Namespace(ns) => ns == namespace,
-            PolicyScope::Cluster { namespace_selector } => {
+            PolicyScope::Cluster { namespace_selector, .. } => {
                 namespace_selector.is_empty()
                     || namespace_labels.is_some_and(|labels| namespace_selector.matches(labels))
             }
         };
         in_scope && self.selector.matches(job_labels)
+    }
+
+    /// Whether a ProgressPolicyException of `namespace` may hold this policy's actions: a ProgressPolicy's
+    /// own namespace may, a ClusterProgressPolicy's `spec.exceptions.allowedNamespaces` may (none by default).
+    pub fn honours_exceptions_from(&self, namespace: &str) -> bool {
+        match &self.scope {
+            PolicyScope::Namespace(ns) => ns == namespace,
+            PolicyScope::Cluster { exception_namespaces, .. } => {
+                exception_namespaces.iter().any(|n| n == namespace)
+            }
+        }
     }
 
     /// Whether some rule can change with time alone in a way no timer announces: a script that reads the
@@ -261,8 +272,16 @@ fn check_settings(doc: &PolicyDocument, errors: &mut Vec<FieldError>) -> PolicyD
         errors.push(FieldError::new("spec.snooze.maxPerJob", format!("must be from 0 to 1000, got {n}")));
     }
     validate_selector(errors, "spec.selector", &spec.selector);
-    if let PolicyScope::Cluster { namespace_selector } = &doc.scope {
+    if let PolicyScope::Cluster { namespace_selector, exception_namespaces } = &doc.scope {
         validate_selector(errors, "spec.namespaceSelector", namespace_selector);
+        for (i, ns) in exception_namespaces.iter().enumerate() {
+            if let Err(e) = dns_label(ns) {
+                errors.push(FieldError::new(
+                    format!("spec.exceptions.allowedNamespaces[{i}]"),
+                    format!("Invalid value: {ns:?}: {e} (a namespace name; no wildcards)"),
+                ));
+            }
+        }
     }
     if spec.rules.is_empty() {
         errors.push(FieldError::new("spec.rules", "a policy needs at least one rule"));
@@ -270,7 +289,7 @@ fn check_settings(doc: &PolicyDocument, errors: &mut Vec<FieldError>) -> PolicyD
     sampling_interval
 }
 
-fn validate_selector(errors: &mut Vec<FieldError>, path: &str, selector: &LabelSelector) {
+pub(crate) fn validate_selector(errors: &mut Vec<FieldError>, path: &str, selector: &LabelSelector) {
     use crate::policy::SelectorOperator::*;
     for (i, e) in selector.match_expressions.iter().enumerate() {
         let p = format!("{path}.matchExpressions[{i}].values");
@@ -297,7 +316,13 @@ pub fn parse_documents(text: &str, source: &str) -> Result<Vec<PolicyDocument>, 
     let mut docs = Vec::new();
     let mut errors = Vec::new();
     // Empty documents (`---` twice) are not documents; `positions` skips them the same way.
+    let mut exceptions = 0;
     for (i, value) in values.into_iter().filter(|v| !v.is_null()).enumerate() {
+        // Exceptions may share a file with policies: `parse_exceptions` reads them.
+        if super::exception::is_exception(&value) {
+            exceptions += 1;
+            continue;
+        }
         let prefix = if i == 0 { String::new() } else { format!("document[{i}].") };
         let at = positions.get(i).cloned().map(Arc::new);
         match parse_document(value) {
@@ -313,7 +338,7 @@ pub fn parse_documents(text: &str, source: &str) -> Result<Vec<PolicyDocument>, 
             }
         }
     }
-    if docs.is_empty() && errors.is_empty() {
+    if docs.is_empty() && errors.is_empty() && exceptions == 0 {
         errors.push(FieldError::new(
             "(file)",
             "no policy in this file: it is empty, or holds only comments and `---`",
@@ -438,8 +463,20 @@ pub(crate) fn parse_document(value: Value) -> Result<PolicyDocument, Vec<FieldEr
         let parsed: Option<ClusterPolicySpec> =
             deserialize_reporting_unknown(spec_value, "spec", &mut serde_errors);
         match parsed {
-            Some(c) => (PolicyScope::Cluster { namespace_selector: c.namespace_selector }, Some(c.policy)),
-            None => (PolicyScope::Cluster { namespace_selector: LabelSelector::default() }, None),
+            Some(c) => (
+                PolicyScope::Cluster {
+                    namespace_selector: c.namespace_selector,
+                    exception_namespaces: c.exceptions.allowed_namespaces,
+                },
+                Some(c.policy),
+            ),
+            None => (
+                PolicyScope::Cluster {
+                    namespace_selector: LabelSelector::default(),
+                    exception_namespaces: Vec::new(),
+                },
+                None,
+            ),
         }
     } else {
         let parsed: Option<PolicySpec> = deserialize_reporting_unknown(spec_value, "spec", &mut serde_errors);
@@ -470,7 +507,7 @@ pub(crate) fn parse_document(value: Value) -> Result<PolicyDocument, Vec<FieldEr
 }
 
 /// A Kubernetes object name (RFC 1123 subdomain): what the API server accepts as `metadata.name`.
-fn dns_subdomain(name: &str) -> Result<(), String> {
+pub(crate) fn dns_subdomain(name: &str) -> Result<(), String> {
     if name.len() > 253 {
         return Err(format!("must be no more than 253 characters, got {}", name.len()));
     }
@@ -491,7 +528,7 @@ fn dns_subdomain(name: &str) -> Result<(), String> {
 }
 
 /// A namespace name (RFC 1123 label).
-fn dns_label(name: &str) -> Result<(), String> {
+pub(crate) fn dns_label(name: &str) -> Result<(), String> {
     let bytes = name.as_bytes();
     let alnum = |b: &u8| b.is_ascii_lowercase() || b.is_ascii_digit();
     if name.is_empty() || name.len() > 63 {

@@ -1,0 +1,99 @@
+//! ProgressPolicyExceptions as the evaluator applies them (the object itself: `policy/exception.rs`).
+//!
+//! - A rule of a job is **excepted** at an evaluation when some exception in force names that rule of that
+//!   policy, matches the job, and the policy honours exceptions of the job's namespace
+//!   ([`CompiledPolicy::honours_exceptions_from`]). Of several, the one that lasts longest is reported.
+//! - An excepted rule is evaluated as ever; a firing holds its actions (one [`Event::Held`] naming the
+//!   exception) and the track remembers the exception ([`super::RuleTrack::excepted`]).
+//! - When that exception no longer applies — its `expires` came (one of the job's exact timers), it was
+//!   deleted, or it or the job's labels changed — one [`Event::ExceptionEnded`] says why, and a rule still
+//!   firing fires again now (new intent ids), as at the end of a snooze. A snooze still holding the job
+//!   takes the hold over instead.
+//! - Adding, changing or deleting an exception evaluates the jobs of its namespace at once, so a deletion
+//!   releases on that second, not at the job's next sample.
+
+use super::lifecycle::Pause;
+use super::{Evaluator, Event};
+use crate::input::sample::JobKey;
+use crate::policy::compile::{CompiledPolicy, CompiledRule};
+use crate::policy::exception::{CompiledException, ExceptionRef};
+use crate::time::Timestamp;
+use std::collections::BTreeMap;
+
+/// The exceptions an evaluator holds, by namespace and name.
+pub(super) type ExceptionBook = BTreeMap<ExceptionRef, CompiledException>;
+
+/// The exception in force that holds `rule` of `policy` for `job` at `now`, as a [`Pause`] until its end.
+pub(super) fn applying(
+    book: &ExceptionBook,
+    policy: &CompiledPolicy,
+    rule: &CompiledRule,
+    job: &JobKey,
+    labels: &BTreeMap<String, String>,
+    now: Timestamp,
+) -> Option<Pause> {
+    if book.is_empty() || !policy.honours_exceptions_from(&job.namespace) {
+        return None;
+    }
+    let from = ExceptionRef { namespace: job.namespace.clone(), name: String::new() };
+    book.range(from..)
+        .take_while(|(r, _)| r.namespace == job.namespace)
+        .map(|(_, e)| e)
+        .filter(|e| {
+            e.in_force(now) && e.names_rule(&policy.reference, &rule.name) && e.matches_job(job, labels)
+        })
+        .max_by_key(|e| e.expires)
+        .map(|e| Pause { until: e.expires, exception: Some(e.reference.clone()) })
+}
+
+impl Evaluator {
+    /// Adds or replaces (same namespace and name) an exception, and evaluates the jobs of its namespace.
+    pub fn upsert_exception(&mut self, exception: CompiledException, now: Timestamp, out: &mut Vec<Event>) {
+        let namespace = exception.reference.namespace.clone();
+        self.exceptions.insert(exception.reference.clone(), exception);
+        self.evaluate_namespace(&namespace, now, out);
+    }
+
+    /// Removes an exception (a no-op when unknown); rules it held that still fire act now.
+    pub fn remove_exception(&mut self, reference: &ExceptionRef, now: Timestamp, out: &mut Vec<Event>) {
+        if self.exceptions.remove(reference).is_some() {
+            self.evaluate_namespace(&reference.namespace, now, out);
+        }
+    }
+
+    /// The exceptions known, by namespace and name.
+    pub fn exceptions(&self) -> impl Iterator<Item = &CompiledException> {
+        self.exceptions.values()
+    }
+
+    /// The exception holding `rule` of `policy` for `job` as of the job's last evaluation.
+    pub fn excepted_by(
+        &self,
+        job: &JobKey,
+        policy: &crate::policy::PolicyRef,
+        rule: &str,
+    ) -> Option<&ExceptionRef> {
+        let p = self.find_policy(policy)?;
+        let slot = self.policies[p].as_ref()?;
+        let r = slot.policy.rules.iter().position(|x| x.name == rule)?;
+        self.jobs.get(job)?.tracks.get(p)?.get(r)?.excepted.as_ref()
+    }
+
+    fn evaluate_namespace(&mut self, namespace: &str, now: Timestamp, out: &mut Vec<Event>) {
+        let mut keys: Vec<JobKey> = self.jobs.keys().filter(|k| k.namespace == namespace).cloned().collect();
+        keys.sort();
+        for key in keys {
+            self.refresh_selection(&key);
+            self.evaluate_job(&key, now, out);
+        }
+    }
+}
+
+/// Why the exception that held a rule no longer applies at `now`.
+pub(super) fn why_ended(book: &ExceptionBook, held_by: &ExceptionRef, now: Timestamp) -> super::ExceptionEnd {
+    match book.get(held_by) {
+        None => super::ExceptionEnd::Removed,
+        Some(e) if !e.in_force(now) => super::ExceptionEnd::Expired,
+        Some(_) => super::ExceptionEnd::NoLongerApplies,
+    }
+}
