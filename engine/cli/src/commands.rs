@@ -48,6 +48,39 @@ pub(crate) fn load_policies(files: &[PathBuf], engine: &ScriptEngine) -> Result<
     Ok(compiled)
 }
 
+/// Reads every ProgressPolicyException in the files (which may also hold policies), each checked against
+/// the policies it will run with; all errors of all files are reported.
+pub(crate) fn load_exceptions(
+    files: &[PathBuf],
+    policies: &[CompiledPolicy],
+) -> Result<Vec<trainwarden_core::CompiledException>, String> {
+    let mut out = Vec::new();
+    let mut report = Vec::new();
+    for file in files {
+        let text = read(file)?;
+        let source = file.display().to_string();
+        match trainwarden_core::parse_exceptions(&text, &source) {
+            Ok(es) => {
+                for e in es {
+                    let refused = e.check_against(policies);
+                    if refused.is_empty() {
+                        out.push(e);
+                    } else {
+                        let errors = trainwarden_core::FieldErrors {
+                            document: format!("{source}: ProgressPolicyException {}", e.reference),
+                            file: Some(source.clone()),
+                            errors: refused,
+                        };
+                        report.push(errors.to_string());
+                    }
+                }
+            }
+            Err(e) => report.push(e.to_string()),
+        }
+    }
+    if report.is_empty() { Ok(out) } else { Err(format!("invalid exception\n{}", report.join("\n"))) }
+}
+
 struct Dir(PathBuf);
 
 impl FileSource for Dir {
@@ -146,8 +179,16 @@ pub(crate) fn test(paths: &[PathBuf]) -> Result<bool, String> {
             let result = match compiled
                 .map_err(|e| e.to_string())
                 .and_then(|p| Replay::check_unique(&p).map(|()| p))
-            {
-                Ok(policies) => rule_test::run_case(case, policies, config.clone(), &dir),
+                .and_then(|p| {
+                    let exceptions = rule_test::load_exceptions(&parsed, &dir, &p).map_err(|es| {
+                        let lines: Vec<String> = es.iter().map(|e| format!("  - {e}")).collect();
+                        format!("invalid exception\n{}", lines.join("\n"))
+                    })?;
+                    Ok((p, exceptions))
+                }) {
+                Ok((policies, exceptions)) => {
+                    rule_test::run_case(case, policies, &exceptions, config.clone(), &dir)
+                }
                 Err(e) => rule_test::CaseResult { name: case.name.clone(), failures: vec![e] },
             };
             if result.failures.is_empty() {
@@ -187,23 +228,57 @@ pub(crate) fn validate(paths: &[PathBuf]) -> Result<bool, String> {
     }
     let engine = ScriptEngine::default();
     let mut ok = true;
-    for file in files {
-        let text = read(&file)?;
+    let mut compiled = Vec::new();
+    for file in &files {
+        let text = read(file)?;
         let source = file.display().to_string();
         match trainwarden_core::parse_documents(&text, &source) {
             Ok(docs) => {
                 for doc in docs {
                     match trainwarden_core::compile(&doc, &engine) {
-                        Ok(p) => println!(
-                            "{source}: {} {} is valid ({})",
-                            p.reference.kind,
-                            p.reference,
-                            trainwarden_core::plural(p.rules.len() as u64, "rule", "rules")
-                        ),
+                        Ok(p) => {
+                            println!(
+                                "{source}: {} {} is valid ({})",
+                                p.reference.kind,
+                                p.reference,
+                                trainwarden_core::plural(p.rules.len() as u64, "rule", "rules")
+                            );
+                            compiled.push(p);
+                        }
                         Err(e) => {
                             ok = false;
                             println!("{source}: {e}");
                         }
+                    }
+                }
+            }
+            Err(e) => {
+                ok = false;
+                println!("{e}");
+            }
+        }
+    }
+    // Exceptions last: each is checked against every policy validated with it.
+    for file in &files {
+        let text = read(file)?;
+        let source = file.display().to_string();
+        match trainwarden_core::parse_exceptions(&text, &source) {
+            Ok(exceptions) => {
+                for e in exceptions {
+                    let refused = e.check_against(&compiled);
+                    if refused.is_empty() {
+                        println!(
+                            "{source}: ProgressPolicyException {} is valid (expires {})",
+                            e.reference, e.expires
+                        );
+                    } else {
+                        ok = false;
+                        let errors = trainwarden_core::FieldErrors {
+                            document: format!("{source}: ProgressPolicyException {}", e.reference),
+                            file: Some(source.clone()),
+                            errors: refused,
+                        };
+                        println!("{errors}");
                     }
                 }
             }

@@ -13,7 +13,7 @@ use trainwarden_notify::delivery::RetryPolicy;
 use trainwarden_notify::offline::{self, OfflineNotifications};
 use trainwarden_notify::{FileSecrets, JobProgress, LocalSecrets, SendConfig, Sender};
 
-use crate::commands::{config, load_policies};
+use crate::commands::{config, load_exceptions, load_policies};
 use crate::streams;
 
 /// The most evaluation rounds (stream span ÷ `--eval-interval`) a replay runs: a year at 5 s.
@@ -60,7 +60,9 @@ pub(crate) fn replay(args: &ReplayArgs<'_>) -> Result<bool, String> {
         return Err("--notify: no policy declares spec.receivers".into());
     }
     let mut rounds = RoundLimit { interval: config.eval_interval, until, first: None, last: None };
+    let exceptions = load_exceptions(args.policy_files, &policies)?;
     let mut replay = Replay::new(policies, config);
+    replay.add_exceptions(exceptions);
     let mut timeline = Timeline::new(args.json, tz.clone());
     let written = |e: io::Error| format!("writing output: {e}");
     let heading = "invalid stream (replayed up to the first bad line)";

@@ -327,3 +327,83 @@ fn replays_that_could_not_finish_are_refused_up_front() {
     );
     assert!(started.elapsed() < std::time::Duration::from_secs(20), "refused, not run");
 }
+
+/// A ProgressPolicyException of namespace `ns` for `policy_name` (rules `rules`), in a file with `policy`.
+fn with_exception(policy: &str, ns: &str, policy_name: &str, rules: &str) -> String {
+    format!(
+        "{policy}---\napiVersion: trainwarden.dev/v1alpha1\nkind: ProgressPolicyException\nmetadata: {{name: e, namespace: {ns}}}\n\
+spec:\n  exceptions:\n    - policyName: {policy_name}\n      ruleNames: [{rules}]\n  expires: \"2026-01-01T00:10:00Z\"\n"
+    )
+}
+
+#[test]
+fn exceptions_are_validated_against_the_policies_and_replay_holds_then_releases_at_expiry() {
+    let dir = temp_dir("exceptions");
+    let cluster = when(r#"metric("loss") > 1.0"#)
+        .replace("kind: ProgressPolicy", "kind: ClusterProgressPolicy")
+        .replace("  namespace: ml\n", "")
+        .replace("spec:\n", "spec:\n  exceptions: {allowedNamespaces: [team-eval]}\n");
+    let cases = [
+        (
+            "not-allowed",
+            with_exception(&cluster, "ml", "p", "r"),
+            "  - not-allowed.yaml:17:19: spec.exceptions[0].policyName: ClusterProgressPolicy p does not honour exceptions from namespace \"ml\": its spec.exceptions.allowedNamespaces must list it (the administrator's choice)",
+        ),
+        (
+            "no-such-rule",
+            with_exception(&when(r#"metric("loss") > 1.0"#), "ml", "ml/p", "r, typo"),
+            "  - no-such-rule.yaml:18:22: spec.exceptions[0].ruleNames[1]: ProgressPolicy ml/p has no rule \"typo\" (its rules: r)",
+        ),
+        (
+            "other-namespace",
+            with_exception(&when(r#"metric("loss") > 1.0"#), "ml", "prod/p", "r"),
+            "  - other-namespace.yaml:17:19: document[1].spec.exceptions[0].policyName: \"prod/p\" names a ProgressPolicy of namespace \"prod\": an exception reaches only the TrainJobs of its own namespace (\"ml\"), which only that namespace's ProgressPolicies and ClusterProgressPolicies judge; write ml/NAME, or the bare name of a ClusterProgressPolicy",
+        ),
+    ];
+    for (name, text, line) in cases {
+        let file = format!("{name}.yaml");
+        std::fs::write(dir.join(&file), text).unwrap();
+        let out = trainwarden_in(&dir, &["validate", &file]);
+        let stdout = String::from_utf8_lossy(&out.stdout);
+        assert_eq!(out.status.code(), Some(1), "{name}: {stdout}");
+        assert!(stdout.lines().any(|l| l == line), "{name}: expected\n{line}\nin\n{stdout}");
+        // replay refuses what validate refuses.
+        std::fs::write(dir.join("s.jsonl"), ONE_REPORT).unwrap();
+        let out = trainwarden_in(&dir, &["replay", "--policy", &file, "s.jsonl"]);
+        assert_eq!(out.status.code(), Some(2), "{name}: {}", String::from_utf8_lossy(&out.stderr));
+    }
+
+    // A valid one: the rule fires at 00:00 with its suspension held, and acts on 00:10:00, when the
+    // exception expires, with no report at that time.
+    let file = "ok.yaml";
+    std::fs::write(dir.join(file), with_exception(&when(r#"metric("loss") > 1.0"#), "ml", "ml/p", "r"))
+        .unwrap();
+    let out = trainwarden_in(&dir, &["validate", file]);
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{stdout}");
+    assert!(
+        stdout.contains("ok.yaml: ProgressPolicyException ml/e is valid (expires 2026-01-01T00:10:00Z)"),
+        "{stdout}"
+    );
+    let later = ONE_REPORT.replace("00:00:00Z", "00:20:00Z");
+    std::fs::write(dir.join("s.jsonl"), format!("{ONE_REPORT}{later}")).unwrap();
+    let out = trainwarden_in(&dir, &["replay", "--output", "json", "--policy", file, "s.jsonl"]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let events: Vec<serde_json::Value> = String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .filter(|e: &serde_json::Value| e.get("summary").is_none())
+        .collect();
+    let held = events.iter().find(|e| e["state"] == "held").expect("held");
+    assert_eq!(held["time"], "2026-01-01T00:00:00Z");
+    assert_eq!(held["exception"], "ml/e");
+    assert_eq!(held["exceptedUntil"], "2026-01-01T00:10:00Z");
+    let ended = events.iter().find(|e| e["state"] == "exceptionEnded").expect("ended");
+    assert_eq!(
+        (ended["time"].as_str(), ended["why"].as_str(), ended["released"].as_bool()),
+        (Some("2026-01-01T00:10:00Z"), Some("expired"), Some(true))
+    );
+    let suspends: Vec<&str> =
+        events.iter().filter(|e| e["action"] == "suspend").filter_map(|e| e["time"].as_str()).collect();
+    assert_eq!(suspends, ["2026-01-01T00:10:00Z"], "once, on the second it expired");
+}

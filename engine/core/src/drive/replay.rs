@@ -106,6 +106,14 @@ impl Replay {
         }
     }
 
+    /// Adds ProgressPolicyExceptions, in force from the start (before the first record).
+    pub fn add_exceptions(&mut self, exceptions: Vec<crate::CompiledException>) {
+        let start = self.clock.unwrap_or(Timestamp::UNIX_EPOCH);
+        for e in exceptions {
+            self.evaluator.upsert_exception(e, start, &mut self.events);
+        }
+    }
+
     /// The evaluator being driven, for rule states and job histories.
     pub fn evaluator(&self) -> &Evaluator {
         &self.evaluator

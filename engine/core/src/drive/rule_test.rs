@@ -89,6 +89,11 @@ pub struct TestCase {
     /// The exact list of intents issued over the whole run (omit to not check).
     #[serde(default)]
     pub expect_actions: Option<Vec<ActionExpectation>>,
+    /// ProgressPolicyExceptions in the job's namespace, in force from the start: `{name, policyName,
+    /// ruleNames, match, expires, reason}`, `expires` an offset from the start (`2h`) or an RFC 3339 time
+    /// (exceptions in the tested policy files apply to every case).
+    #[serde(default)]
+    pub exceptions: Vec<TestException>,
     /// Whether some tested policy selects the case's job (default true). A case whose job is selected by
     /// none would pass every "does not fire" expectation for the wrong reason, so that is a failure unless
     /// the case says it is the point (`expectSelected: false`).
@@ -138,6 +143,28 @@ fn default_ns() -> String {
 }
 fn default_name() -> String {
     "job".into()
+}
+
+/// A ProgressPolicyException of a case: one policy of `spec.exceptions`, written inline.
+#[derive(Clone, Debug, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct TestException {
+    /// `metadata.name` (default `exception`); the namespace is the case's job's.
+    #[serde(default)]
+    pub name: Option<String>,
+    /// The policy, as `spec.exceptions[].policyName` names it.
+    pub policy_name: String,
+    /// Its rules; empty: all.
+    #[serde(default)]
+    pub rule_names: Vec<String>,
+    /// `spec.match`, as in the CRD.
+    #[serde(default, rename = "match")]
+    pub match_: Option<serde_json::Value>,
+    /// When it stops applying: an offset from the case's start (`2h`) or an RFC 3339 time.
+    pub expires: String,
+    /// `spec.reason`.
+    #[serde(default)]
+    pub reason: Option<String>,
 }
 
 /// A change of the job's phase at one instant.
@@ -555,6 +582,7 @@ fn not_selected(job: &JobKey, labels: &BTreeMap<String, String>, policies: &[Com
 pub fn run_case(
     case: &TestCase,
     policies: Vec<CompiledPolicy>,
+    exceptions: &[crate::CompiledException],
     config: EngineConfig,
     files: &dyn FileSource,
 ) -> CaseResult {
@@ -616,11 +644,43 @@ pub fn run_case(
             failures.push(format!("expectSelected: false, but a tested policy selects job {default_job}"));
         }
     }
+    let mut in_force: Vec<crate::CompiledException> = exceptions.to_vec();
+    for (i, e) in case.exceptions.iter().enumerate() {
+        let expires = match parse_time_or_offset(&e.expires, start) {
+            Ok(t) => t,
+            Err(err) => {
+                failures.push(format!("exceptions[{i}].expires: {err}"));
+                continue;
+            }
+        };
+        let mut spec = serde_json::json!({
+            "exceptions": [{"policyName": e.policy_name, "ruleNames": e.rule_names}],
+            "expires": expires.to_string(),
+        });
+        if let Some(m) = &e.match_ {
+            spec["match"] = m.clone();
+        }
+        if let Some(r) = &e.reason {
+            spec["reason"] = serde_json::json!(r);
+        }
+        let name = e.name.as_deref().unwrap_or("exception");
+        match crate::compile_exception(&case.job.namespace, name, spec) {
+            Ok(c) => {
+                let refused = c.check_against(&policies);
+                if refused.is_empty() {
+                    in_force.push(c);
+                }
+                failures.extend(refused.into_iter().map(|x| format!("exceptions[{i}]: {x}")));
+            }
+            Err(es) => failures.extend(es.into_iter().map(|x| format!("exceptions[{i}]: {x}"))),
+        }
+    }
     if !failures.is_empty() {
         return CaseResult { name: case.name.clone(), failures };
     }
     checkpoints.sort();
     let mut replay = Replay::new(policies, config);
+    replay.add_exceptions(in_force);
     replay.set_namespace_labels(&case.job.namespace, case.job.namespace_labels.clone());
     let mut records = input.records.into_iter().peekable();
     for (t, i) in checkpoints {
@@ -727,6 +787,36 @@ pub fn run_case(
         }
     }
     CaseResult { name: case.name.clone(), failures }
+}
+
+/// The ProgressPolicyExceptions in the test file's policy files (each checked against `policies`).
+pub fn load_exceptions(
+    file: &TestFile,
+    files: &dyn FileSource,
+    policies: &[CompiledPolicy],
+) -> Result<Vec<crate::CompiledException>, Vec<FieldError>> {
+    let mut out = Vec::new();
+    let mut errors = Vec::new();
+    for path in &file.policies {
+        let Ok(text) = files.read(path) else { continue }; // load_policies reports it
+        match crate::parse_exceptions(&text, path) {
+            Ok(es) => {
+                for e in es {
+                    let refused = e.check_against(policies);
+                    errors.extend(refused.iter().map(|x| {
+                        FieldError::new(format!("{path}: {} {}", e.reference, x.path), x.message.clone())
+                    }));
+                    if refused.is_empty() {
+                        out.push(e);
+                    }
+                }
+            }
+            Err(e) => errors.extend(
+                e.errors.into_iter().map(|x| FieldError::new(format!("{path}: {}", x.path), x.message)),
+            ),
+        }
+    }
+    if errors.is_empty() { Ok(out) } else { Err(errors) }
 }
 
 /// Loads the policy documents a test file names. Errors are prefixed with the policy file.

@@ -345,7 +345,7 @@ fn plateau_window_20(series: &str, expect_actions: &str) -> Vec<String> {
         "policies: [p.yaml]\ntests:\n  - name: t\n    job: {{namespace: ml, name: ft}}\n    series:\n{series}\n    expectActions: {expect_actions}\n"
     ))
     .unwrap();
-    run_case(&file.tests[0], vec![compiled], config, &NoFiles).failures
+    run_case(&file.tests[0], vec![compiled], &[], config, &NoFiles).failures
 }
 
 /// Issue 14, item 2, end to end: `2.0-0.05x20 1.0x1000` with `window: 20` never fired, the flat 1.0 being

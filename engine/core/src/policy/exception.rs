@@ -140,6 +140,8 @@ pub struct CompiledException {
     pub expires: Timestamp,
     /// `spec.reason`.
     pub reason: Option<String>,
+    /// Where its fields are in the file it was read from (none for objects from the API).
+    pub positions: Option<std::sync::Arc<super::positions::DocumentPositions>>,
 }
 
 impl CompiledException {
@@ -187,6 +189,57 @@ impl CompiledException {
             rules.extend(t.rules.iter().cloned());
         }
         Some(rules)
+    }
+}
+
+impl CompiledException {
+    /// What would keep it from ever holding anything, against the policies it will run with (those it
+    /// names that are among them): a rule name the policy lacks, or a ClusterProgressPolicy that does not
+    /// honour exceptions of this namespace. A policy it names that is not among them is not an error (it
+    /// may be applied later); `replay`, `test` and `validate` refuse these, the controller reports them in
+    /// the policy's status.
+    pub fn check_against(&self, policies: &[crate::CompiledPolicy]) -> Vec<FieldError> {
+        let mut errors = Vec::new();
+        for (i, t) in self.targets.iter().enumerate() {
+            let Some(p) = policies.iter().find(|p| {
+                p.reference.kind == t.kind
+                    && p.reference.name == t.name
+                    && (t.kind == PolicyKind::Cluster
+                        || p.reference.namespace.as_deref() == Some(self.reference.namespace.as_str()))
+            }) else {
+                continue;
+            };
+            if !p.honours_exceptions_from(&self.reference.namespace) {
+                errors.push(FieldError::new(
+                    format!("spec.exceptions[{i}].policyName"),
+                    format!(
+                        "ClusterProgressPolicy {} does not honour exceptions from namespace {:?}: its \
+                         spec.exceptions.allowedNamespaces must list it (the administrator's choice)",
+                        t.name, self.reference.namespace
+                    ),
+                ));
+            }
+            for (j, r) in t.rules.iter().enumerate() {
+                if !p.rules.iter().any(|x| x.name == *r) {
+                    let names: Vec<&str> = p.rules.iter().map(|x| x.name.as_str()).collect();
+                    errors.push(FieldError::new(
+                        format!("spec.exceptions[{i}].ruleNames[{j}]"),
+                        format!(
+                            "{} {} has no rule {r:?} (its rules: {})",
+                            t.kind,
+                            p.reference,
+                            names.join(", ")
+                        ),
+                    ));
+                }
+            }
+        }
+        if let Some(at) = &self.positions {
+            for e in &mut errors {
+                e.position = at.of(&e.path, false);
+            }
+        }
+        errors
     }
 }
 
@@ -282,6 +335,7 @@ pub fn compile_exception(
             selector: spec.match_.selector,
             expires,
             reason: spec.reason,
+            positions: None,
         }),
         _ => Err(errors),
     }
@@ -336,7 +390,10 @@ pub fn parse_exceptions(text: &str, source: &str) -> Result<Vec<CompiledExceptio
         }
         let prefix = if i == 0 { String::new() } else { format!("document[{i}].") };
         match compile_exception_document(value) {
-            Ok(e) => out.push(e),
+            Ok(mut e) => {
+                e.positions = positions.get(i).cloned().map(std::sync::Arc::new);
+                out.push(e);
+            }
             Err(mut es) => {
                 if let Some(at) = positions.get(i) {
                     for e in &mut es {
