@@ -1,10 +1,10 @@
-//! `trainwarden crd`: print or write the ProgressPolicy / ClusterProgressPolicy CRDs generated from the code.
+//! `trainwarden crd`: print or write the ProgressPolicy, ClusterProgressPolicy and ProgressPolicyException CRDs generated from the code.
 
 use std::path::PathBuf;
 
 use trainwarden_kube::crd;
 
-/// Prints both CRDs as one multi-document YAML stream, or writes one file per CRD into each `write`
+/// Prints the CRDs as one multi-document YAML stream, or writes one file per CRD into each `write`
 /// directory (`<plural>.<group>.yaml`; the repository keeps `crds/` and the chart's copy) and names the files
 /// on stderr.
 pub(crate) fn crd(write: &[PathBuf]) -> Result<bool, String> {

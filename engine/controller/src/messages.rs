@@ -34,6 +34,12 @@ pub enum Input {
     PolicyGone(PolicyId),
     /// The initial list of one policy kind was delivered.
     PoliciesListed(PolicyKind),
+    /// A ProgressPolicyException appeared or changed.
+    Exception(Box<ExceptionInput>),
+    /// A ProgressPolicyException was deleted.
+    ExceptionGone(trainwarden_core::ExceptionRef),
+    /// The exceptions were listed (or cannot be: their CRD is not installed), so jobs may be judged.
+    ExceptionsListed,
     /// A namespace's labels (for ClusterProgressPolicy namespace selectors).
     Namespace {
         /// Name of the namespace whose labels these are.
@@ -137,6 +143,17 @@ pub struct VerdictSave {
     pub text: Option<String>,
     /// The TrainJob's uid, when known: the API server refuses the write if the object is another one by now.
     pub uid: Option<String>,
+}
+
+/// A watched ProgressPolicyException, read.
+#[derive(Debug)]
+pub struct ExceptionInput {
+    /// Its namespace and name.
+    pub key: trainwarden_core::ExceptionRef,
+    /// Its `spec.exceptions[].policyName`s as written (where an invalid one is reported).
+    pub policy_names: Vec<String>,
+    /// Compiled, or why it cannot be.
+    pub compiled: Result<trainwarden_core::CompiledException, String>,
 }
 
 /// A watched policy, read.

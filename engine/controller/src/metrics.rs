@@ -97,6 +97,8 @@ pub enum InvalidInput {
     TrainjobProgress,
     /// A policy that is not a valid document or does not compile.
     Policy,
+    /// A ProgressPolicyException that cannot be read.
+    Exception,
 }
 
 /// Labels of `trainwarden_invalid_inputs`.
@@ -431,6 +433,7 @@ label_value! {
     InvalidInput => |v| match v {
         InvalidInput::TrainjobProgress => "trainjob_progress",
         InvalidInput::Policy => "policy",
+        InvalidInput::Exception => "exception",
     };
     ProgressSource => |v| match v {
         ProgressSource::TrainerStatus => "trainer_status",
@@ -453,6 +456,7 @@ label_value! {
         WatchedKind::Trainjob => "trainjob",
         WatchedKind::Progresspolicy => "progresspolicy",
         WatchedKind::Clusterprogresspolicy => "clusterprogresspolicy",
+        WatchedKind::Progresspolicyexception => "progresspolicyexception",
     };
     HistoryResult => |v| match v {
         HistoryResult::Written => "written",
@@ -618,6 +622,8 @@ pub enum WatchedKind {
     Progresspolicy,
     /// `clusterprogresspolicy`.
     Clusterprogresspolicy,
+    /// `progresspolicyexception`.
+    Progresspolicyexception,
 }
 
 /// Which limit held a firing back, for `trainwarden_actions_limited`.

@@ -25,10 +25,14 @@ use trainwarden_core::JobKey;
 use trainwarden_core::{PolicyId, PolicyKind};
 use trainwarden_kube::crd::PolicyResource;
 use trainwarden_kube::trainjob::{to_snapshot, trainjob_api};
-use trainwarden_kube::{ClusterProgressPolicy, ProgressPolicy, ProgressPolicyStatus};
+use trainwarden_kube::{
+    ClusterProgressPolicy, ProgressPolicy, ProgressPolicyException, ProgressPolicyStatus,
+};
 
 use crate::config::ControllerConfig;
-use crate::messages::{Input, JobInput, JobObservation, Observation, PolicyInput, RecordedProgress};
+use crate::messages::{
+    ExceptionInput, Input, JobInput, JobObservation, Observation, PolicyInput, RecordedProgress,
+};
 use crate::metrics::{ApiOperation, Metrics, RecordDrop, WatchedKind, WatchedKindLabels};
 use crate::{EXEMPT_ANNOTATION, Error};
 
@@ -221,6 +225,84 @@ where
     }
 }
 
+/// Watches the ProgressPolicyExceptions until the loop's channel closes. The TrainJobs are judged only
+/// after the exceptions were listed (a rule must not act on a job an exception holds), so when their CRD
+/// is not installed (a chart upgrade does not install new CRDs) the list is reported done anyway, with a
+/// warning, and the watch keeps trying.
+async fn watch_exceptions(
+    api: Api<ProgressPolicyException>,
+    tx: mpsc::Sender<Input>,
+    metrics: Arc<Metrics>,
+) -> &'static str {
+    const NAME: &str = "ProgressPolicyException watch";
+    let mut stream = watcher(api, watcher::Config::default()).default_backoff().boxed();
+    let mut relist = Relist::default();
+    let mut listed = false;
+    let mut failing = false;
+    while let Some(event) = stream.next().await {
+        let input = match event {
+            Ok(watcher::Event::Apply(e) | watcher::Event::InitApply(e)) => {
+                let key = e.reference();
+                relist.seen(&key);
+                let policy_names =
+                    e.spec.exception.exceptions.iter().map(|p| p.policy_name.clone()).collect();
+                Input::Exception(Box::new(ExceptionInput { key, policy_names, compiled: e.compile() }))
+            }
+            Ok(watcher::Event::Delete(e)) => {
+                let key = e.reference();
+                relist.deleted(&key);
+                Input::ExceptionGone(key)
+            }
+            Ok(watcher::Event::InitDone) => {
+                failing = false;
+                let labels = WatchedKindLabels { kind: WatchedKind::Progresspolicyexception };
+                for gone in relist.done() {
+                    info!(exception = %gone, "exception deleted while the watch was down (found by the re-list)");
+                    metrics.relist_deletions.get_or_create(&labels).inc();
+                    if tx.send(Input::ExceptionGone(gone)).await.is_err() {
+                        return NAME;
+                    }
+                }
+                listed = true;
+                Input::ExceptionsListed
+            }
+            Ok(watcher::Event::Init) => {
+                relist.started();
+                continue;
+            }
+            Err(e) => {
+                let missing = matches!(
+                    &e,
+                    watcher::Error::InitialListFailed(kube::Error::Api(s)) if s.code == 404
+                );
+                if !failing {
+                    if missing {
+                        warn!(
+                            "the ProgressPolicyException CRD is not installed (kubectl apply -f \
+                             crds/progresspolicyexceptions.trainwarden.dev.yaml): no exception is honoured \
+                             until it is"
+                        );
+                    } else {
+                        warn!(error = %e, "watching ProgressPolicyExceptions");
+                    }
+                }
+                failing = true;
+                if missing && !listed {
+                    listed = true;
+                    if tx.send(Input::ExceptionsListed).await.is_err() {
+                        return NAME;
+                    }
+                }
+                continue;
+            }
+        };
+        if tx.send(input).await.is_err() {
+            break;
+        }
+    }
+    NAME
+}
+
 /// Starts the watches. The TrainJob watch waits for `policies_synced`, and hands what it sees to `recorder`
 /// too when recording is on.
 pub fn spawn_watchers(
@@ -249,6 +331,13 @@ pub fn spawn_watchers(
         let api: Api<ClusterProgressPolicy> = Api::all(client.clone());
         let tx = inputs.clone();
         tasks.spawn(watch_policies(api, PolicyKind::Cluster, |p| p.status.clone(), tx, metrics.clone()));
+    }
+    {
+        let api: Api<ProgressPolicyException> = match &ns {
+            Some(ns) => Api::namespaced(client.clone(), ns),
+            None => Api::all(client.clone()),
+        };
+        tasks.spawn(watch_exceptions(api, inputs.clone(), metrics.clone()));
     }
     {
         let tx = inputs.clone();

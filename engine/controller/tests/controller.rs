@@ -958,3 +958,88 @@ async fn a_policys_snooze_cap_ends_the_snooze_for_it() {
     assert_eq!(count(&events(c, ns, "snoozed").await, "Suspended"), 1, "suspended once");
     controller.stop().await;
 }
+
+/// A ProgressPolicyException written by the team: the firing rule's suspension of the job it names is
+/// held (an ActionsHeld Event naming it, the policy status listing it as Active and holding the job) while
+/// another job of the namespace is suspended at once; on the second it expires the held job is suspended,
+/// once, by the timer (no report comes then). A mid-firing expiry on the real API server.
+#[tokio::test]
+async fn an_exception_holds_a_suspension_until_the_second_it_expires() {
+    let ctx = setup!("controller_exception");
+    let (c, ns) = (&ctx.client, ctx.ns.as_str());
+    let rule = "    - {name: high, when: 'metric(\"loss\") > 1.0', actions: [{suspend: {}}]}\n";
+    apply_policy(c, ns, &policy("exc", "Enforce", rule)).await;
+    create_trainjob(c, ns, "eval-pass", &[]).await;
+    create_trainjob(c, ns, "other", &[]).await;
+    let end = Timestamp::from_second(Timestamp::now().as_second() + 14).unwrap();
+    let exception: trainwarden_kube::ProgressPolicyException = serde_json::from_value(json!({
+        "apiVersion": "trainwarden.dev/v1alpha1",
+        "kind": "ProgressPolicyException",
+        "metadata": {"name": "eval-on-cpu", "namespace": ns},
+        "spec": {
+            "exceptions": [{"policyName": format!("{ns}/exc"), "ruleNames": ["high"]}],
+            "match": {"names": ["eval-pass"]},
+            "expires": end.strftime("%Y-%m-%dT%H:%M:%SZ").to_string(),
+            "reason": "evaluation on CPU",
+        },
+    }))
+    .expect("an exception object");
+    Api::<trainwarden_kube::ProgressPolicyException>::namespaced(c.clone(), ns)
+        .create(&PostParams::default(), &exception)
+        .await
+        .expect("the API server accepts the exception");
+    let controller = start(c, config_for(ns));
+    wait_until_watching(c, ns, "exc", 2).await;
+
+    report(c, ns, "eval-pass", seconds_ago(0), "2.0", 10).await;
+    report(c, ns, "other", seconds_ago(0), "2.0", 10).await;
+    let e = events_once_there(c, ns, "eval-pass", "ActionsHeld", 1).await;
+    let exception_name = format!("{ns}/eval-on-cpu");
+    assert!(
+        e.iter().any(|(r, note, _)| r == "ActionsHeld"
+            && note.contains(&format!(
+                "suspend held: excepted until {end} by ProgressPolicyException {exception_name}"
+            ))),
+        "{e:?}"
+    );
+    eventually("the other job suspended at once", Duration::from_secs(10), || async {
+        suspended(&job(c, ns, "other").await).then_some(())
+    })
+    .await;
+    let status =
+        eventually("the exception in the status, holding the job", Duration::from_secs(10), || async {
+            let s = policy_status(c, ns, "exc").await;
+            s.exceptions.first().is_some_and(|x| x.holding == [format!("{ns}/eval-pass")]).then_some(s)
+        })
+        .await;
+    let listed = &status.exceptions[0];
+    assert_eq!((listed.name.as_str(), listed.state.as_str()), (exception_name.as_str(), "Active"));
+    assert_eq!(listed.expires.as_ref().map(|t| t.0), Some(end));
+    assert!(Timestamp::now() < end, "the test was too slow to look before the exception expired");
+    assert!(!suspended(&job(c, ns, "eval-pass").await), "suspended while excepted");
+
+    // The expiry: suspended by the timer, on its second, once.
+    let j = eventually("the suspension at the exception's expiry", Duration::from_secs(25), || async {
+        let j = job(c, ns, "eval-pass").await;
+        suspended(&j).then_some(j)
+    })
+    .await;
+    let lateness = action_time(&j).expect("last-action time").duration_since(end).as_secs_f64();
+    assert!((0.0..=1.0).contains(&lateness), "acted {lateness:.3}s after the exception expired");
+    let e = events_once_there(c, ns, "eval-pass", "ExceptionEnded", 1).await;
+    assert!(
+        e.iter().any(|(r, note, _)| r == "ExceptionEnded"
+            && note.contains(&format!("ProgressPolicyException {exception_name} no longer holds the rule: it expired; the rule still fires, so it fires again now"))),
+        "{e:?}"
+    );
+    events_once_there(c, ns, "eval-pass", "Suspended", 1).await;
+    tokio::time::sleep(SETTLE).await;
+    assert_eq!(count(&events(c, ns, "eval-pass").await, "Suspended"), 1, "suspended once");
+    assert_eq!(count(&events(c, ns, "other").await, "Suspended"), 1, "the other once");
+    eventually("the exception listed as Expired", Duration::from_secs(10), || async {
+        let s = policy_status(c, ns, "exc").await;
+        s.exceptions.first().is_some_and(|x| x.state == "Expired" && x.holding.is_empty()).then_some(())
+    })
+    .await;
+    controller.stop().await;
+}

@@ -198,6 +198,25 @@ pub struct ProgressPolicyExceptionSpec {
     pub exception: ExceptionSpec,
 }
 
+impl ProgressPolicyException {
+    /// The exception ready to apply, or every reason it cannot be (field paths, one per line).
+    pub fn compile(&self) -> Result<trainwarden_core::CompiledException, String> {
+        let namespace = self.metadata.namespace.clone().unwrap_or_default();
+        let name = self.metadata.name.clone().unwrap_or_default();
+        let spec = serde_json::to_value(&self.spec.exception).map_err(|e| format!("spec: {e}"))?;
+        trainwarden_core::compile_exception(&namespace, &name, spec)
+            .map_err(|errors| errors.iter().map(ToString::to_string).collect::<Vec<_>>().join("; "))
+    }
+
+    /// Its namespace and name.
+    pub fn reference(&self) -> trainwarden_core::ExceptionRef {
+        trainwarden_core::ExceptionRef {
+            namespace: self.metadata.namespace.clone().unwrap_or_default(),
+            name: self.metadata.name.clone().unwrap_or_default(),
+        }
+    }
+}
+
 impl From<PolicySpec> for ProgressPolicySpec {
     fn from(policy: PolicySpec) -> Self {
         ProgressPolicySpec { policy }
@@ -227,7 +246,7 @@ pub fn crd_yaml(crd: &CustomResourceDefinition) -> Result<String, serde_saphyr::
     Ok(format!("{GENERATED_HEADER}{}", serde_saphyr::to_string(crd)?))
 }
 
-/// Both CRDs as one multi-document YAML stream.
+/// The CRDs as one multi-document YAML stream.
 pub fn crds_yaml() -> Result<String, serde_saphyr::ser::Error> {
     let docs = crds().iter().map(crd_yaml).collect::<Result<Vec<_>, _>>()?;
     Ok(docs.join("---\n"))

@@ -24,9 +24,10 @@ pub mod trainjob;
 pub mod verdict;
 
 pub use crd::{
-    ClusterProgressPolicy, ClusterProgressPolicySpec, PolicyResource, ProgressPolicy, ProgressPolicySpec,
+    ClusterProgressPolicy, ClusterProgressPolicySpec, PolicyResource, ProgressPolicy,
+    ProgressPolicyException, ProgressPolicyExceptionSpec, ProgressPolicySpec,
 };
-pub use status::{JobStatus, MAX_STATUS_JOBS, ProgressPolicyStatus};
+pub use status::{ExceptionStatus, JobStatus, MAX_STATUS_EXCEPTIONS, MAX_STATUS_JOBS, ProgressPolicyStatus};
 pub use verdict::{RuleVerdict, VERDICT_ANNOTATION, VERDICT_FIELD_MANAGER, Verdict};
 
 /// The field manager trainwarden uses for its own server-side applies (policy status, CRDs, TrainJob

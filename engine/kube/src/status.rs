@@ -122,6 +122,43 @@ pub struct ProgressPolicyStatus {
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     #[schemars(length(max = 500))]
     pub rule_states: Vec<RuleMemory>,
+
+    /// The ProgressPolicyExceptions that name this policy, at most 64: whether each is honoured (Active),
+    /// and if not why (Expired, NotAllowed, NoSuchRule, Invalid), and the jobs whose actions it holds now.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(extend("x-kubernetes-list-type" = "map", "x-kubernetes-list-map-keys" = ["name"]))]
+    #[schemars(length(max = 64))]
+    pub exceptions: Vec<ExceptionStatus>,
+}
+
+/// The most entries `status.exceptions` holds.
+pub const MAX_STATUS_EXCEPTIONS: usize = 64;
+
+/// One ProgressPolicyException naming a policy, as that policy's status lists it.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ExceptionStatus {
+    /// The exception as "<namespace>/<name>".
+    #[schemars(length(min = 3, max = 317))]
+    pub name: String,
+    /// The rules of this policy it names; empty: all of them.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(max = 64))]
+    pub rules: Vec<String>,
+    /// When it stops applying.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub expires: Option<Time>,
+    /// Active (honoured until expires), Expired, NotAllowed (a ClusterProgressPolicy whose
+    /// spec.exceptions.allowedNamespaces does not list its namespace), NoSuchRule (it names a rule this
+    /// policy lacks) or Invalid (it cannot be read; see message).
+    pub state: String,
+    /// Why, when it is not Active.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub message: Option<String>,
+    /// The TrainJobs ("<namespace>/<name>") whose firing rules of this policy it holds now, at most 50.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(max = 50))]
+    pub holding: Vec<String>,
 }
 
 /// Delivery counters of one receiver channel (secret-free).

@@ -319,7 +319,7 @@ fn expected_cluster_grants(kueue: bool) -> BTreeSet<Grant> {
     expected.extend(grants("trainer.kubeflow.org", &["trainjobs"], &["get", "list", "watch", "patch"]));
     expected.extend(grants(
         "trainwarden.dev",
-        &["progresspolicies", "clusterprogresspolicies"],
+        &["progresspolicies", "clusterprogresspolicies", "progresspolicyexceptions"],
         &["get", "list", "watch"],
     ));
     expected.extend(grants(
@@ -1101,6 +1101,9 @@ fn always_refused<'a>(release_ns: &'a str, elsewhere: &'a str) -> Vec<Request<'a
         ("patch", "trainer.kubeflow.org", "trainjobs/status", Some(elsewhere), None),
         ("update", "trainwarden.dev", "progresspolicies", Some(elsewhere), None),
         ("delete", "trainwarden.dev", "clusterprogresspolicies", None, Some("any")),
+        // Exceptions are the teams' to write; the controller only reads them.
+        ("create", "trainwarden.dev", "progresspolicyexceptions", Some(elsewhere), None),
+        ("update", "trainwarden.dev", "progresspolicyexceptions", Some(elsewhere), Some("any")),
         ("list", "", "secrets", None, None),
         ("get", "", "secrets", Some(release_ns), Some("any")),
         ("get", "", "secrets", Some(elsewhere), Some("any")),
@@ -1122,6 +1125,7 @@ fn always_allowed<'a>(release_ns: &'a str, elsewhere: &'a str) -> Vec<Request<'a
         ("patch", "trainer.kubeflow.org", "trainjobs", Some(elsewhere), Some("any")),
         ("list", "trainwarden.dev", "clusterprogresspolicies", None, None),
         ("watch", "trainwarden.dev", "progresspolicies", Some(elsewhere), None),
+        ("watch", "trainwarden.dev", "progresspolicyexceptions", Some(elsewhere), None),
         ("patch", "trainwarden.dev", "progresspolicies/status", Some(elsewhere), Some("any")),
         ("update", "trainwarden.dev", "clusterprogresspolicies/status", None, Some("any")),
         ("list", "", "namespaces", None, None),

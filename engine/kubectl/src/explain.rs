@@ -211,7 +211,7 @@ fn explain_policy(
                 json_text(&policy.selector),
                 labels_text(job_labels)
             )
-        } else if let PolicyScope::Cluster { namespace_selector } = &policy.scope {
+        } else if let PolicyScope::Cluster { namespace_selector, .. } = &policy.scope {
             match namespace_labels {
                 Some(l) => format!(
                     "its namespaceSelector {} does not match namespace {}'s labels {}",
@@ -233,7 +233,7 @@ fn explain_policy(
     }
     let selector = if policy.selector.is_empty() { "every job".into() } else { json_text(&policy.selector) };
     let scope = match (&policy.scope, reference.kind) {
-        (PolicyScope::Cluster { namespace_selector }, PolicyKind::Cluster)
+        (PolicyScope::Cluster { namespace_selector, .. }, PolicyKind::Cluster)
             if !namespace_selector.is_empty() =>
         {
             format!(" in namespaces {}", json_text(namespace_selector))

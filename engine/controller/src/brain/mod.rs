@@ -108,6 +108,10 @@ pub struct Brain {
     queue_health: Option<SourceHealth>,
     /// The demand behind every known LocalQueue, as last sent.
     queues: Arc<BTreeMap<LocalQueueRef, QueueDemand>>,
+    /// The ProgressPolicyExceptions were listed (jobs are judged only after that).
+    exceptions_listed: bool,
+    /// Exceptions that cannot be read, and why (reported in the status of the policies they name).
+    invalid_exceptions: BTreeMap<trainwarden_core::ExceptionRef, (String, Vec<String>)>,
 }
 
 impl Brain {
@@ -147,6 +151,8 @@ impl Brain {
             queue_configured: config.kueue_queues,
             queue_health: None,
             queues: Arc::default(),
+            exceptions_listed: false,
+            invalid_exceptions: BTreeMap::new(),
         }
     }
 
@@ -180,9 +186,9 @@ impl Brain {
         &self.evaluator
     }
 
-    /// Both policy kinds have been listed (the TrainJob watch may start).
+    /// Both policy kinds and the exceptions have been listed (the TrainJob watch may start).
     pub fn policies_listed(&self) -> bool {
-        PolicyKind::ALL.iter().all(|kind| self.policy_kinds_listed.contains(kind))
+        self.exceptions_listed && PolicyKind::ALL.iter().all(|kind| self.policy_kinds_listed.contains(kind))
     }
 
     /// The TrainJobs have been listed once: from then on the controller reports ready (`/readyz`).
@@ -214,6 +220,29 @@ impl Brain {
             Input::PoliciesListed(kind) => {
                 self.policy_kinds_listed.insert(kind);
             }
+            Input::Exception(input) => match input.compiled {
+                Ok(exception) => {
+                    self.invalid_exceptions.remove(&input.key);
+                    info!(exception = %input.key, expires = %exception.expires, "exception applied");
+                    self.evaluator.upsert_exception(exception, now, &mut self.events);
+                    self.verdicts.touch_all();
+                }
+                Err(message) => {
+                    // An edit that broke it withdraws the version before: what cannot be read is not honoured.
+                    warn!(exception = %input.key, error = %message, "invalid exception: not honoured");
+                    self.metrics.invalid(InvalidInput::Exception);
+                    self.evaluator.remove_exception(&input.key, now, &mut self.events);
+                    self.invalid_exceptions.insert(input.key, (message, input.policy_names));
+                    self.verdicts.touch_all();
+                }
+            },
+            Input::ExceptionGone(key) => {
+                info!(exception = %key, "exception deleted");
+                self.invalid_exceptions.remove(&key);
+                self.evaluator.remove_exception(&key, now, &mut self.events);
+                self.verdicts.touch_all();
+            }
+            Input::ExceptionsListed => self.exceptions_listed = true,
             Input::Namespace { name, labels } => {
                 self.evaluator.set_namespace_labels(&name, labels);
                 if let Some(g) = &mut self.gauges {
@@ -1105,6 +1134,70 @@ mod tests {
                 | Work::FlushHistory(..) => None,
             })
             .collect()
+    }
+
+    fn exception_input(name: &str, rules: &str, expires: Timestamp) -> Input {
+        let spec = serde_json::json!({
+            "exceptions": [{"policyName": "ml/p", "ruleNames": [rules]}],
+            "expires": expires.to_string(),
+        });
+        let key = trainwarden_core::ExceptionRef { namespace: "ml".into(), name: name.into() };
+        let compiled = trainwarden_core::compile_exception("ml", name, spec).map_err(|e| format!("{e:?}"));
+        Input::Exception(Box::new(crate::messages::ExceptionInput {
+            key,
+            policy_names: vec!["ml/p".into()],
+            compiled,
+        }))
+    }
+
+    /// An exception holds a firing rule's suspension (the status lists it, with the job it holds), and on
+    /// the second it expires the rule acts; an invalid one is listed as such; jobs wait for the exceptions'
+    /// list.
+    #[test]
+    fn an_exception_holds_until_it_expires_and_the_status_says_so() {
+        let mut b = brain();
+        b.handle(Input::PoliciesListed(PolicyKind::Namespaced), t(0));
+        b.handle(Input::PoliciesListed(PolicyKind::Cluster), t(0));
+        assert!(!b.policies_listed(), "jobs wait for the exceptions too");
+        b.handle(Input::ExceptionsListed, t(0));
+        assert!(b.policies_listed());
+        b.handle(
+            policy_input(
+                "    - {name: high, when: 'metric(\"loss\") > 1.0', actions: [{suspend: {}}]}\n",
+                None,
+            ),
+            t(0),
+        );
+        b.handle(exception_input("eval", "high", t(60)), t(0));
+        b.handle(job_reporting(2.0, t(5)), t(5));
+        assert_eq!(actions(&mut b), Vec::<String>::new(), "held");
+        let status = b.status_of(&key(), t(10));
+        let e = &status.exceptions[0];
+        assert_eq!(
+            (e.name.as_str(), e.state.as_str(), e.rules.clone()),
+            ("ml/eval", "Active", vec!["high".to_string()])
+        );
+        assert_eq!(e.holding, vec!["ml/ft".to_string()]);
+        assert_eq!(status.jobs[0].held, vec!["high: held by ProgressPolicyException ml/eval".to_string()]);
+        // The rule acts on the second the exception expires, with no new report.
+        while let Some(next) = b.next_tick().filter(|n| *n <= t(61)) {
+            b.tick(next);
+        }
+        assert_eq!(actions(&mut b), vec!["suspend ml/ft".to_string()]);
+        let status = b.status_of(&key(), t(61));
+        assert_eq!(status.exceptions[0].state, "Expired");
+        assert!(status.exceptions[0].holding.is_empty());
+        // An invalid one is listed under the policy it names, and honoured nowhere.
+        let bad = Input::Exception(Box::new(crate::messages::ExceptionInput {
+            key: trainwarden_core::ExceptionRef { namespace: "ml".into(), name: "bad".into() },
+            policy_names: vec!["ml/p".into()],
+            compiled: Err("spec.exceptions[0].policyName: bad".into()),
+        }));
+        b.handle(bad, t(62));
+        let status = b.status_of(&key(), t(62));
+        let listed: Vec<(&str, &str)> =
+            status.exceptions.iter().map(|e| (e.name.as_str(), e.state.as_str())).collect();
+        assert_eq!(listed, [("ml/eval", "Expired"), ("ml/bad", "Invalid")]);
     }
 
     /// A policy with GPU rules says whether they can see anything: not configured, failing, reading; a

@@ -11,7 +11,9 @@ use trainwarden_kube::status::{
     CONDITION_FIRING, CONDITION_GPU_METRICS, CONDITION_KUEUE_QUEUES, CONDITION_PROGRESS_UNDERSTOOD,
     CONDITION_READY, MAX_RULE_STATES,
 };
-use trainwarden_kube::{JobStatus, ProgressPolicyStatus};
+use trainwarden_kube::{
+    ExceptionStatus, JobStatus, MAX_STATUS_EXCEPTIONS, MAX_STATUS_JOBS, ProgressPolicyStatus,
+};
 
 use crate::messages::StatusUpdate;
 
@@ -91,6 +93,9 @@ impl Brain {
                 if let Some(limit) = m.held {
                     entry.held.push(format!("{}: held: {limit}", m.rule));
                 }
+                if let Some(e) = &m.excepted_by {
+                    entry.held.push(format!("{}: held by ProgressPolicyException {e}", m.rule));
+                }
                 match m.state {
                     RuleState::Firing => entry.firing.push(m.rule.clone()),
                     RuleState::Pending => entry.pending.push(m.rule.clone()),
@@ -125,6 +130,7 @@ impl Brain {
                 }
             }
             status.jobs = JobStatus::cap(jobs.into_values().collect());
+            status.exceptions = self.exception_statuses(reference, &memories, now);
             // Pending and firing first: they matter most after a restart.
             memories.sort_by_key(|m| match m.state {
                 RuleState::Pending => 0,
@@ -303,6 +309,66 @@ impl Brain {
 
 /// The most jobs the `ProgressUnderstood` condition names.
 const SHOWN_JOBS: usize = 5;
+
+impl Brain {
+    /// The exceptions that name `reference`, as its status lists them: honoured or why not, and the jobs
+    /// whose rules each holds now (from the rule memories).
+    fn exception_statuses(
+        &self,
+        reference: &trainwarden_core::PolicyRef,
+        memories: &[trainwarden_core::RuleMemory],
+        now: Timestamp,
+    ) -> Vec<ExceptionStatus> {
+        let policy = self.evaluator.policies().find(|p| p.reference == *reference);
+        let mut out = Vec::new();
+        for e in self.evaluator.exceptions().filter(|e| e.names_policy(reference)) {
+            let name = e.reference.to_string();
+            let refused = policy.map(|p| e.check_against(std::slice::from_ref(p))).unwrap_or_default();
+            let (state, message) = if !e.in_force(now) {
+                ("Expired", None)
+            } else if policy.is_some_and(|p| !p.honours_exceptions_from(&e.reference.namespace)) {
+                let why = format!(
+                    "this policy does not honour exceptions from namespace {:?}: its \
+                     spec.exceptions.allowedNamespaces does not list it",
+                    e.reference.namespace
+                );
+                ("NotAllowed", Some(why))
+            } else if let Some(error) = refused.first() {
+                ("NoSuchRule", Some(error.message.clone()))
+            } else {
+                ("Active", None)
+            };
+            let mut holding: Vec<String> = (memories.iter())
+                .filter(|m| m.excepted_by.as_deref() == Some(name.as_str()))
+                .map(|m| m.job.clone())
+                .collect();
+            holding.sort();
+            holding.dedup();
+            holding.truncate(MAX_STATUS_JOBS);
+            out.push(ExceptionStatus {
+                name,
+                rules: e.rules_of(reference).unwrap_or_default(),
+                expires: Some(Time(e.expires)),
+                state: state.into(),
+                message,
+                holding,
+            });
+        }
+        let shown = reference.to_string();
+        for (key, (message, _)) in
+            self.invalid_exceptions.iter().filter(|(_, (_, names))| names.contains(&shown))
+        {
+            out.push(ExceptionStatus {
+                name: key.to_string(),
+                state: "Invalid".into(),
+                message: Some(trainwarden_core::clip_tokens(message).chars().take(1024).collect()),
+                ..ExceptionStatus::default()
+            });
+        }
+        out.truncate(MAX_STATUS_EXCEPTIONS);
+        out
+    }
+}
 
 fn round(v: f64) -> f64 {
     (v * 1000.0).round() / 1000.0
