@@ -39,7 +39,7 @@ use tracing::{info, warn};
 use trainwarden_core::QueueDemand;
 use trainwarden_kube::kueue::WORKLOAD_VERSIONS;
 
-use crate::messages::{Input, LocalQueueRef, SourceHealth};
+use crate::messages::{Input, LocalQueueRef, QueueDemands, SourceHealth};
 use crate::metrics::{ApiOperation, Metrics};
 
 /// The least time between two demands sent to the evaluation loop: a burst of Workload changes (a queue of
@@ -69,6 +69,8 @@ pub struct PendingWorkload {
     pub queue: LocalQueueRef,
     /// GPUs its pods request, all pod sets together.
     pub gpus: f64,
+    /// The uid of the job Kueue made it for (its `kueue.x-k8s.io/job-uid` label, else its controller owner).
+    pub owner: Option<String>,
 }
 
 /// Reads a Workload: `Some` when it is pending in a named queue.
@@ -90,7 +92,9 @@ pub fn pending_workload(w: &DynamicObject) -> Option<PendingWorkload> {
     let queue = data.pointer("/spec/queueName").and_then(Value::as_str).filter(|q| !q.is_empty())?;
     let pod_sets = data.pointer("/spec/podSets").and_then(Value::as_array);
     let gpus = pod_sets.into_iter().flatten().map(pod_set_gpus).sum();
-    Some(PendingWorkload { queue: LocalQueueRef::new(w.namespace()?, queue), gpus })
+    let owner = (w.labels().get("kueue.x-k8s.io/job-uid").cloned())
+        .or_else(|| w.owner_references().iter().find(|o| o.controller == Some(true)).map(|o| o.uid.clone()));
+    Some(PendingWorkload { queue: LocalQueueRef::new(w.namespace()?, queue), gpus, owner })
 }
 
 /// `count` × the GPUs of one pod of a pod set.
@@ -230,7 +234,7 @@ impl QueueIndex {
 
     /// The demand behind every known LocalQueue: the Workloads pending in its ClusterQueue, or in every
     /// ClusterQueue of that one's cohort.
-    pub fn demand(&self) -> BTreeMap<LocalQueueRef, QueueDemand> {
+    pub fn demand(&self) -> QueueDemands {
         let pool = |cq: &str| -> String {
             match self.cohorts.get(cq) {
                 Some(Some(cohort)) => format!("cohort/{cohort}"),
@@ -238,6 +242,7 @@ impl QueueIndex {
             }
         };
         let mut pools: HashMap<String, QueueDemand> = HashMap::new();
+        let mut own = BTreeMap::new();
         for w in self.workloads.values().flatten() {
             // A Workload in a LocalQueue that does not exist is not queued anywhere (Kueue reports it
             // inadmissible): no one is waiting behind it.
@@ -245,15 +250,20 @@ impl QueueIndex {
             let d = pools.entry(pool(cq)).or_insert(QueueDemand { pending: 0, pending_gpus: 0.0 });
             d.pending = d.pending.saturating_add(1);
             d.pending_gpus += w.gpus;
+            if let Some(uid) = &w.owner {
+                own.insert(uid.clone(), (w.queue.clone(), QueueDemand { pending: 1, pending_gpus: w.gpus }));
+            }
         }
-        self.local_queues
+        let queues = self
+            .local_queues
             .iter()
             .map(|(lq, cq)| {
                 let d =
                     pools.get(&pool(cq)).copied().unwrap_or(QueueDemand { pending: 0, pending_gpus: 0.0 });
                 (lq.clone(), d)
             })
-            .collect()
+            .collect();
+        QueueDemands { queues, own }
     }
 
     /// Counts for the health message: (pending Workloads, LocalQueues, ClusterQueues).
@@ -354,7 +364,7 @@ pub async fn run(
     let mut listing: HashMap<Part, Vec<Entry>> = HashMap::new();
     let mut listed: Vec<Part> = Vec::new();
     let mut failing: HashMap<Part, String> = HashMap::new();
-    let mut last_sent: Option<BTreeMap<LocalQueueRef, QueueDemand>> = None;
+    let mut last_sent: Option<QueueDemands> = None;
     let mut last_health: Option<SourceHealth> = None;
     let mut tick = tokio::time::interval(SEND_EVERY);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
@@ -540,7 +550,7 @@ mod tests {
         ] {
             index.apply(e);
         }
-        let demand = index.demand();
+        let demand = index.demand().queues;
         assert_eq!(demand[&LocalQueueRef::new("nlp", "team")], d(2, 24.0), "the cohort's sibling waits");
         assert_eq!(demand[&LocalQueueRef::new("vision", "team")], d(2, 24.0));
         assert_eq!(demand[&LocalQueueRef::new("solo", "batch")], d(1, 1.0), "no cohort: its own queue only");
@@ -548,7 +558,7 @@ mod tests {
 
         // A ClusterQueue unknown (cannot be read) is counted alone.
         index.delete(&cq("cq-nlp", "cohortName", "research"));
-        assert_eq!(index.demand()[&LocalQueueRef::new("nlp", "team")], d(0, 0.0));
+        assert_eq!(index.demand().queues[&LocalQueueRef::new("nlp", "team")], d(0, 0.0));
     }
 
     #[test]
@@ -557,12 +567,47 @@ mod tests {
         index.apply(lq("nlp", "team", "cq"));
         index.apply(wl(workload("nlp", "a", "team", 1, "8", &[])));
         index.apply(wl(workload("nlp", "b", "team", 1, "8", &[])));
-        assert_eq!(index.demand()[&LocalQueueRef::new("nlp", "team")], d(2, 16.0));
+        assert_eq!(index.demand().queues[&LocalQueueRef::new("nlp", "team")], d(2, 16.0));
         // b was deleted while the watch was down.
         index.replace(Part::Workloads, vec![wl(workload("nlp", "a", "team", 1, "8", &[]))]);
-        assert_eq!(index.demand()[&LocalQueueRef::new("nlp", "team")], d(1, 8.0));
+        assert_eq!(index.demand().queues[&LocalQueueRef::new("nlp", "team")], d(1, 8.0));
         index.replace(Part::LocalQueues, vec![]);
-        assert!(index.demand().is_empty(), "no LocalQueue: no demand known for any job");
+        assert!(index.demand().queues.is_empty(), "no LocalQueue: no demand known for any job");
+    }
+
+    /// A job requeued or preempted has its own Workload pending: the demand behind it is the others'.
+    #[test]
+    fn a_jobs_own_pending_workload_is_not_demand_behind_it() {
+        let mut index = QueueIndex::default();
+        index.apply(lq("nlp", "team", "cq"));
+        let mut own = workload("nlp", "mine", "team", 2, "4", &["Evicted"]);
+        own.metadata.labels = Some([("kueue.x-k8s.io/job-uid".to_string(), "uid-mine".to_string())].into());
+        index.apply(wl(own));
+        let mut other = workload("nlp", "theirs", "team", 1, "8", &[]);
+        other.metadata.owner_references = Some(vec![
+            serde_json::from_value(json!({
+                "apiVersion": "trainer.kubeflow.org/v1alpha1", "kind": "TrainJob", "name": "theirs",
+                "uid": "uid-theirs", "controller": true
+            }))
+            .unwrap(),
+        ]);
+        index.apply(wl(other));
+        let demand = index.demand();
+        let team = LocalQueueRef::new("nlp", "team");
+        assert_eq!(demand.queues[&team], d(2, 16.0), "both wait");
+        assert_eq!(demand.for_job(&team, Some("uid-mine")), Some(d(1, 8.0)), "behind mine: theirs");
+        assert_eq!(demand.for_job(&team, Some("uid-theirs")), Some(d(1, 8.0)), "owner reference");
+        assert_eq!(demand.for_job(&team, Some("uid-admitted")), Some(d(2, 16.0)));
+        assert_eq!(demand.for_job(&team, None), Some(d(2, 16.0)));
+        // Its own Workload in another queue (the label changed) is not taken from this one.
+        index.apply(lq("nlp", "other", "cq2"));
+        assert_eq!(
+            demand.for_job(&LocalQueueRef::new("nlp", "other"), Some("uid-mine")),
+            None,
+            "not sent yet"
+        );
+        let demand = index.demand();
+        assert_eq!(demand.for_job(&LocalQueueRef::new("nlp", "other"), Some("uid-mine")), Some(d(0, 0.0)));
     }
 
     #[test]

@@ -57,7 +57,7 @@ pub enum Input {
     GpuMetrics(SourceHealth),
     /// The demand queued behind every known Kueue LocalQueue ([`crate::kueue_queues`]), whole, when it
     /// changed: a Kueue-managed TrainJob's is its LocalQueue's, and unknown when its LocalQueue is not here.
-    QueueDemand(Arc<BTreeMap<LocalQueueRef, QueueDemand>>),
+    QueueDemand(Arc<QueueDemands>),
     /// Whether Kueue's queues can be read: sent when it changes.
     KueueQueues(SourceHealth),
     /// What the executor did with an action.
@@ -103,6 +103,30 @@ impl LocalQueueRef {
     /// The LocalQueue `name` in `namespace`.
     pub fn new(namespace: impl Into<String>, name: impl Into<String>) -> Self {
         LocalQueueRef { namespace: namespace.into(), name: name.into() }
+    }
+}
+
+/// What waits in Kueue, as [`crate::kueue_queues`] sends it.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct QueueDemands {
+    /// The demand behind every known LocalQueue: pending in its ClusterQueue, or its cohort.
+    pub queues: BTreeMap<LocalQueueRef, QueueDemand>,
+    /// The pending Workloads counted there that belong to a job (by the job's uid), with their LocalQueue:
+    /// a job requeued or preempted waits too, but not behind itself.
+    pub own: BTreeMap<String, (LocalQueueRef, QueueDemand)>,
+}
+
+impl QueueDemands {
+    /// The demand behind a job in LocalQueue `queue`, less its own pending Workload (`uid`: the job's).
+    pub fn for_job(&self, queue: &LocalQueueRef, uid: Option<&str>) -> Option<QueueDemand> {
+        let mut d = *self.queues.get(queue)?;
+        if let Some((own_queue, own)) = uid.and_then(|u| self.own.get(u))
+            && own_queue == queue
+        {
+            d.pending = d.pending.saturating_sub(own.pending);
+            d.pending_gpus = (d.pending_gpus - own.pending_gpus).max(0.0);
+        }
+        Some(d)
     }
 }
 

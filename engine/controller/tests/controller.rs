@@ -345,6 +345,9 @@ async fn a_queue_aware_rule_stops_a_kueue_job_only_once_others_wait_in_its_cohor
     })
     .await;
     assert!(e.iter().any(|(_, note, _)| note.contains("others-wait")), "{e:?}");
+    // Once, still, after more demand updates and evaluation rounds.
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    assert_eq!(count(&events(c, ns, "idle").await, "WorkloadDeactivated"), 1, "deactivated once");
     controller.stop().await;
 }
 

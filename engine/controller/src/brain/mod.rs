@@ -107,7 +107,7 @@ pub struct Brain {
     /// The Kueue watch's latest health, once it reported.
     queue_health: Option<SourceHealth>,
     /// The demand behind every known LocalQueue, as last sent.
-    queues: Arc<BTreeMap<LocalQueueRef, QueueDemand>>,
+    queues: Arc<crate::messages::QueueDemands>,
     /// The ProgressPolicyExceptions were listed (jobs are judged only after that).
     exceptions_listed: bool,
     /// Exceptions that cannot be read, and why (reported in the status of the policies they name).
@@ -156,10 +156,10 @@ impl Brain {
         }
     }
 
-    /// The demand behind a job's LocalQueue (`queue`, in the job's namespace); `None` when the job is not
-    /// Kueue's or its LocalQueue is not known.
-    fn queue_of(&self, queue: Option<&str>, job: &JobKey) -> Option<QueueDemand> {
-        self.queues.get(&LocalQueueRef::new(job.namespace.as_str(), queue?)).copied()
+    /// The demand behind a job's LocalQueue (`queue`, in the job's namespace), less the job's own pending
+    /// Workload (`uid`: the job's); `None` when the job is not Kueue's or its LocalQueue is not known.
+    fn queue_of(&self, queue: Option<&str>, job: &JobKey, uid: Option<&str>) -> Option<QueueDemand> {
+        self.queues.for_job(&LocalQueueRef::new(job.namespace.as_str(), queue?), uid)
     }
 
     /// Every Kueue-managed job is given its LocalQueue's demand, and judged again where it changed.
@@ -170,7 +170,8 @@ impl Brain {
             .job_keys()
             .filter_map(|key| {
                 let q = self.evaluator.job(key)?.snapshot.kueue_queue.as_deref()?;
-                Some((key.clone(), self.queue_of(Some(q), key)))
+                let uid = self.history.uid_of(key);
+                Some((key.clone(), self.queue_of(Some(q), key, uid.as_deref())))
             })
             .collect();
         for (key, demand) in queued {
@@ -292,9 +293,12 @@ impl Brain {
                             );
                             self.restore_history(&job.key, checkpoint.as_deref(), job.uid.as_deref(), now);
                             let started = Instant::now();
-                            let queue = self.queue_of(snapshot.kueue_queue.as_deref(), &job.key);
+                            let queue =
+                                self.queue_of(snapshot.kueue_queue.as_deref(), &job.key, job.uid.as_deref());
+                            // The demand first, so a known job is judged once, on its new queue's demand; a
+                            // job seen for the first time gets it after (once it exists), judged again then.
+                            self.evaluator.record_queue(&job.key, queue, now);
                             self.evaluator.observe(snapshot, now, &mut self.events);
-                            // A job whose queue (or queue label) changed is judged again with it.
                             self.evaluator.observe_queue(&job.key, queue, now, &mut self.events);
                             self.expect_savings(&job.key);
                             self.metrics.evaluations.inc();
@@ -377,7 +381,7 @@ impl Brain {
                 self.judge_queues(now);
             }
             Input::KueueQueues(health) => {
-                if !health.healthy && !self.queues.is_empty() {
+                if !health.healthy && !self.queues.queues.is_empty() {
                     // What was known is no longer current: rules read the queue as unknown, not as the
                     // demand of whenever the watch last worked.
                     self.queues = Arc::default();
@@ -1274,10 +1278,13 @@ mod tests {
         b.handle(policy_input(rule, None), t(0));
         assert_eq!(condition(&mut b), Some(("False".into(), "NotReadYet".into())));
         let demand = |lq: &str, pending, pending_gpus| {
-            Input::QueueDemand(Arc::new(BTreeMap::from([(
-                LocalQueueRef::new("ml", lq),
-                QueueDemand { pending, pending_gpus },
-            )])))
+            Input::QueueDemand(Arc::new(crate::messages::QueueDemands {
+                queues: BTreeMap::from([(
+                    LocalQueueRef::new("ml", lq),
+                    QueueDemand { pending, pending_gpus },
+                )]),
+                own: BTreeMap::new(),
+            }))
         };
         let queued_job = |queue: Option<&str>, at| {
             let Input::Job(mut job) = job_reporting(1.0, t(at)) else { unreachable!() };
