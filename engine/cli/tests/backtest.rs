@@ -18,9 +18,7 @@ fn trainwarden(args: &[&str]) -> Output {
     Command::new(env!("CARGO_BIN_EXE_trainwarden")).args(args).current_dir(repo()).output().expect("runs")
 }
 
-fn ci() -> bool {
-    std::env::var("CI").is_ok_and(|v| v == "true" || v == "1")
-}
+use trainwarden_testkit::ci;
 
 fn temp_dir(name: &str) -> PathBuf {
     let dir = std::env::temp_dir().join(format!("trainwarden-backtest-{name}-{}", std::process::id()));

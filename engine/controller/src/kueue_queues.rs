@@ -98,19 +98,29 @@ pub fn pending_workload(w: &DynamicObject) -> Option<PendingWorkload> {
 }
 
 /// `count` × the GPUs of one pod of a pod set.
+///
+/// A pod's GPUs are its effective request, as the scheduler and Kueue count it: the containers' sum plus
+/// the sidecars' (init containers with `restartPolicy: Always`), or, when larger, what a plain init container
+/// needs while it runs (its own plus the sidecars started before it).
 fn pod_set_gpus(pod_set: &Value) -> f64 {
     let count = pod_set.get("count").and_then(Value::as_f64).unwrap_or(1.0);
-    let containers = pod_set.pointer("/template/spec/containers").and_then(Value::as_array);
-    let per_pod: f64 = containers
-        .into_iter()
-        .flatten()
-        .map(|c| {
-            // Requests, else limits (an extended resource's request defaults to its limit).
-            let of = |part: &str| gpu_quantity(c.pointer(&format!("/resources/{part}")));
-            of("requests").or_else(|| of("limits")).unwrap_or(0.0)
-        })
-        .sum();
-    count.max(0.0) * per_pod
+    // Requests, else limits (an extended resource's request defaults to its limit).
+    let gpus = |c: &Value| {
+        let of = |part: &str| gpu_quantity(c.pointer(&format!("/resources/{part}")));
+        of("requests").or_else(|| of("limits")).unwrap_or(0.0)
+    };
+    let list = |p: &str| pod_set.pointer(p).and_then(Value::as_array).into_iter().flatten();
+    let mut sidecars = 0.0;
+    let mut init_peak: f64 = 0.0;
+    for c in list("/template/spec/initContainers") {
+        if c.get("restartPolicy").and_then(Value::as_str) == Some("Always") {
+            sidecars += gpus(c);
+        } else {
+            init_peak = init_peak.max(sidecars + gpus(c));
+        }
+    }
+    let running: f64 = list("/template/spec/containers").map(gpus).sum::<f64>() + sidecars;
+    count.max(0.0) * running.max(init_peak)
 }
 
 /// The sum of the `…/gpu` quantities of a resource list; `None` when it names none.
@@ -530,6 +540,22 @@ mod tests {
         w.data["spec"]["podSets"][0]["template"]["spec"]["containers"][1]["resources"]["limits"]["amd.com/gpu"] =
             json!("many");
         assert_eq!(pending_workload(&w).unwrap().gpus, 3.0, "an unreadable quantity is not counted");
+    }
+
+    #[test]
+    fn init_containers_count_as_the_scheduler_counts_them() {
+        let mut w = workload("nlp", "w", "team", 2, "2", &[]);
+        let gpu = |n: u32| json!({"limits": {"nvidia.com/gpu": n.to_string()}});
+        // A plain init container needing more than the containers: the pod needs that much while it runs.
+        w.data["spec"]["podSets"][0]["template"]["spec"]["initContainers"] =
+            json!([{"name": "warmup", "resources": gpu(4)}]);
+        assert_eq!(pending_workload(&w).unwrap().gpus, 8.0, "2 pods x max(2, 4)");
+        // A sidecar runs beside the containers: added to them, and to the init containers after it.
+        w.data["spec"]["podSets"][0]["template"]["spec"]["initContainers"] = json!([
+            {"name": "proxy", "restartPolicy": "Always", "resources": gpu(1)},
+            {"name": "warmup", "resources": gpu(2)}
+        ]);
+        assert_eq!(pending_workload(&w).unwrap().gpus, 6.0, "2 pods x max(2 + 1, 1 + 2)");
     }
 
     #[test]

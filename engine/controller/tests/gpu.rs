@@ -224,9 +224,7 @@ fn with_selector(
 
 // Fixtures --------------------------------------------------------------------------------------------------
 
-fn ci() -> bool {
-    std::env::var("CI").is_ok_and(|v| v == "true" || v == "1")
-}
+use trainwarden_testkit::ci;
 
 /// `TRAINWARDEN_PROMETHEUS` (tests/k8s/with-control-plane.sh exports it), or `None` outside CI.
 fn prometheus_binary() -> Option<PathBuf> {

@@ -29,9 +29,7 @@ use trainwarden_testkit::apiserver::repo_root;
 
 // --- tools -----------------------------------------------------------------------------------------------------
 
-fn ci() -> bool {
-    std::env::var("CI").is_ok_and(|v| v == "true" || v == "1")
-}
+use trainwarden_testkit::ci;
 
 /// `env` if set, else `bin` in the cache dir `script --print-dir` names (no build: a cold build takes minutes).
 fn locate(env: &str, script: &str, bin: &str) -> Result<PathBuf, String> {

@@ -252,7 +252,7 @@ pub fn plane() -> Option<&'static Plane> {
     match PLANE.get_or_init(start_plane) {
         Ok(plane) => Some(plane),
         Err(reason) => {
-            let ci = std::env::var("CI").is_ok_and(|v| v == "true" || v == "1");
+            let ci = crate::ci();
             if ci {
                 panic!("no kube-apiserver for the integration tests (CI=true, so this fails): {reason}");
             }

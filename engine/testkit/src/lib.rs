@@ -15,3 +15,9 @@ pub mod apiserver;
 pub mod faultproxy;
 pub mod http;
 pub mod receivers;
+
+/// Whether this is a CI run (`CI=true` or `CI=1`): there a test that needs a component fails when it is
+/// missing, where elsewhere it may skip after saying why.
+pub fn ci() -> bool {
+    std::env::var("CI").is_ok_and(|v| v == "true" || v == "1")
+}

@@ -224,7 +224,7 @@ pub fn python_with_aiosmtpd() -> Option<PathBuf> {
             Err(e) => format!("{}: {e}", p.display()),
         },
     };
-    let ci = std::env::var("CI").is_ok_and(|v| v == "true" || v == "1");
+    let ci = crate::ci();
     if ci {
         panic!(
             "the SMTP tests need Python with aiosmtpd (CI=true, so this fails): {problem}; run tests/python/setup-venv.sh"
