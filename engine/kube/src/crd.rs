@@ -163,6 +163,8 @@ fn unfold(text: &str) -> String {
 }
 
 // The spec of a `ProgressPolicyException`: exactly the core's `ExceptionSpec`. `//` for the same reason.
+// clippy's duplicated_attributes lint misreads repeated `type_ = ...` across printcolumn(...) entries.
+#[allow(clippy::duplicated_attributes)]
 #[derive(CustomResource, Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[kube(
     group = "trainwarden.dev",
@@ -390,7 +392,7 @@ mod tests {
 
     #[test]
     fn schema_keeps_the_core_validation() {
-        for crd in crds() {
+        for crd in [ProgressPolicy::crd(), ClusterProgressPolicy::crd()] {
             let s = schema_of(&crd);
             let spec = at(&s, "spec");
             assert_eq!(at(spec, "mode")["enum"], serde_json::json!(["Audit", "Enforce"]));
@@ -463,12 +465,34 @@ mod tests {
     }
 
     #[test]
-    fn yaml_is_two_documents() {
+    fn yaml_is_three_documents() {
         let yaml = crds_yaml().unwrap();
         let docs: Vec<Value> = serde_saphyr::from_multiple(&yaml).unwrap();
-        assert_eq!(docs.len(), 2);
+        assert_eq!(docs.len(), 3);
         assert_eq!(docs[0]["metadata"]["name"], "progresspolicies.trainwarden.dev");
         assert_eq!(docs[1]["metadata"]["name"], "clusterprogresspolicies.trainwarden.dev");
+        assert_eq!(docs[2]["metadata"]["name"], "progresspolicyexceptions.trainwarden.dev");
+    }
+
+    #[test]
+    fn an_exception_object_compiles_and_its_schema_requires_an_end() {
+        let crd = ProgressPolicyException::crd();
+        let s = schema_of(&crd);
+        let spec = at(&s, "spec");
+        assert_eq!(spec["required"], serde_json::json!(["exceptions", "expires"]));
+        assert_eq!(at(spec, "expires")["format"], "date-time");
+        let e: ProgressPolicyException = serde_json::from_value(serde_json::json!({
+            "apiVersion": "trainwarden.dev/v1alpha1", "kind": "ProgressPolicyException",
+            "metadata": {"name": "e", "namespace": "ml"},
+            "spec": {"exceptions": [{"policyName": "ml/p"}], "expires": "2026-12-05T18:00:00Z"},
+        }))
+        .unwrap();
+        let compiled = e.compile().unwrap();
+        assert_eq!(compiled.reference.to_string(), "ml/e");
+        assert_eq!(e.reference(), compiled.reference);
+        let mut bad = e.clone();
+        bad.spec.exception.exceptions[0].policy_name = "other/p".into();
+        assert!(bad.compile().unwrap_err().contains("spec.exceptions[0].policyName"));
     }
 
     /// The example policy, shared with the core and real-API tests.

@@ -425,7 +425,15 @@ fn sample_status(generation: i64) -> ProgressPolicyStatus {
             held: None,
             deferred: vec![],
             snooze_held: false,
-            excepted_by: None,
+            excepted_by: Some("fraud/eval-on-cpu".into()),
+        }],
+        exceptions: vec![trainwarden_kube::ExceptionStatus {
+            name: "fraud/eval-on-cpu".into(),
+            rules: vec!["late".into()],
+            expires: Some(now.clone()),
+            state: "Active".into(),
+            message: None,
+            holding: vec!["fraud/bert-ft".into()],
         }],
     }
 }

@@ -868,7 +868,7 @@ impl Brain {
                 Event::Held { job, policy, rule, actions, until, mode, exception, .. } => {
                     match &exception {
                         Some(e) => {
-                            info!(%job, %policy, rule, %until, exception = %e, "actions held by an exception")
+                            info!(%job, %policy, rule, %until, exception = %e, "actions held by an exception");
                         }
                         None => info!(%job, %policy, rule, %until, "actions held: the job is snoozed"),
                     }

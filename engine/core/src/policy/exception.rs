@@ -170,7 +170,7 @@ impl CompiledException {
     /// Whether it reaches this job (its namespace, name and labels).
     pub fn matches_job(&self, job: &JobKey, labels: &BTreeMap<String, String>) -> bool {
         job.namespace == self.reference.namespace
-            && (self.names.is_empty() || self.names.iter().any(|n| *n == job.name))
+            && (self.names.is_empty() || self.names.contains(&job.name))
             && self.selector.matches(labels)
     }
 
