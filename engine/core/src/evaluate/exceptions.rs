@@ -76,7 +76,7 @@ impl Evaluator {
         let p = self.find_policy(policy)?;
         let slot = self.policies[p].as_ref()?;
         let r = slot.policy.rules.iter().position(|x| x.name == rule)?;
-        self.jobs.get(job)?.tracks.get(p)?.get(r)?.excepted.as_ref()
+        self.jobs.get(job)?.tracks.get(p)?.get(r)?.excepted.as_deref()
     }
 
     fn evaluate_namespace(&mut self, namespace: &str, now: Timestamp, out: &mut Vec<Event>) {

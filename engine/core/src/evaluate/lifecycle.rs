@@ -148,7 +148,7 @@ pub(super) fn fire(
     if let Some(pause) = hold {
         // What holds it is what releases it: the snooze's end (or cap), or the exception's.
         match &pause.exception {
-            Some(e) => track.excepted = (!rule.actions.is_empty()).then(|| e.clone()),
+            Some(e) => track.excepted = (!rule.actions.is_empty()).then(|| Box::new(e.clone())),
             None => track.snooze_held = !rule.actions.is_empty(),
         }
         if !rule.actions.is_empty() {

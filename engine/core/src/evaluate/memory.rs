@@ -102,9 +102,11 @@ pub(super) fn claim_memories(
         track.excepted = (memory.excepted_by.as_deref())
             .filter(|_| memory.state == RuleState::Firing)
             .and_then(|e| e.split_once('/'))
-            .map(|(namespace, name)| crate::policy::exception::ExceptionRef {
-                namespace: namespace.to_string(),
-                name: name.to_string(),
+            .map(|(namespace, name)| {
+                Box::new(crate::policy::exception::ExceptionRef {
+                    namespace: namespace.to_string(),
+                    name: name.to_string(),
+                })
             });
         track.deferred = memory.deferred.clone();
         track.deferred.resize(policy.rules[r].actions.len(), None);

@@ -158,7 +158,8 @@ struct RuleTrack {
     snooze_held: bool,
     /// It fired while this exception held its actions and has issued nothing since: the exception's end
     /// releases it (see the `exceptions` module; kept across a restart in the rule's memory).
-    excepted: Option<crate::policy::exception::ExceptionRef>,
+    /// (Boxed: most tracks never have one.)
+    excepted: Option<Box<crate::policy::exception::ExceptionRef>>,
 }
 
 struct JobEntry {
@@ -689,15 +690,15 @@ impl Evaluator {
             // Rules whose firing an exception held that no longer applies: released after the rules ran.
             let mut unexcepted: Vec<(usize, crate::policy::exception::ExceptionRef)> = Vec::new();
             for (r, track) in entry.tracks[p_index].iter_mut().enumerate() {
-                let Some(held_by) = &track.excepted else { continue };
+                let Some(held_by) = track.excepted.as_deref() else { continue };
                 let now_by = excepted.get(r).and_then(Option::as_ref).and_then(|p| p.exception.as_ref());
                 if now_by == Some(held_by) {
                     continue;
                 }
                 match now_by {
                     // Another exception holds it now.
-                    Some(other) => track.excepted = Some(other.clone()),
-                    None => unexcepted.extend(track.excepted.take().map(|e| (r, e))),
+                    Some(other) => track.excepted = Some(Box::new(other.clone())),
+                    None => unexcepted.extend(track.excepted.take().map(|e| (r, *e))),
                 }
             }
             // A suspended job teaches us nothing new: its rules keep their state (restored above after a
