@@ -63,6 +63,8 @@ pub enum ApiOperation {
     /// `watch_kueue`: discovering and watching Kueue's Workloads, LocalQueues and ClusterQueues (only its
     /// errors are counted).
     WatchKueue,
+    /// `watch_exceptions`: the ProgressPolicyException watch (only its errors are counted).
+    WatchExceptions,
 }
 
 impl ApiOperation {
@@ -79,6 +81,7 @@ impl ApiOperation {
             ApiOperation::PatchPolicyStatus => "patch_policy_status",
             ApiOperation::WatchTrainjobs => "watch_trainjobs",
             ApiOperation::WatchKueue => "watch_kueue",
+            ApiOperation::WatchExceptions => "watch_exceptions",
         }
     }
 }

@@ -12,6 +12,7 @@
 use std::collections::HashSet;
 use std::hash::Hash;
 use std::sync::Arc;
+use std::time::Duration;
 
 use futures::StreamExt;
 use k8s_openapi::api::core::v1::Namespace;
@@ -226,9 +227,10 @@ where
 }
 
 /// Watches the ProgressPolicyExceptions until the loop's channel closes. The TrainJobs are judged only
-/// after the exceptions were listed (a rule must not act on a job an exception holds), so when their CRD
-/// is not installed (a chart upgrade does not install new CRDs) the list is reported done anyway, with a
-/// warning, and the watch keeps trying.
+/// after the exceptions were listed (a rule must not act on a job an exception holds), so when they cannot
+/// be listed — their CRD is not installed (a chart upgrade does not install new CRDs), the grant is missing,
+/// or any other failure for 30 s — the list is reported done anyway, with a warning, and the watch keeps
+/// trying (errors count in `trainwarden_api_errors_total{operation="watch_exceptions"}`).
 async fn watch_exceptions(
     api: Api<ProgressPolicyException>,
     tx: mpsc::Sender<Input>,
@@ -239,6 +241,7 @@ async fn watch_exceptions(
     let mut relist = Relist::default();
     let mut listed = false;
     let mut failing = false;
+    let started = std::time::Instant::now();
     while let Some(event) = stream.next().await {
         let input = match event {
             Ok(watcher::Event::Apply(e) | watcher::Event::InitApply(e)) => {
@@ -271,23 +274,32 @@ async fn watch_exceptions(
                 continue;
             }
             Err(e) => {
-                let missing = matches!(
-                    &e,
-                    watcher::Error::InitialListFailed(kube::Error::Api(s)) if s.code == 404
-                );
+                let code = match &e {
+                    watcher::Error::InitialListFailed(kube::Error::Api(s)) => Some(s.code),
+                    _ => None,
+                };
                 if !failing {
-                    if missing {
-                        warn!(
+                    match code {
+                        Some(404) => warn!(
                             "the ProgressPolicyException CRD is not installed (kubectl apply -f \
                              crds/progresspolicyexceptions.trainwarden.dev.yaml): no exception is honoured \
                              until it is"
-                        );
-                    } else {
-                        warn!(error = %e, "watching ProgressPolicyExceptions");
+                        ),
+                        Some(403) => warn!(
+                            error = %e,
+                            "not allowed to list ProgressPolicyExceptions (the chart's ClusterRole grants it): \
+                             no exception is honoured until it is"
+                        ),
+                        _ => warn!(error = %e, "watching ProgressPolicyExceptions"),
                     }
                 }
                 failing = true;
-                if missing && !listed {
+                metrics.api_error(ApiOperation::WatchExceptions);
+                // Judging waits for the exceptions, but not forever: a missing CRD or grant at once, any
+                // other failure after 30 s (the watch keeps trying, and a later list applies them).
+                let give_up = matches!(code, Some(404 | 403)) || started.elapsed() > Duration::from_secs(30);
+                if give_up && !listed {
+                    warn!("judging TrainJobs without ProgressPolicyExceptions until they can be listed");
                     listed = true;
                     if tx.send(Input::ExceptionsListed).await.is_err() {
                         return NAME;

@@ -354,10 +354,16 @@ impl Brain {
                 holding,
             });
         }
+        // An invalid one is listed where it could apply: a cluster policy, or a policy of its own namespace.
         let shown = reference.to_string();
-        for (key, (message, _)) in
-            self.invalid_exceptions.iter().filter(|(_, (_, names))| names.contains(&shown))
-        {
+        let could_apply = |key: &trainwarden_core::ExceptionRef| {
+            reference.namespace.as_deref().is_none_or(|ns| ns == key.namespace)
+        };
+        let invalid = self
+            .invalid_exceptions
+            .iter()
+            .filter(|(key, (_, names))| names.contains(&shown) && could_apply(key));
+        for (key, (message, _)) in invalid {
             out.push(ExceptionStatus {
                 name: key.to_string(),
                 state: "Invalid".into(),
@@ -365,6 +371,8 @@ impl Brain {
                 ..ExceptionStatus::default()
             });
         }
+        // Those in force first: a namespace cannot push them out with many refused ones.
+        out.sort_by_key(|e| e.state != "Active");
         out.truncate(MAX_STATUS_EXCEPTIONS);
         out
     }

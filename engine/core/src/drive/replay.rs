@@ -516,7 +516,8 @@ pub fn held_text(
     let names: Vec<&str> = actions.iter().map(|a| a.as_str()).collect();
     match exception {
         Some(e) => format!(
-            "{} held: excepted until {until} by ProgressPolicyException {e}; done then if the rule still fires",
+            "{} held: excepted until {until} by ProgressPolicyException {e}; then, if the rule still fires, it \
+             fires again (a grace runs anew)",
             names.join(", "),
         ),
         None => format!(

@@ -361,7 +361,8 @@ impl Event {
 pub enum ExceptionEnd {
     /// Its `expires` came.
     Expired,
-    /// It was deleted.
+    /// It was deleted, or can no longer be read (an edit made it invalid: what cannot be read is not
+    /// honoured).
     Removed,
     /// It was changed, or the job's labels were, and it no longer applies to this rule of this job.
     NoLongerApplies,
@@ -372,7 +373,7 @@ impl ExceptionEnd {
     pub fn text(self) -> &'static str {
         match self {
             ExceptionEnd::Expired => "it expired",
-            ExceptionEnd::Removed => "it was deleted",
+            ExceptionEnd::Removed => "it was deleted or can no longer be read",
             ExceptionEnd::NoLongerApplies => "it no longer applies to this rule of this job",
         }
     }

@@ -226,3 +226,69 @@ fn a_restarted_evaluator_keeps_the_hold_and_releases_at_expiry() {
     assert_eq!(after.ended(), vec![(t(60), "high", ExceptionEnd::Expired, true)]);
     assert!(after.intents().contains(&(t(60), "high", "suspend")));
 }
+
+#[test]
+fn an_exception_that_comes_after_a_snooze_held_the_firing_holds_it_past_the_snooze() {
+    let mut w = World::with(POLICY);
+    w.annotations.insert(SNOOZE_ANNOTATION.into(), t(60).to_string());
+    w.sample(10, 2.0);
+    w.except(20, exception("eval", "ml/p", "high", t(120)));
+    w.advance(t(100));
+    assert!(!w.intents().iter().any(|(_, r, a)| *r == "high" && *a == "suspend"), "not at the snooze's end");
+    w.advance(t(150));
+    let high: Vec<_> = w.intents().into_iter().filter(|(_, r, _)| *r == "high").collect();
+    assert_eq!(high, vec![(t(120), "high", "suspend"), (t(120), "high", "notify")], "at the exception's end");
+}
+
+#[test]
+fn a_grace_running_when_an_exception_comes_acts_on_the_second_it_expires() {
+    let graced = POLICY
+        .replace("[{suspend: {}}, {notify: {to: team}}]", "[{notify: {to: team}}, {suspend: {grace: 30m}}]");
+    let mut w = World::with(&graced);
+    w.sample(10, 2.0);
+    assert_eq!(w.intents().into_iter().filter(|(_, r, _)| *r == "high").count(), 1, "the warning");
+    w.except(20, exception("eval", "ml/p", "high", t(90)));
+    w.advance(t(80));
+    assert!(!w.intents().iter().any(|(_, _, a)| *a == "suspend"), "not when the grace ends (40m): excepted");
+    w.advance(t(200));
+    let suspends: Vec<_> = w.intents().into_iter().filter(|(_, _, a)| *a == "suspend").collect();
+    assert_eq!(suspends, vec![(t(90), "high", "suspend")], "once, on the exception's second");
+    assert_eq!(w.ended(), vec![(t(90), "high", ExceptionEnd::Expired, true)]);
+}
+
+#[test]
+fn an_exception_and_a_snooze_ending_on_one_second_release_once() {
+    let mut w = World::with(POLICY);
+    w.annotations.insert(SNOOZE_ANNOTATION.into(), t(60).to_string());
+    w.except(0, exception("eval", "ml/p", "high", t(60)));
+    w.sample(10, 2.0);
+    w.advance(t(120));
+    let high: Vec<_> = w.intents().into_iter().filter(|(_, r, _)| *r == "high").collect();
+    assert_eq!(high, vec![(t(60), "high", "suspend"), (t(60), "high", "notify")], "one release");
+}
+
+#[test]
+fn a_firing_a_limit_holds_waits_for_the_exception_too() {
+    let limited = POLICY.replace("  mode: Enforce\n", "  mode: Enforce\n  limits: {maxActionsPerHour: 1}\n");
+    let mut w = World::with(&limited);
+    // Another job takes the hour's one slot at 0m.
+    let mut other = JobSnapshot::new(JobKey::new("ml", "first"));
+    other.running_since = Some(t(0));
+    let mut s = ProgressSample::empty(t(0), SampleSource::TrainerStatus);
+    s.metrics.push(Metric { name: "loss".into(), value: 2.0 });
+    other.sample = Some(s);
+    w.ev.observe(other, t(0), &mut w.events);
+    w.sample(10, 2.0);
+    assert!(!w.intents().iter().any(|(at, r, _)| *at == t(10) && *r == "high"), "limited");
+    w.except(20, exception("eval", "ml/p", "high", t(120)));
+    w.sample(70, 2.0); // the slot frees at 60m
+    w.sample(100, 2.0);
+    assert!(
+        !w.intents().iter().any(|(at, r, a)| *at > t(0) && *r == "high" && *a == "suspend"),
+        "{:?}",
+        w.intents()
+    );
+    w.advance(t(150));
+    let after: Vec<_> = w.intents().into_iter().filter(|(at, r, _)| *at > t(0) && *r == "high").collect();
+    assert_eq!(after, vec![(t(120), "high", "suspend"), (t(120), "high", "notify")]);
+}

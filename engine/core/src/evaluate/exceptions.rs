@@ -20,8 +20,13 @@ use crate::policy::exception::{CompiledException, ExceptionRef};
 use crate::time::Timestamp;
 use std::collections::BTreeMap;
 
-/// The exceptions an evaluator holds, by namespace and name.
-pub(super) type ExceptionBook = BTreeMap<ExceptionRef, CompiledException>;
+/// The exceptions an evaluator holds: by namespace, then name (a job's lookup borrows its namespace).
+pub(super) type ExceptionBook = BTreeMap<String, BTreeMap<String, CompiledException>>;
+
+/// The exception `r`, if the book has it.
+pub(super) fn get<'a>(book: &'a ExceptionBook, r: &ExceptionRef) -> Option<&'a CompiledException> {
+    book.get(&r.namespace)?.get(&r.name)
+}
 
 /// The exception in force that holds `rule` of `policy` for `job` at `now`, as a [`Pause`] until its end.
 pub(super) fn applying(
@@ -32,13 +37,11 @@ pub(super) fn applying(
     labels: &BTreeMap<String, String>,
     now: Timestamp,
 ) -> Option<Pause> {
-    if book.is_empty() || !policy.honours_exceptions_from(&job.namespace) {
+    let here = book.get(&job.namespace)?;
+    if !policy.honours_exceptions_from(&job.namespace) {
         return None;
     }
-    let from = ExceptionRef { namespace: job.namespace.clone(), name: String::new() };
-    book.range(from..)
-        .take_while(|(r, _)| r.namespace == job.namespace)
-        .map(|(_, e)| e)
+    here.values()
         .filter(|e| {
             e.in_force(now) && e.names_rule(&policy.reference, &rule.name) && e.matches_job(job, labels)
         })
@@ -49,21 +52,25 @@ pub(super) fn applying(
 impl Evaluator {
     /// Adds or replaces (same namespace and name) an exception, and evaluates the jobs of its namespace.
     pub fn upsert_exception(&mut self, exception: CompiledException, now: Timestamp, out: &mut Vec<Event>) {
-        let namespace = exception.reference.namespace.clone();
-        self.exceptions.insert(exception.reference.clone(), exception);
+        let ExceptionRef { namespace, name } = exception.reference.clone();
+        self.exceptions.entry(namespace.clone()).or_default().insert(name, exception);
         self.evaluate_namespace(&namespace, now, out);
     }
 
     /// Removes an exception (a no-op when unknown); rules it held that still fire act now.
     pub fn remove_exception(&mut self, reference: &ExceptionRef, now: Timestamp, out: &mut Vec<Event>) {
-        if self.exceptions.remove(reference).is_some() {
+        let Some(here) = self.exceptions.get_mut(&reference.namespace) else { return };
+        if here.remove(&reference.name).is_some() {
+            if here.is_empty() {
+                self.exceptions.remove(&reference.namespace);
+            }
             self.evaluate_namespace(&reference.namespace, now, out);
         }
     }
 
     /// The exceptions known, by namespace and name.
     pub fn exceptions(&self) -> impl Iterator<Item = &CompiledException> {
-        self.exceptions.values()
+        self.exceptions.values().flat_map(BTreeMap::values)
     }
 
     /// The exception holding `rule` of `policy` for `job` as of the job's last evaluation.
@@ -91,7 +98,7 @@ impl Evaluator {
 
 /// Why the exception that held a rule no longer applies at `now`.
 pub(super) fn why_ended(book: &ExceptionBook, held_by: &ExceptionRef, now: Timestamp) -> super::ExceptionEnd {
-    match book.get(held_by) {
+    match get(book, held_by) {
         None => super::ExceptionEnd::Removed,
         Some(e) if !e.in_force(now) => super::ExceptionEnd::Expired,
         Some(_) => super::ExceptionEnd::NoLongerApplies,

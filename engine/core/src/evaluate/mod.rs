@@ -680,25 +680,37 @@ impl Evaluator {
             };
             entry.tracks_mut(p_index, policy.rules.len());
             claim_memories(&mut self.restored, entry, key, p_index, policy);
-            // The exception holding each rule now, if any (none allocated while there are no exceptions).
+            // The exception holding each rule now, if any (none allocated while the job's namespace has none).
             let excepted: Vec<Option<Pause>> = match entry.data.as_deref() {
-                Some(d) if !self.exceptions.is_empty() => (policy.rules.iter())
+                Some(d) if self.exceptions.contains_key(&key.namespace) => (policy.rules.iter())
                     .map(|r| exceptions::applying(&self.exceptions, policy, r, key, &d.snapshot.labels, now))
                     .collect(),
                 _ => Vec::new(),
             };
-            // Rules whose firing an exception held that no longer applies: released after the rules ran.
-            let mut unexcepted: Vec<(usize, crate::policy::exception::ExceptionRef)> = Vec::new();
+            // Rules whose firing an exception held that no longer applies: released after the rules ran
+            // (`true`: its actions were waiting for their grace, which then acts on its own).
+            let mut unexcepted: Vec<(usize, crate::policy::exception::ExceptionRef, bool)> = Vec::new();
             for (r, track) in entry.tracks[p_index].iter_mut().enumerate() {
-                let Some(held_by) = track.excepted.as_deref() else { continue };
                 let now_by = excepted.get(r).and_then(Option::as_ref).and_then(|p| p.exception.as_ref());
+                let graced = track.deferred.iter().any(Option::is_some);
+                let Some(held_by) = track.excepted.as_deref() else {
+                    // A firing whose actions wait anyway (for the snooze, a limit or its grace) when an
+                    // exception comes: from now on the exception holds them too, and its end releases them.
+                    if let Some(e) = now_by
+                        && track.alert.state() == RuleState::Firing
+                        && (track.snooze_held || track.held.is_some() || graced)
+                    {
+                        track.excepted = Some(Box::new(e.clone()));
+                    }
+                    continue;
+                };
                 if now_by == Some(held_by) {
                     continue;
                 }
                 match now_by {
                     // Another exception holds it now.
                     Some(other) => track.excepted = Some(Box::new(other.clone())),
-                    None => unexcepted.extend(track.excepted.take().map(|e| (r, *e))),
+                    None => unexcepted.extend(track.excepted.take().map(|e| (r, *e, graced))),
                 }
             }
             // A suspended job teaches us nothing new: its rules keep their state (restored above after a
@@ -706,7 +718,7 @@ impl Evaluator {
             // after its rule resolves and re-fires.
             if phase == JobPhase::Suspended {
                 // Nothing is released into a suspended job; its frozen rules stay as they are.
-                for (r, held_by) in unexcepted {
+                for (r, held_by, _) in unexcepted {
                     let why = exceptions::why_ended(&self.exceptions, &held_by, now);
                     out.push(exception_ended(key, policy, r, held_by, why, false, now));
                 }
@@ -723,10 +735,10 @@ impl Evaluator {
                     Ok((None, None))
                 };
                 let track = &mut entry.tracks[p_index][r_index];
-                // An exception's hold, else the snooze's; with both, until the later end (the exception's
-                // end hands over to the snooze).
+                // An exception's hold, else the snooze's (with both, the exception's: its end hands the hold
+                // over to the snooze).
                 let pause = match (excepted.get(r_index).cloned().flatten(), hold) {
-                    (Some(e), h) => Some(Pause { until: h.map_or(e.until, |h| h.max(e.until)), ..e }),
+                    (Some(e), _) => Some(e),
                     (None, Some(until)) => Some(Pause { until, exception: None }),
                     (None, None) => None,
                 };
@@ -769,17 +781,20 @@ impl Evaluator {
                         if counted {
                             let data = entry.data.as_deref();
                             let engine_cap = self.config.max_actions_per_hour;
-                            limits::settle(
-                                &mut self.limits,
-                                track,
-                                (p_index, policy, rule),
-                                key,
-                                fired,
-                                now,
-                                data,
-                                engine_cap,
-                                out,
-                            );
+                            // A firing the limit held waits while a snooze or an exception holds it too.
+                            if pause.is_none() || fired {
+                                limits::settle(
+                                    &mut self.limits,
+                                    track,
+                                    (p_index, policy, rule),
+                                    key,
+                                    fired,
+                                    now,
+                                    data,
+                                    engine_cap,
+                                    out,
+                                );
+                            }
                         }
                         // A grace that ended acts, unless the owner snoozed the job meanwhile (the snooze's
                         // end fires the rule again below, every action at once); a recovery drops it.
@@ -813,19 +828,22 @@ impl Evaluator {
                 // Held firings whose exception ended: those still firing act now, unless they fired in this
                 // very evaluation, or the owner's snooze still holds the job (it takes the hold over).
                 let mut due = Vec::new();
-                for (r, held_by) in unexcepted {
+                for (r, held_by, graced) in unexcepted {
                     let why = exceptions::why_ended(&self.exceptions, &held_by, now);
                     let Some(track) = entry.tracks[p_index].get_mut(r) else { continue };
                     let firing = running
                         && track.alert.state() == RuleState::Firing
                         && !fired_now.contains(&(p_index, r))
                         && track.excepted.is_none();
-                    if firing && hold.is_some() {
+                    if firing && hold.is_some() && !graced {
                         track.snooze_held = true;
                     }
+                    // Actions waiting for their grace act when it ends (above, or at its timer): not again.
                     let released = firing && hold.is_none();
-                    if released {
+                    if released && !graced {
                         due.push((p_index, r));
+                        // Released once: the snooze's end or cap below does not release it again.
+                        fired_now.push((p_index, r));
                     }
                     out.push(exception_ended(key, policy, r, held_by, why, released, now));
                 }

@@ -104,7 +104,9 @@ impl Evaluator {
         }
         // An exception holding a firing ends on its second too.
         for track in entry.tracks.iter().flatten() {
-            if let Some(e) = track.excepted.as_deref().and_then(|e| self.exceptions.get(e)) {
+            if let Some(e) =
+                track.excepted.as_deref().and_then(|e| super::exceptions::get(&self.exceptions, e))
+            {
                 consider(Some(e.expires));
             }
         }
