@@ -62,16 +62,9 @@ pub(crate) fn load_exceptions(
         match trainwarden_core::parse_exceptions(&text, &source) {
             Ok(es) => {
                 for e in es {
-                    let refused = e.check_against(policies);
-                    if refused.is_empty() {
-                        out.push(e);
-                    } else {
-                        let errors = trainwarden_core::FieldErrors {
-                            document: format!("{source}: ProgressPolicyException {}", e.reference),
-                            file: Some(source.clone()),
-                            errors: refused,
-                        };
-                        report.push(errors.to_string());
+                    match e.checked_against(policies, &source) {
+                        Ok(()) => out.push(e),
+                        Err(errors) => report.push(errors.to_string()),
                     }
                 }
             }
@@ -265,20 +258,15 @@ pub(crate) fn validate(paths: &[PathBuf]) -> Result<bool, String> {
         match trainwarden_core::parse_exceptions(&text, &source) {
             Ok(exceptions) => {
                 for e in exceptions {
-                    let refused = e.check_against(&compiled);
-                    if refused.is_empty() {
-                        println!(
+                    match e.checked_against(&compiled, &source) {
+                        Ok(()) => println!(
                             "{source}: ProgressPolicyException {} is valid (expires {})",
                             e.reference, e.expires
-                        );
-                    } else {
-                        ok = false;
-                        let errors = trainwarden_core::FieldErrors {
-                            document: format!("{source}: ProgressPolicyException {}", e.reference),
-                            file: Some(source.clone()),
-                            errors: refused,
-                        };
-                        println!("{errors}");
+                        ),
+                        Err(errors) => {
+                            ok = false;
+                            println!("{errors}");
+                        }
                     }
                 }
             }

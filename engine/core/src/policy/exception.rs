@@ -38,7 +38,7 @@ use serde_json::Value;
 
 use crate::error::{FieldError, FieldErrors};
 use crate::input::sample::JobKey;
-use crate::policy::spec::{API_VERSION, LabelSelector, PolicyKind, PolicyRef};
+use crate::policy::spec::{LabelSelector, PolicyKind, PolicyRef};
 use crate::time::Timestamp;
 
 /// The kind of an exception object.
@@ -193,6 +193,20 @@ impl CompiledException {
 }
 
 impl CompiledException {
+    /// [`CompiledException::check_against`] as a report on the file `source` (`file:line:column` per error).
+    pub fn checked_against(
+        &self,
+        policies: &[crate::CompiledPolicy],
+        source: &str,
+    ) -> Result<(), FieldErrors> {
+        let errors = self.check_against(policies);
+        if errors.is_empty() {
+            return Ok(());
+        }
+        let document = format!("{source}: {EXCEPTION_KIND} {}", self.reference);
+        Err(FieldErrors { document, file: Some(source.to_string()), errors })
+    }
+
     /// What would keep it from ever holding anything, against the policies it will run with (those it
     /// names that are among them): a rule name the policy lacks, or a ClusterProgressPolicy that does not
     /// honour exceptions of this namespace. A policy it names that is not among them is not an error (it
@@ -347,23 +361,12 @@ pub(crate) fn compile_exception_document(value: Value) -> Result<CompiledExcepti
         return Err(vec![FieldError::new("(document)", format!("expected a {EXCEPTION_KIND} object"))]);
     };
     let mut errors = Vec::new();
-    match obj.get("apiVersion") {
-        Some(Value::String(v)) if v == API_VERSION => {}
-        Some(v) => errors.push(FieldError::new("apiVersion", format!("expected {API_VERSION}, got {v}"))),
-        None => errors.push(FieldError::new("apiVersion", format!("required: {API_VERSION}"))),
-    }
+    super::compile::check_api_version(&obj, &mut errors);
     let metadata = obj.remove("metadata").unwrap_or(Value::Null);
     let name = metadata.get("name").and_then(Value::as_str).unwrap_or_default().to_string();
     let namespace = metadata.get("namespace").and_then(Value::as_str).unwrap_or("default").to_string();
     let spec = obj.remove("spec").unwrap_or(Value::Null);
-    for key in obj.keys() {
-        if !matches!(key.as_str(), "apiVersion" | "kind" | "status") {
-            errors.push(FieldError::new(
-                key.clone(),
-                "unknown field; expected apiVersion, kind, metadata or spec",
-            ));
-        }
-    }
+    super::compile::check_top_level_fields(&obj, &mut errors);
     match compile_exception(&namespace, &name, spec) {
         Ok(e) if errors.is_empty() => Ok(e),
         Ok(_) => Err(errors),
@@ -375,7 +378,9 @@ pub(crate) fn compile_exception_document(value: Value) -> Result<CompiledExcepti
 }
 
 /// Reads the `ProgressPolicyException` documents of a YAML file (one that may also hold policies, which
-/// [`crate::parse_documents`] reads). `source` names the file in errors, with line:column.
+/// [`crate::parse_documents`] reads). `source` names the file in errors, with line:column. A file that is
+/// not YAML at all holds no exception here: its syntax error is [`crate::parse_documents`]'s to report,
+/// and every caller reads the file with it first (so the error is said once).
 pub fn parse_exceptions(text: &str, source: &str) -> Result<Vec<CompiledException>, FieldErrors> {
     let failed =
         |errors| FieldErrors { document: source.to_string(), file: Some(source.to_string()), errors };

@@ -411,14 +411,7 @@ pub(crate) fn parse_document(value: Value) -> Result<PolicyDocument, Vec<FieldEr
         ));
         PolicyKind::Namespaced
     });
-    match obj.get("apiVersion") {
-        Some(Value::String(v)) if v == API_VERSION => {}
-        Some(Value::String(v)) => {
-            errors.push(FieldError::new("apiVersion", format!("expected {API_VERSION}, got {v:?}")));
-        }
-        Some(_) => errors.push(FieldError::new("apiVersion", format!("expected the string {API_VERSION}"))),
-        None => errors.push(FieldError::new("apiVersion", format!("required: {API_VERSION}"))),
-    }
+    check_api_version(&obj, &mut errors);
     let metadata = obj.remove("metadata").unwrap_or(Value::Null);
     let name = metadata.get("name").and_then(Value::as_str).unwrap_or_default().to_string();
     if name.is_empty() {
@@ -434,14 +427,7 @@ pub(crate) fn parse_document(value: Value) -> Result<PolicyDocument, Vec<FieldEr
     }
     let generation = metadata.get("generation").and_then(Value::as_i64).unwrap_or(0);
     let spec_value = obj.remove("spec").unwrap_or(Value::Null);
-    for key in obj.keys() {
-        if !matches!(key.as_str(), "apiVersion" | "kind" | "status") {
-            errors.push(FieldError::new(
-                key.clone(),
-                "unknown field; expected apiVersion, kind, metadata or spec",
-            ));
-        }
-    }
+    check_top_level_fields(&obj, &mut errors);
     if kind == PolicyKind::Cluster && namespace.is_some() {
         errors.push(FieldError::new(
             "metadata.namespace",
@@ -503,6 +489,31 @@ pub(crate) fn parse_document(value: Value) -> Result<PolicyDocument, Vec<FieldEr
             reading_errors: errors,
         }),
         None => Err(errors),
+    }
+}
+
+/// `apiVersion` of one of this API's objects (policies and exceptions alike).
+pub(crate) fn check_api_version(obj: &serde_json::Map<String, Value>, errors: &mut Vec<FieldError>) {
+    match obj.get("apiVersion") {
+        Some(Value::String(v)) if v == API_VERSION => {}
+        Some(Value::String(v)) => {
+            errors.push(FieldError::new("apiVersion", format!("expected {API_VERSION}, got {v:?}")));
+        }
+        Some(_) => errors.push(FieldError::new("apiVersion", format!("expected the string {API_VERSION}"))),
+        None => errors.push(FieldError::new("apiVersion", format!("required: {API_VERSION}"))),
+    }
+}
+
+/// What is left of an object once `metadata` and `spec` were taken out: only `apiVersion`, `kind` and
+/// `status` may remain.
+pub(crate) fn check_top_level_fields(obj: &serde_json::Map<String, Value>, errors: &mut Vec<FieldError>) {
+    for key in obj.keys() {
+        if !matches!(key.as_str(), "apiVersion" | "kind" | "status") {
+            errors.push(FieldError::new(
+                key.clone(),
+                "unknown field; expected apiVersion, kind, metadata or spec",
+            ));
+        }
     }
 }
 
