@@ -8,6 +8,9 @@
 #   stall    the loop hangs (keeps running, stops reporting): suspended at the deadline, pod SIGTERM
 #   kueue    ClusterQueue quota for one job, two teams' TrainJobs; the first stalls: trainwarden deactivates its
 #            Workload, Kueue evicts it and admits the second (time from the stall deadline to its pod Running)
+#   reclaim  queue-aware reclaim (issue 17): a stalled job is left alone while nobody waits in its ClusterQueue;
+#            a second team's job queues behind it -> trainwarden deactivates the stalled job's Workload, once, and
+#            Kueue admits the waiting one (time from the queueing to its pod Running)
 #   nan      loss NaN at once -> suspended
 #   audit    the same in Audit mode: the pod keeps running, Events and status say what would have happened
 #   rbac     the chart's ServiceAccount may not read another namespace's Secret nor write outside its rules
@@ -397,6 +400,118 @@ EOF
   kubectl delete namespace "$ns" --wait=false >/dev/null
 }
 
+# kueue_queues NS CQ QUOTA LOCALQUEUE...: a ResourceFlavor, a ClusterQueue with a CPU quota and LocalQueues on it.
+kueue_queues() {
+  local ns="$1" cq="$2" quota="$3" lq
+  shift 3
+  kubectl delete clusterqueue "$cq" --wait=true >/dev/null 2>&1 || true
+  {
+    cat <<EOF
+apiVersion: kueue.x-k8s.io/v1beta2
+kind: ResourceFlavor
+metadata: {name: e2e-flavor}
+---
+apiVersion: kueue.x-k8s.io/v1beta2
+kind: ClusterQueue
+metadata: {name: $cq}
+spec:
+  namespaceSelector: {}
+  resourceGroups:
+  - coveredResources: [cpu]
+    flavors:
+    - name: e2e-flavor
+      resources: [{name: cpu, nominalQuota: "$quota"}]
+EOF
+    for lq in "$@"; do
+      printf -- '---\napiVersion: kueue.x-k8s.io/v1beta2\nkind: LocalQueue\nmetadata: {name: %s, namespace: %s}\nspec: {clusterQueue: %s}\n' "$lq" "$ns" "$cq"
+    done
+  } | kubectl apply -f - >/dev/null
+}
+
+workload_of() { jp workloads.v1beta2.kueue.x-k8s.io -n "$1" -l "kueue.x-k8s.io/job-uid=$(jp trainjob -n "$1" "$2" -o jsonpath='{.metadata.uid}')" -o jsonpath='{.items[0].metadata.name}'; }
+workload_active() { jp workloads.v1beta2.kueue.x-k8s.io -n "$1" "$2" -o jsonpath='{.spec.active}'; }
+
+# Queue-aware reclaim: the rule fires only while another Workload waits in the job's ClusterQueue (its cohort,
+# had it one). The demand is what the real Kueue controller reports, read by trainwarden's Kueue watch.
+test_reclaim() {
+  local ns=tw-reclaim policy=reclaim-when-waited-for
+  fresh_ns "$ns"
+  kueue_queues "$ns" e2e-reclaim-cq 250m team-a team-b
+  kubectl apply -f - >/dev/null <<EOF
+apiVersion: trainwarden.dev/v1alpha1
+kind: ProgressPolicy
+metadata: {name: $policy, namespace: $ns}
+spec:
+  selector: {matchLabels: {trainwarden.dev/reclaim: "true"}}
+  mode: Enforce
+  samplingInterval: 5s
+  assumeGpus: 1
+  rules:
+  - name: stalled-while-others-wait
+    when: 'stalled("20s") && queue_pending() >= 1.0'
+    actions:
+    - suspend: {message: "no progress report for 20 s while another Workload waits for its quota"}
+EOF
+  policy_ready "$ns" "$policy"
+  until_ 30 bash -c "kubectl get progresspolicy -n $ns $policy -o jsonpath='{.status.conditions[?(@.type==\"KueueQueues\")].status}' | grep -qx True" ||
+    fail "the policy's KueueQueues condition is not True: $(jp progresspolicy -n "$ns" "$policy" -o jsonpath='{.status.conditions}')"
+  runtime "$ns" hang-runtime '[{name: MODE, value: hang}, {name: HANG_AT_STEP, value: "12"}, {name: STEP_SECONDS, value: "0.5"}, {name: TOTAL_STEPS, value: "4000"}]' 250m
+  runtime "$ns" ok-runtime "$TRAIN_ENV" 250m
+  trainjob "$ns" a-idle hang-runtime '{trainwarden.dev/reclaim: "true", kueue.x-k8s.io/queue-name: team-a}'
+  until_ 90 pod_running "$ns" a-idle || fail "team-a's job was not admitted and Running"
+  local wla
+  wla="$(workload_of "$ns" a-idle)"
+  [[ -n "$wla" ]] || fail "team-a's Workload not found by label kueue.x-k8s.io/job-uid"
+  follow_log "$ns" "$(pod_of "$ns" a-idle)" "$OUT/reclaim-a-pod.log"
+  until_ 60 grep -q 'hanging at step' "$OUT/reclaim-a-pod.log" || fail "team-a's loop did not hang"
+  local last deadline_epoch
+  last="$(jp trainjob -n "$ns" a-idle -o jsonpath='{.status.trainerStatus.lastUpdatedTime}')"
+  deadline_epoch=$(($(date -u -d "$last" +%s) + 20))
+  # Nobody waits: stalled past its deadline (and three evaluation intervals more), the job is left alone.
+  while (($(date +%s) < deadline_epoch + 15)); do sleep 1; done
+  [[ "$(workload_active "$ns" "$wla")" == true ]] || fail "trainwarden stopped team-a's job although nobody waited"
+  pod_running "$ns" a-idle || fail "team-a's pod stopped although nobody waited"
+  suspended "$ns" a-idle && fail "team-a's TrainJob was suspended although nobody waited"
+  log "stalled $(($(date +%s) - deadline_epoch)) s past its deadline with an empty queue: left alone ($wla active, pod Running)"
+
+  # A second team queues behind it: the same stall now costs someone else's run.
+  trainjob "$ns" b-waits ok-runtime '{kueue.x-k8s.io/queue-name: team-b}'
+  local tq=$SECONDS tq_ms wlb
+  tq_ms="$(date +%s%3N)"
+  until_ 30 bash -c "kubectl get clusterqueue e2e-reclaim-cq -o jsonpath='{.status.pendingWorkloads}' | grep -qx 1" ||
+    fail "Kueue does not report team-b's Workload pending: $(jp clusterqueue e2e-reclaim-cq -o jsonpath='{.status}')"
+  wlb="$(workload_of "$ns" b-waits)"
+  log "Kueue: ${wlb:-?} pending in e2e-reclaim-cq ($((SECONDS - tq)) s after team-b's TrainJob was created)"
+  until_ 60 bash -c "[[ \"\$(kubectl get workloads.v1beta2.kueue.x-k8s.io -n $ns $wla -o jsonpath='{.spec.active}')\" == false ]]" ||
+    fail "trainwarden did not deactivate team-a's Workload once team-b waited"
+  local deact=$((SECONDS - tq))
+  log "trainwarden deactivated $wla $deact s after team-b's TrainJob was created"
+  until_ 90 pod_running "$ns" b-waits || fail "team-b's job was not admitted into the freed quota"
+  local reclaim
+  reclaim="$(python3 -c "print(round(($(date +%s%3N) - $tq_ms) / 1000, 1))")"
+  log "Kueue admitted ${wlb:-team-b}: team-b's pod Running $reclaim s after its TrainJob was created"
+  printf 'second job queued -> first Workload deactivated: %s s; -> second pod Running: %s s\n' "$deact" "$reclaim" >"$OUT/reclaim-times.txt"
+  assert_sigterm_checkpoint "$OUT/reclaim-a-pod.log"
+
+  # Once: team-a's job stays stalled, and now waits itself, yet nothing is done twice.
+  sleep 15
+  [[ "$(workload_active "$ns" "$wla")" == false ]] || fail "Kueue undid the deactivation"
+  kubectl get events -n "$ns" --field-selector "involvedObject.kind=TrainJob,involvedObject.name=a-idle" \
+    -o custom-columns=REASON:.reason,REPORTER:.reportingComponent,COUNT:.count,MESSAGE:.message >"$OUT/reclaim-events.txt"
+  local n
+  n="$(awk '$2 == "trainwarden" && $1 == "WorkloadDeactivated" {c += ($3 == "<none>" ? 1 : $3)} END {print c + 0}' "$OUT/reclaim-events.txt")"
+  [[ "$n" == 1 ]] || fail "WorkloadDeactivated Events for a-idle: $n, not 1 ($(cat "$OUT/reclaim-events.txt"))"
+  grep -q 'another Workload waits' "$OUT/reclaim-events.txt" || fail "the Event does not give the rule's reason: $(cat "$OUT/reclaim-events.txt")"
+  local st
+  st="$(jp progresspolicy -n "$ns" "$policy" -o jsonpath='{.status}')"
+  printf '%s\n' "$st" >"$OUT/reclaim-policy-status.json"
+  python3 -c 'import json,sys; s=json.loads(sys.argv[1]); c=s.get("actionCounts",{}); assert sum(c.values()) == 1, c' "$st" ||
+    fail "the policy status does not count exactly one action: $st"
+  log "15 s later: one WorkloadDeactivated Event, one action in the policy status ($(python3 -c 'import json,sys; print(json.loads(sys.argv[1]).get("actionCounts"))' "$st")), $wla inactive"
+  kubectl delete namespace "$ns" --wait=false >/dev/null
+  kubectl delete clusterqueue e2e-reclaim-cq --wait=false >/dev/null 2>&1 || true
+}
+
 nan_policy() {
   kubectl apply -f - >/dev/null <<EOF
 apiVersion: trainwarden.dev/v1alpha1
@@ -487,7 +602,7 @@ test_rbac() {
 }
 
 tests=("$@")
-((${#tests[@]})) || tests=(friday resume stall kueue nan audit rbac)
+((${#tests[@]})) || tests=(friday resume stall kueue reclaim nan audit rbac)
 CURRENT=setup
 install_trainwarden
 for t in "${tests[@]}"; do
