@@ -34,7 +34,7 @@ use kube::{Client, ResourceExt};
 use serde::Deserialize;
 use tokio::sync::mpsc;
 use tracing::{info, warn};
-use trainwarden_core::{GpuReading, GpuSample, JobKey, MAX_GPUS_PER_JOB, Timestamp};
+use trainwarden_core::{GpuReading, GpuSample, JobKey, MAX_GPUS_PER_JOB, Timestamp, error_chain};
 
 use crate::config::GpuMetricsConfig;
 use crate::messages::{Input, SourceHealth};
@@ -317,12 +317,12 @@ impl Prometheus {
             request = request.bearer_auth(token.trim());
         }
         // reqwest's message names the URL already.
-        let response = request.send().await.map_err(|e| causes(&e))?;
+        let response = request.send().await.map_err(|e| error_chain(&e))?;
         let status = response.status();
         let body = response
             .bytes()
             .await
-            .map_err(|e| format!("{}: reading the answer: {}", self.url, causes(&e)))?;
+            .map_err(|e| format!("{}: reading the answer: {}", self.url, error_chain(&e)))?;
         // Prometheus answers PromQL errors with 400/422 and a JSON error body; anything else is HTTP's.
         match serde_json::from_slice::<QueryResponse>(&body) {
             Ok(answer) => Ok(answer),
@@ -338,21 +338,6 @@ impl Prometheus {
 /// Unix seconds with milliseconds, as Prometheus' API takes times.
 fn unix(at: Timestamp) -> String {
     format!("{:.3}", at.as_millisecond() as f64 / 1000.0)
-}
-
-/// An error and its causes, `a: b: c` (reqwest's own message leaves out why a connection failed).
-fn causes(e: &dyn std::error::Error) -> String {
-    let mut text = e.to_string();
-    let mut source = e.source();
-    while let Some(s) = source {
-        let next = s.to_string();
-        if !text.contains(&next) {
-            text.push_str(": ");
-            text.push_str(&next);
-        }
-        source = s.source();
-    }
-    text
 }
 
 /// Polls Prometheus until the loop's channel closes; returns the task's name.

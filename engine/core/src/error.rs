@@ -92,9 +92,53 @@ pub fn clip_tokens(text: &str) -> String {
     out
 }
 
+/// An error and its causes, `a: b: c`, each cause once: HTTP clients' own messages leave out why a
+/// connection failed, and some repeat their source's text in their own.
+pub fn error_chain(e: &dyn std::error::Error) -> String {
+    let mut text = e.to_string();
+    let mut source = e.source();
+    while let Some(s) = source {
+        let next = s.to_string();
+        if !text.contains(&next) {
+            text.push_str(": ");
+            text.push_str(&next);
+        }
+        source = s.source();
+    }
+    text
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[derive(Debug)]
+    struct Layer(&'static str, Option<Box<Layer>>);
+    impl fmt::Display for Layer {
+        fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+            f.write_str(self.0)
+        }
+    }
+    impl std::error::Error for Layer {
+        fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+            self.1.as_deref().map(|l| l as _)
+        }
+    }
+
+    #[test]
+    fn an_error_chain_names_every_cause_once() {
+        let refused = Layer("Connection refused (os error 111)", None);
+        let connect = Layer("tcp connect error: Connection refused (os error 111)", Some(Box::new(refused)));
+        let top = Layer(
+            "error sending request",
+            Some(Box::new(Layer("client error (Connect)", Some(Box::new(connect))))),
+        );
+        assert_eq!(
+            error_chain(&top),
+            "error sending request: client error (Connect): tcp connect error: Connection refused (os error 111)"
+        );
+        assert_eq!(error_chain(&Layer("alone", None)), "alone");
+    }
 
     #[test]
     fn long_tokens_are_clipped_with_their_size() {

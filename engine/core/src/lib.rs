@@ -38,7 +38,7 @@ mod robustness_tests;
 mod test_rng;
 
 pub use drive::{backtest, replay, rule_test};
-pub use error::{FieldError, FieldErrors, MAX_ECHOED_TOKEN, Position, clip_tokens};
+pub use error::{FieldError, FieldErrors, MAX_ECHOED_TOKEN, Position, clip_tokens, error_chain};
 pub use evaluate::{
     ActionIntent, CHECKPOINT_VERSION, EngineConfig, Evaluator, Event, ExceptionEnd, HistoryCheckpoint,
     HistoryRefused, HistoryRestored, Limit, LimitKind, MAX_CHECKPOINT_BYTES, Reason, Resolution, RuleCounts,

@@ -274,17 +274,11 @@ fn classify_http(e: reqwest::Error, what: &str) -> SendError {
     } else {
         "request failed"
     };
-    let mut detail = e.to_string();
-    let mut source = std::error::Error::source(&e);
-    while let Some(s) = source {
-        detail += &format!(": {s}");
-        source = s.source();
-    }
     if e.is_builder() {
         // A malformed URL: no retry will fix it.
         return SendError::Permanent(format!("{what} {kind}: invalid request (check the URL)"));
     }
-    SendError::Retryable(format!("{what} {kind}: {detail}"))
+    SendError::Retryable(format!("{what} {kind}: {}", trainwarden_core::error_chain(&e)))
 }
 
 /// `sha256=<hex>` of HMAC-SHA256(key, body).
