@@ -318,36 +318,38 @@ test_stall() {
   assert_sigterm_checkpoint "$OUT/stall-pod.log"
 }
 
-test_kueue() {
-  local ns=tw-kueue
-  fresh_ns "$ns"
-  kubectl delete clusterqueue e2e-cq --wait=true >/dev/null 2>&1 || true
-  kubectl apply -f - >/dev/null <<EOF
+# kueue_queues NS CQ QUOTA LOCALQUEUE...: a ResourceFlavor, a ClusterQueue with a CPU quota and LocalQueues on it.
+kueue_queues() {
+  local ns="$1" cq="$2" quota="$3" lq
+  shift 3
+  kubectl delete clusterqueue "$cq" --wait=true --timeout=60s >/dev/null 2>&1 || true
+  {
+    cat <<EOF
 apiVersion: kueue.x-k8s.io/v1beta2
 kind: ResourceFlavor
 metadata: {name: e2e-flavor}
 ---
 apiVersion: kueue.x-k8s.io/v1beta2
 kind: ClusterQueue
-metadata: {name: e2e-cq}
+metadata: {name: $cq}
 spec:
   namespaceSelector: {}
   resourceGroups:
   - coveredResources: [cpu]
     flavors:
     - name: e2e-flavor
-      resources: [{name: cpu, nominalQuota: "1"}]
----
-apiVersion: kueue.x-k8s.io/v1beta2
-kind: LocalQueue
-metadata: {name: team-a, namespace: $ns}
-spec: {clusterQueue: e2e-cq}
----
-apiVersion: kueue.x-k8s.io/v1beta2
-kind: LocalQueue
-metadata: {name: team-b, namespace: $ns}
-spec: {clusterQueue: e2e-cq}
+      resources: [{name: cpu, nominalQuota: "$quota"}]
 EOF
+    for lq in "$@"; do
+      printf -- '---\napiVersion: kueue.x-k8s.io/v1beta2\nkind: LocalQueue\nmetadata: {name: %s, namespace: %s}\nspec: {clusterQueue: %s}\n' "$lq" "$ns" "$cq"
+    done
+  } | kubectl apply -f - >/dev/null
+}
+
+test_kueue() {
+  local ns=tw-kueue
+  fresh_ns "$ns"
+  kueue_queues "$ns" e2e-cq 1 team-a team-b
   stall_policy "$ns" stall Enforce trainwarden.dev/stall
   policy_ready "$ns" stall
   runtime "$ns" hang-runtime '[{name: MODE, value: hang}, {name: HANG_AT_STEP, value: "12"}, {name: STEP_SECONDS, value: "0.5"}, {name: TOTAL_STEPS, value: "4000"}]' 1
@@ -398,34 +400,6 @@ EOF
     fail "get does not show a-hangs queued after the resume: $("$plugin" -n "$ns" get a-hangs 2>&1)"
   log "kubectl trainwarden: a-hangs shown suspended by its rule, resumed through $wla (spec.active true), now queued behind team-b"
   kubectl delete namespace "$ns" --wait=false >/dev/null
-}
-
-# kueue_queues NS CQ QUOTA LOCALQUEUE...: a ResourceFlavor, a ClusterQueue with a CPU quota and LocalQueues on it.
-kueue_queues() {
-  local ns="$1" cq="$2" quota="$3" lq
-  shift 3
-  kubectl delete clusterqueue "$cq" --wait=true --timeout=60s >/dev/null 2>&1 || true
-  {
-    cat <<EOF
-apiVersion: kueue.x-k8s.io/v1beta2
-kind: ResourceFlavor
-metadata: {name: e2e-flavor}
----
-apiVersion: kueue.x-k8s.io/v1beta2
-kind: ClusterQueue
-metadata: {name: $cq}
-spec:
-  namespaceSelector: {}
-  resourceGroups:
-  - coveredResources: [cpu]
-    flavors:
-    - name: e2e-flavor
-      resources: [{name: cpu, nominalQuota: "$quota"}]
-EOF
-    for lq in "$@"; do
-      printf -- '---\napiVersion: kueue.x-k8s.io/v1beta2\nkind: LocalQueue\nmetadata: {name: %s, namespace: %s}\nspec: {clusterQueue: %s}\n' "$lq" "$ns" "$cq"
-    done
-  } | kubectl apply -f - >/dev/null
 }
 
 workload_of() { jp workloads.v1beta2.kueue.x-k8s.io -n "$1" -l "kueue.x-k8s.io/job-uid=$(jp trainjob -n "$1" "$2" -o jsonpath='{.metadata.uid}')" -o jsonpath='{.items[0].metadata.name}'; }
