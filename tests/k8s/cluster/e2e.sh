@@ -460,6 +460,7 @@ EOF
   until_ 30 bash -c "kubectl get workloads.v1beta2.kueue.x-k8s.io -n $ns -l kueue.x-k8s.io/job-uid=\$(kubectl get trainjob -n $ns b-waits -o jsonpath='{.metadata.uid}') -o name | grep -q ." ||
     fail "Kueue made no Workload for team-b's TrainJob"
   wlb="$(workload_of "$ns" b-waits)" || true
+  [[ -n "$wlb" ]] || fail "team-b's Workload not found by label kueue.x-k8s.io/job-uid"
   log "Kueue: Workload $wlb for team-b ($((SECONDS - tq)) s after its TrainJob was created)"
   until_ 60 bash -c "[[ \"\$(kubectl get workloads.v1beta2.kueue.x-k8s.io -n $ns $wla -o jsonpath='{.spec.active}')\" == false ]]" ||
     fail "trainwarden did not deactivate team-a's Workload once team-b waited"
