@@ -633,23 +633,32 @@ async fn many_jobs_firing_while_the_leader_is_killed_every_ten_seconds_are_each_
         }
         tokio::time::sleep(Duration::from_millis(200)).await;
     };
-    // Never counted twice. Not always all counted: a leader lost within its status interval after acting
-    // leaves actions no later status shows, and a replica started after them (here the killed one, restarted)
-    // finds those jobs suspended, so nothing fires or counts them again (README, Reliability: known gaps).
+    // Every suspension counted once: performed by a leader, found done by the next one (re-issued), or found
+    // recorded on its TrainJob by the replica that takes over when no status counted it (a leader lost within
+    // its status interval after acting).
     let total = status.gpu_hours_saved.unwrap_or(0.0);
     eprintln!(
         "counted {} of {n} suspensions, {total} GPU-hours ({:?}); the evaluator's figure per job: {one_job}",
         counted(&status),
         status.action_counts
     );
-    assert!(counted(&status) <= n as i64, "a suspension counted twice: {:?}", status.action_counts);
-    assert!(total <= one_job * n as f64 + 0.002, "GPU-hours {total} exceed {n} x {one_job}");
-    // A suspension found done by a replica that restarted counts the savings of its own (later) firing,
-    // a little less than the original's: at most a minute late here, 8 GPUs, so within 0.15 GPU-hours.
-    let low = (one_job - 0.15) * counted(&status) as f64;
-    assert!(total >= low, "GPU-hours {total} for {} suspensions (at least {low})", counted(&status));
+    assert_eq!(counted(&status), n as i64, "each suspension counted once: {:?}", status.action_counts);
+    // A suspension found recorded counts the record's GPU-hours (rounded to 0.01); one found done by a
+    // replica that restarted counts the savings of its own (later) firing, a little less than the
+    // original's: at most a minute late here, 8 GPUs, so within 0.15 GPU-hours.
+    let high = (one_job + 0.005) * n as f64 + 0.002;
+    assert!(total <= high, "GPU-hours {total} exceed {n} x {one_job} (at most {high})");
+    let low = (one_job - 0.15) * n as f64;
+    assert!(total >= low, "GPU-hours {total} for {n} suspensions (at least {low})");
     if let Some(dollars) = status.dollars_saved {
-        assert!((dollars - total * 10.0).abs() < 0.5, "{dollars} dollars for {total} GPU-hours at $10");
+        // The last-action record keeps whole dollars and GPU-hours to 0.01: a suspension counted from it may
+        // be off by half a dollar (plus $10 x 0.005) against the GPU-hours.
+        let found = status.action_counts.get("suspend/already_done").copied().unwrap_or(0) as f64;
+        let tolerance = 0.5 + 0.55 * found;
+        assert!(
+            (dollars - total * 10.0).abs() < tolerance,
+            "{dollars} dollars for {total} GPU-hours at $10 (±{tolerance})"
+        );
     }
     record(&Row {
         scenario: if n >= 100 {

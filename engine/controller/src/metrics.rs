@@ -539,6 +539,9 @@ pub struct Metrics {
     pub handovers: Counter,
     /// `trainwarden_actions_inherited`: owed intents a new leader re-issued at its hand-over.
     pub actions_inherited: Counter,
+    /// `trainwarden_actions_found_uncounted`: suspensions a new leader found recorded on TrainJobs and not
+    /// counted by the status it inherited (their leader was lost before its status counted them), and counted.
+    pub actions_found_uncounted: Counter,
     /// `trainwarden_executor_panics`: panics caught in the executor (the work is reported failed, retried).
     pub executor_panics: Counter,
     /// `trainwarden_relist_deletions`: objects found deleted by a watch re-list (no Delete event came), by
@@ -771,6 +774,12 @@ impl Metrics {
             "Owed action intents re-issued by a new leader at its hand-over",
             actions_inherited.clone(),
         );
+        let actions_found_uncounted = Counter::default();
+        registry.register(
+            "actions_found_uncounted",
+            "Suspensions a new leader found recorded on TrainJobs, not counted by the status it inherited, and counted",
+            actions_found_uncounted.clone(),
+        );
         let executor_panics = Counter::default();
         registry.register(
             "executor_panics",
@@ -903,6 +912,7 @@ impl Metrics {
             actions_abandoned,
             handovers,
             actions_inherited,
+            actions_found_uncounted,
             executor_panics,
             relist_deletions,
             actions_limited,

@@ -247,6 +247,153 @@ async fn a_kueue_managed_job_is_stopped_by_deactivating_its_workload() {
     controller.stop().await;
 }
 
+/// A Kueue job's suspension is two writes: the Workload's deactivation, which records the intent id on the
+/// Workload, then the record on the TrainJob. When the second does not land (a leader lost between them;
+/// here a real ValidatingAdmissionPolicy refuses TrainJob writes), the next attempt finds the Workload
+/// deactivated by this very intent: done (its savings counted, its Event published, once), not "found
+/// already inactive" with neither.
+#[tokio::test]
+async fn a_workload_deactivated_before_its_trainjob_record_is_found_done_by_its_intent() {
+    let ctx = setup!("controller_kueue_record");
+    let (c, ns) = (&ctx.client, ctx.ns.as_str());
+    support::install_workload_crd(c).await;
+    apply_policy(c, ns, &policy("nan", "Enforce", NAN_RULE)).await;
+    let tj = create_trainjob(c, ns, "queued", &[("kueue.x-k8s.io/queue-name", "gpu-queue")]).await;
+    let workloads: Api<DynamicObject> = Api::namespaced_with(c.clone(), ns, &workload_resource());
+    let workload: DynamicObject = serde_json::from_value(json!({
+        "apiVersion": "kueue.x-k8s.io/v1beta1", "kind": "Workload",
+        "metadata": {"name": "trainjob-queued-9f8e7", "namespace": ns, "ownerReferences": [{
+            "apiVersion": "trainer.kubeflow.org/v1alpha1", "kind": "TrainJob", "name": "queued",
+            "uid": tj.uid().unwrap(), "controller": true}]},
+        "spec": {"active": true, "queueName": "gpu-queue", "podSets": [{"name": "node", "count": 2}]}
+    }))
+    .unwrap();
+    workloads.create(&PostParams::default(), &workload).await.expect("create Workload");
+    let frozen = FrozenTrainJobs::in_namespace(c, ns, &ctx.unique_name("tw-frozen")).await;
+
+    let controller = start(c, config_for(ns));
+    report(c, ns, "queued", seconds_ago(1), "nan", 10).await;
+    let w = eventually("the Workload deactivated", Duration::from_secs(10), || async {
+        let w = workloads.get("trainjob-queued-9f8e7").await.ok()?;
+        (w.data.pointer("/spec/active") == Some(&json!(false))).then_some(w)
+    })
+    .await;
+    let on_workload: Vec<String> = serde_json::from_str(
+        w.annotations()
+            .get(trainwarden_controller::INTENTS_ANNOTATION)
+            .expect("the intent recorded on the Workload"),
+    )
+    .unwrap();
+    assert_eq!(on_workload.len(), 1, "{on_workload:?}");
+    // The TrainJob record is refused, and retried.
+    eventually("a refused record", Duration::from_secs(10), || async {
+        let s = policy_status(c, ns, "nan").await;
+        (s.action_counts.get("deactivate/failed").copied().unwrap_or(0) >= 1).then_some(())
+    })
+    .await;
+    assert!(
+        !job(c, ns, "queued").await.annotations().contains_key(trainwarden_controller::INTENTS_ANNOTATION)
+    );
+    assert_eq!(count(&events(c, ns, "queued").await, "WorkloadDeactivated"), 0);
+
+    frozen.thaw().await;
+    let e = eventually("the Event", Duration::from_secs(30), || async {
+        let e = events(c, ns, "queued").await;
+        (count(&e, "WorkloadDeactivated") == 1).then_some(e)
+    })
+    .await;
+    assert!(e.iter().any(|(_, note, _)| note.contains("deactivated by this intent")), "{e:?}");
+    let s = eventually("counted", Duration::from_secs(10), || async {
+        let s = policy_status(c, ns, "nan").await;
+        s.action_counts.contains_key("deactivate/already_done").then_some(s)
+    })
+    .await;
+    let recorded: Vec<String> = serde_json::from_str(
+        &job(c, ns, "queued").await.annotations()[trainwarden_controller::INTENTS_ANNOTATION],
+    )
+    .unwrap();
+    assert_eq!(recorded, on_workload, "the same intent, now recorded on the TrainJob");
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let s2 = policy_status(c, ns, "nan").await;
+    assert_eq!(s2.action_counts.get("deactivate/already_done"), Some(&1), "{:?}", s2.action_counts);
+    assert!(
+        !s2.action_counts.contains_key("deactivate/done")
+            && !s2.action_counts.contains_key("deactivate/unchanged")
+    );
+    // 8 GPUs (assumeGpus) for the hour the job still expected to run, at $10: once.
+    let saved = s2.gpu_hours_saved.expect("savings counted");
+    assert!((7.9..=8.0).contains(&saved), "{saved} GPU-hours ({s:?})");
+    let listed = s2.counted_actions.expect("the status lists the counted suspension");
+    assert_eq!(listed.actions.iter().map(|a| a.id.clone()).collect::<Vec<_>>(), on_workload);
+    assert_eq!(count(&events(c, ns, "queued").await, "WorkloadDeactivated"), 1);
+    controller.stop().await;
+}
+
+/// A ValidatingAdmissionPolicy (and its binding) that refuses every write of TrainJobs in one namespace,
+/// the status subresource excepted (progress reports go on): a real API refusal, removed by [`Self::thaw`].
+struct FrozenTrainJobs {
+    client: kube::Client,
+    name: String,
+}
+
+impl FrozenTrainJobs {
+    fn api(client: &kube::Client, kind: &str, plural: &str) -> Api<DynamicObject> {
+        let gvk = kube::api::GroupVersionKind::gvk("admissionregistration.k8s.io", "v1", kind);
+        Api::all_with(client.clone(), &kube::api::ApiResource::from_gvk_with_plural(&gvk, plural))
+    }
+
+    async fn in_namespace(client: &kube::Client, ns: &str, name: &str) -> Self {
+        let policies = Self::api(client, "ValidatingAdmissionPolicy", "validatingadmissionpolicies");
+        let bindings =
+            Self::api(client, "ValidatingAdmissionPolicyBinding", "validatingadmissionpolicybindings");
+        let policy: DynamicObject = serde_json::from_value(json!({
+            "apiVersion": "admissionregistration.k8s.io/v1", "kind": "ValidatingAdmissionPolicy",
+            "metadata": {"name": name},
+            "spec": {
+                "failurePolicy": "Fail",
+                "matchConstraints": {"resourceRules": [{"apiGroups": ["trainer.kubeflow.org"], "apiVersions": ["*"],
+                    "operations": ["UPDATE"], "resources": ["trainjobs"]}]},
+                "validations": [{"expression": "false", "message": "TrainJobs are frozen for this test"}],
+            },
+        }))
+        .unwrap();
+        policies.create(&PostParams::default(), &policy).await.expect("create ValidatingAdmissionPolicy");
+        let binding: DynamicObject = serde_json::from_value(json!({
+            "apiVersion": "admissionregistration.k8s.io/v1", "kind": "ValidatingAdmissionPolicyBinding",
+            "metadata": {"name": name},
+            "spec": {"policyName": name, "validationActions": ["Deny"],
+                "matchResources": {"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": ns}}}},
+        }))
+        .unwrap();
+        bindings
+            .create(&PostParams::default(), &binding)
+            .await
+            .expect("create ValidatingAdmissionPolicyBinding");
+        // The API server enforces a new policy once its informer has it: probe with a write of our own.
+        let jobs = trainjob_api(client.clone(), Some(ns));
+        let probe = json!({"apiVersion": "trainer.kubeflow.org/v1alpha1", "kind": "TrainJob",
+            "metadata": {"annotations": {"test.trainwarden.dev/probe": "x"}}});
+        eventually("the admission policy enforced", Duration::from_secs(20), || async {
+            let refused = jobs
+                .patch("queued", &PatchParams::apply("probe"), &Patch::Apply(&probe))
+                .await
+                .err()
+                .is_some_and(|e| e.to_string().contains("frozen for this test"));
+            refused.then_some(())
+        })
+        .await;
+        FrozenTrainJobs { client: client.clone(), name: name.to_string() }
+    }
+
+    async fn thaw(self) {
+        let bindings =
+            Self::api(&self.client, "ValidatingAdmissionPolicyBinding", "validatingadmissionpolicybindings");
+        let policies = Self::api(&self.client, "ValidatingAdmissionPolicy", "validatingadmissionpolicies");
+        bindings.delete(&self.name, &Default::default()).await.expect("delete the binding");
+        policies.delete(&self.name, &Default::default()).await.expect("delete the policy");
+    }
+}
+
 /// Issue 17 part 2: a queue-aware rule leaves an idle Kueue job alone while nobody waits and stops it once
 /// GPUs are pending in a sibling ClusterQueue of its cohort; Workloads with quota, or in another cohort, do
 /// not count. Kueue's objects are written here as Kueue writes them (no Kueue runs on this plane).

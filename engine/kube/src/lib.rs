@@ -27,7 +27,10 @@ pub use crd::{
     ClusterProgressPolicy, ClusterProgressPolicySpec, PolicyResource, ProgressPolicy,
     ProgressPolicyException, ProgressPolicyExceptionSpec, ProgressPolicySpec,
 };
-pub use status::{ExceptionStatus, JobStatus, MAX_STATUS_EXCEPTIONS, MAX_STATUS_JOBS, ProgressPolicyStatus};
+pub use status::{
+    COUNTED_ACTIONS_KEPT, CountedAction, CountedActions, ExceptionStatus, JobStatus, MAX_COUNTED_ACTIONS,
+    MAX_STATUS_EXCEPTIONS, MAX_STATUS_JOBS, ProgressPolicyStatus,
+};
 pub use verdict::{RuleVerdict, VERDICT_ANNOTATION, VERDICT_FIELD_MANAGER, Verdict};
 
 /// The field manager trainwarden uses for its own server-side applies (policy status, CRDs, TrainJob

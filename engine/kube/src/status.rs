@@ -129,6 +129,43 @@ pub struct ProgressPolicyStatus {
     #[schemars(extend("x-kubernetes-list-type" = "map", "x-kubernetes-list-map-keys" = ["name"]))]
     #[schemars(length(max = 64))]
     pub exceptions: Vec<ExceptionStatus>,
+
+    /// The recent suspensions (of the TrainJob, or of its Kueue Workload) whose savings and counts this
+    /// status includes, by intent id: a replica that takes over and finds one of them already performed knows
+    /// it is counted, and counts one it finds performed and not listed (its leader was lost before its status
+    /// did). Written by the controller; not meant to be edited.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub counted_actions: Option<CountedActions>,
+}
+
+/// The most entries `status.countedActions.actions` holds (the newest kept).
+pub const MAX_COUNTED_ACTIONS: usize = 256;
+
+/// How long a counted action stays listed in `status.countedActions` (a hand-over comes within seconds).
+pub const COUNTED_ACTIONS_KEPT: std::time::Duration = std::time::Duration::from_secs(3600);
+
+/// `status.countedActions`: which recent actions the totals include.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+#[schemars(transform = crate::crd::kubernetes_friendly)]
+pub struct CountedActions {
+    /// Actions issued at or before this time are not listed: counted or not, they are never counted again.
+    pub since: Time,
+    /// The actions counted that were issued after `since`, at most 256.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(max = 256))]
+    pub actions: Vec<CountedAction>,
+}
+
+/// One counted action: its intent id and when it was issued.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+#[schemars(transform = crate::crd::kubernetes_friendly)]
+pub struct CountedAction {
+    /// The intent id (as in the TrainJob's `trainwarden.dev/intents` record).
+    pub id: String,
+    /// When the intent was issued (its firing).
+    pub at: Time,
 }
 
 /// The most entries `status.exceptions` holds.

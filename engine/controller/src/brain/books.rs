@@ -13,6 +13,7 @@ use crate::messages::{ActionResult, Outcome};
 use crate::metrics::{ActionLabel, ExecutedActionLabels, ModeLabel, SavingsLabels};
 
 use super::Brain;
+use super::counted::Counted;
 use super::ledger::Settled;
 
 /// What the controller keeps per policy beyond the evaluator, for status.
@@ -38,6 +39,9 @@ pub(super) struct PolicyBook {
     pub(super) rule_errors: BTreeMap<String, RuleErrors>,
     /// The job namespaces and modes whose savings series exist (see [`Brain::expect_savings`]).
     pub(super) savings_series: HashSet<(String, Mode)>,
+    /// The recent stopping actions the totals include (see [`super::counted`]); `None` until the policy is
+    /// first seen.
+    pub(super) counted: Option<Counted>,
 }
 
 /// A rule's recent evaluation failures.
@@ -100,7 +104,8 @@ pub(super) const MAX_JOB_ACTIONS: usize = 200;
 impl PolicyBook {
     /// Takes the totals (savings, action counts, last action) from a status this controller's leader wrote:
     /// after a restart, or while another replica leads. What this replica adds when it leads goes on top.
-    pub(super) fn adopt(&mut self, status: &ProgressPolicyStatus) {
+    pub(super) fn adopt(&mut self, status: &ProgressPolicyStatus, now: Timestamp) {
+        self.counted = Some(Counted::from_status(status.counted_actions.as_ref(), now));
         self.gpu_hours_saved = status.gpu_hours_saved.unwrap_or(0.0);
         self.dollars_saved = status.dollars_saved;
         self.gpu_hours_would_save = status.gpu_hours_would_save.unwrap_or(0.0);
@@ -169,51 +174,101 @@ impl Brain {
         if o.result == ActionResult::NotLeader {
             return;
         }
-        let Some(book) = self.books.get_mut(&o.policy) else { return };
-        *book.action_counts.entry(format!("{}/{}", o.action, o.result.as_str())).or_default() += 1;
-        let verb = match (o.mode, &o.result) {
-            (Mode::Audit, _) | (_, ActionResult::Reported) => format!("would {}", o.action),
-            (_, ActionResult::Done | ActionResult::AlreadyDone) => o.action.to_string(),
-            (_, other) => format!("{} {}", o.action, other.as_str()),
+        let saved = o.savings.as_ref().map(|s| (s.gpu_hours, s.dollars));
+        self.tally(Tally {
+            id: &o.intent,
+            policy: &o.policy,
+            job: &o.job,
+            rule: &o.rule,
+            action: o.action,
+            mode: o.mode,
+            result: o.result,
+            at: o.at,
+            saved,
+        });
+    }
+
+    /// Counts one action in its policy's totals (action counts, last action, savings). A stopping action
+    /// in Enforce mode counts once by its intent id: performed here, or found performed by a leader whose
+    /// status did not count it (see [`super::counted`]).
+    pub(super) fn tally(&mut self, t: Tally<'_>) {
+        let Some(book) = self.books.get_mut(t.policy) else { return };
+        let once = t.mode == Mode::Enforce
+            && t.action.stops_job()
+            && matches!(t.result, ActionResult::Done | ActionResult::AlreadyDone);
+        if once {
+            let counted = book.counted.get_or_insert_with(|| Counted::starting(Timestamp::MIN));
+            let owed = match t.result {
+                // Performed by this replica now: counted unless it is listed (another replica that believed
+                // it led performed the same apply and counted it).
+                ActionResult::Done => !counted.includes(t.id),
+                // Found performed: counted unless listed, or issued before the list began (its status may
+                // have counted it before it was dropped from the list).
+                _ => counted.owes(t.id, t.at),
+            };
+            if !owed {
+                info!(job = %t.job, rule = %t.rule, id = %t.id, "action found performed and already counted");
+                return;
+            }
+            counted.insert(t.id, t.at);
+        }
+        *book.action_counts.entry(format!("{}/{}", t.action, t.result.as_str())).or_default() += 1;
+        let verb = match (t.mode, &t.result) {
+            (Mode::Audit, _) | (_, ActionResult::Reported) => format!("would {}", t.action),
+            (_, ActionResult::Done | ActionResult::AlreadyDone) => t.action.to_string(),
+            (_, other) => format!("{} {}", t.action, other.as_str()),
         };
-        let what = format!("{verb} {} ({})", o.job, o.rule);
-        book.last_action = Some((what, o.at));
-        book.job_actions.insert(o.job.clone(), (format!("{verb} ({})", o.rule), o.at));
+        let what = format!("{verb} {} ({})", t.job, t.rule);
+        book.last_action = Some((what, t.at));
+        book.job_actions.insert(t.job.clone(), (format!("{verb} ({})", t.rule), t.at));
         if book.job_actions.len() > MAX_JOB_ACTIONS
             && let Some(oldest) =
                 book.job_actions.iter().min_by_key(|(_, (_, at))| *at).map(|(k, _)| k.clone())
         {
             book.job_actions.remove(&oldest);
         }
-        if let Some(s) = &o.savings
-            && o.action.stops_job()
+        if let Some((gpu_hours, dollars)) = t.saved
+            && t.action.stops_job()
         {
             let labels = || SavingsLabels {
-                policy: format!("{}/{}", o.policy.kind, o.policy),
-                namespace: o.job.namespace.clone(),
-                mode: ModeLabel(Some(o.mode)),
+                policy: format!("{}/{}", t.policy.kind, t.policy),
+                namespace: t.job.namespace.clone(),
+                mode: ModeLabel(Some(t.mode)),
             };
-            match (o.mode, &o.result) {
-                // Found done by its id: the leader that did it was lost before its status counted it
-                // (a status that counted it would have settled the intent here), so it counts now, once.
+            match (t.mode, &t.result) {
                 (Mode::Enforce, ActionResult::Done | ActionResult::AlreadyDone) => {
-                    book.gpu_hours_saved += s.gpu_hours;
-                    if let Some(d) = s.dollars {
+                    book.gpu_hours_saved += gpu_hours;
+                    if let Some(d) = dollars {
                         *book.dollars_saved.get_or_insert(0.0) += d;
                     }
-                    self.metrics.saved(&labels(), s.gpu_hours, s.dollars);
+                    self.metrics.saved(&labels(), gpu_hours, dollars);
                 }
                 (Mode::Audit, ActionResult::Reported) => {
-                    book.gpu_hours_would_save += s.gpu_hours;
-                    if let Some(d) = s.dollars {
+                    book.gpu_hours_would_save += gpu_hours;
+                    if let Some(d) = dollars {
                         *book.dollars_would_save.get_or_insert(0.0) += d;
                     }
-                    self.metrics.saved(&labels(), s.gpu_hours, s.dollars);
+                    self.metrics.saved(&labels(), gpu_hours, dollars);
                 }
                 _ => {}
             }
         }
     }
+}
+
+/// One action to count (see [`Brain::tally`]).
+pub(super) struct Tally<'a> {
+    pub(super) id: &'a str,
+    pub(super) policy: &'a PolicyId,
+    pub(super) job: &'a JobKey,
+    pub(super) rule: &'a str,
+    pub(super) action: crate::messages::ExecutedAction,
+    pub(super) mode: Mode,
+    pub(super) result: ActionResult,
+    /// When the intent was issued.
+    pub(super) at: Timestamp,
+    /// GPU-hours and dollars its suspension frees, when known.
+    pub(super) saved: Option<(f64, Option<f64>)>,
 }
 
 #[cfg(test)]

@@ -26,6 +26,8 @@
 
 mod books;
 mod clock;
+mod counted;
+mod found;
 mod gauges;
 mod history;
 pub mod ledger;
@@ -112,6 +114,13 @@ pub struct Brain {
     exceptions_listed: bool,
     /// Exceptions that cannot be read, and why (reported in the status of the policies they name).
     invalid_exceptions: BTreeMap<trainwarden_core::ExceptionRef, (String, Vec<String>)>,
+    /// The suspension each TrainJob records (see [`found`]), and whether it went through Kueue.
+    found: HashMap<JobKey, (found::FoundSuspension, bool)>,
+    /// `--kueue`: a Kueue-managed job's suspension is its Workload's deactivation.
+    kueue_suspends: bool,
+    /// The suspensions found on TrainJobs are to be counted once the TrainJobs are listed (this replica
+    /// became leader before that).
+    count_found_when_listed: bool,
 }
 
 impl Brain {
@@ -153,6 +162,9 @@ impl Brain {
             queues: Arc::default(),
             exceptions_listed: false,
             invalid_exceptions: BTreeMap::new(),
+            found: HashMap::new(),
+            kueue_suspends: config.kueue,
+            count_found_when_listed: false,
         }
     }
 
@@ -282,6 +294,19 @@ impl Brain {
                     match job.snapshot {
                         Ok(mut snapshot) => {
                             self.unreadable.remove(&job.key);
+                            match snapshot
+                                .annotations
+                                .get(crate::LAST_ACTION_ANNOTATION)
+                                .and_then(|r| found::FoundSuspension::read(r))
+                            {
+                                Some(f) => {
+                                    let kueue = self.kueue_suspends && snapshot.kueue_queue.is_some();
+                                    self.found.insert(job.key.clone(), (f, kueue));
+                                }
+                                None => {
+                                    self.found.remove(&job.key);
+                                }
+                            }
                             self.surface_unknown_fields(&snapshot);
                             let checkpoint = snapshot.annotations.remove(crate::HISTORY_ANNOTATION);
                             let verdict = snapshot.annotations.remove(VERDICT_ANNOTATION);
@@ -321,6 +346,7 @@ impl Brain {
             }
             Input::JobGone(key) => {
                 self.abandon(|i| i.job == key);
+                self.found.remove(&key);
                 if let Some(g) = &mut self.gauges {
                     g.touch(&key);
                 }
@@ -341,6 +367,9 @@ impl Brain {
                         dropped_memories = dropped,
                         "TrainJobs listed; ready"
                     );
+                    if std::mem::take(&mut self.count_found_when_listed) {
+                        self.count_found();
+                    }
                 }
             }
             Input::GpuReadings(readings) => {
@@ -610,6 +639,12 @@ impl Brain {
         }
         self.metrics.handovers.inc();
         self.verdicts.lead();
+        // Before the inherited intents: those found done are then known counted (see `counted`).
+        if self.jobs_listed {
+            self.count_found();
+        } else {
+            self.count_found_when_listed = true;
+        }
         let (inherited, dropped) = {
             let (ledger, wanted) = self.ledger_and_wanted();
             ledger.take_inherited(wanted)
@@ -620,6 +655,46 @@ impl Brain {
         let mut first: Vec<Work> = inherited.into_iter().map(|i| Work::Act(Box::new(i))).collect();
         first.append(&mut self.work);
         self.work = first;
+    }
+
+    /// Counts the suspensions TrainJobs record that the policies' statuses do not (their leader was lost
+    /// before its status counted them): on taking over, once the TrainJobs are listed.
+    fn count_found(&mut self) {
+        let found: Vec<(JobKey, found::FoundSuspension, bool)> =
+            self.found.iter().map(|(k, (f, kueue))| (k.clone(), f.clone(), *kueue)).collect();
+        let mut counted = 0;
+        for (job, f, kueue) in found {
+            let policy = self.books.iter().find_map(|(id, b)| {
+                let r = b.reference.as_ref()?;
+                (format!("{} {r}", r.kind) == f.policy).then(|| id.clone())
+            });
+            let Some(policy) = policy else { continue };
+            let owed =
+                self.books.get(&policy).and_then(|b| b.counted.as_ref()).is_some_and(|c| c.owes(&f.id, f.at));
+            if !owed {
+                continue;
+            }
+            info!(job = %job, rule = %f.rule, id = %f.id, "suspension found recorded and not counted by the status (its leader was lost before its status counted it): counting it");
+            counted += 1;
+            self.tally(books::Tally {
+                id: &f.id,
+                policy: &policy,
+                job: &job,
+                rule: &f.rule,
+                action: if kueue {
+                    crate::messages::ExecutedAction::Deactivate
+                } else {
+                    crate::messages::ExecutedAction::Suspend
+                },
+                mode: trainwarden_core::Mode::Enforce,
+                result: ActionResult::AlreadyDone,
+                at: f.at,
+                saved: f.gpu_hours.map(|h| (h, f.dollars)),
+            });
+        }
+        if counted > 0 {
+            self.metrics.actions_found_uncounted.inc_by(counted);
+        }
     }
 
     /// Whether this replica leads (as the brain last heard).
@@ -673,16 +748,23 @@ impl Brain {
         {
             // The leader's status: its totals are the truth while it leads (a hand-over continues from
             // them), and the firings it persisted as settled settle this replica's owed intents.
-            book.adopt(status);
+            book.adopt(status, now);
             self.ledger.settle_from_status(&p.key, &status.rule_states);
         }
         if !first_sight && book.generation == p.generation && judged {
             return;
         }
         book.generation = p.generation;
+        if first_sight {
+            // What its status counts (none of it, for a new policy): see `counted`.
+            book.counted = Some(counted::Counted::from_status(
+                p.status.as_ref().and_then(|s| s.counted_actions.as_ref()),
+                now,
+            ));
+        }
         if first_sight && let Some(status) = &p.status {
             // Continuity across restarts: savings, counts and the last action come back from status.
-            book.adopt(status);
+            book.adopt(status, now);
             book.conditions = status.conditions.clone();
         }
         let document = match p.document {
@@ -2038,5 +2120,173 @@ mod history_tests {
                 .get(),
             1
         );
+    }
+}
+
+/// Each stopping action counts once in the policy's totals, whoever performed it and whichever status
+/// survived (see [`counted`] and [`found`]).
+#[cfg(test)]
+mod counting_tests {
+    use super::tests::{job_reporting as report, key, policy_input, t};
+    use super::*;
+    use crate::messages::{ActionResult, ExecutedAction, Outcome};
+    use trainwarden_core::{ActionIntent, ActionKind, Mode, RuleState};
+
+    const RULES: &str = "    - {name: high, when: 'metric(\"loss\") > 5.0', actions: [{annotate: {key: k}}, {suspend: {}}]}\n";
+
+    fn brain(leading: bool) -> Brain {
+        let mut b = Brain::new(&ControllerConfig::default(), Arc::new(Metrics::new()), None);
+        b.lead(leading);
+        b.work.clear();
+        b
+    }
+
+    fn acts(b: &mut Brain) -> Vec<ActionIntent> {
+        b.work.drain(..).filter_map(|w| if let Work::Act(i) = w { Some(*i) } else { None }).collect()
+    }
+
+    fn outcome(i: &ActionIntent, result: ActionResult) -> Input {
+        let suspend = i.action.kind() == ActionKind::Suspend;
+        Input::Outcome(Box::new(Outcome {
+            intent: i.id.clone(),
+            policy: i.policy.id(),
+            job: i.job.clone(),
+            rule: i.rule.clone(),
+            action: if suspend { ExecutedAction::Suspend } else { ExecutedAction::Annotate },
+            mode: Mode::Enforce,
+            result,
+            message: String::new(),
+            at: i.at,
+            savings: suspend.then(|| trainwarden_core::Savings {
+                until: t(3600),
+                basis: trainwarden_core::SavingsBasis::EstimatedEnd,
+                gpus: 8.0,
+                gpu_hours: 8.0,
+                dollars: None,
+            }),
+        }))
+    }
+
+    /// ml/ft reporting a high loss, suspended, its last-action record naming `id` (issued at `at`).
+    fn suspended_job_recording(id: &str, at: Timestamp) -> Input {
+        let Input::Job(mut job) = report(9.0, at) else { unreachable!() };
+        let snapshot = job.snapshot.as_mut().unwrap();
+        snapshot.phase = trainwarden_core::JobPhase::Suspended;
+        snapshot.annotations.insert(
+            crate::LAST_ACTION_ANNOTATION.into(),
+            serde_json::json!({
+                "id": id, "action": "suspend", "policy": "ProgressPolicy ml/p", "rule": "high",
+                "reason": "loss high", "at": at.to_string(), "gpuHours": 8.0,
+            })
+            .to_string(),
+        );
+        Input::Job(job)
+    }
+
+    fn suspensions(status: &ProgressPolicyStatus) -> i64 {
+        status.action_counts.iter().filter(|(k, _)| k.starts_with("suspend/")).map(|(_, n)| n).sum()
+    }
+
+    /// The double count of the reliability notes: a firing whose suspension was done while a sibling action
+    /// was still owed is persisted as due; the replica that redoes it finds the suspension done, and the
+    /// status it restored already counts it.
+    #[test]
+    fn a_firing_redone_after_a_restart_does_not_count_its_suspension_again() {
+        let mut b = brain(true);
+        b.handle(policy_input(RULES, None), t(0));
+        b.handle(report(9.0, t(1)), t(1));
+        let fired = acts(&mut b);
+        assert_eq!(
+            fired.iter().map(|i| i.action.kind()).collect::<Vec<_>>(),
+            [ActionKind::Annotate, ActionKind::Suspend]
+        );
+        b.handle(outcome(&fired[1], ActionResult::Done), t(2));
+        b.handle(outcome(&fired[0], ActionResult::Failed), t(2));
+        let status = b.status_of(&key(), t(2));
+        assert_eq!(
+            status.rule_states[0].state,
+            RuleState::Pending,
+            "the annotation is owed: persisted as due"
+        );
+        assert_eq!((status.gpu_hours_saved, suspensions(&status)), (Some(8.0), 1));
+        let listed = status.counted_actions.clone().expect("the status lists what it counts");
+        assert_eq!(listed.actions.iter().map(|a| &a.id).collect::<Vec<_>>(), [&fired[1].id]);
+
+        let mut after = brain(true);
+        after.handle(policy_input(RULES, Some(status)), t(5));
+        after.handle(Input::JobsListed, t(5));
+        after.handle(report(9.0, t(6)), t(6));
+        let redone = acts(&mut after);
+        assert_eq!(
+            redone.iter().map(|i| &i.id).collect::<Vec<_>>(),
+            fired.iter().map(|i| &i.id).collect::<Vec<_>>()
+        );
+        after.handle(outcome(&redone[1], ActionResult::AlreadyDone), t(7));
+        after.handle(outcome(&redone[0], ActionResult::Done), t(7));
+        let status = after.status_of(&key(), t(7));
+        assert_eq!(status.gpu_hours_saved, Some(8.0), "counted once");
+        assert_eq!(suspensions(&status), 1, "{:?}", status.action_counts);
+        assert_eq!(status.action_counts.get("annotate/done"), Some(&1));
+    }
+
+    /// The undercount of the reliability notes: the leader suspended the job and was lost before its status
+    /// counted it; the replica that takes over started after, so the job's rule does not fire again for it.
+    #[test]
+    fn a_suspension_no_status_counted_is_counted_once_by_the_replica_that_takes_over() {
+        // The old leader's last status: nothing counted since t(0).
+        let mut old = brain(true);
+        old.handle(policy_input(RULES, None), t(0));
+        let inherited = old.status_of(&key(), t(0));
+        assert!(inherited.gpu_hours_saved.is_none());
+
+        for leads_before_the_list in [false, true] {
+            let mut b = brain(leads_before_the_list);
+            b.handle(policy_input(RULES, Some(inherited.clone())), t(10));
+            b.handle(suspended_job_recording("lost-leaders-intent", t(3)), t(10));
+            b.handle(Input::JobsListed, t(10));
+            b.lead(true);
+            let status = b.status_of(&key(), t(11));
+            assert_eq!(status.gpu_hours_saved, Some(8.0), "leads before the list: {leads_before_the_list}");
+            assert_eq!(status.action_counts.get("suspend/already_done"), Some(&1));
+            assert_eq!(b.metrics.actions_found_uncounted.get(), 1);
+            // Leading again, or a replica that inherits this status: counted, not again.
+            b.lead(false);
+            b.lead(true);
+            let mut next = brain(false);
+            next.handle(policy_input(RULES, Some(b.status_of(&key(), t(12)))), t(12));
+            next.handle(suspended_job_recording("lost-leaders-intent", t(3)), t(12));
+            next.handle(Input::JobsListed, t(12));
+            next.lead(true);
+            for s in [b.status_of(&key(), t(13)), next.status_of(&key(), t(13))] {
+                assert_eq!((s.gpu_hours_saved, suspensions(&s)), (Some(8.0), 1));
+            }
+        }
+    }
+
+    #[test]
+    fn a_suspension_recorded_before_the_status_listed_counted_actions_is_not_counted() {
+        // A status from before the list (an upgrade): its totals may include anything performed before.
+        let old = ProgressPolicyStatus { gpu_hours_saved: Some(8.0), ..Default::default() };
+        let mut b = brain(false);
+        b.handle(policy_input(RULES, Some(old)), t(10));
+        b.handle(suspended_job_recording("counted-by-the-old-version", t(3)), t(10));
+        b.handle(Input::JobsListed, t(10));
+        b.lead(true);
+        let status = b.status_of(&key(), t(11));
+        assert_eq!((status.gpu_hours_saved, suspensions(&status)), (Some(8.0), 0));
+    }
+
+    /// Two replicas that both believe they lead (at a Lease's expiry) perform the same apply: the second
+    /// "done" of one intent id is not counted again.
+    #[test]
+    fn the_same_intent_done_twice_counts_once() {
+        let mut b = brain(true);
+        b.handle(policy_input(RULES, None), t(0));
+        b.handle(report(9.0, t(1)), t(1));
+        let fired = acts(&mut b);
+        b.handle(outcome(&fired[1], ActionResult::Done), t(2));
+        b.handle(outcome(&fired[1], ActionResult::Done), t(2));
+        let status = b.status_of(&key(), t(2));
+        assert_eq!((status.gpu_hours_saved, suspensions(&status)), (Some(8.0), 1));
     }
 }

@@ -65,6 +65,9 @@ impl Brain {
 
     /// The status of one policy now.
     pub fn status_of(&mut self, key: &PolicyId, now: Timestamp) -> ProgressPolicyStatus {
+        if let Some(counted) = self.books.get_mut(key).and_then(|b| b.counted.as_mut()) {
+            counted.prune(now);
+        }
         let Some(book) = self.books.get(key) else { return ProgressPolicyStatus::default() };
         let mut status = ProgressPolicyStatus {
             observed_generation: Some(book.generation),
@@ -76,6 +79,7 @@ impl Brain {
                 .then_some(round(book.gpu_hours_would_save)),
             dollars_would_save: book.dollars_would_save.map(round),
             action_counts: book.action_counts.clone(),
+            counted_actions: book.counted.as_ref().map(super::counted::Counted::to_status),
             ..ProgressPolicyStatus::default()
         };
         let mut ready = (true, "Evaluating", String::new());

@@ -112,8 +112,15 @@ fn notified_state(intent: &ActionIntent, action: ExecutedAction, ended: &Ended) 
             };
             ActionState::Done { what, undo: undo() }
         }
-        // Performed before a restart or a hand-over: done, but how (which Workload) is not known here.
-        ActionResult::AlreadyDone => ActionState::Done { what: past(&description), undo: None },
+        // Performed before a restart or a hand-over: found so on the Workload it deactivated (which says
+        // how to undo it), or on the TrainJob's record (which does not say how).
+        ActionResult::AlreadyDone => match (action, workload) {
+            (ExecutedAction::Deactivate, Some(w)) => ActionState::Done {
+                what: format!("suspended the TrainJob (deactivated its Kueue Workload {w})"),
+                undo: undo(),
+            },
+            _ => ActionState::Done { what: past(&description), undo: None },
+        },
         ActionResult::Failed => ActionState::NotDone(format!(
             "could not {description} ({}); it is tried again while the rule fires",
             ended.message
@@ -415,7 +422,7 @@ impl Executor {
         let record = Record { last_action: last_action(intent), intents: intents_with(&job, &intent.id) };
         match &intent.action {
             ActionSpec::Event(e) => self.event_action(&target, e, &record).await,
-            ActionSpec::Suspend(s) => self.suspend(&target, s, &record, action).await,
+            ActionSpec::Suspend(s) => self.suspend(&target, s, &intent.id, &record, action).await,
             ActionSpec::Annotate(a) => self.annotate(&target, a, &record).await,
             ActionSpec::Scale(s) => self.scale(&target, s.num_nodes, &intent.id, &record).await,
             ActionSpec::Notify(_) => unreachable!("handled above"),

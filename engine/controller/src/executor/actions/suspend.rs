@@ -8,11 +8,11 @@ use trainwarden_core::SuspendAction;
 use trainwarden_kube::FIELD_MANAGER;
 use trainwarden_kube::kueue::{WORKLOAD_VERSIONS, workload_of, workload_resource_version};
 
-use super::super::ssa::spec_bool;
+use super::super::ssa::{intents_with, performed_intents, spec_bool};
 use super::super::{ActionError, Ended, Executor, Record, Target};
 use crate::messages::{ActionResult, ExecutedAction};
 use crate::metrics::ApiOperation;
-use crate::{KUEUE_QUEUE_LABEL, SUSPENDED_BY_ANNOTATION};
+use crate::{INTENTS_ANNOTATION, KUEUE_QUEUE_LABEL, SUSPENDED_BY_ANNOTATION};
 
 /// Kueue's Workload at `v1beta1`, the version every Kueue serves (the executor itself prefers `v1beta2`, see
 /// [`WORKLOAD_VERSIONS`]); the object that owns admission of a Kueue-managed job.
@@ -25,6 +25,7 @@ impl Executor {
         &self,
         target: &Target<'_>,
         s: &SuspendAction,
+        id: &str,
         record: &Record,
         action: &mut ExecutedAction,
     ) -> Result<Ended, ActionError> {
@@ -36,11 +37,12 @@ impl Executor {
         let queue = job.labels().get(KUEUE_QUEUE_LABEL).cloned();
         if let (true, Some(queue)) = (self.kueue, queue) {
             *action = ExecutedAction::Deactivate;
-            let ended = self.deactivate_workload(job, &queue).await?;
-            // Recorded also when the Workload was found inactive already: a leader lost between
-            // deactivating and recording leaves exactly that, and the record completes the intent.
+            let ended = self.deactivate_workload(job, &queue, id).await?;
+            // Recorded also when the Workload was found inactive already, so the intent is complete on the
+            // TrainJob. Its Event follows the record, so a Workload this intent deactivated (a leader lost
+            // before the record) has none yet.
             self.apply_to_job(target.api, job, &record.annotations(), None).await?;
-            if ended.result == ActionResult::Done {
+            if matches!(ended.result, ActionResult::Done | ActionResult::AlreadyDone) {
                 self.publish(
                     &target.reference,
                     true,
@@ -69,8 +71,15 @@ impl Executor {
 
     /// Deactivates the Kueue Workload owned by the TrainJob (`spec.active: false`): Kueue owns
     /// `spec.suspend` of the jobs it manages and would undo a direct suspension; a deactivated Workload makes
-    /// Kueue evict and suspend the job itself.
-    async fn deactivate_workload(&self, job: &DynamicObject, queue: &str) -> Result<Ended, ActionError> {
+    /// Kueue evict and suspend the job itself. The same apply records intent `id` on the Workload
+    /// (`trainwarden.dev/intents`), so an inactive Workload tells whether this intent deactivated it (done,
+    /// its leader lost before recording it on the TrainJob) or someone else did (unchanged).
+    async fn deactivate_workload(
+        &self,
+        job: &DynamicObject,
+        queue: &str,
+        id: &str,
+    ) -> Result<Ended, ActionError> {
         let ns = job.namespace().unwrap_or_default();
         let uid = job.uid().unwrap_or_default();
         let list_params = kube::api::ListParams::default();
@@ -94,15 +103,27 @@ impl Executor {
         };
         let wname = workload.name_any();
         if spec_bool(&workload, "/spec/active") == Some(false) {
-            let mut ended =
-                Ended::new(ActionResult::Unchanged, format!("Kueue Workload {wname} is already inactive"));
+            let mut ended = if performed_intents(&workload).iter().any(|i| i == id) {
+                Ended::new(
+                    ActionResult::AlreadyDone,
+                    format!(
+                        "Kueue Workload {wname} was deactivated by this intent earlier (its record on the TrainJob had not been written)"
+                    ),
+                )
+            } else {
+                Ended::new(ActionResult::Unchanged, format!("Kueue Workload {wname} is already inactive"))
+            };
             ended.workload = Some(wname);
             return Ok(ended);
         }
         let body = json!({
             "apiVersion": format!("kueue.x-k8s.io/{version}"),
             "kind": "Workload",
-            "metadata": {"name": wname, "namespace": ns},
+            "metadata": {
+                "name": wname,
+                "namespace": ns,
+                "annotations": {INTENTS_ANNOTATION: intents_with(&workload, id)},
+            },
             "spec": {"active": false},
         });
         let params = PatchParams::apply(FIELD_MANAGER).force();
