@@ -269,7 +269,16 @@ async fn a_workload_deactivated_before_its_trainjob_record_is_found_done_by_its_
     }))
     .unwrap();
     workloads.create(&PostParams::default(), &workload).await.expect("create Workload");
-    let frozen = FrozenTrainJobs::in_namespace(c, ns, &ctx.unique_name("tw-frozen")).await;
+    let frozen = TrainJobRefusal::install(c, ns, &ctx.unique_name("tw-frozen"), "true").await;
+    // The API server enforces a new policy once its informer has it: probe with a write of our own.
+    let probe = json!({"apiVersion": "trainer.kubeflow.org/v1alpha1", "kind": "TrainJob",
+        "metadata": {"annotations": {"test.trainwarden.dev/probe": "x"}}});
+    let jobs = trainjob_api(c.clone(), Some(ns));
+    eventually("the admission policy enforced", Duration::from_secs(20), || async {
+        let e = jobs.patch("queued", &PatchParams::apply("probe"), &Patch::Apply(&probe)).await.err()?;
+        TrainJobRefusal::refused(&e).then_some(())
+    })
+    .await;
 
     let controller = start(c, config_for(ns));
     report(c, ns, "queued", seconds_ago(1), "nan", 10).await;
@@ -296,7 +305,7 @@ async fn a_workload_deactivated_before_its_trainjob_record_is_found_done_by_its_
     );
     assert_eq!(count(&events(c, ns, "queued").await, "WorkloadDeactivated"), 0);
 
-    frozen.thaw().await;
+    frozen.lift().await;
     let e = eventually("the Event", Duration::from_secs(30), || async {
         let e = events(c, ns, "queued").await;
         (count(&e, "WorkloadDeactivated") == 1).then_some(e)
@@ -327,71 +336,6 @@ async fn a_workload_deactivated_before_its_trainjob_record_is_found_done_by_its_
     assert_eq!(listed.actions.iter().map(|a| a.id.clone()).collect::<Vec<_>>(), on_workload);
     assert_eq!(count(&events(c, ns, "queued").await, "WorkloadDeactivated"), 1);
     controller.stop().await;
-}
-
-/// A ValidatingAdmissionPolicy (and its binding) that refuses every write of TrainJobs in one namespace,
-/// the status subresource excepted (progress reports go on): a real API refusal, removed by [`Self::thaw`].
-struct FrozenTrainJobs {
-    client: kube::Client,
-    name: String,
-}
-
-impl FrozenTrainJobs {
-    fn api(client: &kube::Client, kind: &str, plural: &str) -> Api<DynamicObject> {
-        let gvk = kube::api::GroupVersionKind::gvk("admissionregistration.k8s.io", "v1", kind);
-        Api::all_with(client.clone(), &kube::api::ApiResource::from_gvk_with_plural(&gvk, plural))
-    }
-
-    async fn in_namespace(client: &kube::Client, ns: &str, name: &str) -> Self {
-        let policies = Self::api(client, "ValidatingAdmissionPolicy", "validatingadmissionpolicies");
-        let bindings =
-            Self::api(client, "ValidatingAdmissionPolicyBinding", "validatingadmissionpolicybindings");
-        let policy: DynamicObject = serde_json::from_value(json!({
-            "apiVersion": "admissionregistration.k8s.io/v1", "kind": "ValidatingAdmissionPolicy",
-            "metadata": {"name": name},
-            "spec": {
-                "failurePolicy": "Fail",
-                "matchConstraints": {"resourceRules": [{"apiGroups": ["trainer.kubeflow.org"], "apiVersions": ["*"],
-                    "operations": ["UPDATE"], "resources": ["trainjobs"]}]},
-                "validations": [{"expression": "false", "message": "TrainJobs are frozen for this test"}],
-            },
-        }))
-        .unwrap();
-        policies.create(&PostParams::default(), &policy).await.expect("create ValidatingAdmissionPolicy");
-        let binding: DynamicObject = serde_json::from_value(json!({
-            "apiVersion": "admissionregistration.k8s.io/v1", "kind": "ValidatingAdmissionPolicyBinding",
-            "metadata": {"name": name},
-            "spec": {"policyName": name, "validationActions": ["Deny"],
-                "matchResources": {"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": ns}}}},
-        }))
-        .unwrap();
-        bindings
-            .create(&PostParams::default(), &binding)
-            .await
-            .expect("create ValidatingAdmissionPolicyBinding");
-        // The API server enforces a new policy once its informer has it: probe with a write of our own.
-        let jobs = trainjob_api(client.clone(), Some(ns));
-        let probe = json!({"apiVersion": "trainer.kubeflow.org/v1alpha1", "kind": "TrainJob",
-            "metadata": {"annotations": {"test.trainwarden.dev/probe": "x"}}});
-        eventually("the admission policy enforced", Duration::from_secs(20), || async {
-            let refused = jobs
-                .patch("queued", &PatchParams::apply("probe"), &Patch::Apply(&probe))
-                .await
-                .err()
-                .is_some_and(|e| e.to_string().contains("frozen for this test"));
-            refused.then_some(())
-        })
-        .await;
-        FrozenTrainJobs { client: client.clone(), name: name.to_string() }
-    }
-
-    async fn thaw(self) {
-        let bindings =
-            Self::api(&self.client, "ValidatingAdmissionPolicyBinding", "validatingadmissionpolicybindings");
-        let policies = Self::api(&self.client, "ValidatingAdmissionPolicy", "validatingadmissionpolicies");
-        bindings.delete(&self.name, &Default::default()).await.expect("delete the binding");
-        policies.delete(&self.name, &Default::default()).await.expect("delete the policy");
-    }
 }
 
 /// Issue 17 part 2: a queue-aware rule leaves an idle Kueue job alone while nobody waits and stops it once
