@@ -9,6 +9,9 @@
 //!   accepted normally.
 //! - [`FaultProxy::refuse`]: new connections are reset as soon as they are accepted (a server that is
 //!   down), until [`FaultProxy::heal`].
+//! - [`FaultProxy::degrade`]: every chunk waits a fixed latency, each direction, and then the time its
+//!   bytes take at a bandwidth limit (toxiproxy's `latency` and `bandwidth` toxics); lifted by
+//!   [`FaultProxy::heal`].
 //!
 //! The proxy runs on a thread and runtime of its own, so it keeps working whatever the test's runtime does.
 
@@ -30,6 +33,13 @@ pub enum Fault {
     BlackHole,
     /// New connections are reset on accept; open ones keep flowing.
     Refuse,
+    /// Bytes flow slowly: each chunk waits `latency`, then its size at `bytes_per_second`.
+    Degraded {
+        /// Added to every chunk, each direction.
+        latency: Duration,
+        /// The most bytes per second each direction of a connection carries.
+        bytes_per_second: u64,
+    },
 }
 
 /// A running proxy; dropped, it stops and closes every connection.
@@ -103,7 +113,12 @@ impl FaultProxy {
         self.fault.send_replace(Fault::Refuse);
     }
 
-    /// Lets bytes flow again (ends a black hole or refusal).
+    /// Slows every connection, open or new: `latency` per chunk each way, at most `bytes_per_second`.
+    pub fn degrade(&self, latency: Duration, bytes_per_second: u64) {
+        self.fault.send_replace(Fault::Degraded { latency, bytes_per_second: bytes_per_second.max(1) });
+    }
+
+    /// Lets bytes flow again (ends a black hole, refusal or degradation).
     pub fn heal(&self) {
         self.fault.send_replace(Fault::None);
     }
@@ -208,6 +223,10 @@ async fn pump(
             }
             Ok(n) => n,
         };
+        let shaping = *fault.borrow();
+        if let Fault::Degraded { latency, bytes_per_second } = shaping {
+            tokio::time::sleep(latency + Duration::from_secs_f64(n as f64 / bytes_per_second as f64)).await;
+        }
         if to.write_all(&buf[..n]).await.is_err() {
             return;
         }
@@ -255,6 +274,29 @@ mod tests {
         let mut buf = [0u8; 4];
         tokio::time::timeout(Duration::from_secs(2), s.read_exact(&mut buf)).await.unwrap().unwrap();
         assert_eq!(&buf, b"ping", "the held bytes arrive after healing");
+    }
+
+    #[tokio::test]
+    async fn a_degraded_link_adds_its_latency_and_carries_at_most_its_bandwidth() {
+        let proxy = FaultProxy::start(echo_server().await).unwrap();
+        let mut s = TcpStream::connect(proxy.addr()).await.unwrap();
+        assert!(round_trip(&mut s, Duration::from_secs(2)).await.is_some());
+        proxy.degrade(Duration::from_millis(150), 1_000_000);
+        let t = std::time::Instant::now();
+        assert!(round_trip(&mut s, Duration::from_secs(2)).await.is_some());
+        let rtt = t.elapsed();
+        assert!(rtt >= Duration::from_millis(300), "150 ms each way: {rtt:?}");
+        // 4,000 bytes at 2,000 bytes/s, each direction: at least 2 s (the echo's two directions overlap).
+        proxy.degrade(Duration::ZERO, 2_000);
+        let t = std::time::Instant::now();
+        s.write_all(&[7u8; 4000]).await.unwrap();
+        let mut back = vec![0u8; 4000];
+        tokio::time::timeout(Duration::from_secs(10), s.read_exact(&mut back)).await.unwrap().unwrap();
+        assert!(t.elapsed() >= Duration::from_secs(2), "{:?} for 4,000 bytes at 2,000 bytes/s", t.elapsed());
+        proxy.heal();
+        let t = std::time::Instant::now();
+        assert!(round_trip(&mut s, Duration::from_secs(2)).await.is_some());
+        assert!(t.elapsed() < Duration::from_millis(250), "healed: {:?}", t.elapsed());
     }
 
     #[tokio::test]
