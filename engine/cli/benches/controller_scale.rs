@@ -6,7 +6,8 @@
 //! requests it made per second, writes per action and status writes per policy per second.
 //!
 //! Run: `tests/k8s/with-control-plane.sh cargo bench -p trainwarden --bench controller_scale`
-//! (`TRAINWARDEN_SCALE_JOBS`, `TRAINWARDEN_SCALE_SECONDS` change the size.)
+//! (`TRAINWARDEN_SCALE_JOBS`, `TRAINWARDEN_SCALE_SECONDS` and `TRAINWARDEN_SCALE_PERIOD_SECONDS`, how often each
+//! job reports, change the size.)
 
 use std::collections::HashMap;
 use std::process::{Child, Command, Stdio};
@@ -23,6 +24,7 @@ use std::sync::Mutex;
 use trainwarden_kube::ProgressPolicy;
 use trainwarden_kube::trainjob::{TRAINER_STATUS_FIELD_MANAGER, trainjob_api};
 
+/// How often each job reports, by default (`TRAINWARDEN_SCALE_PERIOD_SECONDS`).
 const PERIOD: Duration = Duration::from_secs(5);
 const STALL_AFTER: i64 = 20;
 
@@ -113,6 +115,8 @@ async fn main() {
     };
     let jobs = env_usize("TRAINWARDEN_SCALE_JOBS", 1000);
     let seconds = env_usize("TRAINWARDEN_SCALE_SECONDS", 75) as u64;
+    let period =
+        Duration::from_secs(env_usize("TRAINWARDEN_SCALE_PERIOD_SECONDS", PERIOD.as_secs() as usize) as u64);
     let client = trainwarden_kube::client::client_from_kubeconfig(std::path::Path::new(&kubeconfig))
         .await
         .expect("client");
@@ -191,7 +195,8 @@ async fn main() {
         {
             break;
         }
-        assert!(ready.elapsed() < Duration::from_secs(60), "the controller did not list the TrainJobs");
+        let patience = Duration::from_secs(60).max(Duration::from_millis(20) * jobs as u32);
+        assert!(ready.elapsed() < patience, "the controller did not list the TrainJobs");
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
     println!("controller listed {jobs} TrainJobs {:.1}s after start", ready.elapsed().as_secs_f64());
@@ -222,7 +227,7 @@ async fn main() {
     let mut last_stall_report: HashMap<String, Timestamp> = HashMap::new();
     let params = PatchParams::apply(TRAINER_STATUS_FIELD_MANAGER).force();
     let mut step: HashMap<usize, i64> = HashMap::new();
-    let slot = PERIOD / jobs as u32;
+    let slot = period / jobs as u32;
     let mut sent = 0u64;
     let mut late_sends = 0u64;
     let mut tick = tokio::time::interval(Duration::from_millis(50));

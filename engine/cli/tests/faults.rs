@@ -497,7 +497,7 @@ async fn the_leader_killed_in_the_middle_of_a_scale_is_replaced_and_the_scale_fi
         .get(INTENTS_ANNOTATION)
         .and_then(|r| serde_json::from_str(r).ok())
         .unwrap_or_default();
-    assert_eq!(recorded, [pending.clone()], "the interrupted intent, recorded once");
+    assert_eq!(recorded, std::slice::from_ref(&pending), "the interrupted intent, recorded once");
     assert_eq!(lease_holder(c, ns).await.as_deref(), Some(following.identity.as_str()));
     // The Scaled Event is the last step: once it is there, a repeat would be too.
     events_once_there(c, ns, &name, "Scaled", 1).await;

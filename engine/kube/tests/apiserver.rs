@@ -435,6 +435,14 @@ fn sample_status(generation: i64) -> ProgressPolicyStatus {
             message: None,
             holding: vec!["fraud/bert-ft".into()],
         }],
+        // The counted intents round-trip too: a new leader reads them to count each suspension once.
+        counted_actions: Some(trainwarden_kube::status::CountedActions {
+            since: now.clone(),
+            actions: vec![trainwarden_kube::status::CountedAction {
+                id: "fraud/bert-ft/loss-plateau/1".into(),
+                at: now.clone(),
+            }],
+        }),
     }
 }
 
