@@ -53,7 +53,11 @@ pub(crate) fn replay(args: &ReplayArgs<'_>) -> Result<bool, String> {
         eprintln!("note: {note}");
     }
     let tz = policies[0].env.calendar.time_zone().clone();
-    let mut merge = Merge::new(streams::open_all(args.streams)?, max_lateness);
+    let decoded = streams::open_all(args.streams)?
+        .into_iter()
+        .map(streams::DecodedAhead::start)
+        .collect::<Result<Vec<_>, _>>()?;
+    let mut merge = Merge::new(decoded, max_lateness);
     // Notifications are grouped on the stream's clock, event by event, with each job's progress at the time.
     let mut notifications = OfflineNotifications::new(&policies);
     if args.notify.send && !notifications.has_receivers() {

@@ -1,17 +1,19 @@
 //! The inputs of `replay` and `backtest`, opened for reading line by line: files, `-` for stdin, and gzip or
 //! zstd data (recognised by its first bytes, whatever the name) decompressed as it is read; and the next
-//! record of their merge, with the message both commands give for a stream it refuses.
+//! record of their merge, with the message both commands give for a stream it refuses; and each input decoded
+//! on a thread of its own ([`DecodedAhead`]), for `replay`, whose evaluation then has a core to itself.
 
 use std::fs::File;
 use std::io::{self, BufRead, BufReader, Cursor, Read};
 use std::path::{Path, PathBuf};
+use std::sync::mpsc::{Receiver, SyncSender, sync_channel};
 
 use ruzstd::decoding::errors::{FrameDecoderError, ReadFrameHeaderError};
 use ruzstd::decoding::{BlockDecodingStrategy, FrameDecoder};
-use trainwarden_core::{Merge, MergeError, StreamLines, StreamRecord};
+use trainwarden_core::{Merge, MergeError, RecordError, RecordSource, StreamLines, StreamRecord};
 
-/// One input's bytes, decompressed.
-pub(crate) type Input = Box<dyn BufRead>;
+/// One input's bytes, decompressed; `Send`, so it can be decoded on a thread of its own.
+pub(crate) type Input = Box<dyn BufRead + Send>;
 
 /// Bad lines listed per input when a stream is invalid.
 const ERRORS_PER_INPUT: usize = 20;
@@ -19,7 +21,10 @@ const ERRORS_PER_INPUT: usize = 20;
 /// The merge's next record (`None` at the end). A refused stream is an error: every bad line, up to
 /// [`ERRORS_PER_INPUT`] per input (the rest of each input is read to find them), under `heading`; or the
 /// line that came too late, and what to do about it.
-pub(crate) fn next_record(merge: &mut Merge<Input>, heading: &str) -> Result<Option<StreamRecord>, String> {
+pub(crate) fn next_record<S: RecordSource>(
+    merge: &mut Merge<S>,
+    heading: &str,
+) -> Result<Option<StreamRecord>, String> {
     match merge.next_record() {
         Ok(r) => Ok(r),
         Err(MergeError::Invalid(first)) => {
@@ -28,6 +33,96 @@ pub(crate) fn next_record(merge: &mut Merge<Input>, heading: &str) -> Result<Opt
             Err(format!("{heading}\n{}", lines.join("\n")))
         }
         Err(MergeError::Late(late)) => Err(format!("{late}; sort the stream or raise --max-lateness")),
+    }
+}
+
+/// Records decoded per batch handed from a decoding thread to the merge: enough that the hand-over (a lock
+/// and, when the other side waits, a wake-up) costs little per record.
+const BATCH_RECORDS: usize = 1024;
+/// ... and at most this many bytes of lines per batch, so a stream of whole TrainJob objects (up to 1.5 MiB
+/// each) holds a few MiB ahead, not a thousand objects.
+const BATCH_BYTES: u64 = 4 << 20;
+/// Batches a decoding thread may have ready before it waits for the merge to take one.
+const BATCHES_AHEAD: usize = 2;
+
+type Decoded = Result<(usize, StreamRecord), RecordError>;
+
+/// One input decoded on a thread of its own, in order, a bounded number of records ahead of the merge: the
+/// records, errors and end are exactly those of the input's [`StreamLines`], so output is unchanged; what
+/// changes is that reading, decompressing and decoding run beside evaluation instead of before it. Memory
+/// is bounded by [`BATCHES_AHEAD`] + 2 batches. Dropping it ends the thread at its next hand-over.
+pub(crate) struct DecodedAhead {
+    source: String,
+    batches: Receiver<Vec<Decoded>>,
+    current: std::vec::IntoIter<Decoded>,
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+impl DecodedAhead {
+    /// Starts decoding `lines` on a new thread.
+    pub(crate) fn start(mut lines: StreamLines<Input>) -> Result<DecodedAhead, String> {
+        let source = lines.source().to_string();
+        let (sender, batches) = sync_channel(BATCHES_AHEAD);
+        let thread = std::thread::Builder::new()
+            .name(format!("decode {source}"))
+            .spawn(move || decode_into(&mut lines, &sender))
+            .map_err(|e| format!("{source}: cannot start a decoding thread: {e}"))?;
+        Ok(DecodedAhead { source, batches, current: Vec::new().into_iter(), thread: Some(thread) })
+    }
+}
+
+fn decode_into(lines: &mut StreamLines<Input>, sender: &SyncSender<Vec<Decoded>>) {
+    loop {
+        let mut batch = Vec::with_capacity(BATCH_RECORDS);
+        let start = lines.bytes_read();
+        let mut ended = false;
+        while batch.len() < BATCH_RECORDS && lines.bytes_read() - start < BATCH_BYTES {
+            match lines.next_record() {
+                Some(r) => batch.push(r),
+                None => {
+                    ended = true;
+                    break;
+                }
+            }
+        }
+        if !batch.is_empty() && sender.send(batch).is_err() {
+            return; // the merge is gone: nobody wants the rest
+        }
+        if ended {
+            return;
+        }
+    }
+}
+
+impl RecordSource for DecodedAhead {
+    fn next_record(&mut self) -> Option<Decoded> {
+        loop {
+            if let Some(r) = self.current.next() {
+                return Some(r);
+            }
+            match self.batches.recv() {
+                Ok(batch) => self.current = batch.into_iter(),
+                // The channel closes when the thread returns: at the end, or after a panic, which must not
+                // pass for the end of the stream (the replay would be silently cut short).
+                Err(_) => {
+                    let panicked = self.thread.take().is_some_and(|t| t.join().is_err());
+                    return panicked.then(|| {
+                        Err(RecordError {
+                            file: self.source.clone(),
+                            line: 0,
+                            column: None,
+                            message: "the decoding thread stopped on a bug (a panic, reported above); the \
+                                      stream was not read to its end"
+                                .into(),
+                        })
+                    });
+                }
+            }
+        }
+    }
+
+    fn source(&self) -> &str {
+        &self.source
     }
 }
 
@@ -175,5 +270,53 @@ impl<R: BufRead> Read for ZstdFrames<R> {
                 Err(e) => return Err(io::Error::other(e)),
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn records(source: &mut impl RecordSource) -> Vec<Result<(usize, String, String), String>> {
+        std::iter::from_fn(|| source.next_record())
+            .map(|r| {
+                r.map(|(n, rec)| (n, rec.job().to_string(), rec.time().to_string()))
+                    .map_err(|e| e.to_string())
+            })
+            .collect()
+    }
+
+    #[test]
+    fn decoded_ahead_gives_exactly_what_the_lines_give() {
+        // Several batches' worth, bad lines among them, gzip-compressed: what the thread hands over is the
+        // input's own sequence of records and errors, in order, to the end.
+        let mut text = String::new();
+        for i in 0..5_000 {
+            if i % 997 == 0 {
+                text.push_str("{not json\n");
+            }
+            text.push_str(&format!(
+                "{{\"time\":\"2026-01-01T{:02}:{:02}:{:02}Z\",\"job\":\"ns/job-{}\"}}\n",
+                i / 3600,
+                i / 60 % 60,
+                i % 60,
+                i % 17
+            ));
+        }
+        let dir = std::env::temp_dir().join(format!("tw-decoded-ahead-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("stream.jsonl.gz");
+        let mut gz = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::fast());
+        std::io::Write::write_all(&mut gz, text.as_bytes()).unwrap();
+        std::fs::write(&path, gz.finish().unwrap()).unwrap();
+
+        let mut direct = open(&path).unwrap();
+        let mut ahead = DecodedAhead::start(open(&path).unwrap()).unwrap();
+        let expected = records(&mut direct);
+        assert_eq!(expected.len(), 5_000 + 6);
+        assert_eq!(records(&mut ahead), expected);
+        assert_eq!(ahead.source(), path.display().to_string());
+        assert!(ahead.next_record().is_none(), "the end stays the end");
+        std::fs::remove_dir_all(&dir).unwrap();
     }
 }

@@ -18,14 +18,22 @@ use crate::policy::{ActionSpec, Mode};
 use crate::time::Timestamp;
 use crate::time::{fmt_num, fmt_secs, plural, plural_num};
 
+/// What the replay knows of one job.
+#[derive(Default)]
+struct ReplayJob {
+    /// The job as its records describe it (`None` before its first metadata, and after its deletion).
+    snapshot: Option<JobSnapshot>,
+    /// An enforced suspension stopped it: its later records are ignored.
+    suspended: bool,
+}
+
 /// The replay state machine.
 pub struct Replay {
     evaluator: Evaluator,
-    jobs: FxHashMap<JobKey, JobSnapshot>,
-    suspended: FxHashSet<JobKey>,
+    /// Every job seen, kept after its deletion (the summary counts distinct jobs).
+    jobs: FxHashMap<JobKey, ReplayJob>,
     /// Jobs whose savings were counted, per mode (an enforced suspension counts even after an audit one).
     saved_for: [FxHashSet<JobKey>; 2],
-    seen: FxHashSet<JobKey>,
     clock: Option<Timestamp>,
     scratch: Vec<Event>,
     /// Everything that happened, in order.
@@ -96,9 +104,7 @@ impl Replay {
         Replay {
             evaluator,
             jobs: FxHashMap::default(),
-            suspended: FxHashSet::default(),
             saved_for: [FxHashSet::default(), FxHashSet::default()],
-            seen: FxHashSet::default(),
             clock: None,
             scratch: Vec::new(),
             events,
@@ -165,72 +171,76 @@ impl Replay {
         }
         self.run_timers(time, false);
         self.summary.records += 1;
-        let key = record.job().clone();
-        if !self.seen.contains(&key) {
-            self.seen.insert(key.clone());
-        }
-        if self.suspended.contains(&key) {
+        // One lookup per record: the hot path (a progress line of a known job) neither clones the key nor
+        // hashes it twice.
+        let u = match record {
+            StreamRecord::Object { snapshot, .. } => {
+                let snapshot = *snapshot;
+                let job = self.job_entry(&snapshot.key);
+                if job.suspended {
+                    self.summary.ignored_after_suspend += 1;
+                    return;
+                }
+                job.snapshot = Some(snapshot.clone());
+                self.evaluator.observe(snapshot, time, &mut self.scratch);
+                self.summary.jobs = self.jobs.len();
+                self.drain(time);
+                self.run_timers(time, true);
+                return;
+            }
+            StreamRecord::Update(u) => u,
+        };
+        let job = self.job_entry(&u.job);
+        if job.suspended {
             self.summary.ignored_after_suspend += 1;
             return;
         }
-        match record {
-            StreamRecord::Object { snapshot, .. } => {
-                self.jobs.insert(key.clone(), snapshot.clone());
-                self.evaluator.observe(snapshot, time, &mut self.scratch);
+        let key = &u.job;
+        if u.deleted {
+            job.snapshot = None;
+            self.evaluator.forget_job(key, time, &mut self.scratch);
+        } else if u.phase.is_none() && u.labels.is_none() && u.gpus.is_none() && job.snapshot.is_some() {
+            // GPU readings and queue demand are recorded first: a progress sample on the same line is
+            // judged with them.
+            if let Some(gpu) = &u.gpu {
+                self.evaluator.record_gpu(key, gpu, time);
             }
-            StreamRecord::Update(u) => {
-                if u.deleted {
-                    self.jobs.remove(&key);
-                    self.evaluator.forget_job(&key, time, &mut self.scratch);
-                } else if u.phase.is_none()
-                    && u.labels.is_none()
-                    && u.gpus.is_none()
-                    && self.jobs.contains_key(&key)
-                {
-                    // GPU readings and queue demand are recorded first: a progress sample on the same line is
-                    // judged with them.
-                    if let Some(gpu) = &u.gpu {
-                        self.evaluator.record_gpu(&key, gpu, time);
-                    }
-                    if u.queue.is_some() {
-                        self.evaluator.record_queue(&key, u.queue, time);
-                    }
-                    // Only progress: the hot path, no metadata copy.
-                    match u.sample {
-                        Some(sample) => self.evaluator.observe_sample(&key, sample, time, &mut self.scratch),
-                        None => self.evaluator.tick_job(&key, time, &mut self.scratch),
-                    }
-                } else {
-                    let snapshot =
-                        self.jobs.entry(key.clone()).or_insert_with(|| JobSnapshot::new(key.clone()));
-                    if let Some(phase) = u.phase {
-                        if phase == JobPhase::Running && snapshot.phase != JobPhase::Running {
-                            snapshot.running_since = Some(time);
-                        }
-                        snapshot.phase = phase;
-                    }
-                    if let Some(labels) = u.labels {
-                        snapshot.labels = labels;
-                    }
-                    if let Some(g) = u.gpus {
-                        snapshot.gpus = Some(g);
-                    }
-                    if snapshot.running_since.is_none() {
-                        snapshot.running_since = Some(time);
-                    }
-                    let mut update = snapshot.clone();
-                    update.sample = u.sample;
-                    if let Some(gpu) = &u.gpu {
-                        self.evaluator.record_gpu(&key, gpu, time);
-                    }
-                    if u.queue.is_some() {
-                        self.evaluator.record_queue(&key, u.queue, time);
-                    }
-                    self.evaluator.observe(update, time, &mut self.scratch);
+            if u.queue.is_some() {
+                self.evaluator.record_queue(key, u.queue, time);
+            }
+            // Only progress: the hot path, no metadata copy.
+            match u.sample {
+                Some(sample) => self.evaluator.observe_sample(key, sample, time, &mut self.scratch),
+                None => self.evaluator.tick_job(key, time, &mut self.scratch),
+            }
+        } else {
+            let snapshot = job.snapshot.get_or_insert_with(|| JobSnapshot::new(key.clone()));
+            if let Some(phase) = u.phase {
+                if phase == JobPhase::Running && snapshot.phase != JobPhase::Running {
+                    snapshot.running_since = Some(time);
                 }
+                snapshot.phase = phase;
             }
+            if let Some(labels) = u.labels {
+                snapshot.labels = labels;
+            }
+            if let Some(g) = u.gpus {
+                snapshot.gpus = Some(g);
+            }
+            if snapshot.running_since.is_none() {
+                snapshot.running_since = Some(time);
+            }
+            let mut update = snapshot.clone();
+            update.sample = u.sample;
+            if let Some(gpu) = &u.gpu {
+                self.evaluator.record_gpu(key, gpu, time);
+            }
+            if u.queue.is_some() {
+                self.evaluator.record_queue(key, u.queue, time);
+            }
+            self.evaluator.observe(update, time, &mut self.scratch);
         }
-        self.summary.jobs = self.seen.len();
+        self.summary.jobs = self.jobs.len();
         self.drain(time);
         self.run_timers(time, true);
     }
@@ -240,8 +250,16 @@ impl Replay {
         if let Some(u) = until {
             self.advance_to(u);
         }
-        self.summary.jobs = self.seen.len();
+        self.summary.jobs = self.jobs.len();
         &self.summary
+    }
+
+    /// The job's entry, made on its first record (the key is cloned only then).
+    fn job_entry(&mut self, key: &JobKey) -> &mut ReplayJob {
+        if !self.jobs.contains_key(key) {
+            self.jobs.insert(key.clone(), ReplayJob::default());
+        }
+        self.jobs.get_mut(key).expect("inserted above")
     }
 
     fn drain(&mut self, now: Timestamp) {
@@ -281,9 +299,9 @@ impl Replay {
             self.events.push(event);
         }
         for key in suspend_now {
-            if self.suspended.insert(key.clone())
-                && let Some(snapshot) = self.jobs.get_mut(&key)
-            {
+            let job = self.job_entry(&key);
+            let newly = !std::mem::replace(&mut job.suspended, true);
+            if newly && let Some(snapshot) = job.snapshot.as_mut() {
                 snapshot.phase = JobPhase::Suspended;
                 let mut update = snapshot.clone();
                 update.sample = None;

@@ -49,7 +49,7 @@ pub(super) fn missing(path: String) -> NormalizeError {
 }
 
 pub(super) fn parse_time(s: &str) -> Result<Timestamp, String> {
-    s.parse::<Timestamp>().map_err(|e| format!("invalid RFC 3339 timestamp {}: {e}", Snippet(s)))
+    crate::time::parse_timestamp(s).map_err(|e| format!("invalid RFC 3339 timestamp {}: {e}", Snippet(s)))
 }
 
 /// Parses a metric value string. Rust's float grammar already accepts `nan`, `inf`, `infinity` in any
