@@ -577,8 +577,11 @@ mod tests {
         assert!(lines.next_record().is_none());
     }
 
-    /// The lines of `text`, read through a buffer of `capacity` bytes, as `(line, job)` or the error.
-    fn read_all(text: &str, capacity: usize) -> (Vec<Result<(usize, String), String>>, u64) {
+    /// One line read: `(line number, job)`, or the error's text.
+    type LineRead = Result<(usize, String), String>;
+
+    /// The lines of `text`, read through a buffer of `capacity` bytes, and the bytes read.
+    fn read_all(text: &str, capacity: usize) -> (Vec<LineRead>, u64) {
         let reader = std::io::BufReader::with_capacity(capacity, text.as_bytes());
         let mut lines = StreamLines::new(reader, "s");
         let mut out = Vec::new();
