@@ -6,6 +6,7 @@ use std::process::ExitCode;
 
 use clap::{Parser, Subcommand, ValueEnum};
 
+mod allocator;
 mod backtest;
 mod commands;
 mod controller;
@@ -94,6 +95,7 @@ enum Command {
 }
 
 fn main() -> ExitCode {
+    allocator::return_freed_memory_promptly();
     let command = Cli::parse().command;
     // A command that prints a verdict must not look like it passed when its output was cut off.
     exit_quietly_on_broken_pipe(match command {
