@@ -17,7 +17,7 @@ static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 const PURGE_DELAY: libmimalloc_sys::mi_option_t = 15;
 
 /// Return freed memory to the OS at once, unless `MIMALLOC_PURGE_DELAY` says otherwise.
-pub fn return_freed_memory_promptly() {
+pub(crate) fn return_freed_memory_promptly() {
     if std::env::var_os("MIMALLOC_PURGE_DELAY").is_none() {
         // SAFETY: sets one of mimalloc's option values; 0 is a valid delay.
         unsafe { libmimalloc_sys::mi_option_set(PURGE_DELAY, 0) };
