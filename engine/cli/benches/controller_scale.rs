@@ -26,7 +26,10 @@ use trainwarden_kube::trainjob::{TRAINER_STATUS_FIELD_MANAGER, trainjob_api};
 
 /// How often each job reports, by default (`TRAINWARDEN_SCALE_PERIOD_SECONDS`).
 const PERIOD: Duration = Duration::from_secs(5);
-const STALL_AFTER: i64 = 20;
+/// A job is stalled after this long without a report (at least 4 report periods, so healthy jobs never are).
+fn stall_after(period: Duration) -> i64 {
+    20.max(4 * period.as_secs() as i64)
+}
 
 #[derive(Clone, Copy, PartialEq, Debug)]
 enum Fate {
@@ -135,8 +138,9 @@ async fn main() {
             "plateau",
             "{name: plateau, uses: plateau, with: {metric: loss, window: 4, minDelta: 0.001}, actions: [{suspend: {}}]}",
         ),
-        ("stall", "{name: stalled, uses: stalled, with: {after: 20s}, actions: [{suspend: {}}]}"),
+        ("stall", "{name: stalled, uses: stalled, with: {after: STALL_AFTERs}, actions: [{suspend: {}}]}"),
     ] {
+        let rule = rule.replace("STALL_AFTER", &stall_after(period).to_string());
         let yaml = format!(
             "apiVersion: trainwarden.dev/v1alpha1\nkind: ProgressPolicy\nmetadata: {{name: {name}}}\nspec:\n  mode: Enforce\n  samplingInterval: 5s\n  rules:\n    - {rule}\n"
         );
@@ -217,7 +221,8 @@ async fn main() {
 
     // The load: every job reports every 5 s, spread evenly (200 updates/s for 1,000 jobs). Injections happen
     // after 30 s: NaN jobs report "nan", plateau jobs go flat, stalled jobs stop reporting.
-    let inject_after = Duration::from_secs(30);
+    // (With slower reports, after every job has reported twice.)
+    let inject_after = Duration::from_secs(30).max(period * 2);
     let start = Instant::now();
     let cpu0 = cpu_seconds(pid);
     let metrics0 = scrape(port).await;
@@ -304,7 +309,7 @@ async fn main() {
             (f, None) => missed.push((name, f)),
             (Fate::Stall, Some(at)) => {
                 if let Some(last) = last_stall_report.get(&name) {
-                    let deadline = Timestamp::from_second(last.as_second() + STALL_AFTER).unwrap();
+                    let deadline = Timestamp::from_second(last.as_second() + stall_after(period)).unwrap();
                     stall.push(at.duration_since(deadline).as_secs_f64());
                 }
             }
