@@ -120,6 +120,13 @@ async fn main() {
     let seconds = env_usize("TRAINWARDEN_SCALE_SECONDS", 75) as u64;
     let period =
         Duration::from_secs(env_usize("TRAINWARDEN_SCALE_PERIOD_SECONDS", PERIOD.as_secs() as usize) as u64);
+    let stalls_due =
+        Duration::from_secs(30).max(period * 2) + period + Duration::from_secs(stall_after(period) as u64);
+    assert!(
+        Duration::from_secs(seconds) > stalls_due,
+        "TRAINWARDEN_SCALE_SECONDS must exceed {}s for the stalls to be due within the run",
+        stalls_due.as_secs()
+    );
     let client = trainwarden_kube::client::client_from_kubeconfig(std::path::Path::new(&kubeconfig))
         .await
         .expect("client");
@@ -287,7 +294,7 @@ async fn main() {
     while let Some(ok) = pending.next().await {
         late_sends += (!ok) as u64;
     }
-    // Let the last actions land (the stalls fire 20 s after the injection, well inside the run).
+    // Let the last actions land (the stalls fire `stall_after` after their last report).
     tokio::time::sleep(Duration::from_secs(2)).await;
     let wall = start.elapsed().as_secs_f64();
     let cpu = cpu_seconds(pid) - cpu0;
@@ -295,7 +302,7 @@ async fn main() {
     let rss = peak_rss_mib(pid);
 
     // Latencies: from the report that triggered the suspension (the last one before it was seen) to the
-    // suspension as a watch sees it; for stalls, from the deadline (last lastUpdatedTime + 20 s).
+    // suspension as a watch sees it; for stalls, from the deadline (last lastUpdatedTime + `stall_after`).
     let seen = suspended_at.lock().unwrap().clone();
     let reports = reports.lock().unwrap().clone();
     let (mut nan, mut plateau, mut stall) = (Vec::new(), Vec::new(), Vec::new());

@@ -12,8 +12,8 @@
 #[global_allocator]
 static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
-/// mimalloc v3's number for `purge_delay` (`mi_option_e` in its `mimalloc.h`; libmimalloc-sys names only
-/// v2's). The test below reads the option back by name, so a renumbering fails it.
+/// mimalloc v3's number for `purge_delay` (`mi_option_e` in its `mimalloc.h`; libmimalloc-sys has no
+/// constant for it). The test below reads the option back by name, so a renumbering fails it.
 const PURGE_DELAY: libmimalloc_sys::mi_option_t = 15;
 
 /// Return freed memory to the OS at once, unless `MIMALLOC_PURGE_DELAY` says otherwise.

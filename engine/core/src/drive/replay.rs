@@ -171,8 +171,7 @@ impl Replay {
         }
         self.run_timers(time, false);
         self.summary.records += 1;
-        // One lookup per record: the hot path (a progress line of a known job) neither clones the key nor
-        // hashes it twice.
+        // One map per record: the hot path (a progress line of a known job) does not clone the key.
         let u = match record {
             StreamRecord::Object { snapshot, .. } => {
                 let snapshot = *snapshot;

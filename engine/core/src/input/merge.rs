@@ -84,10 +84,17 @@ impl<R: BufRead> StreamLines<R> {
                 return None;
             }
             // A whole line already in the reader's buffer (nearly every line) is decoded where it lies;
-            // anything else (a line across a refill, the last line without its newline, a read error) takes
-            // the copying path below, which also words the errors.
-            if let Ok(available) = self.reader.fill_buf()
-                && let Some(end) = memchr::memchr(b'\n', available)
+            // anything else (a line across a refill, the last line without its newline) takes the copying
+            // path below. A read error is reported here: some readers (gzip's) report one only once.
+            let available = match self.reader.fill_buf() {
+                Ok(available) => available,
+                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+                Err(e) => {
+                    self.broken = true;
+                    return Some(Err(self.error(self.line + 1, None, format!("cannot read: {e}"))));
+                }
+            };
+            if let Some(end) = memchr::memchr(b'\n', available)
                 && end < MAX_LINE_BYTES
             {
                 self.line += 1;
@@ -567,6 +574,27 @@ mod tests {
         let all = m.invalid_lines(first, 20);
         let places: Vec<(&str, usize)> = all.iter().map(|e| (e.file.as_str(), e.line)).collect();
         assert_eq!(places, vec![("a", 2), ("a", 3), ("b", 2)]);
+    }
+
+    /// Fails its first read, then reads as empty: as flate2's gzip reader does after a bad header or CRC.
+    struct FailsOnce(bool);
+
+    impl std::io::Read for FailsOnce {
+        fn read(&mut self, _: &mut [u8]) -> std::io::Result<usize> {
+            if std::mem::replace(&mut self.0, true) {
+                Ok(0)
+            } else {
+                Err(std::io::Error::other("corrupt deflate stream"))
+            }
+        }
+    }
+
+    #[test]
+    fn an_error_reported_only_once_is_not_lost() {
+        let mut lines = StreamLines::new(std::io::BufReader::new(FailsOnce(false)), "s.jsonl.gz");
+        let e = lines.next_record().unwrap().unwrap_err();
+        assert_eq!(e.to_string(), "s.jsonl.gz:1: cannot read: corrupt deflate stream");
+        assert!(lines.next_record().is_none());
     }
 
     #[test]
