@@ -19,9 +19,13 @@ const PURGE_DELAY: libmimalloc_sys::mi_option_t = 15;
 /// Return freed memory to the OS at once, unless `MIMALLOC_PURGE_DELAY` says otherwise.
 pub(crate) fn return_freed_memory_promptly() {
     if std::env::var_os("MIMALLOC_PURGE_DELAY").is_none() {
-        // SAFETY: sets one of mimalloc's option values; 0 is a valid delay.
-        unsafe { libmimalloc_sys::mi_option_set(PURGE_DELAY, 0) };
+        set_purge_delay(0);
     }
+}
+
+fn set_purge_delay(milliseconds: std::ffi::c_long) {
+    // SAFETY: sets one of mimalloc's option values; any delay is valid (-1: never purge).
+    unsafe { libmimalloc_sys::mi_option_set(PURGE_DELAY, milliseconds) };
 }
 
 #[cfg(test)]
@@ -43,13 +47,14 @@ mod tests {
 
     #[test]
     fn the_option_set_is_the_one_named() {
-        if std::env::var_os("MIMALLOC_PURGE_DELAY").is_some() {
-            return;
+        // Two values, neither mimalloc's default (1000), whatever the environment set.
+        for delay in [7, 0] {
+            super::set_purge_delay(delay);
+            let mut printed = String::new();
+            // SAFETY: `append` writes only to `printed`, which outlives the call.
+            unsafe { mi_options_print_out(Some(append), &mut printed as *mut String as *mut c_void) };
+            let wanted = format!("option 'purge_delay': {delay}");
+            assert!(printed.lines().any(|line| line.trim() == wanted), "no {wanted:?} in {printed}");
         }
-        super::return_freed_memory_promptly();
-        let mut printed = String::new();
-        // SAFETY: `append` writes only to `printed`, which outlives the call.
-        unsafe { mi_options_print_out(Some(append), &mut printed as *mut String as *mut c_void) };
-        assert!(printed.lines().any(|line| line.trim() == "option 'purge_delay': 0"), "{printed}");
     }
 }

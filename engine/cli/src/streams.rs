@@ -56,6 +56,8 @@ pub(crate) struct DecodedAhead {
     batches: Receiver<Vec<Decoded>>,
     current: std::vec::IntoIter<Decoded>,
     thread: Option<std::thread::JoinHandle<()>>,
+    /// The last line handed on, record or error: where a decoding thread that stopped had got to.
+    last_line: usize,
 }
 
 impl DecodedAhead {
@@ -67,7 +69,13 @@ impl DecodedAhead {
             .name(format!("decode {source}"))
             .spawn(move || decode_into(&mut lines, &sender))
             .map_err(|e| format!("{source}: cannot start a decoding thread: {e}"))?;
-        Ok(DecodedAhead { source, batches, current: Vec::new().into_iter(), thread: Some(thread) })
+        Ok(DecodedAhead {
+            source,
+            batches,
+            current: Vec::new().into_iter(),
+            thread: Some(thread),
+            last_line: 0,
+        })
     }
 }
 
@@ -98,6 +106,10 @@ impl RecordSource for DecodedAhead {
     fn next_record(&mut self) -> Option<Decoded> {
         loop {
             if let Some(r) = self.current.next() {
+                self.last_line = match &r {
+                    Ok((line, _)) => *line,
+                    Err(e) => e.line,
+                };
                 return Some(r);
             }
             match self.batches.recv() {
@@ -109,10 +121,10 @@ impl RecordSource for DecodedAhead {
                     return panicked.then(|| {
                         Err(RecordError {
                             file: self.source.clone(),
-                            line: 0,
+                            line: self.last_line + 1,
                             column: None,
-                            message: "the decoding thread stopped on a bug (a panic, reported above); the \
-                                      stream was not read to its end"
+                            message: "the decoding thread stopped on a bug (a panic, reported above); this \
+                                      line and those after it were not replayed"
                                 .into(),
                         })
                     });
@@ -318,5 +330,36 @@ mod tests {
         assert_eq!(ahead.source(), path.display().to_string());
         assert!(ahead.next_record().is_none(), "the end stays the end");
         std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    /// 1,500 lines, then a panic on the next read: a bug in a reader, as the decoding thread meets it.
+    struct PanicsAfter(std::io::Cursor<Vec<u8>>);
+
+    impl std::io::Read for PanicsAfter {
+        fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+            let n = self.0.read(buf)?;
+            assert!(n > 0, "a bug in the reader");
+            Ok(n)
+        }
+    }
+
+    #[test]
+    fn a_panic_in_the_decoding_thread_is_an_error_where_it_stopped_not_the_end() {
+        let text: String = (0..1_500)
+            .map(|i| {
+                format!("{{\"time\":\"2026-01-01T00:{:02}:{:02}Z\",\"job\":\"ns/a\"}}\n", i / 60 % 60, i % 60)
+            })
+            .collect();
+        let reader: Input =
+            Box::new(std::io::BufReader::new(PanicsAfter(std::io::Cursor::new(text.into_bytes()))));
+        let mut ahead = DecodedAhead::start(StreamLines::new(reader, "s.jsonl")).unwrap();
+        let got = records(&mut ahead);
+        // The first batch went out; the thread panicked while filling the second, which is lost with it.
+        assert_eq!(got.len(), BATCH_RECORDS + 1, "{:?}", got.last());
+        assert!(got[..BATCH_RECORDS].iter().all(Result::is_ok));
+        let error = got[BATCH_RECORDS].as_ref().unwrap_err();
+        let place = format!("s.jsonl:{}: the decoding thread stopped on a bug", BATCH_RECORDS + 1);
+        assert!(error.starts_with(&place), "{error}");
+        assert!(ahead.next_record().is_none());
     }
 }

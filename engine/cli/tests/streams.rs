@@ -113,6 +113,21 @@ fn gzip_and_zstd_streams_print_what_the_plain_stream_prints() {
     let stderr = text(&out.stderr);
     assert!(stderr.starts_with("error: invalid stream"), "{stderr}");
     assert!(stderr.contains("cut.jsonl.gz:") && stderr.contains(": cannot read: "), "{stderr}");
+    // A wrong checksum and an unknown compression method: gzip's reader says so once, then reads as empty,
+    // and the replay must still fail rather than end early as a success.
+    let whole = std::fs::read(data().join("two-jobs.jsonl.gz")).unwrap();
+    let mut crc = whole.clone();
+    let at = crc.len() - 8; // the last member's CRC-32
+    crc[at] ^= 0xff;
+    let mut method = whole;
+    method[2] = 9; // 8 is deflate, the only method gzip defines
+    for (name, bytes) in [("crc.jsonl.gz", crc), ("method.jsonl.gz", method)] {
+        std::fs::write(dir.join(name), &bytes).unwrap();
+        let out = replay(&[dir.join(name).to_str().unwrap()], None);
+        assert_eq!(out.status.code(), Some(2), "{name}: {}", text(&out.stderr));
+        let stderr = text(&out.stderr);
+        assert!(stderr.contains(&format!("{name}:")) && stderr.contains(": cannot read: "), "{stderr}");
+    }
 }
 
 #[test]

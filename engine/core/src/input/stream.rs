@@ -40,8 +40,8 @@ pub enum StreamRecord {
         snapshot: Box<JobSnapshot>,
     },
     /// A compact update of a job. Not boxed: records are made on a decoding thread and dropped on the
-    /// evaluating one, and glibc's malloc pays for such a hand-over with trims of the other thread's arena
-    /// (measured: a third more time, most of it in the kernel).
+    /// evaluating one, and each heap block more per record is one more such hand-over (with glibc's malloc,
+    /// measured: a third more time, most of it in the kernel; the CLI now runs on mimalloc, not re-measured).
     Update(Update),
 }
 
