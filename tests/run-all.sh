@@ -9,6 +9,16 @@ cd "$(dirname "$0")/.."
 tests/install-prereqs.sh
 export TRAINWARDEN_PYTHON="${TRAINWARDEN_VENV:-$HOME/.cache/trainwarden/venv}/bin/python"
 
+# Go's build cache serves only the cold builds of the test tools (kube-apiserver, helm, the cluster binaries...),
+# whose binaries are then cached by version under ~/.cache/trainwarden: a scratch cache for this run, shared by
+# all those builds, then removed (by cluster-tests.sh before the image build, and at exit) instead of leaving
+# ~10 GB in the machine's GOCACHE. Runs with warm binaries never write to it.
+TRAINWARDEN_SCRATCH_GOCACHE="$(mktemp -d "${TMPDIR:-/tmp}/trainwarden-gocache.XXXXXX")"
+export TRAINWARDEN_SCRATCH_GOCACHE GOCACHE="$TRAINWARDEN_SCRATCH_GOCACHE"
+trap 'rm -rf "$TRAINWARDEN_SCRATCH_GOCACHE"' EXIT
+# A clean CI checkout builds once: incremental compilation data (~2.5 GB) would only take disk.
+if [[ "${CI:-}" == true || "${CI:-}" == 1 ]]; then export CARGO_INCREMENTAL="${CARGO_INCREMENTAL:-0}"; fi
+
 # Build first, outside the control plane's lifetime, so a slow cold compile does not keep it running idle.
 cargo build --workspace --all-targets --locked
 

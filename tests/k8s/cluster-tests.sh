@@ -14,6 +14,11 @@ t0=$SECONDS
 "$SCRIPT_DIR/build-binaries.sh" >/dev/null
 "$SCRIPT_DIR/build-cluster-binaries.sh" >/dev/null
 "$SCRIPT_DIR/build-helm.sh" >/dev/null
+# run-all.sh's scratch Go build cache has served the last Go build: give its disk to the image build.
+if [[ -n "${TRAINWARDEN_SCRATCH_GOCACHE:-}" ]]; then
+  log "removing the scratch Go build cache ($(du -sh "$TRAINWARDEN_SCRATCH_GOCACHE" 2>/dev/null | cut -f1))"
+  rm -rf "$TRAINWARDEN_SCRATCH_GOCACHE"
+fi
 "$SCRIPT_DIR/build-images.sh" --no-import
 log "binaries and images ready in $((SECONDS - t0)) s"
 
