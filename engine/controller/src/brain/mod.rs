@@ -506,6 +506,10 @@ impl Brain {
         if !self.history.may_write(key, now) || (!fired && !again && !new_samples) {
             return;
         }
+        if !self.history.has_budget(key, now) {
+            self.metrics.history(HistoryResult::Deferred);
+            return;
+        }
         let Some(checkpoint) = self.evaluator.checkpoint(key, uid, now) else { return };
         match self.history.due(key, &checkpoint, now) {
             Due::Later => {}
