@@ -99,6 +99,9 @@ fn status_body(loss: &str, at: Timestamp, step: i64) -> Value {
     })
 }
 
+/// Per job: when each of its reports was sent, with the report's progressPercentage (which identifies it).
+type SentReports = HashMap<String, Vec<(Timestamp, i64)>>;
+
 struct Controller(Child);
 
 impl Drop for Controller {
@@ -212,15 +215,27 @@ async fn main() {
     }
     println!("controller listed {jobs} TrainJobs {:.1}s after start", ready.elapsed().as_secs_f64());
 
-    // When each job was suspended, as a watch sees it.
+    // When each job was suspended, as a watch sees it; and when the same watch first saw each report of a
+    // NaN or plateau job (keyed by its progressPercentage, the step mod 100: unique within a run), which
+    // splits the latency into the API server's part and the controller's.
     let suspended_at: Arc<Mutex<HashMap<String, Timestamp>>> = Arc::default();
+    let report_seen_at: Arc<Mutex<HashMap<(String, i64), Timestamp>>> = Arc::default();
     {
-        let (api, seen) = (api.clone(), suspended_at.clone());
+        let (api, seen, reports_seen) = (api.clone(), suspended_at.clone(), report_seen_at.clone());
         tokio::spawn(async move {
             let mut stream = watcher(api, watcher::Config::default()).applied_objects().boxed();
             while let Some(Ok(job)) = stream.next().await {
+                let now = Timestamp::now();
+                let name = job.name_any();
                 if job.data.pointer("/spec/suspend") == Some(&json!(true)) {
-                    seen.lock().unwrap().entry(job.name_any()).or_insert_with(Timestamp::now);
+                    seen.lock().unwrap().entry(name.clone()).or_insert(now);
+                }
+                let index = name.strip_prefix("job-").and_then(|i| i.parse::<usize>().ok());
+                if index.is_some_and(|i| matches!(fate(i), Fate::Nan | Fate::Plateau))
+                    && let Some(step) =
+                        job.data.pointer("/status/trainerStatus/progressPercentage").and_then(Value::as_i64)
+                {
+                    reports_seen.lock().unwrap().entry((name, step)).or_insert(now);
                 }
             }
         });
@@ -235,7 +250,7 @@ async fn main() {
     let metrics0 = scrape(port).await;
     // Per injected job: when each report went out (the one before the suspension triggered it); for stalled
     // jobs, the lastUpdatedTime of their last report.
-    let reports: Arc<Mutex<HashMap<String, Vec<Timestamp>>>> = Arc::default();
+    let reports: Arc<Mutex<SentReports>> = Arc::default();
     let mut last_stall_report: HashMap<String, Timestamp> = HashMap::new();
     let params = PatchParams::apply(TRAINER_STATUS_FIELD_MANAGER).force();
     let mut step: HashMap<usize, i64> = HashMap::new();
@@ -272,11 +287,12 @@ async fn main() {
             let body = status_body(&loss, now, *s);
             let (api, params, reports) = (api.clone(), params.clone(), reports.clone());
             let record = injecting && matches!(fate(i), Fate::Nan | Fate::Plateau);
+            let progress = *s % 100;
             pending.push(async move {
                 let r = api.patch_status(&name, &params, &Patch::Apply(&body)).await;
                 // The time the update was sent: latency counts the API server's write and watch delivery too.
                 if r.is_ok() && record {
-                    reports.lock().unwrap().entry(name).or_default().push(now);
+                    reports.lock().unwrap().entry(name).or_default().push((now, progress));
                 }
                 r.is_ok()
             });
@@ -305,7 +321,13 @@ async fn main() {
     // suspension as a watch sees it; for stalls, from the deadline (last lastUpdatedTime + `stall_after`).
     let seen = suspended_at.lock().unwrap().clone();
     let reports = reports.lock().unwrap().clone();
+    let reports_seen = report_seen_at.lock().unwrap().clone();
     let (mut nan, mut plateau, mut stall) = (Vec::new(), Vec::new(), Vec::new());
+    // The NaN and plateau latencies split at the moment the bench's watch saw the triggering report:
+    // sent → seen is the API server's write and a watch delivery (the controller's watch gets the same
+    // event); seen → suspended is the controller's part (its watch, evaluation, GET and apply) and one more
+    // watch delivery. Triggers the watch saw only after the suspension are left out of the split.
+    let (mut to_watch, mut after_watch, mut unsplit) = (Vec::new(), Vec::new(), 0usize);
     let mut missed = Vec::new();
     let mut wrong = 0;
     for i in 0..jobs {
@@ -321,9 +343,22 @@ async fn main() {
                 }
             }
             (f, Some(at)) => {
-                if let Some(trigger) = reports.get(&name).and_then(|r| r.iter().filter(|t| *t <= at).max()) {
+                if let Some((trigger, progress)) =
+                    reports.get(&name).and_then(|r| r.iter().filter(|(t, _)| t <= at).max_by_key(|(t, _)| *t))
+                {
                     let latency = at.duration_since(*trigger).as_secs_f64();
-                    if f == Fate::Nan { nan.push(latency) } else { plateau.push(latency) }
+                    if f == Fate::Nan {
+                        nan.push(latency);
+                    } else {
+                        plateau.push(latency);
+                    }
+                    match reports_seen.get(&(name.clone(), *progress)) {
+                        Some(watched) if watched <= at => {
+                            to_watch.push(watched.duration_since(*trigger).as_secs_f64());
+                            after_watch.push(at.duration_since(*watched).as_secs_f64());
+                        }
+                        _ => unsplit += 1,
+                    }
                 }
             }
         }
@@ -331,6 +366,8 @@ async fn main() {
     stall.sort_by(f64::total_cmp);
     nan.sort_by(f64::total_cmp);
     plateau.sort_by(f64::total_cmp);
+    to_watch.sort_by(f64::total_cmp);
+    after_watch.sort_by(f64::total_cmp);
     let delta = |name: &str| metric(&metrics1, name) - metric(&metrics0, name);
     let requests = delta("trainwarden_api_requests_total");
     let patches = delta("trainwarden_api_requests_total{operation=\"patch_trainjob\"}");
@@ -355,6 +392,14 @@ async fn main() {
         plateau.len(),
         percentile(&plateau, 0.5),
         percentile(&plateau, 0.99)
+    );
+    println!(
+        "  split ({} of them): sent → watch sees the report p50 {:.3}s p99 {:.3}s; seen → seen suspended p50 {:.3}s p99 {:.3}s ({unsplit} not split)",
+        to_watch.len(),
+        percentile(&to_watch, 0.5),
+        percentile(&to_watch, 0.99),
+        percentile(&after_watch, 0.5),
+        percentile(&after_watch, 0.99)
     );
     println!(
         "stall lateness after the deadline ({:>3} jobs): p50 {:.3}s  p99 {:.3}s  max {:.3}s",
