@@ -10,6 +10,7 @@ use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::time::Instant;
 
 use trainwarden_core::JobKey;
+use trainwarden_core::StreamRecord;
 use trainwarden_core::parse_line;
 use trainwarden_core::replay::Replay;
 use trainwarden_core::{CompiledPolicy, EngineConfig, Evaluator};
@@ -110,13 +111,20 @@ fn best_of<F: FnMut() -> usize>(runs: usize, mut f: F) -> f64 {
         .fold(f64::INFINITY, f64::min)
 }
 
+/// The lines decoded in order, each knowing the previous record's time, as a replay decodes them.
+fn decoded(lines: &[String]) -> impl Iterator<Item = StreamRecord> + '_ {
+    let mut previous = None;
+    lines.iter().enumerate().map(move |(i, line)| {
+        let record = parse_line(line, "bench", i + 1, previous).expect("valid line");
+        previous = Some(record.time());
+        record
+    })
+}
+
 /// Every line through a replay of `policy`.
 fn replay_all(lines: &[String], policy: CompiledPolicy, config: EngineConfig) -> Replay {
     let mut replay = Replay::new(vec![policy], config);
-    let mut previous = None;
-    for (i, line) in lines.iter().enumerate() {
-        let record = parse_line(line, "bench", i + 1, previous).expect("valid line");
-        previous = Some(record.time());
+    for record in decoded(lines) {
         replay.feed(record);
     }
     replay
@@ -142,16 +150,7 @@ fn main() {
 
     // Decode + normalize alone: the fast path of `parse_line`, into a `StreamRecord`.
     let parse = best_of(5, || {
-        let mut previous = None;
-        lines
-            .iter()
-            .enumerate()
-            .map(|(i, l)| {
-                let record = parse_line(l, "bench", i + 1, previous).expect("valid line");
-                previous = Some(record.time());
-                usize::from(matches!(record, trainwarden_core::StreamRecord::Update(_)))
-            })
-            .sum()
+        decoded(&lines).map(|record| usize::from(matches!(record, StreamRecord::Update(_)))).sum()
     });
     let (_, parse_allocations) = allocations(|| {
         for (i, l) in lines.iter().enumerate() {
@@ -186,18 +185,7 @@ fn main() {
     assert_eq!(rhai_replay.events.len(), replay.events.len());
     // The rules alone: the same records decoded beforehand (outside the timer), fed to a replay. This is the
     // "5 rules per core" figure; the full path above adds decoding, which has its own target.
-    let records: Vec<trainwarden_core::StreamRecord> = {
-        let mut previous = None;
-        lines
-            .iter()
-            .enumerate()
-            .map(|(i, l)| {
-                let record = parse_line(l, "bench", i + 1, previous).expect("valid line");
-                previous = Some(record.time());
-                record
-            })
-            .collect()
-    };
+    let records: Vec<StreamRecord> = decoded(&lines).collect();
     let mut evaluate_only = f64::INFINITY;
     for _ in 0..5 {
         let batch = records.clone();

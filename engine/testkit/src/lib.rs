@@ -8,6 +8,7 @@
 //! - [`http`]: a plain HTTP GET of a local port (the controller's `/metrics`, `/readyz`).
 //! - [`receivers`]: what notification tests deliver to and with: a local HTTP receiver that records requests,
 //!   an SMTP server (aiosmtpd), policies compiled by the real core, intents, secrets in a directory.
+//! - [`rng`]: deterministic pseudo-random numbers for property tests.
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]
 
@@ -15,6 +16,7 @@ pub mod apiserver;
 pub mod faultproxy;
 pub mod http;
 pub mod receivers;
+pub mod rng;
 
 /// Whether this is a CI run (`CI=true` or `CI=1`): there a test that needs a component fails when it is
 /// missing, where elsewhere it may skip after saying why.

@@ -372,13 +372,8 @@ mod tests {
     fn the_retry_schedule_behaves_as_a_map_of_earliest_times() {
         let mut schedule = RetrySchedule::default();
         let mut model: HashMap<JobKey, Timestamp> = HashMap::new();
-        let mut seed = 0x2545_f491_4f6c_dd1d_u64;
-        let mut next = move |n: u64| {
-            seed ^= seed << 13;
-            seed ^= seed >> 7;
-            seed ^= seed << 17;
-            seed % n
-        };
+        let mut rng = trainwarden_testkit::rng::Rng(0x2545_f491_4f6c_dd1d_u64);
+        let mut next = move |n: u64| rng.below(n);
         let (mut now, mut taken) = (0, 0);
         for step in 0..20_000 {
             now += next(2) as i64;

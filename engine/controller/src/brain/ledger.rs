@@ -391,13 +391,8 @@ mod tests {
     #[test]
     fn the_due_index_matches_the_owed_intents_through_any_sequence() {
         let mut l = Ledger::default();
-        let mut seed = 0x9e37_79b9_7f4a_7c15_u64;
-        let mut next = move |n: u64| {
-            seed ^= seed << 13;
-            seed ^= seed >> 7;
-            seed ^= seed << 17;
-            seed % n
-        };
+        let mut rng = trainwarden_testkit::rng::Rng(0x9e37_79b9_7f4a_7c15_u64);
+        let mut next = move |n: u64| rng.below(n);
         let mut now = 0;
         let (mut retried, mut taken) = (0, 0);
         for step in 0..20_000 {
