@@ -77,6 +77,32 @@ fn metric(text: &str, prefix: &str) -> f64 {
         .sum()
 }
 
+/// The `q` quantile of the observations a histogram family's series `selector` (e.g. `work="act"`) gained
+/// between two scrapes, as the upper bound of the bucket it falls in (buckets double, so within 2×).
+fn quantile_between(before: &str, after: &str, family: &str, selector: &str, q: f64) -> f64 {
+    let buckets = |text: &str| -> Vec<(f64, f64)> {
+        let prefix = format!("{family}_bucket{{");
+        let mut out: Vec<(f64, f64)> = text
+            .lines()
+            .filter(|l| l.starts_with(&prefix) && l.contains(selector))
+            .filter_map(|l| {
+                let le = l.split("le=\"").nth(1)?.split('"').next()?;
+                let le = if le == "+Inf" { f64::INFINITY } else { le.parse().ok()? };
+                Some((le, l.rsplit(' ').next()?.parse().ok()?))
+            })
+            .collect();
+        out.sort_by(|a, b| a.0.total_cmp(&b.0));
+        out
+    };
+    let (b0, b1) = (buckets(before), buckets(after));
+    let count = |le: f64, b: &[(f64, f64)]| b.iter().find(|(l, _)| *l == le).map_or(0.0, |(_, c)| *c);
+    let total = b1.last().map_or(0.0, |(le, c)| c - count(*le, &b0));
+    if total == 0.0 {
+        return f64::NAN;
+    }
+    b1.iter().find(|(le, c)| c - count(*le, &b0) >= q * total).map_or(f64::NAN, |(le, _)| *le)
+}
+
 async fn scrape(port: u16) -> String {
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
     let Ok(mut s) = tokio::net::TcpStream::connect(("127.0.0.1", port)).await else { return String::new() };
@@ -407,6 +433,26 @@ async fn main() {
         percentile(&stall, 0.5),
         percentile(&stall, 0.99),
         stall.last().copied().unwrap_or(f64::NAN)
+    );
+    // The controller's own view of its part (its histograms' buckets, so each figure is an upper bound within
+    // 2×): how long watch events waited for the evaluation loop, actions for an executor slot, and its calls.
+    let inside = |family: &str, selector: &str| {
+        let q = |p| quantile_between(&metrics0, &metrics1, family, selector, p);
+        format!("p50 ≤ {:.3}s p99 ≤ {:.3}s", q(0.5), q(0.99))
+    };
+    println!(
+        "  inside the controller: watch event → evaluation loop {}; action queued → started {}; GET TrainJob {}; patch TrainJob {}",
+        inside("trainwarden_input_lag_seconds", ""),
+        inside("trainwarden_executor_queue_seconds", "work=\"act\""),
+        inside("trainwarden_api_request_duration_seconds", "operation=\"get_trainjob\""),
+        inside("trainwarden_api_request_duration_seconds", "operation=\"patch_trainjob\""),
+    );
+    println!(
+        "  other executor work queued → started: history {}; verdict {}; event {}; any work waiting for a slot {}",
+        inside("trainwarden_executor_queue_seconds", "work=\"history\""),
+        inside("trainwarden_executor_queue_seconds", "work=\"verdict\""),
+        inside("trainwarden_executor_queue_seconds", "work=\"event\""),
+        inside("trainwarden_executor_slot_wait_seconds", ""),
     );
     println!("missed: {missed:?}; healthy jobs suspended: {wrong}");
     println!("controller: CPU {:.2} cores ({:.1}s over {wall:.1}s), peak RSS {rss:.1} MiB", cpu / wall, cpu);

@@ -11,6 +11,7 @@
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
+use crate::metrics::WorkKind;
 use trainwarden_core::{
     ActionIntent, ActionKind, CompiledReceiver, Event, GpuSample, JobKey, JobPhase, JobSnapshot, Mode,
     NormalizeError, PolicyDocument, PolicyId, PolicyKind, PolicyRef, QueueDemand, Savings, Timestamp,
@@ -141,6 +142,8 @@ pub struct JobInput {
     pub exempt: bool,
     /// `metadata.uid`: a history checkpoint is restored only onto the object it was saved from.
     pub uid: Option<String>,
+    /// When its watch event arrived (`trainwarden_input_lag_seconds`).
+    pub received: std::time::Instant,
 }
 
 /// A job's history checkpoint to store on the TrainJob ([`crate::HISTORY_ANNOTATION`]).
@@ -229,6 +232,19 @@ pub enum ReceiverChange {
 }
 
 impl Work {
+    /// The kind of queued work, as `trainwarden_executor_queue_seconds` labels it; `None` for work that is
+    /// not queued (about a policy, or a stop's flush).
+    pub fn kind(&self) -> Option<WorkKind> {
+        Some(match self {
+            Work::Act(_) => WorkKind::Act,
+            Work::RecordEvent(_) => WorkKind::Event,
+            Work::Notify(..) => WorkKind::Notify,
+            Work::SaveHistory(_) => WorkKind::History,
+            Work::SaveVerdict(_) => WorkKind::Verdict,
+            Work::Receivers(_) | Work::FlushHistory(..) => return None,
+        })
+    }
+
     /// The TrainJob the work is about (work of one job runs in order); `None` for work about a policy.
     pub fn job(&self) -> Option<&JobKey> {
         Some(match self {
@@ -255,6 +271,9 @@ pub struct TrainJobEvent {
     pub action: String,
     /// The Event's message: policy, rule, state, mode, reason and values.
     pub note: String,
+    /// The TrainJob's uid as the evaluation loop last saw it, filled in on the way to the executor: the Event
+    /// names that object without reading it first. `None` (not known, or the job is gone): read first.
+    pub uid: Option<String>,
 }
 
 /// What the executor did: the intent's action kind, except that suspending a Kueue-managed TrainJob

@@ -93,6 +93,28 @@ pub struct OperationLabels {
     pub operation: ApiOperation,
 }
 
+/// The kinds of executor work, as they wait in its per-job queue (`trainwarden_executor_queue_seconds`).
+#[derive(Clone, Copy, Debug, Hash, PartialEq, Eq)]
+pub enum WorkKind {
+    /// `act`: an action intent performed or reported.
+    Act,
+    /// `event`: a Kubernetes Event recorded on a TrainJob.
+    Event,
+    /// `notify`: an evaluator event handed to the notifier.
+    Notify,
+    /// `history`: a history checkpoint stored.
+    History,
+    /// `verdict`: a verdict annotation stored.
+    Verdict,
+}
+
+/// Labels of `trainwarden_executor_queue_seconds`.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct WorkLabels {
+    /// Which kind of work.
+    pub work: WorkKind,
+}
+
 /// Watched objects that could not be read.
 #[derive(Clone, Copy, Debug, Hash, PartialEq, Eq)]
 pub enum InvalidInput {
@@ -433,6 +455,13 @@ label_value! {
     ModeLabel => |v| v.0.map_or("-", Mode::as_str);
     ActionResult => |v| v.as_str();
     ApiOperation => |v| v.as_str();
+    WorkKind => |v| match v {
+        WorkKind::Act => "act",
+        WorkKind::Event => "event",
+        WorkKind::Notify => "notify",
+        WorkKind::History => "history",
+        WorkKind::Verdict => "verdict",
+    };
     InvalidInput => |v| match v {
         InvalidInput::TrainjobProgress => "trainjob_progress",
         InvalidInput::Policy => "policy",
@@ -492,6 +521,11 @@ label_value! {
     };
 }
 
+/// Buckets for latencies of API calls and queues: 1 ms … ~33 s, doubling.
+fn latency_histogram() -> Histogram {
+    Histogram::new(exponential_buckets(1e-3, 2.0, 16))
+}
+
 /// Every metric the controller exports.
 pub struct Metrics {
     registry: Registry,
@@ -509,6 +543,19 @@ pub struct Metrics {
     pub api_errors: Family<OperationLabels, Counter>,
     /// `trainwarden_api_requests`: Kubernetes API requests of the executor and status writer (not watches).
     pub api_requests: Family<OperationLabels, Counter>,
+    /// `trainwarden_api_request_duration_seconds`: how long one API request of the executor or the status
+    /// writer took, answer included, by operation (each attempt; a timed-out one counts at its deadline).
+    pub api_request_seconds: Family<OperationLabels, Histogram, fn() -> Histogram>,
+    /// `trainwarden_executor_queue_seconds`: how long work waited in the executor's queue before it started
+    /// (behind its own job's earlier work, or for one of the executor's slots), by kind.
+    pub executor_queue_seconds: Family<WorkLabels, Histogram, fn() -> Histogram>,
+    /// `trainwarden_executor_slot_wait_seconds`: how long work whose job had nothing else to do first waited
+    /// for one of the executor's slots (all slots busy: the rest of `executor_queue_seconds` is its job's own
+    /// earlier work).
+    pub slot_wait_seconds: Histogram,
+    /// `trainwarden_input_lag_seconds`: from a TrainJob watch event's arrival to the evaluation loop taking
+    /// it (how far the loop runs behind its watch).
+    pub input_lag_seconds: Histogram,
     /// `trainwarden_status_writes`: policy status writes by result.
     pub status_writes: Family<ResultLabels, Counter>,
     /// `trainwarden_history_checkpoints`: history checkpoints written, deferred, restored or refused.
@@ -710,6 +757,32 @@ impl Metrics {
             "Kubernetes API requests the executor and status writer made (watches not included), by operation",
             api_requests.clone(),
         );
+        let api_request_seconds =
+            Family::<OperationLabels, Histogram, fn() -> Histogram>::new_with_constructor(latency_histogram);
+        registry.register(
+            "api_request_duration_seconds",
+            "Time one Kubernetes API request of the executor or status writer took, answer included, by operation (each attempt; a timeout counts at its deadline)",
+            api_request_seconds.clone(),
+        );
+        let executor_queue_seconds =
+            Family::<WorkLabels, Histogram, fn() -> Histogram>::new_with_constructor(latency_histogram);
+        registry.register(
+            "executor_queue_seconds",
+            "Time work waited in the executor's queue before it started (behind its job's earlier work or for a free slot), by kind",
+            executor_queue_seconds.clone(),
+        );
+        let slot_wait_seconds = latency_histogram();
+        registry.register(
+            "executor_slot_wait_seconds",
+            "Time work waited for a free executor slot once its job's earlier work was done",
+            slot_wait_seconds.clone(),
+        );
+        let input_lag_seconds = latency_histogram();
+        registry.register(
+            "input_lag_seconds",
+            "Time from a TrainJob watch event's arrival to the evaluation loop taking it",
+            input_lag_seconds.clone(),
+        );
         let status_writes = Family::<ResultLabels, Counter>::default();
         registry.register("status_writes", "Policy status writes by result", status_writes.clone());
         let history_checkpoints = Family::<HistoryLabels, Counter>::default();
@@ -898,6 +971,10 @@ impl Metrics {
             actions,
             api_errors,
             api_requests,
+            api_request_seconds,
+            executor_queue_seconds,
+            slot_wait_seconds,
+            input_lag_seconds,
             status_writes,
             history_checkpoints,
             invalid_inputs,
@@ -950,6 +1027,16 @@ impl Metrics {
         self.api_requests.get_or_create(&OperationLabels { operation }).inc();
     }
 
+    /// Observes one API request's duration in `trainwarden_api_request_duration_seconds`.
+    pub fn api_request_took(&self, operation: ApiOperation, took: std::time::Duration) {
+        self.api_request_seconds.get_or_create(&OperationLabels { operation }).observe(took.as_secs_f64());
+    }
+
+    /// Observes how long work of `work`'s kind waited in `trainwarden_executor_queue_seconds`.
+    pub fn queued(&self, work: WorkKind, waited: std::time::Duration) {
+        self.executor_queue_seconds.get_or_create(&WorkLabels { work }).observe(waited.as_secs_f64());
+    }
+
     /// Counts an unreadable watched object in `trainwarden_invalid_inputs`.
     pub fn invalid(&self, input: InvalidInput) {
         self.invalid_inputs.get_or_create(&InvalidInputLabels { input }).inc();
@@ -985,5 +1072,36 @@ impl Metrics {
         // Writing into a String cannot fail.
         let _ = prometheus_client::encoding::text::encode(&mut out, &self.registry);
         out
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use super::*;
+
+    /// The latency families on `/metrics`: each observation lands in the first bucket that holds it, labelled
+    /// by its operation or kind of work.
+    #[test]
+    fn api_request_and_queue_latencies_are_exported_by_label() {
+        let metrics = Metrics::with_job_metrics(false);
+        metrics.api_request_took(ApiOperation::GetTrainjob, Duration::from_micros(3_500));
+        metrics.api_request_took(ApiOperation::PatchTrainjob, Duration::from_millis(300));
+        metrics.queued(WorkKind::Act, Duration::from_millis(40));
+        metrics.input_lag_seconds.observe(0.0005);
+        let text = metrics.encode();
+        for line in [
+            r#"trainwarden_api_request_duration_seconds_bucket{le="0.002",operation="get_trainjob"} 0"#,
+            r#"trainwarden_api_request_duration_seconds_bucket{le="0.004",operation="get_trainjob"} 1"#,
+            r#"trainwarden_api_request_duration_seconds_bucket{le="0.256",operation="patch_trainjob"} 0"#,
+            r#"trainwarden_api_request_duration_seconds_bucket{le="0.512",operation="patch_trainjob"} 1"#,
+            r#"trainwarden_executor_queue_seconds_bucket{le="0.032",work="act"} 0"#,
+            r#"trainwarden_executor_queue_seconds_bucket{le="0.064",work="act"} 1"#,
+            r#"trainwarden_input_lag_seconds_bucket{le="0.001"} 1"#,
+        ] {
+            assert!(text.lines().any(|l| l == line), "{line} missing in:\n{text}");
+        }
+        assert!(!text.contains(r#"work="history""#), "no series for work never queued");
     }
 }

@@ -104,10 +104,11 @@ pub async fn check_crds(client: &Client, config: &ControllerConfig) -> Result<()
 
 /// Reads a watched TrainJob.
 pub fn job_input(obj: &DynamicObject) -> Option<JobInput> {
+    let received = std::time::Instant::now();
     let key = JobKey::new(obj.namespace()?, obj.name_any());
     let exempt = obj.annotations().get(EXEMPT_ANNOTATION).is_some_and(|v| v.eq_ignore_ascii_case("true"));
     let snapshot = to_snapshot(obj);
-    Some(JobInput { key, snapshot, exempt, uid: obj.uid() })
+    Some(JobInput { key, snapshot, exempt, uid: obj.uid(), received })
 }
 
 /// What the recorder gets of a watched TrainJob: the progress as the object carries it (the

@@ -130,7 +130,10 @@ impl StatusWriter {
             }
         };
         self.metrics.api_request(ApiOperation::PatchPolicyStatus);
-        match tokio::time::timeout(self.timeout, call).await {
+        let started = std::time::Instant::now();
+        let answer = tokio::time::timeout(self.timeout, call).await;
+        self.metrics.api_request_took(ApiOperation::PatchPolicyStatus, started.elapsed());
+        match answer {
             Ok(Ok(())) => {
                 debug!(policy = %name, "status written");
                 StatusWrite::Done

@@ -707,6 +707,9 @@ async fn health_readiness_and_metrics_are_served() {
         "trainwarden_evaluations_total",
         "trainwarden_firings_total{mode=\"Audit\"} 1",
         "trainwarden_evaluation_seconds_bucket",
+        "trainwarden_input_lag_seconds_count",
+        r#"trainwarden_executor_queue_seconds_count{work="act"} 1"#,
+        r#"trainwarden_api_request_duration_seconds_count{operation="get_trainjob"}"#,
         "trainwarden_jobs 1",
         "trainwarden_leader 1",
     ] {

@@ -419,6 +419,7 @@ mod tests {
                 snapshot: Ok(snapshot),
                 exempt: false,
                 uid: None,
+                received: std::time::Instant::now(),
             })),
             t(1),
         );

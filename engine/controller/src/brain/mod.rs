@@ -265,6 +265,7 @@ impl Brain {
             }
             Input::Job(job) => {
                 let job = *job;
+                self.metrics.input_lag_seconds.observe(job.received.elapsed().as_secs_f64());
                 if let Some(g) = &mut self.gauges {
                     g.touch(&job.key);
                 }
@@ -287,6 +288,7 @@ impl Brain {
                                 "annotated {}=true: no progress policy applies to this TrainJob",
                                 crate::EXEMPT_ANNOTATION
                             ),
+                            uid: None,
                         })));
                     }
                 } else {
@@ -589,7 +591,20 @@ impl Brain {
             reason: "UnknownProgressFields".into(),
             action: "Evaluate".into(),
             note: format!("progress read without the fields its format does not define: {fields}"),
+            uid: None,
         })));
+    }
+
+    /// The work of the last step, on its way to the executor: Events get the uid of the TrainJob they are
+    /// about, so the executor need not read the object to name it.
+    fn outgoing(&mut self) -> Vec<Work> {
+        let mut work = std::mem::take(&mut self.work);
+        for item in &mut work {
+            if let Work::RecordEvent(event) = item {
+                event.uid = self.history.uid_of(&event.job);
+            }
+        }
+        work
     }
 
     /// Runs due timers at `now`: the evaluator's, and failed actions whose backoff has passed.
@@ -883,6 +898,7 @@ impl Brain {
                                 "{} {} rule {}: {message}",
                                 intent.policy.kind, intent.policy, intent.rule
                             ),
+                            uid: None,
                         })));
                         let at = intent.at;
                         self.record_outcome(Outcome::of(&intent, ActionResult::Refused, message), at);
@@ -933,6 +949,7 @@ impl Brain {
                                 reason.summary.clone()
                             }
                         ),
+                        uid: None,
                     })));
                 }
                 Event::RuleError { at, job, policy, rule, message } => {
@@ -946,6 +963,7 @@ impl Brain {
                         reason: "RuleError".into(),
                         action: "Evaluate".into(),
                         note: format!("{} {policy} rule {rule}: {message}", policy.kind),
+                        uid: None,
                     })));
                 }
                 Event::Suppressed { job, policy, rule, action, until, .. } => {
@@ -969,6 +987,7 @@ impl Brain {
                             mode.as_str(),
                             trainwarden_core::replay::held_text(&actions, until, exception.as_ref())
                         ),
+                        uid: None,
                     })));
                 }
                 Event::ExceptionEnded { job, policy, rule, exception, why, released, .. } => {
@@ -983,6 +1002,7 @@ impl Brain {
                             policy.kind,
                             trainwarden_core::replay::exception_ended_text(&exception, why, released)
                         ),
+                        uid: None,
                     })));
                 }
                 Event::Limited { job, policy, rule, actions, limit, retry, mode, .. } => {
@@ -999,6 +1019,7 @@ impl Brain {
                             mode.as_str(),
                             trainwarden_core::replay::limited_text(&actions, &limit, retry)
                         ),
+                        uid: None,
                     })));
                 }
                 Event::Deferred { job, policy, rule, action, until, mode, .. } => {
@@ -1028,6 +1049,7 @@ impl Brain {
                             mode.as_str(),
                             trainwarden_core::replay::deferred_text(action, until)
                         ),
+                        uid: None,
                     })));
                 }
                 Event::Snooze { job, change, .. } => {
@@ -1045,6 +1067,7 @@ impl Brain {
                         reason: reason.into(),
                         action: "Evaluate".into(),
                         note,
+                        uid: None,
                     })));
                 }
             }
@@ -1112,7 +1135,7 @@ pub async fn run(
                 }
             }
         }
-        for item in brain.work.drain(..) {
+        for item in brain.outgoing() {
             if work.send(item).await.is_err() {
                 metrics.dropped(DroppedWork::ExecutorGone);
                 return;
@@ -1193,6 +1216,7 @@ mod tests {
             snapshot: Ok(snapshot),
             exempt: false,
             uid: None,
+            received: std::time::Instant::now(),
         }))
     }
 
@@ -1207,6 +1231,7 @@ mod tests {
             snapshot: Ok(snapshot),
             exempt: false,
             uid: None,
+            received: std::time::Instant::now(),
         }))
     }
 
@@ -1987,6 +2012,7 @@ mod history_tests {
             snapshot: Ok(snapshot),
             exempt: false,
             uid: Some(UID.into()),
+            received: std::time::Instant::now(),
         }))
     }
 
@@ -2033,6 +2059,39 @@ mod history_tests {
                 .get(),
             1
         );
+    }
+
+    /// A firing's Event names the TrainJob by the uid its report carried, so the executor records it without
+    /// reading the object first; a job the loop no longer knows is read first (no uid).
+    #[test]
+    fn a_firings_event_carries_the_uid_the_job_was_seen_with() {
+        let mut b = leader();
+        let mut events = Vec::new();
+        for i in 0..20 {
+            b.handle(report(i, None), t(i));
+            events.extend(b.outgoing().into_iter().filter_map(|w| match w {
+                Work::RecordEvent(e) => Some((e.reason, e.uid)),
+                _ => None,
+            }));
+        }
+        assert!(events.iter().any(|(reason, _)| reason == "RuleFiring"), "{events:?}");
+        assert!(events.iter().all(|(_, uid)| uid.as_deref() == Some(UID)), "{events:?}");
+        b.handle(Input::JobGone(JobKey::new("ml", "ft")), t(21));
+        let mut gone = b.outgoing();
+        gone.push(Work::RecordEvent(Box::new(TrainJobEvent {
+            job: JobKey::new("ml", "ft"),
+            warning: false,
+            reason: "Test".into(),
+            action: "Evaluate".into(),
+            note: String::new(),
+            uid: None,
+        })));
+        b.work = gone;
+        for w in b.outgoing() {
+            if let Work::RecordEvent(e) = w {
+                assert_eq!(e.uid, None, "{} for a job no longer known", e.reason);
+            }
+        }
     }
 
     #[test]

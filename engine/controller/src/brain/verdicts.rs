@@ -301,6 +301,7 @@ mod tests {
             snapshot: Ok(snapshot),
             exempt: false,
             uid: None,
+            received: std::time::Instant::now(),
         }))
     }
 

@@ -67,7 +67,10 @@ impl Executor {
             }
             attempt += 1;
             self.metrics.api_request(operation);
-            let result = match tokio::time::timeout(self.timeout, f()).await {
+            let started = std::time::Instant::now();
+            let answer = tokio::time::timeout(self.timeout, f()).await;
+            self.metrics.api_request_took(operation, started.elapsed());
+            let result = match answer {
                 Ok(Ok(v)) => return Ok(v),
                 Ok(Err(e)) => CallError::Api(e),
                 Err(_) => CallError::Timeout,

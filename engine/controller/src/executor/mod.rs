@@ -236,8 +236,12 @@ impl Executor {
         let mut open = true;
         loop {
             while running.len() < CONCURRENCY
-                && let Some((job, item)) = queues.next_ready()
+                && let Some((job, item, waited)) = queues.next_ready()
             {
+                if let Some(kind) = item.kind() {
+                    this.metrics.queued(kind, waited.queued);
+                }
+                this.metrics.slot_wait_seconds.observe(waited.for_slot.as_secs_f64());
                 let (this, feedback) = (this.clone(), feedback.clone());
                 running.spawn(async move {
                     // Whatever happens inside, the job comes back, so its queue moves on.
