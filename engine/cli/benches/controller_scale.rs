@@ -273,6 +273,17 @@ async fn main() {
     let inject_after = Duration::from_secs(30).max(period * 2);
     let start = Instant::now();
     let cpu0 = cpu_seconds(pid);
+    // The API server's and etcd's processes, from the control plane's directory (beside the kubeconfig), so
+    // their CPU per update is measured over the same window.
+    let plane =
+        std::path::Path::new(&kubeconfig).parent().map(std::path::Path::to_path_buf).unwrap_or_default();
+    let plane_pid = |name: &str| {
+        std::fs::read_to_string(plane.join(format!("{name}.pid")))
+            .ok()
+            .and_then(|p| p.trim().parse::<u32>().ok())
+    };
+    let (apiserver_pid, etcd_pid) = (plane_pid("kube-apiserver"), plane_pid("etcd"));
+    let plane_cpu0 = (apiserver_pid.map(cpu_seconds), etcd_pid.map(cpu_seconds));
     let metrics0 = scrape(port).await;
     // Per injected job: when each report went out (the one before the suspension triggered it); for stalled
     // jobs, the lastUpdatedTime of their last report.
@@ -340,6 +351,8 @@ async fn main() {
     tokio::time::sleep(Duration::from_secs(2)).await;
     let wall = start.elapsed().as_secs_f64();
     let cpu = cpu_seconds(pid) - cpu0;
+    let apiserver_cpu = apiserver_pid.map(cpu_seconds).zip(plane_cpu0.0).map(|(b, a)| b - a);
+    let etcd_cpu = etcd_pid.map(cpu_seconds).zip(plane_cpu0.1).map(|(b, a)| b - a);
     let metrics1 = scrape(port).await;
     let rss = peak_rss_mib(pid);
 
@@ -456,6 +469,16 @@ async fn main() {
     );
     println!("missed: {missed:?}; healthy jobs suspended: {wrong}");
     println!("controller: CPU {:.2} cores ({:.1}s over {wall:.1}s), peak RSS {rss:.1} MiB", cpu / wall, cpu);
+    if let (Some(a), Some(e)) = (apiserver_cpu, etcd_cpu) {
+        println!(
+            "kube-apiserver: CPU {:.2} cores = {:.2} ms per status update; etcd: {:.2} cores = {:.2} ms per update (the controller: {:.2} ms)",
+            a / wall,
+            1000.0 * a / sent.max(1) as f64,
+            e / wall,
+            1000.0 * e / sent.max(1) as f64,
+            1000.0 * cpu / sent.max(1) as f64
+        );
+    }
     println!(
         "controller API requests (executor + status writer): {requests:.0} = {:.1}/s; trainjob patches per suspension: {:.2}",
         requests / wall,

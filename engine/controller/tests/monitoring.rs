@@ -22,7 +22,7 @@ use trainwarden_controller::messages::{ActionResult, ExecutedAction};
 use trainwarden_controller::metrics::{
     ActionLabel, ApiOperation, DroppedWork, ExecutedActionLabels, JobLabels, JobMetricLabels, JobMetricName,
     JobPhaseLabel, JobPhaseLabels, Metrics, ModeLabel, ModeLabels, RuleStateLabel, RuleStateLabels,
-    SavingsLabels,
+    SavingsLabels, WorkKind,
 };
 use trainwarden_core::Mode;
 use trainwarden_testkit::apiserver::repo_root;
@@ -318,6 +318,33 @@ fn fleet() -> Vec<Value> {
     .controller(STANDBY, "trainwarden_api_errors_total", r#"operation="watch_trainjobs""#, "0+1x60")
     .controller(LEADER, "trainwarden_work_dropped_total", r#"reason="notifier_refused""#, "0+0x60")
     .controller(LEADER, "trainwarden_executor_panics_total", "", "0+0x60");
+    // The executor's latencies: actions wait 32-64 ms for half of them, a slot is free within 1 ms, a GET
+    // takes 4-8 ms for half of them, a watch event waits under 1 ms.
+    for (le, count) in [("0.032", "0+5x60"), ("0.064", "0+10x60"), ("+Inf", "0+10x60")] {
+        s.controller(
+            LEADER,
+            "trainwarden_executor_queue_seconds_bucket",
+            &format!(r#"work="act", le="{le}""#),
+            count,
+        );
+    }
+    for (le, count) in [("0.001", "0+10x60"), ("+Inf", "0+10x60")] {
+        s.controller(
+            LEADER,
+            "trainwarden_executor_slot_wait_seconds_bucket",
+            &format!(r#"le="{le}""#),
+            count,
+        );
+        s.controller(LEADER, "trainwarden_input_lag_seconds_bucket", &format!(r#"le="{le}""#), count);
+    }
+    for (le, count) in [("0.004", "0+2x60"), ("0.008", "0+4x60"), ("+Inf", "0+4x60")] {
+        s.controller(
+            LEADER,
+            "trainwarden_api_request_duration_seconds_bucket",
+            &format!(r#"operation="get_trainjob", le="{le}""#),
+            count,
+        );
+    }
     s.0
 }
 
@@ -786,6 +813,11 @@ fn dashboard_expectations() -> BTreeMap<&'static str, Vec<(String, f64)>> {
             "Evaluation latency/B",
             vec![l(&format!(r#"instance="{LEADER}""#), 0.001), l(&format!(r#"instance="{STANDBY}""#), 0.001)],
         ),
+        // Linear within the bucket: 32 ms + 32 ms × 4.9/5; 1 ms × 9.9/10; 4 ms + 4 ms × 1.96/2.
+        ("Executor queue wait/A", vec![l(r#"work="act""#, 0.06336)]),
+        ("Executor queue wait/B", one(0.00099)),
+        ("API request latency/A", vec![l(r#"operation="get_trainjob""#, 0.00792)]),
+        ("API request latency/B", one(0.00099)),
         ("Progress/A", vec![job("", 60.0)]),
         ("Loss/A", vec![job(r#", metric="loss""#, 2.0), job(r#", metric="eval_loss""#, 2.5)]),
         (
@@ -886,6 +918,10 @@ fn populated_metrics() -> Metrics {
         ActionResult::Failed,
     );
     metrics.api_request(ApiOperation::PatchTrainjob);
+    metrics.api_request_took(ApiOperation::GetTrainjob, std::time::Duration::from_millis(5));
+    metrics.queued(WorkKind::Act, std::time::Duration::from_millis(40));
+    metrics.slot_wait_seconds.observe(0.0005);
+    metrics.input_lag_seconds.observe(0.0005);
     metrics.api_error(ApiOperation::WatchTrainjobs);
     metrics.dropped(DroppedWork::NotifierRefused);
     metrics.executor_panics.inc();
