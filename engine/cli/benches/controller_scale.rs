@@ -103,6 +103,19 @@ fn quantile_between(before: &str, after: &str, family: &str, selector: &str, q: 
     b1.iter().find(|(le, c)| c - count(*le, &b0) >= q * total).map_or(f64::NAN, |(le, _)| *le)
 }
 
+/// The mean of the observations a histogram family's series `selector` gained between two scrapes.
+fn mean_between(before: &str, after: &str, family: &str, selector: &str) -> f64 {
+    let total = |text: &str, suffix: &str| {
+        let prefix = format!("{family}_{suffix}");
+        text.lines()
+            .filter(|l| l.starts_with(&prefix) && l.contains(selector))
+            .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+            .sum::<f64>()
+    };
+    let count = total(after, "count") - total(before, "count");
+    (total(after, "sum") - total(before, "sum")) / count
+}
+
 async fn scrape(port: u16) -> String {
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
     let Ok(mut s) = tokio::net::TcpStream::connect(("127.0.0.1", port)).await else { return String::new() };
@@ -451,7 +464,12 @@ async fn main() {
     // 2×): how long watch events waited for the evaluation loop, actions for an executor slot, and its calls.
     let inside = |family: &str, selector: &str| {
         let q = |p| quantile_between(&metrics0, &metrics1, family, selector, p);
-        format!("p50 ≤ {:.3}s p99 ≤ {:.3}s", q(0.5), q(0.99))
+        format!(
+            "mean {:.3}s p50 ≤ {:.3}s p99 ≤ {:.3}s",
+            mean_between(&metrics0, &metrics1, family, selector),
+            q(0.5),
+            q(0.99)
+        )
     };
     println!(
         "  inside the controller: watch event → evaluation loop {}; action queued → started {}; GET TrainJob {}; patch TrainJob {}",
@@ -466,6 +484,12 @@ async fn main() {
         inside("trainwarden_executor_queue_seconds", "work=\"verdict\""),
         inside("trainwarden_executor_queue_seconds", "work=\"event\""),
         inside("trainwarden_executor_slot_wait_seconds", ""),
+    );
+    println!(
+        "  the controller's other API requests: create Event {}; patch history {}; patch verdict {}",
+        inside("trainwarden_api_request_duration_seconds", "operation=\"create_event\""),
+        inside("trainwarden_api_request_duration_seconds", "operation=\"patch_history\""),
+        inside("trainwarden_api_request_duration_seconds", "operation=\"patch_verdict\""),
     );
     println!("missed: {missed:?}; healthy jobs suspended: {wrong}");
     println!("controller: CPU {:.2} cores ({:.1}s over {wall:.1}s), peak RSS {rss:.1} MiB", cpu / wall, cpu);
