@@ -120,6 +120,29 @@ async fn a_plateau_is_suspended_once_in_enforce_and_only_reported_in_audit() {
     controller.stop().await;
 }
 
+/// Two policies firing on one report of one TrainJob record two Events, each naming its own policy: the
+/// Events name the job by the uid its report carried, and kube's Recorder would otherwise merge the second
+/// into the first (same reason, same object), keeping only the first note.
+#[tokio::test]
+async fn two_firings_on_one_report_are_two_events_each_with_its_own_note() {
+    let ctx = setup!("controller_two_firings");
+    let (c, ns) = (&ctx.client, ctx.ns.as_str());
+    apply_policy(c, ns, &policy("nan-a", "Audit", NAN_RULE)).await;
+    apply_policy(c, ns, &policy("nan-b", "Audit", NAN_RULE)).await;
+    create_trainjob(c, ns, "twice", &[]).await;
+    let controller = start(c, config_for(ns));
+    wait_until_watching(c, ns, "nan-a", 1).await;
+    wait_until_watching(c, ns, "nan-b", 1).await;
+    report(c, ns, "twice", seconds_ago(1), "nan", 10).await;
+    events_once_there(c, ns, "twice", "RuleFiring", 2).await;
+    let e = events(c, ns, "twice").await;
+    for p in ["nan-a", "nan-b"] {
+        let named = format!("ProgressPolicy {ns}/{p} ");
+        assert!(e.iter().any(|(r, note, _)| r == "RuleFiring" && note.contains(&named)), "{named}: {e:?}");
+    }
+    controller.stop().await;
+}
+
 /// A job whose status stops updating is suspended by a stall rule within 1 s of the deadline, with no
 /// further update arriving (a timer, not a poll).
 #[tokio::test]

@@ -288,7 +288,8 @@ impl Brain {
                                 "annotated {}=true: no progress policy applies to this TrainJob",
                                 crate::EXEMPT_ANNOTATION
                             ),
-                            uid: None,
+                            // Its own: the loop keeps no uid of exempt jobs.
+                            uid: job.uid.clone(),
                         })));
                     }
                 } else {
@@ -595,12 +596,14 @@ impl Brain {
         })));
     }
 
-    /// The work of the last step, on its way to the executor: Events get the uid of the TrainJob they are
-    /// about, so the executor need not read the object to name it.
+    /// The work of the last step, on its way to the executor: Events without a uid get the one the TrainJob's
+    /// latest report carried, so the executor need not read the object to name it.
     fn outgoing(&mut self) -> Vec<Work> {
         let mut work = std::mem::take(&mut self.work);
         for item in &mut work {
-            if let Work::RecordEvent(event) = item {
+            if let Work::RecordEvent(event) = item
+                && event.uid.is_none()
+            {
                 event.uid = self.history.uid_of(&event.job);
             }
         }

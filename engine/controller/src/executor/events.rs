@@ -3,7 +3,7 @@
 use k8s_openapi::api::core::v1::ObjectReference;
 use kube::ResourceExt;
 use kube::api::DynamicObject;
-use kube::runtime::events::{Event as KubeEvent, EventType};
+use kube::runtime::events::{Event as KubeEvent, EventType, Recorder};
 use tracing::warn;
 use trainwarden_kube::trainjob::{TRAINJOB_GROUP, TRAINJOB_KIND, TRAINJOB_VERSION, trainjob_api};
 
@@ -25,7 +25,12 @@ impl Executor {
                 uid: Some(uid.clone()),
                 ..ObjectReference::default()
             };
-            return self.publish(&reference, a.warning, &a.reason, &a.action, &a.note).await;
+            // A recorder of its own, so this Event is created, not merged: kube's Recorder turns an Event with
+            // the same reason and object as one of the last 6 minutes into a count on that one, keeping its
+            // note, and without a resourceVersion every Event of the job would match (two rules firing on one
+            // report would leave one note). With a GET, the object's resourceVersion kept them apart.
+            let recorder = Recorder::new(self.client.clone(), self.reporter.clone());
+            return self.publish_with(&recorder, &reference, a.warning, &a.reason, &a.action, &a.note).await;
         }
         let api = trainjob_api(self.client.clone(), Some(&a.job.namespace));
         match self.call(ApiOperation::GetTrainjob, || api.get(&a.job.name)).await {
@@ -37,6 +42,18 @@ impl Executor {
 
     pub(super) async fn publish(
         &self,
+        reference: &ObjectReference,
+        warning: bool,
+        reason: &str,
+        action: &str,
+        note: &str,
+    ) {
+        self.publish_with(&self.recorder, reference, warning, reason, action, note).await;
+    }
+
+    async fn publish_with(
+        &self,
+        recorder: &Recorder,
         reference: &ObjectReference,
         warning: bool,
         reason: &str,
@@ -57,7 +74,7 @@ impl Executor {
         };
         self.metrics.api_request(ApiOperation::CreateEvent);
         let started = std::time::Instant::now();
-        let result = tokio::time::timeout(self.timeout, self.recorder.publish(&event, reference)).await;
+        let result = tokio::time::timeout(self.timeout, recorder.publish(&event, reference)).await;
         self.metrics.api_request_took(ApiOperation::CreateEvent, started.elapsed());
         match result {
             Ok(Ok(())) => self.metrics.action(ActionLabel::EventRecord, ModeLabel(None), ActionResult::Done),

@@ -196,6 +196,8 @@ pub(crate) struct Target<'a> {
 pub struct Executor {
     client: Client,
     recorder: Recorder,
+    /// Who records Events, for the recorders of Events that name a TrainJob by uid alone (see `events`).
+    reporter: Reporter,
     metrics: Arc<Metrics>,
     leader: Leadership,
     notifier: Option<Notifier>,
@@ -215,7 +217,8 @@ impl Executor {
     ) -> Self {
         let reporter = Reporter { controller: "trainwarden".into(), instance: Some(config.identity.clone()) };
         Executor {
-            recorder: Recorder::new(client.clone(), reporter),
+            recorder: Recorder::new(client.clone(), reporter.clone()),
+            reporter,
             client,
             metrics,
             leader,
