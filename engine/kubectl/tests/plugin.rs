@@ -105,6 +105,17 @@ async fn get_shows_every_job_in_its_state_and_explain_says_why() {
         s.jobs.iter().any(|j| j.name.ends_with("/c-suspended") && j.firing == ["over"]).then_some(())
     })
     .await;
+    // The Enforce rules in the table come from c-suspended's verdict annotation, written after its suspension
+    // and its firing's checkpoint: the suspension being seen does not mean the verdict is there yet.
+    eventually("c-suspended's verdict", Duration::from_secs(20), || async {
+        job(c, ns, "c-suspended")
+            .await
+            .annotations()
+            .get(VERDICT_ANNOTATION)
+            .filter(|v| v.contains("huge") && v.contains("high"))
+            .map(|_| ())
+    })
+    .await;
     controller.stop().await;
 
     let (ok, table, err) = plugin(&ctx, &["get"]);
