@@ -198,6 +198,27 @@ impl Series {
         let sep = if labels.is_empty() { "" } else { ", " };
         self.on(instance, metric, &format!(r#"{labels}{sep}namespace="trainwarden-system""#), values)
     }
+
+    /// A histogram's cumulative buckets on the controller `instance`: `(le, values)` pairs, `labels` besides
+    /// `le`.
+    fn buckets(
+        &mut self,
+        instance: &str,
+        histogram: &str,
+        labels: &str,
+        buckets: &[(&str, &str)],
+    ) -> &mut Self {
+        let sep = if labels.is_empty() { "" } else { ", " };
+        for (le, values) in buckets {
+            self.controller(
+                instance,
+                &format!("{histogram}_bucket"),
+                &format!(r#"{labels}{sep}le="{le}""#),
+                values,
+            );
+        }
+        self
+    }
 }
 
 const WEEKEND_SAFE: &str = "ProgressPolicy/team-a/weekend-safe";
@@ -320,31 +341,21 @@ fn fleet() -> Vec<Value> {
     .controller(LEADER, "trainwarden_executor_panics_total", "", "0+0x60");
     // The executor's latencies: actions wait 32-64 ms for half of them, a slot is free within 1 ms, a GET
     // takes 4-8 ms for half of them, a watch event waits under 1 ms.
-    for (le, count) in [("0.032", "0+5x60"), ("0.064", "0+10x60"), ("+Inf", "0+10x60")] {
-        s.controller(
-            LEADER,
-            "trainwarden_executor_queue_seconds_bucket",
-            &format!(r#"work="act", le="{le}""#),
-            count,
-        );
-    }
-    for (le, count) in [("0.001", "0+10x60"), ("+Inf", "0+10x60")] {
-        s.controller(
-            LEADER,
-            "trainwarden_executor_slot_wait_seconds_bucket",
-            &format!(r#"le="{le}""#),
-            count,
-        );
-        s.controller(LEADER, "trainwarden_input_lag_seconds_bucket", &format!(r#"le="{le}""#), count);
-    }
-    for (le, count) in [("0.004", "0+2x60"), ("0.008", "0+4x60"), ("+Inf", "0+4x60")] {
-        s.controller(
-            LEADER,
-            "trainwarden_api_request_duration_seconds_bucket",
-            &format!(r#"operation="get_trainjob", le="{le}""#),
-            count,
-        );
-    }
+    let within_1ms = [("0.001", "0+10x60"), ("+Inf", "0+10x60")];
+    s.buckets(
+        LEADER,
+        "trainwarden_executor_queue_seconds",
+        r#"work="act""#,
+        &[("0.032", "0+5x60"), ("0.064", "0+10x60"), ("+Inf", "0+10x60")],
+    )
+    .buckets(LEADER, "trainwarden_executor_slot_wait_seconds", "", &within_1ms)
+    .buckets(LEADER, "trainwarden_input_lag_seconds", "", &within_1ms)
+    .buckets(
+        LEADER,
+        "trainwarden_api_request_duration_seconds",
+        r#"operation="get_trainjob""#,
+        &[("0.004", "0+2x60"), ("0.008", "0+4x60"), ("+Inf", "0+4x60")],
+    );
     s.0
 }
 

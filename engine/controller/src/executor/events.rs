@@ -17,14 +17,12 @@ impl Executor {
         // The object the evaluation loop saw (one API round trip less before a firing's suspension); read
         // first only when its uid is not known.
         if let Some(uid) = &a.uid {
-            let reference = ObjectReference {
-                api_version: Some(format!("{TRAINJOB_GROUP}/{TRAINJOB_VERSION}")),
-                kind: Some(TRAINJOB_KIND.into()),
-                name: Some(a.job.name.clone()),
-                namespace: Some(a.job.namespace.clone()),
-                uid: Some(uid.clone()),
-                ..ObjectReference::default()
-            };
+            let reference = trainjob_reference(
+                a.job.name.clone(),
+                Some(a.job.namespace.clone()),
+                Some(uid.clone()),
+                None,
+            );
             // A recorder of its own, so this Event is created, not merged: kube's Recorder turns an Event with
             // the same reason and object as one of the last 6 minutes into a count on that one, keeping its
             // note, and without a resourceVersion every Event of the job would match (two rules firing on one
@@ -91,13 +89,23 @@ impl Executor {
 }
 
 pub(super) fn object_reference(job: &DynamicObject) -> ObjectReference {
+    trainjob_reference(job.name_any(), job.namespace(), job.uid(), job.resource_version())
+}
+
+/// A TrainJob as an Event's `regarding` object.
+fn trainjob_reference(
+    name: String,
+    namespace: Option<String>,
+    uid: Option<String>,
+    resource_version: Option<String>,
+) -> ObjectReference {
     ObjectReference {
         api_version: Some(format!("{TRAINJOB_GROUP}/{TRAINJOB_VERSION}")),
         kind: Some(TRAINJOB_KIND.into()),
-        name: Some(job.name_any()),
-        namespace: job.namespace(),
-        uid: job.uid(),
-        resource_version: job.resource_version(),
+        name: Some(name),
+        namespace,
+        uid,
+        resource_version,
         ..ObjectReference::default()
     }
 }
