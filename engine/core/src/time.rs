@@ -63,7 +63,13 @@ fn utc_fast(b: &[u8]) -> Option<Timestamp> {
 
 /// Seconds from `from` to `to` (negative when `to` is earlier), at nanosecond precision.
 pub(crate) fn seconds(from: Timestamp, to: Timestamp) -> f64 {
-    (to.as_nanosecond() - from.as_nanosecond()) as f64 / 1e9
+    let nanos = to.as_nanosecond() - from.as_nanosecond();
+    // The same value either way (both conversions round to nearest); i64's is a few instructions, i128's a
+    // library call on every sample's series update.
+    match i64::try_from(nanos) {
+        Ok(n) => n as f64 / 1e9,
+        Err(_) => nanos as f64 / 1e9,
+    }
 }
 
 /// `at` plus `secs` seconds; `None` for a non-finite amount or a result outside the timestamp range.

@@ -55,11 +55,94 @@ pub(super) fn parse_time(s: &str) -> Result<Timestamp, String> {
 /// Parses a metric value string. Rust's float grammar already accepts `nan`, `inf`, `infinity` in any
 /// case with an optional sign, which covers Python's `str(float)` and the JavaScript spellings.
 pub(super) fn parse_metric_value(s: &str) -> Option<f64> {
+    if let Some(v) = plain_decimal(s.as_bytes()) {
+        return Some(v);
+    }
     let t = s.trim();
     if t.is_empty() {
         return None;
     }
     t.parse::<f64>().ok()
+}
+
+/// Powers of ten a double holds exactly.
+const EXACT_POW10: [f64; 23] = [
+    1e0, 1e1, 1e2, 1e3, 1e4, 1e5, 1e6, 1e7, 1e8, 1e9, 1e10, 1e11, 1e12, 1e13, 1e14, 1e15, 1e16, 1e17, 1e18,
+    1e19, 1e20, 1e21, 1e22,
+];
+
+/// Most metric values (`0.2347`, `-1.5`, `3.1e-05`, `1200`) in a few nanoseconds: `-?digits(.digits)?` with an
+/// optional `e[+-]?digits`, at most 15 significant digits, and a power of ten within 10^±22. Then the
+/// digits and the power of ten are both exact doubles and one IEEE multiplication or division rounds
+/// correctly (Clinger's fast path), so the value is bit for bit what `str::parse::<f64>` returns. `None`
+/// hands anything else (signs `+`, `nan`, `inf`, whitespace, more digits) to the general parser.
+pub(super) fn plain_decimal(b: &[u8]) -> Option<f64> {
+    let (negative, rest) = match b {
+        [b'-', rest @ ..] => (true, rest),
+        _ => (false, b),
+    };
+    let mut digits: u64 = 0;
+    let mut count = 0usize;
+    let mut scale: i32 = 0;
+    let mut i = 0;
+    let mut integer_digits = 0;
+    while let Some(&c @ b'0'..=b'9') = rest.get(i) {
+        digits = digits.wrapping_mul(10).wrapping_add(u64::from(c - b'0'));
+        count += 1;
+        integer_digits += 1;
+        i += 1;
+    }
+    if integer_digits == 0 {
+        return None;
+    }
+    if rest.get(i) == Some(&b'.') {
+        i += 1;
+        let start = i;
+        while let Some(&c @ b'0'..=b'9') = rest.get(i) {
+            digits = digits.wrapping_mul(10).wrapping_add(u64::from(c - b'0'));
+            count += 1;
+            i += 1;
+        }
+        if i == start {
+            return None;
+        }
+        scale = -((i - start) as i32);
+    }
+    if let Some(b'e' | b'E') = rest.get(i) {
+        i += 1;
+        let exponent_negative = match rest.get(i) {
+            Some(b'-') => {
+                i += 1;
+                true
+            }
+            Some(b'+') => {
+                i += 1;
+                false
+            }
+            _ => false,
+        };
+        let start = i;
+        let mut exponent: i32 = 0;
+        while let Some(&c @ b'0'..=b'9') = rest.get(i) {
+            if i - start >= 4 {
+                return None;
+            }
+            exponent = exponent * 10 + i32::from(c - b'0');
+            i += 1;
+        }
+        if i == start {
+            return None;
+        }
+        scale += if exponent_negative { -exponent } else { exponent };
+    }
+    // 15 digits stay below 2^53, so `digits` (no wrap happened) converts exactly.
+    if i != rest.len() || count > 15 || !(-22..=22).contains(&scale) {
+        return None;
+    }
+    let magnitude = digits as f64;
+    let pow = EXACT_POW10[scale.unsigned_abs() as usize];
+    let value = if scale >= 0 { magnitude * pow } else { magnitude / pow };
+    Some(if negative { -value } else { value })
 }
 
 pub(super) fn check_percent(v: f64) -> Result<f64, &'static str> {

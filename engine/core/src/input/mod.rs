@@ -41,6 +41,7 @@
 //! A name reported twice in one sample keeps the position of its first occurrence and the value of its
 //! last.
 
+mod compact_line;
 pub(crate) mod gpu;
 mod json;
 pub(crate) mod merge;

@@ -21,6 +21,7 @@ use std::collections::BTreeMap;
 
 use serde_json::Value;
 
+use crate::input::compact_line;
 use crate::input::gpu::{self, GpuSample};
 use crate::input::queue::{self, QueueDemand};
 use crate::input::sample::{JobKey, JobPhase, JobSnapshot, ProgressSample};
@@ -108,10 +109,7 @@ struct CompactProgress<'a> {
 /// Progress-only compact lines (by far the most common) skip the generic `Value` tree. Anything else, and
 /// any line the fast path cannot take, goes through the general path, which also words the errors.
 fn parse_compact_fast(line: &str) -> Option<StreamRecord> {
-    let wire: CompactProgress<'_> = serde_json::from_str(line).ok()?;
-    let time = crate::time::parse_timestamp(&wire.time).ok()?;
-    let job = JobKey::parse(&wire.job)?;
-    let sample = input::from_trainer_status_wire(wire.trainer_status, "trainerStatus").ok()?;
+    let (time, job, sample) = compact_line::read(line).or_else(|| compact_serde(line))?;
     Some(StreamRecord::Update(Update {
         time,
         job,
@@ -123,6 +121,16 @@ fn parse_compact_fast(line: &str) -> Option<StreamRecord> {
         queue: None,
         deleted: false,
     }))
+}
+
+/// The progress-only compact line through serde's derived reader: for the spellings the hand-written
+/// [`compact_line`] declines (escaped strings, `null`s), and the reference that reader is tested against.
+pub(super) fn compact_serde(line: &str) -> Option<(Timestamp, JobKey, ProgressSample)> {
+    let wire: CompactProgress<'_> = serde_json::from_str(line).ok()?;
+    let time = crate::time::parse_timestamp(&wire.time).ok()?;
+    let job = JobKey::parse(&wire.job)?;
+    let sample = input::from_trainer_status_wire(wire.trainer_status, "trainerStatus").ok()?;
+    Some((time, job, sample))
 }
 
 /// Parses one non-empty line. `previous` is the time of the line before (for objects without a time).

@@ -55,14 +55,50 @@ pub(super) struct MetricWire<'a> {
 }
 
 thread_local! {
-    /// Where [`MetricsWire`] collects a list before copying it out at its exact size, kept between samples.
+    /// Where [`MetricsReader`] collects a list before copying it out at its exact size, kept between samples.
     static SCRATCH: std::cell::Cell<Vec<Metric>> = const { std::cell::Cell::new(Vec::new()) };
 }
 
-/// The `metrics` list, normalized while it is read: canonical names, progress counters routed to their
-/// fields, duplicates merged, with no intermediate list and one exactly sized allocation per sample (the
-/// list is collected in a per-thread scratch vector). Anything [`from_trainer_status`] would reject fails to deserialize, so the caller's general path
-/// words the error.
+/// Reads a `metrics` list one `{name, value}` entry at a time, normalizing as it goes: canonical names,
+/// progress counters routed to their fields, duplicates merged, with no intermediate list and one exactly
+/// sized allocation per sample (the list is collected in a per-thread scratch vector). The fast readers of a
+/// line (serde's [`MetricsWire`] and the hand-written `compact_line`) share it, so they cannot disagree.
+pub(super) struct MetricsReader {
+    /// The time is set by the caller; this only carries the metrics and the counters.
+    sample: ProgressSample,
+    collector: Collector,
+}
+
+impl MetricsReader {
+    pub(super) fn new() -> Self {
+        MetricsReader {
+            sample: ProgressSample::empty(Timestamp::UNIX_EPOCH, SampleSource::TrainerStatus),
+            // Empty: it is put back only after its contents moved out.
+            collector: Collector { metrics: SCRATCH.take(), unchecked: false },
+        }
+    }
+
+    /// One entry. `Err` says what [`from_trainer_status`] would reject (its general path words the error).
+    pub(super) fn add(&mut self, name: &str, value: f64) -> Result<(), &'static str> {
+        if name.is_empty() {
+            return Err("empty metric name");
+        }
+        self.collector.add(&mut self.sample, canonical_metric_name(name), value)
+    }
+
+    /// The sample with its metrics (exactly sized: a replay may hold a million samples at once).
+    pub(super) fn finish(self) -> ProgressSample {
+        let MetricsReader { mut sample, collector } = self;
+        let mut scratch = collector.finish();
+        sample.metrics = Vec::with_capacity(scratch.len());
+        sample.metrics.append(&mut scratch);
+        SCRATCH.set(scratch);
+        sample
+    }
+}
+
+/// The `metrics` list read through a [`MetricsReader`]. Anything [`from_trainer_status`] would reject fails
+/// to deserialize, so the caller's general path words the error.
 #[derive(Debug)]
 pub(super) struct MetricsWire(ProgressSample);
 
@@ -75,26 +111,13 @@ impl<'de> Deserialize<'de> for MetricsWire {
                 f.write_str("a list of {name, value} objects")
             }
             fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<MetricsWire, A::Error> {
-                // The time is set by the caller; this only carries the metrics and the counters.
-                let mut sample = ProgressSample::empty(Timestamp::UNIX_EPOCH, SampleSource::TrainerStatus);
-                // Empty: it is put back only after its contents moved out.
-                let mut collector = Collector { metrics: SCRATCH.take(), unchecked: false };
+                let mut reader = MetricsReader::new();
                 while let Some(m) = seq.next_element::<MetricWire<'de>>()? {
-                    if m.name.is_empty() {
-                        return Err(de::Error::custom("empty metric name"));
-                    }
                     let value =
                         parse_metric_value(&m.value).ok_or_else(|| de::Error::custom("not a number"))?;
-                    collector
-                        .add(&mut sample, canonical_metric_name(&m.name), value)
-                        .map_err(de::Error::custom)?;
+                    reader.add(&m.name, value).map_err(de::Error::custom)?;
                 }
-                let mut scratch = collector.finish();
-                // Exactly sized: a replay may hold a million samples at once.
-                sample.metrics = Vec::with_capacity(scratch.len());
-                sample.metrics.append(&mut scratch);
-                SCRATCH.set(scratch);
-                Ok(MetricsWire(sample))
+                Ok(MetricsWire(reader.finish()))
             }
         }
         d.deserialize_seq(MetricsVisitor)

@@ -17,7 +17,9 @@ pub(super) struct Frame {
     pub job: Box<JobData>,
     pub env: Arc<PolicyEnv>,
     pub now: Timestamp,
-    pub(super) deadline: Instant,
+    /// When Rhai stops the script; set only before Rhai runs (a compiled condition is bounded by its shape,
+    /// and reading the clock for it cost more than evaluating it).
+    pub(super) deadline: Option<Instant>,
     /// Findings of detector functions that returned true, reported as the rule's reason.
     pub evidence: Vec<Finding>,
     /// The earliest time a time-driven detector function that returned false (`stalled`, ...) would turn

@@ -215,7 +215,9 @@ impl ScriptEngine {
             let expired = FRAME.with(|cell| {
                 cell.try_borrow()
                     .ok()
-                    .and_then(|f| f.as_ref().map(|f| Instant::now() > f.deadline))
+                    .and_then(|f| {
+                        f.as_ref().and_then(|f| f.deadline).map(|deadline| Instant::now() > deadline)
+                    })
                     .unwrap_or(false)
             });
             expired.then(|| Dynamic::from("deadline"))
@@ -326,7 +328,7 @@ impl ScriptEngine {
                 job: data,
                 env: env.clone(),
                 now,
-                deadline: Instant::now() + self.limits.deadline,
+                deadline: None,
                 evidence: Vec::new(),
                 wake: None,
             });
@@ -367,8 +369,11 @@ impl ScriptEngine {
             });
         }
         let which = (script.uses_labels, script.uses_annotations);
-        let mut scope = FRAME.with(|cell| match cell.borrow().as_ref() {
-            Some(frame) => self.scope(&frame.job.snapshot.labels, &frame.job.snapshot.annotations, which),
+        let mut scope = FRAME.with(|cell| match cell.borrow_mut().as_mut() {
+            Some(frame) => {
+                frame.deadline = Some(Instant::now() + self.limits.deadline);
+                self.scope(&frame.job.snapshot.labels, &frame.job.snapshot.annotations, which)
+            }
             None => Scope::new(),
         });
         let result = self.engine.eval_ast_with_scope::<Dynamic>(&mut scope, &script.ast);

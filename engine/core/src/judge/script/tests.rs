@@ -300,7 +300,7 @@ fn eval_later(engine: &ScriptEngine, src: &str, later: i64) -> (String, Option<T
             job,
             env,
             now,
-            deadline: Instant::now() + std::time::Duration::from_secs(1),
+            deadline: Some(Instant::now() + std::time::Duration::from_secs(1)),
             evidence: Vec::new(),
             wake: None,
         });
