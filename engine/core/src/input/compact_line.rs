@@ -435,7 +435,8 @@ mod tests {
     /// One departure from the common spelling, valid JSON or not.
     fn odd(rng: &mut Rng, line: String) -> String {
         let replace_one = |line: &str, from: &str, to: &str| line.replacen(from, to, 1);
-        match rng.below(10) {
+        match rng.below(11) {
+            9 => replace_one(&line, "{\"name\":", "{\"name\":\"a\",\"name\":"),
             0 => replace_one(&line, "\"progressPercentage\":", "\"progressPercentage\":null,\"x\":"),
             1 => replace_one(&line, "\"loss\"", "\"lo\\u0073s\""),
             2 => replace_one(&line, "\"job\":\"", "\"job\":\"\\\""),
