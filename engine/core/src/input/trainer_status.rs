@@ -63,19 +63,16 @@ thread_local! {
 /// progress counters routed to their fields, duplicates merged, with no intermediate list and one exactly
 /// sized allocation per sample (the list is collected in a per-thread scratch vector). The fast readers of a
 /// line (serde's [`MetricsWire`] and the hand-written `compact_line`) share it, so they cannot disagree.
-pub(super) struct MetricsReader {
-    /// The time is set by the caller; this only carries the metrics and the counters.
-    sample: ProgressSample,
+pub(super) struct MetricsReader<'s> {
+    /// Where the counters go and, at [`MetricsReader::finish`], the metrics.
+    sample: &'s mut ProgressSample,
     collector: Collector,
 }
 
-impl MetricsReader {
-    pub(super) fn new() -> Self {
-        MetricsReader {
-            sample: ProgressSample::empty(Timestamp::UNIX_EPOCH, SampleSource::TrainerStatus),
-            // Empty: it is put back only after its contents moved out.
-            collector: Collector { metrics: SCRATCH.take(), unchecked: false },
-        }
+impl<'s> MetricsReader<'s> {
+    pub(super) fn new(sample: &'s mut ProgressSample) -> Self {
+        // Empty: it is put back only after its contents moved out.
+        MetricsReader { sample, collector: Collector { metrics: SCRATCH.take(), unchecked: false } }
     }
 
     /// One entry. `Err` says what [`from_trainer_status`] would reject (its general path words the error).
@@ -83,17 +80,15 @@ impl MetricsReader {
         if name.is_empty() {
             return Err("empty metric name");
         }
-        self.collector.add(&mut self.sample, canonical_metric_name(name), value)
+        self.collector.add(self.sample, canonical_metric_name(name), value)
     }
 
-    /// The sample with its metrics (exactly sized: a replay may hold a million samples at once).
-    pub(super) fn finish(self) -> ProgressSample {
-        let MetricsReader { mut sample, collector } = self;
-        let mut scratch = collector.finish();
-        sample.metrics = Vec::with_capacity(scratch.len());
-        sample.metrics.append(&mut scratch);
+    /// Puts the metrics into the sample (exactly sized: a replay may hold a million samples at once).
+    pub(super) fn finish(self) {
+        let mut scratch = self.collector.finish();
+        self.sample.metrics = Vec::with_capacity(scratch.len());
+        self.sample.metrics.append(&mut scratch);
         SCRATCH.set(scratch);
-        sample
     }
 }
 
@@ -111,13 +106,16 @@ impl<'de> Deserialize<'de> for MetricsWire {
                 f.write_str("a list of {name, value} objects")
             }
             fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<MetricsWire, A::Error> {
-                let mut reader = MetricsReader::new();
+                // The time is set by the caller; this only carries the metrics and the counters.
+                let mut sample = ProgressSample::empty(Timestamp::UNIX_EPOCH, SampleSource::TrainerStatus);
+                let mut reader = MetricsReader::new(&mut sample);
                 while let Some(m) = seq.next_element::<MetricWire<'de>>()? {
                     let value =
                         parse_metric_value(&m.value).ok_or_else(|| de::Error::custom("not a number"))?;
                     reader.add(&m.name, value).map_err(de::Error::custom)?;
                 }
-                Ok(MetricsWire(reader.finish()))
+                reader.finish();
+                Ok(MetricsWire(sample))
             }
         }
         d.deserialize_seq(MetricsVisitor)
