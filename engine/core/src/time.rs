@@ -159,7 +159,7 @@ mod tests {
     /// and after the epoch.
     #[test]
     fn seconds_between_instants_is_the_exact_formula() {
-        let mut rng = crate::test_rng::Rng(0x5EC0_4D5);
+        let mut rng = crate::test_rng::Rng(0x05EC_04D5);
         let (min, max) = (Timestamp::MIN.as_nanosecond(), Timestamp::MAX.as_nanosecond());
         for i in 0..100_000 {
             let pick = |rng: &mut crate::test_rng::Rng| {

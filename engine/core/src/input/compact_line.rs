@@ -471,7 +471,7 @@ mod tests {
     /// included, through `Debug`), and declines only the spellings it is documented to decline.
     #[test]
     fn the_hand_written_reader_agrees_with_serde() {
-        let mut rng = Rng(0x5EED_0F_C0DE);
+        let mut rng = Rng(0x005E_ED0F_C0DE);
         let (mut accepted, mut rejected, mut declined) = (0, 0, 0);
         for i in 0..60_000 {
             let twist = [Twist::None, Twist::Spaced, Twist::Odd][i % 3];
