@@ -161,18 +161,17 @@ mod tests {
     fn seconds_between_instants_is_the_exact_formula() {
         let mut rng = crate::test_rng::Rng(0x05EC_04D5);
         let (min, max) = (Timestamp::MIN.as_nanosecond(), Timestamp::MAX.as_nanosecond());
-        for i in 0..100_000 {
-            let pick = |rng: &mut crate::test_rng::Rng| {
-                let n = match i % 3 {
-                    // Anywhere in jiff's range (far apart: the i128 fallback).
-                    0 => {
-                        min + ((i128::from(rng.next()) << 40) | i128::from(rng.next())).rem_euclid(max - min)
-                    }
-                    // Around the epoch and today, nanoseconds included.
-                    _ => 1_795_798_800_000_000_000 + i128::from(rng.next() as i64 >> 8),
-                };
-                Timestamp::from_nanosecond(n).expect("in range")
+        // Each instant anywhere in jiff's range (pairs far apart take the i128 fallback), around the
+        // epoch (negative sub-second parts before it), or around today, nanoseconds included.
+        let pick = |rng: &mut crate::test_rng::Rng| {
+            let n = match rng.below(3) {
+                0 => min + ((i128::from(rng.next()) << 40) | i128::from(rng.next())).rem_euclid(max - min),
+                1 => i128::from(rng.next() as i64 >> 8),
+                _ => 1_795_798_800_000_000_000 + i128::from(rng.next() as i64 >> 8),
             };
+            Timestamp::from_nanosecond(n).expect("in range")
+        };
+        for _ in 0..100_000 {
             let (a, b) = (pick(&mut rng), pick(&mut rng));
             let exact = (b.as_nanosecond() - a.as_nanosecond()) as f64 / 1e9;
             assert_eq!(seconds(a, b).to_bits(), exact.to_bits(), "{a} {b}");

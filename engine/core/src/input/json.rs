@@ -72,40 +72,52 @@ const EXACT_POW10: [f64; 23] = [
 ];
 
 /// Most metric values (`0.2347`, `-1.5`, `3.1e-05`, `1200`) in a few nanoseconds: `-?digits(.digits)?` with an
-/// optional `e[+-]?digits`, at most 15 significant digits, and a power of ten within 10^±22. Then the
-/// digits and the power of ten are both exact doubles and one IEEE multiplication or division rounds
-/// correctly (Clinger's fast path), so the value is bit for bit what `str::parse::<f64>` returns. `None`
-/// hands anything else (signs `+`, `nan`, `inf`, whitespace, more digits) to the general parser.
+/// optional `e[+-]?digits` (at most 4 exponent digits), at most 15 digits in all (leading zeros count), and
+/// a power of ten within 10^±22. Then the digits and the power of ten are both exact doubles and one IEEE
+/// multiplication or division rounds correctly (Clinger's fast path), so the value is bit for bit what
+/// `str::parse::<f64>` returns. `None` hands anything else (signs `+`, `nan`, `inf`, whitespace, more
+/// digits) to the general parser.
 pub(super) fn plain_decimal(b: &[u8]) -> Option<f64> {
+    // x87 arithmetic (32-bit x86 without SSE2) rounds twice; the standard library turns its own fast path
+    // off there too.
+    if cfg!(all(target_arch = "x86", not(target_feature = "sse2"))) {
+        return None;
+    }
     let (negative, rest) = match b {
         [b'-', rest @ ..] => (true, rest),
         _ => (false, b),
     };
+    const MAX_DIGITS: usize = 15;
     let mut digits: u64 = 0;
     let mut count = 0usize;
     let mut scale: i32 = 0;
     let mut i = 0;
-    let mut integer_digits = 0;
     while let Some(&c @ b'0'..=b'9') = rest.get(i) {
-        digits = digits.wrapping_mul(10).wrapping_add(u64::from(c - b'0'));
+        digits = digits * 10 + u64::from(c - b'0');
         count += 1;
-        integer_digits += 1;
         i += 1;
+        if count > MAX_DIGITS {
+            return None;
+        }
     }
-    if integer_digits == 0 {
+    if count == 0 {
         return None;
     }
     if rest.get(i) == Some(&b'.') {
         i += 1;
         let start = i;
         while let Some(&c @ b'0'..=b'9') = rest.get(i) {
-            digits = digits.wrapping_mul(10).wrapping_add(u64::from(c - b'0'));
+            digits = digits * 10 + u64::from(c - b'0');
             count += 1;
             i += 1;
+            if count > MAX_DIGITS {
+                return None;
+            }
         }
         if i == start {
             return None;
         }
+        // At most 15 digits, so this fits.
         scale = -((i - start) as i32);
     }
     if let Some(b'e' | b'E') = rest.get(i) {
@@ -135,8 +147,8 @@ pub(super) fn plain_decimal(b: &[u8]) -> Option<f64> {
         }
         scale += if exponent_negative { -exponent } else { exponent };
     }
-    // 15 digits stay below 2^53, so `digits` (no wrap happened) converts exactly.
-    if i != rest.len() || count > 15 || !(-22..=22).contains(&scale) {
+    // 15 digits stay below 2^53, so `digits` converts exactly.
+    if i != rest.len() || !(-22..=22).contains(&scale) {
         return None;
     }
     let magnitude = digits as f64;
