@@ -90,35 +90,31 @@ pub(super) fn plain_decimal(b: &[u8]) -> Option<f64> {
     const MAX_DIGITS: usize = 15;
     let mut digits: u64 = 0;
     let mut count = 0usize;
-    let mut scale: i32 = 0;
     let mut i = 0;
-    while let Some(&c @ b'0'..=b'9') = rest.get(i) {
-        digits = digits * 10 + u64::from(c - b'0');
-        count += 1;
-        i += 1;
-        if count > MAX_DIGITS {
-            return None;
-        }
-    }
-    if count == 0 {
-        return None;
-    }
-    if rest.get(i) == Some(&b'.') {
-        i += 1;
-        let start = i;
-        while let Some(&c @ b'0'..=b'9') = rest.get(i) {
+    // Reads a run of digits into `digits`: how many, or `None` past MAX_DIGITS in all.
+    let mut run = |i: &mut usize| -> Option<usize> {
+        let start = *i;
+        while let Some(&c @ b'0'..=b'9') = rest.get(*i) {
             digits = digits * 10 + u64::from(c - b'0');
             count += 1;
-            i += 1;
+            *i += 1;
             if count > MAX_DIGITS {
                 return None;
             }
         }
-        if i == start {
-            return None;
+        Some(*i - start)
+    };
+    if run(&mut i)? == 0 {
+        return None;
+    }
+    let mut scale: i32 = 0;
+    if rest.get(i) == Some(&b'.') {
+        i += 1;
+        match run(&mut i)? {
+            0 => return None,
+            // At most 15 digits, so this fits.
+            fraction => scale = -(fraction as i32),
         }
-        // At most 15 digits, so this fits.
-        scale = -((i - start) as i32);
     }
     if let Some(b'e' | b'E') = rest.get(i) {
         i += 1;
