@@ -31,7 +31,7 @@ pub(super) const TRAINER_STATUS_FIELDS: [&str; 4] =
 pub(super) const METRIC_FIELDS: [&str; 2] = ["name", "value"];
 
 /// The upstream `trainerStatus` as it appears on the wire, borrowed from the input text: the fast path for
-/// streams and watch events. It accepts a subset of what [`from_trainer_status`] accepts (well-typed input,
+/// watch events, and for the stream lines the hand-written `compact_line` reader declines. It accepts a subset of what [`from_trainer_status`] accepts (well-typed input,
 /// no unknown keys); callers fall back to the `Value` path when it does not deserialize, which also produces
 /// the precise error.
 #[derive(Debug, serde::Deserialize)]
@@ -62,7 +62,9 @@ thread_local! {
 /// Reads a `metrics` list one `{name, value}` entry at a time, normalizing as it goes: canonical names,
 /// progress counters routed to their fields, duplicates merged, with no intermediate list and one exactly
 /// sized allocation per sample (the list is collected in a per-thread scratch vector). The fast readers of a
-/// line (serde's [`MetricsWire`] and the hand-written `compact_line`) share it, so they cannot disagree.
+/// line (serde's [`MetricsWire`] and the hand-written `compact_line`) share it, so they cannot disagree. A
+/// reader dropped without [`MetricsReader::finish`] (a line that fails) drops the scratch vector with it; the
+/// next one starts with a fresh one, which costs an allocation, not a result.
 pub(super) struct MetricsReader<'s> {
     /// Where the counters go and, at [`MetricsReader::finish`], the metrics.
     sample: &'s mut ProgressSample,
