@@ -30,8 +30,9 @@ struct ReplayJob {
 /// The replay state machine.
 pub struct Replay {
     evaluator: Evaluator,
-    /// Every job seen, kept after its deletion (the summary counts distinct jobs).
-    jobs: FxHashMap<JobKey, ReplayJob>,
+    /// Every job seen, kept after its deletion (the summary counts distinct jobs): an index into `jobs`.
+    job_ids: FxHashMap<JobKey, usize>,
+    jobs: Vec<ReplayJob>,
     /// Jobs whose savings were counted, per mode (an enforced suspension counts even after an audit one).
     saved_for: [FxHashSet<JobKey>; 2],
     clock: Option<Timestamp>,
@@ -103,7 +104,8 @@ impl Replay {
         }
         Replay {
             evaluator,
-            jobs: FxHashMap::default(),
+            job_ids: FxHashMap::default(),
+            jobs: Vec::new(),
             saved_for: [FxHashSet::default(), FxHashSet::default()],
             clock: None,
             scratch: Vec::new(),
@@ -255,10 +257,17 @@ impl Replay {
 
     /// The job's entry, made on its first record (the key is cloned only then).
     fn job_entry(&mut self, key: &JobKey) -> &mut ReplayJob {
-        if !self.jobs.contains_key(key) {
-            self.jobs.insert(key.clone(), ReplayJob::default());
-        }
-        self.jobs.get_mut(key).expect("inserted above")
+        // One lookup for a known job (a map of indices: a map of entries would need two, `get_mut` then
+        // `insert`, as the borrow of a found entry cannot be returned conditionally).
+        let id = match self.job_ids.get(key) {
+            Some(&id) => id,
+            None => {
+                self.job_ids.insert(key.clone(), self.jobs.len());
+                self.jobs.push(ReplayJob::default());
+                self.jobs.len() - 1
+            }
+        };
+        &mut self.jobs[id]
     }
 
     fn drain(&mut self, now: Timestamp) {

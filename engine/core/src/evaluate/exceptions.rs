@@ -87,11 +87,8 @@ impl Evaluator {
     }
 
     fn evaluate_namespace(&mut self, namespace: &str, now: Timestamp, out: &mut Vec<Event>) {
-        let mut keys: Vec<JobKey> = self.jobs.keys().filter(|k| k.namespace == namespace).cloned().collect();
-        keys.sort();
-        for key in keys {
-            self.refresh_selection(&key);
-            self.evaluate_job(&key, now, out);
+        for key in self.jobs.sorted_keys(|k, _| k.namespace == namespace) {
+            self.tick_job(&key, now, out);
         }
     }
 }

@@ -124,7 +124,7 @@ impl Evaluator {
         let Some(p) = self.find_policy(policy) else { return Vec::new() };
         let Some(slot) = &self.policies[p] else { return Vec::new() };
         let mut out = Vec::new();
-        for (key, job) in &self.jobs {
+        for (key, job) in self.jobs.iter() {
             for (rule, track) in slot.policy.rules.iter().zip(job.tracks.get(p).into_iter().flatten()) {
                 let state = track.alert.state();
                 let cooling = track.last_issued.iter().flatten().any(|last| {

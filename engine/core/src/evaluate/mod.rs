@@ -27,6 +27,7 @@
 mod checkpoint;
 mod event;
 mod exceptions;
+mod job_table;
 mod lifecycle;
 mod limits;
 mod memory;
@@ -40,6 +41,7 @@ pub use checkpoint::{
 pub use event::{
     ActionIntent, Event, ExceptionEnd, Reason, Resolution, RuleState, Savings, SavingsBasis, TransitionKind,
 };
+use job_table::JobTable;
 use lifecycle::{Deferral, Pause, act_on_deferred, advance, condition, release, resolve_track};
 pub use limits::{Limit, LimitKind};
 pub use memory::RuleMemory;
@@ -48,8 +50,6 @@ use snooze::SnoozeTrack;
 pub use snooze::{SNOOZE_ANNOTATION, Snooze, SnoozeCap, SnoozeChange, SnoozeEnd};
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
-
-use rustc_hash::FxHashMap;
 
 use crate::history::job::JobData;
 use crate::history::job_series::{JobSeries, Recorded};
@@ -167,9 +167,6 @@ struct JobEntry {
     last_evaluated: Option<Timestamp>,
     /// The job's entry in [`Evaluator::wakes`]: the earliest time its rules may change with no new sample.
     wake: Option<Timestamp>,
-    /// The job's index in [`Evaluator::ids`], so timers carry a number instead of a copy of the key (the
-    /// timer moves with nearly every sample of a job with a stall rule).
-    id: usize,
     /// Rule tracks by policy index, then rule index; empty for policies that never selected the job.
     tracks: Vec<Vec<RuleTrack>>,
     /// Policies selecting the job, recomputed only when its labels or the policy set change (the hot path
@@ -181,6 +178,25 @@ struct JobEntry {
 }
 
 impl JobEntry {
+    /// A job first seen at `now`, with default metadata until a snapshot says more.
+    fn new(key: &JobKey, now: Timestamp) -> JobEntry {
+        JobEntry {
+            data: Some(Box::new(JobData {
+                series: JobSeries::new(now),
+                gpu: Default::default(),
+                queue: None,
+                snapshot: JobSnapshot::new(key.clone()),
+                first_seen: now,
+            })),
+            last_evaluated: None,
+            wake: None,
+            tracks: Vec::new(),
+            selected_by: Vec::new(),
+            selection_stale: true,
+            snooze: SnoozeTrack::default(),
+        }
+    }
+
     fn tracks_mut(&mut self, policy: usize, rules: usize) -> &mut Vec<RuleTrack> {
         if self.tracks.len() <= policy {
             self.tracks.resize_with(policy + 1, Vec::new);
@@ -220,7 +236,7 @@ pub struct Evaluator {
     scripts: ScriptEngine,
     /// `None` marks a removed policy (indices stay stable for the job tracks).
     policies: Vec<Option<PolicySlot>>,
-    jobs: FxHashMap<JobKey, JobEntry>,
+    jobs: JobTable,
     namespace_labels: HashMap<String, BTreeMap<String, String>>,
     /// The last cadence tick (jobs of clock-reading policies re-evaluated at least once per `eval_interval`).
     last_tick: Option<Timestamp>,
@@ -229,9 +245,6 @@ pub struct Evaluator {
     wakes: BTreeSet<(Timestamp, usize)>,
     /// Job evaluations so far (each evaluates every rule of every policy selecting the job).
     evaluations: u64,
-    /// Job keys by [`JobEntry::id`]; `None` marks a free id (reused).
-    ids: Vec<Option<JobKey>>,
-    free_ids: Vec<usize>,
     /// Rule memories restored from a previous run (see [`Evaluator::restore`]), claimed by each job the first
     /// time a policy's rules are set up for it.
     restored: HashMap<(usize, JobKey), Vec<RuleMemory>>,
@@ -262,13 +275,11 @@ impl Evaluator {
             config,
             scripts,
             policies: Vec::new(),
-            jobs: FxHashMap::default(),
+            jobs: JobTable::default(),
             namespace_labels: HashMap::new(),
             last_tick: None,
             wakes: BTreeSet::new(),
             evaluations: 0,
-            ids: Vec::new(),
-            free_ids: Vec::new(),
             restored: HashMap::new(),
             limits: limits::LimitBook::default(),
             exceptions: exceptions::ExceptionBook::new(),
@@ -313,9 +324,7 @@ impl Evaluator {
     /// Maps a replaced policy's rule tracks onto the new rules by name (see [`Evaluator::upsert_policy`]).
     fn carry_over(&mut self, index: usize, new: &CompiledPolicy, now: Timestamp, out: &mut Vec<Event>) {
         let Some(old) = self.policies[index].as_ref().map(|s| &s.policy) else { return };
-        let mut keys: Vec<JobKey> = self.jobs.keys().cloned().collect();
-        keys.sort();
-        for key in keys {
+        for key in self.jobs.sorted_keys(|_, _| true) {
             let Some(job) = self.jobs.get_mut(&key) else { continue };
             let Some(old_tracks) = job.tracks.get_mut(index).map(std::mem::take) else { continue };
             if old_tracks.is_empty() {
@@ -368,10 +377,7 @@ impl Evaluator {
 
     fn retire_policy(&mut self, index: usize, now: Timestamp, out: &mut Vec<Event>) {
         let Some(slot) = &self.policies[index] else { return };
-        let mut keys: Vec<&JobKey> = self.jobs.keys().collect();
-        keys.sort();
-        let keys: Vec<JobKey> = keys.into_iter().cloned().collect();
-        for key in keys {
+        for key in self.jobs.sorted_keys(|_, _| true) {
             let Some(job) = self.jobs.get_mut(&key) else { continue };
             job.selected_by.retain(|&p| p != index);
             if let Some(tracks) = job.tracks.get_mut(index) {
@@ -418,7 +424,8 @@ impl Evaluator {
             JobPhase::Suspended => {}
         }
         let max_snooze = self.config.max_snooze;
-        let entry = self.entry(&key, now);
+        let id = self.job_id(&key, now);
+        let Some((_, entry)) = self.jobs.key_and_entry(id) else { return };
         let mut resumed = false;
         if let Some(data) = entry.data.as_mut() {
             if data.snapshot.labels != snapshot.labels {
@@ -430,9 +437,9 @@ impl Evaluator {
             data.snapshot = snapshot;
         }
         if resumed {
-            self.restart_after_resume(&key, now, out);
+            self.restart_after_resume(id, now, out);
         }
-        self.record_and_evaluate(&key, sample, now, out);
+        self.record_and_evaluate(id, sample, now, out);
     }
 
     /// A new progress sample of a job whose metadata did not change (the hot path of a watch or a stream).
@@ -444,8 +451,8 @@ impl Evaluator {
         now: Timestamp,
         out: &mut Vec<Event>,
     ) {
-        self.entry(key, now);
-        self.record_and_evaluate(key, Some(sample), now, out);
+        let id = self.job_id(key, now);
+        self.record_and_evaluate(id, Some(sample), now, out);
     }
 
     /// Records a job's GPU readings without evaluating (replay records them before the line's progress
@@ -488,54 +495,28 @@ impl Evaluator {
         }
     }
 
-    fn entry(&mut self, key: &JobKey, now: Timestamp) -> &mut JobEntry {
-        if !self.jobs.contains_key(key) {
-            self.insert_job(key, now);
+    /// The job's id, its entry made on its first sight (the key is cloned only then).
+    fn job_id(&mut self, key: &JobKey, now: Timestamp) -> usize {
+        match self.jobs.id(key) {
+            Some(id) => id,
+            None => self.jobs.insert(key.clone(), JobEntry::new(key, now)),
         }
-        self.jobs.get_mut(key).expect("inserted above")
     }
 
-    fn insert_job(&mut self, key: &JobKey, now: Timestamp) {
-        let id = match self.free_ids.pop() {
-            Some(id) => {
-                self.ids[id] = Some(key.clone());
-                id
-            }
-            None => {
-                self.ids.push(Some(key.clone()));
-                self.ids.len() - 1
-            }
-        };
-        self.jobs.insert(
-            key.clone(),
-            JobEntry {
-                data: Some(Box::new(JobData {
-                    series: JobSeries::new(now),
-                    gpu: Default::default(),
-                    queue: None,
-                    snapshot: JobSnapshot::new(key.clone()),
-                    first_seen: now,
-                })),
-                last_evaluated: None,
-                wake: None,
-                id,
-                tracks: Vec::new(),
-                selected_by: Vec::new(),
-                selection_stale: true,
-                snooze: SnoozeTrack::default(),
-            },
-        );
+    fn entry(&mut self, key: &JobKey, now: Timestamp) -> &mut JobEntry {
+        let id = self.job_id(key, now);
+        self.jobs.key_and_entry(id).expect("made above").1
     }
 
     fn record_and_evaluate(
         &mut self,
-        key: &JobKey,
+        id: usize,
         sample: Option<ProgressSample>,
         now: Timestamp,
         out: &mut Vec<Event>,
     ) {
-        self.refresh_selection(key);
-        let Some(entry) = self.jobs.get_mut(key) else { return };
+        self.refresh_selection(id);
+        let Some((key, entry)) = self.jobs.key_and_entry(id) else { return };
         if let (Some(sample), Some(data)) = (&sample, entry.data.as_mut())
             && data.series.record(sample) == Recorded::New
         {
@@ -556,14 +537,14 @@ impl Evaluator {
                 }
             }
         }
-        self.evaluate_job(key, now, out);
+        self.evaluate_job(id, now, out);
     }
 
     /// A job that runs again starts its judgement afresh: time spent suspended must not count toward `for`
     /// or a detector's patience, or a job resumed on purpose would be suspended again the moment it restarts.
     /// Pending rules clear and detector state resets; firing rules stay firing until they resolve.
-    fn restart_after_resume(&mut self, key: &JobKey, now: Timestamp, out: &mut Vec<Event>) {
-        let Some(entry) = self.jobs.get_mut(key) else { return };
+    fn restart_after_resume(&mut self, id: usize, now: Timestamp, out: &mut Vec<Event>) {
+        let Some((key, entry)) = self.jobs.key_and_entry(id) else { return };
         for (p, tracks) in entry.tracks.iter_mut().enumerate() {
             let Some(Some(slot)) = self.policies.get(p) else { continue };
             for (r, track) in tracks.iter_mut().enumerate() {
@@ -590,13 +571,20 @@ impl Evaluator {
 
     /// Evaluates one job now without new information (a heartbeat: time passes).
     pub fn tick_job(&mut self, key: &JobKey, now: Timestamp, out: &mut Vec<Event>) {
-        self.refresh_selection(key);
-        self.evaluate_job(key, now, out);
+        if let Some(id) = self.jobs.id(key) {
+            self.tick_id(id, now, out);
+        }
+    }
+
+    /// [`Evaluator::tick_job`] by id.
+    fn tick_id(&mut self, id: usize, now: Timestamp, out: &mut Vec<Event>) {
+        self.refresh_selection(id);
+        self.evaluate_job(id, now, out);
     }
 
     /// Recomputes which policies select a job, if its labels or the policy set changed.
-    fn refresh_selection(&mut self, key: &JobKey) {
-        let Some(entry) = self.jobs.get_mut(key) else { return };
+    fn refresh_selection(&mut self, id: usize) {
+        let Some((key, entry)) = self.jobs.key_and_entry(id) else { return };
         if !entry.selection_stale {
             return;
         }
@@ -617,13 +605,9 @@ impl Evaluator {
     /// A job was deleted: its firing rules resolve and its history is dropped.
     pub fn forget_job(&mut self, key: &JobKey, now: Timestamp, out: &mut Vec<Event>) {
         self.limits.job_left(key, None);
-        if let Some(job) = self.jobs.remove(key) {
+        if let Some((id, job)) = self.jobs.remove(key) {
             if let Some(wake) = job.wake {
-                self.wakes.remove(&(wake, job.id));
-            }
-            if let Some(slot) = self.ids.get_mut(job.id) {
-                *slot = None;
-                self.free_ids.push(job.id);
+                self.wakes.remove(&(wake, id));
             }
             for (p, tracks) in job.tracks.into_iter().enumerate() {
                 if let Some(Some(slot)) = self.policies.get(p) {
@@ -643,8 +627,8 @@ impl Evaluator {
         }
     }
 
-    fn evaluate_job(&mut self, key: &JobKey, now: Timestamp, out: &mut Vec<Event>) {
-        let Some(entry) = self.jobs.get_mut(key) else { return };
+    fn evaluate_job(&mut self, id: usize, now: Timestamp, out: &mut Vec<Event>) {
+        let Some((key, entry)) = self.jobs.key_and_entry(id) else { return };
         entry.last_evaluated = Some(now);
         self.evaluations += 1;
         let Some(phase) = entry.data.as_ref().map(|d| d.snapshot.phase) else { return };
@@ -951,7 +935,7 @@ impl Evaluator {
                 }
             }
         }
-        self.rearm(key, now);
+        self.rearm(id, now);
     }
 
     /// Rule state of one job, for status and tests.
@@ -1026,10 +1010,9 @@ impl Evaluator {
     /// evaluation, which a finished or quiet job may never have. For views of selection outside evaluation
     /// (the controller's per-job gauges); evaluation itself refreshes a job before judging it either way.
     pub fn refresh_selections(&mut self) {
-        let stale: Vec<JobKey> =
-            self.jobs.iter().filter(|(_, j)| j.selection_stale).map(|(k, _)| k.clone()).collect();
-        for key in stale {
-            self.refresh_selection(&key);
+        let stale = self.jobs.ids_where(|j| j.selection_stale);
+        for id in stale {
+            self.refresh_selection(id);
         }
     }
 

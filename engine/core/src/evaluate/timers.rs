@@ -3,7 +3,7 @@
 //! `keepFiringFor` and time-driven detector deadlines, and the end of its snooze).
 
 use super::{Alert, Evaluator, Event};
-use crate::input::sample::{JobKey, JobPhase};
+use crate::input::sample::JobPhase;
 use crate::time::Timestamp;
 
 impl Evaluator {
@@ -36,30 +36,24 @@ impl Evaluator {
         let unjudged = |j: &super::JobEntry| j.last_evaluated.is_none() || j.selection_stale;
         let any_clock =
             policies.iter().flatten().any(|s| s.reads_the_clock) || self.jobs.values().any(unjudged);
-        let mut due: Vec<JobKey> = if calendar_changed || (cadence && any_clock) {
-            self.jobs
-                .iter()
-                .filter(|(_, j)| {
-                    calendar_changed
-                        || unjudged(j)
-                        || (reads_the_clock(j)
-                            && j.last_evaluated.is_some_and(|t| crate::time::seconds(t, now) >= interval))
-                })
-                .map(|(k, _)| k.clone())
-                .collect()
+        let mut due: Vec<usize> = if calendar_changed || (cadence && any_clock) {
+            self.jobs.ids_where(|j| {
+                calendar_changed
+                    || unjudged(j)
+                    || (reads_the_clock(j)
+                        && j.last_evaluated.is_some_and(|t| crate::time::seconds(t, now) >= interval))
+            })
         } else {
             Vec::new()
         };
         // Timers that ran out (the cheap path: only those jobs).
-        let ids = &self.ids;
-        due.extend(
-            self.wakes.iter().take_while(|(t, _)| *t <= now).filter_map(|(_, id)| ids.get(*id)?.clone()),
-        );
-        due.sort();
+        due.extend(self.wakes.iter().take_while(|(t, _)| *t <= now).map(|&(_, id)| id));
+        // In key order, so the events come out the same whichever ids the jobs were given.
+        let jobs = &self.jobs;
+        due.sort_by(|a, b| jobs.key(*a).cmp(&jobs.key(*b)));
         due.dedup();
-        for key in due {
-            self.refresh_selection(&key);
-            self.evaluate_job(&key, now, out);
+        for id in due {
+            self.tick_id(id, now, out);
         }
         if cadence {
             self.last_tick = Some(now);
@@ -82,8 +76,8 @@ impl Evaluator {
     /// Recomputes a job's timer after an evaluation: the earliest of its pending rules' `for`, its firing
     /// rules' `keepFiringFor`, and, in every rule state, its detectors' and scripts' wakes (when time alone
     /// may change their answer).
-    pub(super) fn rearm(&mut self, key: &JobKey, now: Timestamp) {
-        let Some(entry) = self.jobs.get_mut(key) else { return };
+    pub(super) fn rearm(&mut self, id: usize, now: Timestamp) {
+        let Some((_, entry)) = self.jobs.key_and_entry(id) else { return };
         let mut wake: Option<Timestamp> = None;
         let mut consider = |t: Option<Timestamp>| {
             if let Some(t) = t.filter(|t| *t > now) {
@@ -154,10 +148,10 @@ impl Evaluator {
         }
         if entry.wake != wake {
             if let Some(old) = entry.wake {
-                self.wakes.remove(&(old, entry.id));
+                self.wakes.remove(&(old, id));
             }
             if let Some(new) = wake {
-                self.wakes.insert((new, entry.id));
+                self.wakes.insert((new, id));
             }
             entry.wake = wake;
         }
