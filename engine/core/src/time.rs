@@ -84,8 +84,22 @@ pub(crate) fn add_seconds(at: Timestamp, secs: f64) -> Option<Timestamp> {
     if !secs.is_finite() {
         return None;
     }
-    let nanos = at.as_nanosecond().checked_add((secs * 1e9) as i128)?;
-    Timestamp::from_nanosecond(nanos).ok()
+    let delta = secs * 1e9;
+    // Every timer deadline goes through here, several per sample. Within ±2^62 ns (146 years) the
+    // amount truncates to i64 as it does to i128 and the sum cannot overflow, so the i128 multiply and
+    // divide (library calls) are needed only for amounts further out.
+    if delta.abs() >= 4.6e18 {
+        return add_seconds_far(at, delta);
+    }
+    let nanos = i64::from(at.subsec_nanosecond()) + delta as i64;
+    let second = at.as_second().checked_add(nanos.div_euclid(1_000_000_000))?;
+    Timestamp::new(second, nanos.rem_euclid(1_000_000_000) as i32).ok()
+}
+
+#[cold]
+#[inline(never)]
+fn add_seconds_far(at: Timestamp, delta_nanos: f64) -> Option<Timestamp> {
+    Timestamp::from_nanosecond(at.as_nanosecond().checked_add(delta_nanos as i128)?).ok()
 }
 
 /// An instant as people read it in a policy's time zone, with the offset: `Sat 2026-11-28 00:11:26 +01:00`
@@ -176,6 +190,52 @@ mod tests {
             let exact = (b.as_nanosecond() - a.as_nanosecond()) as f64 / 1e9;
             assert_eq!(seconds(a, b).to_bits(), exact.to_bits(), "{a} {b}");
         }
+    }
+
+    /// The i64 path of `add_seconds` gives the i128 formula's instant, or refuses as it does, for instants
+    /// anywhere in range (the ends included) and amounts from nanoseconds to beyond the range.
+    #[test]
+    fn adding_seconds_is_the_exact_formula() {
+        let exact = |at: Timestamp, secs: f64| {
+            if !secs.is_finite() {
+                return None;
+            }
+            Timestamp::from_nanosecond(at.as_nanosecond().checked_add((secs * 1e9) as i128)?).ok()
+        };
+        let mut rng = crate::test_rng::Rng(0xADD5_EC05);
+        let (min, max) = (Timestamp::MIN.as_nanosecond(), Timestamp::MAX.as_nanosecond());
+        let ends = [Timestamp::MIN, Timestamp::MAX, Timestamp::UNIX_EPOCH];
+        let mut far = 0;
+        for i in 0..200_000 {
+            let at = match rng.below(4) {
+                0 => ends[rng.below(3) as usize],
+                1 => Timestamp::from_nanosecond(
+                    min + ((i128::from(rng.next()) << 40) | i128::from(rng.next())).rem_euclid(max - min),
+                )
+                .expect("in range"),
+                2 => Timestamp::from_nanosecond(i128::from(rng.next() as i64 >> 8)).expect("in range"),
+                _ => {
+                    Timestamp::from_nanosecond(1_795_798_800_000_000_000 + i128::from(rng.next() as i64 >> 8))
+                        .expect("in range")
+                }
+            };
+            // Magnitudes from 1 ns to 10^13 s (past the fast path's limit and the range), both signs, and
+            // the odd non-finite amount.
+            let magnitude = 10f64.powf(rng.below(2_200) as f64 / 100.0 - 9.0);
+            let fraction = rng.below(1 << 20) as f64 / f64::from(1 << 20);
+            let mut secs = magnitude * (1.0 + fraction);
+            if rng.below(2) == 0 {
+                secs = -secs;
+            }
+            if i % 5_000 == 0 {
+                secs = [f64::NAN, f64::INFINITY, f64::NEG_INFINITY, 0.0, -0.0][(i / 5_000) % 5];
+            }
+            if (secs * 1e9).abs() >= 4.6e18 {
+                far += 1;
+            }
+            assert_eq!(add_seconds(at, secs), exact(at, secs), "{at} + {secs}");
+        }
+        assert!(far > 10_000, "the far path was tried {far} times");
     }
 }
 

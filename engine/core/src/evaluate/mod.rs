@@ -49,7 +49,7 @@ use memory::claim_memories;
 use snooze::SnoozeTrack;
 pub use snooze::{SNOOZE_ANNOTATION, Snooze, SnoozeCap, SnoozeChange, SnoozeEnd};
 
-use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::collections::{BTreeMap, HashMap};
 
 use crate::history::job::JobData;
 use crate::history::job_series::{JobSeries, Recorded};
@@ -240,9 +240,9 @@ pub struct Evaluator {
     namespace_labels: HashMap<String, BTreeMap<String, String>>,
     /// The last cadence tick (jobs of clock-reading policies re-evaluated at least once per `eval_interval`).
     last_tick: Option<Timestamp>,
-    /// Exact timers: `for` and `keepFiringFor` running out, stall deadlines, budgets. Ordered by time, so the
-    /// next one is the first entry; each job has at most one (its earliest, [`JobEntry::wake`]).
-    wakes: BTreeSet<(Timestamp, usize)>,
+    /// Exact timers: `for` and `keepFiringFor` running out, stall deadlines, budgets. Each job has one, its
+    /// earliest ([`JobEntry::wake`]); see [`timers::Wakes`] for how they are kept.
+    wakes: timers::Wakes,
     /// Job evaluations so far (each evaluates every rule of every policy selecting the job).
     evaluations: u64,
     /// Rule memories restored from a previous run (see [`Evaluator::restore`]), claimed by each job the first
@@ -278,7 +278,7 @@ impl Evaluator {
             jobs: JobTable::default(),
             namespace_labels: HashMap::new(),
             last_tick: None,
-            wakes: BTreeSet::new(),
+            wakes: timers::Wakes::default(),
             evaluations: 0,
             restored: HashMap::new(),
             limits: limits::LimitBook::default(),
@@ -605,10 +605,8 @@ impl Evaluator {
     /// A job was deleted: its firing rules resolve and its history is dropped.
     pub fn forget_job(&mut self, key: &JobKey, now: Timestamp, out: &mut Vec<Event>) {
         self.limits.job_left(key, None);
-        if let Some((id, job)) = self.jobs.remove(key) {
-            if let Some(wake) = job.wake {
-                self.wakes.remove(&(wake, id));
-            }
+        if let Some((_, job)) = self.jobs.remove(key) {
+            self.wakes.settle(&self.jobs);
             for (p, tracks) in job.tracks.into_iter().enumerate() {
                 if let Some(Some(slot)) = self.policies.get(p) {
                     for (r, track) in tracks.into_iter().enumerate() {

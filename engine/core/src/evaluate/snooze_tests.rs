@@ -138,7 +138,7 @@ fn a_rule_still_firing_at_the_end_acts_on_that_second_with_new_intent_ids() {
     w.sample(10, 2.0);
     w.sample(80, 2.0);
     assert_eq!(w.intents().len(), 2, "nothing more while snoozed");
-    assert!(w.ev.wakes.iter().any(|(at, _)| *at == end), "an exact timer at the snooze's end");
+    assert!(w.ev.jobs.values().any(|j| j.wake == Some(end)), "an exact timer at the snooze's end");
     w.advance(end);
     let after: Vec<&ActionIntent> = w.intents().into_iter().skip(2).collect();
     assert_eq!(after.len(), 2, "{:?}", w.events);

@@ -504,6 +504,79 @@ fn the_next_tick_is_the_earliest_timer() {
     assert_eq!(w.log(), log(&[(13, "stall firing"), (13, "stall → suspend [Enforce]")]));
 }
 
+/// The timer heap keeps stale entries when timers move; whatever the moves (later with each sample, earlier
+/// when a `for` starts, back when it clears, gone with the job), its top is the earliest live timer and it
+/// stays within twice the jobs.
+#[test]
+fn the_timer_heap_stays_exact_and_bounded() {
+    let rules = "    - {name: stall, uses: stalled, with: {after: 30m}}\n\
+                 \x20   - {name: high, when: 'metric(\"loss\") > 1.0', for: 7m}\n";
+    let mut w = World::with_policy(&policy(rules, ""));
+    let mut rng = crate::test_rng::Rng(0x7133_4EA9);
+    let mut now = t(0);
+    let (mut moved_earlier, mut forgotten) = (0, 0);
+    for step in 0..20_000 {
+        now = Timestamp::from_second(now.as_second() + rng.below(20) as i64).unwrap();
+        while let Some(next) = w.ev.next_tick().filter(|next| *next <= now) {
+            w.ev.tick(next, &mut w.events);
+        }
+        let key = JobKey::new("ml", format!("job-{}", rng.below(40)));
+        if rng.below(50) == 0 {
+            w.ev.forget_job(&key, now, &mut w.events);
+            forgotten += 1;
+        } else {
+            let before = w.ev.jobs.get(&key).and_then(|j| j.wake);
+            let mut snap = w.job();
+            snap.key = key.clone();
+            let mut sample = ProgressSample::empty(now, SampleSource::TrainerStatus);
+            sample.metrics.push(Metric { name: "loss".into(), value: rng.below(3) as f64 * 0.6 });
+            sample.current_step = Some(step as f64);
+            snap.sample = Some(sample);
+            w.ev.observe(snap, now, &mut w.events);
+            let after = w.ev.jobs.get(&key).and_then(|j| j.wake);
+            moved_earlier += usize::from(matches!((before, after), (Some(b), Some(a)) if a < b));
+        }
+        let earliest = w.ev.jobs.values().filter_map(|j| j.wake).min();
+        assert_eq!(w.ev.wakes.first(), earliest, "step {step}");
+        assert!(w.ev.wakes.len() <= 2 * w.ev.job_count() + 64, "step {step}: {}", w.ev.wakes.len());
+    }
+    assert!(
+        moved_earlier > 1_000 && forgotten > 100,
+        "{moved_earlier} moves earlier, {forgotten} jobs forgotten"
+    );
+}
+
+/// Stale entries behind a live timer that does not come due (a `for` of one job while the others' stall
+/// deadlines move on with every report) never reach the top; they are dropped all at once instead.
+#[test]
+fn stale_timers_behind_a_live_one_are_dropped() {
+    let rules = "    - {name: stall, uses: stalled, with: {after: 30m}}\n\
+                 \x20   - {name: high, when: 'metric(\"loss\") > 1.0', for: 7m}\n";
+    let mut w = World::with_policy(&policy(rules, ""));
+    let report = |w: &mut World, name: String, second: i64, loss: f64| {
+        let at = Timestamp::from_second(t(0).as_second() + second).unwrap();
+        let mut snap = w.job();
+        snap.key = JobKey::new("ml", name);
+        let mut sample = ProgressSample::empty(at, SampleSource::TrainerStatus);
+        sample.metrics.push(Metric { name: "loss".into(), value: loss });
+        sample.current_step = Some(second as f64);
+        snap.sample = Some(sample);
+        w.ev.observe(snap, at, &mut w.events);
+    };
+    // The anchor's `for` runs out at 7m; the others report every second for six minutes.
+    report(&mut w, "anchor".into(), 0, 2.0);
+    let mut most = 0;
+    for second in 1..360 {
+        for j in 0..20 {
+            report(&mut w, format!("job-{j}"), second, 0.5);
+        }
+        most = most.max(w.ev.wakes.len());
+    }
+    assert_eq!(w.ev.next_tick().map(|n| n.as_second() - t(0).as_second()), Some(30), "the cadence first");
+    assert_eq!(w.ev.wakes.first(), Some(t(7)), "then the anchor's `for`");
+    assert!(most <= 2 * 21 + 64, "{most} entries for 21 jobs");
+}
+
 /// A second evaluator with the same policy, given the first one's memories, as the controller does after a
 /// restart.
 fn restarted(w: &World, now: Timestamp) -> World {

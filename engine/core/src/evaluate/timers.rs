@@ -2,9 +2,70 @@
 //! clock), calendar window changes and each job's one exact timer (the earliest of its `for`,
 //! `keepFiringFor` and time-driven detector deadlines, and the end of its snooze).
 
+use std::cmp::Reverse;
+use std::collections::BinaryHeap;
+
+use super::job_table::JobTable;
 use super::{Alert, Evaluator, Event};
 use crate::input::sample::JobPhase;
 use crate::time::Timestamp;
+
+/// The jobs' timers, earliest first: a min-heap of (time, job id).
+///
+/// A job's timer moves with nearly every sample (a stall deadline is the last sample plus the limit), so
+/// a move pushes the new entry and leaves the old one where it is, instead of removing it from an
+/// ordered set (the two B-tree updates were 3 % of a sample's cost). An entry is live while its job's
+/// [`super::JobEntry::wake`] is its time; stale ones are dropped whenever they reach the top, so the top
+/// is always live and [`Evaluator::next_tick`] stays exact, and all of them at once when they outnumber
+/// the jobs, so the heap stays within twice the jobs.
+#[derive(Default)]
+pub(super) struct Wakes(BinaryHeap<Reverse<(Timestamp, usize)>>);
+
+impl Wakes {
+    fn live(jobs: &JobTable, (at, id): (Timestamp, usize)) -> bool {
+        jobs.entry(id).is_some_and(|job| job.wake == Some(at))
+    }
+
+    /// The earliest live timer.
+    pub(super) fn first(&self) -> Option<Timestamp> {
+        self.0.peek().map(|Reverse((at, _))| *at)
+    }
+
+    /// Takes the next timer due at `now`, if any.
+    fn pop_due(&mut self, jobs: &JobTable, now: Timestamp) -> Option<usize> {
+        while let Some(&Reverse(entry)) = self.0.peek().filter(|Reverse((at, _))| *at <= now) {
+            self.0.pop();
+            if Self::live(jobs, entry) {
+                return Some(entry.1);
+            }
+        }
+        None
+    }
+
+    /// Restores the invariant after jobs' timers changed: the top is live, and stale entries are at most as
+    /// many as jobs.
+    pub(super) fn settle(&mut self, jobs: &JobTable) {
+        while let Some(&Reverse(top)) = self.0.peek() {
+            if Self::live(jobs, top) {
+                break;
+            }
+            self.0.pop();
+        }
+        if self.0.len() > 2 * jobs.len() + 64 {
+            // A timer that moved back to an earlier time has two live entries: keep one.
+            let mut entries = std::mem::take(&mut self.0).into_vec();
+            entries.sort_unstable();
+            entries.dedup();
+            entries.retain(|Reverse(entry)| Self::live(jobs, *entry));
+            self.0 = BinaryHeap::from(entries);
+        }
+    }
+
+    #[cfg(test)]
+    pub(super) fn len(&self) -> usize {
+        self.0.len()
+    }
+}
 
 impl Evaluator {
     /// When the next timer evaluation is due.
@@ -12,7 +73,7 @@ impl Evaluator {
         let interval = self.config.eval_interval.as_secs_f64();
         let cadence = self.last_tick.and_then(|t| crate::time::add_seconds(t, interval));
         let calendar = self.policies.iter().flatten().filter_map(|s| s.next_calendar_change).min();
-        let timer = self.wakes.first().map(|(t, _)| *t);
+        let timer = self.wakes.first();
         [cadence, calendar, timer].into_iter().flatten().min()
     }
 
@@ -47,7 +108,14 @@ impl Evaluator {
             Vec::new()
         };
         // Timers that ran out (the cheap path: only those jobs).
-        due.extend(self.wakes.iter().take_while(|(t, _)| *t <= now).map(|&(_, id)| id));
+        // Taken off the heap with the job's `wake`, so the evaluation's re-arm always pushes its next one.
+        while let Some(id) = self.wakes.pop_due(&self.jobs, now) {
+            if let Some((_, job)) = self.jobs.key_and_entry(id) {
+                job.wake = None;
+            }
+            due.push(id);
+        }
+        self.wakes.settle(&self.jobs);
         // In key order, so the events come out the same whichever ids the jobs were given.
         let jobs = &self.jobs;
         due.sort_by(|a, b| jobs.key(*a).cmp(&jobs.key(*b)));
@@ -147,13 +215,11 @@ impl Evaluator {
             }
         }
         if entry.wake != wake {
-            if let Some(old) = entry.wake {
-                self.wakes.remove(&(old, id));
-            }
-            if let Some(new) = wake {
-                self.wakes.insert((new, id));
-            }
             entry.wake = wake;
+            if let Some(new) = wake {
+                self.wakes.0.push(Reverse((new, id)));
+            }
+            self.wakes.settle(&self.jobs);
         }
     }
 }
