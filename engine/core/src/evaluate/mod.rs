@@ -240,6 +240,8 @@ pub struct Evaluator {
     namespace_labels: HashMap<String, BTreeMap<String, String>>,
     /// The last cadence tick (jobs of clock-reading policies re-evaluated at least once per `eval_interval`).
     last_tick: Option<Timestamp>,
+    /// The next round or calendar change ([`Evaluator::next_tick`] without the jobs' timers).
+    next_round: Option<Timestamp>,
     /// Exact timers: `for` and `keepFiringFor` running out, stall deadlines, budgets. Each job has one, its
     /// earliest ([`JobEntry::wake`]); see [`timers::Wakes`] for how they are kept.
     wakes: timers::Wakes,
@@ -278,6 +280,7 @@ impl Evaluator {
             jobs: JobTable::default(),
             namespace_labels: HashMap::new(),
             last_tick: None,
+            next_round: None,
             wakes: timers::Wakes::default(),
             evaluations: 0,
             restored: HashMap::new(),
@@ -357,6 +360,7 @@ impl Evaluator {
             self.limits.forget_policy(index);
             self.restored.retain(|(p, _), _| *p != index);
             self.mark_selection_stale();
+            self.update_next_round();
         }
     }
 

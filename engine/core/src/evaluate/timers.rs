@@ -70,11 +70,22 @@ impl Wakes {
 impl Evaluator {
     /// When the next timer evaluation is due.
     pub fn next_tick(&self) -> Option<Timestamp> {
+        debug_assert_eq!(self.next_round, self.compute_next_round(), "next_round is kept up to date");
+        [self.next_round, self.wakes.first()].into_iter().flatten().min()
+    }
+
+    /// The next `eval_interval` round or calendar change. A replay asks [`Evaluator::next_tick`] twice per
+    /// record, so it is kept (in `next_round`) rather than computed there.
+    fn compute_next_round(&self) -> Option<Timestamp> {
         let interval = self.config.eval_interval.as_secs_f64();
         let cadence = self.last_tick.and_then(|t| crate::time::add_seconds(t, interval));
         let calendar = self.policies.iter().flatten().filter_map(|s| s.next_calendar_change).min();
-        let timer = self.wakes.first();
-        [cadence, calendar, timer].into_iter().flatten().min()
+        [cadence, calendar].into_iter().flatten().min()
+    }
+
+    /// Call after `last_tick` or a policy's calendar changes, or a policy comes or goes.
+    pub(super) fn update_next_round(&mut self) {
+        self.next_round = self.compute_next_round();
     }
 
     /// Evaluates jobs not evaluated within the last interval (and every job when a calendar window opens
@@ -129,6 +140,7 @@ impl Evaluator {
         if calendar_changed {
             self.refresh_calendar(now);
         }
+        self.update_next_round();
     }
 
     pub(super) fn refresh_calendar(&mut self, now: Timestamp) {
@@ -139,6 +151,7 @@ impl Evaluator {
         if self.last_tick.is_none() {
             self.last_tick = Some(now);
         }
+        self.update_next_round();
     }
 
     /// Recomputes a job's timer after an evaluation: the earliest of its pending rules' `for`, its firing
