@@ -29,6 +29,28 @@ pub(super) struct Frame {
 
 thread_local! {
     pub(super) static FRAME: RefCell<Option<Frame>> = const { RefCell::new(None) };
+    /// The policy context of the thread's last evaluation, kept after it ends: the next one is nearly
+    /// always of the same policy, and taking this one back costs no reference-count update (a clone and a
+    /// drop of the `Arc`, two atomic operations, were 1.5 % of a replayed sample with two conditions). It
+    /// keeps one context alive per thread until an evaluation of another policy replaces it.
+    static LAST_ENV: RefCell<Option<Arc<PolicyEnv>>> = const { RefCell::new(None) };
+}
+
+/// `env` for a new frame: the kept one when it is the same context, else a new reference.
+pub(super) fn frame_env(env: &Arc<PolicyEnv>) -> Arc<PolicyEnv> {
+    LAST_ENV
+        .with(|cell| cell.try_borrow_mut().ok().and_then(|mut last| last.take()))
+        .filter(|last| Arc::ptr_eq(last, env))
+        .unwrap_or_else(|| env.clone())
+}
+
+/// Keeps an ended frame's context for the next [`frame_env`].
+pub(super) fn keep_env(env: Arc<PolicyEnv>) {
+    LAST_ENV.with(|cell| {
+        if let Ok(mut last) = cell.try_borrow_mut() {
+            *last = Some(env);
+        }
+    });
 }
 
 pub(super) fn with_frame<R>(f: impl FnOnce(&mut Frame) -> R) -> Result<R, Box<EvalAltResult>> {

@@ -326,7 +326,7 @@ impl ScriptEngine {
         FRAME.with(|cell| {
             *cell.borrow_mut() = Some(Frame {
                 job: data,
-                env: env.clone(),
+                env: frame::frame_env(env),
                 now,
                 deadline: None,
                 evidence: Vec::new(),
@@ -345,6 +345,7 @@ impl ScriptEngine {
                     *self.job = Some(frame.job);
                     self.evidence = frame.evidence;
                     self.wake = frame.wake;
+                    frame::keep_env(frame.env);
                 }
             }
         }
