@@ -208,12 +208,12 @@ impl Host {
     /// `eta_exceeds`) record their own wake, so they are `Fixed` here.
     fn drift(&self) -> Drift {
         match self {
-            Host::Runtime
-            | Host::Silence
-            | Host::Now
-            | Host::SinceImprovement(_)
-            | Host::GpuHours
-            | Host::Cost => Drift::Linear,
+            Host::Runtime | Host::Silence | Host::SinceImprovement(_) | Host::GpuHours | Host::Cost => {
+                Drift::Linear
+            }
+            // Whole seconds, read at an instant that need not be one: a slope would announce a crossing up
+            // to a second late, and a step at every second would wake the job every second. Rounds, then.
+            Host::Now => Drift::Any,
             Host::Weekday | Host::Hour | Host::Minute => Drift::Steps,
             _ => Drift::Fixed,
         }
@@ -470,6 +470,13 @@ fn call_node(call: &FnCallExpr) -> Option<(Node, Ty)> {
         });
     }
     let host = Host::of(name, &constants)?;
+    // `duration("30h")` is a constant: read once here, not at every evaluation. A text that does not read
+    // stays a call, so the evaluation fails and Rhai reports the error its way.
+    if let Host::Duration(text) = &host
+        && let Ok(seconds) = host::duration(text)
+    {
+        return Some((Node::Float(seconds), Ty::Float));
+    }
     let ty = host.ty();
     Some((Node::Host(host), ty))
 }

@@ -373,6 +373,7 @@ fn scripts_that_call_a_clock_reader_anywhere_read_the_clock() {
     assert!(!reads("runtime() > 86400.0 || cost() / 2 > 500.0"));
     assert!(!reads(r#"metric("loss") > 2.0 && hour() >= 18"#));
     assert!(reads("runtime() * runtime() > 86400.0"));
+    assert!(reads("now() >= 1767232801"), "now() is whole seconds: no wake follows it, rounds do");
     assert!(!reads(r#"eta_exceeds("12h")"#), "it records when it stops exceeding");
     // Scripts that are not compiled: any clock reader anywhere.
     assert!(reads("let r = runtime(); r > 86400.0"));
@@ -406,6 +407,7 @@ const FLOAT_CALLS: &[&str] = &[
     "runtime()",
     "silence()",
     r#"duration("90m")"#,
+    r#"duration("90 parsecs")"#,
     "gpus()",
     "gpu_hours()",
     "cost()",
