@@ -208,7 +208,7 @@ mod tests {
         let mut far = 0;
         for i in 0..200_000 {
             let at = match rng.below(4) {
-                0 => ends[rng.below(3) as usize],
+                0 => ends[rng.below(3)],
                 1 => Timestamp::from_nanosecond(
                     min + ((i128::from(rng.next()) << 40) | i128::from(rng.next())).rem_euclid(max - min),
                 )
