@@ -85,16 +85,19 @@ pub(crate) fn add_seconds(at: Timestamp, secs: f64) -> Option<Timestamp> {
         return None;
     }
     let delta = secs * 1e9;
-    // Every timer deadline goes through here, several per sample. Within ±2^62 ns (146 years) the
-    // amount truncates to i64 as it does to i128 and the sum cannot overflow, so the i128 multiply and
-    // divide (library calls) are needed only for amounts further out.
-    if delta.abs() >= 4.6e18 {
+    // Every timer deadline goes through here, several per sample. Within the limit the amount truncates
+    // to i64 as it does to i128 and the sum cannot overflow, so the i128 multiply and divide (library
+    // calls) are needed only for amounts further out.
+    if delta.abs() >= ADD_SECONDS_FAST_LIMIT_NANOS {
         return add_seconds_far(at, delta);
     }
     let nanos = i64::from(at.subsec_nanosecond()) + delta as i64;
     let second = at.as_second().checked_add(nanos.div_euclid(1_000_000_000))?;
     Timestamp::new(second, nanos.rem_euclid(1_000_000_000) as i32).ok()
 }
+
+/// Below 2^62 ns (146 years), as an `f64`: an i64 holds the amount plus a sub-second part with room.
+const ADD_SECONDS_FAST_LIMIT_NANOS: f64 = 4.6e18;
 
 #[cold]
 #[inline(never)]
@@ -230,12 +233,19 @@ mod tests {
             if i % 5_000 == 0 {
                 secs = [f64::NAN, f64::INFINITY, f64::NEG_INFINITY, 0.0, -0.0][(i / 5_000) % 5];
             }
-            if (secs * 1e9).abs() >= 4.6e18 {
+            if (secs * 1e9).abs() >= ADD_SECONDS_FAST_LIMIT_NANOS {
                 far += 1;
             }
             assert_eq!(add_seconds(at, secs), exact(at, secs), "{at} + {secs}");
         }
         assert!(far > 10_000, "the far path was tried {far} times");
+        // Amounts under a nanosecond truncate toward zero, on either side of the epoch and of a second.
+        let before_epoch = Timestamp::new(-1, -300_000_000).expect("in range");
+        for at in [before_epoch, Timestamp::new(12, 999_999_999).expect("in range"), Timestamp::UNIX_EPOCH] {
+            for secs in [3e-10, -3e-10, 1.5e-9, -1.5e-9, 0.9999999999, -0.9999999999] {
+                assert_eq!(add_seconds(at, secs), exact(at, secs), "{at} + {secs}");
+            }
+        }
     }
 }
 

@@ -30,8 +30,9 @@ struct ReplayJob {
 /// The replay state machine.
 pub struct Replay {
     evaluator: Evaluator,
-    /// Every job seen, kept after its deletion (the summary counts distinct jobs): an index into `jobs`.
+    /// The index in `jobs` of every job seen.
     job_ids: FxHashMap<JobKey, usize>,
+    /// What the replay knows of each job, kept after its deletion (the summary counts distinct jobs).
     jobs: Vec<ReplayJob>,
     /// Jobs whose savings were counted, per mode (an enforced suspension counts even after an audit one).
     saved_for: [FxHashSet<JobKey>; 2],

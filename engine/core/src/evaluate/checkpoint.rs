@@ -354,7 +354,7 @@ impl Evaluator {
         let restored_samples = series.samples;
         let metrics = series.metric_names().count();
         let max_snooze = self.config.max_snooze;
-        let entry = self.entry(key, now);
+        let entry = self.entry_or_insert(key, now);
         if let Some(data) = entry.data.as_mut() {
             data.series = series;
             data.first_seen = first_seen.min(data.first_seen);

@@ -27,7 +27,7 @@ impl JobTable {
     }
 
     pub(super) fn get(&self, key: &JobKey) -> Option<&JobEntry> {
-        self.entry(self.id(key)?)
+        self.by_id(self.id(key)?)
     }
 
     pub(super) fn get_mut(&mut self, key: &JobKey) -> Option<&mut JobEntry> {
@@ -35,7 +35,7 @@ impl JobTable {
         self.entries.get_mut(id)?.as_mut()
     }
 
-    pub(super) fn entry(&self, id: usize) -> Option<&JobEntry> {
+    pub(super) fn by_id(&self, id: usize) -> Option<&JobEntry> {
         self.entries.get(id)?.as_ref()
     }
 
@@ -139,7 +139,7 @@ mod tests {
         let table = table_of(&["a", "b"]);
         let id = table.id(&job("b")).expect("b is in the table");
         assert_eq!(table.key(id), Some(&job("b")));
-        assert!(table.entry(id).is_some());
+        assert!(table.by_id(id).is_some());
         assert!(table.get(&job("c")).is_none());
         assert_eq!(table.len(), 2);
     }
@@ -148,9 +148,9 @@ mod tests {
     fn a_removed_job_frees_its_id_for_the_next_one() {
         let mut table = table_of(&["a", "b", "c"]);
         let (freed, _) = table.remove(&job("b")).expect("b was in the table");
-        assert!(table.key(freed).is_none() && table.entry(freed).is_none());
+        assert!(table.key(freed).is_none() && table.by_id(freed).is_none());
         assert!(table.id(&job("b")).is_none());
-        assert_eq!(table.insert(job("d"), JobEntry::new(&job("e"), Timestamp::UNIX_EPOCH)), freed);
+        assert_eq!(table.insert(job("d"), JobEntry::new(&job("d"), Timestamp::UNIX_EPOCH)), freed);
         assert_eq!(table.key(freed), Some(&job("d")));
         assert_eq!(table.keys().count(), 3);
         assert!(table.remove(&job("b")).is_none(), "removed once");

@@ -21,8 +21,9 @@
 //! ([`crate::judge::detectors::Detector::wake_at`], also for `stalled()` inside a script) and the instants
 //! its compiled conditions' comparisons may change (`runtime() > 86400.0`), in every rule state, so such
 //! rules fire and resolve on the second they are due. The `eval_interval` rounds re-evaluate only jobs of policies that read the clock
-//! in a way no wake announces ([`CompiledPolicy::reads_the_clock`]: a product of two clocks, or a script of
-//! a shape that is not compiled and calls `hour()`), so idle time costs nothing for the rest.
+//! in a way no wake announces ([`CompiledPolicy::reads_the_clock`]: a product of two clocks, a comparison
+//! with `now()`, or a script of a shape that is not compiled and calls `hour()`), so idle time costs nothing
+//! for the rest.
 
 mod checkpoint;
 mod event;
@@ -165,7 +166,8 @@ struct RuleTrack {
 struct JobEntry {
     data: Option<Box<JobData>>,
     last_evaluated: Option<Timestamp>,
-    /// The job's entry in [`Evaluator::wakes`]: the earliest time its rules may change with no new sample.
+    /// The job's timer: the earliest time its rules may change with no new sample. The heap entry
+    /// `(wake, id)` in [`Evaluator::wakes`] is live; any other entry of the job's id there is stale.
     wake: Option<Timestamp>,
     /// Rule tracks by policy index, then rule index; empty for policies that never selected the job.
     tracks: Vec<Vec<RuleTrack>>,
@@ -463,7 +465,7 @@ impl Evaluator {
     /// sample). An unknown job is created with default metadata; readings not newer than the latest, or with
     /// no utilization, are ignored.
     pub fn record_gpu(&mut self, key: &JobKey, sample: &GpuSample, now: Timestamp) {
-        if let Some(data) = self.entry(key, now).data.as_mut() {
+        if let Some(data) = self.entry_or_insert(key, now).data.as_mut() {
             data.gpu.record(sample);
         }
     }
@@ -477,7 +479,7 @@ impl Evaluator {
     /// Records the demand queued behind a job in Kueue (the controller's Kueue watch, a stream's `queue`
     /// field; `None` when no longer known) without evaluating. Whether it differs from what was known.
     pub fn record_queue(&mut self, key: &JobKey, demand: Option<QueueDemand>, now: Timestamp) -> bool {
-        match self.entry(key, now).data.as_mut() {
+        match self.entry_or_insert(key, now).data.as_mut() {
             Some(data) if data.queue != demand => {
                 data.queue = demand;
                 true
@@ -507,7 +509,7 @@ impl Evaluator {
         }
     }
 
-    fn entry(&mut self, key: &JobKey, now: Timestamp) -> &mut JobEntry {
+    fn entry_or_insert(&mut self, key: &JobKey, now: Timestamp) -> &mut JobEntry {
         let id = self.job_id(key, now);
         self.jobs.key_and_entry(id).expect("made above").1
     }
@@ -1018,7 +1020,7 @@ impl Evaluator {
         }
     }
 
-    /// Every job the evaluator tracks.
+    /// Every job the evaluator tracks, in no particular order.
     pub fn job_keys(&self) -> impl Iterator<Item = &JobKey> {
         self.jobs.keys()
     }

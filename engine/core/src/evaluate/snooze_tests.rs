@@ -139,6 +139,7 @@ fn a_rule_still_firing_at_the_end_acts_on_that_second_with_new_intent_ids() {
     w.sample(80, 2.0);
     assert_eq!(w.intents().len(), 2, "nothing more while snoozed");
     assert!(w.ev.jobs.values().any(|j| j.wake == Some(end)), "an exact timer at the snooze's end");
+    assert!(w.ev.next_tick().is_some_and(|next| next <= end), "and the timers reach it");
     w.advance(end);
     let after: Vec<&ActionIntent> = w.intents().into_iter().skip(2).collect();
     assert_eq!(after.len(), 2, "{:?}", w.events);

@@ -538,6 +538,12 @@ fn the_timer_heap_stays_exact_and_bounded() {
         }
         let earliest = w.ev.jobs.values().filter_map(|j| j.wake).min();
         assert_eq!(w.ev.wakes.first(), earliest, "step {step}");
+        if step % 100 == 0 {
+            for (key, job) in w.ev.jobs.iter() {
+                let id = w.ev.jobs.id(key).expect("listed");
+                assert!(job.wake.is_none_or(|at| w.ev.wakes.contains(at, id)), "step {step}: {key}'s timer");
+            }
+        }
         assert!(w.ev.wakes.len() <= 2 * w.ev.job_count() + 64, "step {step}: {}", w.ev.wakes.len());
     }
     assert!(
@@ -836,4 +842,51 @@ fn rules_that_read_the_clock_in_ways_no_wake_follows_are_judged_every_interval()
     let log = w.log();
     assert!(log.contains(&(0, "early firing".to_string())), "{log:?}");
     assert!(log.iter().any(|(m, e)| e == "early resolved" && *m == 10), "{log:?}");
+}
+
+#[test]
+fn a_comparison_with_now_is_judged_every_interval() {
+    // `now()` is whole seconds: no wake follows it, so its jobs keep the rounds, and the rule fires with no
+    // sample after the instant passes (it stayed unjudged until the next sample before).
+    let deadline = t(10).as_second();
+    let mut w = World::with_policy(&policy(
+        &format!("    - {{name: past, when: 'now() >= {deadline}', actions: [{{notify: {{to: team}}}}]}}\n"),
+        "",
+    ));
+    w.sample(0, 2.0, None);
+    w.advance(11);
+    assert_eq!(w.log(), log(&[(10, "past firing"), (10, "past → notify [Enforce]")]));
+}
+
+/// A round judges its jobs in key order, whatever ids they were given, so a replay prints the same events in
+/// the same order on every run.
+#[test]
+fn a_round_judges_jobs_in_key_order() {
+    let rules = "    - {name: stall, uses: stalled, with: {after: 10m}}\n";
+    let mut w = World::with_policy(&policy(rules, ""));
+    let report = |w: &mut World, name: &str| {
+        let mut snap = w.job();
+        snap.key = JobKey::new("ml", name);
+        let mut sample = ProgressSample::empty(t(0), SampleSource::TrainerStatus);
+        sample.current_step = Some(1.0);
+        snap.sample = Some(sample);
+        w.ev.observe(snap, t(0), &mut w.events);
+    };
+    // Ids in the order c, b, a; then b leaves and d takes its id.
+    for name in ["c", "b", "a"] {
+        report(&mut w, name);
+    }
+    w.ev.forget_job(&JobKey::new("ml", "b"), t(0), &mut w.events);
+    report(&mut w, "d");
+    w.events.clear();
+    w.advance(10);
+    let stalled: Vec<&str> = w
+        .events
+        .iter()
+        .filter_map(|e| match e {
+            Event::Transition { job, kind: TransitionKind::Firing, .. } => Some(job.name.as_str()),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(stalled, ["a", "c", "d"]);
 }

@@ -16,14 +16,21 @@ use crate::time::Timestamp;
 /// a move pushes the new entry and leaves the old one where it is, instead of removing it from an
 /// ordered set (the two B-tree updates were 3 % of a sample's cost). An entry is live while its job's
 /// [`super::JobEntry::wake`] is its time; stale ones are dropped whenever they reach the top, so the top
-/// is always live and [`Evaluator::next_tick`] stays exact, and all of them at once when they outnumber
-/// the jobs, so the heap stays within twice the jobs.
+/// is always live and [`Evaluator::next_tick`] stays exact, and all of them at once when the heap grows
+/// past twice the jobs plus 64 entries, so it never holds more (a bulk drop costs what the pushes since
+/// the last one did).
 #[derive(Default)]
 pub(super) struct Wakes(BinaryHeap<Reverse<(Timestamp, usize)>>);
 
 impl Wakes {
     fn live(jobs: &JobTable, (at, id): (Timestamp, usize)) -> bool {
-        jobs.entry(id).is_some_and(|job| job.wake == Some(at))
+        jobs.by_id(id).is_some_and(|job| job.wake == Some(at))
+    }
+
+    /// Queues a job's new timer (its `wake` already set to `at`).
+    fn push(&mut self, jobs: &JobTable, at: Timestamp, id: usize) {
+        self.0.push(Reverse((at, id)));
+        self.settle(jobs);
     }
 
     /// The earliest live timer.
@@ -42,8 +49,8 @@ impl Wakes {
         None
     }
 
-    /// Restores the invariant after jobs' timers changed: the top is live, and stale entries are at most as
-    /// many as jobs.
+    /// Restores the invariant after jobs' timers changed or a job left: the top is live, and the heap holds
+    /// at most twice the jobs plus 64 entries.
     pub(super) fn settle(&mut self, jobs: &JobTable) {
         while let Some(&Reverse(top)) = self.0.peek() {
             if Self::live(jobs, top) {
@@ -52,7 +59,8 @@ impl Wakes {
             self.0.pop();
         }
         if self.0.len() > 2 * jobs.len() + 64 {
-            // A timer that moved back to an earlier time has two live entries: keep one.
+            // A timer back at a time it had before (or a reused id whose new job's timer is the old job's)
+            // has two identical live entries: keep one.
             let mut entries = std::mem::take(&mut self.0).into_vec();
             entries.sort_unstable();
             entries.dedup();
@@ -65,12 +73,21 @@ impl Wakes {
     pub(super) fn len(&self) -> usize {
         self.0.len()
     }
+
+    #[cfg(test)]
+    pub(super) fn contains(&self, at: Timestamp, id: usize) -> bool {
+        self.0.iter().any(|Reverse(entry)| *entry == (at, id))
+    }
 }
 
 impl Evaluator {
     /// When the next timer evaluation is due.
     pub fn next_tick(&self) -> Option<Timestamp> {
         debug_assert_eq!(self.next_round, self.compute_next_round(), "next_round is kept up to date");
+        debug_assert!(
+            self.wakes.0.peek().is_none_or(|Reverse(top)| Wakes::live(&self.jobs, *top)),
+            "the heap's top is a live timer"
+        );
         [self.next_round, self.wakes.first()].into_iter().flatten().min()
     }
 
@@ -229,10 +246,10 @@ impl Evaluator {
         }
         if entry.wake != wake {
             entry.wake = wake;
-            if let Some(new) = wake {
-                self.wakes.0.push(Reverse((new, id)));
+            match wake {
+                Some(new) => self.wakes.push(&self.jobs, new, id),
+                None => self.wakes.settle(&self.jobs),
             }
-            self.wakes.settle(&self.jobs);
         }
     }
 }

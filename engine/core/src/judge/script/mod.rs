@@ -135,8 +135,8 @@ pub struct CompiledScript {
 
 impl CompiledScript {
     /// Whether time alone may change its answer in a way no wake announces: only then does the evaluator
-    /// re-run it every `eval_interval`. Compiled, it announces its wakes unless it multiplies clocks; run
-    /// in Rhai, any call of `hour()`, `runtime()`, … reads the clock.
+    /// re-run it every `eval_interval`. Compiled, it announces its wakes unless it multiplies clocks or
+    /// compares `now()`; run in Rhai, any call of `hour()`, `runtime()`, … reads the clock.
     pub fn reads_the_clock(&self) -> bool {
         self.reads_the_clock_when(true)
     }
