@@ -31,9 +31,9 @@ pub(super) const TRAINER_STATUS_FIELDS: [&str; 4] =
 pub(super) const METRIC_FIELDS: [&str; 2] = ["name", "value"];
 
 /// The upstream `trainerStatus` as it appears on the wire, borrowed from the input text: the fast path for
-/// watch events, and for the stream lines the hand-written `compact_line` reader declines. It accepts a subset of what [`from_trainer_status`] accepts (well-typed input,
-/// no unknown keys); callers fall back to the `Value` path when it does not deserialize, which also produces
-/// the precise error.
+/// watch events, and for the stream lines the hand-written `compact_line` reader declines. It accepts a
+/// subset of what [`from_trainer_status`] accepts (well-typed input, no unknown keys); callers fall back to
+/// the `Value` path when it does not deserialize, which also produces the precise error.
 #[derive(Debug, serde::Deserialize)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub(crate) struct TrainerStatusWire<'a> {

@@ -584,3 +584,31 @@ fn conditions_of_other_shapes_run_in_rhai() {
         assert!(engine.compile("r", src).unwrap().native.is_none(), "{src}");
     }
 }
+
+/// The thread keeps the last policy context for the next frame (`frame::frame_env`): each condition must
+/// still see its own policy's, through switches between policies on one thread and on both paths.
+#[test]
+fn each_condition_sees_its_own_policy_context_when_policies_alternate() {
+    let (job, priced, now) = doc_fixture();
+    let env = |price: Option<f64>| {
+        Arc::new(crate::history::job::PolicyEnv {
+            calendar: crate::units::calendar::Calendar::new(jiff::tz::TimeZone::UTC, vec![]),
+            gpu_hour_cost: price,
+            assume_gpus: None,
+        })
+    };
+    let (cheap, unpriced) = (env(Some(0.001)), env(None));
+    let native = ScriptEngine::default();
+    let mut rhai_only = ScriptEngine::default();
+    rhai_only.set_native_conditions(false);
+    let script = native.compile("cost", "cost() > 1.0").expect("compiles");
+    let mut slot = Some(job);
+    for engine in [&native, &rhai_only] {
+        for (env, want) in
+            [(&priced, true), (&cheap, false), (&cheap, false), (&priced, true), (&unpriced, false)]
+        {
+            let got = engine.eval_condition(&script, &mut slot, env, now).expect("evaluates").value;
+            assert_eq!(got, want, "cost() > 1.0 at {:?} $/GPU-hour", env.gpu_hour_cost);
+        }
+    }
+}
