@@ -166,7 +166,7 @@ struct RuleTrack {
 struct JobEntry {
     data: Option<Box<JobData>>,
     last_evaluated: Option<Timestamp>,
-    /// The job's timer: the earliest time its rules may change with no new sample. The heap entry
+    /// The job's timer: the earliest time its rules may change with no new sample. The entry
     /// `(wake, id)` in [`Evaluator::wakes`] is live; any other entry of the job's id there is stale.
     wake: Option<Timestamp>,
     /// Rule tracks by policy index, then rule index; empty for policies that never selected the job.

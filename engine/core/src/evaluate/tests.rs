@@ -583,6 +583,41 @@ fn stale_timers_behind_a_live_one_are_dropped() {
     assert!(most <= 2 * 21 + 64, "{most} entries for 21 jobs");
 }
 
+/// Jobs reporting in turn move their stall deadlines to the latest timer of all: those entries queue in
+/// time order, each report's stale one is the queue's front, and nothing goes into the heap. A `for` that
+/// starts is earlier than the queue's last entry: it goes into the heap, and the earliest timer is still
+/// the first of both.
+#[test]
+fn reports_in_turn_queue_their_timers_in_order() {
+    let rules = "    - {name: stall, uses: stalled, with: {after: 30m}}\n\
+                 \x20   - {name: high, when: 'metric(\"loss\") > 1.0', for: 7m}\n";
+    let mut w = World::with_policy(&policy(rules, ""));
+    let report = |w: &mut World, name: String, second: i64, loss: f64| {
+        let at = Timestamp::from_second(t(0).as_second() + second).unwrap();
+        let mut snap = w.job();
+        snap.key = JobKey::new("ml", name);
+        let mut sample = ProgressSample::empty(at, SampleSource::TrainerStatus);
+        sample.metrics.push(Metric { name: "loss".into(), value: loss });
+        sample.current_step = Some(second as f64);
+        snap.sample = Some(sample);
+        w.ev.observe(snap, at, &mut w.events);
+    };
+    for round in 0..100 {
+        for j in 0..10 {
+            report(&mut w, format!("job-{j}"), round * 30 + j, 0.5);
+        }
+        assert_eq!(w.ev.wakes.heap_len(), 0, "round {round}");
+        assert_eq!(w.ev.wakes.len(), 10, "one entry per job, round {round}");
+    }
+    let earliest = |w: &World| w.ev.jobs.values().filter_map(|j| j.wake).min();
+    // job-0's stall deadline, from its last report.
+    assert_eq!(w.ev.wakes.first(), Some(Timestamp::from_second(t(0).as_second() + 99 * 30 + 1800).unwrap()));
+    report(&mut w, "job-5".into(), 100 * 30, 2.0);
+    assert_eq!(w.ev.wakes.heap_len(), 1, "the `for` is earlier than the queue's last entry");
+    assert_eq!(w.ev.wakes.first(), earliest(&w));
+    assert_eq!(w.ev.wakes.first(), Some(Timestamp::from_second(t(0).as_second() + 100 * 30 + 420).unwrap()));
+}
+
 /// A second evaluator with the same policy, given the first one's memories, as the controller does after a
 /// restart.
 fn restarted(w: &World, now: Timestamp) -> World {

@@ -3,24 +3,36 @@
 //! `keepFiringFor` and time-driven detector deadlines, and the end of its snooze).
 
 use std::cmp::Reverse;
-use std::collections::BinaryHeap;
+use std::collections::{BinaryHeap, VecDeque};
 
 use super::job_table::JobTable;
 use super::{Alert, Evaluator, Event};
 use crate::input::sample::JobPhase;
 use crate::time::Timestamp;
 
-/// The jobs' timers, earliest first: a min-heap of (time, job id).
+/// The jobs' timers, earliest first: (time, job id) entries in two queues.
 ///
-/// A job's timer moves with nearly every sample (a stall deadline is the last sample plus the limit), so
-/// a move pushes the new entry and leaves the old one where it is, instead of removing it from an
-/// ordered set (the two B-tree updates were 3 % of a sample's cost). An entry is live while its job's
-/// [`super::JobEntry::wake`] is its time; stale ones are dropped whenever they reach the top, so the top
-/// is always live and [`Evaluator::next_tick`] stays exact, and all of them at once when the heap grows
-/// past twice the jobs plus 64 entries, so it never holds more (a bulk drop costs what the pushes since
-/// the last one did).
+/// A job's timer moves with nearly every sample (a stall deadline is the last sample plus the limit), so a
+/// move queues a new entry and leaves the old one where it is. An entry is live while its job's
+/// [`super::JobEntry::wake`] is its time; the others are stale.
+///
+/// A new entry is mostly the latest timer of all: the job that just reported has the furthest stall
+/// deadline. Such an entry goes to the back of `in_order`, a queue kept in time order, and only an entry
+/// earlier than that queue's last one (a `for` that starts, another rule's limit) goes into `heap`. When
+/// jobs report in turn, the stale entry a report leaves is `in_order`'s front, so each sample costs a push
+/// and a pop at the ends of a queue, with nothing to sift (with the heap alone, its pop and push were 3 % of
+/// a sample's cost).
+///
+/// Stale entries are dropped whenever they reach the front of either queue, so both fronts are live and
+/// [`Evaluator::next_tick`] stays exact; and all of them at once when the two queues hold more than twice
+/// the jobs plus 64 entries, so they never hold more (a bulk drop costs what the pushes since the last one
+/// did).
 #[derive(Default)]
-pub(super) struct Wakes(BinaryHeap<Reverse<(Timestamp, usize)>>);
+pub(super) struct Wakes {
+    /// Each entry at or after the one before it.
+    in_order: VecDeque<(Timestamp, usize)>,
+    heap: BinaryHeap<Reverse<(Timestamp, usize)>>,
+}
 
 impl Wakes {
     fn live(jobs: &JobTable, (at, id): (Timestamp, usize)) -> bool {
@@ -29,54 +41,86 @@ impl Wakes {
 
     /// Queues a job's new timer (its `wake` already set to `at`).
     fn push(&mut self, jobs: &JobTable, at: Timestamp, id: usize) {
-        self.0.push(Reverse((at, id)));
+        if self.in_order.back().is_none_or(|(last, _)| *last <= at) {
+            self.in_order.push_back((at, id));
+        } else {
+            self.heap.push(Reverse((at, id)));
+        }
         self.settle(jobs);
+    }
+
+    /// The earlier of the two fronts.
+    fn front(&self) -> Option<(Timestamp, usize)> {
+        match (self.in_order.front(), self.heap.peek()) {
+            (Some(ordered), Some(Reverse(heaped))) => Some(*ordered.min(heaped)),
+            (Some(ordered), None) => Some(*ordered),
+            (None, Some(Reverse(heaped))) => Some(*heaped),
+            (None, None) => None,
+        }
     }
 
     /// The earliest live timer.
     pub(super) fn first(&self) -> Option<Timestamp> {
-        self.0.peek().map(|Reverse((at, _))| *at)
+        self.front().map(|(at, _)| at)
     }
 
     /// Takes the next timer due at `now`, if any.
     fn pop_due(&mut self, jobs: &JobTable, now: Timestamp) -> Option<usize> {
-        while let Some(&Reverse(entry)) = self.0.peek().filter(|Reverse((at, _))| *at <= now) {
-            self.0.pop();
-            if Self::live(jobs, entry) {
-                return Some(entry.1);
-            }
+        self.drop_stale_fronts(jobs);
+        let (at, id) = self.front().filter(|(at, _)| *at <= now)?;
+        if self.in_order.front() == Some(&(at, id)) {
+            self.in_order.pop_front();
+        } else {
+            self.heap.pop();
         }
-        None
+        Some(id)
     }
 
-    /// Restores the invariant after jobs' timers changed or a job left: the top is live, and the heap holds
-    /// at most twice the jobs plus 64 entries.
-    pub(super) fn settle(&mut self, jobs: &JobTable) {
-        while let Some(&Reverse(top)) = self.0.peek() {
-            if Self::live(jobs, top) {
-                break;
-            }
-            self.0.pop();
+    fn drop_stale_fronts(&mut self, jobs: &JobTable) {
+        while self.in_order.front().is_some_and(|entry| !Self::live(jobs, *entry)) {
+            self.in_order.pop_front();
         }
-        if self.0.len() > 2 * jobs.len() + 64 {
+        while self.heap.peek().is_some_and(|Reverse(entry)| !Self::live(jobs, *entry)) {
+            self.heap.pop();
+        }
+    }
+
+    /// Restores the invariant after jobs' timers changed or a job left: both fronts are live, and the queues
+    /// hold at most twice the jobs plus 64 entries.
+    pub(super) fn settle(&mut self, jobs: &JobTable) {
+        self.drop_stale_fronts(jobs);
+        if self.in_order.len() + self.heap.len() > 2 * jobs.len() + 64 {
+            let mut entries: Vec<(Timestamp, usize)> = self.in_order.drain(..).collect();
+            entries.extend(std::mem::take(&mut self.heap).into_iter().map(|Reverse(entry)| entry));
+            entries.retain(|entry| Self::live(jobs, *entry));
             // A timer back at a time it had before (or a reused id whose new job's timer is the old job's)
-            // has two identical live entries: keep one.
-            let mut entries = std::mem::take(&mut self.0).into_vec();
+            // has two identical live entries: keep one. Sorted, they are all in order.
             entries.sort_unstable();
             entries.dedup();
-            entries.retain(|Reverse(entry)| Self::live(jobs, *entry));
-            self.0 = BinaryHeap::from(entries);
+            self.in_order = entries.into();
         }
+    }
+
+    /// Whether both fronts are live (for a debug assertion).
+    fn fronts_live(&self, jobs: &JobTable) -> bool {
+        self.in_order.front().is_none_or(|entry| Self::live(jobs, *entry))
+            && self.heap.peek().is_none_or(|Reverse(entry)| Self::live(jobs, *entry))
     }
 
     #[cfg(test)]
     pub(super) fn len(&self) -> usize {
-        self.0.len()
+        self.in_order.len() + self.heap.len()
+    }
+
+    /// Entries out of time order, in the heap.
+    #[cfg(test)]
+    pub(super) fn heap_len(&self) -> usize {
+        self.heap.len()
     }
 
     #[cfg(test)]
     pub(super) fn contains(&self, at: Timestamp, id: usize) -> bool {
-        self.0.iter().any(|Reverse(entry)| *entry == (at, id))
+        self.in_order.contains(&(at, id)) || self.heap.iter().any(|Reverse(entry)| *entry == (at, id))
     }
 }
 
@@ -84,10 +128,7 @@ impl Evaluator {
     /// When the next timer evaluation is due.
     pub fn next_tick(&self) -> Option<Timestamp> {
         debug_assert_eq!(self.next_round, self.compute_next_round(), "next_round is kept up to date");
-        debug_assert!(
-            self.wakes.0.peek().is_none_or(|Reverse(top)| Wakes::live(&self.jobs, *top)),
-            "the heap's top is a live timer"
-        );
+        debug_assert!(self.wakes.fronts_live(&self.jobs), "both queues' fronts are live timers");
         [self.next_round, self.wakes.first()].into_iter().flatten().min()
     }
 
@@ -136,7 +177,7 @@ impl Evaluator {
             Vec::new()
         };
         // Timers that ran out (the cheap path: only those jobs).
-        // Taken off the heap with the job's `wake`, so the evaluation's re-arm always pushes its next one.
+        // Taken off the queues with the job's `wake`, so the evaluation's re-arm always pushes its next one.
         while let Some(id) = self.wakes.pop_due(&self.jobs, now) {
             if let Some((_, job)) = self.jobs.key_and_entry(id) {
                 job.wake = None;
