@@ -19,7 +19,7 @@ use super::NormalizeError;
 use super::json::{
     Unknown, check_eta, check_percent, join, missing, parse_metric_value, parse_time, type_error,
 };
-use super::names::{Collector, eval_name, is_progress_name, known, plain_name, progress_field};
+use super::names::{Collector, Known, eval_name, plain_name};
 
 /// The RHOAI annotation holding the progress JSON.
 pub const TRAINER_STATUS_ANNOTATION: &str = "trainer.opendatahub.io/trainerStatus";
@@ -377,7 +377,7 @@ pub(super) fn build_rhoai(
                     let canonical = if eval { eval_name(&name) } else { plain_name(&name) };
                     let value = match v {
                         // The RHOAI controller writes NaN/±Inf as null; which one is lost.
-                        Node::Null if is_progress_name(&canonical) => continue,
+                        Node::Null if canonical.is_progress() => continue,
                         Node::Null => f64::NAN,
                         Node::Num(x) => x,
                         // Only what `quote_bare_nonfinite` produces (or an equivalent spelling).
@@ -395,8 +395,7 @@ pub(super) fn build_rhoai(
             // Top-level counters (`currentStep`, `totalSteps`, `currentEpoch`, `totalEpochs`, or an alias);
             // any other key is unknown: ignoring it silently would hide a misspelt key.
             other => {
-                let Some(field) = known(other).and_then(|canonical| progress_field(&mut sample, canonical))
-                else {
+                let Some(field) = Known::of(other).and_then(|known| known.progress_field(&mut sample)) else {
                     unknown.field(join(path, other), &RHOAI_FIELDS)?;
                     continue;
                 };

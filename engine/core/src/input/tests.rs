@@ -72,7 +72,7 @@ fn assert_sane(s: &ProgressSample) {
     }
     for (i, m) in s.metrics.iter().enumerate() {
         assert!(!m.name.is_empty(), "{s:?}");
-        assert!(!is_progress_name(&m.name), "{s:?}");
+        assert!(!Known::of(&m.name).is_some_and(Known::is_progress), "{s:?}");
         assert!(s.metrics[..i].iter().all(|o| o.name != m.name), "duplicate in {s:?}");
     }
 }
@@ -91,6 +91,22 @@ fn interned_names_are_the_samples_own_and_aliases_stay_as_written() {
     assert!(crate::input::sample::same_name(ours, "loss") && !crate::input::sample::same_name(ours, "lost"));
     assert!(matches!(interned("lr"), Cow::Owned(n) if n == "lr"), "aliases are not resolved");
     assert!(matches!(interned("my_metric"), Cow::Owned(n) if n == "my_metric"));
+}
+
+#[test]
+fn every_canonical_name_is_its_own_alias_so_no_other_name_spells_it() {
+    for (id, known) in Known::ALL.into_iter().enumerate() {
+        assert_eq!(known as usize, id);
+        assert_eq!(Known::of(known.text()), Some(known), "{}", known.text());
+        assert_eq!(canonical_name(known.text()), Name::Known(known));
+    }
+    // Built names are looked up too: an `evalMetrics` key that spells a known name after `eval_` is that name.
+    for known in Known::ALL {
+        if let Some(key) = known.text().strip_prefix("eval_") {
+            assert_eq!(eval_name(key), Name::Known(known), "{key}");
+        }
+    }
+    assert_eq!(eval_name("f1"), Name::Other("eval_f1".into()));
 }
 
 #[test]

@@ -17,12 +17,11 @@ use crate::input::sample::{Metric, ProgressSample, SampleSource};
 use crate::time::Timestamp;
 
 use super::NormalizeError;
-use super::canonical_metric_name;
 use super::json::{
     Snippet, Unknown, check_eta, check_percent, join, json_kind, missing, opt_number, opt_time,
     parse_metric_value, parse_time, type_error,
 };
-use super::names::Collector;
+use super::names::{Collector, canonical_name};
 
 /// The keys of upstream `trainerStatus`, in the CRD's order of description.
 pub(super) const TRAINER_STATUS_FIELDS: [&str; 4] =
@@ -74,7 +73,7 @@ pub(super) struct MetricsReader<'s> {
 impl<'s> MetricsReader<'s> {
     pub(super) fn new(sample: &'s mut ProgressSample) -> Self {
         // Empty: it is put back only after its contents moved out.
-        MetricsReader { sample, collector: Collector { metrics: SCRATCH.take(), unchecked: false } }
+        MetricsReader { sample, collector: Collector::reusing(SCRATCH.take()) }
     }
 
     /// One entry. `Err` says what [`from_trainer_status`] would reject (its general path words the error).
@@ -82,7 +81,7 @@ impl<'s> MetricsReader<'s> {
         if name.is_empty() {
             return Err("empty metric name");
         }
-        self.collector.add(self.sample, canonical_metric_name(name), value)
+        self.collector.add(self.sample, canonical_name(name), value)
     }
 
     /// Puts the metrics into the sample (exactly sized: a replay may hold a million samples at once).
@@ -225,7 +224,7 @@ fn read_trainer_status(
             Some(other) => return Err(type_error(at(".value"), "a string", json_kind(other))),
         };
         collector
-            .add(&mut sample, canonical_metric_name(name), value)
+            .add(&mut sample, canonical_name(name), value)
             .map_err(|msg| NormalizeError::new(at(".value"), format!("{msg}, found {value}")))?;
     }
     sample.metrics = collector.finish();
