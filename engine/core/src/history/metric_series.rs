@@ -451,6 +451,16 @@ impl MetricSeries {
         stats_of(self.points().rev().take(n))
     }
 
+    /// The mean of the newest `n` points (all of them if fewer): [`MetricSeries::stats_last`]'s mean, bit for
+    /// bit (the same sum in the same order), without the other statistics.
+    pub fn mean_last(&self, n: usize) -> Option<f64> {
+        if n >= self.len as usize {
+            return self.stats().map(|s| s.mean);
+        }
+        let sum = self.points().rev().take(n).fold(0.0, |sum, p| sum + p.v);
+        Some(sum / n as f64)
+    }
+
     /// Statistics over the points observed at or after `since`.
     pub fn stats_since(&self, since: Timestamp) -> Option<WindowStats> {
         let from = crate::time::seconds(self.base, since);

@@ -359,3 +359,22 @@ fn a_flat_loss_at_new_steps_fills_a_sample_count_plateau_window() {
     // Reports that do not move (no step, progress or ETA), re-polled: still one observation, no plateau.
     assert_eq!(plateau_window_20("      loss: \"2.0-0.05x20 1.0x1000\"", "[]"), Vec::<String>::new());
 }
+
+#[test]
+fn the_mean_alone_is_the_window_statistics_mean_bit_for_bit() {
+    let mut s = MetricSeries::new(t(0));
+    assert_eq!(s.mean_last(3), None, "no points");
+    let mut x = 0x9E37_79B9_7F4A_7C15u64;
+    for i in 0..300 {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        // Magnitudes far apart, so a sum in another order would round differently.
+        let v = (x % 10_000) as f64 * 10f64.powi((x % 7) as i32 - 3) - 1e3;
+        s.observe(t(i), if i % 37 == 0 { f64::NAN } else { v });
+        for n in 1..=WINDOW + 2 {
+            let want = s.stats_last(n).map(|st| st.mean.to_bits());
+            assert_eq!(s.mean_last(n).map(f64::to_bits), want, "after {i} points, n = {n}");
+        }
+    }
+}

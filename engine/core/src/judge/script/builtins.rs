@@ -5,7 +5,7 @@ use rhai::{Dynamic, Engine, Map};
 
 use super::frame::{HostResult, metric_series, view_of, with_frame};
 use super::host;
-use crate::history::metric_series::Direction;
+use crate::history::metric_series::{Direction, MetricSeries};
 use crate::judge::detectors::{Detector, DetectorState, Finding};
 use crate::time::Timestamp;
 use crate::units::duration::PolicyDuration;
@@ -46,15 +46,19 @@ pub(super) fn window_stat(
     n: i64,
     pick: fn(&crate::history::metric_series::WindowStats) -> f64,
 ) -> HostResult<f64> {
+    window_of(name, n, |series, n| series.stats_last(n).map(|st| pick(&st)))
+}
+
+/// `of` over the newest `n` points of the metric's series: NaN when it has none, an error when `n` < 1.
+pub(super) fn window_of(
+    name: &str,
+    n: i64,
+    of: impl FnOnce(&MetricSeries, usize) -> Option<f64>,
+) -> HostResult<f64> {
     if n < 1 {
         return Err(format!("the sample count must be at least 1, got {n}").into());
     }
-    with_frame(|frame| {
-        metric_series(frame, name)
-            .and_then(|s| s.stats_last(n as usize))
-            .map(|st| pick(&st))
-            .unwrap_or(f64::NAN)
-    })
+    with_frame(|frame| metric_series(frame, name).and_then(|s| of(s, n as usize)).unwrap_or(f64::NAN))
 }
 
 /// Stateless plateau over the recorded history: the best value of the last `n` samples (or of the samples
