@@ -109,18 +109,24 @@ struct CompactProgress<'a> {
 /// Progress-only compact lines (by far the most common) skip the generic `Value` tree. Anything else, and
 /// any line the fast path cannot take, goes through the general path, which also words the errors.
 fn parse_compact_fast(line: &str) -> Option<StreamRecord> {
-    let (time, job, sample) = compact_line::read(line).or_else(|| compact_serde(line))?;
-    Some(StreamRecord::Update(Update {
-        time,
-        job,
-        sample: Some(sample),
-        phase: None,
-        labels: None,
-        gpus: None,
-        gpu: None,
-        queue: None,
-        deleted: false,
-    }))
+    let progress = |(time, job, sample)| {
+        StreamRecord::Update(Update {
+            time,
+            job,
+            sample: Some(sample),
+            phase: None,
+            labels: None,
+            gpus: None,
+            gpu: None,
+            queue: None,
+            deleted: false,
+        })
+    };
+    // Not `read(line).or_else(..)?`: each step would copy the record's 200-odd bytes once more.
+    match compact_line::read(line) {
+        Some(read) => Some(progress(read)),
+        None => compact_serde(line).map(progress),
+    }
 }
 
 /// The progress-only compact line through serde's derived reader: for the spellings the hand-written
