@@ -454,6 +454,9 @@ impl MetricSeries {
     /// The mean of the newest `n` points (all of them if fewer): [`MetricSeries::stats_last`]'s mean, bit for
     /// bit (the same sum in the same order), without the other statistics.
     pub fn mean_last(&self, n: usize) -> Option<f64> {
+        if n == 0 {
+            return None;
+        }
         if n >= self.len as usize {
             return self.stats().map(|s| s.mean);
         }

@@ -171,7 +171,8 @@ pub(super) fn eval_name(key: &str) -> Name {
     if key.starts_with("eval_") {
         return plain_name(key);
     }
-    // Look up without building `eval_{key}` first, so known names stay allocation-free.
+    // Known names without building `eval_{key}` first, so they stay allocation-free (the lookup of the built
+    // name below would find them too).
     let known_eval = match key {
         "loss" => Some(Known::EvalLoss),
         "accuracy" => Some(Known::EvalAccuracy),
@@ -216,7 +217,7 @@ pub(crate) fn canonical_metric_name(raw: &str) -> Cow<'static, str> {
 
 /// Collects the metrics of one sample, routing progress counters to their fields and merging duplicates.
 pub(super) struct Collector {
-    pub(super) metrics: Vec<Metric>,
+    metrics: Vec<Metric>,
     /// The known names collected so far, one bit each: a known name is looked for in `metrics` only when it
     /// is there.
     known_seen: u32,
@@ -225,7 +226,8 @@ pub(super) struct Collector {
     unchecked: bool,
 }
 
-/// Up to this many metrics, duplicates are found by a linear scan on insert.
+/// Up to this many metrics, a name that is not known is looked for among them by a linear scan on insert
+/// (known names never need one: a bit each says whether they are there).
 pub(super) const LINEAR_DEDUP_MAX: usize = 32;
 
 impl Collector {
