@@ -457,44 +457,25 @@ fn build_input(case: &TestCase, start: Timestamp, files: &dyn FileSource) -> Res
             let queue = queue_demand(&expanded, i, &mut last_queue);
             if any || first || gpu.is_some() || queue.is_some() {
                 records.push(StreamRecord::Update(Update {
-                    time: t,
-                    job: key.clone(),
                     sample: any.then_some(sample),
-                    phase: None,
                     labels: first.then(|| case.job.labels.clone()),
                     gpus: if first { case.job.gpus } else { None },
                     gpu,
                     queue,
-                    deleted: false,
+                    ..Update::new(t, key.clone())
                 }));
             }
         }
         if records.is_empty() {
             records.push(StreamRecord::Update(Update {
-                time: start,
-                job: key.clone(),
-                sample: None,
-                phase: None,
                 labels: Some(case.job.labels.clone()),
                 gpus: case.job.gpus,
-                gpu: None,
-                queue: None,
-                deleted: false,
+                ..Update::new(start, key.clone())
             }));
         }
         let end = crate::time::add_seconds(start, interval.as_secs_f64() * len.saturating_sub(1) as f64)
             .unwrap_or(start);
-        records.push(StreamRecord::Update(Update {
-            time: end,
-            job: key.clone(),
-            sample: None,
-            phase: None,
-            labels: None,
-            gpus: None,
-            gpu: None,
-            queue: None,
-            deleted: false,
-        }));
+        records.push(StreamRecord::Update(Update::new(end, key.clone())));
     }
     for (i, p) in case.phases.iter().enumerate() {
         let phase = match p.phase.as_str() {
@@ -510,17 +491,8 @@ fn build_input(case: &TestCase, start: Timestamp, files: &dyn FileSource) -> Res
             }
         };
         match parse_time_or_offset(&p.at, start) {
-            Ok(t) => records.push(StreamRecord::Update(Update {
-                time: t,
-                job: key.clone(),
-                sample: None,
-                phase: Some(phase),
-                labels: None,
-                gpus: None,
-                gpu: None,
-                queue: None,
-                deleted: false,
-            })),
+            Ok(t) => records
+                .push(StreamRecord::Update(Update { phase: Some(phase), ..Update::new(t, key.clone()) })),
             Err(e) => errors.push(format!("phases[{i}].at: {e}")),
         }
     }

@@ -504,14 +504,29 @@ fn the_next_tick_is_the_earliest_timer() {
     assert_eq!(w.log(), log(&[(13, "stall firing"), (13, "stall → suspend [Enforce]")]));
 }
 
+/// A 30-minute stall limit and a 7-minute `for` on a loss above 1: the timers the timer tests move (later
+/// with each report, earlier when the `for` starts).
+const STALL_AND_HIGH_LOSS: &str = "    - {name: stall, uses: stalled, with: {after: 30m}}\n\
+                                   \x20   - {name: high, when: 'metric(\"loss\") > 1.0', for: 7m}\n";
+
+/// Job `name` in namespace `ml` reports `loss` at `second` seconds past t(0), at step `second`.
+fn report_loss(w: &mut World, name: &str, second: i64, loss: f64) {
+    let at = Timestamp::from_second(t(0).as_second() + second).unwrap();
+    let mut snap = w.job();
+    snap.key = JobKey::new("ml", name);
+    let mut sample = ProgressSample::empty(at, SampleSource::TrainerStatus);
+    sample.metrics.push(Metric { name: "loss".into(), value: loss });
+    sample.current_step = Some(second as f64);
+    snap.sample = Some(sample);
+    w.ev.observe(snap, at, &mut w.events);
+}
+
 /// The timer queues keep stale entries when timers move; whatever the moves (later with each sample, earlier
 /// when a `for` starts, back when it clears, gone with the job), the earlier of their fronts is the earliest
 /// live timer and they stay within twice the jobs.
 #[test]
 fn the_timers_stay_exact_and_bounded() {
-    let rules = "    - {name: stall, uses: stalled, with: {after: 30m}}\n\
-                 \x20   - {name: high, when: 'metric(\"loss\") > 1.0', for: 7m}\n";
-    let mut w = World::with_policy(&policy(rules, ""));
+    let mut w = World::with_policy(&policy(STALL_AND_HIGH_LOSS, ""));
     let mut rng = crate::test_rng::Rng(0x7133_4EA9);
     let mut now = t(0);
     let (mut moved_earlier, mut forgotten, mut steps_with_heap) = (0, 0, 0);
@@ -557,25 +572,13 @@ fn the_timers_stay_exact_and_bounded() {
 /// deadlines move on with every report) never reach the front; they are dropped all at once instead.
 #[test]
 fn stale_timers_behind_a_live_one_are_dropped() {
-    let rules = "    - {name: stall, uses: stalled, with: {after: 30m}}\n\
-                 \x20   - {name: high, when: 'metric(\"loss\") > 1.0', for: 7m}\n";
-    let mut w = World::with_policy(&policy(rules, ""));
-    let report = |w: &mut World, name: String, second: i64, loss: f64| {
-        let at = Timestamp::from_second(t(0).as_second() + second).unwrap();
-        let mut snap = w.job();
-        snap.key = JobKey::new("ml", name);
-        let mut sample = ProgressSample::empty(at, SampleSource::TrainerStatus);
-        sample.metrics.push(Metric { name: "loss".into(), value: loss });
-        sample.current_step = Some(second as f64);
-        snap.sample = Some(sample);
-        w.ev.observe(snap, at, &mut w.events);
-    };
+    let mut w = World::with_policy(&policy(STALL_AND_HIGH_LOSS, ""));
     // The anchor's `for` runs out at 7m; the others report every second for six minutes.
-    report(&mut w, "anchor".into(), 0, 2.0);
+    report_loss(&mut w, "anchor", 0, 2.0);
     let mut most = 0;
     for second in 1..360 {
         for j in 0..20 {
-            report(&mut w, format!("job-{j}"), second, 0.5);
+            report_loss(&mut w, &format!("job-{j}"), second, 0.5);
         }
         most = most.max(w.ev.wakes.len());
     }
@@ -590,22 +593,10 @@ fn stale_timers_behind_a_live_one_are_dropped() {
 /// the first of both.
 #[test]
 fn reports_in_turn_queue_their_timers_in_order() {
-    let rules = "    - {name: stall, uses: stalled, with: {after: 30m}}\n\
-                 \x20   - {name: high, when: 'metric(\"loss\") > 1.0', for: 7m}\n";
-    let mut w = World::with_policy(&policy(rules, ""));
-    let report = |w: &mut World, name: String, second: i64, loss: f64| {
-        let at = Timestamp::from_second(t(0).as_second() + second).unwrap();
-        let mut snap = w.job();
-        snap.key = JobKey::new("ml", name);
-        let mut sample = ProgressSample::empty(at, SampleSource::TrainerStatus);
-        sample.metrics.push(Metric { name: "loss".into(), value: loss });
-        sample.current_step = Some(second as f64);
-        snap.sample = Some(sample);
-        w.ev.observe(snap, at, &mut w.events);
-    };
+    let mut w = World::with_policy(&policy(STALL_AND_HIGH_LOSS, ""));
     for round in 0..100 {
         for j in 0..10 {
-            report(&mut w, format!("job-{j}"), round * 30 + j, 0.5);
+            report_loss(&mut w, &format!("job-{j}"), round * 30 + j, 0.5);
         }
         assert_eq!(w.ev.wakes.heap_len(), 0, "round {round}");
         assert_eq!(w.ev.wakes.len(), 10, "one entry per job, round {round}");
@@ -613,7 +604,7 @@ fn reports_in_turn_queue_their_timers_in_order() {
     let earliest = |w: &World| w.ev.jobs.values().filter_map(|j| j.wake).min();
     // job-0's stall deadline, from its last report.
     assert_eq!(w.ev.wakes.first(), Some(Timestamp::from_second(t(0).as_second() + 99 * 30 + 1800).unwrap()));
-    report(&mut w, "job-5".into(), 100 * 30, 2.0);
+    report_loss(&mut w, "job-5", 100 * 30, 2.0);
     assert_eq!(w.ev.wakes.heap_len(), 1, "the `for` is earlier than the queue's last entry");
     assert_eq!(w.ev.wakes.first(), earliest(&w));
     assert_eq!(w.ev.wakes.first(), Some(Timestamp::from_second(t(0).as_second() + 100 * 30 + 420).unwrap()));

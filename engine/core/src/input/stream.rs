@@ -80,6 +80,23 @@ pub struct Update {
     pub deleted: bool,
 }
 
+impl Update {
+    /// An update of `job` at `time` that says nothing yet: set what it says.
+    pub fn new(time: Timestamp, job: JobKey) -> Self {
+        Update {
+            time,
+            job,
+            sample: None,
+            phase: None,
+            labels: None,
+            gpus: None,
+            gpu: None,
+            queue: None,
+            deleted: false,
+        }
+    }
+}
+
 /// A bad line: where and what.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
 #[error("{file}:{line}{}: {message}", column.map(|c| format!(":{c}")).unwrap_or_default())]
@@ -109,19 +126,8 @@ struct CompactProgress<'a> {
 /// Progress-only compact lines (by far the most common) skip the generic `Value` tree. Anything else, and
 /// any line the fast path cannot take, goes through the general path, which also words the errors.
 fn parse_compact_fast(line: &str) -> Option<StreamRecord> {
-    let progress = |(time, job, sample)| {
-        StreamRecord::Update(Update {
-            time,
-            job,
-            sample: Some(sample),
-            phase: None,
-            labels: None,
-            gpus: None,
-            gpu: None,
-            queue: None,
-            deleted: false,
-        })
-    };
+    let progress =
+        |(time, job, sample)| StreamRecord::Update(Update { sample: Some(sample), ..Update::new(time, job) });
     // Not `read(line).or_else(..)?`: each step copied the reader's result (232 bytes) once more.
     match compact_line::read(line) {
         Some(read) => Some(progress(read)),
