@@ -523,7 +523,7 @@ fn report_loss(w: &mut World, name: &str, second: i64, loss: f64) {
 
 /// The timer queues keep stale entries when timers move; whatever the moves (later with each sample, earlier
 /// when a `for` starts, back when it clears, gone with the job), the earlier of their fronts is the earliest
-/// live timer and they stay within twice the jobs.
+/// live timer and they stay within twice the jobs plus 64 entries.
 #[test]
 fn the_timers_stay_exact_and_bounded() {
     let mut w = World::with_policy(&policy(STALL_AND_HIGH_LOSS, ""));
