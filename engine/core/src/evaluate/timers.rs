@@ -319,6 +319,15 @@ mod tests {
         table
     }
 
+    /// `n` jobs whose timers are set, in this order, to these seconds.
+    fn with_timers(n: usize, timers: &[(usize, i64)]) -> (Wakes, JobTable) {
+        let (mut wakes, mut table) = (Wakes::default(), jobs(n));
+        for &(id, second) in timers {
+            set(&mut wakes, &mut table, id, Some(second));
+        }
+        (wakes, table)
+    }
+
     /// Sets a job's timer as `rearm` does.
     fn set(wakes: &mut Wakes, jobs: &mut JobTable, id: usize, second: Option<i64>) {
         let wake = second.map(at);
@@ -342,13 +351,9 @@ mod tests {
 
     #[test]
     fn a_timer_back_at_a_time_it_had_is_taken_once_though_queued_twice() {
-        let (mut wakes, mut table) = (Wakes::default(), jobs(3));
-        set(&mut wakes, &mut table, 1, Some(20));
-        set(&mut wakes, &mut table, 0, Some(30));
-        set(&mut wakes, &mut table, 2, Some(40));
-        // Earlier than the last queued (40): into the heap, twice; job 0's first entry is live again after.
-        set(&mut wakes, &mut table, 0, Some(35));
-        set(&mut wakes, &mut table, 0, Some(30));
+        // Job 0's last two moves are earlier than the last queued (40): into the heap, twice; its first
+        // entry, (30, 0), is live again after them.
+        let (mut wakes, mut table) = with_timers(3, &[(1, 20), (0, 30), (2, 40), (0, 35), (0, 30)]);
         // (30, 0) is in the deque since the start and in the heap now, beside the stale (35, 0).
         assert!(wakes.contains(at(30), 0));
         assert_eq!(wakes.heap_len(), 2);
@@ -360,11 +365,8 @@ mod tests {
 
     #[test]
     fn equal_times_in_both_queues_are_all_taken() {
-        let (mut wakes, mut table) = (Wakes::default(), jobs(3));
-        set(&mut wakes, &mut table, 2, Some(10));
-        set(&mut wakes, &mut table, 0, Some(50));
         // Both at 10: job 1 in the heap (earlier than 50), job 2 in the queue.
-        set(&mut wakes, &mut table, 1, Some(10));
+        let (mut wakes, mut table) = with_timers(3, &[(2, 10), (0, 50), (1, 10)]);
         assert_eq!(wakes.heap_len(), 1);
         assert_eq!(take_due(&mut wakes, &mut table, 10), vec![1, 2]);
         assert_eq!(wakes.first(), Some(at(50)));
@@ -374,8 +376,7 @@ mod tests {
 
     #[test]
     fn the_bulk_drop_keeps_every_live_timer_in_time_order() {
-        let (mut wakes, mut table) = (Wakes::default(), jobs(4));
-        set(&mut wakes, &mut table, 3, Some(10_000));
+        let (mut wakes, mut table) = with_timers(4, &[(3, 10_000)]);
         let live = |table: &JobTable| -> Vec<(Timestamp, usize)> {
             let mut timers: Vec<_> =
                 (0..4).filter_map(|id| table.by_id(id).and_then(|j| j.wake).map(|t| (t, id))).collect();
