@@ -46,6 +46,7 @@ pub(crate) mod gpu;
 mod json;
 pub(crate) mod merge;
 pub(crate) mod names;
+mod object_line;
 pub(crate) mod queue;
 mod rhoai;
 pub(crate) mod sample;

@@ -21,11 +21,11 @@ use std::collections::BTreeMap;
 
 use serde_json::Value;
 
-use crate::input::compact_line;
 use crate::input::gpu::{self, GpuSample};
 use crate::input::queue::{self, QueueDemand};
 use crate::input::sample::{JobKey, JobPhase, JobSnapshot, ProgressSample};
 use crate::input::{self, NormalizeError};
+use crate::input::{compact_line, object_line};
 use crate::time::Timestamp;
 
 /// One line of a stream.
@@ -155,6 +155,16 @@ pub fn parse_line(
     if let Some(record) = parse_compact_fast(line) {
         return Ok(record);
     }
+    // Cheap to rule out: a compact line with either key is rare, and is only read twice.
+    if memchr::memmem::find(line.as_bytes(), b"\"apiVersion\"").is_some()
+        || memchr::memmem::find(line.as_bytes(), b"\"kind\"").is_some()
+    {
+        if let Some(record) =
+            object_line::read(line).and_then(|snapshot| object_record(snapshot, previous).ok())
+        {
+            return Ok(record);
+        }
+    }
     let err = |column: Option<usize>, message: String| RecordError {
         file: source.to_string(),
         line: line_no,
@@ -171,20 +181,7 @@ pub fn parse_line(
         if let Some(unknown) = snapshot.unknown_fields.first() {
             return Err(err(None, unknown.to_string()));
         }
-        // A watch delivers the object on any change (phase, suspend, labels) often with an old trainerStatus,
-        // so its sample time is only a lower bound: the line is never placed before the line above it.
-        let own = snapshot.sample.as_ref().map(|s| s.updated_at).or(snapshot.created_at);
-        let time = match (own, previous) {
-            (Some(a), Some(b)) => a.max(b),
-            (a, b) => a.or(b).ok_or_else(|| {
-                err(
-                    None,
-                    "a TrainJob line needs a progress sample or a creationTimestamp to place it in time"
-                        .into(),
-                )
-            })?,
-        };
-        return Ok(StreamRecord::Object { time, snapshot: Box::new(snapshot) });
+        return object_record(snapshot, previous).map_err(|message| err(None, message.into()));
     }
     for key in obj.keys() {
         if !matches!(
@@ -282,6 +279,20 @@ pub fn parse_line(
         Some(other) => return Err(err(None, format!("deleted: expected true or false, got {other}"))),
     };
     Ok(StreamRecord::Update(Update { time, job, sample, phase, labels, gpus, gpu, queue, deleted }))
+}
+
+/// A TrainJob line's record. A watch delivers the object on any change (phase, suspend, labels), often with
+/// an old trainerStatus, so its sample time is only a lower bound: the line is never placed before the line
+/// above it.
+fn object_record(snapshot: JobSnapshot, previous: Option<Timestamp>) -> Result<StreamRecord, &'static str> {
+    let own = snapshot.sample.as_ref().map(|s| s.updated_at).or(snapshot.created_at);
+    let time = match (own, previous) {
+        (Some(a), Some(b)) => a.max(b),
+        (a, b) => a
+            .or(b)
+            .ok_or("a TrainJob line needs a progress sample or a creationTimestamp to place it in time")?,
+    };
+    Ok(StreamRecord::Object { time, snapshot: Box::new(snapshot) })
 }
 
 /// Parses a whole stream. Every bad line is reported (up to 20), not just the first.

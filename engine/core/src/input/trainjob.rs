@@ -5,7 +5,7 @@ use std::collections::BTreeMap;
 
 use serde_json::{Map, Value};
 
-use crate::input::sample::{JobKey, JobPhase, JobSnapshot};
+use crate::input::sample::{JobKey, JobPhase, JobSnapshot, ProgressSample};
 
 use crate::time::Timestamp;
 
@@ -60,10 +60,8 @@ pub fn from_trainjob(obj: &Value) -> Result<JobSnapshot, NormalizeError> {
         Some(n) => n,
         None => return Err(missing("metadata.name".to_owned())),
     };
-    let namespace = match opt_str(meta.get("namespace"), || "metadata.namespace".to_owned())? {
-        None | Some("") => "default",
-        Some(ns) => ns,
-    };
+    let namespace =
+        opt_str(meta.get("namespace"), || "metadata.namespace".to_owned())?.filter(|ns| !ns.is_empty());
     let labels = string_map(meta.get("labels"), "metadata.labels", None)?;
     let annotations =
         string_map(meta.get("annotations"), "metadata.annotations", Some(TRAINER_STATUS_ANNOTATION))?;
@@ -80,19 +78,7 @@ pub fn from_trainjob(obj: &Value) -> Result<JobSnapshot, NormalizeError> {
         }
     };
     let conditions = Conditions::read(status)?;
-    let phase = if conditions.failed {
-        JobPhase::Failed
-    } else if conditions.complete {
-        JobPhase::Complete
-    } else if suspend || conditions.suspended {
-        JobPhase::Suspended
-    } else {
-        JobPhase::Running
-    };
-    let running_since = conditions.resumed_at.or(created_at);
-
     let gpus = gpus(spec)?;
-    let kueue_queue = labels.get(KUEUE_QUEUE_LABEL).filter(|q| !q.is_empty()).cloned();
 
     let mut unknown_fields = Vec::new();
     let sample = match status.and_then(|s| s.get("trainerStatus")) {
@@ -107,18 +93,77 @@ pub fn from_trainjob(obj: &Value) -> Result<JobSnapshot, NormalizeError> {
         },
     };
 
-    Ok(JobSnapshot {
-        key: JobKey::new(namespace, name),
+    Ok(TrainJobRead {
+        namespace,
+        name,
         labels,
         annotations,
-        phase,
-        gpus,
-        kueue_queue,
         created_at,
-        running_since,
+        suspend,
+        conditions,
+        gpus,
         sample,
         unknown_fields,
-    })
+    }
+    .into_snapshot())
+}
+
+/// What a reader of a TrainJob found, before the rules that make it a [`JobSnapshot`]: the `Value` reader
+/// above and the borrowing one of a stream line (`object_line`) both end here, so they cannot disagree.
+pub(super) struct TrainJobRead<'a> {
+    /// `metadata.namespace`, `None` when absent or empty.
+    pub(super) namespace: Option<&'a str>,
+    /// `metadata.name`, not empty.
+    pub(super) name: &'a str,
+    pub(super) labels: BTreeMap<String, String>,
+    /// Without [`TRAINER_STATUS_ANNOTATION`].
+    pub(super) annotations: BTreeMap<String, String>,
+    pub(super) created_at: Option<Timestamp>,
+    /// `spec.suspend`.
+    pub(super) suspend: bool,
+    pub(super) conditions: Conditions,
+    pub(super) gpus: Option<f64>,
+    pub(super) sample: Option<ProgressSample>,
+    pub(super) unknown_fields: Vec<NormalizeError>,
+}
+
+impl TrainJobRead<'_> {
+    pub(super) fn into_snapshot(self) -> JobSnapshot {
+        let TrainJobRead {
+            namespace,
+            name,
+            labels,
+            annotations,
+            created_at,
+            suspend,
+            conditions,
+            gpus,
+            sample,
+            unknown_fields,
+        } = self;
+        let phase = if conditions.failed {
+            JobPhase::Failed
+        } else if conditions.complete {
+            JobPhase::Complete
+        } else if suspend || conditions.suspended {
+            JobPhase::Suspended
+        } else {
+            JobPhase::Running
+        };
+        let kueue_queue = labels.get(KUEUE_QUEUE_LABEL).filter(|q| !q.is_empty()).cloned();
+        JobSnapshot {
+            key: JobKey::new(namespace.unwrap_or("default"), name),
+            labels,
+            annotations,
+            phase,
+            gpus,
+            kueue_queue,
+            created_at,
+            running_since: conditions.resumed_at.or(created_at),
+            sample,
+            unknown_fields,
+        }
+    }
 }
 
 /// `metadata.labels` / `metadata.annotations`, without `skip`.
@@ -175,21 +220,32 @@ impl Conditions {
             };
             let ty = opt_str(c.get("type"), || at(".type"))?;
             let st = opt_str(c.get("status"), || at(".status"))?;
-            match (ty, st) {
-                (Some("Complete"), Some("True")) => out.complete = true,
-                (Some("Failed"), Some("True")) => out.failed = true,
-                (Some("Suspended"), Some("True")) => {
-                    out.suspended = true;
-                    out.resumed_at = None;
-                }
-                (Some("Suspended"), Some("False")) => {
-                    out.suspended = false;
-                    out.resumed_at = opt_time(c.get("lastTransitionTime"), || at(".lastTransitionTime"))?;
-                }
-                _ => {}
-            }
+            out.see(ty, st, || opt_time(c.get("lastTransitionTime"), || at(".lastTransitionTime")))?;
         }
         Ok(out)
+    }
+
+    /// One condition, in list order: `transition_time` is read only for `Suspended=False`.
+    pub(super) fn see<E>(
+        &mut self,
+        ty: Option<&str>,
+        status: Option<&str>,
+        transition_time: impl FnOnce() -> Result<Option<Timestamp>, E>,
+    ) -> Result<(), E> {
+        match (ty, status) {
+            (Some("Complete"), Some("True")) => self.complete = true,
+            (Some("Failed"), Some("True")) => self.failed = true,
+            (Some("Suspended"), Some("True")) => {
+                self.suspended = true;
+                self.resumed_at = None;
+            }
+            (Some("Suspended"), Some("False")) => {
+                self.suspended = false;
+                self.resumed_at = transition_time()?;
+            }
+            _ => {}
+        }
+        Ok(())
     }
 }
 
@@ -235,12 +291,12 @@ pub(super) fn gpu_sum(v: Option<&Value>, path: &str) -> Result<Option<f64>, Norm
         // Accelerator quantities are whole numbers; plain decimal strings ("1") and JSON numbers suffice.
         let n = match q {
             Value::Number(n) => n.as_f64(),
-            Value::String(s) => s.trim().parse::<f64>().ok(),
+            Value::String(s) => quantity_text(s),
             other => return Err(type_error(at(), "a quantity", json_kind(other))),
         };
-        match n {
-            Some(n) if n.is_finite() && n >= 0.0 => *sum.get_or_insert(0.0) += n,
-            _ => {
+        match n.filter(|&n| accepted_quantity(n)) {
+            Some(n) => *sum.get_or_insert(0.0) += n,
+            None => {
                 let shown = match q {
                     Value::String(s) => Snippet(s).to_string(),
                     other => other.to_string(),
@@ -250,4 +306,14 @@ pub(super) fn gpu_sum(v: Option<&Value>, path: &str) -> Result<Option<f64>, Norm
         }
     }
     Ok(sum)
+}
+
+/// An accelerator quantity written as a string (`"8"`); `None` when it is not a plain number.
+pub(super) fn quantity_text(s: &str) -> Option<f64> {
+    s.trim().parse::<f64>().ok()
+}
+
+/// Whether an accelerator quantity is one a job can hold.
+pub(super) fn accepted_quantity(n: f64) -> bool {
+    n.is_finite() && n >= 0.0
 }
