@@ -290,6 +290,7 @@ mod tests {
 
     use super::read;
     use crate::input::from_trainjob;
+    use crate::input::stream::{parse_line, parse_line_general};
     use crate::test_rng::Rng;
 
     /// A TrainJob as kube-apiserver v1.35.4 (the test plane) returned it: the upstream `01-multi-node`
@@ -545,6 +546,14 @@ mod tests {
             if i % 4 == 3 {
                 line = odd(&mut rng, line);
             }
+            // The whole line's record, placed in time, as the general path gives it (errors included).
+            let previous = [None, Some(crate::time::Timestamp::from_second(1_795_798_800).unwrap())][i % 2];
+            let record = parse_line(&line, "s", 1, previous);
+            assert_eq!(
+                format!("{record:?}"),
+                format!("{:?}", parse_line_general(&line, "s", 1, previous)),
+                "{line}"
+            );
             match decide(&line) {
                 (Some(a), Some(b)) => {
                     assert_eq!(a, b, "decided differently: {line}");

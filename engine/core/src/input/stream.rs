@@ -123,6 +123,19 @@ struct CompactProgress<'a> {
     trainer_status: input::TrainerStatusWire<'a>,
 }
 
+/// The compact line of a RHOAI job, borrowed: `{"time": …, "job": …, "annotation": "<json>"}`, as the
+/// controller's recorder writes it.
+#[derive(serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+struct CompactAnnotation<'a> {
+    #[serde(borrow)]
+    time: std::borrow::Cow<'a, str>,
+    #[serde(borrow)]
+    job: std::borrow::Cow<'a, str>,
+    /// Always escaped (it is JSON in a string), so always copied.
+    annotation: String,
+}
+
 /// Progress-only compact lines (by far the most common) skip the generic `Value` tree. Anything else, and
 /// any line the fast path cannot take, goes through the general path, which also words the errors.
 fn parse_compact_fast(line: &str) -> Option<StreamRecord> {
@@ -131,8 +144,20 @@ fn parse_compact_fast(line: &str) -> Option<StreamRecord> {
     // Not `read(line).or_else(..)?`: each step copied the reader's result (232 bytes) once more.
     match compact_line::read(line) {
         Some(read) => Some(progress(read)),
-        None => compact_serde(line).map(progress),
+        None => match compact_serde(line) {
+            Some(read) => Some(progress(read)),
+            None => compact_annotation(line).map(progress),
+        },
     }
+}
+
+/// The RHOAI compact line, read as the general path reads it.
+fn compact_annotation(line: &str) -> Option<(Timestamp, JobKey, ProgressSample)> {
+    let wire: CompactAnnotation<'_> = serde_json::from_str(line).ok()?;
+    let time = crate::time::parse_timestamp(&wire.time).ok()?;
+    let job = JobKey::parse(&wire.job)?;
+    let sample = input::from_annotation(&wire.annotation, "annotation").ok()?;
+    Some((time, job, sample))
 }
 
 /// The progress-only compact line through serde's derived reader: for the spellings the hand-written
@@ -165,6 +190,17 @@ pub fn parse_line(
             return Ok(record);
         }
     }
+    parse_line_general(line, source, line_no, previous)
+}
+
+/// Any line through a `serde_json::Value`: the reference the fast readers are tested against, and the
+/// reader that words every error.
+pub(super) fn parse_line_general(
+    line: &str,
+    source: &str,
+    line_no: usize,
+    previous: Option<Timestamp>,
+) -> Result<StreamRecord, RecordError> {
     let err = |column: Option<usize>, message: String| RecordError {
         file: source.to_string(),
         line: line_no,
@@ -382,6 +418,58 @@ mod tests {
             let e = parse_line(line, "s", 1, None).unwrap_err();
             assert!(e.message.starts_with(expect), "{e}");
         }
+    }
+
+    /// The RHOAI compact line reads alike through its typed reader and through a `Value`, and only the lines
+    /// the general path would read are taken (the others decline, and that path words the error).
+    #[test]
+    fn the_annotation_line_reads_as_the_general_path_reads_it() {
+        macro_rules! payload {
+            ($file:literal) => {
+                include_str!(concat!(
+                    env!("CARGO_MANIFEST_DIR"),
+                    "/../../../shared/fixtures/kubeflow/payloads/",
+                    $file
+                ))
+            };
+        }
+        let annotations = [
+            payload!("rhoai-trainerStatus-annotation.running.json"),
+            payload!("rhoai-trainerStatus-annotation.completed.json"),
+            payload!("rhoai-trainerStatus-annotation.failed.json"),
+            payload!("rhoai-trainerStatus-annotation.nan-loss.json"),
+            // Bare NaN tokens (what a training pod's endpoint may print), an unknown key, not JSON, no time.
+            payload!("rhoai-metrics-endpoint.response.nan-loss.pyjson.txt"),
+            r#"{"progressPercentage":5,"trainMetricz":{},"lastUpdatedTime":"2026-11-27T17:00:30Z"}"#,
+            r#"{"progressPercentage":5,"#,
+            r#"{"progressPercentage":5}"#,
+        ];
+        let tops = [
+            r#""time":"2026-11-27T17:00:30Z","job":"team-a/sft""#,
+            r#""job":"team-a/sft","time":"2026-11-27T17:00:30Z""#,
+            r#""time":"2026-11-27T17:00:30Z","job":"team-a/sft","phase":"Running""#,
+            r#""time":"2026-11-27T17:00:30Z","job":"sft""#,
+            r#""time":"yesterday","job":"team-a/sft""#,
+            r#""time":"2026-11-27T17:00:30Z","job":"team-a/sft","annotation":null"#,
+        ];
+        let mut taken = 0;
+        for annotation in annotations {
+            for top in tops {
+                let text = serde_json::to_string(annotation.trim()).unwrap();
+                let line = format!("{{{top},\"annotation\":{text}}}");
+                let fast = parse_line(&line, "s", 3, None);
+                let general = parse_line_general(&line, "s", 3, None);
+                assert_eq!(format!("{fast:?}"), format!("{general:?}"), "{line}");
+                if let Some((time, job, sample)) = compact_annotation(&line) {
+                    let Ok(StreamRecord::Update(u)) = general else { panic!("taken, but refused: {line}") };
+                    assert_eq!((time, job), (u.time, u.job));
+                    assert_eq!(format!("{:?}", Some(sample)), format!("{:?}", u.sample));
+                    taken += 1;
+                }
+            }
+        }
+        // The four fixtures, under the two top-level spellings that are nothing but time and job.
+        assert_eq!(taken, 8);
     }
 
     /// Issue 14: a key the progress format does not define used to be ignored, so a rule on the metric it
