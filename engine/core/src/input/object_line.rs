@@ -538,7 +538,7 @@ mod tests {
     /// only what it is documented to decline.
     #[test]
     fn the_typed_reader_agrees_with_the_value_reader() {
-        let mut rng = Rng(0x0B1E_C7_11E5);
+        let mut rng = Rng(0x000B_1EC7_11E5);
         let (mut alike, mut refused, mut declined) = (0, 0, 0);
         for i in 0..6_000 {
             let plain = i % 4 == 0;

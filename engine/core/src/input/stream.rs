@@ -11,6 +11,11 @@
 //!   `"deleted": true`. A compact line without progress is a heartbeat: time passes, nothing is reported —
 //!   which is exactly what a hung job looks like.
 //!
+//! Each common shape has a reader that borrows from the line: the progress line by hand
+//! ([`compact_line`]), the RHOAI line and the progress line's other spellings through serde, a TrainJob through
+//! [`object_line`]. A line they decline goes to [`parse_line_general`], through a `serde_json::Value`: the
+//! reference they are tested against, and the reader that words every error.
+//!
 //! Blank lines and lines starting with `#` are skipped. Errors name the line and, for JSON syntax, the column.
 //! A key the progress format does not define (inside `trainerStatus`, one of its metrics or the RHOAI
 //! annotation's JSON, in either form of line) is an error with its path, e.g. `stream.jsonl:12:
@@ -181,14 +186,12 @@ pub fn parse_line(
         return Ok(record);
     }
     // Cheap to rule out: a compact line with either key is rare, and is only read twice.
-    if memchr::memmem::find(line.as_bytes(), b"\"apiVersion\"").is_some()
-        || memchr::memmem::find(line.as_bytes(), b"\"kind\"").is_some()
-    {
-        if let Some(record) =
+    if (memchr::memmem::find(line.as_bytes(), b"\"apiVersion\"").is_some()
+        || memchr::memmem::find(line.as_bytes(), b"\"kind\"").is_some())
+        && let Some(record) =
             object_line::read(line).and_then(|snapshot| object_record(snapshot, previous).ok())
-        {
-            return Ok(record);
-        }
+    {
+        return Ok(record);
     }
     parse_line_general(line, source, line_no, previous)
 }
