@@ -1,6 +1,9 @@
 //! Reading JSON fields with their paths: the type, range and time checks every format shares.
 
 use std::fmt;
+use std::marker::PhantomData;
+
+use serde::de::{self, Deserialize, Deserializer, MapAccess, Visitor};
 
 use serde_json::{Map, Value};
 
@@ -231,5 +234,26 @@ impl Unknown<'_> {
                 Ok(())
             }
         }
+    }
+}
+
+/// A struct with a derived reader, read only from a JSON object. serde_json also fills a derived struct from
+/// an array, one element per field, which none of these formats allows: the `Value` readers refuse it, so
+/// the fast readers must too.
+pub(super) struct MapOnly<T>(pub(super) T);
+
+impl<'de, T: Deserialize<'de>> Deserialize<'de> for MapOnly<T> {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct ObjectVisitor<T>(PhantomData<T>);
+        impl<'de, T: Deserialize<'de>> Visitor<'de> for ObjectVisitor<T> {
+            type Value = MapOnly<T>;
+            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str("an object")
+            }
+            fn visit_map<A: MapAccess<'de>>(self, map: A) -> Result<MapOnly<T>, A::Error> {
+                T::deserialize(de::value::MapAccessDeserializer::new(map)).map(MapOnly)
+            }
+        }
+        d.deserialize_map(ObjectVisitor(PhantomData))
     }
 }

@@ -18,7 +18,7 @@ use crate::time::Timestamp;
 
 use super::NormalizeError;
 use super::json::{
-    Snippet, Unknown, check_eta, check_percent, join, json_kind, missing, opt_number, opt_time,
+    MapOnly, Snippet, Unknown, check_eta, check_percent, join, json_kind, missing, opt_number, opt_time,
     parse_metric_value, parse_time, type_error,
 };
 use super::names::{Collector, canonical_name};
@@ -110,7 +110,7 @@ impl<'de> Deserialize<'de> for MetricsWire {
                 // The time is set by the caller; this only carries the metrics and the counters.
                 let mut sample = ProgressSample::empty(Timestamp::UNIX_EPOCH, SampleSource::TrainerStatus);
                 let mut reader = MetricsReader::new(&mut sample);
-                while let Some(m) = seq.next_element::<MetricWire<'de>>()? {
+                while let Some(MapOnly(m)) = seq.next_element::<MapOnly<MetricWire<'de>>>()? {
                     let value =
                         parse_metric_value(&m.value).ok_or_else(|| de::Error::custom("not a number"))?;
                     reader.add(&m.name, value).map_err(de::Error::custom)?;

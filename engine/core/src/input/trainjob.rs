@@ -109,7 +109,7 @@ pub fn from_trainjob(obj: &Value) -> Result<JobSnapshot, NormalizeError> {
 }
 
 /// What a reader of a TrainJob found, before the rules that make it a [`JobSnapshot`]: the `Value` reader
-/// above and the borrowing one of a stream line (`object_line`) both end here, so they cannot disagree.
+/// above and the borrowing one of a stream line (`object_line`) both end here, so those rules are written once.
 pub(super) struct TrainJobRead<'a> {
     /// `metadata.namespace`, `None` when absent or empty.
     pub(super) namespace: Option<&'a str>,
