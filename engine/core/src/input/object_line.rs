@@ -1,13 +1,13 @@
 //! A whole TrainJob as a watch delivers it, one per stream line, read typed and borrowed: only the fields
 //! [`from_trainjob`](super::from_trainjob) reads are decoded; the rest (managedFields, the pod spec, the
 //! jobs' status) is skipped without building anything. Through a `serde_json::Value` a 2.7 KB object took
-//! 3.4× as long.
+//! twice as long (BENCHMARKS.md).
 //!
 //! It accepts a subset of what `from_trainjob` accepts and gives the same snapshot for it: the rules from
 //! what is read to the snapshot are shared ([`TrainJobRead::into_snapshot`], [`Conditions::see`]), and every
 //! field is read by the same rule or a stricter one. Stricter: a condition's `lastTransitionTime` must be a
 //! string even when it is not read; a string with an escape where a borrowed one is read; two `*/gpu`
-//! resources; a line whose skipped parts a `Value` parse would refuse (see [`skipping_is_as_strict`]).
+//! resources. A line whose skipped parts a `Value` parse would refuse is declined ([`parses_as_a_value`]).
 //! Anything else, valid or not, is `None`, and the caller reads the line through the `Value` path, which
 //! also words the errors. The tests at the bottom compare the two on generated and mutated objects.
 
@@ -28,9 +28,6 @@ use crate::time::Timestamp;
 
 /// The snapshot of a TrainJob line, or `None` when the line is not one this reader takes (see the module).
 pub(super) fn read(line: &str) -> Option<JobSnapshot> {
-    if !skipping_is_as_strict(line) {
-        return None;
-    }
     let MapOnly(wire): MapOnly<TrainJobWire<'_>> = serde_json::from_str(line).ok()?;
     // A line with neither is a compact line (or not a TrainJob at all): the general path decides.
     if wire.api_version.is_none() && wire.kind.is_none() {
@@ -53,6 +50,9 @@ pub(super) fn read(line: &str) -> Option<JobSnapshot> {
             None => None,
         },
     };
+    if !parses_as_a_value(line) {
+        return None;
+    }
     let read = TrainJobRead {
         namespace: meta.namespace.filter(|ns| !ns.is_empty()),
         name,
@@ -86,28 +86,58 @@ fn gpus(trainer: Option<TrainerWire>) -> Option<Option<f64>> {
     Some(Some(nodes * per_node))
 }
 
-/// Whether serde_json, skipping the parts of `line` this reader ignores, refuses what a `Value` parse of it
-/// would: a skipped string is not checked for lone UTF-16 surrogates (`\ud800`), and skipping has no
-/// nesting limit where a `Value` stops at depth 128. A real object has neither; a line that might is left to
-/// the general path. (An escaped backslash before `ud` is declined too: harmless.)
-fn skipping_is_as_strict(line: &str) -> bool {
-    let bytes = line.as_bytes();
-    // Both scans are written without branches, so that they can run a vector at a time: this guard is paid
-    // on every TrainJob line.
-    let escape = |((&a, &b), &c): ((&u8, &u8), &u8)| (a == b'\\') & (b == b'u') & ((c | 0x20) == b'd');
-    let surrogate =
-        bytes.iter().zip(bytes.get(1..).unwrap_or_default()).zip(bytes.get(2..).unwrap_or_default());
-    if surrogate.fold(false, |found, window| found | escape(window)) {
-        return false;
-    }
-    // Fewer opening brackets than the limit cannot nest that deep (a real object has ~60).
-    let count = |chunk: &[u8]| chunk.iter().fold(0u8, |n, &b| n + u8::from((b == b'{') | (b == b'[')));
-    let brackets: usize = bytes.chunks(255).map(|chunk| usize::from(count(chunk))).sum();
-    brackets < MAX_VALUE_DEPTH
+/// Whether a `Value` parse of `line` would succeed, without building anything. serde_json skips the parts
+/// the typed reader ignores more leniently than it parses them: it does not check a skipped number's range
+/// (`1e999`), a skipped string's lone UTF-16 surrogates (`\ud800`), or how deep skipped values nest. So the
+/// line is parsed once more by the same parser, to a visitor that keeps nothing: the checks are the
+/// `Value` parse's own, not a copy of them. It costs most of a skip of the line (BENCHMARKS.md).
+fn parses_as_a_value(line: &str) -> bool {
+    serde_json::from_str::<ValidJson>(line).is_ok()
 }
 
-/// serde_json's nesting limit for a `Value`.
-const MAX_VALUE_DEPTH: usize = 128;
+/// Any JSON value, checked as a `Value` parse checks it and dropped.
+struct ValidJson;
+
+impl<'de> Deserialize<'de> for ValidJson {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        d.deserialize_any(ValidJsonVisitor)
+    }
+}
+
+struct ValidJsonVisitor;
+
+impl<'de> Visitor<'de> for ValidJsonVisitor {
+    type Value = ValidJson;
+    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("any JSON value")
+    }
+    fn visit_bool<E>(self, _: bool) -> Result<ValidJson, E> {
+        Ok(ValidJson)
+    }
+    fn visit_i64<E>(self, _: i64) -> Result<ValidJson, E> {
+        Ok(ValidJson)
+    }
+    fn visit_u64<E>(self, _: u64) -> Result<ValidJson, E> {
+        Ok(ValidJson)
+    }
+    fn visit_f64<E>(self, _: f64) -> Result<ValidJson, E> {
+        Ok(ValidJson)
+    }
+    fn visit_str<E>(self, _: &str) -> Result<ValidJson, E> {
+        Ok(ValidJson)
+    }
+    fn visit_unit<E>(self) -> Result<ValidJson, E> {
+        Ok(ValidJson)
+    }
+    fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<ValidJson, A::Error> {
+        while seq.next_element::<ValidJson>()?.is_some() {}
+        Ok(ValidJson)
+    }
+    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<ValidJson, A::Error> {
+        while map.next_entry::<ValidJson, ValidJson>()?.is_some() {}
+        Ok(ValidJson)
+    }
+}
 
 /// The fields of a TrainJob that `from_trainjob` reads. Every `Option` is also what a `null` gives, as there.
 #[derive(serde::Deserialize)]
@@ -621,7 +651,8 @@ mod tests {
     }
 
     /// What serde_json reads more leniently than a `Value` is left to the general path: a struct given as an
-    /// array, a lone surrogate or deep nesting in a skipped part. And -0 GPUs are 0, as that path sums them.
+    /// array; a lone surrogate, deep nesting or an out-of-range number in a skipped part. And -0 GPUs are 0,
+    /// as that path sums them.
     #[test]
     fn what_a_value_parse_refuses_is_left_to_it() {
         let job: Value = serde_json::from_str(FROM_APISERVER).unwrap();
@@ -642,6 +673,9 @@ mod tests {
             with(&|j| j["status"]["conditions"] = json!([{"type": "Created", "status": "True", "message": "LONE"}]))
                 .replace("LONE", "\\ud800"),
             with(&|j| j["spec"]["trainer"]["env"] = deep.clone()),
+            // Numbers a `Value` cannot hold, where they are skipped: serde_json checks only their grammar there.
+            with(&|j| j["spec"]["trainer"]["numProcPerNode"] = json!("BIG")).replace("\"BIG\"", "1e999"),
+            with(&|j| j["metadata"]["generation"] = json!("BIG")).replace("\"BIG\"", &"9".repeat(400)),
         ];
         for line in &lines {
             assert!(read(line).is_none(), "taken: {line}");

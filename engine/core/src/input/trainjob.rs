@@ -129,39 +129,28 @@ pub(super) struct TrainJobRead<'a> {
 
 impl TrainJobRead<'_> {
     pub(super) fn into_snapshot(self) -> JobSnapshot {
-        let TrainJobRead {
-            namespace,
-            name,
-            labels,
-            annotations,
-            created_at,
-            suspend,
-            conditions,
-            gpus,
-            sample,
-            unknown_fields,
-        } = self;
+        let conditions = &self.conditions;
         let phase = if conditions.failed {
             JobPhase::Failed
         } else if conditions.complete {
             JobPhase::Complete
-        } else if suspend || conditions.suspended {
+        } else if self.suspend || conditions.suspended {
             JobPhase::Suspended
         } else {
             JobPhase::Running
         };
-        let kueue_queue = labels.get(KUEUE_QUEUE_LABEL).filter(|q| !q.is_empty()).cloned();
+        let kueue_queue = self.labels.get(KUEUE_QUEUE_LABEL).filter(|q| !q.is_empty()).cloned();
         JobSnapshot {
-            key: JobKey::new(namespace.unwrap_or("default"), name),
-            labels,
-            annotations,
+            key: JobKey::new(self.namespace.unwrap_or("default"), self.name),
+            running_since: conditions.resumed_at.or(self.created_at),
+            labels: self.labels,
+            annotations: self.annotations,
             phase,
-            gpus,
+            gpus: self.gpus,
             kueue_queue,
-            created_at,
-            running_since: conditions.resumed_at.or(created_at),
-            sample,
-            unknown_fields,
+            created_at: self.created_at,
+            sample: self.sample,
+            unknown_fields: self.unknown_fields,
         }
     }
 }
