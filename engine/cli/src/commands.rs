@@ -9,6 +9,7 @@ use trainwarden_core::rule_test::{self, FileSource};
 use trainwarden_core::{BUILTINS, ScriptEngine};
 use trainwarden_core::{EngineConfig, Evaluator};
 
+use crate::output::outln;
 use crate::read;
 
 pub(crate) fn config(eval_interval: &str) -> Result<EngineConfig, String> {
@@ -139,7 +140,7 @@ pub(crate) fn test(paths: &[PathBuf]) -> Result<bool, String> {
         let parsed = match rule_test::parse_test_file(&text) {
             Ok(t) => t,
             Err(e) => {
-                println!("FAIL {name}: {e}");
+                outln!("FAIL {name}: {e}");
                 failed += 1;
                 continue;
             }
@@ -148,7 +149,7 @@ pub(crate) fn test(paths: &[PathBuf]) -> Result<bool, String> {
         let config = match parsed.eval_interval.as_deref().map(config).transpose() {
             Ok(c) => c.unwrap_or_default(),
             Err(e) => {
-                println!("FAIL {name}: {e}");
+                outln!("FAIL {name}: {e}");
                 failed += 1;
                 continue;
             }
@@ -156,9 +157,9 @@ pub(crate) fn test(paths: &[PathBuf]) -> Result<bool, String> {
         let docs = match rule_test::load_policies(&parsed, &dir) {
             Ok(d) => d,
             Err(errors) => {
-                println!("FAIL {name}: invalid policy");
+                outln!("FAIL {name}: invalid policy");
                 for e in errors {
-                    println!("    {e}");
+                    outln!("    {e}");
                 }
                 failed += 1;
                 continue;
@@ -186,19 +187,19 @@ pub(crate) fn test(paths: &[PathBuf]) -> Result<bool, String> {
             };
             if result.failures.is_empty() {
                 passed += 1;
-                println!("ok   {name} :: {}", result.name);
+                outln!("ok   {name} :: {}", result.name);
             } else {
                 failed += 1;
-                println!("FAIL {name} :: {}", result.name);
+                outln!("FAIL {name} :: {}", result.name);
                 for f in &result.failures {
                     for line in f.lines() {
-                        println!("    {line}");
+                        outln!("    {line}");
                     }
                 }
             }
         }
     }
-    println!("{passed} passed, {failed} failed");
+    outln!("{passed} passed, {failed} failed");
     Ok(failed == 0)
 }
 
@@ -230,7 +231,7 @@ pub(crate) fn validate(paths: &[PathBuf]) -> Result<bool, String> {
                 for doc in docs {
                     match trainwarden_core::compile(&doc, &engine) {
                         Ok(p) => {
-                            println!(
+                            outln!(
                                 "{source}: {} {} is valid ({})",
                                 p.reference.kind,
                                 p.reference,
@@ -240,14 +241,14 @@ pub(crate) fn validate(paths: &[PathBuf]) -> Result<bool, String> {
                         }
                         Err(e) => {
                             ok = false;
-                            println!("{source}: {e}");
+                            outln!("{source}: {e}");
                         }
                     }
                 }
             }
             Err(e) => {
                 ok = false;
-                println!("{e}");
+                outln!("{e}");
             }
         }
     }
@@ -259,20 +260,21 @@ pub(crate) fn validate(paths: &[PathBuf]) -> Result<bool, String> {
             Ok(exceptions) => {
                 for e in exceptions {
                     match e.checked_against(&compiled, &source) {
-                        Ok(()) => println!(
+                        Ok(()) => outln!(
                             "{source}: ProgressPolicyException {} is valid (expires {})",
-                            e.reference, e.expires
+                            e.reference,
+                            e.expires
                         ),
                         Err(errors) => {
                             ok = false;
-                            println!("{errors}");
+                            outln!("{errors}");
                         }
                     }
                 }
             }
             Err(e) => {
                 ok = false;
-                println!("{e}");
+                outln!("{e}");
             }
         }
     }
@@ -281,16 +283,16 @@ pub(crate) fn validate(paths: &[PathBuf]) -> Result<bool, String> {
 
 pub(crate) fn detectors() {
     for d in trainwarden_core::DETECTORS {
-        println!("{}\n  {}", d.name, d.summary);
+        outln!("{}\n  {}", d.name, d.summary);
         for trainwarden_core::ParamDoc { name, ty, default, doc } in d.params {
-            println!("    {name:<28} {ty:<20} default {default:<10} {doc}");
+            outln!("    {name:<28} {ty:<20} default {default:<10} {doc}");
         }
-        println!("  example with: {}\n", d.example);
+        outln!("  example with: {}\n", d.example);
     }
 }
 
 pub(crate) fn functions() {
     for b in BUILTINS {
-        println!("{}\n  {}\n  e.g. {}  →  {}\n", b.signature, b.doc, b.example, b.expected);
+        outln!("{}\n  {}\n  e.g. {}  →  {}\n", b.signature, b.doc, b.example, b.expected);
     }
 }

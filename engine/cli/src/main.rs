@@ -11,6 +11,7 @@ mod backtest;
 mod commands;
 mod controller;
 mod crd;
+mod output;
 mod replay;
 mod streams;
 mod watch;
@@ -82,6 +83,9 @@ enum Command {
     /// Run a training command under policies: it reports to a Kubeflow-compatible endpoint (the SDK's
     /// update_trainjob_status, transformers' KubeflowCallback) and is stopped (SIGTERM, then SIGKILL) when a
     /// policy suspends it.
+    ///
+    /// Exit status: the command's own when it ran to its end; 75 (EX_TEMPFAIL) when a policy stopped it;
+    /// 130/143 after Ctrl-C/SIGTERM; 2 for usage errors; 126/127 when the command cannot be started.
     Watch(watch::WatchArgs),
     /// Run the Kubernetes controller: watch TrainJobs and progress policies, act on firing rules.
     Controller(Box<controller::ControllerArgs>),
@@ -97,11 +101,6 @@ enum Command {
 fn main() -> ExitCode {
     allocator::return_freed_memory_promptly();
     let command = Cli::parse().command;
-    // A command that prints a verdict must not look like it passed when its output was cut off.
-    exit_quietly_on_broken_pipe(match command {
-        Command::Crd { .. } | Command::Detectors | Command::Functions => 0,
-        _ => 141,
-    });
     let command = match command {
         // The controller sets up its own logging (JSON by default) and runtime.
         Command::Controller(args) => return controller::run(*args),
@@ -151,6 +150,8 @@ fn main() -> ExitCode {
         Command::Watch(args) => return watch::run(args),
         Command::Controller(_) => unreachable!("handled before logging is set up"),
     };
+    // Output still buffered is written now, and a failure to write it is an error like any other.
+    output::finish();
     match result {
         Ok(true) => ExitCode::SUCCESS,
         Ok(false) => ExitCode::from(1),
@@ -165,26 +166,6 @@ fn main() -> ExitCode {
 pub(crate) fn colour_on_stderr() -> bool {
     use std::io::IsTerminal;
     std::io::stderr().is_terminal() && std::env::var_os("NO_COLOR").is_none_or(|v| v.is_empty())
-}
-
-/// `trainwarden crd | head`: when the reader goes away, printing fails with EPIPE and `println!` panics.
-/// That is the normal end of a pipeline, not a failure: exit quietly, with `status` — 0 for commands that
-/// only print a listing (a `pipefail` pipeline still passes), 141 (as if killed by SIGPIPE) for those whose
-/// output is a verdict that was not all read. Rust ignores SIGPIPE, so sockets are unaffected.
-fn exit_quietly_on_broken_pipe(status: i32) {
-    let default = std::panic::take_hook();
-    std::panic::set_hook(Box::new(move |info| {
-        let payload = info.payload();
-        let message = payload
-            .downcast_ref::<String>()
-            .map(String::as_str)
-            .or_else(|| payload.downcast_ref::<&str>().copied())
-            .unwrap_or_default();
-        if message.starts_with("failed printing to stdout") && message.contains("Broken pipe") {
-            std::process::exit(status);
-        }
-        default(info);
-    }));
 }
 
 pub(crate) fn read(path: &Path) -> Result<String, String> {

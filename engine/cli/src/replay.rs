@@ -68,20 +68,21 @@ pub(crate) fn replay(args: &ReplayArgs<'_>) -> Result<bool, String> {
     let mut replay = Replay::new(policies, config);
     replay.add_exceptions(exceptions);
     let mut timeline = Timeline::new(args.json, tz.clone());
-    let written = |e: io::Error| format!("writing output: {e}");
+    // A closed pipe ends the replay quietly, any other write error with status 2 (see `output`).
+    let written = |e: io::Error| crate::output::failed(&e);
     let heading = "invalid stream (replayed up to the first bad line)";
     while let Some(record) = streams::next_record(&mut merge, heading)? {
         rounds.check(record.time())?;
         replay.feed(record);
-        timeline.observe(&mut replay, &mut notifications).map_err(written)?;
+        timeline.observe(&mut replay, &mut notifications).unwrap_or_else(written);
     }
     rounds.check_until()?;
     replay.finish(until);
-    timeline.observe(&mut replay, &mut notifications).map_err(written)?;
+    timeline.observe(&mut replay, &mut notifications).unwrap_or_else(written);
     if let Some(end) = replay.summary.last_time {
         notifications.finish(end);
     }
-    timeline.finish(&replay.summary, &notifications).map_err(written)?;
+    timeline.finish(&replay.summary, &notifications).unwrap_or_else(written);
     drop(timeline);
     let delivered = if args.notify.send {
         send_notifications(&notifications, args.notify.secrets_dir.as_deref())?
@@ -150,7 +151,7 @@ struct Timeline {
 
 impl Timeline {
     fn new(json: bool, tz: jiff::tz::TimeZone) -> Self {
-        Timeline { out: BufWriter::with_capacity(1 << 16, io::stdout().lock()), json, tz, batch: Vec::new() }
+        Timeline { out: crate::output::stdout(), json, tz, batch: Vec::new() }
     }
 
     /// Prints the replay's new events and feeds them to the notification grouper, then forgets them.

@@ -247,9 +247,9 @@ fn a_closed_pipe_ends_output_quietly_and_piped_logs_have_no_colour() {
     let out = with_stdout_closed(&["crd"]);
     assert_eq!(out.status.code(), Some(0), "a listing cut short is fine");
     assert_eq!(String::from_utf8_lossy(&out.stderr), "", "no panic message");
-    // A verdict cut short is not a pass.
+    // A closed pipe is the normal end of a pipeline for every command (the README promises 0).
     let out = with_stdout_closed(&["validate", "policies"]);
-    assert_eq!(out.status.code(), Some(141));
+    assert_eq!(out.status.code(), Some(0));
     assert_eq!(String::from_utf8_lossy(&out.stderr), "", "no panic message");
 
     let dir = temp_dir("colour");

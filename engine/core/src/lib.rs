@@ -79,3 +79,5 @@ pub use policy::{
 };
 pub use time::{Timestamp, fmt_local, fmt_num, plural, plural_num};
 pub use units::duration::{DURATION_PATTERN, PolicyDuration};
+pub use units::money::{Cents, fmt_gpu_hours, fmt_money, thousands};
+pub use units::span::{fmt_span, fmt_span_short};

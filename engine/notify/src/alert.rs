@@ -272,7 +272,8 @@ impl Alert {
         if let Some(s) = &self.savings {
             let mut stake = format!("{} GPU-hours", fmt_number(s.gpu_hours));
             if let Some(d) = s.dollars {
-                stake += &format!(" (${})", fmt_money(d));
+                stake +=
+                    &format!(" ({})", trainwarden_core::fmt_money(Some(d), trainwarden_core::Cents::Shown));
             }
             parts.push(format!("{stake} at stake"));
         }
@@ -285,21 +286,9 @@ impl Alert {
     }
 }
 
-/// `1,803.73`.
+/// `1,803.73`: the core's one money formatter ([`trainwarden_core::fmt_money`]) without its `$`.
 pub fn fmt_money(d: f64) -> String {
-    if !d.is_finite() {
-        return d.to_string();
-    }
-    let cents = (d.abs() * 100.0).round() as u64;
-    let digits = (cents / 100).to_string();
-    let mut whole = String::new();
-    for (i, c) in digits.chars().enumerate() {
-        if i > 0 && (digits.len() - i).is_multiple_of(3) {
-            whole.push(',');
-        }
-        whole.push(c);
-    }
-    format!("{}{whole}.{:02}", if d < 0.0 && cents > 0 { "-" } else { "" }, cents % 100)
+    trainwarden_core::fmt_money(Some(d), trainwarden_core::Cents::Shown).replacen('$', "", 1)
 }
 
 /// What a non-notify action does, in words.
@@ -348,20 +337,9 @@ pub fn fmt_number(v: f64) -> String {
     if s == "-0" { "0".into() } else { s.to_string() }
 }
 
-/// `1d8h47m`, `5m30s`.
+/// `1d8h47m42s`, `5m30s`, `2h0m46s`: the core's one duration formatter ([`trainwarden_core::fmt_span`]).
 pub fn fmt_seconds(seconds: f64) -> String {
-    if !seconds.is_finite() || seconds < 0.0 {
-        return "-".into();
-    }
-    let total = seconds.round() as u64;
-    let (d, h, m, s) = (total / 86_400, total / 3600 % 24, total / 60 % 60, total % 60);
-    let mut out = String::new();
-    for (n, unit) in [(d, "d"), (h, "h"), (m, "m"), (s, "s")] {
-        if n > 0 || (out.is_empty() && unit == "s") {
-            out += &format!("{n}{unit}");
-        }
-    }
-    out
+    trainwarden_core::fmt_span(seconds)
 }
 
 /// Template values of one alert inside its group.

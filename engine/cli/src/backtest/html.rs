@@ -98,7 +98,10 @@ pub(crate) fn render(report: &Report) -> String {
 
 fn totals(out: &mut String, p: &PolicyReport) {
     let t = &p.totals;
-    let dollars = t.dollars_saved.map(|d| format!(" (${})", fmt_num(d.round()))).unwrap_or_default();
+    let dollars = t
+        .dollars_saved
+        .map(|d| format!(" ({})", trainwarden_core::fmt_money(Some(d), trainwarden_core::Cents::Rounded)))
+        .unwrap_or_default();
     let worst = match &t.worst_regret {
         None => "none".to_string(),
         Some(w) if w.relative.is_none() => format!(

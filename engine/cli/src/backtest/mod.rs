@@ -131,7 +131,11 @@ pub(crate) fn backtest(args: &BacktestArgs) -> Result<bool, String> {
     let html_file = args
         .html
         .as_ref()
-        .map(|p| std::fs::File::create(p).map(|f| (p, f)).map_err(|e| format!("--html {}: {e}", p.display())))
+        .map(|p| {
+            crate::output::AtomicFile::create(p)
+                .map(|f| (p, f))
+                .map_err(|e| format!("--html {}: {e}", p.display()))
+        })
         .transpose()?;
     let (report, unreadable) = run(&plan, &corpus, max_lateness, workers.max(1));
     if !unreadable.is_empty() {
@@ -154,15 +158,17 @@ pub(crate) fn backtest(args: &BacktestArgs) -> Result<bool, String> {
         ));
     }
 
-    let mut out = io::BufWriter::new(io::stdout().lock());
-    let written = |e: io::Error| format!("writing output: {e}");
+    let mut out = crate::output::stdout();
+    let written = |e: io::Error| crate::output::failed(&e);
     match args.output {
-        Output::Json => writeln!(out, "{}", serde_json::json!({ "backtest": report })).map_err(written)?,
-        Output::Text => out.write_all(report.render_text().as_bytes()).map_err(written)?,
+        Output::Json => {
+            writeln!(out, "{}", serde_json::json!({ "backtest": report })).unwrap_or_else(written)
+        }
+        Output::Text => out.write_all(report.render_text().as_bytes()).unwrap_or_else(written),
     }
-    out.flush().map_err(written)?;
-    if let Some((path, mut file)) = html_file {
-        file.write_all(html::render(&report).as_bytes())
+    out.flush().unwrap_or_else(written);
+    if let Some((path, file)) = html_file {
+        file.commit(html::render(&report).as_bytes())
             .map_err(|e| format!("--html {}: {e}", path.display()))?;
         eprintln!("wrote {}", path.display());
     }

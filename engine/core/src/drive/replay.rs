@@ -17,6 +17,7 @@ use crate::policy::compile::CompiledPolicy;
 use crate::policy::{ActionSpec, Mode};
 use crate::time::Timestamp;
 use crate::time::{fmt_num, fmt_secs, plural, plural_num};
+use crate::units::money::{Cents, fmt_gpu_hours, fmt_money};
 
 /// What the replay knows of one job.
 #[derive(Default)]
@@ -78,8 +79,11 @@ pub struct SavingsTotal {
     pub jobs: u64,
     /// GPU-hours freed.
     pub gpu_hours: f64,
-    /// Dollars freed, for policies that set a GPU-hour price (0 otherwise).
-    pub dollars: f64,
+    /// Dollars freed by the suspensions whose policy sets a GPU-hour price; `None` when none does (the
+    /// cost is unknown, not zero).
+    pub dollars: Option<f64>,
+    /// Jobs counted whose policy sets no `gpuHourCost`: their dollars are unknown and not in `dollars`.
+    pub unpriced_jobs: u64,
 }
 
 impl Replay {
@@ -296,7 +300,10 @@ impl Replay {
                             };
                             total.jobs += 1;
                             total.gpu_hours += s.gpu_hours;
-                            total.dollars += s.dollars.unwrap_or(0.0);
+                            match s.dollars {
+                                Some(d) => *total.dollars.get_or_insert(0.0) += d,
+                                None => total.unpriced_jobs += 1,
+                            }
                         }
                         if intent.mode == Mode::Enforce {
                             suspend_now.push(intent.job.clone());
@@ -408,31 +415,25 @@ fn savings_text(s: &Savings) -> String {
         fmt_num(s.gpu_hours)
     );
     if let Some(d) = s.dollars {
-        out += &format!(" (${})", money(d));
+        out += &format!(" ({})", fmt_money(Some(d), Cents::Shown));
     }
     out
 }
 
-fn money(d: f64) -> String {
-    let cents = (d * 100.0).round() as i64;
-    let whole = cents / 100;
-    format!(
-        "{}{}.{:02}",
-        if whole < 0 { "-" } else { "" },
-        thousands(whole.unsigned_abs()),
-        (cents % 100).abs()
-    )
-}
-
-/// `1804` → `1,804`: how money's whole part is printed here and by `kubectl trainwarden`.
-pub fn thousands(n: u64) -> String {
-    let mut digits = n.to_string();
-    let mut i = digits.len() as i64 - 3;
-    while i > 0 {
-        digits.insert(i as usize, ',');
-        i -= 3;
+/// `262.4 GPU-hours, $1,804.24 across 1 job`, or with `cost unknown` for jobs whose policy sets no
+/// `gpuHourCost` (their GPU time is not free).
+fn savings_total_text(total: &SavingsTotal) -> String {
+    let hours = fmt_gpu_hours(total.gpu_hours);
+    let jobs = plural(total.jobs, "job", "jobs");
+    match (total.dollars, total.unpriced_jobs) {
+        (Some(d), 0) => format!("{hours} GPU-hours, {} across {jobs}", fmt_money(Some(d), Cents::Shown)),
+        (None, _) => format!("{hours} GPU-hours, cost unknown (no gpuHourCost) across {jobs}"),
+        (Some(d), unpriced) => format!(
+            "{hours} GPU-hours across {jobs}: {} for {}, cost unknown for {unpriced} (no gpuHourCost)",
+            fmt_money(Some(d), Cents::Shown),
+            total.jobs - unpriced
+        ),
     }
-    digits
 }
 
 fn intent_line(i: &ActionIntent) -> String {
@@ -646,12 +647,7 @@ pub fn render_summary(summary: &Summary, tz: &jiff::tz::TimeZone) -> String {
     );
     for (label, total) in [("saved", &summary.saved), ("would save", &summary.would_save)] {
         if total.jobs > 0 {
-            out += &format!(
-                "  {label:<12} {} GPU-hours, ${} across {}\n",
-                fmt_num((total.gpu_hours * 10.0).round() / 10.0),
-                money(total.dollars),
-                plural(total.jobs, "job", "jobs")
-            );
+            out += &format!("  {label:<12} {}\n", savings_total_text(total));
         }
     }
     out
@@ -663,7 +659,7 @@ mod tests {
 
     #[test]
     fn the_summary_counts_in_the_singular_and_the_plural() {
-        let one = SavingsTotal { jobs: 1, gpu_hours: 8.0, dollars: 0.0 };
+        let one = SavingsTotal { jobs: 1, gpu_hours: 8.0, dollars: None, unpriced_jobs: 1 };
         let summary =
             Summary { records: 1, jobs: 1, firings: 1, rule_errors: 0, saved: one, ..Summary::default() };
         let text = render_text(&[], &summary, &jiff::tz::TimeZone::UTC);
@@ -672,7 +668,10 @@ mod tests {
             "{text}"
         );
         assert!(text.contains("  rules        1 firing, 0 evaluation errors\n"), "{text}");
-        assert!(text.contains("  saved        8 GPU-hours, $0.00 across 1 job\n"), "{text}");
+        assert!(
+            text.contains("  saved        8 GPU-hours, cost unknown (no gpuHourCost) across 1 job\n"),
+            "{text}"
+        );
         let s = Savings {
             until: Timestamp::UNIX_EPOCH,
             basis: crate::evaluate::SavingsBasis::EstimatedEnd,
@@ -683,10 +682,18 @@ mod tests {
         assert_eq!(savings_text(&s), "frees 1 GPU × 2h until its estimated end = 2 GPU-hours");
     }
 
+    /// Issue 43: no gpuHourCost printed `$0.00` (free), a small saving `0 GPU-hours, $0.08`.
     #[test]
-    fn money_has_thousands_separators() {
-        assert_eq!(money(1512.5), "1,512.50");
-        assert_eq!(money(0.0), "0.00");
-        assert_eq!(money(1234567.891), "1,234,567.89");
+    fn the_summary_says_unknown_for_no_price_and_never_zero_hours_beside_dollars() {
+        let priced =
+            SavingsTotal { jobs: 1, gpu_hours: 262.4356, dollars: Some(1804.2356), unpriced_jobs: 0 };
+        assert_eq!(savings_total_text(&priced), "262.4 GPU-hours, $1,804.24 across 1 job");
+        let small = SavingsTotal { jobs: 1, gpu_hours: 0.0116, dollars: Some(0.08), unpriced_jobs: 0 };
+        assert_eq!(savings_total_text(&small), "0.012 GPU-hours, $0.08 across 1 job");
+        let mixed = SavingsTotal { jobs: 3, gpu_hours: 30.0, dollars: Some(100.0), unpriced_jobs: 1 };
+        assert_eq!(
+            savings_total_text(&mixed),
+            "30 GPU-hours across 3 jobs: $100.00 for 2, cost unknown for 1 (no gpuHourCost)"
+        );
     }
 }

@@ -445,7 +445,12 @@ impl Report {
     fn render_policy(&self, out: &mut String, p: &PolicyReport) {
         let t = &p.totals;
         let _ = writeln!(out, "\npolicy {} (mode {} as written)", p.policy, p.mode_as_written);
-        let dollars = t.dollars_saved.map(|d| format!(" (${})", fmt_num(d.round()))).unwrap_or_default();
+        let dollars = t
+            .dollars_saved
+            .map(|d| {
+                format!(" ({})", crate::units::money::fmt_money(Some(d), crate::units::money::Cents::Rounded))
+            })
+            .unwrap_or_default();
         let _ = writeln!(
             out,
             "  runs seen {}, stopped {}, saved {} GPU-h{dollars} ({} h of wall clock)",
