@@ -52,6 +52,10 @@ enum Command {
         /// Stream files (JSONL, or gzip / zstd compressed JSONL); `-` reads stdin.
         #[arg(required = true)]
         streams: Vec<PathBuf>,
+        /// Namespaces' labels, for ClusterProgressPolicies' namespaceSelector (a stream has no cluster to read
+        /// them from): YAML or JSON, `NAMESPACE: {LABEL: VALUE}` or `kubectl get namespaces -o yaml`.
+        #[arg(long, value_name = "FILE")]
+        namespace_labels: Option<PathBuf>,
         /// Send the notifications the policies' receivers would get, for real. Secrets come from
         /// TRAINWARDEN_SECRET_<NAMESPACE>_<NAME>_<KEY> variables, then from --secrets-dir.
         #[arg(long)]
@@ -75,6 +79,10 @@ enum Command {
     Validate {
         #[arg(required = true)]
         files: Vec<PathBuf>,
+        /// Refuse what is only a warning (a metric name neither canonical nor declared in spec.metrics, an
+        /// exception whose policy is not among the files), as a CI gate should.
+        #[arg(long)]
+        strict: bool,
     },
     /// Print the built-in detectors and their parameters.
     Detectors,
@@ -121,6 +129,7 @@ fn main() -> ExitCode {
             until,
             max_lateness,
             streams,
+            namespace_labels,
             notify,
             secrets_dir,
         } => replay::replay(&replay::ReplayArgs {
@@ -130,13 +139,14 @@ fn main() -> ExitCode {
             until: until.as_deref(),
             max_lateness: &max_lateness,
             streams: &streams,
+            namespace_labels: namespace_labels.as_deref(),
             notify: &replay::ReplayNotify { send: notify, secrets_dir },
         }),
         Command::Test { paths } => {
             let paths = if paths.is_empty() { vec![PathBuf::from("policies")] } else { paths };
             commands::test(&paths)
         }
-        Command::Validate { files } => commands::validate(&files),
+        Command::Validate { files, strict } => commands::validate(&files, strict),
         Command::Backtest(args) => backtest::backtest(&args),
         Command::Detectors => {
             commands::detectors();
@@ -168,6 +178,41 @@ pub(crate) fn colour_on_stderr() -> bool {
     std::io::stderr().is_terminal() && std::env::var_os("NO_COLOR").is_none_or(|v| v.is_empty())
 }
 
+/// A text file (a policy, a test file): UTF-8, a byte-order mark allowed. What it cannot be read as is said
+/// with the file and, for bytes that are not UTF-8, the line and column of the first one.
 pub(crate) fn read(path: &Path) -> Result<String, String> {
-    std::fs::read_to_string(path).map_err(|e| format!("{}: {e}", path.display()))
+    let bytes = std::fs::read(path).map_err(|e| format!("{}: {}", path.display(), io_error(&e)))?;
+    text_of(bytes, &path.display().to_string())
+}
+
+/// An I/O error as people say it: `no such file or directory`, not `No such file or directory (os error 2)`.
+pub(crate) fn io_error(e: &std::io::Error) -> String {
+    match e.kind() {
+        std::io::ErrorKind::NotFound => "no such file or directory".into(),
+        std::io::ErrorKind::PermissionDenied => "permission denied".into(),
+        std::io::ErrorKind::IsADirectory => "is a directory".into(),
+        _ => e.to_string(),
+    }
+}
+
+/// `bytes` as UTF-8 text, or why not, at `name:line:column`.
+pub(crate) fn text_of(bytes: Vec<u8>, name: &str) -> Result<String, String> {
+    if bytes.starts_with(&[0xff, 0xfe]) || bytes.starts_with(&[0xfe, 0xff]) {
+        return Err(format!(
+            "{name}: UTF-16 text (it starts with a UTF-16 byte-order mark); trainwarden reads UTF-8: convert it, \
+             e.g. iconv -f UTF-16 -t UTF-8"
+        ));
+    }
+    String::from_utf8(bytes).map_err(|e| {
+        let bytes = e.as_bytes();
+        let at = e.utf8_error().valid_up_to();
+        let before = &bytes[..at];
+        let line = before.iter().filter(|b| **b == b'\n').count() + 1;
+        let line_start = before.iter().rposition(|b| *b == b'\n').map_or(0, |i| i + 1);
+        let column = String::from_utf8_lossy(&before[line_start..]).chars().count() + 1;
+        format!(
+            "{name}:{line}:{column}: not UTF-8 (byte 0x{:02x}; Latin-1 or another encoding?): save the file as UTF-8",
+            bytes[at]
+        )
+    })
 }

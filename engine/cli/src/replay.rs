@@ -35,6 +35,7 @@ pub(crate) struct ReplayArgs<'a> {
     pub until: Option<&'a str>,
     pub max_lateness: &'a str,
     pub streams: &'a [PathBuf],
+    pub namespace_labels: Option<&'a Path>,
     pub notify: &'a ReplayNotify,
 }
 
@@ -65,7 +66,16 @@ pub(crate) fn replay(args: &ReplayArgs<'_>) -> Result<bool, String> {
     }
     let mut rounds = RoundLimit { interval: config.eval_interval, until, first: None, last: None };
     let exceptions = load_exceptions(args.policy_files, &policies)?;
+    let namespace_labels = match args.namespace_labels {
+        Some(path) => {
+            trainwarden_core::parse_namespace_labels(&crate::read(path)?, &path.display().to_string())?
+        }
+        None => trainwarden_core::NamespaceLabels::new(),
+    };
     let mut replay = Replay::new(policies, config);
+    for (namespace, labels) in namespace_labels {
+        replay.set_namespace_labels(&namespace, labels);
+    }
     replay.add_exceptions(exceptions);
     let mut timeline = Timeline::new(args.json, tz.clone());
     // A closed pipe ends the replay quietly, any other write error with status 2 (see `output`).

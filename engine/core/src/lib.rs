@@ -51,6 +51,7 @@ pub use history::job_series::JobSeries;
 pub use history::metric_series::{Direction, MetricSeries};
 pub use input::gpu::{GpuReading, GpuSample, GpuSummary, MAX_GPUS_PER_JOB};
 pub use input::merge::{LateRecord, MAX_LINE_BYTES, Merge, MergeError, RecordSource, StreamLines};
+pub use input::namespaces::{NamespaceLabels, parse_namespace_labels};
 pub use input::queue::QueueDemand;
 pub use input::sample::{JobKey, JobPhase, JobSnapshot, Metric, ProgressSample, SampleSource};
 pub use input::stream::{RecordError, StreamRecord, parse_line, parse_stream};

@@ -6,7 +6,7 @@
 //! the job counts as suspended and its later records are ignored (they describe a run that would not have
 //! happened). Savings are counted once per job, at its first (would-be) suspension.
 
-use std::collections::{BTreeMap, HashSet};
+use std::collections::BTreeMap;
 
 use rustc_hash::{FxHashMap, FxHashSet};
 
@@ -26,6 +26,39 @@ struct ReplayJob {
     snapshot: Option<JobSnapshot>,
     /// An enforced suspension stopped it: its later records are ignored.
     suspended: bool,
+    /// Its labels as last known (kept after its deletion), for why a policy did not select it.
+    labels: std::collections::BTreeMap<String, String>,
+}
+
+/// What the summary needs of a policy to say which jobs it did not select, and why.
+struct Selection {
+    reference: crate::policy::PolicyRef,
+    scope: crate::policy::PolicyScope,
+    selector: crate::policy::LabelSelector,
+}
+
+/// A metric a rule watches that no record of the replay reported: the rule could not fire on it.
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct UnreportedMetric {
+    /// `ProgressPolicy ml/p`.
+    pub policy: String,
+    /// The rule.
+    pub rule: String,
+    /// The metric name it watches.
+    pub metric: String,
+}
+
+/// The jobs a policy did not select, by reason (`"in another namespace"`, …), judged on each job's last labels.
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct NotSelected {
+    /// `ClusterProgressPolicy reclaim-hung`.
+    pub policy: String,
+    /// How many jobs it selected.
+    pub selected: u64,
+    /// Jobs it did not select, by reason.
+    pub reasons: BTreeMap<String, u64>,
 }
 
 /// The replay state machine.
@@ -39,6 +72,14 @@ pub struct Replay {
     saved_for: [FxHashSet<JobKey>; 2],
     clock: Option<Timestamp>,
     scratch: Vec<Event>,
+    /// Each policy's scope and selector, for the summary's `selection` lines.
+    selections: Vec<Selection>,
+    /// Namespaces' labels as given (`--namespace-labels`, the streams' `namespaceLabels`).
+    namespace_labels: FxHashMap<String, BTreeMap<String, String>>,
+    /// (policy, rule, metric) of every metric a rule watches.
+    watched: Vec<(String, String, String)>,
+    /// The watched metric names no record has reported yet: checked on each sample only while some remain.
+    unseen: Vec<String>,
     /// Everything that happened, in order.
     pub events: Vec<Event>,
     /// Totals so far; [`Replay::finish`] completes them.
@@ -69,6 +110,11 @@ pub struct Summary {
     pub first_record: Option<Timestamp>,
     /// Where the clock stopped: the last record or timer run, or `until` of [`Replay::finish`].
     pub last_time: Option<Timestamp>,
+    /// Metrics rules watch that no record reported (their rules could not fire on them), from
+    /// [`Replay::finish`].
+    pub unreported_metrics: Vec<UnreportedMetric>,
+    /// Policies that did not select every job, and why, from [`Replay::finish`].
+    pub not_selected: Vec<NotSelected>,
 }
 
 /// GPU time freed by suspensions in one mode, each job counted once.
@@ -87,13 +133,20 @@ pub struct SavingsTotal {
 }
 
 impl Replay {
-    /// Policies with the same kind, namespace and name would replace each other silently; that is an error.
+    /// Policies with the same kind, namespace and name would replace each other silently; that is an error
+    /// that names where each is defined (`validate` says the same of the same files).
     pub fn check_unique(policies: &[CompiledPolicy]) -> Result<(), String> {
-        let mut seen = HashSet::new();
+        let mut seen: std::collections::HashMap<_, &CompiledPolicy> = std::collections::HashMap::new();
         for p in policies {
             let r = &p.reference;
-            if !seen.insert((r.kind, r.namespace.clone(), r.name.clone())) {
-                return Err(format!("{} {r} is defined twice", r.kind));
+            if let Some(first) = seen.insert((r.kind, r.namespace.clone(), r.name.clone()), p) {
+                let at = |p: &CompiledPolicy| p.origin.clone().unwrap_or_else(|| "a document".into());
+                return Err(format!(
+                    "{} {r} is defined twice: in {} and in {}; give each policy once",
+                    r.kind,
+                    at(first),
+                    at(p)
+                ));
             }
         }
         Ok(())
@@ -104,7 +157,24 @@ impl Replay {
         let mut evaluator = Evaluator::new(config);
         let mut events = Vec::new();
         let start = Timestamp::UNIX_EPOCH;
+        let mut selections = Vec::new();
+        let mut watched = Vec::new();
+        let mut unseen: Vec<String> = Vec::new();
         for p in policies {
+            let policy = format!("{} {}", p.reference.kind, p.reference);
+            for rule in &p.rules {
+                for metric in &rule.watched_metrics {
+                    watched.push((policy.clone(), rule.name.clone(), metric.clone()));
+                    if !unseen.contains(metric) {
+                        unseen.push(metric.clone());
+                    }
+                }
+            }
+            selections.push(Selection {
+                reference: p.reference.clone(),
+                scope: p.scope.clone(),
+                selector: p.selector.clone(),
+            });
             evaluator.upsert_policy(p, start, &mut events);
         }
         Replay {
@@ -114,6 +184,10 @@ impl Replay {
             saved_for: [FxHashSet::default(), FxHashSet::default()],
             clock: None,
             scratch: Vec::new(),
+            selections,
+            namespace_labels: FxHashMap::default(),
+            watched,
+            unseen,
             events,
             summary: Summary::default(),
         }
@@ -138,7 +212,21 @@ impl Replay {
         namespace: &str,
         labels: std::collections::BTreeMap<String, String>,
     ) {
+        if self.namespace_labels.get(namespace) == Some(&labels) {
+            return;
+        }
+        self.namespace_labels.insert(namespace.to_string(), labels.clone());
         self.evaluator.set_namespace_labels(namespace, labels);
+    }
+
+    /// Notes the watched metrics `sample` reports (only while some have not been seen: a cheap no-op after).
+    fn saw(&mut self, sample: Option<&crate::input::sample::ProgressSample>) {
+        if self.unseen.is_empty() {
+            return;
+        }
+        if let Some(sample) = sample {
+            self.unseen.retain(|name| sample.metric(name).is_none());
+        }
     }
 
     /// Runs timers up to and including `until`.
@@ -182,11 +270,13 @@ impl Replay {
         let u = match record {
             StreamRecord::Object { snapshot, .. } => {
                 let snapshot = *snapshot;
+                self.saw(snapshot.sample.as_ref());
                 let job = self.job_entry(&snapshot.key);
                 if job.suspended {
                     self.summary.ignored_after_suspend += 1;
                     return;
                 }
+                job.labels.clone_from(&snapshot.labels);
                 job.snapshot = Some(snapshot.clone());
                 self.evaluator.observe(snapshot, time, &mut self.scratch);
                 self.summary.jobs = self.jobs.len();
@@ -196,6 +286,11 @@ impl Replay {
             }
             StreamRecord::Update(u) => u,
         };
+        self.saw(u.sample.as_ref());
+        if let Some(labels) = &u.namespace_labels {
+            let namespace = u.job.namespace.clone();
+            self.set_namespace_labels(&namespace, labels.clone());
+        }
         let job = self.job_entry(&u.job);
         if job.suspended {
             self.summary.ignored_after_suspend += 1;
@@ -228,6 +323,7 @@ impl Replay {
                 snapshot.phase = phase;
             }
             if let Some(labels) = u.labels {
+                job.labels.clone_from(&labels);
                 snapshot.labels = labels;
             }
             if let Some(g) = u.gpus {
@@ -257,7 +353,65 @@ impl Replay {
             self.advance_to(u);
         }
         self.summary.jobs = self.jobs.len();
+        self.summary.unreported_metrics = self
+            .watched
+            .iter()
+            .filter(|(_, _, metric)| self.unseen.contains(metric))
+            .map(|(policy, rule, metric)| UnreportedMetric {
+                policy: policy.clone(),
+                rule: rule.clone(),
+                metric: metric.clone(),
+            })
+            .collect();
+        self.summary.not_selected = self.not_selected();
         &self.summary
+    }
+
+    /// Per policy that did not select every job: how many it did select, and why not the others (judged on
+    /// each job's last labels and its namespace's labels as given).
+    fn not_selected(&self) -> Vec<NotSelected> {
+        let mut out = Vec::new();
+        for s in &self.selections {
+            let mut selected = 0;
+            let mut reasons: BTreeMap<String, u64> = BTreeMap::new();
+            for (key, &id) in &self.job_ids {
+                let labels = &self.jobs[id].labels;
+                let reason = match &s.scope {
+                    crate::policy::PolicyScope::Namespace(ns) if *ns != key.namespace => {
+                        Some("in another namespace".to_string())
+                    }
+                    crate::policy::PolicyScope::Cluster { namespace_selector, .. }
+                        if !namespace_selector.is_empty() =>
+                    {
+                        match self.namespace_labels.get(&key.namespace) {
+                            None => Some(
+                                "in a namespace whose labels are unknown (give them with --namespace-labels FILE, \
+                                 or record them)"
+                                    .to_string(),
+                            ),
+                            Some(ns_labels) if !namespace_selector.matches(ns_labels) => {
+                                Some("in a namespace its namespaceSelector does not match".to_string())
+                            }
+                            Some(_) => None,
+                        }
+                    }
+                    _ => None,
+                }
+                .or_else(|| (!s.selector.matches(labels)).then(|| "whose labels its selector does not match".into()));
+                match reason {
+                    None => selected += 1,
+                    Some(r) => *reasons.entry(r).or_default() += 1,
+                }
+            }
+            if !reasons.is_empty() {
+                out.push(NotSelected {
+                    policy: format!("{} {}", s.reference.kind, s.reference),
+                    selected,
+                    reasons,
+                });
+            }
+        }
+        out
     }
 
     /// The job's entry, made on its first record (the key is cloned only then).
@@ -645,6 +799,23 @@ pub fn render_summary(summary: &Summary, tz: &jiff::tz::TimeZone) -> String {
         "  actions      {}\n",
         if intents.is_empty() { "none".to_string() } else { intents.join(", ") }
     );
+    for n in &summary.not_selected {
+        let jobs = n.selected + n.reasons.values().sum::<u64>();
+        let why: Vec<String> = n.reasons.iter().map(|(reason, k)| format!("{k} {reason}")).collect();
+        out += &format!(
+            "  selection    {} selected {} of {}: {}\n",
+            n.policy,
+            n.selected,
+            plural(jobs, "job", "jobs"),
+            why.join(", ")
+        );
+    }
+    for u in &summary.unreported_metrics {
+        out += &format!(
+            "  unreported   rule {} of {} watches {}: no record reported it, so the rule could not fire on it\n",
+            u.rule, u.policy, u.metric
+        );
+    }
     for (label, total) in [("saved", &summary.saved), ("would save", &summary.would_save)] {
         if total.jobs > 0 {
             out += &format!("  {label:<12} {}\n", savings_total_text(total));

@@ -83,6 +83,9 @@ pub struct Update {
     pub gpu: Option<GpuSample>,
     /// The demand queued behind the job in Kueue from `time` on.
     pub queue: Option<QueueDemand>,
+    /// The labels of the job's namespace from `time` on, for cluster policies' `namespaceSelector`
+    /// (`"namespaceLabels": {"team": "a"}`; a recorder writes them on a job's first line and when they change).
+    pub namespace_labels: Option<BTreeMap<String, String>>,
     pub deleted: bool,
 }
 
@@ -98,6 +101,7 @@ impl Update {
             gpus: None,
             gpu: None,
             queue: None,
+            namespace_labels: None,
             deleted: false,
         }
     }
@@ -260,12 +264,13 @@ pub(super) fn parse_line_general(
                 | "gpus"
                 | "gpu"
                 | "queue"
+                | "namespaceLabels"
                 | "deleted"
         ) {
             return Err(err(
                 None,
                 format!(
-                    "unknown field {key:?} (expected time, job, trainerStatus, annotation, phase, labels, gpus, gpu, queue, deleted)"
+                    "unknown field {key:?} (expected time, job, trainerStatus, annotation, phase, labels, gpus, gpu, queue, namespaceLabels, deleted)"
                 ),
             ));
         }
@@ -311,18 +316,22 @@ pub(super) fn parse_line_general(
         }),
         Some(other) => return Err(err(None, format!("phase: expected a string, got {other}"))),
     };
-    let labels = match obj.get("labels") {
-        None => None,
-        Some(Value::Object(m)) => {
-            let mut labels = BTreeMap::new();
-            for (k, v) in m {
-                let v = v.as_str().ok_or_else(|| err(None, format!("labels.{k}: expected a string")))?;
-                labels.insert(k.clone(), v.to_string());
+    let string_map = |field: &str| -> Result<Option<BTreeMap<String, String>>, RecordError> {
+        match obj.get(field) {
+            None => Ok(None),
+            Some(Value::Object(m)) => {
+                let mut labels = BTreeMap::new();
+                for (k, v) in m {
+                    let v = v.as_str().ok_or_else(|| err(None, format!("{field}.{k}: expected a string")))?;
+                    labels.insert(k.clone(), v.to_string());
+                }
+                Ok(Some(labels))
             }
-            Some(labels)
+            Some(other) => Err(err(None, format!("{field}: expected an object, got {other}"))),
         }
-        Some(other) => return Err(err(None, format!("labels: expected an object, got {other}"))),
     };
+    let labels = string_map("labels")?;
+    let namespace_labels = string_map("namespaceLabels")?;
     let gpus = match obj.get("gpus") {
         None => None,
         Some(v) => match v.as_f64() {
@@ -343,7 +352,18 @@ pub(super) fn parse_line_general(
         Some(Value::Bool(b)) => *b,
         Some(other) => return Err(err(None, format!("deleted: expected true or false, got {other}"))),
     };
-    Ok(StreamRecord::Update(Update { time, job, sample, phase, labels, gpus, gpu, queue, deleted }))
+    Ok(StreamRecord::Update(Update {
+        time,
+        job,
+        sample,
+        phase,
+        labels,
+        gpus,
+        gpu,
+        queue,
+        namespace_labels,
+        deleted,
+    }))
 }
 
 /// A TrainJob line's record. A watch delivers the object on any change (phase, suspend, labels), often with

@@ -260,6 +260,15 @@ pub(super) fn check(ast: &rhai::AST, callables: &Callables, context: &ScriptCont
         }
         true
     });
+    ast.walk(&mut |path: &[ASTNode]| {
+        if let Some(ASTNode::Expr(Expr::FnCall(call, pos)) | ASTNode::Stmt(Stmt::FnCall(call, pos))) =
+            path.last()
+            && let Some(problem) = check_comparison(call, *pos)
+        {
+            problems.push(problem);
+        }
+        true
+    });
     if let Some(problem) = check_result(ast) {
         problems.push(problem);
     }
@@ -619,6 +628,8 @@ fn static_type(expr: &Expr) -> Static {
         Expr::Unit(..) => Static::Nothing,
         Expr::Array(..) | Expr::Map(..) => Static::Collection,
         Expr::DynamicConstant(d, _) => dynamic_type(d),
+        // `labels["team"]`, `labels.team`: label and annotation values are strings ("" when absent).
+        Expr::Index(bin, ..) | Expr::Dot(bin, ..) if job_map(&bin.lhs) => Static::Text,
         Expr::FnCall(call, _) if call.is_operator_call() => match call.name.as_str() {
             "==" | "!=" | "<" | "<=" | ">" | ">=" | "!" | "in" => Static::Bool,
             "+" | "-" | "*" | "/" | "%" | "**" => {
@@ -694,8 +705,116 @@ fn check_result(ast: &rhai::AST) -> Option<Problem> {
     })
 }
 
+/// The comparison operators, whose sides must be of one type.
+const COMPARISONS: &[&str] = &["==", "!=", "<", "<=", ">", ">="];
+
+/// Whether `expr` is the `labels` or `annotations` variable (the job's maps of strings).
+fn job_map(expr: &Expr) -> bool {
+    matches!(expr, Expr::Variable(var, ..) if var.2.is_empty() && matches!(var.1.as_str(), "labels" | "annotations"))
+}
+
+/// A comparison whose sides are plainly of different types (`metric("loss") > "abc"`,
+/// `labels.team == 1`): Rhai would quietly answer false (true for `!=`), so the rule could never fire (or
+/// always would). Sides of unknown type are left to the run-time check ([`register_type_mismatch_errors`]);
+/// `()` is left alone (`x == ()` asks whether `x` is nothing).
+fn check_comparison(call: &FnCallExpr, pos: Position) -> Option<Problem> {
+    let op = call.name.as_str();
+    if !call.is_operator_call() || !COMPARISONS.contains(&op) || call.args.len() != 2 {
+        return None;
+    }
+    let (a, b) = (static_type(&call.args[0]), static_type(&call.args[1]));
+    let noun = |t: Static| match t {
+        Static::Number => Some("a number"),
+        Static::Text => Some("a string"),
+        Static::Bool => Some("true/false"),
+        Static::Collection => Some("an array or map"),
+        Static::Nothing | Static::Unknown => None,
+    };
+    let (na, nb) = (noun(a)?, noun(b)?);
+    if a == b {
+        return None;
+    }
+    let always = if op == "!=" { "true" } else { "false" };
+    let hint = if a == Static::Text || b == Static::Text {
+        " (labels and annotations are strings: labels.team == \"1\"; a metric is a number: metric(\"loss\") > 2.0; \
+         NaN is caught with !finite(...))"
+    } else {
+        ""
+    };
+    Some(Problem {
+        pos,
+        message: format!(
+            "`{op}` compares {na} with {nb}, which is always {always}: values of different types are never equal \
+             or ordered; compare like with like{hint}"
+        ),
+    })
+}
+
+/// Registers, for every comparison operator, an overload for each pair of different types a script can
+/// compare (number, string, true/false) that fails the evaluation with what was compared. Rhai would answer
+/// false (true for `!=`); a rule that can never fire must be an error (counted, reported), not quiet. The
+/// engine runs with fast operators off, so registered overloads come before Rhai's built-in fallback.
+pub(super) fn register_type_mismatch_errors(engine: &mut Engine) {
+    use rhai::ImmutableString as Str;
+    fn mismatch(op: &str, a: &str, b: &str) -> Box<rhai::EvalAltResult> {
+        format!(
+            "`{op}` compares {a} with {b}, which is never true: values of different types are never equal or \
+             ordered (compare like with like)"
+        )
+        .into()
+    }
+    macro_rules! pair {
+        ($op:literal, $ta:ty, $na:literal, $tb:ty, $nb:literal) => {
+            engine.register_fn($op, |_: $ta, _: $tb| -> Result<bool, Box<rhai::EvalAltResult>> {
+                Err(mismatch($op, $na, $nb))
+            });
+            engine.register_fn($op, |_: $tb, _: $ta| -> Result<bool, Box<rhai::EvalAltResult>> {
+                Err(mismatch($op, $nb, $na))
+            });
+        };
+    }
+    macro_rules! ops {
+        ($($op:literal),*) => {$(
+            pair!($op, f64, "a number", Str, "a string");
+            pair!($op, i64, "an integer", Str, "a string");
+            pair!($op, f64, "a number", bool, "true/false");
+            pair!($op, i64, "an integer", bool, "true/false");
+            pair!($op, Str, "a string", bool, "true/false");
+        )*};
+    }
+    ops!("==", "!=", "<", "<=", ">", ">=");
+}
+
+/// The constant metric names a script's host calls watch (`metric("loss")`, `plateau("eval_loss", "2h")`),
+/// each with its position and the function: what `validate` checks against the names reports carry.
+pub(super) fn metric_arguments(ast: &rhai::AST) -> Vec<(String, Position, &'static str)> {
+    let mut found = Vec::new();
+    ast.walk(&mut |path: &[ASTNode]| {
+        if let Some(ASTNode::Expr(Expr::FnCall(call, pos)) | ASTNode::Stmt(Stmt::FnCall(call, pos))) =
+            path.last()
+            && !call.is_operator_call()
+            && !call.is_qualified()
+        {
+            for signature in HOST_SIGNATURES.iter().filter(|s| s.name == call.name.as_str()) {
+                if signature.params.len() != call.args.len() {
+                    continue;
+                }
+                for (param, arg) in signature.params.iter().zip(call.args.iter()) {
+                    if let (Param::Metric, Some(Constant::Text(name))) = (param, constant(arg)) {
+                        let at = if arg.start_position().is_none() { *pos } else { arg.start_position() };
+                        found.push((name, at, signature.name));
+                    }
+                }
+                break;
+            }
+        }
+        true
+    });
+    found
+}
+
 /// Levenshtein distance, for "did you mean".
-fn edit_distance(a: &str, b: &str) -> usize {
+pub(crate) fn edit_distance(a: &str, b: &str) -> usize {
     let b: Vec<char> = b.chars().collect();
     let mut row: Vec<usize> = (0..=b.len()).collect();
     for (i, ca) in a.chars().enumerate() {

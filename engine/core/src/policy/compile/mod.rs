@@ -10,6 +10,7 @@
 mod actions;
 pub use actions::RESERVED_ANNOTATIONS;
 mod calendar;
+mod metrics;
 mod rules;
 
 use std::sync::Arc;
@@ -63,6 +64,9 @@ pub struct CompiledRule {
     /// The rule's spec as JSON: a rule whose definition did not change keeps its state when its policy is
     /// replaced.
     pub fingerprint: String,
+    /// The metric names the rule reads (its detector's and its script's constant ones), for `replay` and
+    /// `backtest` to name those no run reported: such a rule could not fire there.
+    pub watched_metrics: Vec<String>,
 }
 
 /// A validated policy with compiled rules.
@@ -91,6 +95,11 @@ pub struct CompiledPolicy {
     pub max_snooze: Option<PolicyDuration>,
     /// `spec.snooze.maxPerJob`: how many snoozes a job may have for this policy (`None`: no limit).
     pub max_snoozes: Option<u32>,
+    /// What may make a rule a silent no-op without being certain to (a metric name no canonical list knows
+    /// and the policy does not declare): `validate` prints them, `validate --strict` refuses the policy.
+    pub warnings: Vec<FieldError>,
+    /// Where the document was read from (`file:line`), for messages that name two definitions.
+    pub origin: Option<String>,
 }
 
 impl CompiledPolicy {
@@ -188,7 +197,11 @@ pub fn compile(doc: &PolicyDocument, engine: &ScriptEngine) -> Result<CompiledPo
     let sampling_interval = check_settings(doc, &mut errors);
     let receivers =
         receiver::compile_receivers(&spec.receivers, &doc.scope, calendar.time_zone(), &mut errors);
-    let rules = rules::rules(spec, sampling_interval, engine, &mut errors);
+    let mut watched = Vec::new();
+    let rules = rules::rules(spec, sampling_interval, engine, &mut errors, &mut watched);
+    let mut warnings = Vec::new();
+    metrics::check_declared(&spec.metrics, &mut errors);
+    metrics::check(&watched, &spec.metrics, &mut errors, &mut warnings);
     // A field the compiler has something to say about needs no second, vaguer line from the schema.
     let own: std::collections::HashSet<String> = errors.iter().map(|e| e.path.clone()).collect();
     let reading_errors = doc.reading_errors.iter().filter(|e| !own.contains(&e.path)).cloned();
@@ -200,6 +213,11 @@ pub fn compile(doc: &PolicyDocument, engine: &ScriptEngine) -> Result<CompiledPo
         errors.sort_by_key(|e| e.position.map_or((usize::MAX, 0), |p| (p.line, p.column)));
         return Err(FieldErrors { document: doc.reference.to_string(), file, errors });
     }
+    locate(&mut warnings, doc.positions.as_deref());
+    let origin = doc.positions.as_ref().map(|p| match p.of("metadata.name", false) {
+        Some(at) => format!("{}:{}", p.file, at.line),
+        None => p.file.clone(),
+    });
     Ok(CompiledPolicy {
         reference: doc.reference.clone(),
         scope: doc.scope.clone(),
@@ -216,6 +234,8 @@ pub fn compile(doc: &PolicyDocument, engine: &ScriptEngine) -> Result<CompiledPo
         limits: spec.limits.unwrap_or_default(),
         max_snooze: spec.snooze.as_ref().and_then(|s| s.max_duration.as_ref()).and_then(|d| d.parse().ok()),
         max_snoozes: spec.snooze.as_ref().and_then(|s| s.max_per_job),
+        warnings,
+        origin,
     })
 }
 
