@@ -257,3 +257,126 @@ impl<'de, T: Deserialize<'de>> Deserialize<'de> for MapOnly<T> {
         d.deserialize_map(ObjectVisitor(PhantomData))
     }
 }
+
+/// A key given twice in one JSON object, and where: JSON readers keep the last value and drop the first in
+/// silence, so a stream line that says two things is refused rather than guessed at.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) struct DuplicateKey {
+    /// The key's path, e.g. `trainerStatus.metrics[0].value` or `labels.team`.
+    pub path: String,
+}
+
+impl DuplicateKey {
+    /// The message for a stream line: the path, what is wrong, why it is refused.
+    pub(crate) fn message(&self) -> String {
+        format!(
+            "{}: the key is given twice in one object (JSON keeps only the last; which one was meant?)",
+            self.path
+        )
+    }
+}
+
+/// The first key given twice in one object of `text` (any depth), or `None` when every object's keys are
+/// distinct or `text` is not JSON at all (the caller's parse then says what is wrong).
+pub(crate) fn duplicate_key(text: &str) -> Option<DuplicateKey> {
+    let mut d = serde_json::Deserializer::from_str(text);
+    match distinct_keys(&mut d) {
+        Ok(Some(path)) => Some(DuplicateKey { path }),
+        Ok(None) | Err(_) => None,
+    }
+}
+
+/// Reads one JSON value from `d` as a `Value` parse checks it (numbers' range, strings, nesting), keeping
+/// nothing: `Ok(Some(path))` names the first key given twice in one object.
+pub(crate) fn distinct_keys<'de, D: Deserializer<'de>>(d: D) -> Result<Option<String>, D::Error> {
+    de::DeserializeSeed::deserialize(Distinct, d)
+}
+
+/// Visits any JSON value; its value is the path of the first key seen twice in one object (built on the way
+/// out, so a line without one allocates nothing for paths), the rest of the value being read all the same.
+struct Distinct;
+
+impl<'de> de::DeserializeSeed<'de> for Distinct {
+    type Value = Option<String>;
+    fn deserialize<D: Deserializer<'de>>(self, d: D) -> Result<Option<String>, D::Error> {
+        d.deserialize_any(self)
+    }
+}
+
+impl<'de> Visitor<'de> for Distinct {
+    type Value = Option<String>;
+    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("any JSON value")
+    }
+    fn visit_bool<E>(self, _: bool) -> Result<Option<String>, E> {
+        Ok(None)
+    }
+    fn visit_i64<E>(self, _: i64) -> Result<Option<String>, E> {
+        Ok(None)
+    }
+    fn visit_u64<E>(self, _: u64) -> Result<Option<String>, E> {
+        Ok(None)
+    }
+    fn visit_f64<E>(self, _: f64) -> Result<Option<String>, E> {
+        Ok(None)
+    }
+    fn visit_str<E>(self, _: &str) -> Result<Option<String>, E> {
+        Ok(None)
+    }
+    fn visit_unit<E>(self) -> Result<Option<String>, E> {
+        Ok(None)
+    }
+    fn visit_seq<A: de::SeqAccess<'de>>(self, mut seq: A) -> Result<Option<String>, A::Error> {
+        let mut found = None;
+        let mut i = 0;
+        while let Some(inner) = seq.next_element_seed(Distinct)? {
+            if found.is_none() {
+                found =
+                    inner.map(|p| format!("[{i}]{}", if p.starts_with('[') { p } else { format!(".{p}") }));
+            }
+            i += 1;
+        }
+        Ok(found)
+    }
+    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Option<String>, A::Error> {
+        // Most objects have a few keys without escapes: those are compared where they lie, without allocating.
+        const INLINE: usize = 16;
+        let mut inline: [&'de str; INLINE] = [""; INLINE];
+        let mut n = 0;
+        let mut spilled: Vec<std::borrow::Cow<'de, str>> = Vec::new();
+        let mut found: Option<String> = None;
+        while let Some(key) = map.next_key::<std::borrow::Cow<'de, str>>()? {
+            let seen = inline[..n].contains(&key.as_ref()) || spilled.contains(&key);
+            if seen && found.is_none() {
+                found = Some(key.to_string());
+            }
+            let inner = map.next_value_seed(Distinct)?;
+            if found.is_none() {
+                found = inner
+                    .map(|p| if p.starts_with('[') { format!("{key}{p}") } else { format!("{key}.{p}") });
+            }
+            match key {
+                std::borrow::Cow::Borrowed(k) if n < INLINE => {
+                    inline[n] = k;
+                    n += 1;
+                }
+                other => spilled.push(other),
+            }
+        }
+        Ok(found)
+    }
+}
+
+#[cfg(test)]
+mod duplicate_key_tests {
+    use super::*;
+
+    #[test]
+    fn a_key_given_twice_is_found_at_any_depth_with_its_path() {
+        assert_eq!(duplicate_key(r#"{"a":1,"b":{"c":[{"d":1}]}}"#), None);
+        assert_eq!(duplicate_key(r#"{"a":1,"a":2}"#).unwrap().path, "a");
+        assert_eq!(duplicate_key(r#"{"b":{"c":[{},{"d":1,"d":1}]}}"#).unwrap().path, "b.c[1].d");
+        assert_eq!(duplicate_key(r#"{"l":{"team":"a","te\u0061m":"b"}}"#).unwrap().path, "l.team", "escapes");
+        assert_eq!(duplicate_key("{not json"), None, "the caller's parse says what is wrong");
+    }
+}

@@ -156,6 +156,9 @@ fn decode_line(
             }));
         }
     };
+    // A byte-order mark (Windows editors write one) opens the text, as in a policy file; it is not part of
+    // the first line.
+    let text = if line == 1 { text.strip_prefix('\u{feff}').unwrap_or(text) } else { text };
     let trimmed = text.trim();
     if trimmed.is_empty() || trimmed.starts_with('#') {
         return None;

@@ -629,7 +629,10 @@ fn static_type(expr: &Expr) -> Static {
         Expr::Array(..) | Expr::Map(..) => Static::Collection,
         Expr::DynamicConstant(d, _) => dynamic_type(d),
         // `labels["team"]`, `labels.team`: label and annotation values are strings ("" when absent).
-        Expr::Index(bin, ..) | Expr::Dot(bin, ..) if job_map(&bin.lhs) => Static::Text,
+        Expr::Index(bin, ..) if job_map(&bin.lhs) && matches!(bin.rhs, Expr::StringConstant(..)) => {
+            Static::Text
+        }
+        Expr::Dot(bin, ..) if job_map(&bin.lhs) && matches!(bin.rhs, Expr::Property(..)) => Static::Text,
         Expr::FnCall(call, _) if call.is_operator_call() => match call.name.as_str() {
             "==" | "!=" | "<" | "<=" | ">" | ">=" | "!" | "in" => Static::Bool,
             "+" | "-" | "*" | "/" | "%" | "**" => {
