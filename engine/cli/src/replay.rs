@@ -82,7 +82,20 @@ pub(crate) fn replay(args: &ReplayArgs<'_>) -> Result<bool, String> {
     let written = |e: io::Error| crate::output::failed(&e);
     let heading = "invalid stream (replayed up to the first bad line)";
     while let Some(record) = streams::next_record(&mut merge, heading)? {
-        rounds.check(record.time())?;
+        // `--until` ends the replay where it says, before the stream's end too.
+        if let Some(u) = until
+            && record.time() > u
+        {
+            if replay.summary.first_record.is_none() {
+                return Err(format!(
+                    "--until {u} is before the first record ({}): there is nothing to replay",
+                    record.time()
+                ));
+            }
+            eprintln!("note: replayed up to --until {u}; the records after it were not read");
+            break;
+        }
+        rounds.check(record.time(), || merge.last_position().unwrap_or_default())?;
         replay.feed(record);
         timeline.observe(&mut replay, &mut notifications).unwrap_or_else(written);
     }
@@ -117,20 +130,31 @@ pub(crate) fn replay(args: &ReplayArgs<'_>) -> Result<bool, String> {
 struct RoundLimit {
     interval: PolicyDuration,
     until: Option<Timestamp>,
-    first: Option<Timestamp>,
+    /// The first record's time and where it is (`file:line`).
+    first: Option<(Timestamp, String)>,
     last: Option<Timestamp>,
 }
 
 impl RoundLimit {
-    /// Before the record at `time` (records come in time order) is fed.
-    fn check(&mut self, time: Timestamp) -> Result<(), String> {
-        let first = *self.first.get_or_insert(time);
+    /// Before the record at `time` (records come in time order), at `position()`, is fed.
+    fn check(&mut self, time: Timestamp, position: impl Fn() -> String) -> Result<(), String> {
+        let (first, first_at) = self.first.get_or_insert_with(|| (time, position())).clone();
         self.last = Some(time);
         let end = self.until.unwrap_or(time).max(time);
         let rounds = end.duration_since(first).as_secs_f64() / self.interval.as_secs_f64();
         if rounds > MAX_ROUNDS {
+            let (why, at) = match self.until {
+                Some(u) if u >= time => (format!("to --until {u}"), first_at.clone()),
+                _ => (format!("to {}: its time {time}", position()), position()),
+            };
+            let epoch = if first.as_second() < 86_400 {
+                format!(" ({first_at} is at the Unix epoch: a time that was never set?)")
+            } else {
+                String::new()
+            };
             return Err(format!(
-                "replaying {first} to {end} every {} is {} evaluation rounds (at most {MAX_ROUNDS}): raise --eval-interval",
+                "{at}: replaying from {first_at} ({first}) {why} every {} is {} evaluation rounds (at most \
+                 {MAX_ROUNDS}){epoch}: check the stream's times, or raise --eval-interval",
                 self.interval,
                 rounds.round(),
             ));

@@ -337,6 +337,8 @@ pub struct Merge<S> {
     max_lateness: PolicyDuration,
     /// The input whose line failed, for [`Merge::invalid_lines`].
     failed: Option<usize>,
+    /// Where the last record handed out was: its input and line.
+    last: Option<(usize, usize)>,
 }
 
 impl<S: RecordSource> Merge<S> {
@@ -346,7 +348,7 @@ impl<S: RecordSource> Merge<S> {
             .into_iter()
             .map(|lines| Input { lines, window: Window::default(), latest: None, ended: false })
             .collect();
-        Merge { inputs, max_lateness, failed: None }
+        Merge { inputs, max_lateness, failed: None, last: None }
     }
 
     /// The next record in time order, `None` after the last.
@@ -369,7 +371,9 @@ impl<S: RecordSource> Merge<S> {
             match best {
                 None => return Ok(None),
                 Some((i, Step::Ready(_))) => {
-                    return Ok(self.inputs[i].window.pop().map(|p| p.record));
+                    let pending = self.inputs[i].window.pop();
+                    self.last = pending.as_ref().map(|p| (i, p.line));
+                    return Ok(pending.map(|p| p.record));
                 }
                 Some((i, Step::Read(_))) => self.read(i)?,
             }
@@ -411,6 +415,12 @@ impl<S: RecordSource> Merge<S> {
         }
         input.window.push(Pending { time, line, record });
         Ok(())
+    }
+
+    /// Where the record [`Merge::next_record`] handed out last comes from: `file:line`.
+    pub fn last_position(&self) -> Option<String> {
+        let (i, line) = self.last?;
+        Some(format!("{}:{line}", self.inputs[i].lines.source()))
     }
 
     /// After [`MergeError::Invalid`]: `first` and the bad lines of everything not read yet (decoded, not

@@ -403,6 +403,12 @@ fn plain_yaml_message(what: &str) -> String {
         let key = rest.split(", set DuplicateKeyPolicy").next().unwrap_or(rest);
         return format!("duplicate key {key:?}: a key may appear only once in a mapping");
     }
+    if let Some(rest) = what.strip_prefix("non-finite float `") {
+        let number = rest.split('`').next().unwrap_or(rest);
+        return format!(
+            "the number {number} is too large to represent (it would read as infinity); numbers in a policy are finite"
+        );
+    }
     if let Some(rest) = what.strip_prefix("budget breached: ") {
         let limit = rest.split([' ', '{']).next().unwrap_or(rest).to_lowercase();
         let number: String = rest.chars().filter(char::is_ascii_digit).collect();
