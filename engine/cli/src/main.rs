@@ -46,9 +46,10 @@ enum Command {
         #[arg(long)]
         until: Option<String>,
         /// How much earlier than the latest line above it a line may be (a stream is read in order, through
-        /// a reorder window this long); a line later than that stops the replay with an error.
-        #[arg(long, value_name = "DURATION", default_value = "5m")]
-        max_lateness: String,
+        /// a reorder window this long); a line later than that stops the replay with an error. Default 5m;
+        /// 0s for a live stdin (a terminal or a pipe), whose events a window would hold back by its length.
+        #[arg(long, value_name = "DURATION")]
+        max_lateness: Option<String>,
         /// Stream files (JSONL, or gzip / zstd compressed JSONL); `-` reads stdin.
         #[arg(required = true)]
         streams: Vec<PathBuf>,
@@ -137,7 +138,7 @@ fn main() -> ExitCode {
             json: matches!(output, Output::Json),
             eval_interval: &eval_interval,
             until: until.as_deref(),
-            max_lateness: &max_lateness,
+            max_lateness: max_lateness.as_deref(),
             streams: &streams,
             namespace_labels: namespace_labels.as_deref(),
             notify: &replay::ReplayNotify { send: notify, secrets_dir },

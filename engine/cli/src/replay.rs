@@ -33,7 +33,8 @@ pub(crate) struct ReplayArgs<'a> {
     pub json: bool,
     pub eval_interval: &'a str,
     pub until: Option<&'a str>,
-    pub max_lateness: &'a str,
+    /// `--max-lateness`, if given.
+    pub max_lateness: Option<&'a str>,
     pub streams: &'a [PathBuf],
     pub namespace_labels: Option<&'a Path>,
     pub notify: &'a ReplayNotify,
@@ -45,8 +46,13 @@ pub(crate) fn replay(args: &ReplayArgs<'_>) -> Result<bool, String> {
         .until
         .map(|u| u.parse::<Timestamp>().map_err(|e| format!("--until: expected an RFC 3339 time: {e}")))
         .transpose()?;
-    let max_lateness: PolicyDuration =
-        args.max_lateness.parse().map_err(|e| format!("--max-lateness: {e}"))?;
+    let inputs = streams::open_inputs(args.streams)?;
+    let live = inputs.iter().any(|i| i.live);
+    let max_lateness: PolicyDuration = match args.max_lateness {
+        Some(text) => text.parse().map_err(|e| format!("--max-lateness: {e}"))?,
+        None if live => PolicyDuration::from_secs(0),
+        None => PolicyDuration::from_secs(300),
+    };
     let engine = Evaluator::new(config.clone());
     let policies = load_policies(args.policy_files, engine.scripts())?;
     Replay::check_unique(&policies)?;
@@ -54,10 +60,7 @@ pub(crate) fn replay(args: &ReplayArgs<'_>) -> Result<bool, String> {
         eprintln!("note: {note}");
     }
     let tz = policies[0].env.calendar.time_zone().clone();
-    let decoded = streams::open_all(args.streams)?
-        .into_iter()
-        .map(streams::DecodedAhead::start)
-        .collect::<Result<Vec<_>, _>>()?;
+    let decoded = inputs.into_iter().map(streams::DecodedAhead::start).collect::<Result<Vec<_>, _>>()?;
     let mut merge = Merge::new(decoded, max_lateness);
     // Notifications are grouped on the stream's clock, event by event, with each job's progress at the time.
     let mut notifications = OfflineNotifications::new(&policies);
@@ -77,7 +80,7 @@ pub(crate) fn replay(args: &ReplayArgs<'_>) -> Result<bool, String> {
         replay.set_namespace_labels(&namespace, labels);
     }
     replay.add_exceptions(exceptions);
-    let mut timeline = Timeline::new(args.json, tz.clone());
+    let mut timeline = Timeline::new(args.json, tz.clone(), live);
     // A closed pipe ends the replay quietly, any other write error with status 2 (see `output`).
     let written = |e: io::Error| crate::output::failed(&e);
     let heading = "invalid stream (replayed up to the first bad line)";
@@ -181,11 +184,13 @@ struct Timeline {
     tz: jiff::tz::TimeZone,
     /// The replay's new events, swapped out after each record (the allocation is kept).
     batch: Vec<Event>,
+    /// The input is live: each record's events are written out at once, not when the buffer fills.
+    live: bool,
 }
 
 impl Timeline {
-    fn new(json: bool, tz: jiff::tz::TimeZone) -> Self {
-        Timeline { out: crate::output::stdout(), json, tz, batch: Vec::new() }
+    fn new(json: bool, tz: jiff::tz::TimeZone, live: bool) -> Self {
+        Timeline { out: crate::output::stdout(), json, tz, batch: Vec::new(), live }
     }
 
     /// Prints the replay's new events and feeds them to the notification grouper, then forgets them.
@@ -204,6 +209,9 @@ impl Timeline {
             } else {
                 self.out.write_all(replay::render_event(event, &self.tz).as_bytes())?;
             }
+        }
+        if self.live && !self.batch.is_empty() {
+            self.out.flush()?;
         }
         self.batch.clear();
         Ok(())
