@@ -222,19 +222,26 @@ fn is_real_dir(path: &Path) -> bool {
 /// a file could not be read.
 pub(crate) fn validate(paths: &[PathBuf], strict: bool) -> Result<bool, String> {
     let mut files = Vec::new();
-    let mut unreadable = false;
+    let mut missing = Vec::new();
     for p in paths {
         if let Err(e) = collect_files(p, is_policy_file, &mut files) {
-            outln!("{e}");
-            unreadable = true;
+            missing.push(e);
         }
     }
-    if files.is_empty() && !unreadable {
+    if files.is_empty() {
+        if !missing.is_empty() {
+            return Err(missing.join("\n"));
+        }
         return Err(format!(
             "no policy files (*.yaml, *.yml) in {}",
             paths.iter().map(|p| p.display().to_string()).collect::<Vec<_>>().join(", ")
         ));
     }
+    // Said first, and the files that are there are validated all the same.
+    for e in &missing {
+        outln!("{e}");
+    }
+    let mut unreadable = !missing.is_empty();
     let engine = ScriptEngine::default();
     let mut ok = true;
     let mut warned = false;

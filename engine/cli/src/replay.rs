@@ -147,8 +147,8 @@ impl RoundLimit {
         let rounds = end.duration_since(first).as_secs_f64() / self.interval.as_secs_f64();
         if rounds > MAX_ROUNDS {
             let (why, at) = match self.until {
-                Some(u) if u >= time => (format!("to --until {u}"), first_at.clone()),
-                _ => (format!("to {}: its time {time}", position()), position()),
+                Some(u) if u >= time => (format!("to --until {u}"), String::new()),
+                _ => (format!("to {}: its time {time}", position()), format!("{}: ", position())),
             };
             let epoch = if first.as_second() < 86_400 {
                 format!(" ({first_at} is at the Unix epoch: a time that was never set?)")
@@ -156,7 +156,7 @@ impl RoundLimit {
                 String::new()
             };
             return Err(format!(
-                "{at}: replaying from {first_at} ({first}) {why} every {} is {} evaluation rounds (at most \
+                "{at}replaying from {first_at} ({first}) {why} every {} is {} evaluation rounds (at most \
                  {MAX_ROUNDS}){epoch}: check the stream's times, or raise --eval-interval",
                 self.interval,
                 rounds.round(),

@@ -154,9 +154,10 @@ fn what_validate_accepts_runs_and_directories_are_searched() {
         when(r#"labels["nope"] == "x" || label("team") == "fraud""#),
     )
     .unwrap();
+    // Another name: two files defining one policy are refused (issue 43).
     std::fs::write(
         dir.join("team/nested/two.yml"),
-        policy("", "      uses: stalled\n      with: {after: 30m}\n"),
+        policy("", "      uses: stalled\n      with: {after: 30m}\n").replace("  name: p\n", "  name: q\n"),
     )
     .unwrap();
     std::fs::write(dir.join("team/nested/ignored.test.yaml"), "not a policy").unwrap();
@@ -167,7 +168,7 @@ fn what_validate_accepts_runs_and_directories_are_searched() {
         stdout.lines().collect::<Vec<_>>(),
         vec![
             "team/missing-label.yaml: ProgressPolicy ml/p is valid (1 rule)",
-            "team/nested/two.yml: ProgressPolicy ml/p is valid (1 rule)",
+            "team/nested/two.yml: ProgressPolicy ml/q is valid (1 rule)",
         ]
     );
     // The policy with a missing label runs: a job without the label is judged, not an error.
@@ -310,7 +311,7 @@ fn replays_that_could_not_finish_are_refused_up_front() {
     assert_eq!(out.status.code(), Some(2));
     assert_eq!(
         stderr(&out),
-        "error: replaying 2026-01-01T00:00:00Z to 2026-12-01T00:00:00Z every 1s is 28857600 evaluation rounds (at most 6400000): raise --eval-interval\n"
+        "error: replaying from s.jsonl:1 (2026-01-01T00:00:00Z) to --until 2026-12-01T00:00:00Z every 1s is 28857600 evaluation rounds (at most 6400000): check the stream's times, or raise --eval-interval\n"
     );
     std::fs::write(
         dir.join("p.test.yaml"),
