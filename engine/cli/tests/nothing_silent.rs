@@ -467,3 +467,44 @@ fn the_controller_says_the_api_server_did_not_answer() {
     assert!(t.contains("no answer from the API server at https://127.0.0.1:9/"), "{t}");
     assert!(!t.contains("is not installed"), "{t}");
 }
+
+#[test]
+fn backtest_says_which_runs_a_policy_did_not_select_and_which_metrics_no_run_reported() {
+    let repo = repo();
+    let out = run_in(&repo, &["backtest", "policies/reclaim-hung.yaml", "examples/corpus/"]);
+    let t = text(&out);
+    assert!(
+        t.contains("  not selected 32 runs: 32 in a namespace whose labels are unknown (give them with --namespace-labels FILE, or record them)"),
+        "{t}"
+    );
+    let dir = temp_dir("backtest");
+    let labels = dir.join("ns.yaml");
+    std::fs::write(&labels, "default: {trainwarden.dev/reclaim: \"true\"}\n").unwrap();
+    let t = text(&run_in(
+        &repo,
+        &[
+            "backtest",
+            "policies/reclaim-hung.yaml",
+            "examples/corpus/",
+            "--namespace-labels",
+            labels.to_str().unwrap(),
+        ],
+    ));
+    assert!(t.contains("  runs seen 32,"), "{t}");
+    assert!(!t.contains("not selected"), "{t}");
+    std::fs::write(
+        dir.join("bleu.yaml"),
+        policy(
+            "bleu",
+            "  metrics: [eval_bleu]\n",
+            "    - {name: r, uses: plateau, with: {metric: eval_bleu, window: 2h}, actions: [{suspend: {}}]}\n",
+        )
+        .replace("namespace: ml", "namespace: default"),
+    )
+    .unwrap();
+    let t = text(&run_in(&repo, &["backtest", dir.join("bleu.yaml").to_str().unwrap(), "examples/corpus/"]));
+    assert!(
+        t.contains("  rule r watches eval_bleu: no run reported it, so that rule could not fire on it"),
+        "{t}"
+    );
+}

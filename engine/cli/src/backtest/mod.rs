@@ -64,6 +64,9 @@ pub(crate) struct BacktestArgs {
     /// How far out of order a stream's lines may be (see `replay --max-lateness`).
     #[arg(long, value_name = "DURATION", default_value = "5m")]
     max_lateness: String,
+    /// Namespaces' labels, for ClusterProgressPolicies' namespaceSelector (see `replay --namespace-labels`).
+    #[arg(long, value_name = "FILE")]
+    namespace_labels: Option<PathBuf>,
 }
 
 /// Names of corpus files in a directory.
@@ -83,7 +86,11 @@ pub(crate) fn backtest(args: &BacktestArgs) -> Result<bool, String> {
         return Err(format!("--min-improvement {}: must be 0 or more", args.min_improvement));
     }
     let tolerance = Tolerance { relative: tolerance(&args.tolerance)?, absolute: args.min_improvement };
-    let options = Options { tolerance, target: args.target.clone() };
+    let namespace_labels = match &args.namespace_labels {
+        Some(path) => trainwarden_core::parse_namespace_labels(&read(path)?, &path.display().to_string())?,
+        None => trainwarden_core::NamespaceLabels::new(),
+    };
+    let options = Options { tolerance, target: args.target.clone(), namespace_labels };
     let mut policy_paths = args.policies.clone();
     let mut corpus = Vec::new();
     for p in &args.paths {

@@ -396,6 +396,42 @@ impl Replay {
         &self.summary
     }
 
+    /// Why the `policy`-th policy given does not select `job` (judged on the job's last labels and its
+    /// namespace's labels as given), `None` when it does or the job is unknown.
+    pub fn why_not_selected(&self, policy: usize, job: &JobKey) -> Option<String> {
+        let s = self.selections.get(policy)?;
+        let id = *self.job_ids.get(job)?;
+        self.reason_not_selected(s, job, &self.jobs[id].labels)
+    }
+
+    fn reason_not_selected(
+        &self,
+        s: &Selection,
+        key: &JobKey,
+        labels: &BTreeMap<String, String>,
+    ) -> Option<String> {
+        match &s.scope {
+            crate::policy::PolicyScope::Namespace(ns) if *ns != key.namespace => {
+                Some("in another namespace".to_string())
+            }
+            crate::policy::PolicyScope::Cluster { namespace_selector, .. } if !namespace_selector.is_empty() => {
+                match self.namespace_labels.get(&key.namespace) {
+                    None => Some(
+                        "in a namespace whose labels are unknown (give them with --namespace-labels FILE, or \
+                         record them)"
+                            .to_string(),
+                    ),
+                    Some(ns_labels) if !namespace_selector.matches(ns_labels) => {
+                        Some("in a namespace its namespaceSelector does not match".to_string())
+                    }
+                    Some(_) => None,
+                }
+            }
+            _ => None,
+        }
+        .or_else(|| (!s.selector.matches(labels)).then(|| "whose labels its selector does not match".into()))
+    }
+
     /// Per policy that did not select every job: how many it did select, and why not the others (judged on
     /// each job's last labels and its namespace's labels as given).
     fn not_selected(&self) -> Vec<NotSelected> {
@@ -405,28 +441,7 @@ impl Replay {
             let mut reasons: BTreeMap<String, u64> = BTreeMap::new();
             for (key, &id) in &self.job_ids {
                 let labels = &self.jobs[id].labels;
-                let reason = match &s.scope {
-                    crate::policy::PolicyScope::Namespace(ns) if *ns != key.namespace => {
-                        Some("in another namespace".to_string())
-                    }
-                    crate::policy::PolicyScope::Cluster { namespace_selector, .. }
-                        if !namespace_selector.is_empty() =>
-                    {
-                        match self.namespace_labels.get(&key.namespace) {
-                            None => Some(
-                                "in a namespace whose labels are unknown (give them with --namespace-labels FILE, \
-                                 or record them)"
-                                    .to_string(),
-                            ),
-                            Some(ns_labels) if !namespace_selector.matches(ns_labels) => {
-                                Some("in a namespace its namespaceSelector does not match".to_string())
-                            }
-                            Some(_) => None,
-                        }
-                    }
-                    _ => None,
-                }
-                .or_else(|| (!s.selector.matches(labels)).then(|| "whose labels its selector does not match".into()));
+                let reason = self.reason_not_selected(s, key, labels);
                 match reason {
                     None => selected += 1,
                     Some(r) => *reasons.entry(r).or_default() += 1,

@@ -92,6 +92,12 @@ pub struct PolicyReport {
     pub stops: Vec<StopEntry>,
     /// On the Pareto front among this policy's candidates (always true without sweeps).
     pub pareto: bool,
+    /// Judged runs it did not select, by reason.
+    #[serde(skip_serializing_if = "BTreeMap::is_empty")]
+    pub not_selected: BTreeMap<String, u64>,
+    /// `rule r watches m` for the watched metrics no judged run reported: those rules could not fire.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub unreported: Option<Vec<String>>,
 }
 
 /// One rule's totals.
@@ -251,6 +257,8 @@ impl ReportBuilder {
                             .collect(),
                         stops: Vec::new(),
                         pareto: true,
+                        not_selected: BTreeMap::new(),
+                        unreported: None,
                     })
                     .collect(),
             })
@@ -278,6 +286,13 @@ impl ReportBuilder {
             for (policy, verdicts) in candidate.policies.iter_mut().zip(per_policy) {
                 for (r, verdict) in verdicts.iter().enumerate() {
                     let name = &file.runs[r].name;
+                    if let Some(why) = &verdict.not_selected {
+                        *policy.not_selected.entry(why.clone()).or_default() += 1;
+                    }
+                    if !verdict.skipped {
+                        let seen = policy.unreported.get_or_insert_with(|| verdict.unreported.clone());
+                        seen.retain(|u| verdict.unreported.contains(u));
+                    }
                     if verdict.selected {
                         policy.totals.runs_seen += 1;
                         for rule in &mut policy.rules {
@@ -459,6 +474,14 @@ impl Report {
             hours(t.gpu_hours_saved),
             hours(t.hours_saved),
         );
+        if !p.not_selected.is_empty() {
+            let why: Vec<String> = p.not_selected.iter().map(|(r, n)| format!("{n} {r}")).collect();
+            let n: u64 = p.not_selected.values().sum();
+            let _ = writeln!(out, "  not selected {}: {}", plural(n, "run", "runs"), why.join(", "));
+        }
+        for u in p.unreported.iter().flatten() {
+            let _ = writeln!(out, "  {u}: no run reported it, so that rule could not fire on it");
+        }
         let _ = write!(
             out,
             "  false stops {} ({} GPU-h of good work lost)",
