@@ -98,7 +98,8 @@ enum Command {
     Watch(watch::WatchArgs),
     /// Run the Kubernetes controller: watch TrainJobs and progress policies, act on firing rules.
     Controller(Box<controller::ControllerArgs>),
-    /// Print the ProgressPolicy and ClusterProgressPolicy CRDs (YAML), or write them into a directory.
+    /// Print the ProgressPolicy, ClusterProgressPolicy and ProgressPolicyException CRDs (YAML), or write them
+    /// into a directory.
     Crd {
         /// Write one file per CRD into this directory instead of printing. Repeatable: the repository keeps
         /// crds/ and the Helm chart's copy, charts/trainwarden/crds/.
