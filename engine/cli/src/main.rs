@@ -201,7 +201,7 @@ pub(crate) fn io_error(e: &std::io::Error) -> String {
 pub(crate) fn text_of(bytes: Vec<u8>, name: &str) -> Result<String, String> {
     if bytes.starts_with(&[0xff, 0xfe]) || bytes.starts_with(&[0xfe, 0xff]) {
         return Err(format!(
-            "{name}: UTF-16 text (it starts with a UTF-16 byte-order mark); trainwarden reads UTF-8: convert it, \
+            "{name}:1:1: UTF-16 text (it starts with a UTF-16 byte-order mark); trainwarden reads UTF-8: convert it, \
              e.g. iconv -f UTF-16 -t UTF-8"
         ));
     }

@@ -326,7 +326,7 @@ fn errors_that_used_to_mislead() {
     assert_eq!(out.status.code(), Some(2), "{t}");
     assert!(t.contains("latin1.yaml:1:6: not UTF-8 (byte 0xe9"), "{t}");
     assert!(t.contains("missing.yaml: no such file or directory"), "{t}");
-    assert!(t.contains("utf16.yaml: UTF-16 text"), "{t}");
+    assert!(t.contains("utf16.yaml:1:1: UTF-16 text"), "{t}");
     assert!(t.contains("good.yaml: ProgressPolicy ml/p is valid (1 rule)"), "{t}");
     // The evaluation-round limit says where the times are.
     std::fs::write(

@@ -35,6 +35,8 @@ struct Selection {
     reference: crate::policy::PolicyRef,
     scope: crate::policy::PolicyScope,
     selector: crate::policy::LabelSelector,
+    /// Its calendar, to say when it was never active.
+    env: std::sync::Arc<crate::history::job::PolicyEnv>,
 }
 
 /// A metric a rule watches that no record of the replay reported: the rule could not fire on it.
@@ -117,6 +119,9 @@ pub struct Summary {
     pub not_selected: Vec<NotSelected>,
     /// Jobs with reports out of order or stamped by a clock that jumped ahead, from [`Replay::finish`].
     pub odd_reports: Vec<OddReports>,
+    /// Policies whose `activeWindows` never opened between the first record and the end: their rules judged
+    /// nothing (`ProgressPolicy ml/p`), from [`Replay::finish`].
+    pub never_active: Vec<String>,
 }
 
 /// A job's reports that were not judged at their own `lastUpdatedTime`.
@@ -189,6 +194,7 @@ impl Replay {
                 reference: p.reference.clone(),
                 scope: p.scope.clone(),
                 selector: p.selector.clone(),
+                env: p.env.clone(),
             });
             evaluator.upsert_policy(p, start, &mut events);
         }
@@ -379,6 +385,17 @@ impl Replay {
             })
             .collect();
         self.summary.not_selected = self.not_selected();
+        if let (Some(first), Some(last)) = (self.summary.first_record, self.summary.last_time) {
+            self.summary.never_active = self
+                .selections
+                .iter()
+                .filter(|s| {
+                    let calendar = &s.env.calendar;
+                    !calendar.is_active(first) && calendar.next_change_after(first).is_none_or(|t| t > last)
+                })
+                .map(|s| format!("{} {}", s.reference.kind, s.reference))
+                .collect();
+        }
         let mut odd: Vec<OddReports> = self
             .job_ids
             .keys()
@@ -852,6 +869,11 @@ pub fn render_summary(summary: &Summary, tz: &jiff::tz::TimeZone) -> String {
             n.selected,
             plural(jobs, "job", "jobs"),
             why.join(", ")
+        );
+    }
+    for policy in &summary.never_active {
+        out += &format!(
+            "  inactive     {policy}: its activeWindows never opened during the stream, so its rules judged nothing\n"
         );
     }
     for o in &summary.odd_reports {

@@ -359,10 +359,14 @@ pub fn parse_documents(text: &str, source: &str) -> Result<Vec<PolicyDocument>, 
         }
     }
     if docs.is_empty() && errors.is_empty() && exceptions == 0 {
-        errors.push(FieldError::new(
-            "(file)",
-            "no policy in this file: it is empty, or holds only comments and `---`",
-        ));
+        errors.push(FieldError {
+            // The file's start: there is nothing else to point at.
+            position: Some(crate::error::Position { line: 1, column: 1 }),
+            ..FieldError::new(
+                "(file)",
+                "no policy in this file: it is empty, or holds only comments and `---`",
+            )
+        });
     }
     if errors.is_empty() { Ok(docs) } else { Err(failed(errors)) }
 }
