@@ -295,6 +295,7 @@ fn positioned(message: &str, file: &str) -> bool {
 fn bad_policies_never_panic_or_hang_and_every_error_says_where() {
     let dir = temp_dir("policies");
     let cases = bad_policies();
+    eprintln!("{} policy files", cases.len());
     assert!(cases.len() >= 150, "{}", cases.len());
     let mut refused = 0;
     for (i, (case, body)) in cases.iter().enumerate() {
@@ -451,6 +452,7 @@ fn bad_stream_lines_never_panic_or_hang_and_every_error_says_where() {
     let dir = temp_dir("streams");
     std::fs::write(dir.join("p.yaml"), BASE_POLICY).unwrap();
     let cases = bad_lines();
+    eprintln!("{} stream lines", cases.len());
     assert!(cases.len() >= 130, "{}", cases.len());
     let mut refused = 0;
     for (i, (case, line)) in cases.iter().enumerate() {
@@ -582,6 +584,7 @@ fn what_validate_accepts_is_never_a_silent_no_op_in_replay() {
     let dir = temp_dir("no-op");
     std::fs::write(dir.join("s.jsonl"), firing_stream()).unwrap();
     let cases = meant_to_fire();
+    eprintln!("{} rules meant to fire", cases.len());
     assert!(cases.len() >= 60, "{}", cases.len());
     let (mut accepted, mut fired, mut explained) = (0, 0, 0);
     let mut silent = Vec::new();
