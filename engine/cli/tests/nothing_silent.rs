@@ -58,13 +58,34 @@ fn metric_names_no_report_carries_are_refused_and_custom_ones_declared() {
     let t = text(&out);
     assert_eq!(out.status.code(), Some(1), "{t}");
     for want in [
-        "typos.yaml:6:47: spec.rules[0].with.metric: no report carries \"lsos\"; did you mean \"loss\"?",
-        "typos.yaml:7:23: spec.rules[1].when: line 1:8: metric(\"lsos\"): no report carries \"lsos\"; did you mean \"loss\"?",
         "typos.yaml:8:47: spec.rules[2].with.metric: \"*\" (every metric) is only understood by non_finite",
         "typos.yaml:9:23: spec.rules[3].when: line 1:8: metric(\"lr\"): reports carry \"lr\" as \"learning_rate\"",
     ] {
         assert!(t.contains(want), "missing {want:?} in\n{t}");
     }
+    // A near miss of a known name: a warning with a did-you-mean (a reporter may send such a name as it is),
+    // refused with --strict.
+    std::fs::write(
+        dir.join("near.yaml"),
+        policy(
+            "near",
+            "",
+            &format!(
+                "    - {{name: a, uses: plateau, with: {{metric: lsos, window: 2h}}, {notify}}}\n    - {{name: b, when: 'metric(\"lsos\") > 1.0', {notify}}}\n"
+            ),
+        ),
+    )
+    .unwrap();
+    let out = run_in(&dir, &["validate", "near.yaml"]);
+    let t = text(&out);
+    assert_eq!(out.status.code(), Some(0), "{t}");
+    for want in [
+        "near.yaml:6:47: spec.rules[0].with.metric: \"lsos\" is neither a canonical metric name nor declared; did you mean \"loss\"?",
+        "near.yaml:7:23: spec.rules[1].when: line 1:8: metric(\"lsos\"): \"lsos\" is neither a canonical metric name nor declared; did you mean \"loss\"?",
+    ] {
+        assert!(t.contains(want), "missing {want:?} in\n{t}");
+    }
+    assert_eq!(run_in(&dir, &["validate", "--strict", "near.yaml"]).status.code(), Some(1));
     // A custom name: a warning (exit 0) until declared; --strict refuses it.
     std::fs::write(
         dir.join("custom.yaml"),
