@@ -167,12 +167,11 @@ pub(crate) fn backtest(args: &BacktestArgs) -> Result<bool, String> {
 
     let mut out = crate::output::stdout();
     let written = |e: io::Error| crate::output::failed(&e);
-    match args.output {
-        Output::Json => {
-            writeln!(out, "{}", serde_json::json!({ "backtest": report })).unwrap_or_else(written)
-        }
-        Output::Text => out.write_all(report.render_text().as_bytes()).unwrap_or_else(written),
-    }
+    let printed = match args.output {
+        Output::Json => writeln!(out, "{}", serde_json::json!({ "backtest": report })),
+        Output::Text => out.write_all(report.render_text().as_bytes()),
+    };
+    printed.unwrap_or_else(written);
     out.flush().unwrap_or_else(written);
     if let Some((path, file)) = html_file {
         file.commit(html::render(&report).as_bytes())

@@ -55,10 +55,11 @@ pub fn fmt_gpu_hours(h: f64) -> String {
         return format!("{h}");
     }
     let a = h.abs();
-    let text = if a == 0.0 {
+    if a == 0.0 {
         return "0".into();
-    } else if a >= 1.0 {
-        format!("{:.1}", h)
+    }
+    let text = if a >= 1.0 {
+        format!("{h:.1}")
     } else {
         // Two significant digits: 0.5, 0.083, 0.0012.
         let decimals = (1 - a.log10().floor() as i32).clamp(1, 12) as usize;

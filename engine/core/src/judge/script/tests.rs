@@ -623,7 +623,7 @@ fn comparisons_of_different_types_are_refused_or_fail() {
         r#"metric("loss") == "NaN""#,
         "labels.team == 1",
         r#"labels["team"] != 1.5"#,
-        r#"progress() > 10.0 && phase() == 3"#,
+        "progress() > 10.0 && phase() == 3",
         r#""x" < true"#,
     ] {
         let found = problems(src, ScriptContext::default());
@@ -640,7 +640,7 @@ fn comparisons_of_different_types_are_refused_or_fail() {
     let engine = ScriptEngine::default();
     for src in [
         r#"let t = if progress() > 0.0 { "abc" } else { 1 }; metric("loss") > t"#,
-        r#"let n = 1; labels.team == n"#,
+        "let n = 1; labels.team == n",
         r#"let b = true; let s = label("team"); s != b"#,
     ] {
         let e = eval(&engine, src).unwrap_err();
