@@ -9,7 +9,8 @@
 //! evaluate/  the Evaluator: firing lifecycle, timers, rule memories, savings → events and action intents
 //! policy/    the CRD spec types, validation and compilation, notification receivers and templates
 //! drive/     replay of recorded streams, backtests on complete runs, `trainwarden test` rule tests
-//! units/     durations, windows and warmups, calendars (active windows in a time zone)
+//! units/     durations, windows and warmups, calendars (active windows in a time zone); how money and spans
+//!            of time print
 //! time.rs    instants, spans and how they print
 //! ```
 //!
