@@ -529,3 +529,19 @@ fn backtest_says_which_runs_a_policy_did_not_select_and_which_metrics_no_run_rep
         "{t}"
     );
 }
+
+#[test]
+fn a_test_cases_exception_to_a_policy_it_does_not_test_fails_the_case() {
+    let dir = temp_dir("test-exception");
+    let rules = "    - {name: r, when: 'progress() > 50.0', actions: [{suspend: {}}]}\n";
+    std::fs::write(dir.join("p.yaml"), policy("p", "", rules)).unwrap();
+    std::fs::write(
+        dir.join("p.test.yaml"),
+        "policies: [p.yaml]\ntests:\n  - name: held\n    job: {namespace: ml, name: a}\n    exceptions:\n      - {policyName: ml/q, ruleNames: [r], expires: 1h}\n    series: {progress: \"10+10x8\"}\n    expectActions: []\n",
+    )
+    .unwrap();
+    let out = run_in(&dir, &["test", "p.test.yaml"]);
+    let t = text(&out);
+    assert_eq!(out.status.code(), Some(1), "{t}");
+    assert!(t.contains("exceptions[0]: spec.exceptions[0].policyName: ProgressPolicy ml/q is not among the policies given"), "{t}");
+}
