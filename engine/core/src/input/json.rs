@@ -259,7 +259,8 @@ impl<'de, T: Deserialize<'de>> Deserialize<'de> for MapOnly<T> {
 }
 
 /// A key given twice in one JSON object, and where: JSON readers keep the last value and drop the first in
-/// silence, so a stream line that says two things is refused rather than guessed at.
+/// silence, so a stream line that says two things is refused rather than guessed at. Not looked for inside
+/// `managedFields` (the API server's bookkeeping, which nothing reads).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub(crate) struct DuplicateKey {
     /// The key's path, e.g. `trainerStatus.metrics[0].value` or `labels.team`.
@@ -339,31 +340,119 @@ impl<'de> Visitor<'de> for Distinct {
         Ok(found)
     }
     fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Option<String>, A::Error> {
-        // Most objects have a few keys without escapes: those are compared where they lie, without allocating.
-        const INLINE: usize = 16;
-        let mut inline: [&'de str; INLINE] = [""; INLINE];
+        // Most objects have a few keys without escapes: those are compared where they lie in the line, without
+        // allocating (serde's own `Cow<str>` would copy every key).
+        let mut inline: [&'de str; DISTINCT_INLINE] = [""; DISTINCT_INLINE];
         let mut n = 0;
-        let mut spilled: Vec<std::borrow::Cow<'de, str>> = Vec::new();
+        let mut spilled: Vec<String> = Vec::new();
         let mut found: Option<String> = None;
-        while let Some(key) = map.next_key::<std::borrow::Cow<'de, str>>()? {
-            let seen = inline[..n].contains(&key.as_ref()) || spilled.contains(&key);
+        while let Some(Key(key)) = map.next_key::<Key<'de>>()? {
+            let text: &str = &key;
+            let seen = inline[..n].contains(&text) || spilled.iter().any(|k| k == text);
             if seen && found.is_none() {
-                found = Some(key.to_string());
+                found = Some(text.to_string());
+            }
+            // The API server's field bookkeeping is most of a TrainJob and nothing reads it: checked as JSON,
+            // its keys are not compared (the general path leaves them alike).
+            if text == "managedFields" {
+                map.next_value::<AnyJson>()?;
+                push_key(key, &mut inline, &mut n, &mut spilled);
+                continue;
             }
             let inner = map.next_value_seed(Distinct)?;
             if found.is_none() {
                 found = inner
-                    .map(|p| if p.starts_with('[') { format!("{key}{p}") } else { format!("{key}.{p}") });
+                    .map(|p| if p.starts_with('[') { format!("{text}{p}") } else { format!("{text}.{p}") });
             }
-            match key {
-                std::borrow::Cow::Borrowed(k) if n < INLINE => {
-                    inline[n] = k;
-                    n += 1;
-                }
-                other => spilled.push(other),
-            }
+            push_key(key, &mut inline, &mut n, &mut spilled);
         }
         Ok(found)
+    }
+}
+
+/// Keeps a key of an object for the comparisons with the keys after it (in place while there is room).
+fn push_key<'de>(
+    key: std::borrow::Cow<'de, str>,
+    inline: &mut [&'de str; DISTINCT_INLINE],
+    n: &mut usize,
+    spilled: &mut Vec<String>,
+) {
+    match key {
+        std::borrow::Cow::Borrowed(k) if *n < DISTINCT_INLINE => {
+            inline[*n] = k;
+            *n += 1;
+        }
+        other => spilled.push(other.into_owned()),
+    }
+}
+
+/// Keys of one object compared where they lie before any is copied.
+const DISTINCT_INLINE: usize = 16;
+
+/// Any JSON value, read with every check a `Value` parse makes (numbers' range, strings, nesting) and dropped;
+/// serde's `IgnoredAny` skips more leniently.
+struct AnyJson;
+
+impl<'de> Deserialize<'de> for AnyJson {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        d.deserialize_any(AnyJsonVisitor)
+    }
+}
+
+struct AnyJsonVisitor;
+
+impl<'de> Visitor<'de> for AnyJsonVisitor {
+    type Value = AnyJson;
+    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("any JSON value")
+    }
+    fn visit_bool<E>(self, _: bool) -> Result<AnyJson, E> {
+        Ok(AnyJson)
+    }
+    fn visit_i64<E>(self, _: i64) -> Result<AnyJson, E> {
+        Ok(AnyJson)
+    }
+    fn visit_u64<E>(self, _: u64) -> Result<AnyJson, E> {
+        Ok(AnyJson)
+    }
+    fn visit_f64<E>(self, _: f64) -> Result<AnyJson, E> {
+        Ok(AnyJson)
+    }
+    fn visit_str<E>(self, _: &str) -> Result<AnyJson, E> {
+        Ok(AnyJson)
+    }
+    fn visit_unit<E>(self) -> Result<AnyJson, E> {
+        Ok(AnyJson)
+    }
+    fn visit_seq<A: de::SeqAccess<'de>>(self, mut seq: A) -> Result<AnyJson, A::Error> {
+        while seq.next_element::<AnyJson>()?.is_some() {}
+        Ok(AnyJson)
+    }
+    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<AnyJson, A::Error> {
+        while map.next_entry::<AnyJson, AnyJson>()?.is_some() {}
+        Ok(AnyJson)
+    }
+}
+
+/// An object key, borrowed from the input when it has no escape (else copied).
+struct Key<'de>(std::borrow::Cow<'de, str>);
+
+impl<'de> Deserialize<'de> for Key<'de> {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct KeyVisitor;
+        impl<'de> Visitor<'de> for KeyVisitor {
+            type Value = Key<'de>;
+            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str("a key")
+            }
+            fn visit_borrowed_str<E: de::Error>(self, v: &'de str) -> Result<Key<'de>, E> {
+                Ok(Key(std::borrow::Cow::Borrowed(v)))
+            }
+            fn visit_str<E: de::Error>(self, v: &str) -> Result<Key<'de>, E> {
+                Ok(Key(std::borrow::Cow::Owned(v.to_string())))
+            }
+        }
+        d.deserialize_str(KeyVisitor)
     }
 }
 
