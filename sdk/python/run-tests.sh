@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Tests of the companion package (sdk/python): builds and installs it into a venv of its own under
-# ~/.cache/trainwarden/ (re-created only when a requirements file or pyproject.toml changes), type-checks it with
-# mypy --strict, and runs pytest. Seconds once the venv exists.
+# ~/.cache/trainwarden/ (re-created only when a requirements file or pyproject.toml changes), lints it with ruff,
+# type-checks it with mypy --strict, and runs pytest. Seconds once the venv exists.
 #
 #   sdk/python/run-tests.sh [--with-torch] [pytest arguments...]
 #
@@ -38,5 +38,6 @@ if ! [[ -x "$venv/bin/python" && "$(cat "$venv/.trainwarden-stamp" 2>/dev/null)"
   echo "$stamp" >"$venv/.trainwarden-stamp"
 fi
 
+"$venv/bin/ruff" check --quiet --no-cache src tests
 "$venv/bin/python" -m mypy --cache-dir "$venv/.mypy_cache" --no-error-summary
 exec "$venv/bin/python" -m pytest -q -p no:cacheprovider "$@"

@@ -6,8 +6,8 @@ import json
 from pathlib import Path
 
 import pytest
-from kubelet_files import format_map, go_quote
 
+from kubelet_files import format_map, go_quote
 from trainwarden.annotations import GoQuoteError, go_unquote, parse_annotations
 
 GOLDEN = Path(__file__).parent / "golden"

@@ -14,8 +14,8 @@ import_torch_stack("torch", "torch.distributed", "torch.multiprocessing")
 
 import torch.distributed as dist  # noqa: E402
 import torch.multiprocessing as mp  # noqa: E402
-from kubelet_files import AtomicVolume, request_value  # noqa: E402
 
+from kubelet_files import AtomicVolume, request_value  # noqa: E402
 from trainwarden import ANNOTATION  # noqa: E402
 from trainwarden.checkpoint import CheckpointRequests  # noqa: E402
 

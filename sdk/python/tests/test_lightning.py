@@ -14,9 +14,9 @@ import_torch_stack("torch", "lightning.pytorch")
 
 import lightning.pytorch as pl  # noqa: E402
 import torch  # noqa: E402
+
 from kubelet_files import AtomicVolume, request_value  # noqa: E402
 from status_endpoint import StatusEndpoint  # noqa: E402
-
 from trainwarden import ANNOTATION  # noqa: E402
 from trainwarden.checkpoint import CheckpointRequests  # noqa: E402
 from trainwarden.lightning import CheckpointCallback  # noqa: E402
@@ -94,7 +94,9 @@ def test_real_lightning_saves_on_request_and_keeps_training(
     assert resumed.global_step == 15
 
 
-def test_default_directory_and_filename(volume: AtomicVolume, fresh_default: CheckpointRequests, tmp_path: Path) -> None:
+def test_default_directory_and_filename(
+    volume: AtomicVolume, fresh_default: CheckpointRequests, tmp_path: Path
+) -> None:
     volume.write({ANNOTATION: request_value(4)})
     callback = CheckpointCallback(filename="req{request}-epoch{epoch}-step{step}.ckpt", report_progress=False)
     model_checkpoint = pl.callbacks.ModelCheckpoint(dirpath=str(tmp_path / "model-checkpoints"))

@@ -7,9 +7,9 @@ import threading
 from pathlib import Path
 
 import pytest
-from kubelet_files import AtomicVolume, request_value, write_plain
 
 import trainwarden
+from kubelet_files import AtomicVolume, request_value, write_plain
 from trainwarden import ANNOTATION
 from trainwarden.checkpoint import CheckpointRequests
 
@@ -143,7 +143,9 @@ def test_readers_never_see_a_torn_file_during_swaps(tmp_path: Path, caplog: pyte
     assert not [r for r in caplog.records if r.levelno >= logging.DEBUG and "trainwarden" in r.getMessage()]
 
 
-def test_local_mode_plain_file(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, fresh_default: CheckpointRequests) -> None:
+def test_local_mode_plain_file(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, fresh_default: CheckpointRequests
+) -> None:
     """`trainwarden watch` writes a plain file (same format, replaced by rename) and points the variable at it."""
     path = tmp_path / "run" / "annotations"
     path.parent.mkdir()

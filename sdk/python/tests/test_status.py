@@ -7,10 +7,10 @@ import socket
 from pathlib import Path
 
 import pytest
-from kubelet_files import AtomicVolume, request_value
-from status_endpoint import StatusEndpoint
 
 import trainwarden
+from kubelet_files import AtomicVolume, request_value
+from status_endpoint import StatusEndpoint
 from trainwarden import ANNOTATION
 from trainwarden.checkpoint import CheckpointRequests
 from trainwarden.status import StatusReporter

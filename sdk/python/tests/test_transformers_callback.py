@@ -16,6 +16,7 @@ from types import SimpleNamespace
 from typing import Any
 
 import pytest
+
 from kubelet_files import AtomicVolume, request_value
 from status_endpoint import StatusEndpoint
 
@@ -28,6 +29,9 @@ from transformers.trainer_utils import IntervalStrategy, SaveStrategy  # noqa: E
 from trainwarden import ANNOTATION  # noqa: E402
 from trainwarden.checkpoint import CheckpointRequests  # noqa: E402
 from trainwarden.transformers import CheckpointCallback, checkpoint_on_request  # noqa: E402
+
+# The order checkpoint_on_request gives the handler: just before KubeflowCallback.
+IN_PLACE = ["DefaultFlowCallback", "CheckpointCallback", "KubeflowCallback"]
 
 
 def training_args(save_steps: int = 0) -> SimpleNamespace:
@@ -110,7 +114,7 @@ def test_a_request_is_saved_and_acknowledged_through_kubeflow_callback(
     h = handler(kubeflow_callback())
     trainer = SimpleNamespace(callback_handler=h)
     checkpoint_on_request(trainer)
-    assert [type(cb).__name__ for cb in h.callbacks] == ["DefaultFlowCallback", "CheckpointCallback", "KubeflowCallback"]
+    assert [type(cb).__name__ for cb in h.callbacks] == IN_PLACE
     loop = TrainerLoop(h, tmp_path / "out", max_steps=20, logging_steps=5)
 
     def before_step(step: int) -> None:
@@ -166,7 +170,7 @@ def test_after_kubeflow_callback_the_ack_is_not_carried(
     assert not any("checkpoint_step" in p.metrics() for p in endpoint.snapshot())
     # Moved into place, the next checkpoint is acknowledged.
     checkpoint_on_request(SimpleNamespace(callback_handler=h))
-    assert [type(cb).__name__ for cb in h.callbacks] == ["DefaultFlowCallback", "CheckpointCallback", "KubeflowCallback"]
+    assert [type(cb).__name__ for cb in h.callbacks] == IN_PLACE
     volume.write({ANNOTATION: request_value(6)})
     loop = TrainerLoop(h, tmp_path / "out2", max_steps=6, logging_steps=2)
     loop.train()
@@ -207,7 +211,7 @@ def test_checkpoint_on_request_keeps_one_callback(endpoint: StatusEndpoint, fres
     trainer = SimpleNamespace(callback_handler=h)
     assert checkpoint_on_request(trainer) is given
     assert checkpoint_on_request(trainer) is given
-    assert [type(cb).__name__ for cb in h.callbacks] == ["DefaultFlowCallback", "CheckpointCallback", "KubeflowCallback"]
+    assert [type(cb).__name__ for cb in h.callbacks] == IN_PLACE
     custom = CheckpointRequests(poll_interval=0)
     replacement = CheckpointCallback(custom)
     assert checkpoint_on_request(trainer, replacement) is replacement

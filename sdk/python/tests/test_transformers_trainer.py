@@ -13,11 +13,11 @@ from conftest import import_torch_stack
 import_torch_stack("torch", "accelerate", "transformers.trainer")
 
 import torch  # noqa: E402
-from kubelet_files import AtomicVolume, request_value  # noqa: E402
-from status_endpoint import StatusEndpoint  # noqa: E402
 from transformers import GPT2Config, GPT2LMHeadModel, Trainer, TrainerCallback, TrainingArguments  # noqa: E402
 from transformers.integrations import KubeflowCallback  # noqa: E402
 
+from kubelet_files import AtomicVolume, request_value  # noqa: E402
+from status_endpoint import StatusEndpoint  # noqa: E402
 from trainwarden import ANNOTATION  # noqa: E402
 from trainwarden.checkpoint import CheckpointRequests  # noqa: E402
 from trainwarden.transformers import CheckpointCallback, checkpoint_on_request  # noqa: E402

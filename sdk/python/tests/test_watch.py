@@ -18,8 +18,8 @@ import sys
 from pathlib import Path
 
 import pytest
-from kubelet_files import request_value, write_plain
 
+from kubelet_files import request_value, write_plain
 from trainwarden import ANNOTATION
 
 HERE = Path(__file__).parent

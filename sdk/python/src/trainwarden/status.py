@@ -146,7 +146,8 @@ class StatusReporter:
                 accepted = bool(response.status == 200)
         except urllib.error.HTTPError as err:
             detail = err.read(500).decode("utf-8", "replace")
-            self._warn_once(f"http-{err.code}", f"trainwarden: {url} refused a progress report: HTTP {err.code} {detail}")
+            message = f"trainwarden: {url} refused a progress report: HTTP {err.code} {detail}"
+            self._warn_once(f"http-{err.code}", message)
             return False
         except (OSError, ValueError) as err:  # URLError, timeouts, TLS errors, a malformed URL
             self._warn_once("unreachable", f"trainwarden: cannot reach the status endpoint {url}: {err}")
