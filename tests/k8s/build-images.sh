@@ -29,11 +29,11 @@ set -euo pipefail
 
 SCRIPT_DIR="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 REPO="$(cd "$SCRIPT_DIR/../.." && pwd)"
-STATE="${TRAINWARDEN_CLUSTER_DIR:-$HOME/.cache/trainwarden/cluster}"
+STATE="${TRAINWARDEN_CLUSTER_DIR:-${TRAINWARDEN_CACHE_DIR:-$HOME/.cache/trainwarden}/cluster}"
 RUN="$STATE/run"
 IMAGES="$STATE/images"
 # dockerd's own dirs, apart from the cluster's (cluster.sh down unmounts leftovers under the cluster's dirs).
-DOCKER_DIR="${TRAINWARDEN_DOCKER_DIR:-$HOME/.cache/trainwarden/docker}"
+DOCKER_DIR="${TRAINWARDEN_DOCKER_DIR:-${TRAINWARDEN_CACHE_DIR:-$HOME/.cache/trainwarden}/docker}"
 DRUN="$DOCKER_DIR/run"
 MIRROR="${TRAINWARDEN_DEBIAN_MIRROR:-http://deb.debian.org/debian}"
 DOCKER=/usr/bin/docker

@@ -48,7 +48,7 @@ SCRIPT_DIR="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 log() { printf '[cluster] %s\n' "$*" >&2; }
 die() { printf '[cluster] ERROR: %s\n' "$*" >&2; exit 1; }
 
-STATE="${TRAINWARDEN_CLUSTER_DIR:-$HOME/.cache/trainwarden/cluster}"
+STATE="${TRAINWARDEN_CLUSTER_DIR:-${TRAINWARDEN_CACHE_DIR:-$HOME/.cache/trainwarden}/cluster}"
 RUN="$STATE/run"
 LOGS="$STATE/logs"
 TIMEOUT="${TRAINWARDEN_CLUSTER_TIMEOUT:-90}"

@@ -5,7 +5,7 @@
 # Prints nothing but errors; tests find it through TRAINWARDEN_PYTHON (tests/run-all.sh exports it).
 set -euo pipefail
 cd "$(dirname "$0")"
-venv="${TRAINWARDEN_VENV:-$HOME/.cache/trainwarden/venv}"
+venv="${TRAINWARDEN_VENV:-${TRAINWARDEN_CACHE_DIR:-$HOME/.cache/trainwarden}/venv}"
 shopt -s nullglob
 reqs=(*.txt)
 [ ${#reqs[@]} -gt 0 ] || exit 0

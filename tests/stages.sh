@@ -1,0 +1,106 @@
+# shellcheck shell=bash
+# Stages of tests/run-all.sh (sourced): each stage prints a line when it starts and when it ends, with the
+# seconds since the run started,
+#   [stage +  123s] start cargo-build
+#   [stage +  456s] done  cargo-build 333s
+#   [stage +  456s] FAILED cluster-tools 120s (exit 1)
+# (also kept in $STAGE_DIR/marks.log) and appends "name<TAB>start<TAB>end<TAB>exit" to $STAGE_DIR/stages.tsv.
+# tests/stage-times.sh prints the table from such lines (run-all.sh prints it at the end).
+#
+#   stage NAME CMD...                    runs CMD in the foreground
+#   bg_stage NAME NICE AFTER CMD...      runs CMD in the background, in a process group of its own, at niceness
+#                                        NICE, once the stages AFTER (comma-separated, or -) have passed;
+#                                        its output goes to $STAGE_DIR/NAME.log
+#   bg_wait NAME...                      waits for background stages, prints their logs; fails if one failed
+#   bg_kill_all                          stops every background stage still running (the caller's EXIT trap)
+
+STAGE_T0="${STAGE_T0:-$(date +%s)}"
+declare -A BG_PIDS=()
+
+stage_mark() {
+  local line
+  line="$(printf '[stage +%5ds] %s' "$(($(date +%s) - STAGE_T0))" "$*")"
+  printf '%s\n' "$line" >&2
+  printf '%s\n' "$line" >>"$STAGE_DIR/marks.log"
+}
+
+stage_record() { printf '%s\t%d\t%d\t%d\n' "$1" "$(($2 - STAGE_T0))" "$(($3 - STAGE_T0))" "$4" >>"$STAGE_DIR/stages.tsv"; }
+
+stage() {
+  local name="$1" s rc=0 e
+  shift
+  s="$(date +%s)"
+  stage_mark "start $name"
+  "$@" || rc=$?
+  e="$(date +%s)"
+  stage_record "$name" "$s" "$e" "$rc"
+  echo "$rc" >"$STAGE_DIR/$name.rc"
+  if ((rc)); then
+    stage_mark "FAILED $name $((e - s))s (exit $rc)"
+    return "$rc"
+  fi
+  stage_mark "done  $name $((e - s))s"
+}
+
+bg_stage() {
+  local name="$1" nice="$2" after="$3"
+  shift 3
+  (
+    trap - EXIT
+    trap 'exit 143' TERM
+    dep=""
+    if [[ "$after" != - ]]; then
+      for dep in ${after//,/ }; do
+        until [[ -f "$STAGE_DIR/$dep.rc" ]]; do sleep 1; done
+        if [[ "$(cat "$STAGE_DIR/$dep.rc")" != 0 ]]; then
+          stage_mark "skip  $name: $dep failed"
+          echo 1 >"$STAGE_DIR/$name.rc"
+          exit 1
+        fi
+      done
+    fi
+    s="$(date +%s)"
+    stage_mark "start $name (background, nice $nice)"
+    rc=0
+    # setsid: a process group of its own, so bg_kill_all stops the whole tree.
+    setsid nice -n "$nice" "$@" >"$STAGE_DIR/$name.log" 2>&1 </dev/null &
+    echo "$!" >"$STAGE_DIR/$name.pid"
+    wait "$!" || rc=$?
+    e="$(date +%s)"
+    stage_record "$name" "$s" "$e" "$rc"
+    if ((rc)); then stage_mark "FAILED $name $((e - s))s (exit $rc)"; else stage_mark "done  $name $((e - s))s"; fi
+    echo "$rc" >"$STAGE_DIR/$name.rc"
+    exit "$rc"
+  ) &
+  BG_PIDS[$name]=$!
+}
+
+bg_wait() {
+  local name rc failed=0
+  for name in "$@"; do
+    rc=0
+    wait "${BG_PIDS[$name]}" || rc=$?
+    unset "BG_PIDS[$name]"
+    if [[ -s "$STAGE_DIR/$name.log" ]]; then
+      printf '%s\n' "---- $name (background stage) ----" >&2
+      cat "$STAGE_DIR/$name.log" >&2
+      printf '%s\n' "---- end of $name ----" >&2
+    fi
+    ((rc == 0)) || failed=1
+  done
+  return "$failed"
+}
+
+bg_kill_all() {
+  local name pid
+  for name in "${!BG_PIDS[@]}"; do
+    [[ -f "$STAGE_DIR/$name.rc" ]] && continue
+    if [[ -f "$STAGE_DIR/$name.pid" ]]; then
+      pid="$(cat "$STAGE_DIR/$name.pid")"
+      # The stage's own process group (setsid above); its scripts' EXIT traps remove their temp dirs.
+      kill -TERM -- "-$pid" 2>/dev/null || true
+    fi
+    kill -TERM "${BG_PIDS[$name]}" 2>/dev/null || true
+  done
+  wait 2>/dev/null || true
+}
