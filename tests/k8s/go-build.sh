@@ -49,9 +49,9 @@ go_wrapper_check() {
 }
 
 # go_wrapper_generate DIR MODULE VERSION SCRIPT PKG...: the wrapper module for building the main packages PKG of
-# MODULE@VERSION, with MODULE's `go` and `godebug default=` lines. A dependency's replace directives are ignored by
-# Go, so a module with any is refused, except Kubernetes' `./staging/...` replaces, which become the published
-# v0.<minor>.<patch> copies of those modules (kubernetes#79384).
+# MODULE@VERSION, with MODULE's `go` and `godebug default=` lines and its replace and exclude directives (Go
+# ignores those of a dependency, so the build would not be MODULE's own otherwise); Kubernetes' `./staging/...`
+# replaces become the published v0.<minor>.<patch> copies of those modules (kubernetes#79384).
 go_wrapper_generate() {
   local dir="$1" module="$2" version="$3" script="$4"
   shift 4
@@ -78,16 +78,27 @@ go $godir
 EOF
     cd "$work/w"
     [[ -z "$godebug" ]] || go mod edit -godebug="default=$godebug"
-    local staging m args=()
-    staging="$(awk '$2 == "=>" && $3 ~ /^\.\/staging\// {print $1}' "$gomod" | sort -u)"
-    if [[ -n "$staging" ]]; then
-      [[ "$module" == k8s.io/kubernetes ]] || die "$module@$version replaces modules by ./staging paths; only k8s.io/kubernetes is known to"
-      local published="v0.${version#v1.}"
-      for m in $staging; do args+=("-replace=$m=$m@$published"); done
-      go mod edit "${args[@]}"
-    elif grep -Eq '^[[:space:]]*(replace|exclude)([[:space:]]|\()' "$gomod"; then
-      die "$module@$version's go.mod has replace/exclude directives; copy them into the wrapper by hand first"
-    fi
+    # The module's own replace and exclude directives, as `go mod edit` flags (a local-path replace cannot be
+    # copied: Kubernetes' ./staging/X become the published X@v0.<minor>.<patch>).
+    local flags args=()
+    flags="$(go mod edit -json "$gomod" | python3 -c '
+import json, sys
+module, version = sys.argv[1], sys.argv[2]
+m = json.load(sys.stdin)
+for e in m.get("Exclude") or []:
+    print("-exclude=%s@%s" % (e["Path"], e["Version"]))
+for r in m.get("Replace") or []:
+    old, new = r["Old"], r["New"]
+    lhs = old["Path"] + ("@" + old["Version"] if old.get("Version") else "")
+    if new.get("Version"):
+        print("-replace=%s=%s@%s" % (lhs, new["Path"], new["Version"]))
+    elif module == "k8s.io/kubernetes" and new["Path"].startswith("./staging/"):
+        print("-replace=%s=%s@v0.%s" % (lhs, old["Path"], version[len("v1."):]))
+    else:
+        sys.exit("%s@%s replaces %s by the local path %s: copy that into the wrapper by hand" % (module, version, lhs, new["Path"]))
+' "$module" "$version")" || die "reading $module@$version's replace/exclude directives failed"
+    [[ -z "$flags" ]] || mapfile -t args <<<"$flags"
+    ((${#args[@]} == 0)) || go mod edit "${args[@]}"
     local p tools=()
     for p in "$@"; do tools+=("$p@$version"); done
     go get -tool "${tools[@]}"
