@@ -2,9 +2,11 @@
 # Stages of tests/run-all.sh (sourced): each stage prints a line when it starts and when it ends, with the
 # seconds since the run started,
 #   [stage +  123s] start cargo-build
-#   [stage +  456s] done  cargo-build 333s
-#   [stage +  456s] FAILED cluster-tools 120s (exit 1)
-# (also kept in $STAGE_DIR/marks.log) and appends "name<TAB>start<TAB>end<TAB>exit" to $STAGE_DIR/stages.tsv.
+#   [stage +  456s] done  cargo-build 333s cpu 610s
+#   [stage +  456s] FAILED cluster-tools 120s cpu 200s (exit 1)
+# (also kept in $STAGE_DIR/marks.log) and appends "name<TAB>start<TAB>end<TAB>exit<TAB>cpu" to $STAGE_DIR/stages.tsv.
+# The CPU seconds say what a stage costs whatever else runs beside it: on two idle cores it needs at least half
+# of them in wall time.
 # tests/stage-times.sh prints the table from such lines (run-all.sh prints it at the end).
 #
 #   stage NAME CMD...                    runs CMD in the foreground
@@ -24,22 +26,30 @@ stage_mark() {
   printf '%s\n' "$line" >>"$STAGE_DIR/marks.log"
 }
 
-stage_record() { printf '%s\t%d\t%d\t%d\n' "$1" "$(($2 - STAGE_T0))" "$(($3 - STAGE_T0))" "$4" >>"$STAGE_DIR/stages.tsv"; }
+stage_record() {
+  printf '%s\t%d\t%d\t%d\t%s\n' "$1" "$(($2 - STAGE_T0))" "$(($3 - STAGE_T0))" "$4" "$5" >>"$STAGE_DIR/stages.tsv"
+}
+
+# CPU seconds (user + system) of the processes this (sub)shell has waited for, from `times`' second line. Work done
+# by daemons (dockerd's image builds, the cluster's processes) is not in it.
+children_cpu() { times | awk 'NR == 2 { t = 0; for (i = 1; i <= 2; i++) { split($i, a, /[ms]/); t += a[1] * 60 + a[2] } printf "%d", t + 0.5 }'; }
 
 stage() {
-  local name="$1" s rc=0 e
+  local name="$1" s rc=0 e cpu
   shift
   s="$(date +%s)"
   stage_mark "start $name"
-  "$@" || rc=$?
+  # In a subshell, so that `times` counts this stage's processes only.
+  ("$@" || rc=$?; children_cpu >"$STAGE_DIR/$name.cpu"; exit "$rc") || rc=$?
   e="$(date +%s)"
-  stage_record "$name" "$s" "$e" "$rc"
+  cpu="$(cat "$STAGE_DIR/$name.cpu" 2>/dev/null || echo "?")"
+  stage_record "$name" "$s" "$e" "$rc" "$cpu"
   echo "$rc" >"$STAGE_DIR/$name.rc"
   if ((rc)); then
-    stage_mark "FAILED $name $((e - s))s (exit $rc)"
+    stage_mark "FAILED $name $((e - s))s cpu ${cpu}s (exit $rc)"
     return "$rc"
   fi
-  stage_mark "done  $name $((e - s))s"
+  stage_mark "done  $name $((e - s))s cpu ${cpu}s"
 }
 
 bg_stage() {
@@ -67,8 +77,9 @@ bg_stage() {
     echo "$!" >"$STAGE_DIR/$name.pid"
     wait "$!" || rc=$?
     e="$(date +%s)"
-    stage_record "$name" "$s" "$e" "$rc"
-    if ((rc)); then stage_mark "FAILED $name $((e - s))s (exit $rc)"; else stage_mark "done  $name $((e - s))s"; fi
+    cpu="$(children_cpu)"
+    stage_record "$name" "$s" "$e" "$rc" "$cpu"
+    if ((rc)); then stage_mark "FAILED $name $((e - s))s cpu ${cpu}s (exit $rc)"; else stage_mark "done  $name $((e - s))s cpu ${cpu}s"; fi
     echo "$rc" >"$STAGE_DIR/$name.rc"
     exit "$rc"
   ) &
