@@ -57,6 +57,7 @@ finish() {
   local rc=$?
   trap '' INT TERM
   bg_kill_all
+  bg_print_failed
   rm -rf "$TRAINWARDEN_SCRATCH_GOCACHE"
   if [[ -s "$STAGE_DIR/marks.log" ]]; then
     echo "== stages (minutes:seconds since the start; tests/stage-times.sh) ==" >&2
@@ -81,13 +82,10 @@ else
   bg_stage prereqs 0 - tests/install-prereqs.sh
 fi
 # Module downloads are network-bound: all of them at once, before the builds ask for them (only for binaries
-# that are not cached; a warm run skips this in a second).
-# shellcheck disable=SC2016  # expanded by the stage's bash
-go_modules='tests/k8s/build-binaries.sh --prefetch & a=$!; tests/k8s/build-helm.sh --prefetch & b=$!'
-# shellcheck disable=SC2016
-((root)) && go_modules+='; tests/k8s/build-cluster-binaries.sh --prefetch & c=$!; wait $c || echo "WARNING: prefetch failed (the build will say why)"'
-# shellcheck disable=SC2016
-go_modules+='; wait $a && wait $b || echo "WARNING: prefetch failed (the build will say why)"'
+# that are not cached; a warm run skips this in a second). A failure here is a warning: the build says why.
+go_modules='tests/k8s/build-binaries.sh --prefetch & tests/k8s/build-helm.sh --prefetch &'
+((root)) && go_modules+=' tests/k8s/build-cluster-binaries.sh --prefetch &'
+go_modules+=' wait'
 bg_stage go-modules 19 - bash -c "$go_modules"
 # What the bare tier needs besides the workspace, at normal priority beside cargo (both are on the critical path).
 bg_stage bare-tools 0 prereqs bash -c \

@@ -15,6 +15,7 @@
 #                                        its output goes to $STAGE_DIR/NAME.log
 #   bg_wait NAME...                      waits for background stages, prints their logs; fails if one failed
 #   bg_kill_all                          stops every background stage still running (the caller's EXIT trap)
+#   bg_print_failed                      prints the logs of failed background stages nobody waited for
 
 STAGE_T0="${STAGE_T0:-$(date +%s)}"
 declare -A BG_PIDS=()
@@ -92,14 +93,29 @@ bg_wait() {
     rc=0
     wait "${BG_PIDS[$name]}" || rc=$?
     unset "BG_PIDS[$name]"
-    if [[ -s "$STAGE_DIR/$name.log" ]]; then
-      printf '%s\n' "---- $name (background stage) ----" >&2
-      cat "$STAGE_DIR/$name.log" >&2
-      printf '%s\n' "---- end of $name ----" >&2
-    fi
+    bg_print_log "$name"
     ((rc == 0)) || failed=1
   done
   return "$failed"
+}
+
+bg_print_log() {
+  local name="$1"
+  [[ -s "$STAGE_DIR/$name.log" && ! -e "$STAGE_DIR/$name.printed" ]] || return 0
+  printf '%s\n' "---- $name (background stage) ----" >&2
+  cat "$STAGE_DIR/$name.log" >&2
+  printf '%s\n' "---- end of $name ----" >&2
+  : >"$STAGE_DIR/$name.printed"
+}
+
+# The logs of background stages that failed and were not waited for (a run that stopped early).
+bg_print_failed() {
+  local rc name
+  for rc in "$STAGE_DIR"/*.rc; do
+    [[ -e "$rc" && "$(cat "$rc")" != 0 ]] || continue
+    name="$(basename "$rc" .rc)"
+    bg_print_log "$name"
+  done
 }
 
 bg_kill_all() {

@@ -150,7 +150,13 @@ go_prefetch() {
   shift 2
   local args=(list -deps -mod=readonly)
   [[ -z "$tags" ]] || args+=(-tags "$tags")
-  (cd "$wrapper" && CGO_ENABLED=0 GOTOOLCHAIN=local GOWORK=off GOFLAGS='' go "${args[@]}" "$@" >/dev/null)
+  local t0=$SECONDS
+  # go's "downloading" lines stay out of the log; a failure shows again, with its reason, in the build.
+  if (cd "$wrapper" && CGO_ENABLED=0 GOTOOLCHAIN=local GOWORK=off GOFLAGS='' go "${args[@]}" "$@" >/dev/null 2>&1); then
+    log "modules of $(basename "$wrapper") downloaded in $((SECONDS - t0)) s"
+  else
+    log "WARNING: downloading the modules of $(basename "$wrapper") failed (the build will say why)"
+  fi
 }
 
 # cached_build FINAL LOCKNAME OK_FN BUILD_FN: reuses FINAL when `OK_FN FINAL` passes; otherwise takes the lock
