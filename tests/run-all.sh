@@ -75,7 +75,9 @@ if ((ci)); then export CARGO_INCREMENTAL="${CARGO_INCREMENTAL:-0}"; fi
 
 # --- builds ----------------------------------------------------------------------------------------------------
 
-# apt and pip first in the background (cargo needs neither); everything that uses apt waits for it.
+# apt and pip first in the background (cargo needs neither); everything that uses apt waits for it. A run that
+# stops early waits for it rather than killing apt halfway.
+BG_WAIT_ON_EXIT=prereqs
 if ((root)); then
   bg_stage prereqs 0 - bash -c 'tests/install-prereqs.sh && tests/k8s/cluster-prereqs.sh'
 else

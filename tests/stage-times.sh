@@ -11,7 +11,7 @@ set -euo pipefail
 awk '
   function mmss(s) { return sprintf("%d:%02d", int(s / 60), s % 60) }
   match($0, /^\[stage \+ *[0-9]+s\] (start|done |FAILED|skip ) /) {
-    t = $0; sub(/^\[stage \+ */, "", t); sub(/s\].*/, "", t)
+    t = $0; sub(/^\[stage \+ */, "", t); sub(/s\].*/, "", t); t = t + 0
     rest = substr($0, RSTART + RLENGTH)
     split(rest, w, /[ :]/)
     name = w[1]

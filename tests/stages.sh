@@ -14,7 +14,8 @@
 #                                        NICE, once the stages AFTER (comma-separated, or -) have passed;
 #                                        its output goes to $STAGE_DIR/NAME.log
 #   bg_wait NAME...                      waits for background stages, prints their logs; fails if one failed
-#   bg_kill_all                          stops every background stage still running (the caller's EXIT trap)
+#   bg_kill_all                          stops every background stage still running (the caller's EXIT trap),
+#                                        but waits for those named in BG_WAIT_ON_EXIT
 #   bg_print_failed                      prints the logs of failed background stages nobody waited for
 
 STAGE_T0="${STAGE_T0:-$(date +%s)}"
@@ -122,6 +123,12 @@ bg_kill_all() {
   local name pid
   for name in "${!BG_PIDS[@]}"; do
     [[ -f "$STAGE_DIR/$name.rc" ]] && continue
+    # Stages that must not be cut short (an apt-get install killed halfway leaves dpkg to be repaired by hand).
+    if [[ " ${BG_WAIT_ON_EXIT:-} " == *" $name "* ]]; then
+      stage_mark "waiting for $name to finish before stopping"
+      wait "${BG_PIDS[$name]}" 2>/dev/null || true
+      continue
+    fi
     if [[ -f "$STAGE_DIR/$name.pid" ]]; then
       pid="$(cat "$STAGE_DIR/$name.pid")"
       # The stage's own process group (setsid above); its scripts' EXIT traps remove their temp dirs.
