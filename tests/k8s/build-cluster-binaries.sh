@@ -213,7 +213,12 @@ main() {
     # JOBS components at a time (default 2): one go command leaves a core idle while it links a big binary.
     for c in "${todo[@]}"; do
       while (($(jobs -pr | wc -l) >= JOBS)); do wait -n || true; done
-      (BUILDING="$c" GO_FORCE=$force cached_build "$(comp_dir "$c")" "cluster-$c" ok_current build_current) &
+      # (A subshell does not inherit the traps: set them again, so a stopped build still removes its temp dir.)
+      (
+        trap 'exit 130' INT
+        trap 'exit 143' TERM
+        BUILDING="$c" GO_FORCE=$force cached_build "$(comp_dir "$c")" "cluster-$c" ok_current build_current
+      ) &
       pids+=("$!")
       names+=("$c")
     done
