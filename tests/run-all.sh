@@ -84,11 +84,12 @@ else
   bg_stage prereqs 0 - tests/install-prereqs.sh
 fi
 # Module downloads are network-bound: all of them at once, before the builds ask for them (only for binaries
-# that are not cached; a warm run skips this in a second). A failure here is a warning: the build says why.
+# that are not cached; a warm run skips this in a second). A failure here is a warning: the build says why. At
+# normal priority: a build waits on Go's lock of a module this stage is unpacking.
 go_modules='tests/k8s/build-binaries.sh --prefetch & tests/k8s/build-helm.sh --prefetch &'
 ((root)) && go_modules+=' tests/k8s/build-cluster-binaries.sh --prefetch &'
 go_modules+=' wait'
-bg_stage go-modules 19 - bash -c "$go_modules"
+bg_stage go-modules 0 - bash -c "$go_modules"
 # What the bare tier needs besides the workspace, at normal priority beside cargo (both are on the critical path).
 bg_stage bare-tools 0 prereqs bash -c \
   'tests/k8s/build-prometheus.sh >/dev/null && tests/k8s/build-binaries.sh >/dev/null && tests/k8s/build-helm.sh >/dev/null'
