@@ -9,7 +9,8 @@
 #                                            at the two local bases above (their defaults stay the public images)
 # with dockerd from Debian's docker.io (legacy builder), started here with its own data-root, exec-root and socket
 # under TRAINWARDEN_DOCKER_DIR, no iptables/bridge/ip-forward changes (builds use --network host), and stopped
-# again at the end. A dockerd already running on the machine is not used or touched.
+# again at the end. A dockerd already running on the machine is not used or touched. The builds run at this
+# script's CPU priority (dockerd and its containers inherit it: tests/run-all.sh runs it at nice 19).
 #
 # Usage (root):
 #   tests/k8s/build-images.sh [--only base|rust|training|trainwarden]... [--no-import]
@@ -17,8 +18,9 @@
 # containerd runs when the cluster is up (tests/k8s/cluster.sh up) and the image there differs.
 #
 # Environment:
-#   TRAINWARDEN_CLUSTER_DIR     state dir shared with cluster.sh (default ~/.cache/trainwarden/cluster)
-#   TRAINWARDEN_DOCKER_DIR      dockerd's data-root and run dir (default ~/.cache/trainwarden/docker)
+#   TRAINWARDEN_CLUSTER_DIR     state dir shared with cluster.sh (default $TRAINWARDEN_CACHE_DIR/cluster; that
+#                               defaults to ~/.cache/trainwarden)
+#   TRAINWARDEN_DOCKER_DIR      dockerd's data-root and run dir (default $TRAINWARDEN_CACHE_DIR/docker)
 #   TRAINWARDEN_DEBIAN_MIRROR   mirror for debootstrap (default http://deb.debian.org/debian)
 #   TRAINWARDEN_IMAGES_MIN_FREE_GIB  free disk checked before the trainwarden image build (default 6). Measured
 #                               from that point on a cold data-root (2026-12-06, 5 s samples of df): the release

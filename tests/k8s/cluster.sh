@@ -32,7 +32,7 @@
 # A containerd or dockerd already running on the machine is never touched.
 #
 # Environment:
-#   TRAINWARDEN_CLUSTER_DIR        state dir (default ~/.cache/trainwarden/cluster)
+#   TRAINWARDEN_CLUSTER_DIR        state dir (default $TRAINWARDEN_CACHE_DIR/cluster, ~/.cache/trainwarden/cluster)
 #   TRAINWARDEN_CLUSTER_TIMEOUT    seconds to wait for each component in `up` (default 90)
 #   TRAINWARDEN_CLUSTER_UP_MIN_FREE_GIB  free disk `up` insists on (default 4; the kubelet evicts below 1 %)
 set -euo pipefail

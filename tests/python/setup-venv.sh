@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The Python environment the tests use (a real SMTP server, the Kubeflow SDK, the Python peers of the
-# benchmarks): one virtual environment under ~/.cache/trainwarden/venv with every tests/python/*.txt
+# benchmarks): one virtual environment under $TRAINWARDEN_CACHE_DIR/venv (~/.cache/trainwarden/venv) with every tests/python/*.txt
 # requirements file installed from PyPI. Re-installs only when a requirements file changed (hash stamp).
 # Prints nothing but errors; tests find it through TRAINWARDEN_PYTHON (tests/run-all.sh exports it).
 set -euo pipefail
