@@ -44,7 +44,8 @@ WRAPPERS="$SCRIPT_DIR/wrappers"
 CACHE_ROOT="${TRAINWARDEN_K8S_CACHE:-${TRAINWARDEN_CACHE_DIR:-$HOME/.cache/trainwarden}/k8s-bins}"
 MIN_FREE_GIB="${TRAINWARDEN_CLUSTER_MIN_FREE_GIB:-8}"
 JOBS="${TRAINWARDEN_GO_JOBS:-2}"
-COMPONENTS=(kube-node coredns trainer jobset kueue)
+# Longest build first: two build at a time, and the last one builds alone.
+COMPONENTS=(kueue kube-node coredns trainer jobset)
 
 log() { printf '[build-cluster-binaries] %s\n' "$*" >&2; }
 die() { printf '[build-cluster-binaries] ERROR: %s\n' "$*" >&2; exit 1; }
