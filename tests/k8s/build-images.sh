@@ -22,6 +22,7 @@
 #                               defaults to ~/.cache/trainwarden)
 #   TRAINWARDEN_DOCKER_DIR      dockerd's data-root and run dir (default $TRAINWARDEN_CACHE_DIR/docker)
 #   TRAINWARDEN_DEBIAN_MIRROR   mirror for debootstrap (default http://deb.debian.org/debian)
+#   TRAINWARDEN_DOCKER_LOCK     one image build per machine (default /run/lock/trainwarden-dockerd.lock)
 #   TRAINWARDEN_IMAGES_MIN_FREE_GIB  free disk checked before the trainwarden image build (default 6). Measured
 #                               from that point on a cold data-root (2026-12-06, 5 s samples of df): the release
 #                               build's layers 2.0 GiB, the image archives 0.9 GiB, then cluster.sh's import into
@@ -52,6 +53,7 @@ die() { printf '[build-images] ERROR: %s\n' "$*" >&2; exit 1; }
 # shellcheck source=disk.sh
 . "$SCRIPT_DIR/disk.sh"
 
+args=("$@")
 only=()
 import=1
 while (($#)); do
@@ -65,6 +67,15 @@ done
 want() { ((${#only[@]} == 0)) || [[ " ${only[*]} " == *" $1 "* ]]; }
 
 [[ "$(id -u)" -eq 0 ]] || die "needs root (dockerd, debootstrap)"
+# dockerd 20.10 and its containerd use fixed host paths (/etc/docker/key.json, /opt/containerd, /run/containerd/s)
+# that this script creates and removes: one image build per machine at a time (a second run waits). The lock is
+# held by a `flock` process around this script; --close: dockerd does not inherit it.
+DOCKER_LOCK="${TRAINWARDEN_DOCKER_LOCK:-/run/lock/trainwarden-dockerd.lock}"
+if [[ "${TRAINWARDEN_DOCKER_LOCKED:-}" != "$DOCKER_LOCK" ]]; then
+  mkdir -p "$(dirname "$DOCKER_LOCK")"
+  flock -n "$DOCKER_LOCK" true || log "another image build holds $DOCKER_LOCK; waiting for it"
+  TRAINWARDEN_DOCKER_LOCKED="$DOCKER_LOCK" exec flock --close "$DOCKER_LOCK" bash "$SCRIPT_DIR/$(basename "${BASH_SOURCE[0]}")" ${args[@]+"${args[@]}"}
+fi
 "$SCRIPT_DIR/cluster-prereqs.sh"
 
 # --- our dockerd -------------------------------------------------------------------------------------------

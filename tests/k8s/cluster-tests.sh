@@ -18,7 +18,7 @@ log() { printf '[cluster-tests] %s\n' "$*" >&2; }
 if [[ "${TRAINWARDEN_CLUSTER_LOCKED:-}" != "$LOCK" ]]; then
   mkdir -p "$(dirname "$LOCK")"
   flock -n "$LOCK" true || log "another cluster tier holds $LOCK; waiting for it"
-  TRAINWARDEN_CLUSTER_LOCKED="$LOCK" exec flock --close "$LOCK" "$0" "$@"
+  TRAINWARDEN_CLUSTER_LOCKED="$LOCK" exec flock --close "$LOCK" bash "$SCRIPT_DIR/$(basename "${BASH_SOURCE[0]}")" "$@"
 fi
 
 t0=$SECONDS
