@@ -107,6 +107,13 @@ if ((root)); then
   bg_stage cluster-tier 0 prereqs,cluster-tools,image,cargo-build tests/k8s/cluster-tests.sh
 fi
 
+# The Python companion package (sdk/python: ruff, mypy --strict, pytest, and its acknowledgement against
+# `trainwarden watch`'s status endpoint), beside the bare tier: it needs the workspace's debug binary and network
+# for its venv the first time, and seconds of CPU after that.
+# shellcheck disable=SC2016
+bg_stage python-tests 0 prereqs,cargo-build bash -c \
+  'TRAINWARDEN_BIN="$(cd "${CARGO_TARGET_DIR:-target}" && pwd)/debug/trainwarden" sdk/python/run-tests.sh'
+
 # The fault-injection suite (engine/cli/tests/faults.rs) appends one row per scenario here.
 fault_table="${CARGO_TARGET_DIR:-target}/tmp/fault-table.tsv"
 rm -f "$fault_table"
@@ -139,6 +146,9 @@ fi
 # A real node (kubelet + containerd), the real Kubeflow Trainer, JobSet and Kueue, and trainwarden installed by
 # its chart from the image its Dockerfile builds (tests/k8s/README.md). It changes host state (undone by
 # `cluster.sh down`, which it always runs), so it needs root; under CI=true nothing skips it.
+python_rc=0
+bg_wait python-tests || python_rc=$?
+
 cluster_rc=0
 if ((root)); then
   bg_wait go-modules base-images image cluster-tools cluster-tier || cluster_rc=$?
@@ -148,4 +158,4 @@ elif ((ci)); then
 else
   echo "SKIPPED: the cluster tier (tests/k8s/cluster-tests.sh) needs root" >&2
 fi
-((bare_rc == 0 && cluster_rc == 0))
+((bare_rc == 0 && python_rc == 0 && cluster_rc == 0))

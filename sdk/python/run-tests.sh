@@ -18,10 +18,10 @@ if [[ "${1:-}" == --with-torch ]]; then
   shift
 fi
 reqs=(requirements-test.txt)
-venv="${TRAINWARDEN_SDK_VENV:-$HOME/.cache/trainwarden/sdk-venv}"
+venv="${TRAINWARDEN_SDK_VENV:-${TRAINWARDEN_CACHE_DIR:-$HOME/.cache/trainwarden}/sdk-venv}"
 if [[ $with_torch == 1 ]]; then
   reqs+=(requirements-torch.txt)
-  venv="${TRAINWARDEN_SDK_TORCH_VENV:-$HOME/.cache/trainwarden/sdk-venv-torch}"
+  venv="${TRAINWARDEN_SDK_TORCH_VENV:-${TRAINWARDEN_CACHE_DIR:-$HOME/.cache/trainwarden}/sdk-venv-torch}"
   export TRAINWARDEN_SDK_REQUIRE_TORCH=1
 fi
 
