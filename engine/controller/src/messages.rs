@@ -11,7 +11,6 @@
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
-use crate::metrics::WorkKind;
 use trainwarden_core::{
     ActionIntent, ActionKind, CompiledReceiver, Event, GpuSample, JobKey, JobPhase, JobSnapshot, Mode,
     NormalizeError, PolicyDocument, PolicyId, PolicyKind, PolicyRef, QueueDemand, Savings, Timestamp,
@@ -216,6 +215,22 @@ pub enum Work {
     /// Store these checkpoints one after the other (a stop's flush), then answer.
     FlushHistory(Vec<HistorySave>, tokio::sync::oneshot::Sender<()>),
 }
+
+/// The kinds of executor work, as they wait in its per-job queue (`trainwarden_executor_queue_seconds`).
+#[derive(Clone, Copy, Debug, Hash, PartialEq, Eq)]
+pub enum WorkKind {
+    /// `act`: an action intent performed or reported.
+    Act,
+    /// `event`: a Kubernetes Event recorded on a TrainJob.
+    Event,
+    /// `notify`: an evaluator event handed to the notifier.
+    Notify,
+    /// `history`: a history checkpoint stored.
+    History,
+    /// `verdict`: a verdict annotation stored.
+    Verdict,
+}
+
 
 /// A change of one policy's notification receivers.
 #[derive(Debug)]
