@@ -34,7 +34,7 @@ pub struct ControllerConfig {
     /// Deactivate the Kueue Workload of Kueue-managed TrainJobs instead of setting `spec.suspend`.
     pub kueue: bool,
     /// Watch Kueue's Workloads, LocalQueues and ClusterQueues for `queue_pending()` and
-    /// `queue_pending_gpus()` ([`crate::kueue_queues`]); off, those read as unknown.
+    /// `queue_pending_gpus()` ([`crate::sources::kueue_queues`]); off, those read as unknown.
     pub kueue_queues: bool,
     /// Re-evaluation cadence of jobs without news (exact timers fire independently of it).
     pub eval_interval: Duration,
@@ -73,7 +73,7 @@ pub struct ControllerConfig {
     pub gpu_metrics: Option<GpuMetricsConfig>,
 }
 
-/// Where and how often the GPUs' metrics are read ([`crate::gpu_metrics`]).
+/// Where and how often the GPUs' metrics are read ([`crate::sources::gpu_metrics`]).
 #[derive(Clone, Debug)]
 pub struct GpuMetricsConfig {
     /// Prometheus' base URL (`http://prometheus-operated.monitoring:9090`, or OpenShift's Thanos querier

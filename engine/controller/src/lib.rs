@@ -23,9 +23,9 @@
 //! - [`recorder`] (`--record-dir`) writes what the TrainJob watch sees as replayable gzip streams, one per
 //!   job, bounded and rotated; it gets copies over a bounded channel and never holds up the watch. Every
 //!   replica records, into its own subdirectory.
-//! - [`gpu_metrics`] (`--prometheus-url`) reads the GPUs' DCGM metrics from Prometheus once per interval
+//! - [`sources::gpu_metrics`] (`--prometheus-url`) reads the GPUs' DCGM metrics from Prometheus once per interval
 //!   and joins them to TrainJobs through their pods' JobSet label.
-//! - [`kueue_queues`] (`--kueue-queues`) watches Kueue's Workloads, LocalQueues and ClusterQueues and
+//! - [`sources::kueue_queues`] (`--kueue-queues`) watches Kueue's Workloads, LocalQueues and ClusterQueues and
 //!   sends the demand pending behind each LocalQueue (its ClusterQueue's, or its cohort's).
 //! - [`leader`] is Lease-based leader election; [`http`] serves `/healthz`, `/readyz` and `/metrics`.
 #![forbid(unsafe_code)]
@@ -34,9 +34,7 @@
 pub mod brain;
 pub mod config;
 pub mod executor;
-pub mod gpu_metrics;
 pub mod http;
-pub mod kueue_queues;
 pub mod leader;
 pub mod messages;
 pub mod metrics;
@@ -168,12 +166,12 @@ pub async fn run_with_listener(
     if let Some(gpu) = config.gpu_metrics.clone() {
         let (client, ns, tx, m) =
             (client.clone(), config.namespace.clone(), input_tx.clone(), metrics.clone());
-        tasks.spawn(gpu_metrics::run(client, gpu, ns, tx, ready_rx.clone(), m));
+        tasks.spawn(sources::gpu_metrics::run(client, gpu, ns, tx, ready_rx.clone(), m));
     }
     if config.kueue_queues {
         let (client, ns, tx, m) =
             (client.clone(), config.namespace.clone(), input_tx.clone(), metrics.clone());
-        tasks.spawn(kueue_queues::run(client, ns, tx, m));
+        tasks.spawn(sources::kueue_queues::run(client, ns, tx, m));
     }
     let notifier = if config.notifications {
         let secrets = Arc::new(secrets::KubeSecrets::new(client.clone()));

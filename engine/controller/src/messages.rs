@@ -47,7 +47,7 @@ pub enum Input {
         /// Its labels, now (the selectors of ClusterProgressPolicies match against them).
         labels: BTreeMap<String, String>,
     },
-    /// The GPUs' readings of one Prometheus poll ([`crate::gpu_metrics`]): one sample per TrainJob whose pods
+    /// The GPUs' readings of one Prometheus poll ([`crate::sources::gpu_metrics`]): one sample per TrainJob whose pods
     /// hold GPUs that reported, taken at the poll's time.
     GpuReadings(Vec<(JobKey, GpuSample)>),
     /// The GPUs' utilization history read back from Prometheus at start, oldest step first: recorded whole
@@ -55,7 +55,7 @@ pub enum Input {
     GpuHistory(Vec<Vec<(JobKey, GpuSample)>>),
     /// Whether the GPU metrics can be read: sent at the first poll and whenever it changes.
     GpuMetrics(SourceHealth),
-    /// The demand queued behind every known Kueue LocalQueue ([`crate::kueue_queues`]), whole, when it
+    /// The demand queued behind every known Kueue LocalQueue ([`crate::sources::kueue_queues`]), whole, when it
     /// changed: a Kueue-managed TrainJob's is its LocalQueue's, and unknown when its LocalQueue is not here.
     QueueDemand(Arc<QueueDemands>),
     /// Whether Kueue's queues can be read: sent when it changes.
@@ -106,7 +106,7 @@ impl LocalQueueRef {
     }
 }
 
-/// What waits in Kueue, as [`crate::kueue_queues`] sends it.
+/// What waits in Kueue, as [`crate::sources::kueue_queues`] sends it.
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct QueueDemands {
     /// The demand behind every known LocalQueue: pending in its ClusterQueue, or its cohort.
@@ -230,7 +230,6 @@ pub enum WorkKind {
     /// `verdict`: a verdict annotation stored.
     Verdict,
 }
-
 
 /// A change of one policy's notification receivers.
 #[derive(Debug)]

@@ -1981,7 +1981,7 @@ mod watch_path_tests {
                 let input = PolicyInput { key, generation: 1, document: Ok(doc), status: None };
                 b.handle(Input::Policy(Box::new(input)), t(i as i64));
             }
-            let input = crate::sources::job_input(&obj).expect("a namespaced TrainJob");
+            let input = crate::sources::trainjobs::job_input(&obj).expect("a namespaced TrainJob");
             b.handle(Input::Job(Box::new(input)), t(i as i64));
             if b.work.drain(..).any(|w| matches!(w, Work::Act(_))) {
                 fired.get_or_insert(i);
