@@ -279,9 +279,9 @@ mod tests {
 
     use crate::brain::Brain;
     use crate::brain::tests::{job_reporting, policy_input, suspend_outcome, t};
-    use crate::config::ControllerConfig;
     use crate::messages::{ActionResult, Input};
     use crate::metrics::Metrics;
+    use crate::runtime::config::ControllerConfig;
 
     fn outcome(mode: Mode, result: ActionResult, gpu_hours: f64) -> Input {
         Input::Outcome(Box::new(suspend_outcome(&format!("i-{gpu_hours}"), mode, result, gpu_hours)))

@@ -7,8 +7,8 @@ use std::time::Duration;
 use trainwarden_core::Timestamp;
 
 use super::Brain;
-use crate::config::Clock;
 use crate::messages::Input;
+use crate::runtime::config::Clock;
 
 /// The loop's clock and, for [`Clock::Reports`], where the stream's time stands.
 pub(super) struct LoopClock {
@@ -102,9 +102,9 @@ fn run_timers(brain: &mut Brain, until: Timestamp, inclusive: bool) {
 mod tests {
     use super::super::tests::{job_reporting, policy_input, t};
     use super::*;
-    use crate::config::ControllerConfig;
     use crate::messages::Work;
     use crate::metrics::Metrics;
+    use crate::runtime::config::ControllerConfig;
     use std::sync::Arc;
 
     fn acts(brain: &mut Brain) -> Vec<Timestamp> {

@@ -216,9 +216,9 @@ mod tests {
 
     use crate::brain::Brain;
     use crate::brain::tests::{key, policy_input, t, trainer_status};
-    use crate::config::ControllerConfig;
     use crate::messages::Input;
     use crate::metrics::Metrics;
+    use crate::runtime::config::ControllerConfig;
 
     const HIGH_LOSS: &str =
         "    - {name: high, when: 'metric(\"loss\") > 5.0', for: 10s, actions: [{suspend: {}}]}\n";

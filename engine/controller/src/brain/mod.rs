@@ -46,7 +46,6 @@ use trainwarden_core::{EngineConfig, Evaluator, Event, SnoozeChange, TransitionK
 use trainwarden_core::{JobKey, JobSnapshot, NormalizeError, QueueDemand, SampleSource, Timestamp};
 use trainwarden_kube::{ProgressPolicyStatus, VERDICT_ANNOTATION};
 
-use crate::config::ControllerConfig;
 use crate::messages::{
     ActionResult, HistorySave, Input, LocalQueueRef, Outcome, PolicyInput, ReceiverChange, SourceHealth,
     StatusUpdate, TrainJobEvent, VerdictSave, Work,
@@ -55,6 +54,7 @@ use crate::metrics::{
     DroppedWork, HistoryResult, InvalidInput, LimitLabels, Metrics, ModeLabel, ModeLabels, ProgressSource,
     ProgressSourceLabels,
 };
+use crate::runtime::config::ControllerConfig;
 use books::PolicyBook;
 use gauges::JobGauges;
 use history::{Due, HistoryBook};

@@ -271,9 +271,9 @@ mod tests {
     use super::super::tests::{policy_input, t};
     use super::*;
     use crate::brain::Brain;
-    use crate::config::ControllerConfig;
     use crate::messages::{Input, JobInput, Work};
     use crate::metrics::Metrics;
+    use crate::runtime::config::ControllerConfig;
 
     const RULE: &str =
         "    - {name: high, when: 'metric(\"loss\") > 5.0', for: 10s, actions: [{suspend: {}}]}\n";

@@ -27,10 +27,10 @@ use trainwarden_kube::trainjob::trainjob_api;
 use trainwarden_notify::Notifier;
 use trainwarden_notify::alert::{ActionState, describe_action, past, resume_hint};
 
-use crate::config::ControllerConfig;
-use crate::leader::Leadership;
 use crate::messages::{ActionResult, ExecutedAction, Input, Outcome, ReceiverChange, Work};
 use crate::metrics::{ActionLabel, ApiOperation, DroppedWork, Metrics, ModeLabel};
+use crate::runtime::config::ControllerConfig;
+use crate::runtime::leader::Leadership;
 use crate::{INTENTS_ANNOTATION, LAST_ACTION_ANNOTATION};
 
 mod actions;

@@ -36,9 +36,9 @@ use tokio::sync::mpsc;
 use tracing::{info, warn};
 use trainwarden_core::{GpuReading, GpuSample, JobKey, MAX_GPUS_PER_JOB, Timestamp, error_chain};
 
-use crate::config::GpuMetricsConfig;
 use crate::messages::{Input, SourceHealth};
 use crate::metrics::{GpuQueryLabels, GpuQueryResult, Metrics};
+use crate::runtime::config::GpuMetricsConfig;
 
 /// The pod label JobSet sets to the JobSet's name, which Trainer v2 sets to the TrainJob's.
 pub const JOBSET_NAME_LABEL: &str = "jobset.sigs.k8s.io/jobset-name";

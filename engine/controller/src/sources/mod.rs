@@ -37,9 +37,9 @@ use trainwarden_kube::trainjob::trainjob_api;
 use trainwarden_kube::{ClusterProgressPolicy, ProgressPolicy, ProgressPolicyException};
 
 use crate::Error;
-use crate::config::ControllerConfig;
 use crate::messages::{Input, Observation};
 use crate::metrics::Metrics;
+use crate::runtime::config::ControllerConfig;
 
 /// Fails early, with the fix, when a CRD the controller needs is missing.
 pub async fn check_crds(client: &Client, config: &ControllerConfig) -> Result<(), Error> {

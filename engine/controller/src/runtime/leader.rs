@@ -9,8 +9,8 @@ use tokio::sync::{Mutex, oneshot, watch};
 use tokio::task::JoinHandle;
 use tracing::{info, warn};
 
-use crate::config::ControllerConfig;
 use crate::metrics::Metrics;
+use crate::runtime::config::ControllerConfig;
 
 /// Whether this replica leads now; cheap to clone and check.
 #[derive(Clone)]

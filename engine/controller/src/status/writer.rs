@@ -16,10 +16,10 @@ use tracing::{debug, warn};
 use trainwarden_core::{PolicyId, PolicyKind};
 use trainwarden_kube::{ClusterProgressPolicy, FIELD_MANAGER, ProgressPolicy, ProgressPolicyStatus};
 
-use crate::config::ControllerConfig;
-use crate::leader::Leadership;
 use crate::messages::StatusUpdate;
 use crate::metrics::{ApiOperation, Metrics, ResultLabels, StatusWrite};
+use crate::runtime::config::ControllerConfig;
+use crate::runtime::leader::Leadership;
 
 /// Writes policy status (server-side apply of the status subresource), on the leader only: the latest status
 /// of each policy, skipping writes that would change nothing, retrying failed ones every 5 s.
