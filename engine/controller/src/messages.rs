@@ -130,7 +130,8 @@ impl QueueDemands {
     }
 }
 
-/// A watched TrainJob, read.
+/// A watched TrainJob, read: its progress normalized, and what trainwarden keeps in its annotations parsed
+/// into typed fields (the snapshot's annotations no longer hold the history checkpoint nor the verdict).
 #[derive(Debug)]
 pub struct JobInput {
     /// The TrainJob's namespace and name.
@@ -143,6 +144,70 @@ pub struct JobInput {
     pub uid: Option<String>,
     /// When its watch event arrived (`trainwarden_input_lag_seconds`).
     pub received: std::time::Instant,
+    /// The suspension its last-action record names ([`crate::LAST_ACTION_ANNOTATION`]), if that record is a
+    /// suspension that reads.
+    pub suspension: Option<FoundSuspension>,
+    /// Its history checkpoint ([`crate::HISTORY_ANNOTATION`]), as stored.
+    pub history: Option<StoredCheckpoint>,
+    /// Its verdict annotation ([`trainwarden_kube::VERDICT_ANNOTATION`]), as it shows now.
+    pub verdict: ShownVerdict,
+}
+
+/// A suspension found recorded on a TrainJob (`trainwarden.dev/last-action`), for the hand-over count.
+///
+/// A leader lost within its status interval after suspending a job leaves an action no status counts. A
+/// live follower holds the same intent and finds it `already_done` when it leads; a replica that started
+/// after the action (the lost one, restarted, winning the Lease) does not: the job is suspended, so its rule
+/// does not fire again. Every replica therefore keeps the suspension each TrainJob records, and the one that
+/// takes over counts those its inherited status does not (see `brain::counted`).
+#[derive(Debug, Clone, PartialEq)]
+pub struct FoundSuspension {
+    /// The intent id.
+    pub id: String,
+    /// The policy as the record names it: `ProgressPolicy ns/name` or `ClusterProgressPolicy name`.
+    pub policy: String,
+    /// The rule that fired.
+    pub rule: String,
+    /// When the intent was issued.
+    pub at: Timestamp,
+    /// The GPU-hours the record says it frees.
+    pub gpu_hours: Option<f64>,
+    /// The dollars the record says it frees.
+    pub dollars: Option<f64>,
+}
+
+/// A history checkpoint as a TrainJob stores it: the text (restored by the evaluator on a job's first
+/// sight), a hash of it (an unchanged annotation is not read again) and its stamp (when it was taken, and
+/// the content hash it records), when the header reads.
+#[derive(Debug, Clone, PartialEq)]
+pub struct StoredCheckpoint {
+    /// The annotation's text.
+    pub text: String,
+    /// FNV-1a of the text.
+    pub hash: u64,
+    /// When the checkpoint was taken and its content hash, from its header.
+    pub stamp: Option<(Timestamp, u64)>,
+}
+
+/// A TrainJob's verdict annotation as it shows: a hash of its text (what is stored, compared with what
+/// should be; absent is a value too) and the rules it lists, when it reads.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ShownVerdict {
+    /// Hash of the annotation's text (`None` hashed when there is no annotation).
+    pub hash: u64,
+    /// The annotation, parsed; `None` when absent or unreadable.
+    pub verdict: Option<trainwarden_kube::Verdict>,
+}
+
+impl ShownVerdict {
+    /// The hash a verdict's text (or its absence) is compared by: what the TrainJob shows against what the
+    /// brain wants it to show.
+    pub fn hash_text(text: Option<&str>) -> u64 {
+        use std::hash::{DefaultHasher, Hash, Hasher};
+        let mut h = DefaultHasher::new();
+        text.hash(&mut h);
+        h.finish()
+    }
 }
 
 /// A job's history checkpoint to store on the TrainJob ([`crate::HISTORY_ANNOTATION`]).

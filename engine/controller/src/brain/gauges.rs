@@ -413,16 +413,7 @@ mod tests {
         });
         let snapshot = trainwarden_core::from_trainjob(&obj).unwrap();
         assert_eq!(snapshot.gpus, Some(8.0), "the fixture's GPU count");
-        b.handle(
-            Input::Job(Box::new(crate::messages::JobInput {
-                key: snapshot.key.clone(),
-                snapshot: Ok(snapshot),
-                exempt: false,
-                uid: None,
-                received: std::time::Instant::now(),
-            })),
-            t(1),
-        );
+        b.handle(crate::brain::tests::watched(snapshot, None), t(1));
         let lines = job_lines(&metrics);
         assert!(has(&lines, &format!("{gpus} 8.0")), "{lines:#?}");
         let phase =

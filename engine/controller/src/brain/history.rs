@@ -13,6 +13,8 @@ use std::time::Duration;
 
 use trainwarden_core::{HistoryCheckpoint, JobKey, Timestamp};
 
+use crate::messages::StoredCheckpoint;
+
 /// What was last stored on one TrainJob.
 #[derive(Clone, Copy, Debug, PartialEq)]
 struct Stored {
@@ -126,15 +128,14 @@ impl HistoryBook {
         }
     }
 
-    /// The job's annotation as watched now: what is stored on it (written by this or another replica).
-    pub(super) fn read(&mut self, job: &JobKey, annotation: Option<&str>) {
-        let Some(text) = annotation else { return };
-        let hash = fnv(text.as_bytes());
-        if self.read.get(job) == Some(&hash) {
+    /// The job's checkpoint as watched now: what is stored on it (written by this or another replica).
+    pub(super) fn read(&mut self, job: &JobKey, stored: Option<&StoredCheckpoint>) {
+        let Some(stored) = stored else { return };
+        if self.read.get(job) == Some(&stored.hash) {
             return;
         }
-        self.read.insert(job.clone(), hash);
-        if let Some((at, content)) = HistoryCheckpoint::stamp(text)
+        self.read.insert(job.clone(), stored.hash);
+        if let Some((at, content)) = stored.stamp
             && self.stored.get(job).is_none_or(|s| s.at <= at)
         {
             self.stored.insert(job.clone(), Stored { at, content });
@@ -284,15 +285,6 @@ impl HistoryBook {
     }
 }
 
-fn fnv(bytes: &[u8]) -> u64 {
-    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
-    for b in bytes {
-        h ^= u64::from(*b);
-        h = h.wrapping_mul(0x0100_0000_01b3);
-    }
-    h
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -433,7 +425,7 @@ mod tests {
         book.stored.insert(job.clone(), Stored { at: t(100), content: 7 });
         assert!(!book.may_write(&job, t(200)));
         assert!(book.may_write(&job, t(400)));
-        book.read(&job, Some("not a checkpoint"));
+        book.read(&job, Some(&crate::sources::trainjobs::read_checkpoint("not a checkpoint".into())));
         assert!(book.may_write(&job, t(400)), "an unreadable annotation changes nothing");
         book.due_now(&job);
         assert!(book.may_write(&job, t(101)), "a firing does not wait for the interval");

@@ -27,7 +27,6 @@
 mod books;
 mod clock;
 mod counted;
-mod found;
 mod gauges;
 mod history;
 pub mod ledger;
@@ -44,11 +43,11 @@ use trainwarden_core::compile;
 use trainwarden_core::{ActionSpec, PolicyId, PolicyKind};
 use trainwarden_core::{EngineConfig, Evaluator, Event, SnoozeChange, TransitionKind};
 use trainwarden_core::{JobKey, JobSnapshot, NormalizeError, QueueDemand, SampleSource, Timestamp};
-use trainwarden_kube::{ProgressPolicyStatus, VERDICT_ANNOTATION};
+use trainwarden_kube::ProgressPolicyStatus;
 
 use crate::messages::{
-    ActionResult, HistorySave, Input, LocalQueueRef, Outcome, PolicyInput, ReceiverChange, SourceHealth,
-    StatusUpdate, TrainJobEvent, VerdictSave, Work,
+    ActionResult, FoundSuspension, HistorySave, Input, LocalQueueRef, Outcome, PolicyInput, ReceiverChange,
+    SourceHealth, StatusUpdate, StoredCheckpoint, TrainJobEvent, VerdictSave, Work,
 };
 use crate::metrics::{
     DroppedWork, HistoryResult, InvalidInput, LimitLabels, Metrics, ModeLabel, ModeLabels, ProgressSource,
@@ -114,8 +113,8 @@ pub struct Brain {
     exceptions_listed: bool,
     /// Exceptions that cannot be read, and why (reported in the status of the policies they name).
     invalid_exceptions: BTreeMap<trainwarden_core::ExceptionRef, (String, Vec<String>)>,
-    /// The suspension each TrainJob records (see [`found`]), and whether it went through Kueue.
-    found: HashMap<JobKey, (found::FoundSuspension, bool)>,
+    /// The suspension each TrainJob records (see [`FoundSuspension`]), and whether it went through Kueue.
+    found: HashMap<JobKey, (FoundSuspension, bool)>,
     /// `--kueue`: a Kueue-managed job's suspension is its Workload's deactivation.
     kueue_suspends: bool,
     /// The suspensions found on TrainJobs are to be counted once the TrainJobs are listed (this replica
@@ -270,9 +269,8 @@ impl Brain {
                     g.touch(&job.key);
                 }
                 if job.exempt {
-                    if let Ok(s) = &job.snapshot {
-                        let verdict = s.annotations.get(VERDICT_ANNOTATION).map(String::as_str);
-                        self.verdicts.read(&job.key, verdict, job.uid.as_deref(), self.leading);
+                    if job.snapshot.is_ok() {
+                        self.verdicts.read(&job.key, &job.verdict, job.uid.as_deref(), self.leading);
                     }
                     self.verdicts.clear(&job.key);
                     self.unknown_now.remove(&job.key);
@@ -295,13 +293,9 @@ impl Brain {
                 } else {
                     self.exempt.remove(&job.key);
                     match job.snapshot {
-                        Ok(mut snapshot) => {
+                        Ok(snapshot) => {
                             self.unreadable.remove(&job.key);
-                            match snapshot
-                                .annotations
-                                .get(crate::LAST_ACTION_ANNOTATION)
-                                .and_then(|r| found::FoundSuspension::read(r))
-                            {
+                            match job.suspension {
                                 Some(f) => {
                                     let kueue = self.kueue_suspends && snapshot.kueue_queue.is_some();
                                     self.found.insert(job.key.clone(), (f, kueue));
@@ -311,15 +305,8 @@ impl Brain {
                                 }
                             }
                             self.surface_unknown_fields(&snapshot);
-                            let checkpoint = snapshot.annotations.remove(crate::HISTORY_ANNOTATION);
-                            let verdict = snapshot.annotations.remove(VERDICT_ANNOTATION);
-                            self.verdicts.read(
-                                &job.key,
-                                verdict.as_deref(),
-                                job.uid.as_deref(),
-                                self.leading,
-                            );
-                            self.restore_history(&job.key, checkpoint.as_deref(), job.uid.as_deref(), now);
+                            self.verdicts.read(&job.key, &job.verdict, job.uid.as_deref(), self.leading);
+                            self.restore_history(&job.key, job.history.as_ref(), job.uid.as_deref(), now);
                             let started = Instant::now();
                             let queue =
                                 self.queue_of(snapshot.kueue_queue.as_deref(), &job.key, job.uid.as_deref());
@@ -460,9 +447,15 @@ impl Brain {
     /// A job seen for the first time in this run gets the history its TrainJob carries (see
     /// [`Evaluator::restore_history`]); what was stored there is noted either way, so the write schedule
     /// goes on from it.
-    fn restore_history(&mut self, key: &JobKey, checkpoint: Option<&str>, uid: Option<&str>, now: Timestamp) {
+    fn restore_history(
+        &mut self,
+        key: &JobKey,
+        checkpoint: Option<&StoredCheckpoint>,
+        uid: Option<&str>,
+        now: Timestamp,
+    ) {
         self.history.read(key, checkpoint);
-        let (Some(text), Some(uid)) = (checkpoint, uid) else { return };
+        let (Some(StoredCheckpoint { text, .. }), Some(uid)) = (checkpoint, uid) else { return };
         if self.evaluator.job(key).is_some() {
             return; // judged in this run already: what this run recorded is newer
         }
@@ -682,7 +675,7 @@ impl Brain {
     /// Counts the suspensions TrainJobs record that the policies' statuses do not (their leader was lost
     /// before its status counted them): on taking over, once the TrainJobs are listed.
     fn count_found(&mut self) {
-        let found: Vec<(JobKey, found::FoundSuspension, bool)> =
+        let found: Vec<(JobKey, FoundSuspension, bool)> =
             self.found.iter().map(|(k, (f, kueue))| (k.clone(), f.clone(), *kueue)).collect();
         let mut counted = 0;
         for (job, f, kueue) in found {
@@ -1166,7 +1159,6 @@ pub async fn run(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::messages::JobInput;
     use trainwarden_core::parse_documents;
     use trainwarden_core::{ActionIntent, RuleMemory};
     use trainwarden_core::{JobSnapshot, Metric, ProgressSample, SampleSource};
@@ -1179,6 +1171,19 @@ mod tests {
 
     fn brain() -> Brain {
         Brain::new(&ControllerConfig::default(), Arc::new(Metrics::new()), None)
+    }
+
+    /// `snapshot` as the TrainJob watch delivers it: the annotations trainwarden keeps on the job (its own,
+    /// here) read into their typed fields.
+    pub(crate) fn watched(snapshot: JobSnapshot, uid: Option<&str>) -> Input {
+        let annotations = snapshot.annotations.clone();
+        Input::Job(Box::new(crate::sources::trainjobs::read_job(
+            snapshot.key.clone(),
+            Ok(snapshot),
+            &annotations,
+            uid.map(str::to_string),
+            std::time::Instant::now(),
+        )))
     }
 
     /// What the executor reports after suspending ml/ft for rule `high` of ml/p at t(5): `gpu_hours` freed
@@ -1230,13 +1235,7 @@ mod tests {
             "status": {"trainerStatus": status},
         });
         let snapshot = trainwarden_core::from_trainjob(&obj).unwrap();
-        Input::Job(Box::new(JobInput {
-            key: snapshot.key.clone(),
-            snapshot: Ok(snapshot),
-            exempt: false,
-            uid: None,
-            received: std::time::Instant::now(),
-        }))
+        crate::brain::tests::watched(snapshot, None)
     }
 
     pub(super) fn job_reporting(loss: f64, at: Timestamp) -> Input {
@@ -1245,13 +1244,7 @@ mod tests {
         let mut sample = ProgressSample::empty(at, SampleSource::TrainerStatus);
         sample.metrics.push(Metric { name: "loss".into(), value: loss });
         snapshot.sample = Some(sample);
-        Input::Job(Box::new(JobInput {
-            key: snapshot.key.clone(),
-            snapshot: Ok(snapshot),
-            exempt: false,
-            uid: None,
-            received: std::time::Instant::now(),
-        }))
+        crate::brain::tests::watched(snapshot, None)
     }
 
     fn actions(brain: &mut Brain) -> Vec<String> {
@@ -1999,7 +1992,6 @@ mod watch_path_tests {
 mod history_tests {
     use super::tests::{policy_input, t};
     use super::*;
-    use crate::messages::JobInput;
     use trainwarden_core::{Metric, ProgressSample};
 
     const RULE: &str = "    - {name: plateau, uses: plateau, with: {metric: loss, window: 5, minDelta: 0.01}, actions: [{suspend: {}}]}\n";
@@ -2026,13 +2018,7 @@ mod history_tests {
         if let Some(a) = annotation {
             snapshot.annotations.insert(crate::HISTORY_ANNOTATION.into(), a.into());
         }
-        Input::Job(Box::new(JobInput {
-            key: snapshot.key.clone(),
-            snapshot: Ok(snapshot),
-            exempt: false,
-            uid: Some(UID.into()),
-            received: std::time::Instant::now(),
-        }))
+        crate::brain::tests::watched(snapshot, Some(UID))
     }
 
     /// The executor's answer to a checkpoint write: stored.
@@ -2283,8 +2269,8 @@ mod counting_tests {
 
     /// ml/ft reporting a high loss, suspended, its last-action record naming `id` (issued at `at`).
     fn suspended_job_recording(id: &str, at: Timestamp) -> Input {
-        let Input::Job(mut job) = report(9.0, at) else { unreachable!() };
-        let snapshot = job.snapshot.as_mut().unwrap();
+        let Input::Job(job) = report(9.0, at) else { unreachable!() };
+        let mut snapshot = job.snapshot.unwrap();
         snapshot.phase = trainwarden_core::JobPhase::Suspended;
         snapshot.annotations.insert(
             crate::LAST_ACTION_ANNOTATION.into(),
@@ -2294,7 +2280,7 @@ mod counting_tests {
             })
             .to_string(),
         );
-        Input::Job(job)
+        super::tests::watched(snapshot, job.uid.as_deref())
     }
 
     fn suspensions(status: &ProgressPolicyStatus) -> i64 {

@@ -10,11 +10,12 @@
 //! [`RETRY_AFTER`] until the object shows it.
 
 use std::collections::{HashMap, HashSet};
-use std::hash::{DefaultHasher, Hash, Hasher};
 use std::time::Duration;
 
 use trainwarden_core::{Evaluator, Event, JobKey, Mode, PolicyKind, RuleState, Timestamp, TransitionKind};
 use trainwarden_kube::{RuleVerdict, Verdict};
+
+use crate::messages::ShownVerdict;
 
 /// When a verdict the object does not show yet is sent again.
 const RETRY_AFTER: Duration = Duration::from_secs(30);
@@ -66,9 +67,7 @@ impl Default for VerdictBook {
 }
 
 fn hash(text: Option<&str>) -> u64 {
-    let mut h = DefaultHasher::new();
-    text.hash(&mut h);
-    h.finish()
+    ShownVerdict::hash_text(text)
 }
 
 /// To the second: what the annotation shows, so two replicas that saw the same transition a few
@@ -82,28 +81,24 @@ impl VerdictBook {
     /// not say, since when) they entered their state: the first time a job is seen, and on a follower
     /// always, so the replicas agree with the leader's text and a hand-over rewrites nothing. The leader
     /// keeps its own: an older echo arriving after a newer transition must not undo it.
-    pub(super) fn read(&mut self, job: &JobKey, annotation: Option<&str>, uid: Option<&str>, leading: bool) {
+    pub(super) fn read(&mut self, job: &JobKey, shown: &ShownVerdict, uid: Option<&str>, leading: bool) {
         if let Some(uid) = uid {
             self.uids.insert(job.clone(), uid.to_string());
         }
-        let stored = hash(annotation);
-        if self.stored.insert(job.clone(), stored) == Some(stored) {
+        if self.stored.insert(job.clone(), shown.hash) == Some(shown.hash) {
             return;
         }
         let first = !self.entered.contains_key(job);
         if first || !leading {
-            let seeded: HashMap<RuleKey, Entered> = annotation
-                .and_then(|t| Verdict::parse(t).ok())
-                .map(|v| {
-                    v.rules
-                        .into_iter()
-                        .map(|r| {
-                            let key = (r.kind, r.namespace, r.policy, r.rule);
-                            (key, Entered { state: r.state, since: r.since, why: r.why })
-                        })
-                        .collect()
+            let seeded: HashMap<RuleKey, Entered> = shown
+                .verdict
+                .iter()
+                .flat_map(|v| v.rules.iter().cloned())
+                .map(|r| {
+                    let key = (r.kind, r.namespace, r.policy, r.rule);
+                    (key, Entered { state: r.state, since: r.since, why: r.why })
                 })
-                .unwrap_or_default();
+                .collect();
             let entered = self.entered.entry(job.clone()).or_default();
             entered.extend(seeded);
         }
@@ -271,7 +266,7 @@ mod tests {
     use super::super::tests::{policy_input, t};
     use super::*;
     use crate::brain::Brain;
-    use crate::messages::{Input, JobInput, Work};
+    use crate::messages::{Input, Work};
     use crate::metrics::Metrics;
     use crate::runtime::config::ControllerConfig;
 
@@ -296,13 +291,7 @@ mod tests {
         if let Some(v) = verdict {
             snapshot.annotations.insert(VERDICT_ANNOTATION.into(), v.into());
         }
-        Input::Job(Box::new(JobInput {
-            key: snapshot.key.clone(),
-            snapshot: Ok(snapshot),
-            exempt: false,
-            uid: None,
-            received: std::time::Instant::now(),
-        }))
+        crate::brain::tests::watched(snapshot, None)
     }
 
     /// The verdict writes of the last step: `None` for a removal.
