@@ -120,8 +120,20 @@ pub async fn run_with_listener(
     {
         let (cfg, m, leading) = (config.clone(), metrics.clone(), leader.subscribe());
         tasks.spawn(async move {
-            brain::run(brain, cfg, input_rx, work_tx, status_tx, policies_synced_tx, ready_tx, leading, m)
-                .await;
+            brain::run(
+                brain,
+                cfg,
+                brain::Channels {
+                    inputs: input_rx,
+                    work: work_tx,
+                    statuses: status_tx,
+                    policies_synced: policies_synced_tx,
+                    ready: ready_tx,
+                    leadership: leading,
+                },
+                m,
+            )
+            .await;
             "evaluation loop"
         });
     }
