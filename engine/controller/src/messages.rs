@@ -11,6 +11,7 @@
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
+use trainwarden_core::describe::Notice;
 use trainwarden_core::{
     ActionIntent, ActionKind, CompiledReceiver, Event, GpuSample, JobKey, JobPhase, JobSnapshot, Mode,
     NormalizeError, PolicyDocument, PolicyId, PolicyKind, PolicyRef, QueueDemand, Savings, Timestamp,
@@ -342,14 +343,9 @@ impl Work {
 pub struct TrainJobEvent {
     /// The TrainJob the Event is recorded on.
     pub job: JobKey,
-    /// Whether the Event's type is `Warning` (a rule fired, a rule failed) rather than `Normal`.
-    pub warning: bool,
-    /// CamelCase, e.g. RuleFiring.
-    pub reason: String,
-    /// What was done, e.g. Evaluate.
-    pub action: String,
-    /// The Event's message: policy, rule, state, mode, reason and values.
-    pub note: String,
+    /// What it says: its reason (which fixes its type and action) and note, worded by
+    /// [`trainwarden_core::describe`].
+    pub notice: Notice,
     /// The TrainJob's uid as the evaluation loop last saw it, filled in on the way to the executor: the Event
     /// names that object without reading it first. `None` (not known, or the job is gone): read first.
     pub uid: Option<String>,

@@ -6,6 +6,7 @@
 use std::time::Instant;
 
 use tracing::{info, warn};
+use trainwarden_core::describe::Notice;
 use trainwarden_core::{JobKey, JobSnapshot, SampleSource, Timestamp};
 
 use super::Brain;
@@ -77,13 +78,7 @@ impl Brain {
             self.abandon(|i| i.job == job.key);
             self.work.push(Work::RecordEvent(Box::new(TrainJobEvent {
                 job: job.key.clone(),
-                warning: false,
-                reason: "Exempt".into(),
-                action: "Evaluate".into(),
-                note: format!(
-                    "annotated {}=true: no progress policy applies to this TrainJob",
-                    crate::EXEMPT_ANNOTATION
-                ),
+                notice: Notice::exempt(crate::EXEMPT_ANNOTATION),
                 // Its own: the loop keeps no uid of exempt jobs.
                 uid: job.uid.clone(),
             })));
@@ -178,13 +173,6 @@ impl Brain {
             .inc_by(new.len() as u64);
         let fields = new.join("; ");
         warn!(job = %snapshot.key, %fields, "the TrainJob's progress report has fields its format does not define");
-        self.work.push(Work::RecordEvent(Box::new(TrainJobEvent {
-            job: snapshot.key.clone(),
-            warning: true,
-            reason: "UnknownProgressFields".into(),
-            action: "Evaluate".into(),
-            note: format!("progress read without the fields its format does not define: {fields}"),
-            uid: None,
-        })));
+        self.record_event(&snapshot.key, Notice::unknown_progress_fields(&fields));
     }
 }

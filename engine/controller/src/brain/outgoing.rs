@@ -6,7 +6,8 @@
 use std::collections::HashSet;
 
 use tracing::{debug, info, warn};
-use trainwarden_core::{ActionSpec, Event, JobKey, SnoozeChange, TransitionKind};
+use trainwarden_core::describe::Notice;
+use trainwarden_core::{ActionSpec, Event, JobKey, PolicyDuration, PolicyRef, TransitionKind};
 use trainwarden_notify::JobProgress;
 
 use super::Brain;
@@ -93,199 +94,79 @@ impl Brain {
                 let progress = self.evaluator.job(job).and_then(JobProgress::of);
                 self.work.push(Work::Notify(Box::new(event.clone()), progress));
             }
-            match event {
+            // Logs and metrics first; what people are told on the job is worded by `describe`.
+            match &event {
                 Event::Intent(intent) => {
-                    self.ledger.issue(&intent);
+                    self.ledger.issue(intent);
                     if let ActionSpec::Notify(n) = &intent.action
                         && unroutable
                     {
-                        // Nothing would be sent: say so where people look instead of "queued".
-                        let message = format!(
-                            "notify {:?} sends nothing: the policy declares no such receiver (add spec.receivers)",
-                            n.to
-                        );
-                        self.work.push(Work::RecordEvent(Box::new(TrainJobEvent {
-                            job: intent.job.clone(),
-                            warning: true,
-                            reason: "NotificationNotConfigured".into(),
-                            action: "Notify".into(),
-                            note: format!(
-                                "{} {} rule {}: {message}",
-                                intent.policy.kind, intent.policy, intent.rule
-                            ),
-                            uid: None,
-                        })));
+                        let (notice, message) = Notice::notification_not_configured(intent, n);
+                        self.record_event(&intent.job, notice);
                         let at = intent.at;
-                        self.record_outcome(Outcome::of(&intent, ActionResult::Refused, message), at);
+                        self.record_outcome(Outcome::of(intent, ActionResult::Refused, message), at);
                         continue;
                     }
-                    self.work.push(Work::Act(Box::new(intent)));
                 }
-                Event::Transition { job, policy, rule, kind, reason, mode, .. } => {
-                    let values = reason
-                        .values
-                        .iter()
-                        .map(|(k, v)| format!("{k}={}", trainwarden_core::fmt_num(*v)))
-                        .collect::<Vec<_>>()
-                        .join(", ");
-                    let values = if values.is_empty() { String::new() } else { format!(" [{values}]") };
-                    let (warning, name) = match kind {
-                        TransitionKind::Firing => {
-                            self.metrics
-                                .firings
-                                .get_or_create(&ModeLabels { mode: ModeLabel(Some(mode)) })
-                                .inc();
-                            (true, "RuleFiring")
-                        }
-                        TransitionKind::Resolved => (false, "RuleResolved"),
-                        TransitionKind::Pending | TransitionKind::Cleared => {
-                            debug!(%job, %policy, rule, kind = kind.as_str(), "transition");
-                            continue;
-                        }
-                    };
-                    self.work.push(Work::RecordEvent(Box::new(TrainJobEvent {
-                        job,
-                        warning,
-                        reason: name.into(),
-                        action: "Evaluate".into(),
-                        // A resolution says why first: the condition, the window, the job, the policy.
-                        note: format!(
-                            "{} {policy} rule {rule} {} [{}]: {}{}{values}",
-                            policy.kind,
-                            kind.as_str(),
-                            mode.as_str(),
-                            reason
-                                .resolution
-                                .map(|r| format!("{} (it fired: ", r.text()))
-                                .unwrap_or_default(),
-                            if reason.resolution.is_some() {
-                                format!("{})", reason.summary)
-                            } else {
-                                reason.summary.clone()
-                            }
-                        ),
-                        uid: None,
-                    })));
-                }
+                Event::Transition { job, policy, rule, kind, mode, .. } => match kind {
+                    TransitionKind::Firing => {
+                        self.metrics
+                            .firings
+                            .get_or_create(&ModeLabels { mode: ModeLabel(Some(*mode)) })
+                            .inc();
+                    }
+                    TransitionKind::Resolved => {}
+                    TransitionKind::Pending | TransitionKind::Cleared => {
+                        debug!(%job, %policy, rule, kind = kind.as_str(), "transition");
+                    }
+                },
                 Event::RuleError { at, job, policy, rule, message } => {
                     warn!(%job, %policy, rule, error = %message, "rule evaluation failed");
                     if let Some(book) = self.books.get_mut(&policy.id()) {
-                        book.note_rule_error(&rule, &job, &message, at);
+                        book.note_rule_error(rule, job, message, *at);
                     }
-                    self.work.push(Work::RecordEvent(Box::new(TrainJobEvent {
-                        job,
-                        warning: true,
-                        reason: "RuleError".into(),
-                        action: "Evaluate".into(),
-                        note: format!("{} {policy} rule {rule}: {message}", policy.kind),
-                        uid: None,
-                    })));
                 }
                 Event::Suppressed { job, policy, rule, action, until, .. } => {
                     debug!(%job, %policy, rule, action = action.as_str(), %until, "suppressed by cooldown");
                 }
-                Event::Held { job, policy, rule, actions, until, mode, exception, .. } => {
-                    match &exception {
-                        Some(e) => {
-                            info!(%job, %policy, rule, %until, exception = %e, "actions held by an exception");
-                        }
-                        None => info!(%job, %policy, rule, %until, "actions held: the job is snoozed"),
+                Event::Held { job, policy, rule, until, exception, .. } => match exception {
+                    Some(e) => {
+                        info!(%job, %policy, rule, %until, exception = %e, "actions held by an exception")
                     }
-                    self.work.push(Work::RecordEvent(Box::new(TrainJobEvent {
-                        job,
-                        warning: false,
-                        reason: "ActionsHeld".into(),
-                        action: "Evaluate".into(),
-                        note: format!(
-                            "{} {policy} rule {rule} firing [{}]: {}",
-                            policy.kind,
-                            mode.as_str(),
-                            trainwarden_core::replay::held_text(&actions, until, exception.as_ref())
-                        ),
-                        uid: None,
-                    })));
-                }
+                    None => info!(%job, %policy, rule, %until, "actions held: the job is snoozed"),
+                },
                 Event::ExceptionEnded { job, policy, rule, exception, why, released, .. } => {
                     info!(%job, %policy, rule, exception = %exception, ?why, released, "an exception ended");
-                    self.work.push(Work::RecordEvent(Box::new(TrainJobEvent {
-                        job,
-                        warning: false,
-                        reason: "ExceptionEnded".into(),
-                        action: "Evaluate".into(),
-                        note: format!(
-                            "{} {policy} rule {rule}: {}",
-                            policy.kind,
-                            trainwarden_core::replay::exception_ended_text(&exception, why, released)
-                        ),
-                        uid: None,
-                    })));
                 }
-                Event::Limited { job, policy, rule, actions, limit, retry, mode, .. } => {
+                Event::Limited { job, policy, rule, limit, .. } => {
                     info!(%job, %policy, rule, %limit, "actions held by a limit");
-                    self.metrics.actions_limited.get_or_create(&LimitLabels { limit: limit.into() }).inc();
-                    self.work.push(Work::RecordEvent(Box::new(TrainJobEvent {
-                        job,
-                        warning: true,
-                        reason: "ActionsLimited".into(),
-                        action: "Evaluate".into(),
-                        note: format!(
-                            "{} {policy} rule {rule} firing [{}]: {}",
-                            policy.kind,
-                            mode.as_str(),
-                            trainwarden_core::replay::limited_text(&actions, &limit, retry)
-                        ),
-                        uid: None,
-                    })));
+                    self.metrics.actions_limited.get_or_create(&LimitLabels { limit: (*limit).into() }).inc();
                 }
-                Event::Deferred { job, policy, rule, action, until, mode, .. } => {
+                Event::Deferred { job, policy, rule, action, until, .. } => {
                     info!(%job, %policy, rule, %until, action = action.as_str(), "action deferred by its grace");
-                    // A policy that allows no snooze does not offer one.
-                    let snoozable =
-                        self.evaluator.policies().find(|p| p.reference == policy).is_none_or(|p| {
-                            !p.max_snooze.is_some_and(trainwarden_core::PolicyDuration::is_zero)
-                                && p.max_snoozes != Some(0)
-                        });
-                    let command = if snoozable {
-                        format!(
-                            "; to keep the job running for now: kubectl trainwarden snooze {} -n {} 4h",
-                            job.name, job.namespace
-                        )
-                    } else {
-                        "; this policy allows no snooze".to_string()
-                    };
-                    self.work.push(Work::RecordEvent(Box::new(TrainJobEvent {
-                        job,
-                        warning: true,
-                        reason: "ActionDeferred".into(),
-                        action: "Evaluate".into(),
-                        note: format!(
-                            "{} {policy} rule {rule} firing [{}]: {}{command}",
-                            policy.kind,
-                            mode.as_str(),
-                            trainwarden_core::replay::deferred_text(action, until)
-                        ),
-                        uid: None,
-                    })));
                 }
-                Event::Snooze { job, change, .. } => {
-                    let (warning, reason) = match &change {
-                        SnoozeChange::Started(_) => (false, "Snoozed"),
-                        SnoozeChange::Ended { .. } => (false, "SnoozeEnded"),
-                        SnoozeChange::PolicyCapped { .. } => (false, "SnoozeCapped"),
-                        SnoozeChange::Invalid { .. } => (true, "InvalidSnooze"),
-                    };
-                    let note = trainwarden_core::replay::snooze_text(&change, &jiff::tz::TimeZone::UTC);
-                    info!(%job, reason, %note, "snooze");
-                    self.work.push(Work::RecordEvent(Box::new(TrainJobEvent {
-                        job,
-                        warning,
-                        reason: reason.into(),
-                        action: "Evaluate".into(),
-                        note,
-                        uid: None,
-                    })));
+                Event::Snooze { .. } => {}
+            }
+            // A policy that allows no snooze does not offer one.
+            let snoozable = |policy: &PolicyRef| {
+                self.evaluator.policies().find(|p| p.reference == *policy).is_none_or(|p| {
+                    !p.max_snooze.is_some_and(PolicyDuration::is_zero) && p.max_snoozes != Some(0)
+                })
+            };
+            if let Some(notice) = Notice::of(&event, snoozable) {
+                if let Event::Snooze { job, .. } = &event {
+                    info!(%job, reason = notice.reason.as_str(), note = %notice.note, "snooze");
                 }
+                self.record_event(event.job(), notice);
+            }
+            if let Event::Intent(intent) = event {
+                self.work.push(Work::Act(Box::new(intent)));
             }
         }
+    }
+
+    /// An Event about `job`, recorded with the uid its latest report carried (see [`Brain::outgoing`]).
+    pub(super) fn record_event(&mut self, job: &JobKey, notice: Notice) {
+        self.work.push(Work::RecordEvent(Box::new(TrainJobEvent { job: job.clone(), notice, uid: None })));
     }
 }

@@ -97,7 +97,7 @@ fn a_firings_checkpoint_is_stored_after_its_suspension() {
         .expect("the plateau fires")
         .iter()
         .filter_map(|w| match w {
-            Work::RecordEvent(e) if e.reason == "RuleFiring" => Some("event"),
+            Work::RecordEvent(e) if e.notice.reason == Reason::RuleFiring => Some("event"),
             Work::Act(i) if matches!(i.action, ActionSpec::Suspend(_)) => Some("suspend"),
             Work::SaveHistory(_) => Some("checkpoint"),
             _ => None,
@@ -115,26 +115,23 @@ fn a_firings_event_carries_the_uid_the_job_was_seen_with() {
     for i in 0..20 {
         b.handle(report(i, None), t(i));
         events.extend(b.outgoing().into_iter().filter_map(|w| match w {
-            Work::RecordEvent(e) => Some((e.reason, e.uid)),
+            Work::RecordEvent(e) => Some((e.notice.reason, e.uid)),
             _ => None,
         }));
     }
-    assert!(events.iter().any(|(reason, _)| reason == "RuleFiring"), "{events:?}");
+    assert!(events.iter().any(|(reason, _)| *reason == Reason::RuleFiring), "{events:?}");
     assert!(events.iter().all(|(_, uid)| uid.as_deref() == Some(UID)), "{events:?}");
     b.handle(Input::JobGone(JobKey::new("ml", "ft")), t(21));
     let mut gone = b.outgoing();
     gone.push(Work::RecordEvent(Box::new(TrainJobEvent {
         job: JobKey::new("ml", "ft"),
-        warning: false,
-        reason: "Test".into(),
-        action: "Evaluate".into(),
-        note: String::new(),
+        notice: Notice::exempt("test"),
         uid: None,
     })));
     b.work = gone;
     for w in b.outgoing() {
         if let Work::RecordEvent(e) = w {
-            assert_eq!(e.uid, None, "{} for a job no longer known", e.reason);
+            assert_eq!(e.uid, None, "{} for a job no longer known", e.notice.reason);
         }
     }
 }

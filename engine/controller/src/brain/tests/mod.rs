@@ -15,9 +15,10 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
 
+use trainwarden_core::describe::{Notice, Reason};
 use trainwarden_core::{
-    ActionIntent, ActionKind, ActionSpec, JobKey, JobSnapshot, Metric, Mode, PolicyId, PolicyKind, ProgressSample,
-    RuleMemory, RuleState, SampleSource, Timestamp, parse_documents,
+    ActionIntent, ActionKind, ActionSpec, JobKey, JobSnapshot, Metric, Mode, PolicyId, PolicyKind,
+    ProgressSample, RuleMemory, RuleState, SampleSource, Timestamp, parse_documents,
 };
 use trainwarden_kube::ProgressPolicyStatus;
 use trainwarden_kube::status::{CONDITION_PROGRESS_UNDERSTOOD, CONDITION_READY};

@@ -66,7 +66,9 @@ fn a_notify_to_no_receiver_says_nothing_was_sent_instead_of_queueing() {
         .drain(..)
         .filter_map(|w| match w {
             Work::Act(i) => Some(format!("act {}", i.action.kind())),
-            Work::RecordEvent(e) if e.reason == "NotificationNotConfigured" => Some(e.note),
+            Work::RecordEvent(e) if e.notice.reason == Reason::NotificationNotConfigured => {
+                Some(e.notice.note)
+            }
             _ => None,
         })
         .collect();
@@ -90,7 +92,7 @@ fn the_resolved_event_says_why() {
         .work
         .drain(..)
         .filter_map(|w| match w {
-            Work::RecordEvent(e) if e.reason == "RuleResolved" => Some(e.note),
+            Work::RecordEvent(e) if e.notice.reason == Reason::RuleResolved => Some(e.notice.note),
             _ => None,
         })
         .collect();

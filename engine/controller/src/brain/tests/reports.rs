@@ -12,7 +12,13 @@ fn unknown_progress_fields_are_surfaced_once_per_job_and_key() {
             .work
             .drain(..)
             .filter_map(|w| match w {
-                Work::RecordEvent(e) => Some(format!("{} {} {}: {}", e.job, e.warning, e.reason, e.note)),
+                Work::RecordEvent(e) => Some(format!(
+                    "{} {} {}: {}",
+                    e.job,
+                    e.notice.reason.is_warning(),
+                    e.notice.reason,
+                    e.notice.note
+                )),
                 _ => None,
             })
             .collect()
@@ -103,7 +109,7 @@ fn an_exempt_job_is_announced_once_and_never_judged() {
         .work
         .drain(..)
         .map(|w| match w {
-            Work::RecordEvent(a) => a.reason,
+            Work::RecordEvent(a) => a.notice.reason.to_string(),
             Work::Act(i) => format!("act {}", i.action.kind()),
             Work::Notify(..) => "notify".into(),
             Work::Receivers(_) => "receivers".into(),
