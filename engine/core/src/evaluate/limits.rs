@@ -22,8 +22,8 @@
 
 use std::collections::{BTreeMap, VecDeque};
 
+use super::context::RuleContext;
 use super::{Event, RuleState, RuleTrack};
-use crate::history::job::JobData;
 use crate::input::sample::JobKey;
 use crate::policy::compile::{CompiledPolicy, CompiledRule};
 use crate::policy::{ActionSpec, Mode};
@@ -238,59 +238,52 @@ fn insert_sorted(recent: &mut VecDeque<Timestamp>, at: Timestamp) {
 }
 
 /// The [`Event::Limited`] of a held firing.
-pub(super) fn held_event(
-    at: Timestamp,
-    job: &JobKey,
-    policy: &CompiledPolicy,
-    rule: &CompiledRule,
-    hold: Hold,
-) -> Event {
+pub(super) fn held_event(cx: &RuleContext<'_>, hold: Hold) -> Event {
     Event::Limited {
-        at,
-        job: job.clone(),
-        policy: policy.reference.clone(),
-        rule: rule.name.clone(),
-        actions: rule.actions.iter().map(ActionSpec::kind).collect(),
+        at: cx.now,
+        job: cx.key.clone(),
+        policy: cx.policy.reference.clone(),
+        rule: cx.rule.name.clone(),
+        actions: cx.rule.actions.iter().map(ActionSpec::kind).collect(),
         limit: hold.limit,
         retry: hold.retry,
-        mode: rule.mode,
+        mode: cx.rule.mode,
     }
 }
 
-/// After a limited rule's evaluation: a firing that issued its intents is counted; a held one asks again
-/// (and issues its intents when the limits allow), or is dropped when its rule no longer fires.
-#[allow(clippy::too_many_arguments)]
+/// After a limited rule's evaluation: a firing that issued its intents is counted; a held one asks again,
+/// or is dropped when its rule no longer fires. `true`: the limits now allow the held firing, whose
+/// intents the caller issues (and then counts with [`count_if_issued`]).
 pub(super) fn settle(
     book: &mut LimitBook,
     track: &mut RuleTrack,
-    (index, policy, rule): (usize, &CompiledPolicy, &CompiledRule),
-    key: &JobKey,
+    index: usize,
+    cx: &RuleContext<'_>,
     fired: bool,
-    now: Timestamp,
-    data: Option<&JobData>,
     engine_cap: Option<u32>,
-    out: &mut Vec<Event>,
-) {
+) -> bool {
+    let RuleContext { key, policy, rule, now, .. } = *cx;
     if fired {
         if track.held.is_none() {
             count_if_issued(book, track, index, rule, key, now);
         }
-        return;
+        return false;
     }
     if track.held.is_none() {
-        return;
+        return false;
     }
     if track.alert.state() != RuleState::Firing {
         track.held = None; // resolved while held: nothing to do
-        return;
+        return false;
     }
     match book.refusal(index, policy, rule.mode, engine_cap, now) {
-        Some(hold) => track.held = Some(hold),
+        Some(hold) => {
+            track.held = Some(hold);
+            false
+        }
         None => {
             track.held = None;
-            let reason = track.last_reason.clone();
-            super::lifecycle::issue(track, key, policy, rule, &reason, now, data, None, out);
-            count_if_issued(book, track, index, rule, key, now);
+            true
         }
     }
 }
