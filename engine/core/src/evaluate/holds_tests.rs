@@ -6,7 +6,6 @@
 
 use std::collections::BTreeMap;
 
-use super::limits::LimitKind;
 use super::*;
 use crate::input::sample::{Metric, ProgressSample, SampleSource};
 use crate::policy::compile::{compile, parse_documents};

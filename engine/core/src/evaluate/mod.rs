@@ -43,14 +43,14 @@ pub use checkpoint::{
 };
 use context::RuleContext;
 pub use event::{
-    ActionIntent, Event, ExceptionEnd, Reason, Resolution, RuleState, Savings, SavingsBasis, TransitionKind,
+    ActionIntent, Event, ExceptionEnd, Limit, LimitKind, Reason, Resolution, RuleState, Savings,
+    SavingsBasis, Snooze, SnoozeCap, SnoozeChange, SnoozeEnd, TransitionKind,
 };
 use job_table::JobTable;
-pub use limits::{Limit, LimitKind};
 pub use memory::RuleMemory;
 use memory::claim_memories;
+pub use snooze::SNOOZE_ANNOTATION;
 use snooze::SnoozeTrack;
-pub use snooze::{SNOOZE_ANNOTATION, Snooze, SnoozeCap, SnoozeChange, SnoozeEnd};
 
 use std::collections::{BTreeMap, HashMap};
 
