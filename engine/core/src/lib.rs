@@ -36,8 +36,8 @@ mod units;
 
 #[cfg(test)]
 mod robustness_tests;
-#[cfg(test)]
-mod test_rng;
+#[cfg(any(test, feature = "testing"))]
+pub mod testing;
 
 pub use drive::{backtest, replay, rule_test};
 pub use error::{FieldError, FieldErrors, MAX_ECHOED_TOKEN, Position, clip_tokens, error_chain};

@@ -4,31 +4,20 @@
 use super::*;
 use crate::evaluate::{EngineConfig, Event};
 use crate::input::sample::{JobSnapshot, Metric, ProgressSample, SampleSource};
-use crate::policy::compile::{compile, parse_documents};
-
-/// 2026-11-27T17:00:00Z, a Friday.
-fn t(secs: i64) -> Timestamp {
-    Timestamp::from_second(1_795_798_800 + secs).unwrap()
-}
+use crate::testing::{at_sec, policy};
 
 const UID: &str = "5f0c3a52-0000-4000-8000-000000000001";
 
 /// Plateau on loss, window 2h, for a job reporting every 30 s (the README's typical policy).
 fn plateau_policy(window: &str) -> String {
-    format!(
-        "apiVersion: trainwarden.dev/v1alpha1\nkind: ProgressPolicy\nmetadata: {{name: p, namespace: ml}}\n\
-         spec:\n  mode: Enforce\n  samplingInterval: 30s\n  rules:\n    - {{name: plateau, uses: plateau, with: {{metric: loss, window: {window}, minDelta: 0.001}}, actions: [{{suspend: {{}}}}]}}\n"
-    )
+    let rule = format!(
+        "{{name: plateau, uses: plateau, with: {{metric: loss, window: {window}, minDelta: 0.001}}, actions: [{{suspend: {{}}}}]}}"
+    );
+    policy("p").spec("samplingInterval: 30s").rule(&rule).yaml()
 }
 
 fn evaluator(yaml: &str) -> Evaluator {
-    let mut ev = Evaluator::new(EngineConfig::default());
-    let mut events = Vec::new();
-    for d in parse_documents(yaml, "test").unwrap() {
-        let p = compile(&d, ev.scripts()).unwrap_or_else(|e| panic!("{e}"));
-        ev.upsert_policy(p, t(0), &mut events);
-    }
-    ev
+    crate::testing::harness::evaluator(EngineConfig::default(), &[yaml])
 }
 
 fn key() -> JobKey {
@@ -42,8 +31,8 @@ fn loss(i: i64) -> f64 {
 
 fn report(i: i64, metrics: &[(&str, f64)]) -> JobSnapshot {
     let mut snap = JobSnapshot::new(key());
-    snap.running_since = Some(t(0));
-    let mut s = ProgressSample::empty(t(30 * i), SampleSource::TrainerStatus);
+    snap.running_since = Some(at_sec(0));
+    let mut s = ProgressSample::empty(at_sec(30 * i), SampleSource::TrainerStatus);
     s.current_step = Some(i as f64 * 10.0);
     s.progress_percent = Some(i as f64 / 10.0);
     s.metrics = metrics.iter().map(|(n, v)| Metric { name: crate::input::interned(n), value: *v }).collect();
@@ -56,12 +45,12 @@ fn feed(ev: &mut Evaluator, from: i64, to: i64) -> Option<i64> {
     let mut fired = None;
     for i in from..to {
         let mut events = Vec::new();
-        while let Some(next) = ev.next_tick().filter(|n| *n < t(30 * i)) {
+        while let Some(next) = ev.next_tick().filter(|n| *n < at_sec(30 * i)) {
             ev.tick(next, &mut events);
         }
         ev.observe(
             report(i, &[("loss", loss(i)), ("learning_rate", 1e-4 / (1 + i) as f64)]),
-            t(30 * i),
+            at_sec(30 * i),
             &mut events,
         );
         if events.iter().any(|e| matches!(e, Event::Intent(_))) {
@@ -80,9 +69,9 @@ fn a_restarted_evaluator_fires_at_the_same_report_as_one_that_never_stopped() {
     for stop in [5, 81, 150, 320] {
         let mut before = evaluator(&yaml);
         assert_eq!(feed(&mut before, 0, stop), None);
-        let saved = before.checkpoint(&key(), UID, t(30 * stop)).expect("a job with samples");
+        let saved = before.checkpoint(&key(), UID, at_sec(30 * stop)).expect("a job with samples");
         let mut after = evaluator(&yaml);
-        let restored = after.restore_history(&key(), &saved.text, UID, t(30 * stop + 600)).unwrap();
+        let restored = after.restore_history(&key(), &saved.text, UID, at_sec(30 * stop + 600)).unwrap();
         assert_eq!((restored.samples, restored.detectors), (stop as u64, 1), "stopped at {stop}");
         // The first report the new evaluator sees is the one the old one saw last (the TrainJob still shows
         // it), then the ones after.
@@ -100,17 +89,17 @@ fn a_checkpoint_round_trips_to_the_same_checkpoint() {
     let yaml = plateau_policy("2h");
     let mut ev = evaluator(&yaml);
     feed(&mut ev, 0, 200);
-    let saved = ev.checkpoint(&key(), UID, t(6000)).unwrap();
+    let saved = ev.checkpoint(&key(), UID, at_sec(6000)).unwrap();
     let mut again = evaluator(&yaml);
-    again.restore_history(&key(), &saved.text, UID, t(6001)).unwrap();
+    again.restore_history(&key(), &saved.text, UID, at_sec(6001)).unwrap();
     // The TrainJob as watched next: the report saved last, a duplicate.
     feed(&mut again, 199, 200);
-    let resaved = again.checkpoint(&key(), UID, t(6000)).unwrap();
+    let resaved = again.checkpoint(&key(), UID, at_sec(6000)).unwrap();
     assert_eq!(resaved.text, saved.text, "nothing lost, nothing invented");
     assert_eq!(resaved.content, saved.content);
-    assert_eq!(HistoryCheckpoint::stamp(&saved.text), Some((t(6000), saved.content)));
+    assert_eq!(HistoryCheckpoint::stamp(&saved.text), Some((at_sec(6000), saved.content)));
     assert_eq!(HistoryCheckpoint::stamp("{\"v\":2}"), None);
-    let later = again.checkpoint(&key(), UID, t(9000)).unwrap();
+    let later = again.checkpoint(&key(), UID, at_sec(9000)).unwrap();
     assert_ne!(later.text, saved.text);
     assert_eq!(later.content, saved.content, "the time it was taken is not content");
     let (a, b) = (ev.job(&key()).unwrap(), again.job(&key()).unwrap());
@@ -135,15 +124,15 @@ fn the_report_that_was_saved_last_is_not_counted_again() {
     let yaml = plateau_policy("20");
     let mut ev = evaluator(&yaml);
     feed(&mut ev, 0, 90);
-    let saved = ev.checkpoint(&key(), UID, t(2700)).unwrap();
+    let saved = ev.checkpoint(&key(), UID, at_sec(2700)).unwrap();
     let mut after = evaluator(&yaml);
-    after.restore_history(&key(), &saved.text, UID, t(2700)).unwrap();
+    after.restore_history(&key(), &saved.text, UID, at_sec(2700)).unwrap();
     let mut events = Vec::new();
     for _ in 0..3 {
         // The watch delivers the same TrainJob again (our own annotation write, a resync).
         after.observe(
             report(89, &[("loss", loss(89)), ("learning_rate", 1e-4 / 90.0)]),
-            t(2710),
+            at_sec(2710),
             &mut events,
         );
     }
@@ -151,9 +140,9 @@ fn the_report_that_was_saved_last_is_not_counted_again() {
     assert_eq!((series.samples, series.duplicates), (90, 3));
     assert_eq!(series.metric("loss").unwrap().count(), 90);
     // An older report (a stale cache) is out of order, as it would have been without the restart.
-    after.observe(report(50, &[("loss", 9.0)]), t(2720), &mut events);
+    after.observe(report(50, &[("loss", 9.0)]), at_sec(2720), &mut events);
     assert_eq!(after.job(&key()).unwrap().series.samples, 90);
-    assert_eq!(after.checkpoint(&key(), UID, t(2800)).unwrap().content, saved.content);
+    assert_eq!(after.checkpoint(&key(), UID, at_sec(2800)).unwrap().content, saved.content);
 }
 
 #[test]
@@ -169,14 +158,14 @@ fn a_checkpoint_stays_within_its_byte_budget_and_keeps_the_detector_memory() {
         metrics.extend(
             names.iter().enumerate().map(|(m, n)| (n.as_str(), (i * 31 + m as i64) as f64 / 7.0 + 0.1)),
         );
-        ev.observe(report(i, &metrics), t(30 * i), &mut events);
+        ev.observe(report(i, &metrics), at_sec(30 * i), &mut events);
     }
-    let saved = ev.checkpoint(&key(), UID, t(9000)).unwrap();
+    let saved = ev.checkpoint(&key(), UID, at_sec(9000)).unwrap();
     assert!(saved.text.len() <= MAX_CHECKPOINT_BYTES, "{} bytes", saved.text.len());
     assert!(saved.text.len() > MAX_CHECKPOINT_BYTES - 400, "fills the budget: {} bytes", saved.text.len());
     assert!(saved.points_left_out > 0 && saved.metrics_left_out > 0, "{saved:?}");
     let mut after = evaluator(&yaml);
-    let restored = after.restore_history(&key(), &saved.text, UID, t(9001)).unwrap();
+    let restored = after.restore_history(&key(), &saved.text, UID, at_sec(9001)).unwrap();
     assert_eq!(restored.detectors, 1, "the plateau's memory is never left out");
     assert_eq!(restored.samples, 300);
     let series = &after.job(&key()).unwrap().series;
@@ -196,7 +185,7 @@ fn a_checkpoint_stays_within_its_byte_budget_and_keeps_the_detector_memory() {
 fn a_typical_checkpoint_keeps_the_whole_ring() {
     let mut ev = evaluator(&plateau_policy("2h"));
     feed(&mut ev, 0, 400);
-    let saved = ev.checkpoint(&key(), UID, t(12_000)).unwrap();
+    let saved = ev.checkpoint(&key(), UID, at_sec(12_000)).unwrap();
     assert_eq!((saved.points_left_out, saved.metrics_left_out), (0, 0));
     assert!(saved.text.len() <= MAX_CHECKPOINT_BYTES, "{} bytes: {}", saved.text.len(), saved.text);
 }
@@ -206,18 +195,18 @@ fn what_cannot_be_trusted_is_refused_with_a_reason() {
     let yaml = plateau_policy("2h");
     let mut ev = evaluator(&yaml);
     feed(&mut ev, 0, 100);
-    let text = ev.checkpoint(&key(), UID, t(3000)).unwrap().text;
+    let text = ev.checkpoint(&key(), UID, at_sec(3000)).unwrap().text;
     let mut after = evaluator(&yaml);
-    let other = after.restore_history(&key(), &text, "another-uid", t(3000)).unwrap_err();
+    let other = after.restore_history(&key(), &text, "another-uid", at_sec(3000)).unwrap_err();
     assert_eq!(other, HistoryRefused::OtherJob { expected: "another-uid".into(), found: UID.into() });
     let newer = text.replacen("{\"v\":1,", "{\"v\":7,", 1);
-    let refused = after.restore_history(&key(), &newer, UID, t(3000)).unwrap_err();
+    let refused = after.restore_history(&key(), &newer, UID, at_sec(3000)).unwrap_err();
     assert_eq!(refused, HistoryRefused::UnknownVersion { found: 7 });
     assert!(refused.to_string().contains("format version 7, this controller reads version 1"), "{refused}");
     for garbage in ["", "not json", "{}", "[1,2]", "{\"v\":1}", "{\"v\":\"1\"}"] {
         assert!(
             matches!(
-                after.restore_history(&key(), garbage, UID, t(3000)),
+                after.restore_history(&key(), garbage, UID, at_sec(3000)),
                 Err(HistoryRefused::Unreadable(_))
             ),
             "{garbage:?}"
@@ -226,11 +215,11 @@ fn what_cannot_be_trusted_is_refused_with_a_reason() {
     // Every prefix and a time far out of range: refused or restored, never a panic.
     for end in (0..text.len()).step_by(7) {
         let mut fresh = evaluator(&yaml);
-        let _ = fresh.restore_history(&key(), &text[..end], UID, t(3000));
+        let _ = fresh.restore_history(&key(), &text[..end], UID, at_sec(3000));
     }
     let far = text.replacen("\"fs\":", "\"fs\":1e300,\"_\":", 1);
     assert!(matches!(
-        evaluator(&yaml).restore_history(&key(), &far, UID, t(3000)),
+        evaluator(&yaml).restore_history(&key(), &far, UID, at_sec(3000)),
         Err(HistoryRefused::Unreadable(_))
     ));
     assert!(after.job(&key()).is_none() || after.job(&key()).unwrap().series.samples == 0);
@@ -240,32 +229,32 @@ fn what_cannot_be_trusted_is_refused_with_a_reason() {
     let end = at + text[at..].find('"').expect("its end");
     let nan = format!("{}NaN{}", &text[..at], &text[end..]);
     assert!(matches!(
-        evaluator(&yaml).restore_history(&key(), &nan, UID, t(3000)),
+        evaluator(&yaml).restore_history(&key(), &nan, UID, at_sec(3000)),
         Err(HistoryRefused::Unreadable(m)) if m.contains("detector memory")
     ));
     let huge = format!("{text}{}", " ".repeat(3 * crate::evaluate::MAX_CHECKPOINT_BYTES));
     assert!(matches!(
-        evaluator(&yaml).restore_history(&key(), &huge, UID, t(3000)),
+        evaluator(&yaml).restore_history(&key(), &huge, UID, at_sec(3000)),
         Err(HistoryRefused::Unreadable(_))
     ));
     // A job with history of its own in this run keeps it.
-    assert_eq!(ev.restore_history(&key(), &text, UID, t(3000)), Err(HistoryRefused::AlreadyHasHistory));
+    assert_eq!(ev.restore_history(&key(), &text, UID, at_sec(3000)), Err(HistoryRefused::AlreadyHasHistory));
 }
 
 #[test]
 fn a_job_only_audit_rules_judge_has_no_checkpoint() {
     let mut ev = evaluator(&plateau_policy("2h").replace("mode: Enforce", "mode: Audit"));
     feed(&mut ev, 0, 10);
-    assert_eq!(ev.checkpoint(&key(), UID, t(300)), None, "Audit mode writes nothing to the TrainJob");
+    assert_eq!(ev.checkpoint(&key(), UID, at_sec(300)), None, "Audit mode writes nothing to the TrainJob");
 }
 
 #[test]
 fn an_edited_rule_does_not_inherit_the_old_rules_patience() {
     let mut ev = evaluator(&plateau_policy("2h"));
     feed(&mut ev, 0, 150);
-    let text = ev.checkpoint(&key(), UID, t(4500)).unwrap().text;
+    let text = ev.checkpoint(&key(), UID, at_sec(4500)).unwrap().text;
     let mut edited = evaluator(&plateau_policy("3h"));
-    let restored = edited.restore_history(&key(), &text, UID, t(4500)).unwrap();
+    let restored = edited.restore_history(&key(), &text, UID, at_sec(4500)).unwrap();
     assert_eq!((restored.detectors, restored.detectors_ignored), (0, 1));
     assert_eq!(restored.samples, 150, "the history itself is the job's, whatever the rules");
 }
@@ -284,9 +273,9 @@ fn figures_for_the_readme() {
             if with_lr {
                 metrics.push(("learning_rate", 5e-5 * (1.0 - i as f64 / 1000.0)));
             }
-            ev.observe(report(i, &metrics), t(30 * i), &mut events);
+            ev.observe(report(i, &metrics), at_sec(30 * i), &mut events);
         }
-        let saved = ev.checkpoint(&key(), UID, t(12_000)).unwrap();
+        let saved = ev.checkpoint(&key(), UID, at_sec(12_000)).unwrap();
         assert_eq!(saved.points_left_out, 0);
         sizes.push(saved.text.len());
     }

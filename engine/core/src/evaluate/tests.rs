@@ -6,30 +6,18 @@ use std::collections::BTreeMap;
 use super::*;
 use crate::input::sample::{Metric, ProgressSample, SampleSource};
 use crate::policy::compile::{compile, parse_documents};
+use crate::testing::{Harness, at_min};
 
-/// 2026-11-27T17:00:00Z, a Friday.
-fn t(minutes: i64) -> Timestamp {
-    Timestamp::from_second(1_795_798_800 + minutes * 60).unwrap()
-}
-
+/// The evaluator harness with one job, `ml/ft` (team ml, 8 GPUs), on a clock in minutes.
 struct World {
-    ev: Evaluator,
-    events: Vec<Event>,
-    clock: Timestamp,
+    h: Harness,
     /// When the job last started running (moves on resume, as the TrainJob's Suspended condition does).
     running_since: Timestamp,
 }
 
 impl World {
     fn with_policy(yaml: &str) -> World {
-        let mut ev = Evaluator::new(EngineConfig::default());
-        let docs = parse_documents(yaml, "test").unwrap();
-        let mut events = Vec::new();
-        for d in docs {
-            let p = compile(&d, ev.scripts()).unwrap_or_else(|e| panic!("{e}"));
-            ev.upsert_policy(p, t(0), &mut events);
-        }
-        World { ev, events, clock: t(0), running_since: t(0) }
+        World { h: Harness::new(&[yaml]), running_since: at_min(0) }
     }
 
     fn job(&self) -> JobSnapshot {
@@ -42,40 +30,35 @@ impl World {
 
     /// Runs timers up to `minute`.
     fn advance(&mut self, minute: i64) {
-        while let Some(next) = self.ev.next_tick() {
-            if next > t(minute) {
-                break;
-            }
-            self.ev.tick(next, &mut self.events);
-            self.clock = next;
-        }
+        self.h.advance(at_min(minute));
     }
 
     fn sample(&mut self, minute: i64, loss: f64, eta_minutes: Option<f64>) {
         self.advance(minute);
         let mut snap = self.job();
-        let mut s = ProgressSample::empty(t(minute), SampleSource::TrainerStatus);
+        let mut s = ProgressSample::empty(at_min(minute), SampleSource::TrainerStatus);
         s.metrics.push(Metric { name: "loss".into(), value: loss });
         s.eta_seconds = eta_minutes.map(|m| m * 60.0);
         s.progress_percent = Some(50.0);
         snap.sample = Some(s);
-        self.ev.observe(snap, t(minute), &mut self.events);
+        self.h.ev.observe(snap, at_min(minute), &mut self.h.events);
     }
 
     fn phase(&mut self, minute: i64, phase: JobPhase) {
         self.advance(minute);
         if phase == JobPhase::Running {
-            self.running_since = t(minute);
+            self.running_since = at_min(minute);
         }
         let mut snap = self.job();
         snap.phase = phase;
-        self.ev.observe(snap, t(minute), &mut self.events);
+        self.h.ev.observe(snap, at_min(minute), &mut self.h.events);
     }
 
     /// `(minute, "rule kind")` for transitions and `(minute, "rule → action")` for intents, in order.
     fn log(&self) -> Vec<(i64, String)> {
-        let m = |at: &Timestamp| (at.as_second() - t(0).as_second()) / 60;
-        self.events
+        let m = |at: &Timestamp| (at.as_second() - at_min(0).as_second()) / 60;
+        self.h
+            .events
             .iter()
             .map(|e| match e {
                 Event::Transition { at, rule, kind, .. } => (m(at), format!("{rule} {}", kind.as_str())),
@@ -96,10 +79,10 @@ impl World {
     }
 }
 
+/// Policy `ml/p` (Enforce, $5 a GPU-hour) with `rules` and the `extra` spec lines (indented under `spec`).
 fn policy(rules: &str, extra: &str) -> String {
-    format!(
-        "apiVersion: trainwarden.dev/v1alpha1\nkind: ProgressPolicy\nmetadata: {{name: p, namespace: ml}}\nspec:\n  mode: Enforce\n  gpuHourCost: 5\n{extra}  rules:\n{rules}"
-    )
+    let extra: Vec<&str> = extra.lines().map(|l| l.strip_prefix("  ").unwrap_or(l)).collect();
+    crate::testing::policy("p").spec("gpuHourCost: 5").spec(&extra.join("\n")).rules(rules).yaml()
 }
 
 fn log(entries: &[(i64, &str)]) -> Vec<(i64, String)> {
@@ -119,7 +102,7 @@ fn a_stall_fires_with_no_new_sample_arriving() {
     assert!(w.log().is_empty(), "{:?}", w.log());
     w.advance(32);
     assert_eq!(w.log(), log(&[(31, "stalled firing"), (31, "stalled → suspend [Enforce]")]));
-    let Event::Intent(i) = &w.events[1] else { panic!() };
+    let Event::Intent(i) = &w.h.events[1] else { panic!() };
     assert_eq!(i.reason.summary, "no progress sample for 30m (limit 30m)");
     let s = i.savings.as_ref().expect("savings from the ETA: no active window");
     assert_eq!((s.basis, s.gpus), (SavingsBasis::EstimatedEnd, 8.0));
@@ -198,14 +181,14 @@ fn each_intent_is_issued_once_per_firing() {
         w.sample(m, 2.0, None);
     }
     w.advance(120);
-    let intents = w.events.iter().filter(|e| matches!(e, Event::Intent(_))).count();
+    let intents = w.h.events.iter().filter(|e| matches!(e, Event::Intent(_))).count();
     assert_eq!(intents, 2, "{:?}", w.log());
-    let ids: Vec<&str> = w
-        .events
-        .iter()
-        .filter_map(|e| if let Event::Intent(i) = e { Some(i.id.as_str()) } else { None })
-        .collect();
-    let first_seen = t(0).as_second();
+    let ids: Vec<&str> =
+        w.h.events
+            .iter()
+            .filter_map(|e| if let Event::Intent(i) = e { Some(i.id.as_str()) } else { None })
+            .collect();
+    let first_seen = at_min(0).as_second();
     assert_eq!(
         ids,
         vec![
@@ -220,13 +203,13 @@ fn a_recreated_job_gets_new_intent_ids() {
     let rules = "    - {name: high, when: 'metric(\"loss\") > 1.0', actions: [{suspend: {}}]}\n";
     let mut w = World::with_policy(&policy(rules, ""));
     w.sample(0, 2.0, None);
-    w.ev.forget_job(&JobKey::new("ml", "ft"), t(1), &mut w.events);
+    w.h.ev.forget_job(&JobKey::new("ml", "ft"), at_min(1), &mut w.h.events);
     w.sample(2, 2.0, None);
-    let ids: Vec<String> = w
-        .events
-        .iter()
-        .filter_map(|e| if let Event::Intent(i) = e { Some(i.id.clone()) } else { None })
-        .collect();
+    let ids: Vec<String> =
+        w.h.events
+            .iter()
+            .filter_map(|e| if let Event::Intent(i) = e { Some(i.id.clone()) } else { None })
+            .collect();
     assert_eq!(ids.len(), 2);
     assert_ne!(ids[0], ids[1]);
 }
@@ -241,8 +224,8 @@ fn re_applying_an_unchanged_policy_changes_nothing() {
     for minute in 1..5 {
         w.advance(minute);
         let docs = parse_documents(&yaml, "again").unwrap();
-        let p = compile(&docs[0], w.ev.scripts()).unwrap();
-        w.ev.upsert_policy(p, t(minute), &mut w.events);
+        let p = compile(&docs[0], w.h.ev.scripts()).unwrap();
+        w.h.ev.upsert_policy(p, at_min(minute), &mut w.h.events);
         w.sample(minute, 2.0, None);
     }
     assert_eq!(w.log(), log(&[(0, "high firing"), (0, "high → notify [Enforce]")]));
@@ -258,8 +241,8 @@ fn editing_a_rule_restarts_it_but_keeps_its_cooldown() {
     w.sample(0, 2.0, None);
     w.advance(10);
     let docs = parse_documents(&policy(v2, ""), "v2").unwrap();
-    let p = compile(&docs[0], w.ev.scripts()).unwrap();
-    w.ev.upsert_policy(p, t(10), &mut w.events);
+    let p = compile(&docs[0], w.h.ev.scripts()).unwrap();
+    w.h.ev.upsert_policy(p, at_min(10), &mut w.h.events);
     w.sample(11, 2.0, None);
     assert_eq!(
         w.log(),
@@ -304,14 +287,14 @@ fn a_hung_job_that_keeps_answering_polls_still_stalls() {
         w.advance(half_minutes / 2);
         let mut snap = w.job();
         let mut s = ProgressSample::empty(
-            Timestamp::from_second(t(0).as_second() + half_minutes * 30).unwrap(),
+            Timestamp::from_second(at_min(0).as_second() + half_minutes * 30).unwrap(),
             SampleSource::Annotation,
         );
         s.metrics.push(Metric { name: "loss".into(), value: 1.0 });
         s.progress_percent = Some(50.0);
         snap.sample = Some(s);
-        let now = Timestamp::from_second(t(0).as_second() + half_minutes * 30).unwrap();
-        w.ev.observe(snap, now, &mut w.events);
+        let now = Timestamp::from_second(at_min(0).as_second() + half_minutes * 30).unwrap();
+        w.h.ev.observe(snap, now, &mut w.h.events);
     }
     assert_eq!(w.log(), log(&[(30, "stalled firing"), (30, "stalled → suspend [Enforce]")]));
 }
@@ -335,7 +318,7 @@ fn audit_mode_reports_what_it_would_do() {
 
 #[test]
 fn rules_resolve_when_the_active_window_closes_and_wake_up_when_it_opens() {
-    // Fridays 18:00–20:00 UTC; t(0) is Friday 17:00 UTC.
+    // Fridays 18:00–20:00 UTC; at_min(0) is Friday 17:00 UTC.
     let rules = "    - {name: high, when: 'metric(\"loss\") > 1.0', actions: [{notify: {to: team}}]}\n";
     let extra = "  activeWindows: [{start: \"0 18 * * FRI\", duration: 2h}]\n";
     let mut w = World::with_policy(&policy(rules, extra));
@@ -355,12 +338,12 @@ fn a_stall_inside_an_unattended_window_saves_until_the_window_ends() {
     let mut w = World::with_policy(&policy(rules, extra));
     w.sample(0, 2.0, Some(600.0));
     w.advance(120);
-    let Some(Event::Intent(i)) = w.events.iter().find(|e| matches!(e, Event::Intent(_))) else {
+    let Some(Event::Intent(i)) = w.h.events.iter().find(|e| matches!(e, Event::Intent(_))) else {
         panic!("{:?}", w.log())
     };
     let s = i.savings.as_ref().unwrap();
     assert_eq!(s.basis, SavingsBasis::WindowEnd);
-    assert_eq!(s.until, t(63 * 60));
+    assert_eq!(s.until, at_min(63 * 60));
     assert!((s.gpu_hours - (63.0 * 60.0 - 30.0) / 60.0 * 8.0).abs() < 1e-9);
 }
 
@@ -385,9 +368,9 @@ fn a_label_change_that_deselects_a_job_resolves_its_rules() {
     w.sample(0, 2.0, None);
     let mut snap = w.job();
     snap.labels.insert("team".into(), "other".into());
-    w.ev.observe(snap, t(1), &mut w.events);
+    w.h.ev.observe(snap, at_min(1), &mut w.h.events);
     assert_eq!(w.log(), log(&[(0, "high firing"), (1, "high resolved")]));
-    assert_eq!(w.ev.counts(&w.ev.policies().next().unwrap().reference.clone()).matched_jobs, 0);
+    assert_eq!(w.h.ev.counts(&w.h.ev.policies().next().unwrap().reference.clone()).matched_jobs, 0);
 }
 
 #[test]
@@ -397,11 +380,11 @@ fn replacing_a_policy_resolves_the_old_rules_first() {
     w.sample(0, 2.0, None);
     let docs =
         parse_documents(&policy("    - {name: higher, when: 'metric(\"loss\") > 5.0'}\n", ""), "v2").unwrap();
-    let p = compile(&docs[0], w.ev.scripts()).unwrap();
-    w.ev.upsert_policy(p, t(1), &mut w.events);
+    let p = compile(&docs[0], w.h.ev.scripts()).unwrap();
+    w.h.ev.upsert_policy(p, at_min(1), &mut w.h.events);
     w.sample(2, 2.0, None);
     assert_eq!(w.log(), log(&[(0, "high firing"), (1, "high resolved")]));
-    assert_eq!(w.ev.policies().count(), 1);
+    assert_eq!(w.h.ev.policies().count(), 1);
 }
 
 #[test]
@@ -428,7 +411,7 @@ fn stateful_detectors_see_every_sample_and_duplicates_are_dropped() {
     assert!(w.log().is_empty(), "{:?}", w.log());
     w.sample(3, 2.03, None);
     assert_eq!(w.log(), log(&[(3, "flat firing")]));
-    assert_eq!(w.ev.job(&JobKey::new("ml", "ft")).unwrap().series.duplicates, 1);
+    assert_eq!(w.h.ev.job(&JobKey::new("ml", "ft")).unwrap().series.duplicates, 1);
 }
 
 #[test]
@@ -436,20 +419,20 @@ fn forgetting_a_job_resolves_and_frees_it() {
     let rules = "    - {name: high, when: 'metric(\"loss\") > 1.0'}\n";
     let mut w = World::with_policy(&policy(rules, ""));
     w.sample(0, 2.0, None);
-    w.ev.forget_job(&JobKey::new("ml", "ft"), t(1), &mut w.events);
+    w.h.ev.forget_job(&JobKey::new("ml", "ft"), at_min(1), &mut w.h.events);
     assert_eq!(w.log(), log(&[(0, "high firing"), (1, "high resolved")]));
-    assert_eq!(w.ev.job_count(), 0);
+    assert_eq!(w.h.ev.job_count(), 0);
 }
 
-/// Ticks exactly at every timer up to `until` and returns the times ticked (seconds after t(0)).
+/// Ticks exactly at every timer up to `until` and returns the times ticked (seconds after at_min(0)).
 fn tick_times(w: &mut World, until: Timestamp) -> Vec<i64> {
     let mut times = Vec::new();
-    while let Some(next) = w.ev.next_tick() {
+    while let Some(next) = w.h.ev.next_tick() {
         if next > until {
             break;
         }
-        w.ev.tick(next, &mut w.events);
-        times.push(next.as_second() - t(0).as_second());
+        w.h.ev.tick(next, &mut w.h.events);
+        times.push(next.as_second() - at_min(0).as_second());
     }
     times
 }
@@ -462,23 +445,23 @@ fn time_driven_rules_fire_at_their_deadline_not_at_the_next_interval() {
                  \x20   - {name: stall-script, when: 'stalled(\"10m\")', actions: [{event: {}}]}\n\
                  \x20   - {name: high-for, when: 'metric(\"loss\") > 1.0', for: 7m, actions: [{annotate: {key: x, value: \"v1\"}}]}\n";
     let mut w = World::with_policy(&policy(rules, ""));
-    let at = |s: i64| Timestamp::from_second(t(0).as_second() + s).unwrap();
+    let at = |s: i64| Timestamp::from_second(at_min(0).as_second() + s).unwrap();
     let mut snap = w.job();
     let mut sample = ProgressSample::empty(at(17), SampleSource::TrainerStatus);
     sample.metrics.push(Metric { name: "loss".into(), value: 2.0 });
     snap.sample = Some(sample);
-    w.ev.observe(snap, at(17), &mut w.events);
+    w.h.ev.observe(snap, at(17), &mut w.h.events);
     tick_times(&mut w, at(17 + 600 + 5));
-    let fired: Vec<(i64, String)> = w
-        .events
-        .iter()
-        .filter_map(|e| match e {
-            Event::Transition { at, rule, kind: TransitionKind::Firing, .. } => {
-                Some((at.as_second() - t(0).as_second(), rule.clone()))
-            }
-            _ => None,
-        })
-        .collect();
+    let fired: Vec<(i64, String)> =
+        w.h.events
+            .iter()
+            .filter_map(|e| match e {
+                Event::Transition { at, rule, kind: TransitionKind::Firing, .. } => {
+                    Some((at.as_second() - at_min(0).as_second(), rule.clone()))
+                }
+                _ => None,
+            })
+            .collect();
     assert_eq!(
         fired,
         vec![
@@ -494,12 +477,12 @@ fn the_next_tick_is_the_earliest_timer() {
     let rules = "    - {name: stall, uses: stalled, with: {after: 10m}, actions: [{suspend: {}}]}\n";
     let mut w = World::with_policy(&policy(rules, ""));
     w.sample(0, 2.0, None);
-    w.ev.tick(t(0), &mut w.events);
-    // Cadence: t(0) + 30s; stall: t(10). The cadence comes first...
-    assert_eq!(w.ev.next_tick(), Some(Timestamp::from_second(t(0).as_second() + 30).unwrap()));
+    w.h.ev.tick(at_min(0), &mut w.h.events);
+    // Cadence: at_min(0) + 30s; stall: at_min(10). The cadence comes first...
+    assert_eq!(w.h.ev.next_tick(), Some(Timestamp::from_second(at_min(0).as_second() + 30).unwrap()));
     // ...and a new sample moves the stall deadline with it.
     w.sample(3, 1.9, None);
-    let ticks = tick_times(&mut w, t(14));
+    let ticks = tick_times(&mut w, at_min(14));
     assert!(ticks.contains(&(13 * 60)), "{ticks:?}");
     assert_eq!(w.log(), log(&[(13, "stall firing"), (13, "stall → suspend [Enforce]")]));
 }
@@ -509,16 +492,16 @@ fn the_next_tick_is_the_earliest_timer() {
 const STALL_AND_HIGH_LOSS: &str = "    - {name: stall, uses: stalled, with: {after: 30m}}\n\
                                    \x20   - {name: high, when: 'metric(\"loss\") > 1.0', for: 7m}\n";
 
-/// Job `name` in namespace `ml` reports `loss` at `second` seconds past t(0), at step `second`.
+/// Job `name` in namespace `ml` reports `loss` at `second` seconds past at_min(0), at step `second`.
 fn report_loss(w: &mut World, name: &str, second: i64, loss: f64) {
-    let at = Timestamp::from_second(t(0).as_second() + second).unwrap();
+    let at = Timestamp::from_second(at_min(0).as_second() + second).unwrap();
     let mut snap = w.job();
     snap.key = JobKey::new("ml", name);
     let mut sample = ProgressSample::empty(at, SampleSource::TrainerStatus);
     sample.metrics.push(Metric { name: "loss".into(), value: loss });
     sample.current_step = Some(second as f64);
     snap.sample = Some(sample);
-    w.ev.observe(snap, at, &mut w.events);
+    w.h.ev.observe(snap, at, &mut w.h.events);
 }
 
 /// The timer queues keep stale entries when timers move; whatever the moves (later with each sample, earlier
@@ -527,40 +510,43 @@ fn report_loss(w: &mut World, name: &str, second: i64, loss: f64) {
 #[test]
 fn the_timers_stay_exact_and_bounded() {
     let mut w = World::with_policy(&policy(STALL_AND_HIGH_LOSS, ""));
-    let mut rng = crate::test_rng::Rng(0x7133_4EA9);
-    let mut now = t(0);
+    let mut rng = crate::testing::rng::Rng(0x7133_4EA9);
+    let mut now = at_min(0);
     let (mut moved_earlier, mut forgotten, mut steps_with_heap) = (0, 0, 0);
     for step in 0..20_000 {
         now = Timestamp::from_second(now.as_second() + rng.below(20) as i64).unwrap();
-        while let Some(next) = w.ev.next_tick().filter(|next| *next <= now) {
-            w.ev.tick(next, &mut w.events);
+        while let Some(next) = w.h.ev.next_tick().filter(|next| *next <= now) {
+            w.h.ev.tick(next, &mut w.h.events);
         }
         let key = JobKey::new("ml", format!("job-{}", rng.below(40)));
         if rng.below(50) == 0 {
-            w.ev.forget_job(&key, now, &mut w.events);
+            w.h.ev.forget_job(&key, now, &mut w.h.events);
             forgotten += 1;
         } else {
-            let before = w.ev.jobs.get(&key).and_then(|j| j.wake);
+            let before = w.h.ev.jobs.get(&key).and_then(|j| j.wake);
             let mut snap = w.job();
             snap.key = key.clone();
             let mut sample = ProgressSample::empty(now, SampleSource::TrainerStatus);
             sample.metrics.push(Metric { name: "loss".into(), value: rng.below(3) as f64 * 0.6 });
             sample.current_step = Some(step as f64);
             snap.sample = Some(sample);
-            w.ev.observe(snap, now, &mut w.events);
-            let after = w.ev.jobs.get(&key).and_then(|j| j.wake);
+            w.h.ev.observe(snap, now, &mut w.h.events);
+            let after = w.h.ev.jobs.get(&key).and_then(|j| j.wake);
             moved_earlier += usize::from(matches!((before, after), (Some(b), Some(a)) if a < b));
         }
-        let earliest = w.ev.jobs.values().filter_map(|j| j.wake).min();
-        assert_eq!(w.ev.wakes.first(), earliest, "step {step}");
-        steps_with_heap += usize::from(w.ev.wakes.heap_len() > 0);
+        let earliest = w.h.ev.jobs.values().filter_map(|j| j.wake).min();
+        assert_eq!(w.h.ev.wakes.first(), earliest, "step {step}");
+        steps_with_heap += usize::from(w.h.ev.wakes.heap_len() > 0);
         if step % 100 == 0 {
-            for (key, job) in w.ev.jobs.iter() {
-                let id = w.ev.jobs.id(key).expect("listed");
-                assert!(job.wake.is_none_or(|at| w.ev.wakes.contains(at, id)), "step {step}: {key}'s timer");
+            for (key, job) in w.h.ev.jobs.iter() {
+                let id = w.h.ev.jobs.id(key).expect("listed");
+                assert!(
+                    job.wake.is_none_or(|at| w.h.ev.wakes.contains(at, id)),
+                    "step {step}: {key}'s timer"
+                );
             }
         }
-        assert!(w.ev.wakes.len() <= 2 * w.ev.job_count() + 64, "step {step}: {}", w.ev.wakes.len());
+        assert!(w.h.ev.wakes.len() <= 2 * w.h.ev.job_count() + 64, "step {step}: {}", w.h.ev.wakes.len());
     }
     assert!(
         moved_earlier > 1_000 && forgotten > 100 && steps_with_heap > 1_000,
@@ -580,10 +566,14 @@ fn stale_timers_behind_a_live_one_are_dropped() {
         for j in 0..20 {
             report_loss(&mut w, &format!("job-{j}"), second, 0.5);
         }
-        most = most.max(w.ev.wakes.len());
+        most = most.max(w.h.ev.wakes.len());
     }
-    assert_eq!(w.ev.next_tick().map(|n| n.as_second() - t(0).as_second()), Some(30), "the cadence first");
-    assert_eq!(w.ev.wakes.first(), Some(t(7)), "then the anchor's `for`");
+    assert_eq!(
+        w.h.ev.next_tick().map(|n| n.as_second() - at_min(0).as_second()),
+        Some(30),
+        "the cadence first"
+    );
+    assert_eq!(w.h.ev.wakes.first(), Some(at_min(7)), "then the anchor's `for`");
     assert!(most <= 2 * 21 + 64, "{most} entries for 21 jobs");
 }
 
@@ -598,16 +588,22 @@ fn reports_in_turn_queue_their_timers_in_order() {
         for j in 0..10 {
             report_loss(&mut w, &format!("job-{j}"), round * 30 + j, 0.5);
         }
-        assert_eq!(w.ev.wakes.heap_len(), 0, "round {round}");
-        assert_eq!(w.ev.wakes.len(), 10, "one entry per job, round {round}");
+        assert_eq!(w.h.ev.wakes.heap_len(), 0, "round {round}");
+        assert_eq!(w.h.ev.wakes.len(), 10, "one entry per job, round {round}");
     }
-    let earliest = |w: &World| w.ev.jobs.values().filter_map(|j| j.wake).min();
+    let earliest = |w: &World| w.h.ev.jobs.values().filter_map(|j| j.wake).min();
     // job-0's stall deadline, from its last report.
-    assert_eq!(w.ev.wakes.first(), Some(Timestamp::from_second(t(0).as_second() + 99 * 30 + 1800).unwrap()));
+    assert_eq!(
+        w.h.ev.wakes.first(),
+        Some(Timestamp::from_second(at_min(0).as_second() + 99 * 30 + 1800).unwrap())
+    );
     report_loss(&mut w, "job-5", 100 * 30, 2.0);
-    assert_eq!(w.ev.wakes.heap_len(), 1, "the `for` is earlier than the queue's last entry");
-    assert_eq!(w.ev.wakes.first(), earliest(&w));
-    assert_eq!(w.ev.wakes.first(), Some(Timestamp::from_second(t(0).as_second() + 100 * 30 + 420).unwrap()));
+    assert_eq!(w.h.ev.wakes.heap_len(), 1, "the `for` is earlier than the queue's last entry");
+    assert_eq!(w.h.ev.wakes.first(), earliest(&w));
+    assert_eq!(
+        w.h.ev.wakes.first(),
+        Some(Timestamp::from_second(at_min(0).as_second() + 100 * 30 + 420).unwrap())
+    );
 }
 
 /// A second evaluator with the same policy, given the first one's memories, as the controller does after a
@@ -615,9 +611,8 @@ fn reports_in_turn_queue_their_timers_in_order() {
 fn restarted(w: &World, now: Timestamp) -> World {
     let yaml = policy_yaml_of(w);
     let mut fresh = World::with_policy(&yaml);
-    let reference = w.ev.policies().next().unwrap().reference.clone();
-    fresh.ev.restore(&reference, w.ev.memories(&reference, now));
-    fresh.clock = now;
+    let reference = w.h.ev.policies().next().unwrap().reference.clone();
+    fresh.h.ev.restore(&reference, w.h.ev.memories(&reference, now));
     fresh
 }
 
@@ -642,22 +637,23 @@ fn a_restart_keeps_a_pending_for_timer_and_never_repeats_an_action() {
     w.sample(0, 2.0, None);
     w.sample(4, 2.0, None);
     assert_eq!(w.log(), log(&[(0, "high pending"), (0, "nan firing"), (0, "nan → event [Enforce]")]));
-    let memories = w.ev.memories(&w.ev.policies().next().unwrap().reference.clone(), t(4));
+    let memories = w.h.ev.memories(&w.h.ev.policies().next().unwrap().reference.clone(), at_min(4));
     assert_eq!(memories.len(), 2, "{memories:?}");
     assert_eq!((memories[0].rule.as_str(), memories[0].state), ("high", RuleState::Pending));
-    assert_eq!(memories[0].since, Some(t(0)));
+    assert_eq!(memories[0].since, Some(at_min(0)));
 
     // The controller dies at minute 4 and comes back at minute 6, seeing the same loss again.
-    let mut after = restarted(&w, t(6));
+    let mut after = restarted(&w, at_min(6));
     after.sample(6, 2.0, None);
     after.advance(11);
     // `high` fires at the original deadline (minute 10), and `nan`, still firing, issues nothing again.
     assert_eq!(after.log(), log(&[(10, "high firing"), (10, "high → suspend [Enforce]")]));
-    let Event::Intent(restarted_intent) = &after.events[1] else { panic!() };
+    let Event::Intent(restarted_intent) = &after.h.events[1] else { panic!() };
 
     // The intent id is what it would have been without the restart (the executor deduplicates on it).
     w.advance(11);
-    let original = w.events.iter().rev().find_map(|e| if let Event::Intent(i) = e { Some(i) } else { None });
+    let original =
+        w.h.events.iter().rev().find_map(|e| if let Event::Intent(i) = e { Some(i) } else { None });
     assert_eq!(original.unwrap().id.split(':').next_back(), restarted_intent.id.split(':').next_back());
 }
 
@@ -665,22 +661,12 @@ fn a_restart_keeps_a_pending_for_timer_and_never_repeats_an_action() {
 fn memories_of_unknown_rules_and_vanished_jobs_are_dropped() {
     let rules = "    - {name: high, when: 'metric(\"loss\") > 1.0', for: 10m, actions: [{suspend: {}}]}\n";
     let mut w = world(policy(rules, ""));
-    let reference = w.ev.policies().next().unwrap().reference.clone();
+    let reference = w.h.ev.policies().next().unwrap().reference.clone();
     let memory = |job: &str, rule: &str| RuleMemory {
-        job: job.into(),
-        rule: rule.into(),
-        state: RuleState::Pending,
-        since: Some(t(0)),
-        cleared_at: None,
-        firings: 0,
-        last_issued: vec![],
-        rule_hash: None,
-        held: None,
-        deferred: vec![],
-        snooze_held: false,
-        excepted_by: None,
+        since: Some(at_min(0)),
+        ..crate::testing::memory(job, rule, RuleState::Pending)
     };
-    w.ev.restore(
+    w.h.ev.restore(
         &reference,
         vec![memory("ml/ft", "gone"), memory("ml/deleted", "high"), memory("bad", "high")],
     );
@@ -688,9 +674,9 @@ fn memories_of_unknown_rules_and_vanished_jobs_are_dropped() {
     assert!(w.log().is_empty(), "{:?}", w.log());
     // The deleted job's memory is still held (and persisted) until the controller says the initial sync is
     // over.
-    assert_eq!(w.ev.memories(&reference, t(1)).len(), 1);
-    assert_eq!(w.ev.drop_unclaimed_memories(), 1);
-    assert!(w.ev.memories(&reference, t(1)).is_empty());
+    assert_eq!(w.h.ev.memories(&reference, at_min(1)).len(), 1);
+    assert_eq!(w.h.ev.drop_unclaimed_memories(), 1);
+    assert!(w.h.ev.memories(&reference, at_min(1)).is_empty());
 }
 
 #[test]
@@ -698,15 +684,15 @@ fn a_rule_edited_while_nobody_watched_does_not_inherit_its_old_memory() {
     let old = "    - {name: high, when: 'metric(\"loss\") > 1.0', for: 10m, actions: [{suspend: {}}]}\n";
     let mut w = world(policy(old, ""));
     w.sample(0, 2.0, None);
-    let reference = w.ev.policies().next().unwrap().reference.clone();
-    let memories = w.ev.memories(&reference, t(4));
+    let reference = w.h.ev.policies().next().unwrap().reference.clone();
+    let memories = w.h.ev.memories(&reference, at_min(4));
     assert!(memories[0].rule_hash.is_some());
 
     // The same rule name, now with `for: 20m`: pending starts again at the first evaluation after the
     // restart (minute 6), so nothing fires at the old deadline (minute 10) or at 20.
     let edited = "    - {name: high, when: 'metric(\"loss\") > 1.0', for: 20m, actions: [{suspend: {}}]}\n";
     let mut after = World::with_policy(&policy(edited, ""));
-    after.ev.restore(&reference, memories);
+    after.h.ev.restore(&reference, memories);
     after.sample(6, 2.0, None);
     after.advance(25);
     assert_eq!(after.log(), log(&[(6, "high pending")]));
@@ -721,7 +707,7 @@ fn a_rule_edited_while_nobody_watched_does_not_inherit_its_old_memory() {
 #[test]
 fn resolutions_carry_their_reason() {
     let why = |w: &World| -> Vec<Option<Resolution>> {
-        w.events
+        w.h.events
             .iter()
             .filter_map(|e| match e {
                 Event::Transition { kind: TransitionKind::Resolved, reason, .. } => Some(reason.resolution),
@@ -742,14 +728,14 @@ fn resolutions_carry_their_reason() {
 
     let mut w = World::with_policy(&policy(rules, ""));
     w.sample(0, 2.0, None);
-    w.ev.forget_job(&JobKey::new("ml", "ft"), t(1), &mut w.events);
+    w.h.ev.forget_job(&JobKey::new("ml", "ft"), at_min(1), &mut w.h.events);
     assert_eq!(why(&w), [Some(Resolution::JobDeleted)]);
 
     let mut w = World::with_policy(&policy(rules, "  selector: {matchLabels: {team: ml}}\n"));
     w.sample(0, 2.0, None);
     let mut snap = w.job();
     snap.labels.insert("team".into(), "other".into());
-    w.ev.observe(snap, t(1), &mut w.events);
+    w.h.ev.observe(snap, at_min(1), &mut w.h.events);
     assert_eq!(why(&w), [Some(Resolution::NoLongerSelected)]);
 
     // Friday 17:00–19:00 UTC: at 19:00 the window closes while the loss is still high.
@@ -773,9 +759,13 @@ fn idle_time_costs_nothing_for_rules_that_only_samples_and_timers_change() {
     ));
     w.sample(0, 2.0, Some(6000.0));
     w.sample(1, 1.9, Some(5999.0));
-    let before = w.ev.evaluations();
+    let before = w.h.ev.evaluations();
     w.advance(24 * 60);
-    assert!(w.ev.evaluations() - before <= 3, "{} evaluations in a quiet day", w.ev.evaluations() - before);
+    assert!(
+        w.h.ev.evaluations() - before <= 3,
+        "{} evaluations in a quiet day",
+        w.h.ev.evaluations() - before
+    );
     // The stall still fires on the second it is due.
     assert_eq!(
         w.log().iter().filter(|(_, e)| e == "stalled firing").map(|(m, _)| *m).collect::<Vec<_>>(),
@@ -802,8 +792,8 @@ fn a_rule_added_while_its_job_is_silent_judges_it_at_the_next_round() {
          \x20   - {name: stalled, uses: stalled, with: {after: 30m}, actions: [{suspend: {}}]}\n",
         "",
     );
-    let p = compile(&parse_documents(&stalled, "v2").unwrap()[0], w.ev.scripts()).unwrap();
-    w.ev.upsert_policy(p, t(60), &mut w.events);
+    let p = compile(&parse_documents(&stalled, "v2").unwrap()[0], w.h.ev.scripts()).unwrap();
+    w.h.ev.upsert_policy(p, at_min(60), &mut w.h.events);
     w.advance(61);
     assert_eq!(w.log(), log(&[(60, "stalled firing"), (60, "stalled → suspend [Enforce]")]));
 }
@@ -818,9 +808,9 @@ fn a_condition_on_the_clock_changes_when_its_comparison_crosses_with_no_rounds()
         "",
     ));
     w.sample(0, 2.0, Some(6000.0));
-    let before = w.ev.evaluations();
+    let before = w.h.ev.evaluations();
     w.advance(120);
-    let evaluations = w.ev.evaluations() - before;
+    let evaluations = w.h.ev.evaluations() - before;
     // The crossing at 10 min, then hour() on each quarter hour.
     assert!(evaluations <= 10, "{evaluations} evaluations in two hours");
     assert_eq!(
@@ -844,9 +834,9 @@ fn an_eta_over_its_limit_resolves_when_the_remaining_time_gets_within_it() {
         "",
     ));
     w.sample(0, 2.0, Some(100.0));
-    let before = w.ev.evaluations();
+    let before = w.h.ev.evaluations();
     w.advance(120);
-    assert!(w.ev.evaluations() - before <= 3, "{} evaluations in two hours", w.ev.evaluations() - before);
+    assert!(w.h.ev.evaluations() - before <= 3, "{} evaluations in two hours", w.h.ev.evaluations() - before);
     assert_eq!(w.log(), log(&[(0, "long firing"), (0, "long → notify [Enforce]"), (40, "long resolved")]));
 }
 
@@ -859,12 +849,12 @@ fn rules_that_read_the_clock_in_ways_no_wake_follows_are_judged_every_interval()
         "",
     ));
     w.sample(0, 2.0, Some(6000.0));
-    let before = w.ev.evaluations();
+    let before = w.h.ev.evaluations();
     w.advance(60);
     assert!(
-        w.ev.evaluations() - before >= 100,
+        w.h.ev.evaluations() - before >= 100,
         "{} evaluations in an hour at 30s",
-        w.ev.evaluations() - before
+        w.h.ev.evaluations() - before
     );
     let log = w.log();
     assert!(log.contains(&(0, "early firing".to_string())), "{log:?}");
@@ -875,7 +865,7 @@ fn rules_that_read_the_clock_in_ways_no_wake_follows_are_judged_every_interval()
 fn a_comparison_with_now_is_judged_every_interval() {
     // `now()` is whole seconds: no wake follows it, so its jobs keep the rounds, and the rule fires with no
     // sample after the instant passes (it stayed unjudged until the next sample before).
-    let deadline = t(10).as_second();
+    let deadline = at_min(10).as_second();
     let mut w = World::with_policy(&policy(
         &format!("    - {{name: past, when: 'now() >= {deadline}', actions: [{{notify: {{to: team}}}}]}}\n"),
         "",
@@ -894,26 +884,26 @@ fn a_round_judges_jobs_in_key_order() {
     let report = |w: &mut World, name: &str| {
         let mut snap = w.job();
         snap.key = JobKey::new("ml", name);
-        let mut sample = ProgressSample::empty(t(0), SampleSource::TrainerStatus);
+        let mut sample = ProgressSample::empty(at_min(0), SampleSource::TrainerStatus);
         sample.current_step = Some(1.0);
         snap.sample = Some(sample);
-        w.ev.observe(snap, t(0), &mut w.events);
+        w.h.ev.observe(snap, at_min(0), &mut w.h.events);
     };
     // Ids in the order c, b, a; then b leaves and d takes its id.
     for name in ["c", "b", "a"] {
         report(&mut w, name);
     }
-    w.ev.forget_job(&JobKey::new("ml", "b"), t(0), &mut w.events);
+    w.h.ev.forget_job(&JobKey::new("ml", "b"), at_min(0), &mut w.h.events);
     report(&mut w, "d");
-    w.events.clear();
+    w.h.events.clear();
     w.advance(10);
-    let stalled: Vec<&str> = w
-        .events
-        .iter()
-        .filter_map(|e| match e {
-            Event::Transition { job, kind: TransitionKind::Firing, .. } => Some(job.name.as_str()),
-            _ => None,
-        })
-        .collect();
+    let stalled: Vec<&str> =
+        w.h.events
+            .iter()
+            .filter_map(|e| match e {
+                Event::Transition { job, kind: TransitionKind::Firing, .. } => Some(job.name.as_str()),
+                _ => None,
+            })
+            .collect();
     assert_eq!(stalled, ["a", "c", "d"]);
 }

@@ -5,7 +5,7 @@ use std::borrow::Cow;
 use serde_json::Value;
 
 use crate::input::sample::{JobKey, JobPhase, JobSnapshot, ProgressSample, SampleSource};
-use crate::test_rng::Rng;
+use crate::testing::rng::Rng;
 use crate::time::Timestamp;
 
 use super::names::*;
@@ -13,6 +13,7 @@ use super::rhoai::*;
 use super::trainer_status::*;
 use super::trainjob::*;
 use super::*;
+use crate::testing::ts;
 use serde_json::json;
 
 macro_rules! fixture {
@@ -41,10 +42,6 @@ const UPSTREAM_JOB_YAML: &str = fixture!("upstream-trainjob-with-trainerStatus.y
 const RHOAI_JOB_YAML: &str = fixture!("rhoai-trainjob-annotated.yaml");
 
 const TS: &str = "status.trainerStatus";
-
-fn ts(s: &str) -> Timestamp {
-    s.parse().unwrap()
-}
 
 fn upstream(request_body: &str) -> ProgressSample {
     let body: Value = serde_json::from_str(request_body).unwrap();

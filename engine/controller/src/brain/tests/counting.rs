@@ -31,33 +31,33 @@ fn suspensions(status: &ProgressPolicyStatus) -> i64 {
 #[test]
 fn a_firing_redone_after_a_restart_does_not_count_its_suspension_again() {
     let mut b = brain_leading(true);
-    b.handle(policy_input(RULES, None), t(0));
-    b.handle(job_reporting(9.0, t(1)), t(1));
+    b.handle(policy_input(RULES, None), at_sec(0));
+    b.handle(job_reporting(9.0, at_sec(1)), at_sec(1));
     let fired = acts(&mut b);
     assert_eq!(
         fired.iter().map(|i| i.action.kind()).collect::<Vec<_>>(),
         [ActionKind::Annotate, ActionKind::Suspend]
     );
-    b.handle(outcome(&fired[1], ActionResult::Done), t(2));
-    b.handle(outcome(&fired[0], ActionResult::Failed), t(2));
-    let status = b.status_of(&key(), t(2));
+    b.handle(outcome(&fired[1], ActionResult::Done), at_sec(2));
+    b.handle(outcome(&fired[0], ActionResult::Failed), at_sec(2));
+    let status = b.status_of(&key(), at_sec(2));
     assert_eq!(status.rule_states[0].state, RuleState::Pending, "the annotation is owed: persisted as due");
     assert_eq!((status.gpu_hours_saved, suspensions(&status)), (Some(8.0), 1));
     let listed = status.counted_actions.clone().expect("the status lists what it counts");
     assert_eq!(listed.actions.iter().map(|a| &a.id).collect::<Vec<_>>(), [&fired[1].id]);
 
     let mut after = brain_leading(true);
-    after.handle(policy_input(RULES, Some(status)), t(5));
-    after.handle(Input::JobsListed, t(5));
-    after.handle(job_reporting(9.0, t(6)), t(6));
+    after.handle(policy_input(RULES, Some(status)), at_sec(5));
+    after.handle(Input::JobsListed, at_sec(5));
+    after.handle(job_reporting(9.0, at_sec(6)), at_sec(6));
     let redone = acts(&mut after);
     assert_eq!(
         redone.iter().map(|i| &i.id).collect::<Vec<_>>(),
         fired.iter().map(|i| &i.id).collect::<Vec<_>>()
     );
-    after.handle(outcome(&redone[1], ActionResult::AlreadyDone), t(7));
-    after.handle(outcome(&redone[0], ActionResult::Done), t(7));
-    let status = after.status_of(&key(), t(7));
+    after.handle(outcome(&redone[1], ActionResult::AlreadyDone), at_sec(7));
+    after.handle(outcome(&redone[0], ActionResult::Done), at_sec(7));
+    let status = after.status_of(&key(), at_sec(7));
     assert_eq!(status.gpu_hours_saved, Some(8.0), "counted once");
     assert_eq!(suspensions(&status), 1, "{:?}", status.action_counts);
     assert_eq!(status.action_counts.get("annotate/done"), Some(&1));
@@ -67,19 +67,19 @@ fn a_firing_redone_after_a_restart_does_not_count_its_suspension_again() {
 /// counted it; the replica that takes over started after, so the job's rule does not fire again for it.
 #[test]
 fn a_suspension_no_status_counted_is_counted_once_by_the_replica_that_takes_over() {
-    // The old leader's last status: nothing counted since t(0).
+    // The old leader's last status: nothing counted since at_sec(0).
     let mut old = brain_leading(true);
-    old.handle(policy_input(RULES, None), t(0));
-    let inherited = old.status_of(&key(), t(0));
+    old.handle(policy_input(RULES, None), at_sec(0));
+    let inherited = old.status_of(&key(), at_sec(0));
     assert!(inherited.gpu_hours_saved.is_none());
 
     for leads_before_the_list in [false, true] {
         let mut b = brain_leading(leads_before_the_list);
-        b.handle(policy_input(RULES, Some(inherited.clone())), t(10));
-        b.handle(suspended_job_recording("lost-leaders-intent", t(3)), t(10));
-        b.handle(Input::JobsListed, t(10));
+        b.handle(policy_input(RULES, Some(inherited.clone())), at_sec(10));
+        b.handle(suspended_job_recording("lost-leaders-intent", at_sec(3)), at_sec(10));
+        b.handle(Input::JobsListed, at_sec(10));
         b.lead(true);
-        let status = b.status_of(&key(), t(11));
+        let status = b.status_of(&key(), at_sec(11));
         assert_eq!(status.gpu_hours_saved, Some(8.0), "leads before the list: {leads_before_the_list}");
         assert_eq!(status.action_counts.get("suspend/already_done"), Some(&1));
         assert_eq!(b.metrics.actions_found_uncounted.get(), 1);
@@ -87,11 +87,11 @@ fn a_suspension_no_status_counted_is_counted_once_by_the_replica_that_takes_over
         b.lead(false);
         b.lead(true);
         let mut next = brain_leading(false);
-        next.handle(policy_input(RULES, Some(b.status_of(&key(), t(12)))), t(12));
-        next.handle(suspended_job_recording("lost-leaders-intent", t(3)), t(12));
-        next.handle(Input::JobsListed, t(12));
+        next.handle(policy_input(RULES, Some(b.status_of(&key(), at_sec(12)))), at_sec(12));
+        next.handle(suspended_job_recording("lost-leaders-intent", at_sec(3)), at_sec(12));
+        next.handle(Input::JobsListed, at_sec(12));
         next.lead(true);
-        for s in [b.status_of(&key(), t(13)), next.status_of(&key(), t(13))] {
+        for s in [b.status_of(&key(), at_sec(13)), next.status_of(&key(), at_sec(13))] {
             assert_eq!((s.gpu_hours_saved, suspensions(&s)), (Some(8.0), 1));
         }
     }
@@ -102,11 +102,11 @@ fn a_suspension_recorded_before_the_status_listed_counted_actions_is_not_counted
     // A status from before the list (an upgrade): its totals may include anything performed before.
     let old = ProgressPolicyStatus { gpu_hours_saved: Some(8.0), ..Default::default() };
     let mut b = brain_leading(false);
-    b.handle(policy_input(RULES, Some(old)), t(10));
-    b.handle(suspended_job_recording("counted-by-the-old-version", t(3)), t(10));
-    b.handle(Input::JobsListed, t(10));
+    b.handle(policy_input(RULES, Some(old)), at_sec(10));
+    b.handle(suspended_job_recording("counted-by-the-old-version", at_sec(3)), at_sec(10));
+    b.handle(Input::JobsListed, at_sec(10));
     b.lead(true);
-    let status = b.status_of(&key(), t(11));
+    let status = b.status_of(&key(), at_sec(11));
     assert_eq!((status.gpu_hours_saved, suspensions(&status)), (Some(8.0), 0));
 }
 
@@ -115,11 +115,11 @@ fn a_suspension_recorded_before_the_status_listed_counted_actions_is_not_counted
 #[test]
 fn the_same_intent_done_twice_counts_once() {
     let mut b = brain_leading(true);
-    b.handle(policy_input(RULES, None), t(0));
-    b.handle(job_reporting(9.0, t(1)), t(1));
+    b.handle(policy_input(RULES, None), at_sec(0));
+    b.handle(job_reporting(9.0, at_sec(1)), at_sec(1));
     let fired = acts(&mut b);
-    b.handle(outcome(&fired[1], ActionResult::Done), t(2));
-    b.handle(outcome(&fired[1], ActionResult::Done), t(2));
-    let status = b.status_of(&key(), t(2));
+    b.handle(outcome(&fired[1], ActionResult::Done), at_sec(2));
+    b.handle(outcome(&fired[1], ActionResult::Done), at_sec(2));
+    let status = b.status_of(&key(), at_sec(2));
     assert_eq!((status.gpu_hours_saved, suspensions(&status)), (Some(8.0), 1));
 }

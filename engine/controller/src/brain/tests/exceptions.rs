@@ -8,19 +8,19 @@ use super::*;
 #[test]
 fn an_exception_holds_until_it_expires_and_the_status_says_so() {
     let mut b = brain();
-    b.handle(Input::PoliciesListed(PolicyKind::Namespaced), t(0));
-    b.handle(Input::PoliciesListed(PolicyKind::Cluster), t(0));
+    b.handle(Input::PoliciesListed(PolicyKind::Namespaced), at_sec(0));
+    b.handle(Input::PoliciesListed(PolicyKind::Cluster), at_sec(0));
     assert!(!b.policies_listed(), "jobs wait for the exceptions too");
-    b.handle(Input::ExceptionsListed, t(0));
+    b.handle(Input::ExceptionsListed, at_sec(0));
     assert!(b.policies_listed());
     b.handle(
         policy_input("    - {name: high, when: 'metric(\"loss\") > 1.0', actions: [{suspend: {}}]}\n", None),
-        t(0),
+        at_sec(0),
     );
-    b.handle(exception_input("eval", "high", t(60)), t(0));
-    b.handle(job_reporting(2.0, t(5)), t(5));
+    b.handle(exception_input("eval", "high", at_sec(60)), at_sec(0));
+    b.handle(job_reporting(2.0, at_sec(5)), at_sec(5));
     assert_eq!(actions(&mut b), Vec::<String>::new(), "held");
-    let status = b.status_of(&key(), t(10));
+    let status = b.status_of(&key(), at_sec(10));
     let e = &status.exceptions[0];
     assert_eq!(
         (e.name.as_str(), e.state.as_str(), e.rules.clone()),
@@ -29,11 +29,11 @@ fn an_exception_holds_until_it_expires_and_the_status_says_so() {
     assert_eq!(e.holding, vec!["ml/ft".to_string()]);
     assert_eq!(status.jobs[0].held, vec!["high: held by ProgressPolicyException ml/eval".to_string()]);
     // The rule acts on the second the exception expires, with no new report.
-    while let Some(next) = b.next_tick().filter(|n| *n <= t(61)) {
+    while let Some(next) = b.next_tick().filter(|n| *n <= at_sec(61)) {
         b.tick(next);
     }
     assert_eq!(actions(&mut b), vec!["suspend ml/ft".to_string()]);
-    let status = b.status_of(&key(), t(61));
+    let status = b.status_of(&key(), at_sec(61));
     assert_eq!(status.exceptions[0].state, "Expired");
     assert!(status.exceptions[0].holding.is_empty());
     // An invalid one is listed under the policy it names, and honoured nowhere.
@@ -42,8 +42,8 @@ fn an_exception_holds_until_it_expires_and_the_status_says_so() {
         policy_names: vec!["ml/p".into()],
         compiled: Err("spec.exceptions[0].policyName: bad".into()),
     }));
-    b.handle(bad, t(62));
-    let status = b.status_of(&key(), t(62));
+    b.handle(bad, at_sec(62));
+    let status = b.status_of(&key(), at_sec(62));
     let listed: Vec<(&str, &str)> =
         status.exceptions.iter().map(|e| (e.name.as_str(), e.state.as_str())).collect();
     assert_eq!(listed, [("ml/eval", "Expired"), ("ml/bad", "Invalid")]);

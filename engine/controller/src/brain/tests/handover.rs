@@ -12,20 +12,20 @@ fn policy(status: Option<ProgressPolicyStatus>) -> Input {
 #[test]
 fn a_follower_keeps_what_it_could_not_do_and_does_it_first_when_it_leads() {
     let mut b = brain_leading(false);
-    b.handle(policy(None), t(0));
-    b.handle(job_reporting(9.0, t(1)), t(1));
+    b.handle(policy(None), at_sec(0));
+    b.handle(job_reporting(9.0, at_sec(1)), at_sec(1));
     let fired = acts(&mut b);
     assert_eq!(fired.len(), 1);
-    b.handle(outcome(&fired[0], ActionResult::NotLeader), t(1));
-    b.tick(t(100));
+    b.handle(outcome(&fired[0], ActionResult::NotLeader), at_sec(1));
+    b.tick(at_sec(100));
     assert!(acts(&mut b).is_empty(), "nothing is retried while following");
-    b.handle(job_reporting(9.5, t(2)), t(2));
+    b.handle(job_reporting(9.5, at_sec(2)), at_sec(2));
     b.work.clear();
     b.lead(true);
     let inherited = acts(&mut b);
     assert_eq!(inherited.iter().map(|i| &i.id).collect::<Vec<_>>(), vec![&fired[0].id]);
-    b.handle(outcome(&fired[0], ActionResult::AlreadyDone), t(3));
-    let status = b.status_of(&key(), t(3));
+    b.handle(outcome(&fired[0], ActionResult::AlreadyDone), at_sec(3));
+    let status = b.status_of(&key(), at_sec(3));
     assert_eq!(status.gpu_hours_saved, Some(8.0), "found done by its id: counted once");
     assert_eq!(status.rule_states[0].state, RuleState::Firing);
     b.lead(false);
@@ -36,21 +36,21 @@ fn a_follower_keeps_what_it_could_not_do_and_does_it_first_when_it_leads() {
 #[test]
 fn a_failed_action_is_tried_again_with_a_growing_wait_until_its_rule_stops_wanting_it() {
     let mut b = brain_leading(true);
-    b.handle(policy(None), t(0));
-    b.handle(job_reporting(9.0, t(0)), t(0));
+    b.handle(policy(None), at_sec(0));
+    b.handle(job_reporting(9.0, at_sec(0)), at_sec(0));
     let fired = acts(&mut b);
-    b.handle(outcome(&fired[0], ActionResult::Failed), t(0));
-    assert_eq!(b.next_tick(), Some(t(2)));
-    b.tick(t(2));
+    b.handle(outcome(&fired[0], ActionResult::Failed), at_sec(0));
+    assert_eq!(b.next_tick(), Some(at_sec(2)));
+    b.tick(at_sec(2));
     assert_eq!(acts(&mut b)[0].id, fired[0].id);
-    b.handle(outcome(&fired[0], ActionResult::Failed), t(3));
-    assert_eq!(b.next_tick(), Some(t(7)), "then 4 s");
-    let status = b.status_of(&key(), t(3));
+    b.handle(outcome(&fired[0], ActionResult::Failed), at_sec(3));
+    assert_eq!(b.next_tick(), Some(at_sec(7)), "then 4 s");
+    let status = b.status_of(&key(), at_sec(3));
     assert_eq!(status.rule_states[0].state, RuleState::Pending, "persisted as due while owed");
     // The rule resolves: the owed suspension is no longer wanted.
-    b.handle(job_reporting(1.0, t(5)), t(5));
+    b.handle(job_reporting(1.0, at_sec(5)), at_sec(5));
     b.work.clear();
-    b.tick(t(7));
+    b.tick(at_sec(7));
     assert!(acts(&mut b).is_empty());
     assert!(b.ledger.is_empty());
     assert_eq!(b.ledger.next_due(), None);
@@ -59,35 +59,27 @@ fn a_failed_action_is_tried_again_with_a_growing_wait_until_its_rule_stops_wanti
 #[test]
 fn the_leaders_status_settles_a_followers_intents_and_its_totals_carry_over() {
     let mut b = brain_leading(false);
-    b.handle(policy(None), t(0));
-    b.handle(job_reporting(9.0, t(1)), t(1));
+    b.handle(policy(None), at_sec(0));
+    b.handle(job_reporting(9.0, at_sec(1)), at_sec(1));
     let fired = acts(&mut b);
-    b.handle(outcome(&fired[0], ActionResult::NotLeader), t(1));
+    b.handle(outcome(&fired[0], ActionResult::NotLeader), at_sec(1));
     // The leader performed it and wrote status: the firing as settled, its totals.
     let leaders = ProgressPolicyStatus {
         gpu_hours_saved: Some(20.0),
         action_counts: [("suspend/done".to_string(), 3)].into(),
         rule_states: vec![RuleMemory {
-            job: "ml/ft".into(),
-            rule: "high".into(),
-            state: RuleState::Firing,
             // The leader's own time (it fired a moment before this replica): settled by the firing count.
-            since: Some(t(0)),
-            cleared_at: None,
+            since: Some(at_sec(0)),
             firings: 1,
-            last_issued: vec![Some(t(0))],
-            rule_hash: None,
-            held: None,
-            deferred: vec![],
-            snooze_held: false,
-            excepted_by: None,
+            last_issued: vec![Some(at_sec(0))],
+            ..memory("ml/ft", "high", RuleState::Firing)
         }],
         ..Default::default()
     };
-    b.handle(policy(Some(leaders)), t(2));
+    b.handle(policy(Some(leaders)), at_sec(2));
     b.lead(true);
     assert!(acts(&mut b).is_empty(), "the leader did it: nothing inherited");
-    let status = b.status_of(&key(), t(3));
+    let status = b.status_of(&key(), at_sec(3));
     assert_eq!(status.gpu_hours_saved, Some(20.0));
     assert_eq!(status.action_counts.get("suspend/done"), Some(&3));
 }
@@ -95,11 +87,11 @@ fn the_leaders_status_settles_a_followers_intents_and_its_totals_carry_over() {
 #[test]
 fn a_deleted_job_takes_its_owed_actions_with_it() {
     let mut b = brain_leading(false);
-    b.handle(policy(None), t(0));
-    b.handle(job_reporting(9.0, t(1)), t(1));
+    b.handle(policy(None), at_sec(0));
+    b.handle(job_reporting(9.0, at_sec(1)), at_sec(1));
     let fired = acts(&mut b);
-    b.handle(outcome(&fired[0], ActionResult::NotLeader), t(1));
-    b.handle(Input::JobGone(JobKey::new("ml", "ft")), t(2));
+    b.handle(outcome(&fired[0], ActionResult::NotLeader), at_sec(1));
+    b.handle(Input::JobGone(JobKey::new("ml", "ft")), at_sec(2));
     b.lead(true);
     assert!(acts(&mut b).is_empty());
     assert!(b.ledger.is_empty());

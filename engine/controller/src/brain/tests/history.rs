@@ -10,7 +10,7 @@ fn leader() -> Brain {
     let config = ControllerConfig { history_interval: Duration::from_secs(0), ..ControllerConfig::default() };
     let mut b = Brain::new(&config, Arc::new(Metrics::new()), None);
     b.lead(true);
-    b.handle(policy_input(RULE, None), t(0));
+    b.handle(policy_input(RULE, None), at_sec(0));
     b.work.clear();
     b
 }
@@ -19,7 +19,7 @@ fn leader() -> Brain {
 fn report(i: i64, annotation: Option<&str>) -> Input {
     let loss = if i < 4 { 2.0 - 0.3 * i as f64 } else { 1.1 + 0.001 * (i % 2) as f64 };
     let mut snapshot = JobSnapshot::new(JobKey::new("ml", "ft"));
-    let mut sample = ProgressSample::empty(t(i), SampleSource::TrainerStatus);
+    let mut sample = ProgressSample::empty(at_sec(i), SampleSource::TrainerStatus);
     sample.metrics.push(Metric { name: "loss".into(), value: loss });
     sample.current_step = Some(i as f64);
     snapshot.sample = Some(sample);
@@ -39,14 +39,14 @@ fn stored(b: &mut Brain, s: &HistorySave, at: Timestamp) {
 fn run(b: &mut Brain, from: i64, to: i64, mut saved: Option<String>) -> (Option<i64>, Option<String>) {
     let mut fired = None;
     for i in from..to {
-        b.handle(report(i, saved.as_deref()), t(i));
+        b.handle(report(i, saved.as_deref()), at_sec(i));
         for w in b.work.drain(..).collect::<Vec<_>>() {
             match w {
                 Work::Act(_) => {
                     fired.get_or_insert(i);
                 }
                 Work::SaveHistory(s) => {
-                    stored(b, &s, t(i));
+                    stored(b, &s, at_sec(i));
                     saved = Some(s.text);
                 }
                 _ => {}
@@ -81,7 +81,7 @@ fn a_firings_checkpoint_is_stored_after_its_suspension() {
     let mut b = leader();
     let mut firing = None;
     for i in 0..20 {
-        b.handle(report(i, None), t(i));
+        b.handle(report(i, None), at_sec(i));
         let work = b.outgoing();
         if work.iter().any(|w| matches!(w, Work::Act(_))) {
             firing = Some(work);
@@ -89,7 +89,7 @@ fn a_firings_checkpoint_is_stored_after_its_suspension() {
         }
         for w in work {
             if let Work::SaveHistory(s) = w {
-                stored(&mut b, &s, t(i));
+                stored(&mut b, &s, at_sec(i));
             }
         }
     }
@@ -113,7 +113,7 @@ fn a_firings_event_carries_the_uid_the_job_was_seen_with() {
     let mut b = leader();
     let mut events = Vec::new();
     for i in 0..20 {
-        b.handle(report(i, None), t(i));
+        b.handle(report(i, None), at_sec(i));
         events.extend(b.outgoing().into_iter().filter_map(|w| match w {
             Work::RecordEvent(e) => Some((e.notice.reason, e.uid)),
             _ => None,
@@ -121,7 +121,7 @@ fn a_firings_event_carries_the_uid_the_job_was_seen_with() {
     }
     assert!(events.iter().any(|(reason, _)| *reason == Reason::RuleFiring), "{events:?}");
     assert!(events.iter().all(|(_, uid)| uid.as_deref() == Some(UID)), "{events:?}");
-    b.handle(Input::JobGone(JobKey::new("ml", "ft")), t(21));
+    b.handle(Input::JobGone(JobKey::new("ml", "ft")), at_sec(21));
     let mut gone = b.outgoing();
     gone.push(Work::RecordEvent(Box::new(TrainJobEvent {
         job: JobKey::new("ml", "ft"),
@@ -142,13 +142,13 @@ fn a_firing_is_checkpointed_without_waiting_for_the_interval() {
         ControllerConfig { history_interval: Duration::from_secs(3600), ..ControllerConfig::default() };
     let mut b = Brain::new(&config, Arc::new(Metrics::new()), None);
     b.lead(true);
-    b.handle(policy_input(RULE, None), t(0));
+    b.handle(policy_input(RULE, None), at_sec(0));
     let mut writes = Vec::new();
     for i in 0..10 {
-        b.handle(report(i, None), t(i));
+        b.handle(report(i, None), at_sec(i));
         for w in b.work.drain(..).collect::<Vec<_>>() {
             if let Work::SaveHistory(s) = w {
-                stored(&mut b, &s, t(i));
+                stored(&mut b, &s, at_sec(i));
                 writes.push(i);
             }
         }
@@ -159,7 +159,7 @@ fn a_firing_is_checkpointed_without_waiting_for_the_interval() {
 #[test]
 fn a_checkpoint_that_was_not_stored_is_written_again_on_a_timer_without_a_sample() {
     let mut b = leader();
-    b.handle(report(0, None), t(0));
+    b.handle(report(0, None), at_sec(0));
     let save = b
         .work
         .drain(..)
@@ -171,11 +171,11 @@ fn a_checkpoint_that_was_not_stored_is_written_again_on_a_timer_without_a_sample
     // The write failed (or went to a replica that lost the Lease): the job then goes silent.
     b.handle(
         Input::HistorySaved { job: save.job.clone(), content: save.content, at: save.at, stored: false },
-        t(1),
+        at_sec(1),
     );
     let mut again: Vec<HistorySave> = Vec::new();
     for _ in 0..100 {
-        let Some(next) = b.next_tick().filter(|n| *n <= t(31)) else { break };
+        let Some(next) = b.next_tick().filter(|n| *n <= at_sec(31)) else { break };
         b.tick(next);
         again.extend(b.work.drain(..).filter_map(|w| match w {
             Work::SaveHistory(s) => Some(*s),
@@ -193,7 +193,7 @@ fn the_echo_of_a_checkpoint_write_is_no_new_sample_and_no_new_write() {
     let stored = stored.expect("written after a new sample");
     for _ in 0..3 {
         // The watch event our own write caused: the same report, now with the annotation.
-        b.handle(report(2, Some(&stored)), t(3));
+        b.handle(report(2, Some(&stored)), at_sec(3));
         assert!(!b.work.iter().any(|w| matches!(w, Work::SaveHistory(_))), "no feedback loop");
     }
     assert_eq!(b.evaluator().job(&JobKey::new("ml", "ft")).unwrap().series.samples, 3);
@@ -215,7 +215,7 @@ fn a_follower_writes_nothing_and_an_unusable_checkpoint_is_refused_not_fatal() {
     let (_, stored) = run(&mut b, 0, 5, None);
     assert_eq!(stored, None, "only the leader writes");
     let mut fresh = leader();
-    fresh.handle(report(0, Some("{\"v\":99}")), t(0));
+    fresh.handle(report(0, Some("{\"v\":99}")), at_sec(0));
     assert_eq!(fresh.evaluator().job(&JobKey::new("ml", "ft")).unwrap().series.samples, 1);
     assert_eq!(
         fresh

@@ -18,7 +18,7 @@ use std::time::Duration;
 use trainwarden_core::describe::{Notice, Reason};
 use trainwarden_core::{
     ActionIntent, ActionKind, ActionSpec, JobKey, JobSnapshot, Metric, Mode, PolicyId, PolicyKind,
-    ProgressSample, RuleMemory, RuleState, SampleSource, Timestamp, parse_documents,
+    ProgressSample, RuleMemory, RuleState, SampleSource, Timestamp,
 };
 use trainwarden_kube::ProgressPolicyStatus;
 use trainwarden_kube::status::{CONDITION_PROGRESS_UNDERSTOOD, CONDITION_READY};
@@ -30,6 +30,7 @@ use crate::messages::{
 };
 use crate::metrics::{HistoryResult, Metrics, ProgressSource, ProgressSourceLabels};
 use crate::runtime::config::ControllerConfig;
+use trainwarden_testkit::fixtures::{at_sec, memory, policy};
 
 /// A brain with the default configuration, following.
 fn brain() -> Brain {
@@ -42,10 +43,6 @@ fn brain_leading(leading: bool) -> Brain {
     b.lead(leading);
     b.work.clear();
     b
-}
-
-pub(crate) fn t(s: i64) -> Timestamp {
-    Timestamp::from_second(1_795_798_800 + s).unwrap()
 }
 
 /// `snapshot` as the TrainJob watch delivers it: the annotations trainwarden keeps on the job (its own,
@@ -61,8 +58,8 @@ pub(crate) fn watched(snapshot: JobSnapshot, uid: Option<&str>) -> Input {
     )))
 }
 
-/// What the executor reports after suspending ml/ft for rule `high` of ml/p at t(5): `gpu_hours` freed
-/// until t(3605), at $10 each.
+/// What the executor reports after suspending ml/ft for rule `high` of ml/p at at_sec(5): `gpu_hours` freed
+/// until at_sec(3605), at $10 each.
 pub(crate) fn suspend_outcome(intent: &str, mode: Mode, result: ActionResult, gpu_hours: f64) -> Outcome {
     Outcome {
         intent: intent.into(),
@@ -73,9 +70,9 @@ pub(crate) fn suspend_outcome(intent: &str, mode: Mode, result: ActionResult, gp
         mode,
         result,
         message: String::new(),
-        at: t(5),
+        at: at_sec(5),
         savings: Some(trainwarden_core::Savings {
-            until: t(3605),
+            until: at_sec(3605),
             basis: trainwarden_core::SavingsBasis::EstimatedEnd,
             gpus: 8.0,
             gpu_hours,
@@ -88,12 +85,9 @@ pub(crate) fn key() -> PolicyId {
     PolicyId { kind: PolicyKind::Namespaced, namespace: Some("ml".into()), name: "p".into() }
 }
 
+/// Policy `ml/p` (Enforce, a sample a second at most) with `rules` (YAML list items), as watched.
 pub(crate) fn policy_input(rules: &str, status: Option<ProgressPolicyStatus>) -> Input {
-    let yaml = format!(
-        "apiVersion: trainwarden.dev/v1alpha1\nkind: ProgressPolicy\nmetadata: {{name: p, namespace: ml}}\n\
-         spec:\n  mode: Enforce\n  samplingInterval: 1s\n  rules:\n{rules}"
-    );
-    let doc = parse_documents(&yaml, "test").unwrap().remove(0);
+    let doc = policy("p").spec("samplingInterval: 1s").rules(rules).document();
     Input::Policy(Box::new(PolicyInput { key: key(), generation: 1, document: Ok(doc), status }))
 }
 
@@ -115,7 +109,7 @@ pub(crate) fn trainer_status(
 
 pub(crate) fn job_reporting(loss: f64, at: Timestamp) -> Input {
     let mut snapshot = JobSnapshot::new(JobKey::new("ml", "ft"));
-    snapshot.created_at = Some(t(-60));
+    snapshot.created_at = Some(at_sec(-60));
     let mut sample = ProgressSample::empty(at, SampleSource::TrainerStatus);
     sample.metrics.push(Metric { name: "loss".into(), value: loss });
     snapshot.sample = Some(sample);
@@ -157,7 +151,7 @@ fn acts(b: &mut Brain) -> Vec<ActionIntent> {
     b.work.drain(..).filter_map(|w| if let Work::Act(i) = w { Some(*i) } else { None }).collect()
 }
 
-/// What the executor answers for `i` with `result`: a suspension frees 8 GPU-hours until t(3600).
+/// What the executor answers for `i` with `result`: a suspension frees 8 GPU-hours until at_sec(3600).
 fn outcome(i: &ActionIntent, result: ActionResult) -> Input {
     let suspend = i.action.kind() == ActionKind::Suspend;
     Input::Outcome(Box::new(Outcome {
@@ -171,7 +165,7 @@ fn outcome(i: &ActionIntent, result: ActionResult) -> Input {
         message: String::new(),
         at: i.at,
         savings: suspend.then(|| trainwarden_core::Savings {
-            until: t(3600),
+            until: at_sec(3600),
             basis: trainwarden_core::SavingsBasis::EstimatedEnd,
             gpus: 8.0,
             gpu_hours: 8.0,

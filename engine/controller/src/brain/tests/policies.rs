@@ -8,9 +8,9 @@ fn an_invalid_script_is_reported_with_its_position_and_nothing_is_loaded() {
     let mut b = brain();
     b.handle(
         policy_input("    - {name: bad, when: 'metric(\"loss\") >', actions: [{suspend: {}}]}\n", None),
-        t(0),
+        at_sec(0),
     );
-    let status = b.status_of(&key(), t(0));
+    let status = b.status_of(&key(), at_sec(0));
     let ready = status.conditions.iter().find(|c| c.type_ == CONDITION_READY).unwrap();
     assert_eq!((ready.status.as_str(), ready.reason.as_str()), ("False", "InvalidPolicy"));
     assert!(ready.message.contains("spec.rules[0].when: line 1:"), "{}", ready.message);
@@ -26,17 +26,17 @@ fn a_rule_that_fails_at_evaluation_makes_the_policy_not_ready_while_it_fails() {
             "    - {name: odd, when: 'let d = \"5\" + \"x\"; stalled(d)', actions: [{suspend: {}}]}\n",
             None,
         ),
-        t(0),
+        at_sec(0),
     );
     let ready_of = |b: &mut Brain, at| {
         let status = b.status_of(&key(), at);
         let c = status.conditions.iter().find(|c| c.type_ == CONDITION_READY).unwrap().clone();
         (c.status, c.reason, c.message)
     };
-    assert_eq!(ready_of(&mut b, t(0)).0, "True");
-    b.handle(job_reporting(1.0, t(1)), t(1));
-    b.handle(job_reporting(0.9, t(2)), t(2));
-    let (status, reason, message) = ready_of(&mut b, t(3));
+    assert_eq!(ready_of(&mut b, at_sec(0)).0, "True");
+    b.handle(job_reporting(1.0, at_sec(1)), at_sec(1));
+    b.handle(job_reporting(0.9, at_sec(2)), at_sec(2));
+    let (status, reason, message) = ready_of(&mut b, at_sec(3));
     assert_eq!((status.as_str(), reason.as_str()), ("False", "RuleErrors"));
     assert!(
         message.starts_with(
@@ -46,7 +46,7 @@ fn a_rule_that_fails_at_evaluation_makes_the_policy_not_ready_while_it_fails() {
     );
     assert!(message.contains("invalid duration \"5x\""), "{message}");
     // Forgotten once it has not failed for a while.
-    let later = t(2 + books::RULE_ERROR_MEMORY.as_secs() as i64 + 1);
+    let later = at_sec(2 + books::RULE_ERROR_MEMORY.as_secs() as i64 + 1);
     assert_eq!(ready_of(&mut b, later).1, "Evaluating");
 }
 
@@ -58,9 +58,9 @@ fn a_notify_to_no_receiver_says_nothing_was_sent_instead_of_queueing() {
             "    - {name: high, when: 'metric(\"loss\") > 5.0', actions: [{notify: {to: team}}]}\n",
             None,
         ),
-        t(0),
+        at_sec(0),
     );
-    b.handle(job_reporting(9.0, t(1)), t(1));
+    b.handle(job_reporting(9.0, at_sec(1)), at_sec(1));
     let work: Vec<String> = b
         .work
         .drain(..)
@@ -78,16 +78,16 @@ fn a_notify_to_no_receiver_says_nothing_was_sent_instead_of_queueing() {
             "ProgressPolicy ml/p rule high: notify \"team\" sends nothing: the policy declares no such receiver (add spec.receivers)"
         ]
     );
-    let status = b.status_of(&key(), t(2));
+    let status = b.status_of(&key(), at_sec(2));
     assert_eq!(status.action_counts.get("notify/refused"), Some(&1));
 }
 
 #[test]
 fn the_resolved_event_says_why() {
     let mut b = brain();
-    b.handle(policy_input("    - {name: high, when: 'metric(\"loss\") > 5.0'}\n", None), t(0));
-    b.handle(job_reporting(9.0, t(0)), t(0));
-    b.handle(job_reporting(1.0, t(1)), t(1));
+    b.handle(policy_input("    - {name: high, when: 'metric(\"loss\") > 5.0'}\n", None), at_sec(0));
+    b.handle(job_reporting(9.0, at_sec(0)), at_sec(0));
+    b.handle(job_reporting(1.0, at_sec(1)), at_sec(1));
     let notes: Vec<String> = b
         .work
         .drain(..)
@@ -111,17 +111,17 @@ fn outcomes_feed_last_action_savings_and_counts() {
     let mut b = brain();
     b.handle(
         policy_input("    - {name: high, when: 'metric(\"loss\") > 5.0', actions: [{suspend: {}}]}\n", None),
-        t(0),
+        at_sec(0),
     );
     let outcome =
         suspend_outcome("ProgressPolicy:ml:p:1:high:ml:ft:0:1:0", Mode::Enforce, ActionResult::Done, 8.0);
-    b.handle(Input::Outcome(Box::new(outcome)), t(5));
-    let status = b.status_of(&key(), t(6));
+    b.handle(Input::Outcome(Box::new(outcome)), at_sec(5));
+    let status = b.status_of(&key(), at_sec(6));
     assert_eq!(status.last_action.as_deref(), Some("suspend ml/ft (high)"));
     assert_eq!((status.gpu_hours_saved, status.dollars_saved), (Some(8.0), Some(80.0)));
     assert_eq!(status.action_counts.get("suspend/done"), Some(&1));
     assert_eq!(status.jobs[0].last_action.as_deref(), Some("suspend (high)"));
     // Unchanged statuses are not sent twice.
-    assert_eq!(b.changed_statuses(t(6)).len(), 1);
-    assert!(b.changed_statuses(t(7)).is_empty());
+    assert_eq!(b.changed_statuses(at_sec(6)).len(), 1);
+    assert!(b.changed_statuses(at_sec(7)).is_empty());
 }

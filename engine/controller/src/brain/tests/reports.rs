@@ -6,7 +6,7 @@ use super::*;
 /// must not go unnoticed either: one warning Event per job and key, a counter by source.
 #[test]
 fn unknown_progress_fields_are_surfaced_once_per_job_and_key() {
-    let job = |name: &str, at: i64, status: serde_json::Value| trainer_status("ml", name, t(at), status);
+    let job = |name: &str, at: i64, status: serde_json::Value| trainer_status("ml", name, at_sec(at), status);
     let events = |brain: &mut Brain| -> Vec<String> {
         brain
             .work
@@ -28,7 +28,7 @@ fn unknown_progress_fields_are_surfaced_once_per_job_and_key() {
     };
     let mut b = brain();
     let typo = serde_json::json!({"trainMetricz": [{"name": "loss", "value": "1"}]});
-    b.handle(job("ft", 0, typo.clone()), t(0));
+    b.handle(job("ft", 0, typo.clone()), at_sec(0));
     assert_eq!(
         events(&mut b),
         ["ml/ft true UnknownProgressFields: progress read without the fields its format does not define: \
@@ -38,21 +38,21 @@ fn unknown_progress_fields_are_surfaced_once_per_job_and_key() {
     assert_eq!(counted(&b, ProgressSource::TrainerStatus), 1);
     assert!(b.evaluator().job(&JobKey::new("ml", "ft")).is_some(), "the job is still judged");
     // The next report with the same typo: nothing new to say.
-    b.handle(job("ft", 5, typo.clone()), t(5));
+    b.handle(job("ft", 5, typo.clone()), at_sec(5));
     assert_eq!(events(&mut b), Vec::<String>::new());
     assert_eq!(counted(&b, ProgressSource::TrainerStatus), 1);
     // Another key: said once more; another job: its own Event.
-    b.handle(job("ft", 10, serde_json::json!({"trainMetricz": [], "metric": 1})), t(10));
+    b.handle(job("ft", 10, serde_json::json!({"trainMetricz": [], "metric": 1})), at_sec(10));
     assert_eq!(events(&mut b).len(), 1);
-    b.handle(job("other", 10, typo.clone()), t(10));
+    b.handle(job("other", 10, typo.clone()), at_sec(10));
     assert_eq!(events(&mut b).len(), 1);
     assert_eq!(counted(&b, ProgressSource::TrainerStatus), 3);
     // Forgotten with the job.
-    b.handle(Input::JobGone(JobKey::new("ml", "ft")), t(11));
-    b.handle(job("ft", 12, typo), t(12));
+    b.handle(Input::JobGone(JobKey::new("ml", "ft")), at_sec(11));
+    b.handle(job("ft", 12, typo), at_sec(12));
     assert_eq!(events(&mut b).len(), 1);
     // A well-formed report says nothing.
-    b.handle(job("clean", 12, serde_json::json!({"metrics": [{"name": "loss", "value": "1"}]})), t(12));
+    b.handle(job("clean", 12, serde_json::json!({"metrics": [{"name": "loss", "value": "1"}]})), at_sec(12));
     assert_eq!(events(&mut b), Vec::<String>::new());
     assert_eq!(counted(&b, ProgressSource::Annotation), 0);
 }
@@ -60,7 +60,7 @@ fn unknown_progress_fields_are_surfaced_once_per_job_and_key() {
 #[test]
 fn a_policy_whose_jobs_report_unknown_progress_fields_says_so_in_its_status() {
     let job = |namespace: &str, name: &str, status: serde_json::Value| {
-        trainer_status(namespace, name, t(1), status)
+        trainer_status(namespace, name, at_sec(1), status)
     };
     let understood = |b: &mut Brain, at| {
         let status = b.status_of(&key(), at);
@@ -73,12 +73,15 @@ fn a_policy_whose_jobs_report_unknown_progress_fields_says_so_in_its_status() {
             "    - {name: nan, uses: non_finite, with: {metric: loss}, actions: [{suspend: {}}]}\n",
             None,
         ),
-        t(0),
+        at_sec(0),
     );
-    assert_eq!(understood(&mut b, t(0)).0, "True");
-    b.handle(job("ml", "ft", serde_json::json!({"trainMetricz": [{"name": "loss", "value": "1"}]})), t(1));
-    b.handle(job("ml", "ok", serde_json::json!({"metrics": [{"name": "loss", "value": "1"}]})), t(1));
-    let (status, reason, message) = understood(&mut b, t(2));
+    assert_eq!(understood(&mut b, at_sec(0)).0, "True");
+    b.handle(
+        job("ml", "ft", serde_json::json!({"trainMetricz": [{"name": "loss", "value": "1"}]})),
+        at_sec(1),
+    );
+    b.handle(job("ml", "ok", serde_json::json!({"metrics": [{"name": "loss", "value": "1"}]})), at_sec(1));
+    let (status, reason, message) = understood(&mut b, at_sec(2));
     assert_eq!((status.as_str(), reason.as_str()), ("False", "UnknownProgressFields"));
     assert_eq!(
         message,
@@ -86,11 +89,11 @@ fn a_policy_whose_jobs_report_unknown_progress_fields_says_so_in_its_status() {
          (check the spelling in the training code's report): ml/ft (status.trainerStatus.trainMetricz)"
     );
     // Another namespace's job is not this policy's concern.
-    b.handle(job("other", "x", serde_json::json!({"metric": 1})), t(3));
-    assert!(understood(&mut b, t(3)).2.starts_with("1 selected job reports"));
+    b.handle(job("other", "x", serde_json::json!({"metric": 1})), at_sec(3));
+    assert!(understood(&mut b, at_sec(3)).2.starts_with("1 selected job reports"));
     // The training code fixes its report: the condition clears.
-    b.handle(job("ml", "ft", serde_json::json!({"metrics": [{"name": "loss", "value": "1"}]})), t(4));
-    assert_eq!(understood(&mut b, t(5)).1, "KnownFields");
+    b.handle(job("ml", "ft", serde_json::json!({"metrics": [{"name": "loss", "value": "1"}]})), at_sec(4));
+    assert_eq!(understood(&mut b, at_sec(5)).1, "KnownFields");
 }
 
 #[test]
@@ -98,12 +101,12 @@ fn an_exempt_job_is_announced_once_and_never_judged() {
     let mut b = brain();
     b.handle(
         policy_input("    - {name: high, when: 'metric(\"loss\") > 5.0', actions: [{suspend: {}}]}\n", None),
-        t(0),
+        at_sec(0),
     );
     for s in 1..3 {
-        let Input::Job(mut job) = job_reporting(9.0, t(s)) else { unreachable!() };
+        let Input::Job(mut job) = job_reporting(9.0, at_sec(s)) else { unreachable!() };
         job.exempt = true;
-        b.handle(Input::Job(job), t(s));
+        b.handle(Input::Job(job), at_sec(s));
     }
     let reasons: Vec<String> = b
         .work
@@ -125,14 +128,16 @@ fn an_exempt_job_is_announced_once_and_never_judged() {
 #[test]
 fn a_plateau_fires_from_watched_trainjob_objects() {
     let mut b = Brain::new(&ControllerConfig::default(), Arc::new(Metrics::new()), None);
-    let yaml = "apiVersion: trainwarden.dev/v1alpha1\nkind: ProgressPolicy\nmetadata: {name: p, namespace: ns}\n\
-                spec:\n  mode: Enforce\n  samplingInterval: 1s\n  rules:\n    - {name: plateau, uses: plateau, with: {metric: loss, window: 4, minDelta: 0.01}, actions: [{suspend: {}}]}\n";
-    let doc = parse_documents(yaml, "test").unwrap().remove(0);
+    let written = policy("p")
+        .namespace("ns")
+        .spec("samplingInterval: 1s")
+        .rule("{name: plateau, uses: plateau, with: {metric: loss, window: 4, minDelta: 0.01}, actions: [{suspend: {}}]}");
+    let doc = written.document();
     let key =
         PolicyId { kind: PolicyKind::Namespaced, namespace: Some("ns".to_string()), name: "p".to_string() };
     b.handle(
         Input::Policy(Box::new(PolicyInput { key, generation: 1, document: Ok(doc), status: None })),
-        t(0),
+        at_sec(0),
     );
     let losses = ["2.0", "1.5", "1.0", "0.80", "0.801", "0.799", "0.802", "0.800", "0.803"];
     let mut fired = None;
@@ -147,17 +152,17 @@ fn a_plateau_fires_from_watched_trainjob_objects() {
         .unwrap();
         if i == 5 {
             // A status write comes back as a watch event of the unchanged policy: nothing may reset.
-            let doc = parse_documents(yaml, "test").unwrap().remove(0);
+            let doc = written.document();
             let key = PolicyId {
                 kind: PolicyKind::Namespaced,
                 namespace: Some("ns".to_string()),
                 name: "p".to_string(),
             };
             let input = PolicyInput { key, generation: 1, document: Ok(doc), status: None };
-            b.handle(Input::Policy(Box::new(input)), t(i as i64));
+            b.handle(Input::Policy(Box::new(input)), at_sec(i as i64));
         }
         let input = crate::sources::trainjobs::job_input(&obj).expect("a namespaced TrainJob");
-        b.handle(Input::Job(Box::new(input)), t(i as i64));
+        b.handle(Input::Job(Box::new(input)), at_sec(i as i64));
         if b.work.drain(..).any(|w| matches!(w, Work::Act(_))) {
             fired.get_or_insert(i);
         }

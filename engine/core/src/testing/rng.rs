@@ -1,7 +1,6 @@
-//! Deterministic pseudo-random numbers for the property tests of the crates that can depend on the testkit.
-//! It is xorshift64*, the generator of trainwarden-core's own tests (`core/src/test_rng.rs`), which keeps a
-//! copy because the core cannot depend on this crate: it would pull kube and tokio into the core. No
-//! dependency, and the same sequence on every machine, so a failure repeats.
+//! Deterministic pseudo-random numbers for the generated inputs of property and robustness tests
+//! (xorshift64*), in every crate's tests: no dependency, and the same sequence on every machine, so a
+//! failure repeats.
 
 /// A generator seeded with its field (any non-zero value).
 pub struct Rng(pub u64);
@@ -16,8 +15,13 @@ impl Rng {
     }
 
     /// A number in `0..n` (`n` > 0).
-    pub fn below(&mut self, n: u64) -> u64 {
-        self.next_u64() % n
+    pub fn below(&mut self, n: usize) -> usize {
+        (self.next_u64() % n as u64) as usize
+    }
+
+    /// One of `items` (not empty).
+    pub fn pick<T: Copy>(&mut self, items: &[T]) -> T {
+        items[self.below(items.len())]
     }
 }
 
@@ -28,7 +32,7 @@ mod tests {
     #[test]
     fn the_sequence_is_the_same_on_every_run_and_stays_in_range() {
         let (mut a, mut b) = (Rng(7), Rng(7));
-        let first: Vec<u64> = (0..1000).map(|_| a.below(10)).collect();
+        let first: Vec<usize> = (0..1000).map(|_| a.below(10)).collect();
         assert_eq!(first, (0..1000).map(|_| b.below(10)).collect::<Vec<_>>());
         assert!(first.iter().all(|n| *n < 10));
         assert!((0..10).all(|d| first.contains(&d)), "every value in range comes up");
