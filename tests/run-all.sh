@@ -22,7 +22,7 @@ if [[ "${CI:-}" == true || "${CI:-}" == 1 ]]; then export CARGO_INCREMENTAL="${C
 # Build first, outside the control plane's lifetime, so a slow cold compile does not keep it running idle.
 cargo build --workspace --all-targets --locked
 
-# The fault-injection suite (engine/cli/tests/faults.rs) appends one row per scenario here.
+# The fault-injection suite (engine/e2e/tests/faults.rs) appends one row per scenario here.
 fault_table="${CARGO_TARGET_DIR:-target}/tmp/fault-table.tsv"
 rm -f "$fault_table"
 

@@ -5,28 +5,24 @@
 //! what `trainwarden replay` says of the same stream (the same rule, the same GPU-hours and dollars saved),
 //! and the table is the golden file the README's first screen quotes.
 //!
-//! Run with `tests/k8s/with-control-plane.sh cargo test -p kubectl-trainwarden --test friday`. Set
+//! Run with `tests/k8s/with-control-plane.sh cargo test -p trainwarden-e2e --test friday`. Set
 //! `TRAINWARDEN_BLESS=1` to rewrite the golden file after an intended change of the output.
 
 use trainwarden_testkit::apiserver as support;
 use trainwarden_testkit::setup;
 
-#[path = "../../controller/tests/fixtures/mod.rs"]
-mod fixtures;
-
-mod common;
-use common::{assert_golden, plugin};
+use trainwarden_e2e::plugin::{assert_golden, plugin};
 
 use std::path::PathBuf;
 use std::time::Duration;
 
-use fixtures::*;
 use kube::api::{Api, DynamicObject, Patch, PatchParams, PostParams};
 use kube::{Client, ResourceExt};
 use serde_json::{Value, json};
 use trainwarden_controller::{Clock, ControllerConfig, LAST_ACTION_ANNOTATION};
 use trainwarden_core::replay::Replay;
 use trainwarden_core::{ActionSpec, EngineConfig, Event, Mode, ScriptEngine, Timestamp};
+use trainwarden_e2e::controller::*;
 use trainwarden_kube::kueue::workload_resource_version;
 use trainwarden_kube::trainjob::{TRAINER_STATUS_FIELD_MANAGER, trainjob_api};
 

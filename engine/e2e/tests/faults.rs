@@ -30,10 +30,7 @@ use trainwarden_kube::ProgressPolicy;
 use trainwarden_kube::trainjob::trainjob_api;
 use trainwarden_testkit::faultproxy::FaultProxy;
 
-#[path = "../../controller/tests/fixtures/mod.rs"]
-#[allow(unused_imports)]
-mod fixtures;
-use fixtures::*;
+use trainwarden_e2e::controller::*;
 
 // The plane, the lock, the table -------------------------------------------------------------------------
 
@@ -154,7 +151,7 @@ impl Replica {
     ) -> Replica {
         let log = s.dir.join(format!("{identity}.log"));
         let out = std::fs::OpenOptions::new().create(true).append(true).open(&log).expect("log file");
-        let child = Command::new(env!("CARGO_BIN_EXE_trainwarden"))
+        let child = Command::new(trainwarden_e2e::binaries::binary("trainwarden", "trainwarden"))
             .arg("controller")
             .arg("--kubeconfig")
             .arg(&kubeconfig)

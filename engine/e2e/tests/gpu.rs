@@ -10,7 +10,6 @@
 //! `namespace`, `pod`). The pods are real Pod objects labelled as JobSet labels the pods of a TrainJob's JobSet
 //! (`jobset.sigs.k8s.io/jobset-name`); on this tier no kubelet runs them, which the join does not need.
 
-use trainwarden_testkit::apiserver as support;
 use trainwarden_testkit::setup;
 
 use std::path::PathBuf;
@@ -26,8 +25,7 @@ use serde_json::json;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use trainwarden_controller::{GpuMetricsConfig, LAST_ACTION_ANNOTATION};
 
-mod fixtures;
-use fixtures::*;
+use trainwarden_e2e::controller::*;
 
 // Tests -----------------------------------------------------------------------------------------------------
 

@@ -2,7 +2,6 @@
 //! killed in the middle of the plateau's window, a new one starts, and the rule fires at the same report,
 //! with the same reason, as the evaluator fed every report without a restart.
 
-use trainwarden_testkit::apiserver as support;
 use trainwarden_testkit::http::http_get;
 use trainwarden_testkit::setup;
 
@@ -16,8 +15,7 @@ use trainwarden_controller::{ControllerConfig, HISTORY_ANNOTATION, LAST_ACTION_A
 use trainwarden_core::{EngineConfig, Evaluator, Event, MAX_CHECKPOINT_BYTES, compile, parse_documents};
 use trainwarden_kube::trainjob::{TRAINER_STATUS_FIELD_MANAGER, trainjob_api};
 
-mod fixtures;
-use fixtures::*;
+use trainwarden_e2e::controller::*;
 
 /// The plateau, and a rule that stays pending so the policy status lists the job with its progress (how the
 /// test knows a report was evaluated).

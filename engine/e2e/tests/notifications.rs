@@ -4,13 +4,11 @@
 //! suspends a stalled TrainJob, and each receiver channel gets exactly one message about it. Neither secret
 //! ever shows in the TrainJob's Events, the policy status, the TrainJob or the controller's logs.
 
-use trainwarden_testkit::apiserver as support;
 use trainwarden_testkit::setup;
 
 use trainwarden_testkit::receivers as common;
 
-mod fixtures;
-use fixtures::*;
+use trainwarden_e2e::controller::*;
 
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};

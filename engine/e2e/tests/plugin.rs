@@ -3,25 +3,21 @@
 //! not-selected and window-closed cases, `resume` of a plain and of a Kueue job, `snooze`, and an RBAC
 //! refusal that changes nothing.
 //!
-//! Run with `tests/k8s/with-control-plane.sh cargo test -p kubectl-trainwarden --test plugin`. Set
+//! Run with `tests/k8s/with-control-plane.sh cargo test -p trainwarden-e2e --test plugin`. Set
 //! `TRAINWARDEN_BLESS=1` to rewrite the golden file after an intended change of the output.
 
 use trainwarden_testkit::apiserver as support;
 use trainwarden_testkit::setup;
 
-#[path = "../../controller/tests/fixtures/mod.rs"]
-mod fixtures;
-
-mod common;
-use common::{assert_golden, plugin};
+use trainwarden_e2e::plugin::{assert_golden, plugin};
 
 use std::time::Duration;
 
-use fixtures::*;
 use kube::api::{Api, DynamicObject, Patch, PatchParams, PostParams};
 use kube::{Client, ResourceExt};
 use serde_json::json;
 use trainwarden_controller::ControllerConfig;
+use trainwarden_e2e::controller::*;
 use trainwarden_kube::VERDICT_ANNOTATION;
 use trainwarden_kube::kueue::workload_resource_version;
 use trainwarden_kube::trainjob::trainjob_api;

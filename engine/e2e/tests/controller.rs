@@ -19,8 +19,7 @@ use trainwarden_controller::{ControllerConfig, LAST_ACTION_ANNOTATION};
 use trainwarden_core::TRAINER_STATUS_ANNOTATION;
 use trainwarden_kube::trainjob::trainjob_api;
 
-mod fixtures;
-use fixtures::*;
+use trainwarden_e2e::controller::*;
 
 // Tests -----------------------------------------------------------------------------------------------------
 

@@ -1,4 +1,5 @@
-//! What the plugin's real-API tests share: running the plugin binary as a user does, and golden files.
+//! What the plugin's real-API tests share: running the plugin binary as a user does, and golden files
+//! (`tests/golden/`).
 
 use std::path::PathBuf;
 use std::process::Command;
@@ -6,8 +7,8 @@ use std::process::Command;
 use trainwarden_testkit::apiserver as support;
 
 /// Runs the plugin binary against the test plane in the test's namespace: (succeeded, stdout, stderr).
-pub(crate) fn plugin(ctx: &support::Ctx, args: &[&str]) -> (bool, String, String) {
-    let out = Command::new(env!("CARGO_BIN_EXE_kubectl-trainwarden"))
+pub fn plugin(ctx: &support::Ctx, args: &[&str]) -> (bool, String, String) {
+    let out = Command::new(crate::binaries::binary("kubectl-trainwarden", "kubectl-trainwarden"))
         .arg("--kubeconfig")
         .arg(&ctx.plane.kubeconfig)
         .args(["-n", &ctx.ns])
@@ -19,7 +20,7 @@ pub(crate) fn plugin(ctx: &support::Ctx, args: &[&str]) -> (bool, String, String
 }
 
 /// Compares with `tests/golden/<name>` (or rewrites it under `TRAINWARDEN_BLESS=1`).
-pub(crate) fn assert_golden(name: &str, actual: &str) {
+pub fn assert_golden(name: &str, actual: &str) {
     let path = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/golden").join(name);
     if std::env::var("TRAINWARDEN_BLESS").is_ok_and(|v| v == "1") {
         std::fs::create_dir_all(path.parent().unwrap()).unwrap();
