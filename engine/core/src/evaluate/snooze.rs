@@ -207,5 +207,4 @@ fn make(value: &str, since: Timestamp, max: PolicyDuration) -> Result<Snooze, St
 }
 
 #[cfg(test)]
-#[path = "snooze_tests.rs"]
 mod tests;
