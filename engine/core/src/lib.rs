@@ -11,6 +11,7 @@
 //! describe/  what trainwarden tells people: Event reasons and notes, action and hold wording
 //! drive/     replay of recorded streams, backtests on complete runs, `trainwarden test` rule tests
 //! units/     durations, windows and warmups, calendars (active windows in a time zone)
+//! testing/   the tests' fixtures, for every crate (feature `testing`): clocks, policies, snapshots, harness
 //! time.rs    instants, spans and how they print
 //! ```
 //!

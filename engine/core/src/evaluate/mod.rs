@@ -25,6 +25,12 @@
 //! with `now()`, or a script of a shape that is not compiled and calls `hour()`), so idle time costs nothing
 //! for the rest.
 
+//!
+//! The parts: `event` (what evaluation reports), `job_eval` (one job: its snooze and exceptions, then every
+//! rule of every policy selecting it), `lifecycle` (one rule's step, a method of its track taking a
+//! `context::RuleContext`), `timers` (the wake queue), `memory` (rule memories across restarts), `limits`,
+//! `snooze`, `exceptions` (what holds an action back), `savings`, `checkpoint` (a job's history, stored).
+
 mod checkpoint;
 mod context;
 mod event;
