@@ -9,6 +9,7 @@
 //! `TRAINWARDEN_BLESS=1` to rewrite the golden file after an intended change of the output.
 
 use trainwarden_testkit::apiserver as support;
+use trainwarden_testkit::objects::workload;
 use trainwarden_testkit::setup;
 
 use trainwarden_e2e::plugin::{assert_golden, plugin};
@@ -158,14 +159,11 @@ async fn create_workload(c: &Client, ns: &str, job: &DynamicObject, queue: &str)
     let workloads: Api<DynamicObject> =
         Api::namespaced_with(c.clone(), ns, &workload_resource_version("v1beta2"));
     let name = format!("trainjob-{}-5c2f1", job.name_any());
-    let workload: DynamicObject = serde_json::from_value(json!({
-        "apiVersion": "kueue.x-k8s.io/v1beta2", "kind": "Workload",
-        "metadata": {"name": name, "namespace": ns, "ownerReferences": [{
-            "apiVersion": "trainer.kubeflow.org/v1alpha1", "kind": "TrainJob", "name": job.name_any(),
-            "uid": job.uid().unwrap(), "controller": true}]},
-        "spec": {"active": true, "queueName": queue, "podSets": []},
-    }))
-    .unwrap();
+    let workload = workload("v1beta2", ns, &name, queue)
+        .owned_by(&job.name_any(), &job.uid().unwrap())
+        .active(true)
+        .build();
+    let workload: DynamicObject = serde_json::from_value(workload).unwrap();
     workloads.create(&PostParams::default(), &workload).await.expect("create Workload");
 }
 

@@ -7,6 +7,7 @@
 //! `TRAINWARDEN_BLESS=1` to rewrite the golden file after an intended change of the output.
 
 use trainwarden_testkit::apiserver as support;
+use trainwarden_testkit::objects::workload;
 use trainwarden_testkit::setup;
 
 use trainwarden_e2e::plugin::{assert_golden, plugin};
@@ -245,14 +246,11 @@ async fn resume_goes_through_whatever_owns_the_suspension() {
     let queued = create_trainjob(c, ns, "queued", &[("kueue.x-k8s.io/queue-name", "team-a")]).await;
     let workloads: Api<DynamicObject> =
         Api::namespaced_with(c.clone(), ns, &workload_resource_version("v1beta2"));
-    let workload: DynamicObject = serde_json::from_value(json!({
-        "apiVersion": "kueue.x-k8s.io/v1beta2", "kind": "Workload",
-        "metadata": {"name": "trainjob-queued-1a2b3", "namespace": ns, "ownerReferences": [{
-            "apiVersion": "trainer.kubeflow.org/v1alpha1", "kind": "TrainJob", "name": "queued",
-            "uid": queued.uid().unwrap(), "controller": true}]},
-        "spec": {"active": false, "queueName": "team-a", "podSets": []},
-    }))
-    .unwrap();
+    let workload = workload("v1beta2", ns, "trainjob-queued-1a2b3", "team-a")
+        .owned_by("queued", &queued.uid().unwrap())
+        .active(false)
+        .build();
+    let workload: DynamicObject = serde_json::from_value(workload).unwrap();
     workloads.create(&PostParams::default(), &workload).await.expect("create Workload");
     // Someone who may patch TrainJobs but not Workloads: refused before anything is written, no snooze left.
     for yaml in [

@@ -22,14 +22,14 @@ pub struct WorkloadBuilder {
     object: Value,
 }
 
-/// The Workload `namespace/name` of Kueue API `version` (`v1beta1`, `v1beta2`) in LocalQueue `queue`,
-/// active, with no pod set yet.
+/// The Workload `namespace/name` of Kueue API `version` (`v1beta1`, `v1beta2`) in LocalQueue `queue`, with no
+/// pod set yet (and no `spec.active`: Kueue's default, active).
 pub fn workload(version: &str, namespace: &str, name: &str, queue: &str) -> WorkloadBuilder {
     WorkloadBuilder {
         object: json!({
             "apiVersion": format!("kueue.x-k8s.io/{version}"), "kind": "Workload",
             "metadata": {"name": name, "namespace": namespace},
-            "spec": {"active": true, "queueName": queue, "podSets": []},
+            "spec": {"queueName": queue, "podSets": []},
         }),
     }
 }

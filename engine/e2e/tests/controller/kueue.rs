@@ -2,6 +2,7 @@
 //! lost record; a queue-aware rule acts only once others wait in the job's cohort.
 
 use super::*;
+use trainwarden_testkit::objects::workload;
 
 /// A Kueue-managed TrainJob is stopped by deactivating its Workload: Kueue owns spec.suspend.
 #[tokio::test]
@@ -13,14 +14,12 @@ async fn a_kueue_managed_job_is_stopped_by_deactivating_its_workload() {
     let tj = create_trainjob(c, ns, "queued", &[("kueue.x-k8s.io/queue-name", "gpu-queue")]).await;
     // What Kueue creates for it: a Workload owned by the TrainJob.
     let workloads: Api<DynamicObject> = Api::namespaced_with(c.clone(), ns, &workload_resource());
-    let workload: DynamicObject = serde_json::from_value(json!({
-        "apiVersion": "kueue.x-k8s.io/v1beta1", "kind": "Workload",
-        "metadata": {"name": "trainjob-queued-1a2b3", "namespace": ns, "ownerReferences": [{
-            "apiVersion": "trainer.kubeflow.org/v1alpha1", "kind": "TrainJob", "name": "queued",
-            "uid": tj.uid().unwrap(), "controller": true}]},
-        "spec": {"active": true, "queueName": "gpu-queue", "podSets": [{"name": "node", "count": 2}]}
-    }))
-    .unwrap();
+    let workload = workload("v1beta1", ns, "trainjob-queued-1a2b3", "gpu-queue")
+        .owned_by("queued", &tj.uid().unwrap())
+        .active(true)
+        .pod_set("node", 2, None)
+        .build();
+    let workload: DynamicObject = serde_json::from_value(workload).unwrap();
     workloads.create(&PostParams::default(), &workload).await.expect("create Workload");
     let controller = start(c, config_for(ns));
     report(c, ns, "queued", seconds_ago(1), "nan", 10).await;
@@ -70,14 +69,12 @@ async fn a_workload_deactivated_before_its_trainjob_record_is_found_done_by_its_
     apply_policy(c, ns, &policy("nan", "Enforce", NAN_RULE)).await;
     let tj = create_trainjob(c, ns, "queued", &[("kueue.x-k8s.io/queue-name", "gpu-queue")]).await;
     let workloads: Api<DynamicObject> = Api::namespaced_with(c.clone(), ns, &workload_resource());
-    let workload: DynamicObject = serde_json::from_value(json!({
-        "apiVersion": "kueue.x-k8s.io/v1beta1", "kind": "Workload",
-        "metadata": {"name": "trainjob-queued-9f8e7", "namespace": ns, "ownerReferences": [{
-            "apiVersion": "trainer.kubeflow.org/v1alpha1", "kind": "TrainJob", "name": "queued",
-            "uid": tj.uid().unwrap(), "controller": true}]},
-        "spec": {"active": true, "queueName": "gpu-queue", "podSets": [{"name": "node", "count": 2}]}
-    }))
-    .unwrap();
+    let workload = workload("v1beta1", ns, "trainjob-queued-9f8e7", "gpu-queue")
+        .owned_by("queued", &tj.uid().unwrap())
+        .active(true)
+        .pod_set("node", 2, None)
+        .build();
+    let workload: DynamicObject = serde_json::from_value(workload).unwrap();
     workloads.create(&PostParams::default(), &workload).await.expect("create Workload");
     let frozen = TrainJobRefusal::install(c, ns, &ctx.unique_name("tw-frozen"), "true").await;
     // The API server enforces a new policy once its informer has it: probe with a write of our own.
@@ -190,11 +187,8 @@ async fn a_queue_aware_rule_stops_a_kueue_job_only_once_others_wait_in_its_cohor
     apply_policy(c, ns, &policy("reclaim", "Enforce", rule)).await;
     let tj = create_trainjob(c, ns, "idle", &[("kueue.x-k8s.io/queue-name", "team")]).await;
     let workloads = || Api::<DynamicObject>::namespaced_with(c.clone(), ns, &kueue("Workload", "workloads"));
-    let workload = |name: &str, queue: &str, pods: u32| {
-        json!({"apiVersion": "kueue.x-k8s.io/v1beta2", "kind": "Workload",
-            "metadata": {"name": name, "namespace": ns},
-            "spec": {"queueName": queue, "podSets": [{"name": "node", "count": pods, "template": {"spec": {
-                "containers": [{"name": "trainer", "image": "t", "resources": {"limits": {"nvidia.com/gpu": "4"}}}]}}}]}})
+    let queued = |name: &str, queue: &str, pods: u32| {
+        workload("v1beta2", ns, name, queue).pod_set("node", pods, Some(4))
     };
     let admit = |name: String| async move {
         let status = json!({"apiVersion": "kueue.x-k8s.io/v1beta2", "kind": "Workload", "status": {"conditions": [{
@@ -206,14 +200,12 @@ async fn a_queue_aware_rule_stops_a_kueue_job_only_once_others_wait_in_its_cohor
             .expect("reserve quota");
     };
     // The job's own Workload, admitted (it runs).
-    let mut own = workload("trainjob-idle-1a2b3", "team", 2);
-    own["metadata"]["ownerReferences"] = json!([{"apiVersion": "trainer.kubeflow.org/v1alpha1",
-        "kind": "TrainJob", "name": "idle", "uid": tj.uid().unwrap(), "controller": true}]);
+    let own = queued("trainjob-idle-1a2b3", "team", 2).owned_by("idle", &tj.uid().unwrap()).build();
     create(workloads(), own).await;
     admit("trainjob-idle-1a2b3".into()).await;
     // Waiting, but in another cohort; and admitted in the sibling queue: nobody waits behind the job.
-    create(workloads(), workload("prod-waits", "prod", 4)).await;
-    create(workloads(), workload("sibling-runs", "neighbours", 4)).await;
+    create(workloads(), queued("prod-waits", "prod", 4).build()).await;
+    create(workloads(), queued("sibling-runs", "neighbours", 4).build()).await;
     admit("sibling-runs".into()).await;
     let controller = start(c, config_for(ns));
     report(c, ns, "idle", seconds_ago(1), "0.9", 10).await;
@@ -235,7 +227,7 @@ async fn a_queue_aware_rule_stops_a_kueue_job_only_once_others_wait_in_its_cohor
     assert!(active().await, "nobody waits in the job's cohort: left alone");
 
     // 2 pods × 4 GPUs queue in the sibling ClusterQueue of the same cohort.
-    create(workloads(), workload("neighbour-waits", "neighbours", 2)).await;
+    create(workloads(), queued("neighbour-waits", "neighbours", 2).build()).await;
     eventually("the Workload deactivated", Duration::from_secs(15), || async {
         (!active().await).then_some(())
     })
