@@ -1,5 +1,5 @@
 //! The brain: one task owns the [`Evaluator`] and the per-policy books, reads [`Input`]s and the clock, and
-//! emits [`Work`] for the executor and [`StatusUpdate`]s for the status writer. No I/O here beyond those
+//! emits [`Work`] for the executor and [`StatusUpdate`](crate::messages::StatusUpdate)s for the status writer. No I/O here beyond those
 //! channels, so [`Brain`] itself is tested with plain `#[test]`s.
 //!
 //! ```text

@@ -2,12 +2,12 @@
 //! through `trainwarden-testkit` (which turns on this crate's `testing` feature). Built only for tests: no
 //! production code may use them.
 //!
-//! - [`clock`]: instants on one fixed clock, [`at_sec`] and [`at_min`] (never a bare `t(5)` that means seconds
+//! - [`clock`](mod@clock): instants on one fixed clock, [`at_sec`] and [`at_min`] (never a bare `t(5)` that means seconds
 //!   in one file and minutes in the next);
-//! - [`policy`]: a policy document written by a builder instead of its header inline;
-//! - [`job`]: a job snapshot, reporting or not; [`memory`]: a rule memory;
-//! - [`harness`]: an evaluator with policies, a clock the test moves and the events it produced;
-//! - [`rng`]: deterministic pseudo-random numbers for property tests.
+//! - [`policy`](mod@policy): a policy document written by a builder instead of its header inline;
+//! - [`job`](mod@job): a job snapshot, reporting or not; [`memory`](mod@memory): a rule memory;
+//! - [`harness`](mod@harness): an evaluator with policies, a clock the test moves and the events it produced;
+//! - [`rng`](mod@rng): deterministic pseudo-random numbers for property tests.
 
 pub mod clock;
 pub mod harness;
