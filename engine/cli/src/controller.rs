@@ -144,8 +144,8 @@ fn parse_prometheus_interval(text: &str) -> Result<Duration, String> {
 /// How much GPU history to read back: at most 120 steps of at most 150 s (5 hours).
 fn parse_prometheus_backfill(text: &str) -> Result<Duration, String> {
     let d = parse_duration(text)?;
-    let max =
-        trainwarden_controller::sources::gpu_metrics::MAX_STEP * trainwarden_controller::sources::gpu_metrics::BACKFILL_STEPS;
+    let max = trainwarden_controller::sources::gpu_metrics::MAX_STEP
+        * trainwarden_controller::sources::gpu_metrics::BACKFILL_STEPS;
     if d > max {
         return Err(format!(
             "at most {}h: the history is read at 120 steps of at most 150 s",

@@ -203,7 +203,7 @@ fn reexports(files: &[SourceFile], modules: &BTreeSet<Module>) -> BTreeMap<Modul
             }
             // Every imported leaf name (or its `as` rename) in the statement.
             let names = statement
-                .split(|c: char| c == '{' || c == '}' || c == ',')
+                .split(['{', '}', ','])
                 .filter_map(|part| {
                     let part = part.trim();
                     let leaf = match part.split_once(" as ") {

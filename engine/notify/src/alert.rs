@@ -9,11 +9,11 @@ use std::collections::BTreeMap;
 
 use trainwarden_core::JobData;
 use trainwarden_core::describe::words;
+use trainwarden_core::fmt_local;
 use trainwarden_core::{ActionIntent, Resolution, Savings};
 use trainwarden_core::{ActionSpec, Mode, PolicyId, PolicyRef};
 use trainwarden_core::{Field, FieldValues};
 use trainwarden_core::{JobKey, Timestamp};
-use trainwarden_core::fmt_local;
 
 /// Firing or resolved.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]

@@ -467,9 +467,9 @@ fn needs_reminder(alert: &Alert) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use trainwarden_testkit::fixtures::at_sec;
     use trainwarden_core::Reason;
     use trainwarden_core::{Mode, NotifyAction, SuspendAction};
+    use trainwarden_testkit::fixtures::at_sec;
 
     fn policy() -> PolicyRef {
         PolicyRef {
@@ -571,7 +571,8 @@ mod tests {
     fn a_firing_that_suspended_the_job_is_not_repeated() {
         let mut g = grouper(receiver("team", 30, 300, 3600, true));
         g.intent(&intent("plateau", "a", 0, notify("team")), None, at_sec(0)).unwrap();
-        g.intent(&intent("plateau", "a", 0, ActionSpec::Suspend(Default::default())), None, at_sec(0)).unwrap();
+        g.intent(&intent("plateau", "a", 0, ActionSpec::Suspend(Default::default())), None, at_sec(0))
+            .unwrap();
         let sent = g.poll(at_sec(30));
         assert_eq!(sent.len(), 1);
         assert_eq!(sent[0].alerts[0].actions.len(), 1, "{:?}", sent[0].alerts[0].actions);

@@ -131,7 +131,7 @@ impl Brain {
                 }
                 Event::Held { job, policy, rule, until, exception, .. } => match exception {
                     Some(e) => {
-                        info!(%job, %policy, rule, %until, exception = %e, "actions held by an exception")
+                        info!(%job, %policy, rule, %until, exception = %e, "actions held by an exception");
                     }
                     None => info!(%job, %policy, rule, %until, "actions held: the job is snoozed"),
                 },
