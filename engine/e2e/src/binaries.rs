@@ -17,7 +17,8 @@ pub fn binary(package: &str, name: &str) -> PathBuf {
     let profile_dir =
         exe.parent().and_then(|deps| deps.parent()).expect("the test binary is in <profile>/deps");
     let path = profile_dir.join(name);
-    let mut built = BUILDS.get_or_init(Mutex::default).lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+    let mut built =
+        BUILDS.get_or_init(Mutex::default).lock().unwrap_or_else(std::sync::PoisonError::into_inner);
     if !built.iter().any(|b| b == name) {
         let profile = match profile_dir.file_name().and_then(|n| n.to_str()) {
             Some("debug") | None => "dev".to_string(),

@@ -2,6 +2,7 @@
 //! receivers; each test has its own namespace), and a Slack delivery whose webhook URL
 //! comes from a Secret.
 
+use trainwarden_testkit::fixtures;
 use trainwarden_testkit::setup;
 
 use trainwarden_testkit::receivers as common;
@@ -71,19 +72,16 @@ async fn a_slack_url_from_a_kubernetes_secret_delivers_and_stays_out_of_stats() 
     let ctx = setup!("notify_kube_slack");
     let server = HttpReceiver::start().await;
     create_secret(&ctx.client, &ctx.ns, "slack", &[("url", &server.url("/services/T0/B0/from-kube"))]).await;
-    let p = policy(&format!(
-        r#"
-apiVersion: trainwarden.dev/v1alpha1
-kind: ProgressPolicy
-metadata: {{name: p, namespace: {}}}
-spec:
-  receivers:
-    - {{name: team, groupWait: 100ms, slack: {{urlSecret: {{name: slack, key: url}}}}}}
-  rules:
-    - {{name: stalled, when: "true", actions: [{{notify: {{to: team}}}}]}}
-"#,
-        ctx.ns
-    ));
+    let p = policy(
+        &fixtures::policy("p")
+            .namespace(&ctx.ns)
+            .mode("Audit")
+            .spec(
+                "receivers:\n  - {name: team, groupWait: 100ms, slack: {urlSecret: {name: slack, key: url}}}",
+            )
+            .rule("{name: stalled, when: \"true\", actions: [{notify: {to: team}}]}")
+            .yaml(),
+    );
     let notifier =
         Notifier::new(Arc::new(KubeSecrets::new(ctx.client.clone())), NotifierConfig::default()).unwrap();
     notifier.configure(&p);

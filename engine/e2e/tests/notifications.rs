@@ -59,31 +59,24 @@ impl Logs {
 const SMTP_USER: &str = "trainwarden";
 
 fn notify_policy(name: &str, smtp_port: u16) -> String {
-    format!(
-        r"apiVersion: trainwarden.dev/v1alpha1
-kind: ProgressPolicy
-metadata: {{name: {name}}}
-spec:
-  mode: Enforce
-  samplingInterval: 1s
-  gpuHourCost: 10
-  assumeGpus: 8
-  receivers:
-    - name: team
-      groupWait: 1s
-      slack:
-        urlSecret: {{name: slack-webhook, key: url}}
-      email:
-        smarthost: localhost:{smtp_port}
-        tls: StartTLS
-        from: Trainwarden <trainwarden@example.com>
-        to: [ml-team@example.com]
-        username: {SMTP_USER}
-        passwordSecret: {{name: smtp, key: password}}
-  rules:
-    - {{name: stalled, uses: stalled, with: {{after: 3s}}, actions: [{{suspend: {{}}}}, {{notify: {{to: team}}}}]}}
-"
-    )
+    let receivers = format!(
+        "receivers:
+  - name: team
+    groupWait: 1s
+    slack:
+      urlSecret: {{name: slack-webhook, key: url}}
+    email:
+      smarthost: localhost:{smtp_port}
+      tls: StartTLS
+      from: Trainwarden <trainwarden@example.com>
+      to: [ml-team@example.com]
+      username: {SMTP_USER}
+      passwordSecret: {{name: smtp, key: password}}"
+    );
+    live_policy(name)
+        .spec(&receivers)
+        .rule("{name: stalled, uses: stalled, with: {after: 3s}, actions: [{suspend: {}}, {notify: {to: team}}]}")
+        .yaml()
 }
 
 /// Fails the test if `haystack` (described by `what`) holds any of the secrets.

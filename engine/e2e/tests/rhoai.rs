@@ -2,6 +2,7 @@
 //! `spec.trainer.numNodes`, resume. It has the upstream CRD's name, so this test binary runs its own control
 //! plane (the shared one keeps the upstream CRD, where the same action is refused; see controller.rs).
 
+use trainwarden_e2e::controller::shrink_policy;
 use trainwarden_testkit::apiserver as support;
 
 use std::time::Duration;
@@ -52,10 +53,7 @@ async fn on_the_rhoai_crd_a_scale_action_suspends_resizes_and_resumes() {
         .create(&PostParams::default(), &serde_json::from_value(json!({"metadata": {"name": ns}})).unwrap())
         .await
         .expect("namespace");
-    let policy: ProgressPolicy = serde_saphyr::from_str(
-        "apiVersion: trainwarden.dev/v1alpha1\nkind: ProgressPolicy\nmetadata: {name: shrink}\nspec:\n  mode: Enforce\n  samplingInterval: 1s\n  rules:\n    - {name: nan-loss, uses: non_finite, with: {metric: loss}, actions: [{scale: {numNodes: 1}}]}\n",
-    )
-    .unwrap();
+    let policy: ProgressPolicy = serde_saphyr::from_str(&shrink_policy()).unwrap();
     Api::<ProgressPolicy>::namespaced(c.clone(), ns)
         .create(&PostParams::default(), &policy)
         .await

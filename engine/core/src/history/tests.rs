@@ -332,10 +332,9 @@ fn plateau_window_20(series: &str, expect_actions: &str) -> Vec<String> {
             Err(format!("no file {relative}"))
         }
     }
-    let policy = "apiVersion: trainwarden.dev/v1alpha1\nkind: ProgressPolicy\nmetadata: {name: p, namespace: ml}\n\
-                  spec:\n  mode: Enforce\n  rules:\n    - {name: flat, uses: plateau, with: {metric: loss, window: 20}, \
-                  actions: [{suspend: {}}]}\n";
-    let doc = crate::policy::compile::parse_documents(policy, "p.yaml").unwrap().remove(0);
+    let policy = crate::testing::policy("p")
+        .rule("{name: flat, uses: plateau, with: {metric: loss, window: 20}, actions: [{suspend: {}}]}");
+    let doc = policy.document();
     let config = EngineConfig::default();
     let compiled = crate::policy::compile::compile(&doc, Evaluator::new(config.clone()).scripts()).unwrap();
     let file = parse_test_file(&format!(

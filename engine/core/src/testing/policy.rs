@@ -39,6 +39,12 @@ impl PolicyBuilder {
         self
     }
 
+    /// With no namespace in its metadata: created in whichever namespace the test creates it in.
+    pub fn without_namespace(mut self) -> Self {
+        self.namespace = None;
+        self
+    }
+
     /// In mode `mode` (`Enforce` or `Audit`).
     pub fn mode(mut self, mode: &str) -> Self {
         self.mode = mode.into();

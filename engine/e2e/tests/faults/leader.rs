@@ -58,12 +58,7 @@ async fn the_leader_killed_in_the_middle_of_a_scale_is_replaced_and_the_scale_fi
     let Some(s) = scene_on(&RHOAI_PLANE, "scale-killed").await else { return };
     let (c, ns) = (&s.client, s.ns.as_str());
     install_rhoai_trainjob_crd(c).await;
-    apply_policy(
-        c,
-        ns,
-        "apiVersion: trainwarden.dev/v1alpha1\nkind: ProgressPolicy\nmetadata: {name: shrink}\nspec:\n  mode: Enforce\n  samplingInterval: 1s\n  rules:\n    - {name: nan-loss, uses: non_finite, with: {metric: loss}, actions: [{scale: {numNodes: 1}}]}\n",
-    )
-    .await;
+    apply_policy(c, ns, &shrink_policy()).await;
     let name = create_rhoai_trainjob(c, ns, None).await;
     let probe = create_rhoai_trainjob(c, ns, Some("probe")).await;
     // Resuming is refused: a write that takes spec.suspend from true to false.
