@@ -114,7 +114,7 @@ fi
 bg_stage python-tests 0 prereqs,cargo-build bash -c \
   'TRAINWARDEN_BIN="$(cd "${CARGO_TARGET_DIR:-target}" && pwd)/debug/trainwarden" sdk/python/run-tests.sh'
 
-# The fault-injection suite (engine/cli/tests/faults.rs) appends one row per scenario here.
+# The fault-injection suite (engine/e2e/tests/faults.rs) appends one row per scenario here.
 fault_table="${CARGO_TARGET_DIR:-target}/tmp/fault-table.tsv"
 rm -f "$fault_table"
 

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Build (or reuse from the cache) the helm CLI that the chart test runs (engine/kube/tests/chart.rs),
+# Build (or reuse from the cache) the helm CLI that the chart test runs (engine/e2e/tests/chart/),
 # from the Go module proxy only, the same way build-binaries.sh builds kube-apiserver/etcd/kubectl.
 #
 # The wrapper module tests/k8s/wrappers/helm/ pins helm and every dependency (go.mod + go.sum);

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Provide (or reuse from the cache) promtool and prometheus 3.5 (the LTS line): promtool checks and unit-tests the
-# chart's rules and the dashboard's queries (engine/controller/tests/monitoring.rs); prometheus scrapes the DCGM
-# exporter of the GPU tests (engine/controller/tests/gpu.rs).
+# chart's rules and the dashboard's queries (engine/e2e/tests/monitoring/); prometheus scrapes the DCGM
+# exporter of the GPU tests (engine/e2e/tests/gpu.rs).
 #
 # From Debian's `prometheus` and `promtool` packages (Debian's build of the upstream release), fetched with
 # `apt-get download` through an apt index of Debian testing and unstable kept in a temp dir (the machine's apt
