@@ -429,5 +429,4 @@ fn fit(wire: &mut Wire) {
 }
 
 #[cfg(test)]
-#[path = "checkpoint_tests.rs"]
 mod tests;
