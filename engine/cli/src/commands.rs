@@ -223,6 +223,10 @@ fn is_real_dir(path: &Path) -> bool {
 pub(crate) fn validate(paths: &[PathBuf], strict: bool) -> Result<bool, String> {
     let mut files = Vec::new();
     let mut missing = Vec::new();
+    // Files named on the command line are checked whatever they hold; in a directory, manifests of other
+    // APIs (a TrainingRuntime beside the policies) are said to be skipped.
+    let named: std::collections::HashSet<&Path> =
+        paths.iter().filter(|p| !p.is_dir()).map(PathBuf::as_path).collect();
     for p in paths {
         if let Err(e) = collect_files(p, is_policy_file, &mut files) {
             missing.push(e);
@@ -247,6 +251,8 @@ pub(crate) fn validate(paths: &[PathBuf], strict: bool) -> Result<bool, String> 
     let mut warned = false;
     // Every document's outcome, in file order, printed once duplicates across files are known.
     let mut outcomes: Vec<(String, Result<CompiledPolicy, String>)> = Vec::new();
+    // Files of a directory that hold only other APIs' objects, each said where it comes in order.
+    let mut skipped: Vec<(usize, String)> = Vec::new();
     let mut texts: Vec<(String, String)> = Vec::new();
     for file in &files {
         let source = file.display().to_string();
@@ -258,6 +264,18 @@ pub(crate) fn validate(paths: &[PathBuf], strict: bool) -> Result<bool, String> 
                 continue;
             }
         };
+        if !named.contains(file.as_path())
+            && let Some(objects) = trainwarden_core::objects_of_other_apis(&text)
+        {
+            skipped.push((
+                outcomes.len(),
+                format!(
+                    "{source}: skipped: it holds {}, no trainwarden object (name the file to have it checked)",
+                    objects.join(", ")
+                ),
+            ));
+            continue;
+        }
         match trainwarden_core::parse_documents(&text, &source) {
             Ok(docs) => {
                 for doc in docs {
@@ -270,10 +288,23 @@ pub(crate) fn validate(paths: &[PathBuf], strict: bool) -> Result<bool, String> 
         }
         texts.push((source, text));
     }
+    if outcomes.is_empty() && texts.is_empty() && !skipped.is_empty() && !unreadable {
+        for (_, note) in &skipped {
+            outln!("{note}");
+        }
+        return Err(format!(
+            "no trainwarden object in {}",
+            paths.iter().map(|p| p.display().to_string()).collect::<Vec<_>>().join(", ")
+        ));
+    }
     // Defined twice: both places named, neither reported valid.
     let twice = defined_twice(outcomes.iter().filter_map(|(_, o)| o.as_ref().ok()));
     let mut compiled = Vec::new();
-    for (source, outcome) in outcomes {
+    let mut skipped = skipped.into_iter().peekable();
+    for (i, (source, outcome)) in outcomes.into_iter().enumerate() {
+        while let Some((_, note)) = skipped.next_if(|(at, _)| *at == i) {
+            outln!("{note}");
+        }
         let p = match outcome {
             Ok(p) => p,
             Err(e) => {
@@ -299,6 +330,9 @@ pub(crate) fn validate(paths: &[PathBuf], strict: bool) -> Result<bool, String> 
             print_located(&source, &p.warnings);
         }
         compiled.push((source, p));
+    }
+    for (_, note) in skipped {
+        outln!("{note}");
     }
     let policies: Vec<CompiledPolicy> = {
         let mut seen = std::collections::HashSet::new();

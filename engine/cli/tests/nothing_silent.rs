@@ -265,6 +265,24 @@ fn validate_passes_the_projects_examples_whatever_the_order() {
     let repo = repo();
     let out = run_in(&repo, &["validate", "examples/"]);
     assert_eq!(out.status.code(), Some(0), "{}", text(&out));
+    // Kubeflow manifests beside the policies (examples/checkpoint/) are said to be skipped, not called
+    // invalid policies; named on the command line, such a file is checked, and is no policy.
+    assert!(
+        text(&out).contains(
+            "examples/checkpoint/trainingruntime.yaml: skipped: it holds TrainingRuntime (trainer.kubeflow.org/v1alpha1), no trainwarden object"
+        ),
+        "{}",
+        text(&out)
+    );
+    let out = run_in(&repo, &["validate", "examples/checkpoint/trainingruntime.yaml"]);
+    assert_eq!(out.status.code(), Some(1), "{}", text(&out));
+    assert!(
+        text(&out)
+            .contains("kind: expected ProgressPolicy or ClusterProgressPolicy, got \"TrainingRuntime\"")
+    );
+    let out = run_in(&repo, &["validate", "examples/checkpoint/"]);
+    assert_eq!(out.status.code(), Some(2), "{}", text(&out));
+    assert!(text(&out).contains("error: no trainwarden object in examples/checkpoint/"), "{}", text(&out));
     let verdicts = |args: &[&str]| {
         let out = run_in(&repo, args);
         let mut lines: Vec<String> = String::from_utf8_lossy(&out.stdout).lines().map(String::from).collect();

@@ -125,9 +125,9 @@ fn bad_policies_get_every_error_with_its_place_and_exit_1() {
             "apiVersion: trainwarden.dev/v1alpha1\nspec: {rules: [\n".into(),
             vec!["  - yaml-syntax.yaml:2:15: (yaml): unclosed bracket '['".into()],
         ),
-        ("empty", String::new(), vec!["  - (file): no policy in this file: it is empty, or holds only comments and `---`".into()]),
-        ("comments", "# nothing\n".into(), vec!["  - (file): no policy in this file: it is empty, or holds only comments and `---`".into()]),
-        ("separators", "---\n---\n".into(), vec!["  - (file): no policy in this file: it is empty, or holds only comments and `---`".into()]),
+        ("empty", String::new(), vec!["  - empty.yaml:1:1: (file): no policy in this file: it is empty, or holds only comments and `---`".into()]),
+        ("comments", "# nothing\n".into(), vec!["  - comments.yaml:1:1: (file): no policy in this file: it is empty, or holds only comments and `---`".into()]),
+        ("separators", "---\n---\n".into(), vec!["  - separators.yaml:1:1: (file): no policy in this file: it is empty, or holds only comments and `---`".into()]),
     ];
     let mut mismatches = Vec::new();
     for (name, text, expected) in &cases {

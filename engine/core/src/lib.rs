@@ -70,6 +70,7 @@ pub use policy::exception::{
     CompiledException, EXCEPTION_KIND, ExceptedPolicy, ExceptedTarget, ExceptionMatch, ExceptionRef,
     ExceptionSpec, compile_exception, parse_exceptions,
 };
+pub use policy::object::objects_of_other_apis;
 pub use policy::positions::DocumentPositions;
 pub use policy::receiver::{
     CompiledReceiver, EmailChannel, SecretRef, SlackChannel, WebhookChannel, WebhookUrl,
