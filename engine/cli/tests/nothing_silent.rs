@@ -563,3 +563,28 @@ fn a_test_cases_exception_to_a_policy_it_does_not_test_fails_the_case() {
     assert_eq!(out.status.code(), Some(1), "{t}");
     assert!(t.contains("exceptions[0]: spec.exceptions[0].policyName: ProgressPolicy ml/q is not among the policies given"), "{t}");
 }
+
+/// Issue 43: the backtest's HTML report printed lead times as `4.3 h` where its text said `4h16m59s`, and
+/// both rounded a small GPU-hour saving to 0: one formatter of spans and one of GPU-hours for both.
+#[test]
+fn the_backtest_report_and_its_html_print_spans_and_hours_alike() {
+    let repo = repo();
+    let dir = temp_dir("backtest-html");
+    let page = dir.join("report.html");
+    let out = run_in(
+        &repo,
+        &["backtest", "policies/plateau.yaml", "examples/corpus/", "--html", page.to_str().unwrap()],
+    );
+    let t = text(&out);
+    assert!(out.status.success(), "{t}");
+    let lead = t
+        .lines()
+        .find_map(|l| l.split_once("median lead time ").map(|(_, v)| v.trim().to_string()))
+        .unwrap_or_else(|| panic!("a median lead time in\n{t}"));
+    assert!(lead.ends_with('s') && lead.contains('h'), "a span to the second: {lead}");
+    let html = std::fs::read_to_string(&page).unwrap();
+    assert!(html.contains(&format!("<th>median lead time</th><td>{lead}</td>")), "{lead} in the HTML too");
+    assert!(!html.contains(" h before the stop"), "spans, not decimal hours");
+    // No stop of a run with GPUs is said to save 0 GPU-hours.
+    assert!(!t.contains(": 0 GPU-h saved"), "{t}");
+}

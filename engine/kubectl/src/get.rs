@@ -146,8 +146,8 @@ fn saved(row: &JobRow) -> String {
         return "-".into();
     };
     match (a.gpu_hours, a.dollars) {
-        (Some(h), Some(d)) => format!("{} GPU-h ({})", num(h), dollars(d)),
-        (Some(h), None) => format!("{} GPU-h", num(h)),
+        (Some(h), Some(d)) => format!("{} GPU-h ({})", trainwarden_core::fmt_gpu_hours(h), dollars(d)),
+        (Some(h), None) => format!("{} GPU-h", trainwarden_core::fmt_gpu_hours(h)),
         _ => "-".into(),
     }
 }

@@ -249,7 +249,7 @@ impl Alert {
             parts.push(self.actions_text());
         }
         if let Some(s) = &self.savings {
-            let mut stake = format!("{} GPU-hours", fmt_number(s.gpu_hours));
+            let mut stake = format!("{} GPU-hours", trainwarden_core::fmt_gpu_hours(s.gpu_hours));
             if let Some(d) = s.dollars {
                 stake +=
                     &format!(" ({})", trainwarden_core::fmt_money(Some(d), trainwarden_core::Cents::Shown));
@@ -375,7 +375,7 @@ impl FieldValues for AlertFields<'_> {
             Field::Undo => Some(a.undo().unwrap_or_default()),
             Field::Progress => a.progress.and_then(|p| p.percent).map(|p| format!("{}%", fmt_number(p))),
             Field::Eta => a.progress.and_then(|p| p.eta_seconds).map(fmt_seconds),
-            Field::GpuHours => a.savings.as_ref().map(|s| fmt_number(s.gpu_hours)),
+            Field::GpuHours => a.savings.as_ref().map(|s| trainwarden_core::fmt_gpu_hours(s.gpu_hours)),
             Field::Dollars => a.savings.as_ref().and_then(|s| s.dollars).map(fmt_number),
             Field::Details => Some(a.details()),
             Field::Receiver | Field::Rules | Field::Count => self.group.value(field),

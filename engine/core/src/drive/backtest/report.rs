@@ -392,8 +392,9 @@ fn percent(v: Option<f64>) -> String {
     }
 }
 
+/// GPU-hours and hours by the one formatter ([`crate::fmt_gpu_hours`]): a small saving is never `0`.
 fn hours(v: f64) -> String {
-    fmt_num((v * 10.0).round() / 10.0)
+    crate::units::money::fmt_gpu_hours(v)
 }
 
 fn lead(v: Option<f64>) -> String {
