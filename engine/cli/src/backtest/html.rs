@@ -114,7 +114,7 @@ fn totals(out: &mut String, p: &PolicyReport) {
         ),
         Some(w) => format!("{} in {} by {}", pct(w.relative), escape(&w.run_name), escape(&w.rule)),
     };
-    let lead = t.median_lead_seconds.map_or("-".to_string(), |s| trainwarden_core::fmt_span(s));
+    let lead = t.median_lead_seconds.map_or("-".to_string(), trainwarden_core::fmt_span);
     let _ = writeln!(
         out,
         "<table class=\"totals\"><tr><th>mode as written</th><td>{}</td><th>runs seen</th><td>{}</td><th>stopped</th>\
