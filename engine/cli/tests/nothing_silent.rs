@@ -7,6 +7,8 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
+use trainwarden_testkit::fixtures::policy;
+
 fn repo() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")
 }
@@ -26,13 +28,6 @@ fn temp_dir(name: &str) -> PathBuf {
     dir
 }
 
-/// A ProgressPolicy `ml/NAME` with these rules (YAML flow lines at the rules' indentation) and spec lines.
-fn policy(name: &str, spec: &str, rules: &str) -> String {
-    format!(
-        "apiVersion: trainwarden.dev/v1alpha1\nkind: ProgressPolicy\nmetadata: {{name: {name}, namespace: ml}}\nspec:\n{spec}  rules:\n{rules}"
-    )
-}
-
 fn report(time: &str, stamp: &str, progress: u32, loss: f64) -> String {
     format!(
         r#"{{"time":"{time}","job":"ml/a","trainerStatus":{{"progressPercentage":{progress},"lastUpdatedTime":"{stamp}","metrics":[{{"name":"loss","value":"{loss}"}}]}}}}"#
@@ -45,21 +40,17 @@ fn metric_names_no_report_carries_are_refused_and_custom_ones_declared() {
     let notify = "actions: [{notify: {to: x}}]";
     std::fs::write(
         dir.join("typos.yaml"),
-        policy(
-            "typos",
-            "",
-            &format!(
+        policy("typos").rules(&format!(
                 "    - {{name: a, uses: plateau, with: {{metric: lsos, window: 2h}}, {notify}}}\n    - {{name: b, when: 'metric(\"lsos\") > 1.0', {notify}}}\n    - {{name: c, uses: plateau, with: {{metric: \"*\", window: 2h}}, {notify}}}\n    - {{name: d, when: 'metric(\"lr\") > 0.1', {notify}}}\n"
-            ),
-        ),
+            )).yaml(),
     )
     .unwrap();
     let out = run_in(&dir, &["validate", "typos.yaml"]);
     let t = text(&out);
     assert_eq!(out.status.code(), Some(1), "{t}");
     for want in [
-        "typos.yaml:8:47: spec.rules[2].with.metric: \"*\" (every metric) is only understood by non_finite",
-        "typos.yaml:9:23: spec.rules[3].when: line 1:8: metric(\"lr\"): reports carry \"lr\" as \"learning_rate\"",
+        "typos.yaml:9:47: spec.rules[2].with.metric: \"*\" (every metric) is only understood by non_finite",
+        "typos.yaml:10:23: spec.rules[3].when: line 1:8: metric(\"lr\"): reports carry \"lr\" as \"learning_rate\"",
     ] {
         assert!(t.contains(want), "missing {want:?} in\n{t}");
     }
@@ -67,21 +58,17 @@ fn metric_names_no_report_carries_are_refused_and_custom_ones_declared() {
     // refused with --strict.
     std::fs::write(
         dir.join("near.yaml"),
-        policy(
-            "near",
-            "",
-            &format!(
+        policy("near").rules(&format!(
                 "    - {{name: a, uses: plateau, with: {{metric: lsos, window: 2h}}, {notify}}}\n    - {{name: b, when: 'metric(\"lsos\") > 1.0', {notify}}}\n"
-            ),
-        ),
+            )).yaml(),
     )
     .unwrap();
     let out = run_in(&dir, &["validate", "near.yaml"]);
     let t = text(&out);
     assert_eq!(out.status.code(), Some(0), "{t}");
     for want in [
-        "near.yaml:6:47: spec.rules[0].with.metric: \"lsos\" is neither a canonical metric name nor declared; did you mean \"loss\"?",
-        "near.yaml:7:23: spec.rules[1].when: line 1:8: metric(\"lsos\"): \"lsos\" is neither a canonical metric name nor declared; did you mean \"loss\"?",
+        "near.yaml:7:47: spec.rules[0].with.metric: \"lsos\" is neither a canonical metric name nor declared; did you mean \"loss\"?",
+        "near.yaml:8:23: spec.rules[1].when: line 1:8: metric(\"lsos\"): \"lsos\" is neither a canonical metric name nor declared; did you mean \"loss\"?",
     ] {
         assert!(t.contains(want), "missing {want:?} in\n{t}");
     }
@@ -89,11 +76,9 @@ fn metric_names_no_report_carries_are_refused_and_custom_ones_declared() {
     // A custom name: a warning (exit 0) until declared; --strict refuses it.
     std::fs::write(
         dir.join("custom.yaml"),
-        policy(
-            "custom",
-            "",
-            &format!("    - {{name: a, when: 'metric(\"perplexity\") > 50.0', {notify}}}\n"),
-        ),
+        policy("custom")
+            .rules(&format!("    - {{name: a, when: 'metric(\"perplexity\") > 50.0', {notify}}}\n"))
+            .yaml(),
     )
     .unwrap();
     let out = run_in(&dir, &["validate", "custom.yaml"]);
@@ -106,11 +91,10 @@ fn metric_names_no_report_carries_are_refused_and_custom_ones_declared() {
     assert!(text(&out).contains("is refused (--strict)"));
     std::fs::write(
         dir.join("custom.yaml"),
-        policy(
-            "custom",
-            "  metrics: [perplexity]\n",
-            &format!("    - {{name: a, when: 'metric(\"perplexity\") > 50.0', {notify}}}\n"),
-        ),
+        policy("custom")
+            .spec("metrics: [perplexity]")
+            .rules(&format!("    - {{name: a, when: 'metric(\"perplexity\") > 50.0', {notify}}}\n"))
+            .yaml(),
     )
     .unwrap();
     let out = run_in(&dir, &["validate", "--strict", "custom.yaml"]);
@@ -135,7 +119,7 @@ fn metric_names_no_report_carries_are_refused_and_custom_ones_declared() {
 fn comparisons_of_different_types_are_refused_and_fail_when_only_the_data_shows_them() {
     let dir = temp_dir("types");
     let rules = "    - {name: a, when: 'metric(\"loss\") > \"abc\"', actions: [{suspend: {}}]}\n    - {name: b, when: 'labels.team == 1', actions: [{suspend: {}}]}\n    - {name: c, when: 'metric(\"loss\") == \"NaN\"', actions: [{suspend: {}}]}\n";
-    std::fs::write(dir.join("p.yaml"), policy("p", "", rules)).unwrap();
+    std::fs::write(dir.join("p.yaml"), policy("p").rules(rules).yaml()).unwrap();
     let out = run_in(&dir, &["validate", "p.yaml"]);
     let t = text(&out);
     assert_eq!(out.status.code(), Some(1), "{t}");
@@ -143,7 +127,7 @@ fn comparisons_of_different_types_are_refused_and_fail_when_only_the_data_shows_
     assert_eq!(t.matches("which is always false").count(), 3, "{t}");
     // Only the data shows it: each evaluation is a counted rule error, and replay exits 1.
     let rules = "    - {name: a, when: 'let t = if progress() > 0.0 { \"abc\" } else { 1.0 }; metric(\"loss\") > t', actions: [{suspend: {}}]}\n";
-    std::fs::write(dir.join("q.yaml"), policy("q", "", rules)).unwrap();
+    std::fs::write(dir.join("q.yaml"), policy("q").rules(rules).yaml()).unwrap();
     std::fs::write(
         dir.join("s.jsonl"),
         report("2026-01-01T00:00:00Z", "2026-01-01T00:00:00Z", 1, 2.0) + "\n",
@@ -199,7 +183,7 @@ fn admin_policies_select_offline_with_namespace_labels_and_say_why_not_without()
 fn a_report_from_the_future_does_not_silence_the_job() {
     let dir = temp_dir("future");
     let rules = "    - {name: half, when: 'progress() > 50.0', actions: [{notify: {to: x}}]}\n    - {name: stall, uses: stalled, with: {after: 30m}, actions: [{notify: {to: x}}]}\n";
-    std::fs::write(dir.join("p.yaml"), policy("p", "", rules)).unwrap();
+    std::fs::write(dir.join("p.yaml"), policy("p").rules(rules).yaml()).unwrap();
     let stream = [
         report("2026-01-01T00:01:00Z", "2026-01-01T00:01:00Z", 10, 2.0),
         report("2026-01-01T00:02:00Z", "2030-01-01T00:02:00Z", 20, 1.9),
@@ -217,8 +201,8 @@ fn a_report_from_the_future_does_not_silence_the_job() {
 fn duplicates_across_files_and_exceptions_to_nothing_are_refused_naming_both_files() {
     let dir = temp_dir("duplicates");
     let rules = "    - {name: r, when: 'progress() > 50.0', actions: [{suspend: {}}]}\n";
-    std::fs::write(dir.join("a.yaml"), policy("p", "", rules)).unwrap();
-    std::fs::write(dir.join("b.yaml"), policy("p", "", rules)).unwrap();
+    std::fs::write(dir.join("a.yaml"), policy("p").rules(rules).yaml()).unwrap();
+    std::fs::write(dir.join("b.yaml"), policy("p").rules(rules).yaml()).unwrap();
     let out = run_in(&dir, &["validate", "a.yaml", "b.yaml"]);
     let t = text(&out);
     assert_eq!(out.status.code(), Some(1), "{t}");
@@ -299,7 +283,7 @@ fn validate_passes_the_projects_examples_whatever_the_order() {
 fn until_empty_tests_duplicate_keys_and_namespaceless_lines() {
     let dir = temp_dir("inputs");
     let rules = "    - {name: r, when: 'progress() > 50.0', actions: [{notify: {to: x}}]}\n";
-    std::fs::write(dir.join("p.yaml"), policy("p", "", rules)).unwrap();
+    std::fs::write(dir.join("p.yaml"), policy("p").rules(rules).yaml()).unwrap();
     let stream = [
         report("2026-01-01T00:01:00Z", "2026-01-01T00:01:00Z", 10, 2.0),
         report("2026-01-01T01:00:00Z", "2026-01-01T01:00:00Z", 60, 1.0),
@@ -342,11 +326,10 @@ fn until_empty_tests_duplicate_keys_and_namespaceless_lines() {
 fn errors_that_used_to_mislead() {
     let dir = temp_dir("errors");
     let limits = |v: &str| {
-        policy(
-            "p",
-            &format!("  limits: {{maxActionsPerHour: {v}}}\n"),
-            "    - {name: r, when: 'progress() > 50.0', actions: [{suspend: {}}]}\n",
-        )
+        policy("p")
+            .spec(&format!("limits: {{maxActionsPerHour: {v}}}"))
+            .rule("{name: r, when: 'progress() > 50.0', actions: [{suspend: {}}]}")
+            .yaml()
     };
     for (value, want) in [
         ("-1", "spec.limits.maxActionsPerHour: Invalid value: -1: must be greater than or equal to 1"),
@@ -420,7 +403,7 @@ fn money_is_unknown_without_a_price_and_spans_are_not_misread() {
 fn a_live_stdin_prints_each_event_as_it_happens_and_dev_zero_ends() {
     let dir = temp_dir("live");
     let rules = "    - {name: high, when: 'metric(\"loss\") > 5.0', actions: [{suspend: {}}]}\n";
-    std::fs::write(dir.join("p.yaml"), policy("p", "", rules)).unwrap();
+    std::fs::write(dir.join("p.yaml"), policy("p").rules(rules).yaml()).unwrap();
     let mut child = Command::new(env!("CARGO_BIN_EXE_trainwarden"))
         .args(["replay", "--policy", "p.yaml", "-"])
         .current_dir(&dir)
@@ -533,12 +516,11 @@ fn backtest_says_which_runs_a_policy_did_not_select_and_which_metrics_no_run_rep
     assert!(!t.contains("not selected"), "{t}");
     std::fs::write(
         dir.join("bleu.yaml"),
-        policy(
-            "bleu",
-            "  metrics: [eval_bleu]\n",
-            "    - {name: r, uses: plateau, with: {metric: eval_bleu, window: 2h}, actions: [{suspend: {}}]}\n",
-        )
-        .replace("namespace: ml", "namespace: default"),
+        policy("bleu")
+            .namespace("default")
+            .spec("metrics: [eval_bleu]")
+            .rule("{name: r, uses: plateau, with: {metric: eval_bleu, window: 2h}, actions: [{suspend: {}}]}")
+            .yaml(),
     )
     .unwrap();
     let t = text(&run_in(&repo, &["backtest", dir.join("bleu.yaml").to_str().unwrap(), "examples/corpus/"]));
@@ -552,7 +534,7 @@ fn backtest_says_which_runs_a_policy_did_not_select_and_which_metrics_no_run_rep
 fn a_test_cases_exception_to_a_policy_it_does_not_test_fails_the_case() {
     let dir = temp_dir("test-exception");
     let rules = "    - {name: r, when: 'progress() > 50.0', actions: [{suspend: {}}]}\n";
-    std::fs::write(dir.join("p.yaml"), policy("p", "", rules)).unwrap();
+    std::fs::write(dir.join("p.yaml"), policy("p").rules(rules).yaml()).unwrap();
     std::fs::write(
         dir.join("p.test.yaml"),
         "policies: [p.yaml]\ntests:\n  - name: held\n    job: {namespace: ml, name: a}\n    exceptions:\n      - {policyName: ml/q, ruleNames: [r], expires: 1h}\n    series: {progress: \"10+10x8\"}\n    expectActions: []\n",

@@ -62,7 +62,13 @@ fn replayed(policy_yaml: &str, stream: &str, labels: &[(&str, &[(&str, &str)])])
     replay
 }
 
-const STALL: &str = "apiVersion: trainwarden.dev/v1alpha1\nkind: ProgressPolicy\nmetadata: {name: p, namespace: ml}\nspec:\n  rules:\n    - {name: half, when: 'progress() > 50.0', actions: [{notify: {to: x}}]}\n    - {name: stall, uses: stalled, with: {after: 30m}, actions: [{notify: {to: x}}]}\n";
+/// `half` fires past 50 %, `stall` after 30 minutes without a report.
+fn stall_policy() -> String {
+    crate::testing::policy("p")
+        .rule("{name: half, when: 'progress() > 50.0', actions: [{notify: {to: x}}]}")
+        .rule("{name: stall, uses: stalled, with: {after: 30m}, actions: [{notify: {to: x}}]}")
+        .yaml()
+}
 
 fn report(minute: u32, stamp: &str, progress: u32) -> String {
     format!(
@@ -81,7 +87,7 @@ fn a_report_from_the_future_is_judged_at_its_time_and_said() {
         r#"{"time":"2026-01-01T01:03:00Z","job":"ml/a"}"#.to_string(),
     ]
     .join("\n");
-    let replay = replayed(STALL, &stream, &[]);
+    let replay = replayed(&stall_policy(), &stream, &[]);
     let fired: Vec<&str> = replay
         .events
         .iter()
@@ -104,14 +110,17 @@ fn a_report_from_the_future_is_judged_at_its_time_and_said() {
     );
     // Older than the report before: dropped, as the controller drops it, and counted.
     let stream = [report(1, "2026-01-01T00:01:00Z", 10), report(2, "2025-12-31T00:00:00Z", 20)].join("\n");
-    let replay = replayed(STALL, &stream, &[]);
+    let replay = replayed(&stall_policy(), &stream, &[]);
     assert_eq!(replay.summary.odd_reports[0].out_of_order, 1);
 }
 
 /// Issue 43: a ClusterProgressPolicy with a namespaceSelector selected nothing offline, with no reason.
 #[test]
 fn the_summary_says_which_jobs_a_policy_did_not_select_and_why() {
-    let policy = "apiVersion: trainwarden.dev/v1alpha1\nkind: ClusterProgressPolicy\nmetadata: {name: c}\nspec:\n  namespaceSelector: {matchLabels: {reclaim: \"true\"}}\n  selector: {matchLabels: {team: a}}\n  rules:\n    - {name: r, uses: plateau, with: {metric: eval_loss, window: 2h}, actions: [{notify: {to: x}}]}\n";
+    let policy = crate::testing::cluster_policy("c")
+        .spec("namespaceSelector: {matchLabels: {reclaim: \"true\"}}\nselector: {matchLabels: {team: a}}")
+        .rule("{name: r, uses: plateau, with: {metric: eval_loss, window: 2h}, actions: [{notify: {to: x}}]}")
+        .yaml();
     let stream = [
         r#"{"time":"2026-01-01T00:00:00Z","job":"yes/a","labels":{"team":"a"}}"#,
         r#"{"time":"2026-01-01T00:00:00Z","job":"yes/b","labels":{"team":"b"}}"#,
@@ -120,7 +129,7 @@ fn the_summary_says_which_jobs_a_policy_did_not_select_and_why() {
         r#"{"time":"2026-01-01T00:00:00Z","job":"rec/e","labels":{"team":"a"},"namespaceLabels":{"reclaim":"true"}}"#,
     ]
     .join("\n");
-    let replay = replayed(policy, &stream, &[("yes", &[("reclaim", "true")]), ("no", &[])]);
+    let replay = replayed(&policy, &stream, &[("yes", &[("reclaim", "true")]), ("no", &[])]);
     let n = &replay.summary.not_selected[0];
     assert_eq!((n.policy.as_str(), n.selected), ("ClusterProgressPolicy c", 2), "{n:?}");
     let reasons: Vec<(&str, u64)> = n.reasons.iter().map(|(r, k)| (r.as_str(), *k)).collect();
