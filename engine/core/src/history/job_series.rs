@@ -34,7 +34,7 @@ pub struct JobSeries {
     /// Of `duplicates`, the samples dropped for an older `lastUpdatedTime` than the previous one: out of
     /// order (a watch re-delivering an old object, or a reporter whose clock went back).
     pub out_of_order: u64,
-    /// Samples stamped more than [`MAX_STAMP_AHEAD`] after the instant they were judged at (a reporter's
+    /// Samples stamped more than `MAX_STAMP_AHEAD` (5 minutes) after the instant they were judged at (a reporter's
     /// clock jumped ahead): recorded as of that instant (see [`JobSeries::record_at`]).
     pub stamped_ahead: u64,
     /// Metric names ignored because the job already had `MAX_METRICS_PER_JOB`.
@@ -107,7 +107,7 @@ impl JobSeries {
         }
     }
 
-    /// [`JobSeries::record`] of a sample judged at `now`. A sample stamped more than [`MAX_STAMP_AHEAD`]
+    /// [`JobSeries::record`] of a sample judged at `now`. A sample stamped more than `MAX_STAMP_AHEAD`
     /// after `now` carries a clock that jumped (a `lastUpdatedTime` in 2030): kept at its own time, it would
     /// make every later, rightly stamped report look older and be dropped, so a rule like `stalled` or
     /// `progress() > 50` would never fire again. It is re-stamped `now` (so detectors that read its time see
