@@ -1,5 +1,5 @@
 //! GPU rules end to end, with the GPUs' metrics read from a real Prometheus: the controller against the real
-//! kube-apiserver + etcd, a real `prometheus` (built from the Go module proxy by tests/k8s/build-prometheus.sh)
+//! kube-apiserver + etcd, a real `prometheus` (Debian's 3.5 package, fetched by tests/k8s/build-prometheus.sh)
 //! scraping an exporter that serves what NVIDIA's dcgm-exporter serves for the test's pods, and the controller
 //! querying that Prometheus (`--prometheus-url`). Queries, label joins and staleness are Prometheus' own.
 //!

@@ -158,17 +158,8 @@ pub(crate) async fn explain(cluster: &Cluster, name: &str, now: Timestamp) -> Re
             );
             continue;
         };
-        explain_policy(
-            o,
-            &mut next,
-            &judge,
-            &row,
-            policy,
-            document,
-            &job_labels,
-            labels.get(&namespace),
-            now,
-        );
+        let job = JobView { row: &row, labels: &job_labels, namespace_labels: labels.get(&namespace), now };
+        explain_policy(o, &mut next, &judge, &job, policy, document);
     }
     for problem in &policies.problems {
         let _ = writeln!(o, "  warning: {problem}");
@@ -190,18 +181,24 @@ pub(crate) async fn explain(cluster: &Cluster, name: &str, now: Timestamp) -> Re
     Ok(out)
 }
 
-#[allow(clippy::too_many_arguments)]
+/// The job a policy is explained for, as the explanation reads it.
+struct JobView<'a> {
+    row: &'a JobRow,
+    labels: &'a BTreeMap<String, String>,
+    /// Its namespace's labels, when they could be read (a cluster policy's `namespaceSelector`).
+    namespace_labels: Option<&'a BTreeMap<String, String>>,
+    now: Timestamp,
+}
+
 fn explain_policy(
     o: &mut String,
     next: &mut Vec<String>,
     judge: &Judge,
-    row: &JobRow,
+    job: &JobView<'_>,
     policy: &CompiledPolicy,
     document: &PolicyDocument,
-    job_labels: &BTreeMap<String, String>,
-    namespace_labels: Option<&BTreeMap<String, String>>,
-    now: Timestamp,
 ) {
+    let &JobView { row, labels: job_labels, namespace_labels, now } = job;
     let reference = &policy.reference;
     let head = format!("  {} {} ({:?})", reference.kind, reference, policy.mode);
     if !judge.evaluator.selects(reference, &row.key) {
