@@ -33,8 +33,10 @@ pub(crate) struct ReplayArgs<'a> {
     pub json: bool,
     pub eval_interval: &'a str,
     pub until: Option<&'a str>,
-    pub max_lateness: &'a str,
+    /// `--max-lateness`, if given.
+    pub max_lateness: Option<&'a str>,
     pub streams: &'a [PathBuf],
+    pub namespace_labels: Option<&'a Path>,
     pub notify: &'a ReplayNotify,
 }
 
@@ -44,8 +46,13 @@ pub(crate) fn replay(args: &ReplayArgs<'_>) -> Result<bool, String> {
         .until
         .map(|u| u.parse::<Timestamp>().map_err(|e| format!("--until: expected an RFC 3339 time: {e}")))
         .transpose()?;
-    let max_lateness: PolicyDuration =
-        args.max_lateness.parse().map_err(|e| format!("--max-lateness: {e}"))?;
+    let inputs = streams::open_inputs(args.streams)?;
+    let live = inputs.iter().any(|i| i.live);
+    let max_lateness: PolicyDuration = match args.max_lateness {
+        Some(text) => text.parse().map_err(|e| format!("--max-lateness: {e}"))?,
+        None if live => PolicyDuration::from_secs(0),
+        None => PolicyDuration::from_secs(300),
+    };
     let engine = Evaluator::new(config.clone());
     let policies = load_policies(args.policy_files, engine.scripts())?;
     Replay::check_unique(&policies)?;
@@ -53,10 +60,7 @@ pub(crate) fn replay(args: &ReplayArgs<'_>) -> Result<bool, String> {
         eprintln!("note: {note}");
     }
     let tz = policies[0].env.calendar.time_zone().clone();
-    let decoded = streams::open_all(args.streams)?
-        .into_iter()
-        .map(streams::DecodedAhead::start)
-        .collect::<Result<Vec<_>, _>>()?;
+    let decoded = inputs.into_iter().map(streams::DecodedAhead::start).collect::<Result<Vec<_>, _>>()?;
     let mut merge = Merge::new(decoded, max_lateness);
     // Notifications are grouped on the stream's clock, event by event, with each job's progress at the time.
     let mut notifications = OfflineNotifications::new(&policies);
@@ -65,23 +69,46 @@ pub(crate) fn replay(args: &ReplayArgs<'_>) -> Result<bool, String> {
     }
     let mut rounds = RoundLimit { interval: config.eval_interval, until, first: None, last: None };
     let exceptions = load_exceptions(args.policy_files, &policies)?;
+    let namespace_labels = match args.namespace_labels {
+        Some(path) => {
+            trainwarden_core::parse_namespace_labels(&crate::read(path)?, &path.display().to_string())?
+        }
+        None => trainwarden_core::NamespaceLabels::new(),
+    };
     let mut replay = Replay::new(policies, config);
+    for (namespace, labels) in namespace_labels {
+        replay.set_namespace_labels(&namespace, labels);
+    }
     replay.add_exceptions(exceptions);
-    let mut timeline = Timeline::new(args.json, tz.clone());
-    let written = |e: io::Error| format!("writing output: {e}");
+    let mut timeline = Timeline::new(args.json, tz.clone(), live);
+    // A closed pipe ends the replay quietly, any other write error with status 2 (see `output`).
+    let written = |e: io::Error| crate::output::failed(&e);
     let heading = "invalid stream (replayed up to the first bad line)";
     while let Some(record) = streams::next_record(&mut merge, heading)? {
-        rounds.check(record.time())?;
+        // `--until` ends the replay where it says, before the stream's end too.
+        if let Some(u) = until
+            && record.time() > u
+        {
+            if replay.summary.first_record.is_none() {
+                return Err(format!(
+                    "--until {u} is before the first record ({}): there is nothing to replay",
+                    record.time()
+                ));
+            }
+            eprintln!("note: replayed up to --until {u}; the records after it were not read");
+            break;
+        }
+        rounds.check(record.time(), || merge.last_position().unwrap_or_default())?;
         replay.feed(record);
-        timeline.observe(&mut replay, &mut notifications).map_err(written)?;
+        timeline.observe(&mut replay, &mut notifications).unwrap_or_else(written);
     }
     rounds.check_until()?;
     replay.finish(until);
-    timeline.observe(&mut replay, &mut notifications).map_err(written)?;
+    timeline.observe(&mut replay, &mut notifications).unwrap_or_else(written);
     if let Some(end) = replay.summary.last_time {
         notifications.finish(end);
     }
-    timeline.finish(&replay.summary, &notifications).map_err(written)?;
+    timeline.finish(&replay.summary, &notifications).unwrap_or_else(written);
     drop(timeline);
     let delivered = if args.notify.send {
         send_notifications(&notifications, args.notify.secrets_dir.as_deref())?
@@ -106,20 +133,31 @@ pub(crate) fn replay(args: &ReplayArgs<'_>) -> Result<bool, String> {
 struct RoundLimit {
     interval: PolicyDuration,
     until: Option<Timestamp>,
-    first: Option<Timestamp>,
+    /// The first record's time and where it is (`file:line`).
+    first: Option<(Timestamp, String)>,
     last: Option<Timestamp>,
 }
 
 impl RoundLimit {
-    /// Before the record at `time` (records come in time order) is fed.
-    fn check(&mut self, time: Timestamp) -> Result<(), String> {
-        let first = *self.first.get_or_insert(time);
+    /// Before the record at `time` (records come in time order), at `position()`, is fed.
+    fn check(&mut self, time: Timestamp, position: impl Fn() -> String) -> Result<(), String> {
+        let (first, first_at) = self.first.get_or_insert_with(|| (time, position())).clone();
         self.last = Some(time);
         let end = self.until.unwrap_or(time).max(time);
         let rounds = end.duration_since(first).as_secs_f64() / self.interval.as_secs_f64();
         if rounds > MAX_ROUNDS {
+            let (why, at) = match self.until {
+                Some(u) if u >= time => (format!("to --until {u}"), String::new()),
+                _ => (format!("to {}: its time {time}", position()), format!("{}: ", position())),
+            };
+            let epoch = if first.as_second() < 86_400 {
+                format!(" ({first_at} is at the Unix epoch: a time that was never set?)")
+            } else {
+                String::new()
+            };
             return Err(format!(
-                "replaying {first} to {end} every {} is {} evaluation rounds (at most {MAX_ROUNDS}): raise --eval-interval",
+                "{at}replaying from {first_at} ({first}) {why} every {} is {} evaluation rounds (at most \
+                 {MAX_ROUNDS}){epoch}: check the stream's times, or raise --eval-interval",
                 self.interval,
                 rounds.round(),
             ));
@@ -146,11 +184,13 @@ struct Timeline {
     tz: jiff::tz::TimeZone,
     /// The replay's new events, swapped out after each record (the allocation is kept).
     batch: Vec<Event>,
+    /// The input is live: each record's events are written out at once, not when the buffer fills.
+    live: bool,
 }
 
 impl Timeline {
-    fn new(json: bool, tz: jiff::tz::TimeZone) -> Self {
-        Timeline { out: BufWriter::with_capacity(1 << 16, io::stdout().lock()), json, tz, batch: Vec::new() }
+    fn new(json: bool, tz: jiff::tz::TimeZone, live: bool) -> Self {
+        Timeline { out: crate::output::stdout(), json, tz, batch: Vec::new(), live }
     }
 
     /// Prints the replay's new events and feeds them to the notification grouper, then forgets them.
@@ -169,6 +209,9 @@ impl Timeline {
             } else {
                 self.out.write_all(replay::render_event(event, &self.tz).as_bytes())?;
             }
+        }
+        if self.live && !self.batch.is_empty() {
+            self.out.flush()?;
         }
         self.batch.clear();
         Ok(())

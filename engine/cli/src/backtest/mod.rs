@@ -64,6 +64,9 @@ pub(crate) struct BacktestArgs {
     /// How far out of order a stream's lines may be (see `replay --max-lateness`).
     #[arg(long, value_name = "DURATION", default_value = "5m")]
     max_lateness: String,
+    /// Namespaces' labels, for ClusterProgressPolicies' namespaceSelector (see `replay --namespace-labels`).
+    #[arg(long, value_name = "FILE")]
+    namespace_labels: Option<PathBuf>,
 }
 
 /// Names of corpus files in a directory.
@@ -83,7 +86,11 @@ pub(crate) fn backtest(args: &BacktestArgs) -> Result<bool, String> {
         return Err(format!("--min-improvement {}: must be 0 or more", args.min_improvement));
     }
     let tolerance = Tolerance { relative: tolerance(&args.tolerance)?, absolute: args.min_improvement };
-    let options = Options { tolerance, target: args.target.clone() };
+    let namespace_labels = match &args.namespace_labels {
+        Some(path) => trainwarden_core::parse_namespace_labels(&read(path)?, &path.display().to_string())?,
+        None => trainwarden_core::NamespaceLabels::new(),
+    };
+    let options = Options { tolerance, target: args.target.clone(), namespace_labels };
     let mut policy_paths = args.policies.clone();
     let mut corpus = Vec::new();
     for p in &args.paths {
@@ -131,7 +138,11 @@ pub(crate) fn backtest(args: &BacktestArgs) -> Result<bool, String> {
     let html_file = args
         .html
         .as_ref()
-        .map(|p| std::fs::File::create(p).map(|f| (p, f)).map_err(|e| format!("--html {}: {e}", p.display())))
+        .map(|p| {
+            crate::output::AtomicFile::create(p)
+                .map(|f| (p, f))
+                .map_err(|e| format!("--html {}: {e}", p.display()))
+        })
         .transpose()?;
     let (report, unreadable) = run(&plan, &corpus, max_lateness, workers.max(1));
     if !unreadable.is_empty() {
@@ -154,15 +165,16 @@ pub(crate) fn backtest(args: &BacktestArgs) -> Result<bool, String> {
         ));
     }
 
-    let mut out = io::BufWriter::new(io::stdout().lock());
-    let written = |e: io::Error| format!("writing output: {e}");
-    match args.output {
-        Output::Json => writeln!(out, "{}", serde_json::json!({ "backtest": report })).map_err(written)?,
-        Output::Text => out.write_all(report.render_text().as_bytes()).map_err(written)?,
-    }
-    out.flush().map_err(written)?;
-    if let Some((path, mut file)) = html_file {
-        file.write_all(html::render(&report).as_bytes())
+    let mut out = crate::output::stdout();
+    let written = |e: io::Error| crate::output::failed(&e);
+    let printed = match args.output {
+        Output::Json => writeln!(out, "{}", serde_json::json!({ "backtest": report })),
+        Output::Text => out.write_all(report.render_text().as_bytes()),
+    };
+    printed.unwrap_or_else(written);
+    out.flush().unwrap_or_else(written);
+    if let Some((path, file)) = html_file {
+        file.commit(html::render(&report).as_bytes())
             .map_err(|e| format!("--html {}: {e}", path.display()))?;
         eprintln!("wrote {}", path.display());
     }

@@ -15,6 +15,11 @@ use crate::time::Timestamp;
 /// so a reporter that invents a new name per step cannot grow memory without bound.
 pub(crate) const MAX_METRICS_PER_JOB: usize = 32;
 
+/// How far after the instant it is judged at a report's `lastUpdatedTime` may be before it counts as
+/// stamped by a clock that jumped ahead: clocks of pods, the API server and the controller differ by seconds.
+pub(crate) const MAX_STAMP_AHEAD: crate::units::duration::PolicyDuration =
+    crate::units::duration::PolicyDuration::from_secs(300);
+
 /// Everything the engine remembers about one job's progress.
 #[derive(Clone, Debug)]
 pub struct JobSeries {
@@ -26,6 +31,12 @@ pub struct JobSeries {
     /// Samples dropped: older than the previous one, or the very same report again (same `lastUpdatedTime`,
     /// same content).
     pub duplicates: u64,
+    /// Of `duplicates`, the samples dropped for an older `lastUpdatedTime` than the previous one: out of
+    /// order (a watch re-delivering an old object, or a reporter whose clock went back).
+    pub out_of_order: u64,
+    /// Samples stamped more than `MAX_STAMP_AHEAD` (5 minutes) after the instant they were judged at (a reporter's
+    /// clock jumped ahead): recorded as of that instant (see [`JobSeries::record_at`]).
+    pub stamped_ahead: u64,
     /// Metric names ignored because the job already had `MAX_METRICS_PER_JOB`.
     pub dropped_metrics: u64,
     /// `lastUpdatedTime` of the first accepted sample.
@@ -84,6 +95,8 @@ impl JobSeries {
             metrics: Vec::new(),
             samples: 0,
             duplicates: 0,
+            out_of_order: 0,
+            stamped_ahead: 0,
             dropped_metrics: 0,
             first_sample_at: None,
             last_sample_at: None,
@@ -92,6 +105,19 @@ impl JobSeries {
             last_summary: None,
             last_metric_count: 0,
         }
+    }
+
+    /// [`JobSeries::record`] of a sample judged at `now`. A sample stamped more than `MAX_STAMP_AHEAD`
+    /// after `now` carries a clock that jumped (a `lastUpdatedTime` in 2030): kept at its own time, it would
+    /// make every later, rightly stamped report look older and be dropped, so a rule like `stalled` or
+    /// `progress() > 50` would never fire again. It is re-stamped `now` (so detectors that read its time see
+    /// the same), recorded, and counted.
+    pub fn record_at(&mut self, sample: &mut ProgressSample, now: Timestamp) -> Recorded {
+        if sample.updated_at.duration_since(now) > MAX_STAMP_AHEAD.to_signed_duration() {
+            self.stamped_ahead += 1;
+            sample.updated_at = now;
+        }
+        self.record(sample)
     }
 
     /// Adds a sample unless it predates the previous one or is the very same report again.
@@ -117,6 +143,7 @@ impl JobSeries {
                 || (sample.updated_at == prev && self.repeats_last(sample, &progress)))
         {
             self.duplicates += 1;
+            self.out_of_order += u64::from(sample.updated_at < prev);
             return Recorded::Duplicate;
         }
         let moved = self.last.is_some_and(|l| l != progress);

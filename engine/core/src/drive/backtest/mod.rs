@@ -40,6 +40,8 @@ pub struct Options {
     pub tolerance: outcome::Tolerance,
     /// The metric regret is measured on; `None`: the stopping rule's own metric (`with.metric`), else `loss`.
     pub target: Option<String>,
+    /// Namespaces' labels (`--namespace-labels`), for ClusterProgressPolicies' `namespaceSelector`.
+    pub namespace_labels: crate::input::namespaces::NamespaceLabels,
 }
 
 /// One recorded run: one job of one corpus file.
@@ -160,6 +162,10 @@ pub struct Verdict {
     pub stop: Option<Stop>,
     /// Rule evaluations that failed on this run, by rule: how many, and the first message.
     pub rule_errors: BTreeMap<String, (u64, String)>,
+    /// Why the policy did not select the run (`None` when it did), as the replay summary says it.
+    pub not_selected: Option<String>,
+    /// `rule r watches m` for each metric a rule watches that no record of the run's file reported.
+    pub unreported: Vec<String>,
 }
 
 /// A would-be stop and its verdict.
@@ -234,6 +240,9 @@ impl Plan {
         let gpu_hour_cost = policy.env.gpu_hour_cost;
         let assume_gpus = policy.env.assume_gpus;
         let mut replay = Replay::new(vec![policy], self.config.clone());
+        for (namespace, labels) in &self.options.namespace_labels {
+            replay.set_namespace_labels(namespace, labels.clone());
+        }
         let mut verdicts: Vec<Verdict> = runs
             .iter()
             .map(|r| Verdict {
@@ -241,6 +250,8 @@ impl Plan {
                 selected: false,
                 stop: None,
                 rule_errors: BTreeMap::new(),
+                not_selected: None,
+                unreported: Vec::new(),
             })
             .collect();
         // Only complete runs are replayed.
@@ -297,6 +308,19 @@ impl Plan {
         }
         replay.finish(None);
         note(&mut replay, &mut verdicts);
+        // What the replay summary says of selection and unreported metrics, per run.
+        let unreported: Vec<String> = replay
+            .summary
+            .unreported_metrics
+            .iter()
+            .map(|u| format!("rule {} watches {}", u.rule, u.metric))
+            .collect();
+        for (r, run) in runs.iter().enumerate().filter(|(_, r)| r.complete) {
+            verdicts[r].unreported.clone_from(&unreported);
+            if !verdicts[r].selected {
+                verdicts[r].not_selected = replay.why_not_selected(0, &run.job);
+            }
+        }
         Ok(verdicts)
     }
 

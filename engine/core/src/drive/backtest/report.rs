@@ -92,6 +92,12 @@ pub struct PolicyReport {
     pub stops: Vec<StopEntry>,
     /// On the Pareto front among this policy's candidates (always true without sweeps).
     pub pareto: bool,
+    /// Judged runs it did not select, by reason.
+    #[serde(skip_serializing_if = "BTreeMap::is_empty")]
+    pub not_selected: BTreeMap<String, u64>,
+    /// `rule r watches m` for the watched metrics no judged run reported: those rules could not fire.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub unreported: Option<Vec<String>>,
 }
 
 /// One rule's totals.
@@ -251,6 +257,8 @@ impl ReportBuilder {
                             .collect(),
                         stops: Vec::new(),
                         pareto: true,
+                        not_selected: BTreeMap::new(),
+                        unreported: None,
                     })
                     .collect(),
             })
@@ -278,6 +286,13 @@ impl ReportBuilder {
             for (policy, verdicts) in candidate.policies.iter_mut().zip(per_policy) {
                 for (r, verdict) in verdicts.iter().enumerate() {
                     let name = &file.runs[r].name;
+                    if let Some(why) = &verdict.not_selected {
+                        *policy.not_selected.entry(why.clone()).or_default() += 1;
+                    }
+                    if !verdict.skipped {
+                        let seen = policy.unreported.get_or_insert_with(|| verdict.unreported.clone());
+                        seen.retain(|u| verdict.unreported.contains(u));
+                    }
                     if verdict.selected {
                         policy.totals.runs_seen += 1;
                         for rule in &mut policy.rules {
@@ -377,8 +392,9 @@ fn percent(v: Option<f64>) -> String {
     }
 }
 
+/// GPU-hours and hours by the one formatter ([`crate::fmt_gpu_hours`]): a small saving is never `0`.
 fn hours(v: f64) -> String {
-    fmt_num((v * 10.0).round() / 10.0)
+    crate::units::money::fmt_gpu_hours(v)
 }
 
 fn lead(v: Option<f64>) -> String {
@@ -445,7 +461,12 @@ impl Report {
     fn render_policy(&self, out: &mut String, p: &PolicyReport) {
         let t = &p.totals;
         let _ = writeln!(out, "\npolicy {} (mode {} as written)", p.policy, p.mode_as_written);
-        let dollars = t.dollars_saved.map(|d| format!(" (${})", fmt_num(d.round()))).unwrap_or_default();
+        let dollars = t
+            .dollars_saved
+            .map(|d| {
+                format!(" ({})", crate::units::money::fmt_money(Some(d), crate::units::money::Cents::Rounded))
+            })
+            .unwrap_or_default();
         let _ = writeln!(
             out,
             "  runs seen {}, stopped {}, saved {} GPU-h{dollars} ({} h of wall clock)",
@@ -454,6 +475,14 @@ impl Report {
             hours(t.gpu_hours_saved),
             hours(t.hours_saved),
         );
+        if !p.not_selected.is_empty() {
+            let why: Vec<String> = p.not_selected.iter().map(|(r, n)| format!("{n} {r}")).collect();
+            let n: u64 = p.not_selected.values().sum();
+            let _ = writeln!(out, "  not selected {}: {}", plural(n, "run", "runs"), why.join(", "));
+        }
+        for u in p.unreported.iter().flatten() {
+            let _ = writeln!(out, "  {u}: no run reported it, so that rule could not fire on it");
+        }
         let _ = write!(
             out,
             "  false stops {} ({} GPU-h of good work lost)",
