@@ -1,13 +1,16 @@
 //! The backtest's totals: per candidate (one combination of `--set` values), per policy and per rule — runs
 //! seen, stopped, GPU time saved, false stops and the good work they would have cost, the worst regret, the
-//! lead time of rightful stops — and, over candidates, which settings are on the Pareto front (no other
-//! saves more GPU-hours with no more false stops).
+//! lead time of rightful stops; where runs carry an outcome label, healthy runs stopped, bad runs caught,
+//! precision and recall — and, over candidates, which settings are on the Pareto front (no other saves more
+//! GPU-hours with no more false stops). With several policies, they are also added up *together*: each run's
+//! first stop by any of them, which is what running them side by side would do. The scoreboard puts every
+//! policy and every external rule (a peer's stops) on one table.
 
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
 
 use super::outcome::{Trouble, median};
-use super::{CURVE_POINTS, FileResult, Plan, Stop, thinned};
+use super::{CURVE_POINTS, FileResult, OUTCOMES, Plan, Stop, Verdict, thinned};
 use crate::input::sample::JobPhase;
 use crate::time::{Timestamp, fmt_num, fmt_secs, plural};
 
@@ -19,13 +22,24 @@ pub struct Report {
     pub tolerance: f64,
     /// And the least absolute improvement (0: any).
     pub min_improvement: f64,
+    /// Logged values per rolling median the judgement compares (1: raw values).
+    pub smoothing: usize,
     /// `--target`, when given.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub target: Option<String>,
+    /// `--runs`, when given.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub runs_selector: Option<String>,
     /// Corpus files read.
     pub files: usize,
-    /// Every run, in corpus order.
+    /// Every judged run, in corpus order.
     pub runs: Vec<RunSummary>,
+    /// Jobs of the corpus that `--runs` left out.
+    pub excluded: Vec<String>,
+    /// Judged runs by outcome label (complete runs only).
+    pub outcomes: BTreeMap<String, u64>,
+    /// Stops from stops files that did not fit their run: `file:line: why`. Not judged.
+    pub stop_errors: Vec<String>,
     /// Runs not judged because they did not run to their end (still running, or suspended).
     pub incomplete: Vec<String>,
     /// Judged runs without a recorded GPU count: their GPU-hours are 0 unless the policy sets assumeGpus.
@@ -51,6 +65,9 @@ pub struct RunSummary {
     pub end: Timestamp,
     /// How it ended: `Complete`, `Failed`, … (`Running`: the stream just stops).
     pub phase: String,
+    /// Its outcome label, when it has one.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub outcome: Option<String>,
     /// Thinned curves of the metrics some stop was judged on (for pictures; not in JSON).
     #[serde(skip)]
     pub curves: BTreeMap<String, Vec<(Timestamp, f64)>>,
@@ -62,8 +79,11 @@ pub struct RunSummary {
 pub struct CandidateReport {
     /// `path=value` per `--set`.
     pub settings: Vec<Setting>,
-    /// One per policy, in file order.
+    /// One per policy, in file order, then one per external rule (stops files).
     pub policies: Vec<PolicyReport>,
+    /// With two policies or more: each run's first stop by any of them.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub together: Option<PolicyReport>,
 }
 
 /// One `--set` value of a candidate.
@@ -81,8 +101,11 @@ pub struct Setting {
 pub struct PolicyReport {
     /// `namespace/name` (or the name of a cluster policy).
     pub policy: String,
-    /// `spec.mode` as written (the backtest enforces every rule).
+    /// `spec.mode` as written (the backtest enforces every rule); `external` for a stops file's rule.
     pub mode_as_written: String,
+    /// For an external rule: the stops files it came from.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub sources: Vec<String>,
     /// The totals over its rules.
     #[serde(flatten)]
     pub totals: Tally,
@@ -116,6 +139,9 @@ pub struct StopEntry {
     pub run: usize,
     /// The run's name.
     pub run_name: String,
+    /// The run's outcome label, when it has one.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub run_outcome: Option<String>,
     /// The stop and its verdict.
     #[serde(flatten)]
     pub stop: Stop,
@@ -152,8 +178,39 @@ pub struct Tally {
     pub median_lead_seconds: Option<f64>,
     /// Rule evaluations that failed (those rules never fired there).
     pub rule_errors: u64,
+    /// Stops of runs that carry an outcome label.
+    pub labelled_stops: u64,
+    /// Stops of runs labelled `healthy`.
+    pub healthy_stopped: u64,
+    /// Rightful stops of runs labelled as gone bad (any label but `healthy`): bad runs caught.
+    pub caught: u64,
+    /// Runs seen that are labelled as gone bad.
+    pub bad_runs_seen: u64,
+    /// `caught` / `labelled_stops`, when there are labelled stops.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub precision: Option<f64>,
+    /// `caught` / `bad_runs_seen`, when bad runs were seen.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub recall: Option<f64>,
+    /// Per outcome label: runs seen, stopped, caught (rightful stops) and false stops.
+    #[serde(skip_serializing_if = "BTreeMap::is_empty")]
+    pub by_outcome: BTreeMap<String, OutcomeTally>,
     #[serde(skip)]
     leads: Vec<f64>,
+}
+
+/// One outcome label's share of a [`Tally`].
+#[derive(Clone, Debug, Default, PartialEq, serde::Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct OutcomeTally {
+    /// Runs with this label the policy selected.
+    pub runs: u64,
+    /// Of them, stopped.
+    pub stopped: u64,
+    /// Stopped rightly.
+    pub caught: u64,
+    /// Stopped falsely.
+    pub false_stops: u64,
 }
 
 /// The worst false stop.
@@ -176,8 +233,32 @@ pub struct Regret {
 }
 
 impl Tally {
-    fn add(&mut self, run_name: &str, stop: &Stop) {
+    /// A run the policy selected, with its outcome label.
+    fn see(&mut self, outcome: Option<&str>) {
+        self.runs_seen += 1;
+        if let Some(label) = outcome {
+            self.by_outcome.entry(label.to_string()).or_default().runs += 1;
+            if label != "healthy" {
+                self.bad_runs_seen += 1;
+            }
+        }
+    }
+
+    fn add(&mut self, run_name: &str, stop: &Stop, outcome: Option<&str>) {
         let o = &stop.outcome;
+        if let Some(label) = outcome {
+            self.labelled_stops += 1;
+            let rightful = o.measured && !o.false_stop;
+            let entry = self.by_outcome.entry(label.to_string()).or_default();
+            entry.stopped += 1;
+            entry.false_stops += u64::from(o.false_stop);
+            if label == "healthy" {
+                self.healthy_stopped += 1;
+            } else if rightful {
+                self.caught += 1;
+                entry.caught += 1;
+            }
+        }
         self.stopped += 1;
         self.hours_saved += o.hours_saved;
         self.gpu_hours_saved += o.gpu_hours_saved;
@@ -212,12 +293,21 @@ impl Tally {
 
     fn close(&mut self) {
         self.median_lead_seconds = median(&mut self.leads);
+        self.precision = (self.labelled_stops > 0).then(|| self.caught as f64 / self.labelled_stops as f64);
+        self.recall = (self.bad_runs_seen > 0).then(|| self.caught as f64 / self.bad_runs_seen as f64);
+    }
+
+    /// Good work lost per GPU-hour saved (`None` when nothing was saved).
+    pub fn lost_share(&self) -> Option<f64> {
+        (self.gpu_hours_saved > 0.0).then(|| self.lost_gpu_hours / self.gpu_hours_saved)
     }
 }
 
 /// Adds files' results up, in corpus order (so the report does not depend on which thread finished first).
 pub struct ReportBuilder {
     report: Report,
+    /// Policies (not external rules) per candidate: what `together` adds up.
+    documents: usize,
 }
 
 impl ReportBuilder {
@@ -238,78 +328,117 @@ impl ReportBuilder {
                     .map(|d| PolicyReport {
                         policy: d.reference.to_string(),
                         mode_as_written: d.spec.mode.as_str().to_string(),
+                        sources: Vec::new(),
                         totals: Tally::default(),
-                        rules: d
-                            .spec
-                            .rules
-                            .iter()
-                            .map(|r| RuleReport {
-                                rule: r.name.clone(),
-                                first_error: None,
-                                totals: Tally::default(),
-                            })
-                            .collect(),
+                        rules: d.spec.rules.iter().map(|r| RuleReport::new(&r.name)).collect(),
                         stops: Vec::new(),
                         pareto: true,
                     })
+                    .chain(plan.external.iter().map(|e| PolicyReport {
+                        policy: e.rule.clone(),
+                        mode_as_written: "external".into(),
+                        sources: e.sources.clone(),
+                        totals: Tally::default(),
+                        rules: vec![RuleReport::new(&e.rule)],
+                        stops: Vec::new(),
+                        pareto: true,
+                    }))
                     .collect(),
+                together: (c.documents.len() > 1).then(|| PolicyReport {
+                    policy: format!("all {} policies together", c.documents.len()),
+                    mode_as_written: "Enforce".into(),
+                    sources: Vec::new(),
+                    totals: Tally::default(),
+                    rules: c
+                        .documents
+                        .iter()
+                        .flat_map(|d| {
+                            d.spec.rules.iter().map(move |r| {
+                                RuleReport::new(&together_rule(&d.reference.to_string(), &r.name))
+                            })
+                        })
+                        .collect(),
+                    stops: Vec::new(),
+                    pareto: true,
+                }),
             })
             .collect();
         ReportBuilder {
             report: Report {
-                tolerance: plan.options.tolerance.relative,
-                min_improvement: plan.options.tolerance.absolute,
+                tolerance: plan.options.judge.tolerance.relative,
+                min_improvement: plan.options.judge.tolerance.absolute,
+                smoothing: plan.options.judge.smoothing,
                 target: plan.options.target.clone(),
+                runs_selector: plan.runs.as_ref().map(ToString::to_string),
                 files: 0,
                 runs: Vec::new(),
+                excluded: Vec::new(),
+                outcomes: BTreeMap::new(),
+                stop_errors: Vec::new(),
                 incomplete: Vec::new(),
                 runs_without_gpus: 0,
                 candidates,
             },
+            documents: plan.candidates.first().map_or(0, |c| c.documents.len()),
         }
     }
 
     /// Adds the next file's result.
     pub fn add(&mut self, file: FileResult) {
         self.report.files += 1;
+        self.report.excluded.extend(file.excluded.iter().map(ToString::to_string));
         let first = self.report.runs.len();
+        let outcomes: Vec<Option<&'static str>> = file.runs.iter().map(super::Run::outcome).collect();
         let mut targets: Vec<std::collections::BTreeSet<String>> = vec![Default::default(); file.runs.len()];
+        let documents = self.documents;
         for (candidate, per_policy) in self.report.candidates.iter_mut().zip(&file.verdicts) {
             for (policy, verdicts) in candidate.policies.iter_mut().zip(per_policy) {
                 for (r, verdict) in verdicts.iter().enumerate() {
                     let name = &file.runs[r].name;
-                    if verdict.selected {
-                        policy.totals.runs_seen += 1;
-                        for rule in &mut policy.rules {
-                            rule.totals.runs_seen += 1;
-                        }
+                    if let Some(e) = &verdict.stop_error
+                        && !self.report.stop_errors.contains(e)
+                    {
+                        self.report.stop_errors.push(e.clone());
                     }
-                    for (rule, (count, message)) in &verdict.rule_errors {
-                        policy.totals.rule_errors += count;
-                        if let Some(r) = policy.rules.iter_mut().find(|x| &x.rule == rule) {
-                            r.totals.rule_errors += count;
-                            r.first_error.get_or_insert_with(|| format!("{name}: {message}"));
-                        }
+                    add_verdict(policy, verdict, name, first + r, outcomes[r], None);
+                    if let Some(stop) = &verdict.stop {
+                        targets[r].insert(stop.target.clone());
                     }
-                    let Some(stop) = &verdict.stop else { continue };
-                    policy.totals.add(name, stop);
-                    if let Some(rule) = policy.rules.iter_mut().find(|x| x.rule == stop.rule) {
-                        rule.totals.add(name, stop);
-                    }
-                    targets[r].insert(stop.target.clone());
-                    policy.stops.push(StopEntry {
-                        run: first + r,
-                        run_name: name.clone(),
-                        stop: stop.clone(),
-                    });
+                }
+            }
+            // Together: per run, the earliest stop of any policy (external rules are not part of it).
+            if let Some(together) = &mut candidate.together {
+                for r in 0..file.runs.len() {
+                    let policies = &per_policy[..documents.min(per_policy.len())];
+                    let selected = policies.iter().any(|v| v[r].selected);
+                    let first_stop = policies
+                        .iter()
+                        .zip(&candidate.policies)
+                        .filter_map(|(v, p)| v[r].stop.as_ref().map(|s| (s, p.policy.as_str())))
+                        .min_by_key(|(s, _)| s.outcome.at);
+                    let verdict = Verdict {
+                        skipped: policies.iter().all(|v| v[r].skipped),
+                        selected,
+                        stop: None,
+                        rule_errors: BTreeMap::new(),
+                        stop_error: None,
+                    };
+                    let stop = first_stop
+                        .map(|(s, policy)| Stop { rule: together_rule(policy, &s.rule), ..s.clone() });
+                    add_verdict(together, &verdict, &file.runs[r].name, first + r, outcomes[r], stop);
                 }
             }
         }
-        for (run, wanted) in file.runs.into_iter().zip(targets) {
+        for ((run, wanted), outcome) in file.runs.into_iter().zip(targets).zip(outcomes) {
             if !run.complete {
                 self.report.incomplete.push(run.name.clone());
-            } else if run.gpus.is_none() {
-                self.report.runs_without_gpus += 1;
+            } else {
+                if run.gpus.is_none() {
+                    self.report.runs_without_gpus += 1;
+                }
+                if let Some(o) = outcome {
+                    *self.report.outcomes.entry(o.to_string()).or_default() += 1;
+                }
             }
             let curves = wanted
                 .into_iter()
@@ -322,15 +451,16 @@ impl ReportBuilder {
                 start: run.start,
                 end: run.end,
                 phase: phase_name(run.phase).to_string(),
+                outcome: outcome.map(str::to_string),
                 curves,
             });
         }
     }
 
-    /// The finished report: medians and the Pareto front.
+    /// The finished report: medians, precision and recall, and the Pareto front.
     pub fn finish(mut self) -> Report {
         for c in &mut self.report.candidates {
-            for p in &mut c.policies {
+            for p in c.policies.iter_mut().chain(c.together.as_mut()) {
                 p.totals.close();
                 for r in &mut p.rules {
                     r.totals.close();
@@ -356,6 +486,52 @@ impl ReportBuilder {
     }
 }
 
+impl RuleReport {
+    fn new(rule: &str) -> Self {
+        RuleReport { rule: rule.to_string(), first_error: None, totals: Tally::default() }
+    }
+}
+
+/// A rule's name in the `together` totals: `policy/rule`.
+fn together_rule(policy: &str, rule: &str) -> String {
+    format!("{}/{rule}", policy.rsplit('/').next().unwrap_or(policy))
+}
+
+/// Adds one run's verdict to a policy's totals; `stop` overrides the verdict's own (for `together`).
+fn add_verdict(
+    policy: &mut PolicyReport,
+    verdict: &Verdict,
+    name: &str,
+    run: usize,
+    outcome: Option<&str>,
+    stop: Option<Stop>,
+) {
+    if verdict.selected {
+        policy.totals.see(outcome);
+        for rule in &mut policy.rules {
+            rule.totals.see(outcome);
+        }
+    }
+    for (rule, (count, message)) in &verdict.rule_errors {
+        policy.totals.rule_errors += count;
+        if let Some(r) = policy.rules.iter_mut().find(|x| &x.rule == rule) {
+            r.totals.rule_errors += count;
+            r.first_error.get_or_insert_with(|| format!("{name}: {message}"));
+        }
+    }
+    let Some(stop) = stop.or_else(|| verdict.stop.clone()) else { return };
+    policy.totals.add(name, &stop, outcome);
+    if let Some(rule) = policy.rules.iter_mut().find(|x| x.rule == stop.rule) {
+        rule.totals.add(name, &stop, outcome);
+    }
+    policy.stops.push(StopEntry {
+        run,
+        run_name: name.to_string(),
+        run_outcome: outcome.map(str::to_string),
+        stop,
+    });
+}
+
 fn phase_name(p: JobPhase) -> &'static str {
     match p {
         JobPhase::Running => "Running",
@@ -374,6 +550,34 @@ fn percent(v: Option<f64>) -> String {
             format!("{} %", fmt_num((p * scale).round() / scale))
         }
         Some(_) | None => "-".into(),
+    }
+}
+
+/// The judgement of one stop in words.
+fn verdict_text(s: &StopEntry) -> String {
+    let o = &s.stop.outcome;
+    if !o.measured {
+        format!("not judged: the run never reported {}", s.stop.target)
+    } else if o.false_stop && o.best_before.is_none() {
+        format!("FALSE STOP: before any {} was reported; the run went on to report it", s.stop.target)
+    } else if o.false_stop && o.relative_improvement.is_none() {
+        format!(
+            "FALSE STOP: {} improved from 0 to {} afterwards",
+            s.stop.target,
+            o.best_after.map_or_else(String::new, fmt_num)
+        )
+    } else if o.false_stop {
+        format!("FALSE STOP: {} improved {} afterwards", s.stop.target, percent(o.relative_improvement))
+    } else {
+        match (o.trouble, o.lead_seconds) {
+            (Some(Trouble::Diverged), Some(l)) => {
+                format!("right: diverged, its best {} before the stop", fmt_secs(l.round()))
+            }
+            (Some(k), Some(l)) => {
+                format!("right: {} for {} before the stop", k.as_str(), fmt_secs(l.round()))
+            }
+            _ => format!("right: {} did not improve", s.stop.target),
+        }
     }
 }
 
@@ -397,7 +601,7 @@ impl Report {
         let mut out = String::new();
         let _ = writeln!(
             out,
-            "backtest: {} from {}; every rule enforced; a stop is false when {} improved by more than {}{} afterwards",
+            "backtest: {} from {}; every rule enforced; a stop is false when {} improved by more than {}{} afterwards{}",
             plural(self.runs.len() as u64, "run", "runs"),
             plural(self.files as u64, "file", "files"),
             self.target.as_deref().map_or("the rule's metric".to_string(), |t| format!("`{t}`")),
@@ -407,7 +611,25 @@ impl Report {
             } else {
                 String::new()
             },
+            if self.smoothing > 1 {
+                format!(" (levels: medians of {} logged values)", self.smoothing)
+            } else {
+                " (raw logged values)".to_string()
+            },
         );
+        if let Some(selector) = &self.runs_selector {
+            let _ = writeln!(
+                out,
+                "runs: {selector} ({} left out)",
+                plural(self.excluded.len() as u64, "run", "runs")
+            );
+        }
+        if !self.outcomes.is_empty() {
+            let labelled: u64 = self.outcomes.values().sum();
+            let counts: Vec<String> =
+                OUTCOMES.iter().filter_map(|o| self.outcomes.get(*o).map(|n| format!("{o} {n}"))).collect();
+            let _ = writeln!(out, "outcome labels: {labelled} of the judged runs ({})", counts.join(", "));
+        }
         if !self.incomplete.is_empty() {
             let shown: Vec<&str> = self.incomplete.iter().take(10).map(String::as_str).collect();
             let more = self.incomplete.len() - shown.len();
@@ -431,15 +653,53 @@ impl Report {
             let set = base.settings.iter().map(|s| format!("{}={}", s.path, s.value)).collect::<Vec<_>>();
             let _ = writeln!(out, "(details below are for the first setting: {})", set.join(" "));
         }
-        for p in &base.policies {
+        for p in base.policies.iter().chain(base.together.as_ref()) {
             self.render_policy(&mut out, p);
         }
         if self.candidates.len() > 1 {
-            for (i, p) in base.policies.iter().enumerate() {
+            for (i, p) in base.policies.iter().enumerate().filter(|(_, p)| p.mode_as_written != "external") {
                 self.render_tradeoff(&mut out, i, &p.policy);
             }
         }
+        if !self.outcomes.is_empty() || base.policies.len() > 1 {
+            self.render_scoreboard(&mut out, base);
+        }
         out
+    }
+
+    /// One line per policy, external rule and the policies together, as a Markdown table.
+    fn render_scoreboard(&self, out: &mut String, base: &CandidateReport) {
+        let labelled = !self.outcomes.is_empty();
+        let _ = writeln!(
+            out,
+            "
+scoreboard"
+        );
+        let mut head = vec!["policy", "stops", "false stops"];
+        if labelled {
+            head.extend(["healthy runs stopped", "bad runs caught", "precision"]);
+        }
+        head.extend(["GPU-h saved", "GPU-h lost", "lost / saved", "median lead"]);
+        let _ = writeln!(out, "| {} |", head.join(" | "));
+        let _ = writeln!(
+            out,
+            "|{}",
+            head.iter().enumerate().map(|(i, _)| if i == 0 { "---|" } else { "---:|" }).collect::<String>()
+        );
+        for p in base.together.iter().chain(&base.policies) {
+            let t = &p.totals;
+            let mut row = vec![p.policy.clone(), t.stopped.to_string(), t.false_stops.to_string()];
+            if labelled {
+                row.push(t.healthy_stopped.to_string());
+                row.push(format!("{} of {} ({})", t.caught, t.bad_runs_seen, percent(t.recall)));
+                row.push(percent(t.precision));
+            }
+            row.push(hours(t.gpu_hours_saved));
+            row.push(hours(t.lost_gpu_hours));
+            row.push(percent(t.lost_share()));
+            row.push(lead(t.median_lead_seconds));
+            let _ = writeln!(out, "| {} |", row.join(" | "));
+        }
     }
 
     fn render_policy(&self, out: &mut String, p: &PolicyReport) {
@@ -496,6 +756,35 @@ impl Report {
             if troubles.is_empty() { "none".into() } else { troubles.join(", ") },
             lead(t.median_lead_seconds)
         );
+        let labelled = !self.outcomes.is_empty();
+        if labelled {
+            let by: Vec<String> = OUTCOMES[1..]
+                .iter()
+                .filter_map(|o| t.by_outcome.get(*o).map(|x| format!("{o} {} of {}", x.caught, x.runs)))
+                .collect();
+            let _ = writeln!(
+                out,
+                "  bad runs caught {} of {} (recall {}{}), precision {} ({} of {} labelled stops); healthy runs stopped {}",
+                t.caught,
+                t.bad_runs_seen,
+                percent(t.recall),
+                if by.is_empty() { String::new() } else { format!(": {}", by.join(", ")) },
+                percent(t.precision),
+                t.caught,
+                t.labelled_stops,
+                t.healthy_stopped
+            );
+            for s in p.stops.iter().filter(|s| s.run_outcome.as_deref() == Some("healthy")) {
+                let _ = writeln!(
+                    out,
+                    "    healthy run stopped: {} by {} at {}: {}",
+                    s.run_name,
+                    s.stop.rule,
+                    s.stop.outcome.at,
+                    verdict_text(s)
+                );
+            }
+        }
         if t.unmeasured > 0 {
             let _ = writeln!(
                 out,
@@ -515,16 +804,18 @@ impl Report {
                 let _ = writeln!(out, "    {}: {n}, the first in {first}", r.rule);
             }
         }
-        let _ = writeln!(
+        let width = p.rules.iter().map(|r| r.rule.len()).max().unwrap_or(0).max(24);
+        let _ = write!(
             out,
-            "  {:<24} {:>7} {:>11} {:>11} {:>10} {:>11}",
+            "  {:<width$} {:>7} {:>11} {:>11} {:>10} {:>11}",
             "rule", "stopped", "GPU-h saved", "false stops", "GPU-h lost", "median lead"
         );
+        let _ = if labelled { writeln!(out, " {:>7} {:>6}", "healthy", "caught") } else { writeln!(out) };
         for r in &p.rules {
             let x = &r.totals;
-            let _ = writeln!(
+            let _ = write!(
                 out,
-                "  {:<24} {:>7} {:>11} {:>11} {:>10} {:>11}",
+                "  {:<width$} {:>7} {:>11} {:>11} {:>10} {:>11}",
                 r.rule,
                 x.stopped,
                 hours(x.gpu_hours_saved),
@@ -532,46 +823,26 @@ impl Report {
                 hours(x.lost_gpu_hours),
                 lead(x.median_lead_seconds)
             );
+            let _ = if labelled {
+                writeln!(out, " {:>7} {:>6}", x.healthy_stopped, x.caught)
+            } else {
+                writeln!(out)
+            };
         }
         if !p.stops.is_empty() {
             let _ = writeln!(out, "  stops:");
         }
         for s in &p.stops {
             let o = &s.stop.outcome;
-            let verdict = if !o.measured {
-                format!("not judged: the run never reported {}", s.stop.target)
-            } else if o.false_stop && o.best_before.is_none() {
-                format!("FALSE STOP: before any {} was reported; the run went on to report it", s.stop.target)
-            } else if o.false_stop && o.relative_improvement.is_none() {
-                format!(
-                    "FALSE STOP: {} improved from 0 to {} afterwards",
-                    s.stop.target,
-                    o.best_after.map_or_else(String::new, fmt_num)
-                )
-            } else if o.false_stop {
-                format!(
-                    "FALSE STOP: {} improved {} afterwards",
-                    s.stop.target,
-                    percent(o.relative_improvement)
-                )
-            } else {
-                match (o.trouble, o.lead_seconds) {
-                    (Some(Trouble::Diverged), Some(l)) => {
-                        format!("right: diverged, its best {} before the stop", fmt_secs(l.round()))
-                    }
-                    (Some(k), Some(l)) => {
-                        format!("right: {} for {} before the stop", k.as_str(), fmt_secs(l.round()))
-                    }
-                    _ => format!("right: {} did not improve", s.stop.target),
-                }
-            };
+            let label = s.run_outcome.as_deref().map(|l| format!(" [{l}]")).unwrap_or_default();
             let _ = writeln!(
                 out,
-                "    {} {} by {}: {} GPU-h saved; {verdict}",
+                "    {} {}{label} by {}: {} GPU-h saved; {}",
                 o.at,
                 s.run_name,
                 s.stop.rule,
-                hours(o.gpu_hours_saved)
+                hours(o.gpu_hours_saved),
+                verdict_text(s)
             );
         }
     }
