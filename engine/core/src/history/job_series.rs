@@ -47,6 +47,8 @@ pub struct JobSeries {
     /// The training group's log clock: when it was last logged, the latest intervals between logs that
     /// changed a value (seconds, newest last, 0 = none yet), and whether the latest sample was a log of it.
     train_log_at: Option<Timestamp>,
+    /// When a sample last changed a training value (the intervals are measured between such samples).
+    train_changed_at: Option<Timestamp>,
     train_intervals: [f32; 4],
     train_logged: bool,
     /// The latest training log was one of unchanged values (the values are stuck).
@@ -125,6 +127,7 @@ impl JobSeries {
             last_metric_count: 0,
             groups_changed: 0,
             train_log_at: None,
+            train_changed_at: None,
             train_intervals: [0.0; 4],
             train_logged: false,
             train_stuck: false,
@@ -290,12 +293,15 @@ impl JobSeries {
             return;
         }
         self.train_stuck = !changed;
-        if changed && let Some(last) = self.train_log_at {
-            let gap = crate::time::seconds(last, at) as f32;
-            if gap > 0.0 {
-                self.train_intervals.rotate_left(1);
-                self.train_intervals[3] = gap;
+        if changed {
+            if let Some(last) = self.train_changed_at {
+                let gap = crate::time::seconds(last, at) as f32;
+                if gap > 0.0 {
+                    self.train_intervals.rotate_left(1);
+                    self.train_intervals[3] = gap;
+                }
             }
+            self.train_changed_at = Some(at);
         }
         self.train_log_at = Some(at);
     }

@@ -6,7 +6,9 @@
 //!
 //! The judgement is made on a smoothed *level*, not on raw values, so that noise is not counted as
 //! improvement: the level at a logged value is the median of the last [`Judge::smoothing`] logged finite
-//! values up to it (a rolling median). A curve holds only logged values ([`Curve`]): a report that repeats
+//! values up to it (a rolling median). A metric logged fewer than [`SPARSE`] times in the whole run (an
+//! evaluation metric, typically: already an average over the evaluation set, and a median of five sparse
+//! evaluations would lag by two) is judged on its raw values. A curve holds only logged values ([`Curve`]): a report that repeats
 //! the previous value bit for bit (a status server's heartbeat re-sending a cached loss) is not a point.
 //! The *best level before* a stop is the best rolling median up to and including the stop (for a plateau
 //! that is the level at the stop; for a run whose level had already risen, its earlier best, so that noise
@@ -65,6 +67,9 @@ pub const MIN_STALL_SECS: f64 = 600.0;
 
 /// The default number of logged values the level is the median of.
 pub const DEFAULT_SMOOTHING: usize = 5;
+
+/// A curve with fewer logged finite values than this is judged raw (no smoothing).
+pub const SPARSE: usize = 30;
 
 /// What is known about a run besides the judged curve.
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -196,7 +201,8 @@ pub fn judge_stop(
     let measured = !curve.points.is_empty();
     let split = curve.points.partition_point(|(t, _)| *t <= at);
     let before = &curve.points[..split];
-    let levels = levels(&curve.points, judge.smoothing);
+    let finite = curve.points.iter().filter(|p| p.1.is_finite()).count();
+    let levels = levels(&curve.points, if finite < SPARSE { 1 } else { judge.smoothing });
     let level_split = levels.partition_point(|(t, _)| *t <= at);
     let (levels_before, levels_after) = levels.split_at(level_split);
     let level_at_stop = levels_before.last().map(|l| l.1);
@@ -506,27 +512,32 @@ mod tests {
 
     #[test]
     fn a_lucky_low_batch_after_the_stop_does_not_make_it_false() {
-        // Flat at 1.0 with noise of ±0.3 %, then one lucky batch at 0.9 after the stop: raw values call the
-        // stop false (10 % better), the rolling median of 5 does not.
+        // Flat at 1.0 with noise of ±0.3 % for 30 logs, stopped at minute 20; one lucky batch at 0.9 after
+        // the stop: raw values call the stop false (10 % better), the rolling median of 5 does not.
+        let wobble = [1.0, 1.003, 0.998, 1.002, 0.999, 1.001, 0.997, 1.003];
         let mut values = vec![2.0, 1.5, 1.2];
-        values.extend([1.0, 1.003, 0.998, 1.002, 0.999, 1.001, 0.997, 1.003]);
-        values.extend([1.001, 0.9, 1.002, 0.999, 1.0, 1.003]);
+        values.extend((0..30).map(|i| wobble[i % wobble.len()]));
+        values[25] = 0.9;
         let c = curve(&values);
         let r = reports(values.len());
         let f = facts(values.len() as i64, 1.0, &r);
-        assert!(judge_stop(&c, Direction::Min, RAW, &f, t(10)).false_stop, "raw: 0.9 after 0.997");
+        assert!(judge_stop(&c, Direction::Min, RAW, &f, t(20)).false_stop, "raw: 0.9 after 0.997");
         let smoothed = Judge { tolerance: TOL, smoothing: 5 };
-        let o = judge_stop(&c, Direction::Min, smoothed, &f, t(10));
+        let o = judge_stop(&c, Direction::Min, smoothed, &f, t(20));
         assert!(!o.false_stop, "{o:?}");
         assert_eq!(o.trouble, Some(Trouble::Plateau));
         // But a run that really goes on learning is a false stop at any smoothing.
-        let mut learning = values[..11].to_vec();
-        learning.extend([0.98, 0.96, 0.94, 0.92, 0.9, 0.88]);
+        let mut learning = values[..21].to_vec();
+        learning.extend((1..=12).map(|i| 1.0 - 0.02 * f64::from(i)));
         let c = curve(&learning);
-        let o = judge_stop(&c, Direction::Min, smoothed, &f, t(10));
+        let o = judge_stop(&c, Direction::Min, smoothed, &f, t(20));
         assert!(o.false_stop, "{o:?}");
-        assert_eq!(o.best_before, Some(0.999), "the best median of 5 up to the stop");
-        assert_eq!(o.best_after, Some(0.92), "median of 0.96 … 0.88");
+        assert_eq!(o.best_after, Some(0.8), "the median of 0.80 … 0.76");
+        // A curve logged fewer than 30 times (an evaluation metric) is judged on its raw values.
+        let sparse = curve(&[2.0, 1.0, 1.01, 0.99, 1.0, 0.9]);
+        let r = reports(6);
+        let o = judge_stop(&sparse, Direction::Min, smoothed, &facts(6, 1.0, &r), t(4));
+        assert_eq!((o.best_before, o.best_after), (Some(0.99), Some(0.9)));
     }
 
     #[test]

@@ -113,6 +113,9 @@ pub struct PolicyReport {
     pub rules: Vec<RuleReport>,
     /// Every stop, in corpus order.
     pub stops: Vec<StopEntry>,
+    /// Runs labelled as gone bad that it saw and did not stop rightly, in corpus order.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub missed: Vec<String>,
     /// On the Pareto front among this policy's candidates (always true without sweeps).
     pub pareto: bool,
 }
@@ -332,6 +335,7 @@ impl ReportBuilder {
                         totals: Tally::default(),
                         rules: d.spec.rules.iter().map(|r| RuleReport::new(&r.name)).collect(),
                         stops: Vec::new(),
+                        missed: Vec::new(),
                         pareto: true,
                     })
                     .chain(plan.external.iter().map(|e| PolicyReport {
@@ -341,6 +345,7 @@ impl ReportBuilder {
                         totals: Tally::default(),
                         rules: vec![RuleReport::new(&e.rule)],
                         stops: Vec::new(),
+                        missed: Vec::new(),
                         pareto: true,
                     }))
                     .collect(),
@@ -359,6 +364,7 @@ impl ReportBuilder {
                         })
                         .collect(),
                     stops: Vec::new(),
+                    missed: Vec::new(),
                     pareto: true,
                 }),
             })
@@ -519,7 +525,12 @@ fn add_verdict(
             r.first_error.get_or_insert_with(|| format!("{name}: {message}"));
         }
     }
-    let Some(stop) = stop.or_else(|| verdict.stop.clone()) else { return };
+    let stop = stop.or_else(|| verdict.stop.clone());
+    let caught = stop.as_ref().is_some_and(|s| s.outcome.measured && !s.outcome.false_stop);
+    if verdict.selected && outcome.is_some_and(|o| o != "healthy") && !caught {
+        policy.missed.push(format!("{name} ({})", outcome.unwrap_or_default()));
+    }
+    let Some(stop) = stop else { return };
     policy.totals.add(name, &stop, outcome);
     if let Some(rule) = policy.rules.iter_mut().find(|x| x.rule == stop.rule) {
         rule.totals.add(name, &stop, outcome);
@@ -774,6 +785,9 @@ scoreboard"
                 t.labelled_stops,
                 t.healthy_stopped
             );
+            if !p.missed.is_empty() {
+                let _ = writeln!(out, "    bad runs missed: {}", p.missed.join(", "));
+            }
             for s in p.stops.iter().filter(|s| s.run_outcome.as_deref() == Some("healthy")) {
                 let _ = writeln!(
                     out,

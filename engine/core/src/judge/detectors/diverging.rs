@@ -327,22 +327,27 @@ impl Stays {
         };
         let pct =
             if diverged.best_ever != 0.0 { worse / diverged.best_ever.abs() * 100.0 } else { f64::INFINITY };
-        Some(
-            Finding::new(format!(
-                "{}{} is {}, {} % worse than its best {}, and has stayed more than {} % worse for {} / {}",
-                diverged.name,
-                if self.smoothing > 1 { format!(" (median of {})", self.smoothing) } else { String::new() },
-                fmt_num(diverged.current),
-                fmt_num((pct * 10.0).round() / 10.0),
-                fmt_num(diverged.best_ever),
-                fmt_num(self.worse_pct),
-                span,
-                crate::time::plural(diverged.count - count + 1, "logged value", "logged values")
-            ))
-            .value(&format!("level:{}", diverged.name), diverged.current)
-            .value("last", diverged.current)
-            .value("best", diverged.best_ever),
-        )
+        // Judged on every metric it watched: a stop is wrong if any of them went on to improve.
+        let mut finding = Finding::new("");
+        for t in &watched {
+            finding = finding.value(&format!("level:{}", t.name), t.current);
+        }
+        finding.summary = format!(
+            "{}{} is {}, {} % worse than its best {}, and has stayed more than {} % worse for {} / {}",
+            diverged.name,
+            if self.smoothing > 1 && !levels::is_quality_eval(&diverged.name) {
+                format!(" (median of {})", self.smoothing)
+            } else {
+                String::new()
+            },
+            fmt_num(diverged.current),
+            fmt_num((pct * 10.0).round() / 10.0),
+            fmt_num(diverged.best_ever),
+            fmt_num(self.worse_pct),
+            span,
+            crate::time::plural(diverged.count - count + 1, "logged value", "logged values")
+        );
+        Some(finding.value("last", diverged.current).value("best", diverged.best_ever))
     }
 }
 
@@ -422,7 +427,7 @@ mod tests {
             (1.0 - x / 1500.0, eval)
         };
         let (step, summary) = first_fire(d.as_ref(), overfit).expect("eval_loss up for good");
-        assert!(summary.starts_with("eval_loss (median of 3)"), "{summary}");
+        assert!(summary.starts_with("eval_loss is "), "{summary}");
         assert!(step >= 700, "{step}");
         // An eval loss that keeps improving is left alone even when the training loss wobbles up.
         let fine = |x: f64| (1.0 + 0.2 * noise(x), (x as u32 % 100 == 0).then(|| 1.0 - x / 2000.0));

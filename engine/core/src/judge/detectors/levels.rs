@@ -5,8 +5,10 @@
 //! * **Logged values only.** A value counts when the report carried a new log of it
 //!   ([`JobSeries::logged`]): the status server's heartbeat re-sending a cached loss between logging steps
 //!   is time passing, not an observation.
-//! * **The level** of a metric is the median of its last `smoothing` logged finite values (a rolling
-//!   median), so one lucky or unlucky batch neither makes nor breaks a best.
+//! * **The level** of a training metric is the median of its last `smoothing` logged finite values (a
+//!   rolling median), so one lucky or unlucky batch neither makes nor breaks a best. An evaluation metric
+//!   (`eval_*`) is its own level: it is already an average over the evaluation set, and evaluations are
+//!   sparse (a median of five evaluations would lag by two of them).
 //! * **`metric: auto`** watches the job's *quality* metrics: every `eval_*` metric it reports (evaluation
 //!   speed — `eval_runtime`, `eval_*_per_second` — is not quality), or its training `loss` while it reports
 //!   none. A job is judged on what its trainer evaluates, as its author would pick the best checkpoint; a
@@ -15,7 +17,9 @@
 //!   `progressPercentage`; windows written as a percentage (`"25%"`) are fractions of the planned run, so
 //!   one policy fits a 20-minute run and a 10-day one, a run that logs every 10 seconds and one that logs
 //!   every 50 minutes.
-//! * **The learning-rate schedule** is read from the reported `learning_rate` ([`LrWatch`]).
+//! * **The schedule** (`schedule: true`) is read from the reported `learning_rate` ([`LrWatch`]) and the
+//!   epochs ([`epoch_ahead`]): a step drop of the learning rate restarts a judgement, and a drop or (for a
+//!   training metric) a new epoch expected within the window ahead holds it.
 
 use std::borrow::Cow;
 
@@ -150,6 +154,27 @@ pub(crate) fn position(series: &JobSeries) -> Option<(f64, f64)> {
     }
 }
 
+/// Epochs shorter than this share of the planned run are too short for their boundaries to show as steps
+/// in a judgement over a share of the run (a tiny data set seen 100 times).
+pub(crate) const MIN_EPOCH_SHARE: f64 = 0.1;
+
+/// Whether a new epoch begins before the planned end and within `within` (a share of the planned run) from
+/// now, epochs being at least [`MIN_EPOCH_SHARE`] of the run. The planned epochs are the current epoch over
+/// the share of the planned run done (a run that reports no epoch, or no steps, has none ahead as far as we
+/// know). A training loss drops when the data repeat: a flat stretch before a new epoch says little.
+pub(crate) fn epoch_ahead(series: &JobSeries, within: f64) -> bool {
+    let Some(last) = series.last else { return false };
+    let (Some(epoch), Some(fraction)) = (last.current_epoch, run_fraction(series)) else { return false };
+    if fraction <= 0.0 || epoch <= 0.0 {
+        return false;
+    }
+    let planned = epoch / fraction;
+    // The next boundary, counting one the (rounded) epoch has just reached as still ahead: a reporter
+    // rounds the epoch to two decimals.
+    let next = (epoch - 0.01).floor() + 1.0;
+    next < planned - 0.05 && 1.0 / planned >= MIN_EPOCH_SHARE && next / planned - fraction <= within
+}
+
 /// One watched metric as the level detectors follow it.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Track {
@@ -271,7 +296,8 @@ impl Tracks {
             let t = &mut self.tracks[i];
             any = true;
             t.count += 1;
-            t.current = t.level.push(value, smoothing);
+            let k = if is_quality_eval(name) { 1 } else { smoothing };
+            t.current = t.level.push(value, k);
             let level = t.current;
             if t.count == 1 || t.gain(level, t.best) > significance.needed(t.best) {
                 t.best = level;

@@ -12,7 +12,17 @@
 //! largest such bound among the fits that explain the data about as well as the best (residuals within
 //! 50 %). For a curve that keeps bending flatter (a convex loss) the straight line through its recent slope
 //! is already optimistic; a curve with a step ahead (a learning-rate drop, a new epoch) is not what a fit of
-//! its past can see, which is why a scheduled drop ahead holds the rule (`learningRate: true`).
+//! its past can see, which is why a scheduled drop ahead holds the rule (`schedule: true`).
+//!
+//! The ensemble also holds the *tangent*: a straight line through the newest third of the window's points,
+//! whose projection bounds the gains of a curve that keeps bending flatter from above however well a
+//! saturating law explains its older points (a fast fall early on makes a power law look saturated while the
+//! curve still creeps down, as it does under a decaying learning rate).
+//!
+//! With `schedule: true` (the default) a training metric (not `eval_*`) is not judged while another epoch
+//! of at least a tenth of the run begins before the planned end (the planned epochs are
+//! `current_epoch / (current_step / total_steps)`): a training loss drops when the data repeat, which no fit
+//! of the epoch so far can see.
 //!
 //! The rule fires when, for every watched metric, even the optimistic gain is less than `minGain` of its
 //! level now (and no more than `minDelta` in its own units), after `warmup` of the run, with at least
@@ -24,7 +34,7 @@
 //! log-step are merged, each bin keeping the mean step and value of what it holds).
 //!
 //! Example: `uses: no_expected_gain`, `with: {metric: auto, minGain: "1%", window: "33%", warmup: "30%",
-//! minRemaining: "15%", learningRate: true}`.
+//! minRemaining: "15%", schedule: true}`.
 
 use std::collections::VecDeque;
 
@@ -101,10 +111,10 @@ pub(super) const INFO: DetectorInfo = DetectorInfo {
             doc: "The level now is the median of the last N logged values.",
         },
         ParamDoc {
-            name: "learningRate",
+            name: "schedule",
             ty: "bool",
             default: "true",
-            doc: "Read the schedule from learning_rate: fit only after the last step drop, hold while another is expected before the end.",
+            doc: "Read the schedule: fit only after the last learning-rate step drop; hold while another drop, or (training metrics) a new epoch, is expected before the end.",
         },
     ],
     example: r#"{"metric": "auto", "minGain": "1%", "window": "33%", "warmup": "30%", "minRemaining": "15%"}"#,
@@ -131,7 +141,7 @@ pub(super) struct NoGain {
     min_points: u64,
     min_remaining: f64,
     smoothing: usize,
-    learning_rate: bool,
+    schedule: bool,
 }
 
 fn build(p: &mut Params<'_>) -> Option<Box<dyn Detector>> {
@@ -159,7 +169,7 @@ fn build(p: &mut Params<'_>) -> Option<Box<dyn Detector>> {
             format!("must be from 1 to {} logged values, got {smoothing}", levels::MAX_SMOOTHING),
         );
     }
-    let learning_rate = p.bool("learningRate").unwrap_or(true);
+    let schedule = p.bool("schedule").unwrap_or(true);
     Some(Box::new(NoGain {
         watch: watch?,
         min_gain,
@@ -170,7 +180,7 @@ fn build(p: &mut Params<'_>) -> Option<Box<dyn Detector>> {
         min_points,
         min_remaining,
         smoothing: smoothing.clamp(1, levels::MAX_SMOOTHING as u64) as usize,
-        learning_rate,
+        schedule,
     }))
 }
 
@@ -314,8 +324,29 @@ pub(crate) fn project(points: &[(f64, f64, f64)], now: f64, end: f64, z: f64) ->
     let best_rss = fits.iter().map(|f| f.0).fold(f64::INFINITY, f64::min);
     let plausible = fits.iter().filter(|f| f.0 <= best_rss * (1.0 + PLAUSIBLE) + f64::MIN_POSITIVE);
     let point = fits.iter().min_by(|a, b| a.0.total_cmp(&b.0))?.1.gain;
-    let optimistic = plausible.map(|f| f.1.optimistic).fold(f64::NEG_INFINITY, f64::max);
+    let mut optimistic = plausible.map(|f| f.1.optimistic).fold(f64::NEG_INFINITY, f64::max);
+    // The tangent: a straight line through the newest third of the points. For a curve that keeps bending
+    // flatter it bounds the gains from above, however well a saturating law explains the older points
+    // (a fast fall early on makes a power law look saturated while the curve still creeps down).
+    let newest = newest_third(&u);
+    if newest.len() >= 3
+        && let Some((a, b, rss, var_b)) =
+            least_squares(&newest.iter().map(|&(x, y, w)| (-x, y, w)).collect::<Vec<_>>())
+    {
+        let residuals: Vec<f64> = newest.iter().map(|&(x, y, _)| y - a + b * x).collect();
+        let sigma2 = rss / (newest.len() as f64 - 2.0).max(1.0);
+        let se = (sigma2 * var_b).max(0.0).sqrt() * (e - 1.0) * autocorrelation_factor(&residuals);
+        optimistic = optimistic.max(b * (e - 1.0) + z * se);
+    }
     optimistic.is_finite().then(|| Projection { gain: point.max(0.0), optimistic: optimistic.max(0.0) })
+}
+
+/// The points in the newest third of the positions `points` span.
+fn newest_third(points: &[(f64, f64, f64)]) -> Vec<(f64, f64, f64)> {
+    let (lo, hi) =
+        points.iter().fold((f64::INFINITY, f64::NEG_INFINITY), |(lo, hi), p| (lo.min(p.0), hi.max(p.0)));
+    let from = hi - (hi - lo) / 3.0;
+    points.iter().copied().filter(|p| p.0 >= from).collect()
 }
 
 impl NoGain {
@@ -347,7 +378,7 @@ impl Detector for NoGain {
         let DetectorState::NoGain(s) = state else { return };
         let drops = s.tracks.lr.drops;
         s.tracks.observe(&self.watch, self.smoothing, self.significance(), 0.0, series, sample);
-        if self.learning_rate && s.tracks.lr.drops != drops {
+        if self.schedule && s.tracks.lr.drops != drops {
             // A new regime: the fit starts afresh after a step drop of the learning rate.
             s.histories.iter_mut().for_each(History::clear);
         }
@@ -376,11 +407,19 @@ impl Detector for NoGain {
         if fraction < self.warmup || 1.0 - fraction < self.min_remaining || end <= now {
             return None;
         }
-        if self.learning_rate && s.tracks.lr.next_drop().is_some_and(|d| d > now && d <= end) {
+        if self.schedule && s.tracks.lr.next_drop().is_some_and(|d| d > now && d <= end) {
             return None;
         }
         let watched = s.tracks.watched(&self.watch, view.series);
         if watched.is_empty() {
+            return None;
+        }
+        // A training metric on a data set the run goes over again: the next epoch begins before the planned
+        // end, and a training loss drops when the data repeat, which no fit of the epoch so far can see.
+        if self.schedule
+            && watched.iter().any(|t| !levels::is_quality_eval(&t.name))
+            && levels::epoch_ahead(view.series, 1.0)
+        {
             return None;
         }
         let from = now - self.window * end;
@@ -522,7 +561,7 @@ mod tests {
         let (step, _) = first_fire(&fired).expect("flat after the last drop");
         assert!(step > 8000, "held until the drop: {step}");
         let blind =
-            detector("no_expected_gain", json!({"metric": "loss", "warmup": "45%", "learningRate": false}));
+            detector("no_expected_gain", json!({"metric": "loss", "warmup": "45%", "schedule": false}));
         let (_, fired) = run(blind.as_ref(), 10000, 50, 8900, loss, lr);
         let (step, _) = first_fire(&fired).expect("blind to the schedule");
         assert!((7000..8000).contains(&step), "{step}");

@@ -99,10 +99,10 @@ pub(super) const INFO: DetectorInfo = DetectorInfo {
             doc: "Never fire in the last share of the planned run (\"15%\").",
         },
         ParamDoc {
-            name: "learningRate",
+            name: "schedule",
             ty: "bool",
             default: "false",
-            doc: "Read the schedule from learning_rate: restart at a step drop, hold while the next expected drop is within the window.",
+            doc: "Read the schedule: restart at a learning-rate step drop; hold while the next expected drop, or (training metrics) a new epoch, is within the window.",
         },
     ],
     example: r#"{"metric": "loss", "window": "2h", "minDelta": 0.001, "warmup": "10%"}"#,
@@ -126,7 +126,7 @@ pub(super) struct Plateau {
     pub smoothing: usize,
     pub min_points: u64,
     pub min_remaining: f64,
-    pub learning_rate: bool,
+    pub schedule: bool,
 }
 
 /// How long a plateau must last.
@@ -187,7 +187,7 @@ fn build(p: &mut Params<'_>) -> Option<Box<dyn Detector>> {
     }
     let min_points = p.count("minPoints").unwrap_or(0);
     let min_remaining = p.percent("minRemaining").unwrap_or(0.0);
-    let learning_rate = p.bool("learningRate").unwrap_or(false);
+    let schedule = p.bool("schedule").unwrap_or(false);
     let min_delta = p.positive("minDelta", true).unwrap_or(0.0);
     let min_delta_pct = p.positive("minDeltaPct", true).unwrap_or(0.0);
     let std = p.positive("std", false);
@@ -224,10 +224,10 @@ fn build(p: &mut Params<'_>) -> Option<Box<dyn Detector>> {
         smoothing: smoothing.clamp(1, levels::MAX_SMOOTHING as u64) as usize,
         min_points,
         min_remaining,
-        learning_rate,
+        schedule,
     };
     if plateau.levelled() && std.is_some() {
-        p.error("std", "std works on raw values of one metric: leave smoothing, metric: auto, a share of the run, minPoints, minRemaining and learningRate out");
+        p.error("std", "std works on raw values of one metric: leave smoothing, metric: auto, a share of the run, minPoints, minRemaining and schedule out");
     }
     Some(Box::new(plateau))
 }
@@ -240,7 +240,7 @@ impl Plateau {
             || matches!(self.window, Patience::Run(_))
             || self.min_points > 0
             || self.min_remaining > 0.0
-            || self.learning_rate
+            || self.schedule
     }
 
     fn significance(&self) -> Significance {
@@ -438,7 +438,11 @@ impl Plateau {
             parts.push(format!(
                 "{}{} has not improved by more than {} for {} / {} (best {}{}, now {})",
                 t.name,
-                if self.smoothing > 1 { format!(" (median of {})", self.smoothing) } else { String::new() },
+                if self.smoothing > 1 && !levels::is_quality_eval(&t.name) {
+                    format!(" (median of {})", self.smoothing)
+                } else {
+                    String::new()
+                },
                 fmt_num(needed),
                 span,
                 crate::time::plural(since, "logged value", "logged values"),
@@ -450,14 +454,21 @@ impl Plateau {
             ));
             finding = finding.value(&format!("level:{}", t.name), t.current);
         }
-        if self.learning_rate
-            && let (Some(next), Some((now, end))) = (tracks.lr.next_drop(), levels::position(view.series))
-        {
-            let ahead = match self.window {
-                Patience::Run(share) => share * end,
-                _ => end - now,
+        if self.schedule {
+            let within = match self.window {
+                Patience::Run(share) => share,
+                _ => fraction.map_or(1.0, |f| 1.0 - f),
             };
-            if next > now && next <= end && next - now <= ahead {
+            if let (Some(next), Some((now, end))) = (tracks.lr.next_drop(), levels::position(view.series))
+                && next > now
+                && next <= end
+                && next - now <= within * end
+            {
+                return None;
+            }
+            if watched.iter().any(|t| !levels::is_quality_eval(&t.name))
+                && levels::epoch_ahead(view.series, within)
+            {
                 return None;
             }
         }
@@ -507,7 +518,7 @@ mod tests {
         detector(
             "plateau",
             json!({"metric": "auto", "window": "30%", "smoothing": 5, "minDeltaPct": 1, "minDelta": 0.001,
-                   "minRemaining": "10%", "learningRate": true}),
+                   "minRemaining": "10%", "schedule": true}),
         )
     }
 
@@ -593,7 +604,7 @@ mod tests {
             m
         };
         let (step, summary) = first_fire(levelled().as_ref(), stuck).expect("eval flat");
-        assert!(summary.starts_with("eval_loss (median of 5)"), "{summary}");
+        assert!(summary.starts_with("eval_loss has not improved"), "{summary}");
         assert!(step >= 3000, "{step}");
     }
 
@@ -625,7 +636,7 @@ mod tests {
             vec![
                 "with.window: must be more than 0%",
                 "with.smoothing: must be from 1 to 15 logged values, got 20",
-                "with.std: std works on raw values of one metric: leave smoothing, metric: auto, a share of the run, minPoints, minRemaining and learningRate out",
+                "with.std: std works on raw values of one metric: leave smoothing, metric: auto, a share of the run, minPoints, minRemaining and schedule out",
             ]
         );
     }
