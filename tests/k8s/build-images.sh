@@ -9,7 +9,8 @@
 #                                            at the two local bases above (their defaults stay the public images)
 # with dockerd from Debian's docker.io (legacy builder), started here with its own data-root, exec-root and socket
 # under TRAINWARDEN_DOCKER_DIR, no iptables/bridge/ip-forward changes (builds use --network host), and stopped
-# again at the end. A dockerd already running on the machine is not used or touched.
+# again at the end. A dockerd already running on the machine is not used or touched. The builds run at this
+# script's CPU priority (dockerd and its containers inherit it: tests/run-all.sh runs it at nice 19).
 #
 # Usage (root):
 #   tests/k8s/build-images.sh [--only base|rust|training|trainwarden]... [--no-import]
@@ -17,9 +18,11 @@
 # containerd runs when the cluster is up (tests/k8s/cluster.sh up) and the image there differs.
 #
 # Environment:
-#   TRAINWARDEN_CLUSTER_DIR     state dir shared with cluster.sh (default ~/.cache/trainwarden/cluster)
-#   TRAINWARDEN_DOCKER_DIR      dockerd's data-root and run dir (default ~/.cache/trainwarden/docker)
+#   TRAINWARDEN_CLUSTER_DIR     state dir shared with cluster.sh (default $TRAINWARDEN_CACHE_DIR/cluster; that
+#                               defaults to ~/.cache/trainwarden)
+#   TRAINWARDEN_DOCKER_DIR      dockerd's data-root and run dir (default $TRAINWARDEN_CACHE_DIR/docker)
 #   TRAINWARDEN_DEBIAN_MIRROR   mirror for debootstrap (default http://deb.debian.org/debian)
+#   TRAINWARDEN_DOCKER_LOCK     one image build per machine (default /run/lock/trainwarden-dockerd.lock)
 #   TRAINWARDEN_IMAGES_MIN_FREE_GIB  free disk checked before the trainwarden image build (default 6). Measured
 #                               from that point on a cold data-root (2026-12-06, 5 s samples of df): the release
 #                               build's layers 2.0 GiB, the image archives 0.9 GiB, then cluster.sh's import into
@@ -29,11 +32,11 @@ set -euo pipefail
 
 SCRIPT_DIR="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 REPO="$(cd "$SCRIPT_DIR/../.." && pwd)"
-STATE="${TRAINWARDEN_CLUSTER_DIR:-$HOME/.cache/trainwarden/cluster}"
+STATE="${TRAINWARDEN_CLUSTER_DIR:-${TRAINWARDEN_CACHE_DIR:-$HOME/.cache/trainwarden}/cluster}"
 RUN="$STATE/run"
 IMAGES="$STATE/images"
 # dockerd's own dirs, apart from the cluster's (cluster.sh down unmounts leftovers under the cluster's dirs).
-DOCKER_DIR="${TRAINWARDEN_DOCKER_DIR:-$HOME/.cache/trainwarden/docker}"
+DOCKER_DIR="${TRAINWARDEN_DOCKER_DIR:-${TRAINWARDEN_CACHE_DIR:-$HOME/.cache/trainwarden}/docker}"
 DRUN="$DOCKER_DIR/run"
 MIRROR="${TRAINWARDEN_DEBIAN_MIRROR:-http://deb.debian.org/debian}"
 DOCKER=/usr/bin/docker
@@ -50,6 +53,7 @@ die() { printf '[build-images] ERROR: %s\n' "$*" >&2; exit 1; }
 # shellcheck source=disk.sh
 . "$SCRIPT_DIR/disk.sh"
 
+args=("$@")
 only=()
 import=1
 while (($#)); do
@@ -63,6 +67,15 @@ done
 want() { ((${#only[@]} == 0)) || [[ " ${only[*]} " == *" $1 "* ]]; }
 
 [[ "$(id -u)" -eq 0 ]] || die "needs root (dockerd, debootstrap)"
+# dockerd 20.10 and its containerd use fixed host paths (/etc/docker/key.json, /opt/containerd, /run/containerd/s)
+# that this script creates and removes: one image build per machine at a time (a second run waits). The lock is
+# held by a `flock` process around this script; --close: dockerd does not inherit it.
+DOCKER_LOCK="${TRAINWARDEN_DOCKER_LOCK:-/run/lock/trainwarden-dockerd.lock}"
+if [[ "${TRAINWARDEN_DOCKER_LOCKED:-}" != "$DOCKER_LOCK" ]]; then
+  mkdir -p "$(dirname "$DOCKER_LOCK")"
+  flock -n "$DOCKER_LOCK" true || log "another image build holds $DOCKER_LOCK; waiting for it"
+  TRAINWARDEN_DOCKER_LOCKED="$DOCKER_LOCK" exec flock --close "$DOCKER_LOCK" bash "$SCRIPT_DIR/$(basename "${BASH_SOURCE[0]}")" ${args[@]+"${args[@]}"}
+fi
 "$SCRIPT_DIR/cluster-prereqs.sh"
 
 # --- our dockerd -------------------------------------------------------------------------------------------

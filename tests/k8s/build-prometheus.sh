@@ -1,38 +1,53 @@
 #!/usr/bin/env bash
-# Build (or reuse from the cache) promtool and prometheus from the Go module proxy only, the same way
-# build-helm.sh builds helm. promtool checks and unit-tests the chart's rules and the dashboard's queries
-# (engine/controller/tests/monitoring.rs); prometheus is built in the same step for the tests that scrape
-# the controller.
+# Provide (or reuse from the cache) promtool and prometheus 3.5 (the LTS line): promtool checks and unit-tests the
+# chart's rules and the dashboard's queries (engine/e2e/tests/monitoring/); prometheus scrapes the DCGM
+# exporter of the GPU tests (engine/e2e/tests/gpu.rs).
 #
-# The wrapper module tests/k8s/wrappers/prometheus/ pins github.com/prometheus/prometheus and every
-# dependency (go.mod + go.sum); `--regenerate` rewrites it from the proxy for PROMETHEUS_MODULE_VERSION
-# below. Prometheus 3.x is published to the proxy as v0.3MM.P (3.16.0 = v0.316.0).
+# From Debian's `prometheus` and `promtool` packages (Debian's build of the upstream release), fetched with
+# `apt-get download` through an apt index of Debian testing and unstable kept in a temp dir (the machine's apt
+# sources and state are not touched), and unpacked into the cache dir with `dpkg-deb -x`: nothing is installed, no
+# service or user is created. Seconds, where building prometheus from source takes ~17 min of CPU (15-25 min on 2
+# cores). Debian 12's own package (2.42) and Debian 13's (2.53) cannot run the monitoring tests: their promtool
+# predates the `fuzzy_compare` field of rule unit-test files.
+#
+# When Debian no longer serves a 3.5.x (testing and unstable move on), the same release line is built from the Go
+# module proxy instead (github.com/prometheus/prometheus PROMETHEUS_MODULE_VERSION, wrapper tests/k8s/wrappers/
+# prometheus, tests/k8s/go-build.sh), with a warning that says so.
 #
 # Usage:
-#   tests/k8s/build-prometheus.sh               build or reuse; last stdout line = cache dir
+#   tests/k8s/build-prometheus.sh               fetch or reuse; last stdout line = cache dir
 #                                               (DIR/bin/promtool and DIR/bin/prometheus)
-#   tests/k8s/build-prometheus.sh --print-dir   only print the cache dir (no go needed)
-#   tests/k8s/build-prometheus.sh --regenerate  rewrite the wrapper go.mod/go.sum, then build
-#   tests/k8s/build-prometheus.sh --force       rebuild even if the cache looks fine
+#   tests/k8s/build-prometheus.sh --print-dir   only print the cache dir
+#   tests/k8s/build-prometheus.sh --force       fetch again even if the cache looks fine
+#   tests/k8s/build-prometheus.sh --regenerate  rewrite the fallback's wrapper go.mod/go.sum from the proxy
 #
 # Environment:
-#   TRAINWARDEN_K8S_CACHE                 cache root (default ~/.cache/trainwarden/k8s-bins), shared with build-binaries.sh
-#   TRAINWARDEN_PROMETHEUS_MIN_FREE_GIB   free disk needed for a cold build (default 5)
+#   TRAINWARDEN_K8S_CACHE            cache root (default $TRAINWARDEN_CACHE_DIR/k8s-bins), shared with build-binaries.sh
+#   TRAINWARDEN_DEBIAN_MIRROR        Debian mirror (default http://deb.debian.org/debian)
+#   TRAINWARDEN_PROMETHEUS_FROM      debian or source: only that way (default: Debian, else source)
+#   TRAINWARDEN_PROMETHEUS_MIN_FREE_GIB  free disk for the build from source (default 5)
 #
 # Everything except the cache dir goes to stderr, so callers can do
 #   PROMTOOL="$(tests/k8s/build-prometheus.sh | tail -n1)/bin/promtool"
 set -euo pipefail
 
-# Prometheus 3.16.0, the newest release the module proxy serves (checked with `go list -m -versions`).
-PROMETHEUS_MODULE_VERSION=v0.316.0
+# The release line the tests run against: Prometheus 3.5, its long-term-support line, the newest Debian packages
+# (3.5.3+ds1-6 in testing and unstable when this was written). Any 3.5.x is taken; BUILD-INFO records which.
+PROMETHEUS_LINE=3.5
+DEBIAN_SUITES=(testing unstable)
+# The fallback: the newest 3.5 on the module proxy (Prometheus 3.x is published as v0.3MM.P: 3.5.1 = v0.305.1).
 PROMETHEUS_MODULE=github.com/prometheus/prometheus
+PROMETHEUS_MODULE_VERSION=v0.305.1
 
 SCRIPT_DIR="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
-# free_kib, require_free_gib
 # shellcheck source=disk.sh
 . "$SCRIPT_DIR/disk.sh"
+# shellcheck source=go-build.sh
+. "$SCRIPT_DIR/go-build.sh"
 WRAPPER="$SCRIPT_DIR/wrappers/prometheus"
-CACHE_ROOT="${TRAINWARDEN_K8S_CACHE:-$HOME/.cache/trainwarden/k8s-bins}"
+CACHE_ROOT="${TRAINWARDEN_K8S_CACHE:-${TRAINWARDEN_CACHE_DIR:-$HOME/.cache/trainwarden}/k8s-bins}"
+MIRROR="${TRAINWARDEN_DEBIAN_MIRROR:-http://deb.debian.org/debian}"
+FROM="${TRAINWARDEN_PROMETHEUS_FROM:-}"
 MIN_FREE_GIB="${TRAINWARDEN_PROMETHEUS_MIN_FREE_GIB:-5}"
 
 log() { printf '[build-prometheus] %s\n' "$*" >&2; }
@@ -47,37 +62,74 @@ regenerate=0
 for arg in "$@"; do
   case "$arg" in
     --print-dir) mode=print ;;
-    --regenerate) regenerate=1 ;;
     --force) force=1 ;;
+    --regenerate) regenerate=1 ;;
     -h|--help) usage; exit 0 ;;
     *) usage; die "unknown argument: $arg" ;;
   esac
 done
+[[ -z "$FROM" || "$FROM" == debian || "$FROM" == source ]] || die "TRAINWARDEN_PROMETHEUS_FROM must be debian or source"
 
-need_go() {
-  command -v go >/dev/null 2>&1 || die "go is not installed or not on PATH; install Go >= 1.26.7 (what prometheus $PROMETHEUS_MODULE_VERSION's go.mod requires)"
-  local v
-  v="$(GOTOOLCHAIN=local go env GOVERSION 2>/dev/null)" || die "'go env GOVERSION' failed; is the Go installation broken?"
-  log "using $v ($(command -v go))"
-  # GOTOOLCHAIN=local: no toolchain download, so the wrapper's `go` line must be met by this go.
-  local want
-  want="$(sed -n 's/^go[[:space:]][[:space:]]*\([0-9][0-9.]*\)[[:space:]]*$/\1/p' "$WRAPPER/go.mod" 2>/dev/null | head -n1)"
-  if [[ -n "$want" && "$(printf '%s\n%s\n' "$want" "${v#go}" | sort -V | head -n1)" != "$want" ]]; then
-    die "$v is older than go $want, which prometheus $PROMETHEUS_MODULE_VERSION requires; install a newer Go"
+# Usable if both run and report a release of the line.
+bin_ok() {
+  local dir="$1" bin out
+  [[ -f "$dir/BUILD-INFO" ]] || return 1
+  for bin in promtool prometheus; do
+    [[ -x "$dir/bin/$bin" ]] || return 1
+    out="$("$dir/bin/$bin" --version 2>&1)" || return 1
+    [[ "$out" == "$bin, version $PROMETHEUS_LINE."* ]] || return 1
+  done
+}
+
+# from_debian OUT: Debian's packages of the newest 3.5.x both suites' index lists for both packages; fails (without
+# dying) when there is none.
+from_debian() {
+  local out="$1" apt_dir t0=$SECONDS
+  if ! command -v apt-get >/dev/null 2>&1 || ! command -v dpkg-deb >/dev/null 2>&1; then
+    log "no apt-get/dpkg-deb"
+    return 1
   fi
+  apt_dir="$(mktemp -d "$out/../.apt-XXXXXX")"
+  mkdir -p "$apt_dir/cache/archives/partial" "$apt_dir/debs"
+  local keyring=/usr/share/keyrings/debian-archive-keyring.gpg
+  [[ -f "$keyring" ]] || { log "no $keyring to verify Debian's index with"; return 1; }
+  # The download runs as the caller (apt's sandbox user may not write to the cache).
+  local apt_opts=(-o "Dir::Etc::SourceList=$apt_dir/sources.list" -o Dir::Etc::SourceParts=/dev/null
+    -o "Dir::State::Lists=$apt_dir/lists" -o "Dir::Cache=$apt_dir/cache" -o Debug::NoLocking=1
+    -o APT::Sandbox::User=root)
+  # One suite at a time (an index is ~20 MB): testing, then unstable. The newest version of the line that both
+  # packages have in it.
+  local suite version=""
+  for suite in "${DEBIAN_SUITES[@]}"; do
+    printf 'deb [signed-by=%s] %s %s main\n' "$keyring" "$MIRROR" "$suite" >"$apt_dir/sources.list"
+    log "reading Debian $suite's package index ($MIRROR)"
+    rm -rf "$apt_dir/lists" && mkdir -p "$apt_dir/lists/partial"
+    apt-get "${apt_opts[@]}" update -qq >&2 2>&1 || { log "apt-get update of Debian $suite failed"; continue; }
+    version="$(comm -12 \
+      <(apt-cache "${apt_opts[@]}" madison promtool | awk -F' *[|] *' '{print $2}' | sort -u) \
+      <(apt-cache "${apt_opts[@]}" madison prometheus | awk -F' *[|] *' '{print $2}' | sort -u) |
+      awk -v line="$PROMETHEUS_LINE." 'index($0, line) == 1' | sort -V | tail -n1)" || true
+    [[ -z "$version" ]] || break
+    log "Debian $suite serves no prometheus + promtool $PROMETHEUS_LINE.x"
+  done
+  [[ -n "$version" ]] || return 1
+  (cd "$apt_dir/debs" && apt-get "${apt_opts[@]}" download -q "prometheus=$version" "promtool=$version" >&2) ||
+    { log "apt-get download failed"; return 1; }
+  local deb
+  for deb in "$apt_dir"/debs/*.deb; do dpkg-deb -x "$deb" "$apt_dir/root" || return 1; done
+  mkdir -p "$out/bin"
+  cp "$apt_dir/root/usr/bin/promtool" "$apt_dir/root/usr/bin/prometheus" "$out/bin/"
+  {
+    printf 'prometheus and promtool %s: Debian packages from %s (%s), unpacked with dpkg-deb -x\n' "$version" \
+      "$suite" "$MIRROR"
+    (cd "$apt_dir/debs" && sha256sum ./*.deb)
+    printf 'fetched %s in %d s\n' "$(date -u +%Y-%m-%dT%H:%M:%SZ)" "$((SECONDS - t0))"
+  } >"$out/BUILD-INFO"
+  rm -rf "$apt_dir"
+  log "Debian's prometheus and promtool $version in $((SECONDS - t0)) s"
 }
 
-# The module version is whatever the committed wrapper pins.
-version_from_wrapper() {
-  local f="$WRAPPER/go.mod"
-  [[ -f "$f" && -f "$WRAPPER/go.sum" ]] || die "$WRAPPER/go.{mod,sum} missing; run $0 --regenerate"
-  local v
-  v="$(grep -Eo "${PROMETHEUS_MODULE//./\\.} v0\.[0-9]+\.[0-9]+" "$f" | awk '{print $2}' | head -n1)"
-  [[ -n "$v" ]] || die "cannot find $PROMETHEUS_MODULE in $f; run $0 --regenerate"
-  printf '%s\n' "$v"
-}
-
-# v0.316.0 -> 3.16.0 (the release the binaries report).
+# v0.305.1 -> 3.5.1 (the release the binaries report).
 release_of() {
   local v="${1#v0.}" minor patch
   minor="${v%%.*}"
@@ -86,154 +138,50 @@ release_of() {
   printf '3.%d.%s\n' "$((10#${minor#3}))" "$patch"
 }
 
-regenerate_wrapper() {
-  need_go
-  local work
-  work="$(mktemp -d "${TMPDIR:-/tmp}/trainwarden-promgen.XXXXXX")"
-  # shellcheck disable=SC2064  # expand $work now: it is local
-  trap "rm -rf '$work'" EXIT
-  export GOTOOLCHAIN=local GOWORK=off GOFLAGS="-mod=mod"
-
-  log "fetching $PROMETHEUS_MODULE@$PROMETHEUS_MODULE_VERSION from the module proxy"
-  local pmod godir
-  pmod="$(cd "$work" && go mod download -json "$PROMETHEUS_MODULE@$PROMETHEUS_MODULE_VERSION" |
-    sed -n 's/^[[:space:]]*"GoMod": "\(.*\)",\{0,1\}$/\1/p')"
-  [[ -f "$pmod" ]] || die "go mod download did not give a go.mod for $PROMETHEUS_MODULE@$PROMETHEUS_MODULE_VERSION"
-  # replace and exclude directives of a dependency's go.mod are ignored; prometheus has none (checked
-  # here, so a future version cannot slip by).
-  if grep -Eq '^[[:space:]]*(replace|exclude)([[:space:]]|\()' "$pmod"; then
-    die "$PROMETHEUS_MODULE@$PROMETHEUS_MODULE_VERSION's go.mod has replace/exclude directives; copy them into the wrapper before building"
-  fi
-  godir="$(sed -n 's/^go[[:space:]][[:space:]]*\([0-9][0-9.]*\)[[:space:]]*$/\1/p' "$pmod" | head -n1)"
-
-  local dir="$work/prometheus"
-  mkdir -p "$dir"
-  cat >"$dir/go.mod" <<GOMOD
-// Generated by tests/k8s/build-prometheus.sh --regenerate. Do not edit by hand.
-// Throw-away module that only exists to build promtool and prometheus from the Go module proxy
-// (like tests/k8s/wrappers/helm). It contains no Go code.
-module trainwarden.local/k8s-test-bins/prometheus
-
-go $godir
-GOMOD
-  (cd "$dir" && go get -tool "$PROMETHEUS_MODULE/cmd/promtool@$PROMETHEUS_MODULE_VERSION" \
-    "$PROMETHEUS_MODULE/cmd/prometheus@$PROMETHEUS_MODULE_VERSION")
-
-  mkdir -p "$WRAPPER"
-  cp "$dir/go.mod" "$dir/go.sum" "$WRAPPER/"
-  rm -rf "$work"
-  trap - EXIT
-  log "wrote $WRAPPER/go.{mod,sum}"
-}
-
-# Usable if both run and report the expected release.
-bin_ok() {
-  local dir="$1" release="$2" bin out
-  [[ -f "$dir/BUILD-INFO" ]] || return 1
-  for bin in promtool prometheus; do
-    [[ -x "$dir/bin/$bin" ]] || return 1
-    out="$("$dir/bin/$bin" --version 2>&1)" || return 1
-    [[ "$out" == "$bin, version $release "* ]] || return 1
-  done
-}
-
-check_disk() {
-  require_free_gib "$MIN_FREE_GIB" "a cold promtool + prometheus build needs about ${MIN_FREE_GIB} GiB (module cache + build cache). Free some space, or point TRAINWARDEN_K8S_CACHE / GOMODCACHE / GOCACHE somewhere bigger." \
+# from_source OUT: promtool and prometheus from the Go module proxy, in one go build. Tags as the release
+# (.promu.yml: netgo); not `builtinassets`, whose web UI files npm builds and the module zip lacks: the HTTP API,
+# rules and TSDB work, the UI pages answer 404.
+from_source() {
+  local out="$1" release pkg=github.com/prometheus/common/version
+  release="$(release_of "$PROMETHEUS_MODULE_VERSION")"
+  go_need "$WRAPPER"
+  go_wrapper_check "$WRAPPER" "$PROMETHEUS_MODULE" "$PROMETHEUS_MODULE_VERSION"
+  require_free_gib "$MIN_FREE_GIB" "a cold promtool + prometheus build needs about ${MIN_FREE_GIB} GiB (module cache + build cache)" \
     "$CACHE_ROOT" "$(go env GOMODCACHE)" "$(go env GOCACHE)"
+  printf 'prometheus %s (%s %s), built %s on %s\n' "$release" "$PROMETHEUS_MODULE" "$PROMETHEUS_MODULE_VERSION" \
+    "$(date -u +%Y-%m-%dT%H:%M:%SZ)" "$(uname -m)" >"$out/BUILD-INFO"
+  log "building promtool and prometheus $release from the module proxy (cold: 15-25 min on 2 cores, ~17 min of CPU)"
+  go_build_mains "$WRAPPER" "$out" \
+    "-s -w -X $pkg.Version=$release -X $pkg.Revision=$PROMETHEUS_MODULE_VERSION -X $pkg.Branch=module-proxy -X $pkg.BuildUser=trainwarden -X $pkg.BuildDate=$(date -u +%Y%m%d-%H:%M:%S)" \
+    netgo "promtool=$PROMETHEUS_MODULE/cmd/promtool" "prometheus=$PROMETHEUS_MODULE/cmd/prometheus"
 }
 
-build_prometheus() {
-  local mv="$1" release="$2" final="$3"
-  need_go
-  check_disk
-
-  # What .promu.yml sets for a release (the module zip carries no git commit). Tags: `netgo` as the
-  # release; not `builtinassets`, whose web UI files are built by npm and are not in the module zip (the
-  # HTTP API and the rule engine work without them; the UI pages answer 404).
-  local pkg=github.com/prometheus/common/version
-  local ldflags="-s -w -X $pkg.Version=$release -X $pkg.Revision=$mv -X $pkg.Branch=module-proxy -X $pkg.BuildUser=trainwarden -X $pkg.BuildDate=$(date -u +%Y%m%d-%H:%M:%S)"
-
-  # Build next to the final dir (same filesystem) so the last step is one rename. Not ".build-*":
-  # build-binaries.sh removes those as leftovers while it holds its own lock.
-  local tmp
-  tmp="$(mktemp -d "$CACHE_ROOT/.prometheus-build-XXXXXX")"
-  # shellcheck disable=SC2064  # expand $tmp now
-  trap "rm -rf '$tmp'" EXIT
-  mkdir -p "$tmp/out/bin"
-  # Build from a copy: -mod=readonly never writes, but a copy also works from a read-only checkout.
-  cp -r "$WRAPPER" "$tmp/src"
-
-  export CGO_ENABLED=0 GOTOOLCHAIN=local GOWORK=off
-  local common=(build -mod=readonly -trimpath -buildvcs=false -tags netgo)
-  local t0=$SECONDS
-  log "building promtool and prometheus $release (cold: 15-25 min on 2 cores, about 17 min of CPU)"
-  # One go command for both: the shared packages are compiled once.
-  (cd "$tmp/src" && go "${common[@]}" -ldflags "$ldflags" -o "$tmp/out/bin/" \
-    "$PROMETHEUS_MODULE/cmd/promtool" "$PROMETHEUS_MODULE/cmd/prometheus") ||
-    die "the build failed (see the go output above)"
-  log "promtool and prometheus built in $((SECONDS - t0)) s"
-  {
-    printf 'prometheus %s (%s %s)\n' "$release" "$PROMETHEUS_MODULE" "$mv"
-    printf 'built %s with %s on %s\n' "$(date -u +%Y-%m-%dT%H:%M:%SZ)" "$(go env GOVERSION)" "$(uname -m)"
-    printf 'go %s CGO_ENABLED=0 GOTOOLCHAIN=local -ldflags "%s"\n' "${common[*]}" "$ldflags"
-    printf 'build: %s s\n' "$((SECONDS - t0))"
-  } >"$tmp/out/BUILD-INFO"
-  cp "$WRAPPER/go.mod" "$tmp/out/prometheus.go.mod"
-  bin_ok "$tmp/out" "$release" || die "the freshly built binaries do not run or do not report $release"
-
-  # Atomic publish: the cache dir either does not exist or is complete.
-  rm -rf "$final"
-  mv -T "$tmp/out" "$final"
-  rm -rf "$tmp"
-  trap - EXIT
+provide() {
+  local out="$1"
+  if [[ "$FROM" != source ]]; then
+    from_debian "$out" && return 0
+    [[ "$FROM" != debian ]] || die "no prometheus $PROMETHEUS_LINE.x from Debian (TRAINWARDEN_PROMETHEUS_FROM=debian)"
+    log "WARNING: Debian serves no prometheus $PROMETHEUS_LINE.x any more: building it from source instead (minutes)." \
+      "Move PROMETHEUS_LINE in $0 to the release Debian testing has, if the tests pass with it."
+    rm -rf "${out:?}"/*
+  fi
+  from_source "$out"
 }
 
 # Turn signals into a normal exit so EXIT traps remove temp dirs.
 trap 'exit 130' INT
 trap 'exit 143' TERM
 
-main() {
-  if ((regenerate)); then
-    [[ "$mode" == build ]] || die "--regenerate and --print-dir do not mix"
-    regenerate_wrapper
-  fi
-
-  local mv release final
-  mv="$(version_from_wrapper)"
-  release="$(release_of "$mv")"
-  final="$CACHE_ROOT/prometheus-v$release"
-
-  if [[ "$mode" == print ]]; then
-    printf '%s\n' "$final"
-    return 0
-  fi
-
-  mkdir -p "$CACHE_ROOT" || die "cannot create cache root $CACHE_ROOT"
-  if ((!force)) && bin_ok "$final" "$release"; then
-    log "cache hit: $final"
-    printf '%s\n' "$final"
-    return 0
-  fi
-
-  # One builder at a time per cache root; its own lock, so it does not wait for a kube-apiserver build.
-  exec 9>"$CACHE_ROOT/.prometheus.lock"
-  if command -v flock >/dev/null 2>&1 && ! flock -n 9; then
-    log "another build holds $CACHE_ROOT/.prometheus.lock; waiting for it"
-    flock 9
-  fi
-  if ((!force)) && bin_ok "$final" "$release"; then
-    log "cache hit (built by another process): $final"
-  else
-    # Leftovers of builds that were killed (we hold the lock, so none is running).
-    rm -rf "$CACHE_ROOT"/.prometheus-build-*
-    if ((force)); then
-      log "--force: rebuilding $final"
-    elif [[ -e "$final" ]]; then
-      log "cache dir $final is incomplete or broken; rebuilding"
-    fi
-    build_prometheus "$mv" "$release" "$final"
-  fi
+if ((regenerate)); then
+  [[ "$mode" == build ]] || die "--regenerate and --print-dir do not mix"
+  go_need
+  go_wrapper_generate "$WRAPPER" "$PROMETHEUS_MODULE" "$PROMETHEUS_MODULE_VERSION" tests/k8s/build-prometheus.sh \
+    "$PROMETHEUS_MODULE/cmd/promtool" "$PROMETHEUS_MODULE/cmd/prometheus"
+fi
+final="$CACHE_ROOT/prometheus-$PROMETHEUS_LINE"
+if [[ "$mode" == print ]]; then
   printf '%s\n' "$final"
-}
-
-main
+  exit 0
+fi
+GO_FORCE=$force cached_build "$final" prometheus bin_ok provide
+printf '%s\n' "$final"

@@ -32,7 +32,7 @@
 # A containerd or dockerd already running on the machine is never touched.
 #
 # Environment:
-#   TRAINWARDEN_CLUSTER_DIR        state dir (default ~/.cache/trainwarden/cluster)
+#   TRAINWARDEN_CLUSTER_DIR        state dir (default $TRAINWARDEN_CACHE_DIR/cluster, ~/.cache/trainwarden/cluster)
 #   TRAINWARDEN_CLUSTER_TIMEOUT    seconds to wait for each component in `up` (default 90)
 #   TRAINWARDEN_CLUSTER_UP_MIN_FREE_GIB  free disk `up` insists on (default 4; the kubelet evicts below 1 %)
 set -euo pipefail
@@ -48,7 +48,7 @@ SCRIPT_DIR="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 log() { printf '[cluster] %s\n' "$*" >&2; }
 die() { printf '[cluster] ERROR: %s\n' "$*" >&2; exit 1; }
 
-STATE="${TRAINWARDEN_CLUSTER_DIR:-$HOME/.cache/trainwarden/cluster}"
+STATE="${TRAINWARDEN_CLUSTER_DIR:-${TRAINWARDEN_CACHE_DIR:-$HOME/.cache/trainwarden}/cluster}"
 RUN="$STATE/run"
 LOGS="$STATE/logs"
 TIMEOUT="${TRAINWARDEN_CLUSTER_TIMEOUT:-90}"

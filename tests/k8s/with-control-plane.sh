@@ -51,10 +51,10 @@ trap 'exit 143' TERM
 
 cache="$("$SCRIPT_DIR/build-binaries.sh" | tail -n1)" || die "build-binaries.sh failed"
 export TRAINWARDEN_K8S_BIN_DIR="$cache/bin"
-# helm, for the chart test (engine/kube/tests/chart.rs).
+# helm, for the chart test (engine/e2e/tests/chart/).
 helm_cache="$("$SCRIPT_DIR/build-helm.sh" | tail -n1)" || die "build-helm.sh failed"
 export TRAINWARDEN_HELM="$helm_cache/bin/helm"
-# promtool, for the chart's rules and dashboard (engine/controller/tests/monitoring.rs), and prometheus.
+# promtool, for the chart's rules and dashboard (engine/e2e/tests/monitoring/), and prometheus.
 prometheus_cache="$("$SCRIPT_DIR/build-prometheus.sh" | tail -n1)" || die "build-prometheus.sh failed"
 export TRAINWARDEN_PROMTOOL="$prometheus_cache/bin/promtool"
 export TRAINWARDEN_PROMETHEUS="$prometheus_cache/bin/prometheus"

@@ -1,11 +1,11 @@
 #!/usr/bin/env bash
 # The Python environment the tests use (a real SMTP server, the Kubeflow SDK, the Python peers of the
-# benchmarks): one virtual environment under ~/.cache/trainwarden/venv with every tests/python/*.txt
+# benchmarks): one virtual environment under $TRAINWARDEN_CACHE_DIR/venv (~/.cache/trainwarden/venv) with every tests/python/*.txt
 # requirements file installed from PyPI. Re-installs only when a requirements file changed (hash stamp).
 # Prints nothing but errors; tests find it through TRAINWARDEN_PYTHON (tests/run-all.sh exports it).
 set -euo pipefail
 cd "$(dirname "$0")"
-venv="${TRAINWARDEN_VENV:-$HOME/.cache/trainwarden/venv}"
+venv="${TRAINWARDEN_VENV:-${TRAINWARDEN_CACHE_DIR:-$HOME/.cache/trainwarden}/venv}"
 shopt -s nullglob
 reqs=(*.txt)
 [ ${#reqs[@]} -gt 0 ] || exit 0

@@ -131,7 +131,7 @@ pub(crate) struct ControllerArgs {
 /// could ever fire; half of that leaves room for a slow or failed query.
 fn parse_prometheus_interval(text: &str) -> Result<Duration, String> {
     let d = parse_positive_duration(text)?;
-    let max = trainwarden_controller::gpu_metrics::MAX_STEP;
+    let max = trainwarden_controller::sources::gpu_metrics::MAX_STEP;
     if d > max {
         return Err(format!(
             "at most {}s: GPU readings more than 5 minutes apart never make a continuous run",
@@ -144,8 +144,8 @@ fn parse_prometheus_interval(text: &str) -> Result<Duration, String> {
 /// How much GPU history to read back: at most 120 steps of at most 150 s (5 hours).
 fn parse_prometheus_backfill(text: &str) -> Result<Duration, String> {
     let d = parse_duration(text)?;
-    let max =
-        trainwarden_controller::gpu_metrics::MAX_STEP * trainwarden_controller::gpu_metrics::BACKFILL_STEPS;
+    let max = trainwarden_controller::sources::gpu_metrics::MAX_STEP
+        * trainwarden_controller::sources::gpu_metrics::BACKFILL_STEPS;
     if d > max {
         return Err(format!(
             "at most {}h: the history is read at 120 steps of at most 150 s",

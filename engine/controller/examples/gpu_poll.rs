@@ -13,7 +13,7 @@
 use std::collections::HashMap;
 use std::time::{Duration, Instant};
 
-use trainwarden_controller::gpu_metrics::{QueryResponse, readings};
+use trainwarden_controller::sources::gpu_metrics::{QueryResponse, readings};
 use trainwarden_core::{EngineConfig, Evaluator, JobKey, JobSnapshot, ScriptEngine, Timestamp};
 
 const GPUS_PER_JOB: usize = 8;

@@ -1,49 +1,45 @@
-//! trainwarden's Kubernetes controller.
+//! trainwarden's Kubernetes controller. The folders are the data path:
 //!
 //! ```text
-//!  watch TrainJobs ──┐                        ┌──▶ executor ──▶ TrainJob / Kueue Workload / Events
-//!  watch policies  ──┼──▶ inputs ──▶ brain ───┤     (leader only, idempotent, timed out, counted)
-//!  watch namespaces ─┘   (channel)   (one     │
-//!  executor outcomes ───────────────▶ task)   └──▶ status writer ──▶ policy status (≤ 1/s per policy)
-//!                                     │ timers: Evaluator::next_tick (exact `for`, stall deadlines)
-//!  TrainJob events (copies, try_send) ──▶ recorder ──▶ <record-dir>/<identity>/*.jsonl.gz (every replica)
+//!  sources/ ──Input──▶ brain/ ──Work──▶ executor/ ──▶ TrainJob / Kueue Workload / Events / notifier
+//!  (watches,           (the Evaluator,  (leader only, idempotent, timed out, counted)
+//!   parsed at          no I/O)     │          └──Outcome (an Input)──▶ brain/
+//!   the edge)                      └──StatusUpdate──▶ status/ ──▶ policy status (≤ 1/s per policy)
+//!      └── copies ──▶ recorder ──▶ <record-dir>/<identity>/*.jsonl.gz (every replica)
+//!  runtime/: flags (config), Lease election (leader), /healthz /readyz /metrics (http), notification
+//!  Secrets (secrets);  metrics/: labels and the registry every task counts into;  [`run`] wires the tasks
 //! ```
 //!
 //! - [`messages`] holds what the tasks send each other ([`messages::Input`], [`messages::Work`],
 //!   [`messages::Outcome`], [`messages::StatusUpdate`]), so no task module imports another.
-//! - [`sources`] turns watch events into [`messages::Input`]s. Nothing is filtered by generation: TrainJob
-//!   progress lives in `status` (or in an annotation), which a generation predicate would hide.
+//! - [`sources`] turns watch events (and Prometheus polls, Kueue's queues) into [`messages::Input`]s, with the
+//!   annotations trainwarden keeps on TrainJobs already parsed into typed fields.
 //! - [`brain`] owns the [`Evaluator`](trainwarden_core::Evaluator) — the same code `replay` runs —
 //!   and the per-policy book-keeping for status. It performs no I/O: it reads inputs and the clock, and emits
 //!   work for the executor and status for the writer (the linkerd policy-controller's shape: a sans-IO index,
 //!   status intents over a channel to one writer).
 //! - [`executor`] is the only code that writes to TrainJobs, Workloads and Events. Every replica evaluates
 //!   (so a new leader's state is warm and matches), only the leader executes.
-//! - [`status_writer`] coalesces and writes policy status, including the rule memories that make a restart safe.
+//! - [`status`] coalesces and writes policy status, including the rule memories that make a restart safe.
 //! - [`recorder`] (`--record-dir`) writes what the TrainJob watch sees as replayable gzip streams, one per
 //!   job, bounded and rotated; it gets copies over a bounded channel and never holds up the watch. Every
 //!   replica records, into its own subdirectory.
-//! - [`gpu_metrics`] (`--prometheus-url`) reads the GPUs' DCGM metrics from Prometheus once per interval
-//!   and joins them to TrainJobs through their pods' JobSet label.
-//! - [`kueue_queues`] (`--kueue-queues`) watches Kueue's Workloads, LocalQueues and ClusterQueues and
-//!   sends the demand pending behind each LocalQueue (its ClusterQueue's, or its cohort's).
-//! - [`leader`] is Lease-based leader election; [`http`] serves `/healthz`, `/readyz` and `/metrics`.
+//! - [`run`] starts and connects the tasks; [`runtime`] holds the services they share; [`metrics`] is what
+//!   `/metrics` shows.
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]
 
 pub mod brain;
-pub mod config;
 pub mod executor;
-pub mod gpu_metrics;
-pub mod http;
-pub mod kueue_queues;
-pub mod leader;
 pub mod messages;
 pub mod metrics;
 pub mod recorder;
-pub mod secrets;
+pub mod runtime;
 pub mod sources;
-pub mod status_writer;
+pub mod status;
+
+pub use runtime::config::{self, Clock, ControllerConfig, GpuMetricsConfig};
+pub use runtime::secrets;
 
 use std::sync::Arc;
 
@@ -52,7 +48,7 @@ use tokio::sync::{mpsc, watch};
 use tokio::task::JoinSet;
 use tracing::{error, info};
 
-pub use config::{Clock, ControllerConfig, GpuMetricsConfig};
+use runtime::{http, leader};
 
 pub use trainwarden_kube::annotations::{
     EXEMPT_ANNOTATION, HISTORY_ANNOTATION, HISTORY_FIELD_MANAGER, INTENTS_ANNOTATION, LAST_ACTION_ANNOTATION,
@@ -168,12 +164,12 @@ pub async fn run_with_listener(
     if let Some(gpu) = config.gpu_metrics.clone() {
         let (client, ns, tx, m) =
             (client.clone(), config.namespace.clone(), input_tx.clone(), metrics.clone());
-        tasks.spawn(gpu_metrics::run(client, gpu, ns, tx, ready_rx.clone(), m));
+        tasks.spawn(sources::gpu_metrics::run(client, gpu, ns, tx, ready_rx.clone(), m));
     }
     if config.kueue_queues {
         let (client, ns, tx, m) =
             (client.clone(), config.namespace.clone(), input_tx.clone(), metrics.clone());
-        tasks.spawn(kueue_queues::run(client, ns, tx, m));
+        tasks.spawn(sources::kueue_queues::run(client, ns, tx, m));
     }
     let notifier = if config.notifications {
         let secrets = Arc::new(secrets::KubeSecrets::new(client.clone()));
@@ -192,8 +188,20 @@ pub async fn run_with_listener(
     {
         let (cfg, m, leading) = (config.clone(), metrics.clone(), leader.subscribe());
         tasks.spawn(async move {
-            brain::run(brain, cfg, input_rx, work_tx, status_tx, policies_synced_tx, ready_tx, leading, m)
-                .await;
+            brain::run(
+                brain,
+                cfg,
+                brain::Channels {
+                    inputs: input_rx,
+                    work: work_tx,
+                    statuses: status_tx,
+                    policies_synced: policies_synced_tx,
+                    ready: ready_tx,
+                    leadership: leading,
+                },
+                m,
+            )
+            .await;
             "evaluation loop"
         });
     }
@@ -212,8 +220,7 @@ pub async fn run_with_listener(
         });
     }
     {
-        let writer =
-            status_writer::StatusWriter::new(client.clone(), &config, metrics.clone(), leader.clone());
+        let writer = status::StatusWriter::new(client.clone(), &config, metrics.clone(), leader.clone());
         tasks.spawn(async move {
             writer.run(status_rx).await;
             "status writer"

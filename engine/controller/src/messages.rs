@@ -11,7 +11,7 @@
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
-use crate::metrics::WorkKind;
+use trainwarden_core::describe::Notice;
 use trainwarden_core::{
     ActionIntent, ActionKind, CompiledReceiver, Event, GpuSample, JobKey, JobPhase, JobSnapshot, Mode,
     NormalizeError, PolicyDocument, PolicyId, PolicyKind, PolicyRef, QueueDemand, Savings, Timestamp,
@@ -48,7 +48,7 @@ pub enum Input {
         /// Its labels, now (the selectors of ClusterProgressPolicies match against them).
         labels: BTreeMap<String, String>,
     },
-    /// The GPUs' readings of one Prometheus poll ([`crate::gpu_metrics`]): one sample per TrainJob whose pods
+    /// The GPUs' readings of one Prometheus poll ([`crate::sources::gpu_metrics`]): one sample per TrainJob whose pods
     /// hold GPUs that reported, taken at the poll's time.
     GpuReadings(Vec<(JobKey, GpuSample)>),
     /// The GPUs' utilization history read back from Prometheus at start, oldest step first: recorded whole
@@ -56,7 +56,7 @@ pub enum Input {
     GpuHistory(Vec<Vec<(JobKey, GpuSample)>>),
     /// Whether the GPU metrics can be read: sent at the first poll and whenever it changes.
     GpuMetrics(SourceHealth),
-    /// The demand queued behind every known Kueue LocalQueue ([`crate::kueue_queues`]), whole, when it
+    /// The demand queued behind every known Kueue LocalQueue ([`crate::sources::kueue_queues`]), whole, when it
     /// changed: a Kueue-managed TrainJob's is its LocalQueue's, and unknown when its LocalQueue is not here.
     QueueDemand(Arc<QueueDemands>),
     /// Whether Kueue's queues can be read: sent when it changes.
@@ -107,7 +107,7 @@ impl LocalQueueRef {
     }
 }
 
-/// What waits in Kueue, as [`crate::kueue_queues`] sends it.
+/// What waits in Kueue, as [`crate::sources::kueue_queues`] sends it.
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct QueueDemands {
     /// The demand behind every known LocalQueue: pending in its ClusterQueue, or its cohort.
@@ -131,7 +131,8 @@ impl QueueDemands {
     }
 }
 
-/// A watched TrainJob, read.
+/// A watched TrainJob, read: its progress normalized, and what trainwarden keeps in its annotations parsed
+/// into typed fields (the snapshot's annotations no longer hold the history checkpoint nor the verdict).
 #[derive(Debug)]
 pub struct JobInput {
     /// The TrainJob's namespace and name.
@@ -144,6 +145,70 @@ pub struct JobInput {
     pub uid: Option<String>,
     /// When its watch event arrived (`trainwarden_input_lag_seconds`).
     pub received: std::time::Instant,
+    /// The suspension its last-action record names ([`crate::LAST_ACTION_ANNOTATION`]), if that record is a
+    /// suspension that reads.
+    pub suspension: Option<FoundSuspension>,
+    /// Its history checkpoint ([`crate::HISTORY_ANNOTATION`]), as stored.
+    pub history: Option<StoredCheckpoint>,
+    /// Its verdict annotation ([`trainwarden_kube::VERDICT_ANNOTATION`]), as it shows now.
+    pub verdict: ShownVerdict,
+}
+
+/// A suspension found recorded on a TrainJob (`trainwarden.dev/last-action`), for the hand-over count.
+///
+/// A leader lost within its status interval after suspending a job leaves an action no status counts. A
+/// live follower holds the same intent and finds it `already_done` when it leads; a replica that started
+/// after the action (the lost one, restarted, winning the Lease) does not: the job is suspended, so its rule
+/// does not fire again. Every replica therefore keeps the suspension each TrainJob records, and the one that
+/// takes over counts those its inherited status does not (see `brain::counted`).
+#[derive(Debug, Clone, PartialEq)]
+pub struct FoundSuspension {
+    /// The intent id.
+    pub id: String,
+    /// The policy as the record names it: `ProgressPolicy ns/name` or `ClusterProgressPolicy name`.
+    pub policy: String,
+    /// The rule that fired.
+    pub rule: String,
+    /// When the intent was issued.
+    pub at: Timestamp,
+    /// The GPU-hours the record says it frees.
+    pub gpu_hours: Option<f64>,
+    /// The dollars the record says it frees.
+    pub dollars: Option<f64>,
+}
+
+/// A history checkpoint as a TrainJob stores it: the text (restored by the evaluator on a job's first
+/// sight), a hash of it (an unchanged annotation is not read again) and its stamp (when it was taken, and
+/// the content hash it records), when the header reads.
+#[derive(Debug, Clone, PartialEq)]
+pub struct StoredCheckpoint {
+    /// The annotation's text.
+    pub text: String,
+    /// FNV-1a of the text.
+    pub hash: u64,
+    /// When the checkpoint was taken and its content hash, from its header.
+    pub stamp: Option<(Timestamp, u64)>,
+}
+
+/// A TrainJob's verdict annotation as it shows: a hash of its text (what is stored, compared with what
+/// should be; absent is a value too) and the rules it lists, when it reads.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ShownVerdict {
+    /// Hash of the annotation's text (`None` hashed when there is no annotation).
+    pub hash: u64,
+    /// The annotation, parsed; `None` when absent or unreadable.
+    pub verdict: Option<trainwarden_kube::Verdict>,
+}
+
+impl ShownVerdict {
+    /// The hash a verdict's text (or its absence) is compared by: what the TrainJob shows against what the
+    /// brain wants it to show.
+    pub fn hash_text(text: Option<&str>) -> u64 {
+        use std::hash::{DefaultHasher, Hash, Hasher};
+        let mut h = DefaultHasher::new();
+        text.hash(&mut h);
+        h.finish()
+    }
 }
 
 /// A job's history checkpoint to store on the TrainJob ([`crate::HISTORY_ANNOTATION`]).
@@ -217,6 +282,21 @@ pub enum Work {
     FlushHistory(Vec<HistorySave>, tokio::sync::oneshot::Sender<()>),
 }
 
+/// The kinds of executor work, as they wait in its per-job queue (`trainwarden_executor_queue_seconds`).
+#[derive(Clone, Copy, Debug, Hash, PartialEq, Eq)]
+pub enum WorkKind {
+    /// `act`: an action intent performed or reported.
+    Act,
+    /// `event`: a Kubernetes Event recorded on a TrainJob.
+    Event,
+    /// `notify`: an evaluator event handed to the notifier.
+    Notify,
+    /// `history`: a history checkpoint stored.
+    History,
+    /// `verdict`: a verdict annotation stored.
+    Verdict,
+}
+
 /// A change of one policy's notification receivers.
 #[derive(Debug)]
 pub enum ReceiverChange {
@@ -263,14 +343,9 @@ impl Work {
 pub struct TrainJobEvent {
     /// The TrainJob the Event is recorded on.
     pub job: JobKey,
-    /// Whether the Event's type is `Warning` (a rule fired, a rule failed) rather than `Normal`.
-    pub warning: bool,
-    /// CamelCase, e.g. RuleFiring.
-    pub reason: String,
-    /// What was done, e.g. Evaluate.
-    pub action: String,
-    /// The Event's message: policy, rule, state, mode, reason and values.
-    pub note: String,
+    /// What it says: its reason (which fixes its type and action) and note, worded by
+    /// [`trainwarden_core::describe`].
+    pub notice: Notice,
     /// The TrainJob's uid as the evaluation loop last saw it, filled in on the way to the executor: the Event
     /// names that object without reading it first. `None` (not known, or the job is gone): read first.
     pub uid: Option<String>,

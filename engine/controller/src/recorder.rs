@@ -36,9 +36,9 @@ use tokio::sync::{mpsc, oneshot};
 use tracing::{info, warn};
 use trainwarden_core::{JobKey, JobPhase, Timestamp};
 
-use crate::config::RecordConfig;
 use crate::messages::{JobObservation, Observation, RecordedProgress};
 use crate::metrics::{Metrics, RecordDrop};
+use crate::runtime::config::RecordConfig;
 
 /// The extension of every stream file; only such files count towards (and are deleted by) the bounds.
 pub const EXTENSION: &str = ".jsonl.gz";

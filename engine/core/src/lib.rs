@@ -8,13 +8,15 @@
 //! judge/     built-in detectors and Rhai conditions: does a rule's condition hold for a job now?
 //! evaluate/  the Evaluator: firing lifecycle, timers, rule memories, savings → events and action intents
 //! policy/    the CRD spec types, validation and compilation, notification receivers and templates
+//! describe/  what trainwarden tells people: Event reasons and notes, action and hold wording
 //! drive/     replay of recorded streams, backtests on complete runs, `trainwarden test` rule tests
 //! units/     durations, windows and warmups, calendars (active windows in a time zone)
+//! testing/   the tests' fixtures, for every crate (feature `testing`): clocks, policies, snapshots, harness
 //! time.rs    instants, spans and how they print
 //! ```
 //!
 //! Modules are private; what consumers use is re-exported here, plus three driver modules ([`replay`],
-//! [`backtest`], [`rule_test`]) whose functions are used by name.
+//! [`backtest`], [`rule_test`]) and [`describe`], whose functions are used by name.
 //!
 //! Nothing here talks to Kubernetes, starts a runtime, reads a file or a clock: time is an argument. The one
 //! exception is the wall-clock deadline that stops a runaway Rhai script ([`Limits::deadline`]); it only
@@ -22,6 +24,7 @@
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]
 
+pub mod describe;
 mod drive;
 mod error;
 mod evaluate;
@@ -34,8 +37,8 @@ mod units;
 
 #[cfg(test)]
 mod robustness_tests;
-#[cfg(test)]
-mod test_rng;
+#[cfg(any(test, feature = "testing"))]
+pub mod testing;
 
 pub use drive::{backtest, replay, rule_test};
 pub use error::{FieldError, FieldErrors, MAX_ECHOED_TOKEN, Position, clip_tokens, error_chain};

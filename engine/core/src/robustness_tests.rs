@@ -1,26 +1,12 @@
 //! Bad input never panics: mutated streams and policies go through parsing, compilation and replay and come
-//! out as values or errors. A small deterministic generator (xorshift) keeps the runs reproducible.
+//! out as values or errors. The tests' deterministic generator keeps the runs reproducible.
 
 use crate::drive::replay::Replay;
 use crate::evaluate::EngineConfig;
 use crate::input::stream::parse_stream;
 use crate::judge::script::ScriptEngine;
 use crate::policy::compile::{compile, parse_documents};
-
-struct Rng(u64);
-
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 ^= self.0 << 13;
-        self.0 ^= self.0 >> 7;
-        self.0 ^= self.0 << 17;
-        self.0
-    }
-
-    fn below(&mut self, n: usize) -> usize {
-        (self.next() % n as u64) as usize
-    }
-}
+use crate::testing::rng::Rng;
 
 const TOKENS: &[&str] = &[
     "-1",

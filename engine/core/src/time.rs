@@ -176,15 +176,18 @@ mod tests {
     /// and after the epoch.
     #[test]
     fn seconds_between_instants_is_the_exact_formula() {
-        let mut rng = crate::test_rng::Rng(0x05EC_04D5);
+        let mut rng = crate::testing::rng::Rng(0x05EC_04D5);
         let (min, max) = (Timestamp::MIN.as_nanosecond(), Timestamp::MAX.as_nanosecond());
         // Each instant anywhere in jiff's range (pairs far apart take the i128 fallback), around the
         // epoch (negative sub-second parts before it), or around today, nanoseconds included.
-        let pick = |rng: &mut crate::test_rng::Rng| {
+        let pick = |rng: &mut crate::testing::rng::Rng| {
             let n = match rng.below(3) {
-                0 => min + ((i128::from(rng.next()) << 40) | i128::from(rng.next())).rem_euclid(max - min),
-                1 => i128::from(rng.next() as i64 >> 8),
-                _ => 1_795_798_800_000_000_000 + i128::from(rng.next() as i64 >> 8),
+                0 => {
+                    min + ((i128::from(rng.next_u64()) << 40) | i128::from(rng.next_u64()))
+                        .rem_euclid(max - min)
+                }
+                1 => i128::from(rng.next_u64() as i64 >> 8),
+                _ => 1_795_798_800_000_000_000 + i128::from(rng.next_u64() as i64 >> 8),
             };
             Timestamp::from_nanosecond(n).expect("in range")
         };
@@ -205,7 +208,7 @@ mod tests {
             }
             Timestamp::from_nanosecond(at.as_nanosecond().checked_add((secs * 1e9) as i128)?).ok()
         };
-        let mut rng = crate::test_rng::Rng(0xADD5_EC05);
+        let mut rng = crate::testing::rng::Rng(0xADD5_EC05);
         let (min, max) = (Timestamp::MIN.as_nanosecond(), Timestamp::MAX.as_nanosecond());
         let ends = [Timestamp::MIN, Timestamp::MAX, Timestamp::UNIX_EPOCH];
         let mut far = 0;
@@ -213,14 +216,15 @@ mod tests {
             let at = match rng.below(4) {
                 0 => ends[rng.below(3)],
                 1 => Timestamp::from_nanosecond(
-                    min + ((i128::from(rng.next()) << 40) | i128::from(rng.next())).rem_euclid(max - min),
+                    min + ((i128::from(rng.next_u64()) << 40) | i128::from(rng.next_u64()))
+                        .rem_euclid(max - min),
                 )
                 .expect("in range"),
-                2 => Timestamp::from_nanosecond(i128::from(rng.next() as i64 >> 8)).expect("in range"),
-                _ => {
-                    Timestamp::from_nanosecond(1_795_798_800_000_000_000 + i128::from(rng.next() as i64 >> 8))
-                        .expect("in range")
-                }
+                2 => Timestamp::from_nanosecond(i128::from(rng.next_u64() as i64 >> 8)).expect("in range"),
+                _ => Timestamp::from_nanosecond(
+                    1_795_798_800_000_000_000 + i128::from(rng.next_u64() as i64 >> 8),
+                )
+                .expect("in range"),
             };
             // Magnitudes from 1 ns to 10^13 s (past the fast path's limit and the range), both signs, and
             // the odd non-finite amount.

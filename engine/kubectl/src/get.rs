@@ -157,7 +157,7 @@ fn dollars(d: f64) -> String {
     if !d.is_finite() {
         return format!("${d}");
     }
-    let whole = trainwarden_core::replay::thousands(d.abs().round() as u64);
+    let whole = trainwarden_core::describe::words::thousands(d.abs().round() as u64);
     format!("{}${whole}", if d < 0.0 { "-" } else { "" })
 }
 

@@ -8,11 +8,12 @@
 use std::collections::BTreeMap;
 
 use trainwarden_core::JobData;
+use trainwarden_core::describe::words;
+use trainwarden_core::fmt_local;
 use trainwarden_core::{ActionIntent, Resolution, Savings};
 use trainwarden_core::{ActionSpec, Mode, PolicyId, PolicyRef};
 use trainwarden_core::{Field, FieldValues};
 use trainwarden_core::{JobKey, Timestamp};
-use trainwarden_core::{fmt_local, plural};
 
 /// Firing or resolved.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
@@ -207,7 +208,7 @@ impl AlertAction {
     pub fn of(intent: &ActionIntent) -> AlertAction {
         AlertAction {
             kind: intent.action.kind().to_string(),
-            description: describe_action(&intent.action),
+            description: words::action(&intent.action),
             intent_id: intent.id.clone(),
             state: ActionState::Issued,
         }
@@ -217,33 +218,11 @@ impl AlertAction {
     pub fn text(&self, mode: Mode) -> String {
         match (&self.state, mode) {
             (_, Mode::Audit) => format!("would {}", self.description),
-            (ActionState::Issued, Mode::Enforce) => progressive(&self.description),
+            (ActionState::Issued, Mode::Enforce) => words::progressive(&self.description),
             (ActionState::Done { what, .. }, Mode::Enforce) => what.clone(),
             (ActionState::NotDone(why), Mode::Enforce) => why.clone(),
         }
     }
-}
-
-/// `suspend the TrainJob` → `suspending the TrainJob` (the verbs [`describe_action`] uses).
-fn progressive(description: &str) -> String {
-    let (verb, rest) = description.split_once(' ').unwrap_or((description, ""));
-    let ing = match verb {
-        "emit" => "emitting".to_string(),
-        v => format!("{}ing", v.strip_suffix('e').unwrap_or(v)),
-    };
-    if rest.is_empty() { ing } else { format!("{ing} {rest}") }
-}
-
-/// `suspend the TrainJob` → `suspended the TrainJob`.
-pub fn past(description: &str) -> String {
-    let (verb, rest) = description.split_once(' ').unwrap_or((description, ""));
-    let ed = match verb {
-        "emit" => "emitted".to_string(),
-        "notify" => "notified".to_string(),
-        v if v.ends_with('e') => format!("{v}d"),
-        v => format!("{v}ed"),
-    };
-    if rest.is_empty() { ed } else { format!("{ed} {rest}") }
 }
 
 impl Alert {
@@ -272,7 +251,7 @@ impl Alert {
         if let Some(s) = &self.savings {
             let mut stake = format!("{} GPU-hours", fmt_number(s.gpu_hours));
             if let Some(d) = s.dollars {
-                stake += &format!(" (${})", fmt_money(d));
+                stake += &format!(" (${})", words::money(d));
             }
             parts.push(format!("{stake} at stake"));
         }
@@ -282,39 +261,6 @@ impl Alert {
             details += &undo;
         }
         details
-    }
-}
-
-/// `1,803.73`.
-pub fn fmt_money(d: f64) -> String {
-    if !d.is_finite() {
-        return d.to_string();
-    }
-    let cents = (d.abs() * 100.0).round() as u64;
-    let digits = (cents / 100).to_string();
-    let mut whole = String::new();
-    for (i, c) in digits.chars().enumerate() {
-        if i > 0 && (digits.len() - i).is_multiple_of(3) {
-            whole.push(',');
-        }
-        whole.push(c);
-    }
-    format!("{}{whole}.{:02}", if d < 0.0 && cents > 0 { "-" } else { "" }, cents % 100)
-}
-
-/// What a non-notify action does, in words.
-pub fn describe_action(action: &ActionSpec) -> String {
-    match action {
-        ActionSpec::Suspend(_) => "suspend the TrainJob".into(),
-        ActionSpec::Notify(n) => format!("notify {}", n.to),
-        ActionSpec::Annotate(a) => format!("annotate the TrainJob with {}", a.key),
-        ActionSpec::Event(_) => "emit a Kubernetes Event".into(),
-        ActionSpec::Scale(s) => {
-            format!(
-                "scale the TrainJob to {}",
-                plural(u64::try_from(s.num_nodes).unwrap_or(0), "node", "nodes")
-            )
-        }
     }
 }
 
@@ -459,10 +405,10 @@ mod tests {
         assert_eq!(fmt_seconds(118_062.0), "1d8h47m42s");
         assert_eq!(fmt_seconds(0.0), "0s");
         assert_eq!(fmt_seconds(f64::NAN), "-");
-        assert_eq!(fmt_money(1803.734), "1,803.73");
-        assert_eq!(fmt_money(1234567.0), "1,234,567.00");
-        assert_eq!(fmt_money(0.5), "0.50");
-        assert_eq!(fmt_money(-1000.0), "-1,000.00");
+        assert_eq!(words::money(1803.734), "1,803.73");
+        assert_eq!(words::money(1234567.0), "1,234,567.00");
+        assert_eq!(words::money(0.5), "0.50");
+        assert_eq!(words::money(-1000.0), "-1,000.00");
     }
 
     #[test]

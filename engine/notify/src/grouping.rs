@@ -469,6 +469,7 @@ mod tests {
     use super::*;
     use trainwarden_core::Reason;
     use trainwarden_core::{Mode, NotifyAction, SuspendAction};
+    use trainwarden_testkit::fixtures::at_sec;
 
     fn policy() -> PolicyRef {
         PolicyRef {
@@ -495,14 +496,10 @@ mod tests {
         }
     }
 
-    fn t(seconds: i64) -> Timestamp {
-        Timestamp::from_second(1_800_000_000 + seconds).unwrap()
-    }
-
     fn intent(rule: &str, job: &str, at: i64, action: ActionSpec) -> ActionIntent {
         ActionIntent {
             id: format!("{rule}:{job}:{at}"),
-            at: t(at),
+            at: at_sec(at),
             job: JobKey::new("fraud", job),
             policy: policy(),
             rule: rule.into(),
@@ -531,12 +528,12 @@ mod tests {
     #[test]
     fn two_rules_on_one_job_within_group_wait_make_one_message() {
         let mut g = grouper(receiver("team", 30, 300, 3600, false));
-        assert_eq!(g.intent(&intent("plateau", "a", 0, notify("team")), None, t(0)), Ok(true));
-        assert_eq!(g.intent(&intent("late", "a", 10, notify("team")), None, t(10)), Ok(true));
-        assert_eq!(g.intent(&intent("late", "b", 10, notify("team")), None, t(10)), Ok(true));
-        assert_eq!(g.next_due(), Some(t(30)));
-        assert!(g.poll(t(29)).is_empty());
-        let sent = g.poll(t(30));
+        assert_eq!(g.intent(&intent("plateau", "a", 0, notify("team")), None, at_sec(0)), Ok(true));
+        assert_eq!(g.intent(&intent("late", "a", 10, notify("team")), None, at_sec(10)), Ok(true));
+        assert_eq!(g.intent(&intent("late", "b", 10, notify("team")), None, at_sec(10)), Ok(true));
+        assert_eq!(g.next_due(), Some(at_sec(30)));
+        assert!(g.poll(at_sec(29)).is_empty());
+        let sent = g.poll(at_sec(30));
         assert_eq!(sent.len(), 1, "one message for job a");
         assert_eq!(
             rules(&sent[0]),
@@ -545,45 +542,46 @@ mod tests {
         assert_eq!(sent[0].group_key, "team{policy=\"fraud/weekend-safe\",job=\"fraud/a\"}");
         assert!(!sent[0].repeat);
         // Job b's group started at 10s: its own groupWait.
-        assert_eq!(g.next_due(), Some(t(40)));
-        let sent = g.poll(t(40));
+        assert_eq!(g.next_due(), Some(at_sec(40)));
+        let sent = g.poll(at_sec(40));
         assert_eq!(rules(&sent[0]), vec![("late@b".into(), AlertStatus::Firing)]);
     }
 
     #[test]
     fn repeat_interval_reminds_and_group_interval_batches_news() {
         let mut g = grouper(receiver("team", 30, 300, 3600, false));
-        g.intent(&intent("plateau", "a", 0, notify("team")), None, t(0)).unwrap();
-        assert_eq!(g.poll(t(30)).len(), 1);
-        assert_eq!(g.next_due(), Some(t(3630)));
+        g.intent(&intent("plateau", "a", 0, notify("team")), None, at_sec(0)).unwrap();
+        assert_eq!(g.poll(at_sec(30)).len(), 1);
+        assert_eq!(g.next_due(), Some(at_sec(3630)));
         // A new alert 60s after the first message waits for groupInterval (300s after that flush).
-        g.intent(&intent("late", "a", 90, notify("team")), None, t(90)).unwrap();
-        assert_eq!(g.next_due(), Some(t(330)));
-        assert!(g.poll(t(329)).is_empty());
-        let sent = g.poll(t(330));
+        g.intent(&intent("late", "a", 90, notify("team")), None, at_sec(90)).unwrap();
+        assert_eq!(g.next_due(), Some(at_sec(330)));
+        assert!(g.poll(at_sec(329)).is_empty());
+        let sent = g.poll(at_sec(330));
         assert_eq!(rules(&sent[0]).len(), 2, "the message carries every alert of the group");
         // Nothing new: silence until repeatInterval after the last message, then a reminder.
-        assert!(g.poll(t(3929)).is_empty());
-        let sent = g.poll(t(3930));
+        assert!(g.poll(at_sec(3929)).is_empty());
+        let sent = g.poll(at_sec(3930));
         assert_eq!(sent.len(), 1);
         assert!(sent[0].repeat);
-        assert_eq!(g.next_due(), Some(t(7530)));
+        assert_eq!(g.next_due(), Some(at_sec(7530)));
     }
 
     #[test]
     fn a_firing_that_suspended_the_job_is_not_repeated() {
         let mut g = grouper(receiver("team", 30, 300, 3600, true));
-        g.intent(&intent("plateau", "a", 0, notify("team")), None, t(0)).unwrap();
-        g.intent(&intent("plateau", "a", 0, ActionSpec::Suspend(Default::default())), None, t(0)).unwrap();
-        let sent = g.poll(t(30));
+        g.intent(&intent("plateau", "a", 0, notify("team")), None, at_sec(0)).unwrap();
+        g.intent(&intent("plateau", "a", 0, ActionSpec::Suspend(Default::default())), None, at_sec(0))
+            .unwrap();
+        let sent = g.poll(at_sec(30));
         assert_eq!(sent.len(), 1);
         assert_eq!(sent[0].alerts[0].actions.len(), 1, "{:?}", sent[0].alerts[0].actions);
         // No reminders while the job stays suspended...
         assert_eq!(g.next_due(), None);
-        assert!(g.poll(t(3 * 86_400)).is_empty());
+        assert!(g.poll(at_sec(3 * 86_400)).is_empty());
         // ...but its resolution (the job resumed or was deleted) is still announced.
-        g.resolved(&policy(), "plateau", &JobKey::new("fraud", "a"), None, t(3 * 86_400));
-        let sent = g.poll(t(3 * 86_400 + 30));
+        g.resolved(&policy(), "plateau", &JobKey::new("fraud", "a"), None, at_sec(3 * 86_400));
+        let sent = g.poll(at_sec(3 * 86_400 + 30));
         assert_eq!(sent.len(), 1);
         assert_eq!(sent[0].status, AlertStatus::Resolved);
     }
@@ -591,48 +589,48 @@ mod tests {
     #[test]
     fn resolved_messages_are_opt_in_and_only_for_announced_alerts() {
         let mut g = grouper(receiver("team", 30, 300, 3600, true));
-        g.intent(&intent("plateau", "a", 0, notify("team")), None, t(0)).unwrap();
-        g.poll(t(30));
-        g.resolved(&policy(), "plateau", &JobKey::new("fraud", "a"), None, t(100));
-        assert_eq!(g.next_due(), Some(t(330)));
-        let sent = g.poll(t(330));
+        g.intent(&intent("plateau", "a", 0, notify("team")), None, at_sec(0)).unwrap();
+        g.poll(at_sec(30));
+        g.resolved(&policy(), "plateau", &JobKey::new("fraud", "a"), None, at_sec(100));
+        assert_eq!(g.next_due(), Some(at_sec(330)));
+        let sent = g.poll(at_sec(330));
         assert_eq!(sent[0].status, AlertStatus::Resolved);
         assert_eq!(rules(&sent[0]), vec![("plateau@a".into(), AlertStatus::Resolved)]);
-        assert_eq!(sent[0].alerts[0].resolved_at, Some(t(100)));
+        assert_eq!(sent[0].alerts[0].resolved_at, Some(at_sec(100)));
         assert_eq!(g.alert_count(), 0);
         assert_eq!(g.next_due(), None);
         // Resolved before it was ever announced: nothing to say.
-        g.intent(&intent("plateau", "b", 400, notify("team")), None, t(400)).unwrap();
-        g.resolved(&policy(), "plateau", &JobKey::new("fraud", "b"), None, t(410));
+        g.intent(&intent("plateau", "b", 400, notify("team")), None, at_sec(400)).unwrap();
+        g.resolved(&policy(), "plateau", &JobKey::new("fraud", "b"), None, at_sec(410));
         assert_eq!(g.alert_count(), 0);
-        assert!(g.poll(t(1000)).is_empty());
+        assert!(g.poll(at_sec(1000)).is_empty());
 
         let mut quiet = grouper(receiver("team", 30, 300, 3600, false));
-        quiet.intent(&intent("plateau", "a", 0, notify("team")), None, t(0)).unwrap();
-        quiet.poll(t(30));
-        quiet.resolved(&policy(), "plateau", &JobKey::new("fraud", "a"), None, t(100));
+        quiet.intent(&intent("plateau", "a", 0, notify("team")), None, at_sec(0)).unwrap();
+        quiet.poll(at_sec(30));
+        quiet.resolved(&policy(), "plateau", &JobKey::new("fraud", "a"), None, at_sec(100));
         assert_eq!(quiet.alert_count(), 0);
-        assert!(quiet.poll(t(10_000)).is_empty(), "no resolved message, no reminder");
+        assert!(quiet.poll(at_sec(10_000)).is_empty(), "no resolved message, no reminder");
     }
 
     #[test]
     fn sibling_intents_say_what_the_firing_did() {
         let mut g = grouper(receiver("team", 30, 300, 3600, false));
-        g.intent(&intent("plateau", "a", 0, notify("team")), None, t(0)).unwrap();
+        g.intent(&intent("plateau", "a", 0, notify("team")), None, at_sec(0)).unwrap();
         let mut suspend = intent("plateau", "a", 0, ActionSpec::Suspend(SuspendAction::default()));
         suspend.savings = Some(Savings {
-            until: t(3600),
+            until: at_sec(3600),
             basis: trainwarden_core::SavingsBasis::EstimatedEnd,
             gpus: 8.0,
             gpu_hours: 8.0,
             dollars: Some(55.0),
         });
-        assert_eq!(g.intent(&suspend, None, t(0)), Ok(false));
+        assert_eq!(g.intent(&suspend, None, at_sec(0)), Ok(false));
         // Context recorded before the notify intent arrives works too (actions in the other order).
-        g.intent(&intent("stalled", "a", 5, ActionSpec::Suspend(SuspendAction::default())), None, t(5))
+        g.intent(&intent("stalled", "a", 5, ActionSpec::Suspend(SuspendAction::default())), None, at_sec(5))
             .unwrap();
-        g.intent(&intent("stalled", "a", 5, notify("team")), None, t(5)).unwrap();
-        let sent = g.poll(t(30));
+        g.intent(&intent("stalled", "a", 5, notify("team")), None, at_sec(5)).unwrap();
+        let sent = g.poll(at_sec(30));
         let plateau = sent[0].alerts.iter().find(|a| a.rule == "plateau").unwrap();
         assert_eq!(plateau.actions_text(), "suspending the TrainJob", "no result yet: under way");
         assert_eq!(plateau.savings.as_ref().unwrap().gpu_hours, 8.0);
@@ -644,8 +642,8 @@ mod tests {
     fn the_executors_result_turns_under_way_into_done() {
         let mut g = grouper(receiver("team", 30, 300, 3600, false));
         let suspend = intent("plateau", "a", 0, ActionSpec::Suspend(SuspendAction::default()));
-        g.intent(&intent("plateau", "a", 0, notify("team")), None, t(0)).unwrap();
-        g.intent(&suspend, None, t(0)).unwrap();
+        g.intent(&intent("plateau", "a", 0, notify("team")), None, at_sec(0)).unwrap();
+        g.intent(&suspend, None, at_sec(0)).unwrap();
         let done = ActionState::Done {
             what: "suspended the TrainJob".into(),
             undo: Some("To resume it: …".into()),
@@ -653,7 +651,7 @@ mod tests {
         assert!(g.performed(&policy(), "plateau", &JobKey::new("fraud", "a"), &suspend.id, done));
         let failed = ActionState::NotDone("could not annotate".into());
         assert!(!g.performed(&policy(), "plateau", &JobKey::new("fraud", "a"), "another-intent", failed));
-        let sent = g.poll(t(30));
+        let sent = g.poll(at_sec(30));
         assert_eq!(sent[0].alerts[0].actions_text(), "suspended the TrainJob");
         assert_eq!(sent[0].alerts[0].undo().as_deref(), Some("To resume it: …"));
         assert_eq!(
@@ -667,14 +665,14 @@ mod tests {
     fn a_suspension_that_failed_is_repeated() {
         let mut g = grouper(receiver("team", 30, 300, 3600, false));
         let suspend = intent("plateau", "a", 0, ActionSpec::Suspend(SuspendAction::default()));
-        g.intent(&intent("plateau", "a", 0, notify("team")), None, t(0)).unwrap();
-        g.intent(&suspend, None, t(0)).unwrap();
-        assert_eq!(g.poll(t(30)).len(), 1);
+        g.intent(&intent("plateau", "a", 0, notify("team")), None, at_sec(0)).unwrap();
+        g.intent(&suspend, None, at_sec(0)).unwrap();
+        assert_eq!(g.poll(at_sec(30)).len(), 1);
         assert_eq!(g.next_due(), None, "a suspended job is not repeated");
         let failed = ActionState::NotDone("could not suspend the TrainJob (forbidden)".into());
         g.performed(&policy(), "plateau", &JobKey::new("fraud", "a"), &suspend.id, failed);
-        assert_eq!(g.next_due(), Some(t(3630)));
-        let sent = g.poll(t(3630));
+        assert_eq!(g.next_due(), Some(at_sec(3630)));
+        let sent = g.poll(at_sec(3630));
         assert!(sent[0].repeat);
         assert_eq!(sent[0].alerts[0].actions_text(), "could not suspend the TrainJob (forbidden)");
     }
@@ -683,15 +681,15 @@ mod tests {
     fn unknown_receivers_limits_and_reconfiguration() {
         let mut g = Grouper::new(GroupLimits { max_groups_per_receiver: 1, max_alerts_per_group: 1 });
         g.configure(&policy(), &[receiver("team", 30, 300, 3600, false)]);
-        let e = g.intent(&intent("r", "a", 0, notify("oncall")), None, t(0)).unwrap_err();
+        let e = g.intent(&intent("r", "a", 0, notify("oncall")), None, at_sec(0)).unwrap_err();
         assert_eq!(e.to_string(), "policy fraud/weekend-safe has no receiver named \"oncall\"");
-        g.intent(&intent("r", "a", 0, notify("team")), None, t(0)).unwrap();
+        g.intent(&intent("r", "a", 0, notify("team")), None, at_sec(0)).unwrap();
         assert!(matches!(
-            g.intent(&intent("s", "a", 0, notify("team")), None, t(0)),
+            g.intent(&intent("s", "a", 0, notify("team")), None, at_sec(0)),
             Err(Refused::Full { .. })
         ));
         assert!(matches!(
-            g.intent(&intent("r", "b", 0, notify("team")), None, t(0)),
+            g.intent(&intent("r", "b", 0, notify("team")), None, at_sec(0)),
             Err(Refused::Full { .. })
         ));
         // Re-applying the policy keeps pending alerts; removing the receiver drops them.
@@ -706,8 +704,8 @@ mod tests {
     #[test]
     fn flush_pending_delivers_news_without_waiting() {
         let mut g = grouper(receiver("team", 30, 300, 3600, false));
-        g.intent(&intent("r", "a", 0, notify("team")), None, t(0)).unwrap();
-        assert_eq!(g.flush_pending(t(1)).len(), 1);
-        assert!(g.flush_pending(t(2)).is_empty(), "reminders are not news");
+        g.intent(&intent("r", "a", 0, notify("team")), None, at_sec(0)).unwrap();
+        assert_eq!(g.flush_pending(at_sec(1)).len(), 1);
+        assert!(g.flush_pending(at_sec(2)).is_empty(), "reminders are not news");
     }
 }

@@ -17,11 +17,12 @@ use trainwarden_core::Template;
 use trainwarden_core::Timestamp;
 use trainwarden_core::{Event, TransitionKind};
 
-use crate::alert::{ActionState, JobProgress, describe_action, past, resume_hint};
+use crate::alert::{ActionState, JobProgress, resume_hint};
 use crate::delivery::{Counters, Queued, RateLimit, RetryPolicy, deliver};
 use crate::grouping::{GroupLimits, Grouper, Notification};
 use crate::render::{self, Rendered};
 use crate::send::{ChannelKind, SendError, Sender};
+use trainwarden_core::describe::words;
 use trainwarden_core::{ActionSpec, Mode, PolicyId};
 
 /// The grouper driven by a replay.
@@ -79,7 +80,7 @@ impl OfflineNotifications {
                 // its messages say what the controller's would once the suspension succeeded.
                 if intent.mode == Mode::Enforce && matches!(intent.action, ActionSpec::Suspend(_)) {
                     let state = ActionState::Done {
-                        what: past(&describe_action(&intent.action)),
+                        what: words::past(&words::action(&intent.action)),
                         undo: Some(resume_hint(&intent.job, None)),
                     };
                     self.grouper.performed(&intent.policy, &intent.rule, &intent.job, &intent.id, state);

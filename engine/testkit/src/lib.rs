@@ -8,15 +8,21 @@
 //! - [`http`]: a plain HTTP GET of a local port (the controller's `/metrics`, `/readyz`).
 //! - [`receivers`]: what notification tests deliver to and with: a local HTTP receiver that records requests,
 //!   an SMTP server (aiosmtpd), policies compiled by the real core, intents, secrets in a directory.
-//! - [`rng`]: deterministic pseudo-random numbers for property tests.
+//! - [`fixtures`]: the sans-IO fixtures every crate's tests share, from trainwarden-core's `testing` module:
+//!   clocks ([`at_sec`](fixtures::at_sec), [`at_min`](fixtures::at_min)), a policy builder, job snapshots, rule
+//!   memories, the evaluator harness, deterministic random numbers ([`fixtures::rng`]);
+//! - [`objects`]: Kubernetes objects as the API server holds them: a TrainJob and its progress report, a Kueue
+//!   Workload.
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]
 
 pub mod apiserver;
 pub mod faultproxy;
 pub mod http;
+pub mod objects;
 pub mod receivers;
-pub mod rng;
+
+pub use trainwarden_core::testing as fixtures;
 
 /// Whether this is a CI run (`CI=true` or `CI=1`): there a test that needs a component fails when it is
 /// missing, where elsewhere it may skip after saying why.

@@ -274,14 +274,15 @@ pub(super) struct Tally<'a> {
 #[cfg(test)]
 mod tests {
     use std::sync::Arc;
+    use trainwarden_testkit::fixtures::at_sec;
 
     use trainwarden_core::Mode;
 
     use crate::brain::Brain;
-    use crate::brain::tests::{job_reporting, policy_input, suspend_outcome, t};
-    use crate::config::ControllerConfig;
+    use crate::brain::tests::{job_reporting, policy_input, suspend_outcome};
     use crate::messages::{ActionResult, Input};
     use crate::metrics::Metrics;
+    use crate::runtime::config::ControllerConfig;
 
     fn outcome(mode: Mode, result: ActionResult, gpu_hours: f64) -> Input {
         Input::Outcome(Box::new(suspend_outcome(&format!("i-{gpu_hours}"), mode, result, gpu_hours)))
@@ -307,12 +308,12 @@ mod tests {
                 "    - {name: high, when: 'metric(\"loss\") > 5.0', actions: [{suspend: {}}]}\n  gpuHourCost: 10\n",
                 None,
             ),
-            t(0),
+            at_sec(0),
         );
         let labels = r#"{policy="ProgressPolicy/ml/p",namespace="ml",mode="Enforce"}"#;
         assert_eq!(saved_lines(&metrics), Vec::<String>::new(), "no job judged yet");
         // Judged: the series exist at zero, so that Prometheus' increase() counts the first saving.
-        b.handle(job_reporting(1.0, t(1)), t(1));
+        b.handle(job_reporting(1.0, at_sec(1)), at_sec(1));
         assert_eq!(
             saved_lines(&metrics),
             vec![
@@ -320,11 +321,11 @@ mod tests {
                 format!("trainwarden_dollars_saved_total{labels} 0.0")
             ]
         );
-        b.handle(outcome(Mode::Enforce, ActionResult::Done, 8.0), t(5));
+        b.handle(outcome(Mode::Enforce, ActionResult::Done, 8.0), at_sec(5));
         // Neither a failure nor an unchanged job saves anything.
-        b.handle(outcome(Mode::Enforce, ActionResult::Failed, 100.0), t(7));
-        b.handle(outcome(Mode::Enforce, ActionResult::Unchanged, 100.0), t(7));
-        b.handle(outcome(Mode::Audit, ActionResult::Reported, 4.0), t(8));
+        b.handle(outcome(Mode::Enforce, ActionResult::Failed, 100.0), at_sec(7));
+        b.handle(outcome(Mode::Enforce, ActionResult::Unchanged, 100.0), at_sec(7));
+        b.handle(outcome(Mode::Audit, ActionResult::Reported, 4.0), at_sec(8));
         let audit = r#"{policy="ProgressPolicy/ml/p",namespace="ml",mode="Audit"}"#;
         let lines = saved_lines(&metrics);
         for want in [

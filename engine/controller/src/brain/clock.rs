@@ -7,8 +7,8 @@ use std::time::Duration;
 use trainwarden_core::Timestamp;
 
 use super::Brain;
-use crate::config::Clock;
 use crate::messages::Input;
+use crate::runtime::config::Clock;
 
 /// The loop's clock and, for [`Clock::Reports`], where the stream's time stands.
 pub(super) struct LoopClock {
@@ -100,12 +100,13 @@ fn run_timers(brain: &mut Brain, until: Timestamp, inclusive: bool) {
 
 #[cfg(test)]
 mod tests {
-    use super::super::tests::{job_reporting, policy_input, t};
+    use super::super::tests::{job_reporting, policy_input};
     use super::*;
-    use crate::config::ControllerConfig;
     use crate::messages::Work;
     use crate::metrics::Metrics;
+    use crate::runtime::config::ControllerConfig;
     use std::sync::Arc;
+    use trainwarden_testkit::fixtures::at_sec;
 
     fn acts(brain: &mut Brain) -> Vec<Timestamp> {
         brain
@@ -124,10 +125,10 @@ mod tests {
     fn a_report_moves_the_stream_clock_after_the_timers_it_passes() {
         let mut brain = Brain::new(&ControllerConfig::default(), Arc::new(Metrics::new()), None);
         brain.lead(true);
-        let mut clock = LoopClock::new(Clock::Reports { from: t(0) });
-        assert_eq!(clock.now(), t(0));
+        let mut clock = LoopClock::new(Clock::Reports { from: at_sec(0) });
+        assert_eq!(clock.now(), at_sec(0));
         let rules = "    - {name: stalled, uses: stalled, with: {after: 10m}, actions: [{suspend: {}}]}\n";
-        for input in [policy_input(rules, None), Input::JobsListed, job_reporting(2.0, t(0))] {
+        for input in [policy_input(rules, None), Input::JobsListed, job_reporting(2.0, at_sec(0))] {
             let now = clock.before(&mut brain, &input);
             brain.handle(input, now);
             clock.after(&mut brain);
@@ -136,12 +137,16 @@ mod tests {
         assert_eq!(clock.sleep_before(brain.next_tick()), Duration::from_secs(3600), "no wall-clock timer");
         assert_eq!(clock.timer_time(brain.next_tick()), None);
 
-        let late = job_reporting(1.0, t(3600));
+        let late = job_reporting(1.0, at_sec(3600));
         let now = clock.before(&mut brain, &late);
-        assert_eq!(now, t(3600));
-        assert_eq!(acts(&mut brain), vec![t(600)], "suspended at the stall deadline, not at the late report");
+        assert_eq!(now, at_sec(3600));
+        assert_eq!(
+            acts(&mut brain),
+            vec![at_sec(600)],
+            "suspended at the stall deadline, not at the late report"
+        );
         // An echo of the same report does not move time.
-        let echo = job_reporting(1.0, t(3600));
-        assert_eq!(clock.before(&mut brain, &echo), t(3600));
+        let echo = job_reporting(1.0, at_sec(3600));
+        assert_eq!(clock.before(&mut brain, &echo), at_sec(3600));
     }
 }

@@ -88,49 +88,49 @@ impl Counted {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    fn t(s: i64) -> Timestamp {
-        Timestamp::from_second(1_790_000_000 + s).unwrap()
-    }
+    use trainwarden_testkit::fixtures::at_sec;
 
     #[test]
     fn an_action_is_owed_until_counted_and_never_when_issued_before_since() {
-        let mut c = Counted::starting(t(10));
-        assert!(!c.owes("old", t(5)), "issued before the list began: its status may count it");
-        assert!(!c.owes("edge", t(10)));
-        assert!(c.owes("new", t(11)));
-        c.insert("new", t(11));
-        assert!(!c.owes("new", t(11)) && c.includes("new"));
+        let mut c = Counted::starting(at_sec(10));
+        assert!(!c.owes("old", at_sec(5)), "issued before the list began: its status may count it");
+        assert!(!c.owes("edge", at_sec(10)));
+        assert!(c.owes("new", at_sec(11)));
+        c.insert("new", at_sec(11));
+        assert!(!c.owes("new", at_sec(11)) && c.includes("new"));
         // Round trip through the status.
-        let back = Counted::from_status(Some(&c.to_status()), t(99));
+        let back = Counted::from_status(Some(&c.to_status()), at_sec(99));
         assert_eq!(back, c);
-        assert!(!back.owes("new", t(11)) && back.owes("other", t(12)));
+        assert!(!back.owes("new", at_sec(11)) && back.owes("other", at_sec(12)));
     }
 
     #[test]
     fn a_status_without_the_list_counts_only_what_comes_after_it_was_read() {
-        let c = Counted::from_status(None, t(100));
-        assert!(!c.owes("before-the-upgrade", t(99)));
-        assert!(c.owes("after", t(101)));
+        let c = Counted::from_status(None, at_sec(100));
+        assert!(!c.owes("before-the-upgrade", at_sec(99)));
+        assert!(c.owes("after", at_sec(101)));
     }
 
     #[test]
     fn pruning_keeps_an_hour_and_at_most_the_cap_and_moves_since_up() {
-        let mut c = Counted::starting(t(0));
-        c.insert("a", t(1));
-        c.insert("b", t(2));
-        c.prune(t(2 + 3600));
+        let mut c = Counted::starting(at_sec(0));
+        c.insert("a", at_sec(1));
+        c.insert("b", at_sec(2));
+        c.prune(at_sec(2 + 3600));
         assert!(!c.includes("a") && !c.includes("b"), "older than an hour");
-        assert!(!c.owes("a", t(1)) && !c.owes("b", t(2)), "dropped, and not counted again when found");
-        assert!(c.owes("c", t(3)));
+        assert!(
+            !c.owes("a", at_sec(1)) && !c.owes("b", at_sec(2)),
+            "dropped, and not counted again when found"
+        );
+        assert!(c.owes("c", at_sec(3)));
         for i in 0..(MAX_COUNTED_ACTIONS as i64 + 10) {
-            c.insert(&format!("x{i:04}"), t(4000 + i));
+            c.insert(&format!("x{i:04}"), at_sec(4000 + i));
         }
-        c.prune(t(4000));
+        c.prune(at_sec(4000));
         let status = c.to_status();
         assert_eq!(status.actions.len(), MAX_COUNTED_ACTIONS);
         assert_eq!(status.actions[0].id, "x0010", "the oldest dropped first");
-        assert_eq!(status.since, Time(t(4009)));
-        assert!(!c.owes("x0003", t(4003)), "dropped by the cap: never counted again");
+        assert_eq!(status.since, Time(at_sec(4009)));
+        assert!(!c.owes("x0003", at_sec(4003)), "dropped by the cap: never counted again");
     }
 }

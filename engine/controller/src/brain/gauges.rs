@@ -211,14 +211,15 @@ fn wanted(evaluator: &Evaluator, job: &JobKey) -> Vec<(Series, f64)> {
 #[cfg(test)]
 mod tests {
     use std::sync::Arc;
+    use trainwarden_testkit::fixtures::at_sec;
 
     use trainwarden_core::{JobKey, Timestamp};
 
     use crate::brain::Brain;
-    use crate::brain::tests::{key, policy_input, t, trainer_status};
-    use crate::config::ControllerConfig;
+    use crate::brain::tests::{key, policy_input, trainer_status};
     use crate::messages::Input;
     use crate::metrics::Metrics;
+    use crate::runtime::config::ControllerConfig;
 
     const HIGH_LOSS: &str =
         "    - {name: high, when: 'metric(\"loss\") > 5.0', for: 10s, actions: [{suspend: {}}]}\n";
@@ -263,14 +264,14 @@ mod tests {
     fn a_judged_job_has_its_gauges_and_loses_them_when_deleted() {
         let metrics = Arc::new(Metrics::new());
         let mut b = brain(&metrics);
-        b.handle(policy_input(HIGH_LOSS, None), t(0));
-        b.handle(report("ft", t(0), "1.5"), t(0));
+        b.handle(policy_input(HIGH_LOSS, None), at_sec(0));
+        b.handle(report("ft", at_sec(0), "1.5"), at_sec(0));
         let lines = job_lines(&metrics);
         let job = r#"{namespace="ml",trainjob="ft"}"#;
         for want in [
             format!("trainwarden_job_progress_percent{job} 45.0"),
             format!("trainwarden_job_eta_seconds{job} 3600.0"),
-            format!("trainwarden_job_last_report_timestamp_seconds{job} {}.0", t(0).as_second()),
+            format!("trainwarden_job_last_report_timestamp_seconds{job} {}.0", at_sec(0).as_second()),
             r#"trainwarden_job_metric{namespace="ml",trainjob="ft",metric="loss"} 1.5"#.to_string(),
             r#"trainwarden_job_metric{namespace="ml",trainjob="ft",metric="learning_rate"} 0.0002"#
                 .to_string(),
@@ -281,7 +282,7 @@ mod tests {
         // Only the four canonical metrics; no rule is pending; no GPU count is known.
         assert_eq!(lines.len(), 6, "{lines:#?}");
 
-        b.handle(Input::JobGone(JobKey::new("ml", "ft")), t(1));
+        b.handle(Input::JobGone(JobKey::new("ml", "ft")), at_sec(1));
         assert_eq!(job_lines(&metrics), Vec::<String>::new());
         assert_eq!(b.gauges.as_ref().map(super::JobGauges::jobs), Some(0));
     }
@@ -290,24 +291,24 @@ mod tests {
     fn a_rule_has_a_series_while_pending_or_firing_and_none_once_resolved() {
         let metrics = Arc::new(Metrics::new());
         let mut b = brain(&metrics);
-        b.handle(policy_input(HIGH_LOSS, None), t(0));
+        b.handle(policy_input(HIGH_LOSS, None), at_sec(0));
         let rule = |state: &str| {
             format!(
                 r#"trainwarden_rule_state{{namespace="ml",trainjob="ft",policy="ProgressPolicy/ml/p",rule="high",state="{state}"}} 1"#
             )
         };
-        b.handle(report("ft", t(0), "6"), t(0));
+        b.handle(report("ft", at_sec(0), "6"), at_sec(0));
         let lines = job_lines(&metrics);
         assert!(has(&lines, &rule("pending")), "{lines:#?}");
         assert!(!has(&lines, &rule("firing")), "{lines:#?}");
 
         // `for` runs out on a timer: firing replaces pending.
-        b.tick(t(10));
+        b.tick(at_sec(10));
         let lines = job_lines(&metrics);
         assert!(has(&lines, &rule("firing")), "{lines:#?}");
         assert!(!has(&lines, &rule("pending")), "{lines:#?}");
 
-        b.handle(report("ft", t(11), "1"), t(11));
+        b.handle(report("ft", at_sec(11), "1"), at_sec(11));
         let lines = job_lines(&metrics);
         assert!(!lines.iter().any(|l| l.starts_with("trainwarden_rule_state")), "{lines:#?}");
         assert!(has(&lines, r#"trainwarden_job_metric{namespace="ml",trainjob="ft",metric="loss"} 1.0"#));
@@ -317,22 +318,25 @@ mod tests {
     fn unselected_exempt_and_unpoliced_jobs_have_no_series() {
         let metrics = Arc::new(Metrics::new());
         let mut b = brain(&metrics);
-        b.handle(policy_input(HIGH_LOSS, None), t(0));
+        b.handle(policy_input(HIGH_LOSS, None), at_sec(0));
         // The namespaced policy of `ml` does not select a job of `other`.
-        b.handle(trainer_status("other", "x", t(0), serde_json::json!({"progressPercentage": 10})), t(0));
+        b.handle(
+            trainer_status("other", "x", at_sec(0), serde_json::json!({"progressPercentage": 10})),
+            at_sec(0),
+        );
         assert_eq!(job_lines(&metrics), Vec::<String>::new());
 
-        b.handle(report("ft", t(0), "6"), t(0));
+        b.handle(report("ft", at_sec(0), "6"), at_sec(0));
         assert_eq!(job_lines(&metrics).len(), 7, "{:#?}", job_lines(&metrics));
-        let Input::Job(mut exempt) = report("ft", t(1), "6") else { unreachable!("a job input") };
+        let Input::Job(mut exempt) = report("ft", at_sec(1), "6") else { unreachable!("a job input") };
         exempt.exempt = true;
-        b.handle(Input::Job(exempt), t(1));
+        b.handle(Input::Job(exempt), at_sec(1));
         assert_eq!(job_lines(&metrics), Vec::<String>::new());
 
-        b.handle(report("ft", t(2), "6"), t(2));
+        b.handle(report("ft", at_sec(2), "6"), at_sec(2));
         assert_eq!(job_lines(&metrics).len(), 7, "{:#?}", job_lines(&metrics));
         // The policy goes: no policy judges the job, so none of its series stay.
-        b.handle(Input::PolicyGone(key()), t(3));
+        b.handle(Input::PolicyGone(key()), at_sec(3));
         assert_eq!(job_lines(&metrics), Vec::<String>::new());
     }
 
@@ -351,15 +355,15 @@ mod tests {
     fn a_quiet_job_follows_a_selector_change_at_once() {
         let metrics = Arc::new(Metrics::new());
         let mut b = brain(&metrics);
-        b.handle(policy_at(1, None), t(0));
-        b.handle(report("ft", t(0), "1.5"), t(0));
+        b.handle(policy_at(1, None), at_sec(0));
+        b.handle(report("ft", at_sec(0), "1.5"), at_sec(0));
         assert_eq!(job_lines(&metrics).len(), 6, "{:#?}", job_lines(&metrics));
         // The selector narrows; the job reports nothing more (it finished): its series go now, not at a
         // next report that never comes.
-        b.handle(policy_at(2, Some("{matchLabels: {team: a}}")), t(1));
+        b.handle(policy_at(2, Some("{matchLabels: {team: a}}")), at_sec(1));
         assert_eq!(job_lines(&metrics), Vec::<String>::new());
         // And a policy that selects it again brings them back without a report.
-        b.handle(policy_at(3, None), t(2));
+        b.handle(policy_at(3, None), at_sec(2));
         assert_eq!(job_lines(&metrics).len(), 6, "{:#?}", job_lines(&metrics));
     }
 
@@ -367,8 +371,8 @@ mod tests {
     fn a_rule_edited_out_of_its_policy_loses_its_series() {
         let metrics = Arc::new(Metrics::new());
         let mut b = brain(&metrics);
-        b.handle(policy_input(HIGH_LOSS, None), t(0));
-        b.handle(report("ft", t(0), "6"), t(0));
+        b.handle(policy_input(HIGH_LOSS, None), at_sec(0));
+        b.handle(report("ft", at_sec(0), "6"), at_sec(0));
         let rules = |m: &Metrics| job_lines(m).into_iter().filter(|l| l.contains("rule_state")).count();
         assert_eq!(rules(&metrics), 1);
         let Input::Policy(mut edited) = policy_input(
@@ -378,7 +382,7 @@ mod tests {
             unreachable!("a policy input")
         };
         edited.generation = 2;
-        b.handle(Input::Policy(edited), t(1));
+        b.handle(Input::Policy(edited), at_sec(1));
         assert_eq!(rules(&metrics), 0, "{:#?}", job_lines(&metrics));
         // The job is still judged: its other series stay.
         assert_eq!(job_lines(&metrics).len(), 6, "{:#?}", job_lines(&metrics));
@@ -388,9 +392,12 @@ mod tests {
     fn a_field_no_longer_reported_loses_its_series() {
         let metrics = Arc::new(Metrics::new());
         let mut b = brain(&metrics);
-        b.handle(policy_input(HIGH_LOSS, None), t(0));
-        b.handle(report("ft", t(0), "1.5"), t(0));
-        b.handle(trainer_status("ml", "ft", t(1), serde_json::json!({"progressPercentage": 50})), t(1));
+        b.handle(policy_input(HIGH_LOSS, None), at_sec(0));
+        b.handle(report("ft", at_sec(0), "1.5"), at_sec(0));
+        b.handle(
+            trainer_status("ml", "ft", at_sec(1), serde_json::json!({"progressPercentage": 50})),
+            at_sec(1),
+        );
         let lines = job_lines(&metrics);
         assert!(has(&lines, r#"trainwarden_job_progress_percent{namespace="ml",trainjob="ft"} 50.0"#));
         assert!(!lines.iter().any(|l| l.starts_with("trainwarden_job_eta_seconds")), "{lines:#?}");
@@ -400,29 +407,20 @@ mod tests {
     fn gpus_are_the_jobs_own_else_the_policies_assumption_and_the_phase_follows_the_job() {
         let metrics = Arc::new(Metrics::new());
         let mut b = brain(&metrics);
-        b.handle(policy_input(&format!("{HIGH_LOSS}  assumeGpus: 4\n"), None), t(0));
+        b.handle(policy_input(&format!("{HIGH_LOSS}  assumeGpus: 4\n"), None), at_sec(0));
         let gpus = r#"trainwarden_job_gpus{namespace="ml",trainjob="ft"}"#;
-        b.handle(report("ft", t(0), "1.5"), t(0));
+        b.handle(report("ft", at_sec(0), "1.5"), at_sec(0));
         assert!(has(&job_lines(&metrics), &format!("{gpus} 4.0")), "{:#?}", job_lines(&metrics));
 
         // The job's own count (8 GPUs: 2 nodes of 4) wins; suspended, its phase series is replaced.
         let obj = serde_json::json!({
             "metadata": {"name": "ft", "namespace": "ml"},
             "spec": {"suspend": true, "trainer": {"numNodes": 2, "resourcesPerNode": {"limits": {"nvidia.com/gpu": "4"}}}},
-            "status": {"trainerStatus": {"progressPercentage": 50, "lastUpdatedTime": t(1).to_string()}},
+            "status": {"trainerStatus": {"progressPercentage": 50, "lastUpdatedTime": at_sec(1).to_string()}},
         });
         let snapshot = trainwarden_core::from_trainjob(&obj).unwrap();
         assert_eq!(snapshot.gpus, Some(8.0), "the fixture's GPU count");
-        b.handle(
-            Input::Job(Box::new(crate::messages::JobInput {
-                key: snapshot.key.clone(),
-                snapshot: Ok(snapshot),
-                exempt: false,
-                uid: None,
-                received: std::time::Instant::now(),
-            })),
-            t(1),
-        );
+        b.handle(crate::brain::tests::watched(snapshot, None), at_sec(1));
         let lines = job_lines(&metrics);
         assert!(has(&lines, &format!("{gpus} 8.0")), "{lines:#?}");
         let phase =
@@ -430,7 +428,7 @@ mod tests {
         assert!(has(&lines, &phase("suspended")), "{lines:#?}");
         assert!(!has(&lines, &phase("running")), "{lines:#?}");
 
-        b.handle(Input::JobGone(JobKey::new("ml", "ft")), t(2));
+        b.handle(Input::JobGone(JobKey::new("ml", "ft")), at_sec(2));
         assert_eq!(job_lines(&metrics), Vec::<String>::new());
     }
 
@@ -438,8 +436,8 @@ mod tests {
     fn switched_off_no_per_job_family_is_registered() {
         let metrics = Arc::new(Metrics::with_job_metrics(false));
         let mut b = brain(&metrics);
-        b.handle(policy_input(HIGH_LOSS, None), t(0));
-        b.handle(report("ft", t(0), "6"), t(0));
+        b.handle(policy_input(HIGH_LOSS, None), at_sec(0));
+        b.handle(report("ft", at_sec(0), "6"), at_sec(0));
         let text = metrics.encode();
         assert!(!text.contains("trainwarden_job_") && !text.contains("trainwarden_rule_state"), "{text}");
         assert!(text.contains("trainwarden_jobs 1"), "{text}");

@@ -13,6 +13,8 @@ use std::time::Duration;
 
 use trainwarden_core::{HistoryCheckpoint, JobKey, Timestamp};
 
+use crate::messages::StoredCheckpoint;
+
 /// What was last stored on one TrainJob.
 #[derive(Clone, Copy, Debug, PartialEq)]
 struct Stored {
@@ -126,15 +128,14 @@ impl HistoryBook {
         }
     }
 
-    /// The job's annotation as watched now: what is stored on it (written by this or another replica).
-    pub(super) fn read(&mut self, job: &JobKey, annotation: Option<&str>) {
-        let Some(text) = annotation else { return };
-        let hash = fnv(text.as_bytes());
-        if self.read.get(job) == Some(&hash) {
+    /// The job's checkpoint as watched now: what is stored on it (written by this or another replica).
+    pub(super) fn read(&mut self, job: &JobKey, stored: Option<&StoredCheckpoint>) {
+        let Some(stored) = stored else { return };
+        if self.read.get(job) == Some(&stored.hash) {
             return;
         }
-        self.read.insert(job.clone(), hash);
-        if let Some((at, content)) = HistoryCheckpoint::stamp(text)
+        self.read.insert(job.clone(), stored.hash);
+        if let Some((at, content)) = stored.stamp
             && self.stored.get(job).is_none_or(|s| s.at <= at)
         {
             self.stored.insert(job.clone(), Stored { at, content });
@@ -284,22 +285,10 @@ impl HistoryBook {
     }
 }
 
-fn fnv(bytes: &[u8]) -> u64 {
-    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
-    for b in bytes {
-        h ^= u64::from(*b);
-        h = h.wrapping_mul(0x0100_0000_01b3);
-    }
-    h
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    fn t(s: i64) -> Timestamp {
-        Timestamp::from_second(1_795_798_800 + s).unwrap()
-    }
+    use trainwarden_testkit::fixtures::at_sec;
 
     fn checkpoint(content: u64) -> HistoryCheckpoint {
         HistoryCheckpoint { text: String::new(), content, points_left_out: 0, metrics_left_out: 0 }
@@ -318,13 +307,13 @@ mod tests {
     fn one_write_per_interval_and_only_when_the_history_changed() {
         let mut book = HistoryBook::new(Duration::from_secs(300), 5);
         let job = JobKey::new("ml", "ft");
-        assert_eq!(write(&mut book, &job, 1, t(0)), Due::Write);
-        assert_eq!(write(&mut book, &job, 2, t(299)), Due::Later, "within the interval");
-        assert_eq!(write(&mut book, &job, 1, t(400)), Due::Later, "unchanged");
-        assert_eq!(write(&mut book, &job, 2, t(400)), Due::Write);
+        assert_eq!(write(&mut book, &job, 1, at_sec(0)), Due::Write);
+        assert_eq!(write(&mut book, &job, 2, at_sec(299)), Due::Later, "within the interval");
+        assert_eq!(write(&mut book, &job, 1, at_sec(400)), Due::Later, "unchanged");
+        assert_eq!(write(&mut book, &job, 2, at_sec(400)), Due::Write);
         // A sample every 30 s for an hour: 12 writes, not 120.
-        let writes =
-            (0..120).filter(|i| write(&mut book, &job, 10 + i, t(400 + 30 * (i + 1) as i64)) == Due::Write);
+        let writes = (0..120)
+            .filter(|i| write(&mut book, &job, 10 + i, at_sec(400 + 30 * (i + 1) as i64)) == Due::Write);
         assert_eq!(writes.count(), 12);
     }
 
@@ -333,34 +322,35 @@ mod tests {
         let mut book = HistoryBook::new(Duration::from_secs(300), 5);
         let job = JobKey::new("ml", "ft");
         book.note_uid(&job, "u1");
-        assert_eq!(book.due(&job, &checkpoint(1), t(0)), Due::Write);
-        assert_eq!(book.due(&job, &checkpoint(2), t(10)), Due::Later, "one write in flight at a time");
+        assert_eq!(book.due(&job, &checkpoint(1), at_sec(0)), Due::Write);
+        assert_eq!(book.due(&job, &checkpoint(2), at_sec(10)), Due::Later, "one write in flight at a time");
         assert_eq!(
             book.next_retry(),
-            Some(t(11)),
+            Some(at_sec(11)),
             "the newer content is tried again once that one is answered"
         );
-        book.retries_due(t(11));
-        book.saved(&job, 1, t(0), false, t(1));
-        assert_eq!(book.next_retry(), Some(t(31)));
-        assert!(book.retries_due(t(30)).is_empty());
-        assert_eq!(book.retries_due(t(31)), vec![job.clone()]);
-        assert!(book.may_write(&job, t(31)), "nothing is booked as stored");
-        assert_eq!(write(&mut book, &job, 1, t(31)), Due::Write, "the same content is written again");
+        book.retries_due(at_sec(11));
+        book.saved(&job, 1, at_sec(0), false, at_sec(1));
+        assert_eq!(book.next_retry(), Some(at_sec(31)));
+        assert!(book.retries_due(at_sec(30)).is_empty());
+        assert_eq!(book.retries_due(at_sec(31)), vec![job.clone()]);
+        assert!(book.may_write(&job, at_sec(31)), "nothing is booked as stored");
+        assert_eq!(write(&mut book, &job, 1, at_sec(31)), Due::Write, "the same content is written again");
         assert_eq!(book.next_retry(), None);
-        assert!(!book.may_write(&job, t(40)), "stored now: the interval starts");
+        assert!(!book.may_write(&job, at_sec(40)), "stored now: the interval starts");
     }
 
     #[test]
     fn the_global_budget_defers_a_burst() {
         let mut book = HistoryBook::new(Duration::from_secs(300), 5);
-        let due: Vec<Due> =
-            (0..8).map(|i| book.due(&JobKey::new("ml", format!("j{i}")), &checkpoint(1), t(0))).collect();
+        let due: Vec<Due> = (0..8)
+            .map(|i| book.due(&JobKey::new("ml", format!("j{i}")), &checkpoint(1), at_sec(0)))
+            .collect();
         assert_eq!(due.iter().filter(|d| **d == Due::Write).count(), 5);
         assert_eq!(due.iter().filter(|d| **d == Due::Deferred).count(), 3);
-        assert_eq!(book.next_retry(), Some(t(1)), "the deferred ones are tried again in a second");
+        assert_eq!(book.next_retry(), Some(at_sec(1)), "the deferred ones are tried again in a second");
         assert_eq!(
-            book.due(&JobKey::new("ml", "j7"), &checkpoint(1), t(1)),
+            book.due(&JobKey::new("ml", "j7"), &checkpoint(1), at_sec(1)),
             Due::Write,
             "refilled a second later"
         );
@@ -372,15 +362,15 @@ mod tests {
     fn the_retry_schedule_behaves_as_a_map_of_earliest_times() {
         let mut schedule = RetrySchedule::default();
         let mut model: HashMap<JobKey, Timestamp> = HashMap::new();
-        let mut rng = trainwarden_testkit::rng::Rng(0x2545_f491_4f6c_dd1d_u64);
-        let mut next = move |n: u64| rng.below(n);
+        let mut rng = trainwarden_testkit::fixtures::rng::Rng(0x2545_f491_4f6c_dd1d_u64);
+        let mut next = move |n: u64| rng.below(n as usize) as u64;
         let (mut now, mut taken) = (0, 0);
         for step in 0..20_000 {
             now += next(2) as i64;
             let job = JobKey::new("ml", format!("j{}", next(16)));
             match next(4) {
                 0 | 1 => {
-                    let at = t(now + next(40) as i64);
+                    let at = at_sec(now + next(40) as i64);
                     schedule.at_or_before(&job, at);
                     model.entry(job).and_modify(|m| *m = (*m).min(at)).or_insert(at);
                 }
@@ -389,14 +379,14 @@ mod tests {
                     model.remove(&job);
                 }
                 _ => {
-                    let got = schedule.take_due(t(now));
+                    let got = schedule.take_due(at_sec(now));
                     let mut expected: Vec<(Timestamp, JobKey)> = model
                         .iter()
-                        .filter(|(_, at)| **at <= t(now))
+                        .filter(|(_, at)| **at <= at_sec(now))
                         .map(|(j, at)| (*at, j.clone()))
                         .collect();
                     expected.sort();
-                    model.retain(|_, at| *at > t(now));
+                    model.retain(|_, at| *at > at_sec(now));
                     assert_eq!(got, expected.into_iter().map(|(_, j)| j).collect::<Vec<_>>(), "step {step}");
                     taken += got.len();
                 }
@@ -414,28 +404,28 @@ mod tests {
     fn a_spent_budget_defers_a_job_before_its_checkpoint_is_built() {
         let mut book = HistoryBook::new(Duration::from_secs(300), 2);
         let (a, b, c) = (JobKey::new("ml", "a"), JobKey::new("ml", "b"), JobKey::new("ml", "c"));
-        assert!(book.has_budget(&a, t(0)));
-        assert_eq!(book.due(&a, &checkpoint(1), t(0)), Due::Write);
-        assert!(book.has_budget(&b, t(0)));
-        assert_eq!(book.due(&b, &checkpoint(1), t(0)), Due::Write);
-        assert!(!book.has_budget(&c, t(0)), "two writes per second, both spent");
-        assert_eq!(book.next_retry(), Some(t(1)), "tried again when a token is back");
-        assert!(book.has_budget(&a, t(0)), "a job with a write in flight is left to `due`");
-        assert_eq!(book.retries_due(t(1)), vec![c.clone()]);
-        assert!(book.has_budget(&c, t(1)));
-        assert_eq!(book.due(&c, &checkpoint(1), t(1)), Due::Write);
+        assert!(book.has_budget(&a, at_sec(0)));
+        assert_eq!(book.due(&a, &checkpoint(1), at_sec(0)), Due::Write);
+        assert!(book.has_budget(&b, at_sec(0)));
+        assert_eq!(book.due(&b, &checkpoint(1), at_sec(0)), Due::Write);
+        assert!(!book.has_budget(&c, at_sec(0)), "two writes per second, both spent");
+        assert_eq!(book.next_retry(), Some(at_sec(1)), "tried again when a token is back");
+        assert!(book.has_budget(&a, at_sec(0)), "a job with a write in flight is left to `due`");
+        assert_eq!(book.retries_due(at_sec(1)), vec![c.clone()]);
+        assert!(book.has_budget(&c, at_sec(1)));
+        assert_eq!(book.due(&c, &checkpoint(1), at_sec(1)), Due::Write);
     }
 
     #[test]
     fn what_another_leader_stored_counts_as_stored() {
         let mut book = HistoryBook::new(Duration::from_secs(300), 5);
         let job = JobKey::new("ml", "ft");
-        book.stored.insert(job.clone(), Stored { at: t(100), content: 7 });
-        assert!(!book.may_write(&job, t(200)));
-        assert!(book.may_write(&job, t(400)));
-        book.read(&job, Some("not a checkpoint"));
-        assert!(book.may_write(&job, t(400)), "an unreadable annotation changes nothing");
+        book.stored.insert(job.clone(), Stored { at: at_sec(100), content: 7 });
+        assert!(!book.may_write(&job, at_sec(200)));
+        assert!(book.may_write(&job, at_sec(400)));
+        book.read(&job, Some(&crate::sources::trainjobs::read_checkpoint("not a checkpoint".into())));
+        assert!(book.may_write(&job, at_sec(400)), "an unreadable annotation changes nothing");
         book.due_now(&job);
-        assert!(book.may_write(&job, t(101)), "a firing does not wait for the interval");
+        assert!(book.may_write(&job, at_sec(101)), "a firing does not wait for the interval");
     }
 }

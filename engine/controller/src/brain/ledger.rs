@@ -256,10 +256,7 @@ impl Ledger {
 mod tests {
     use super::*;
     use trainwarden_core::{ActionSpec, Mode, PolicyKind, PolicyRef, Reason, SuspendAction};
-
-    fn t(s: i64) -> Timestamp {
-        Timestamp::from_second(1_795_798_800 + s).unwrap()
-    }
+    use trainwarden_testkit::fixtures::{self, at_sec};
 
     fn intent(id: &str, job: &str, at: Timestamp) -> ActionIntent {
         ActionIntent {
@@ -283,18 +280,9 @@ mod tests {
 
     fn memory(job: &str, state: RuleState, firings: u64) -> RuleMemory {
         RuleMemory {
-            job: format!("ml/{job}"),
-            rule: "stall".into(),
-            state,
-            since: Some(t(0)),
-            cleared_at: None,
+            since: Some(at_sec(0)),
             firings,
-            last_issued: vec![],
-            rule_hash: None,
-            held: None,
-            deferred: vec![],
-            snooze_held: false,
-            excepted_by: None,
+            ..fixtures::memory(&format!("ml/{job}"), "stall", state)
         }
     }
 
@@ -308,24 +296,30 @@ mod tests {
     #[test]
     fn a_failed_intent_is_due_again_after_the_backoff_and_only_then() {
         let mut l = Ledger::default();
-        l.issue(&intent("a", "j", t(0)));
-        assert_eq!(l.settle("a", false, false, true, t(10)), Settled::RetryAt { due: t(12), failures: 1 });
-        assert_eq!(l.next_due(), Some(t(12)));
-        assert!(l.take_due(t(11), |_| true).0.is_empty());
-        let (due, dropped) = l.take_due(t(12), |_| true);
+        l.issue(&intent("a", "j", at_sec(0)));
+        assert_eq!(
+            l.settle("a", false, false, true, at_sec(10)),
+            Settled::RetryAt { due: at_sec(12), failures: 1 }
+        );
+        assert_eq!(l.next_due(), Some(at_sec(12)));
+        assert!(l.take_due(at_sec(11), |_| true).0.is_empty());
+        let (due, dropped) = l.take_due(at_sec(12), |_| true);
         assert_eq!((due.len(), dropped.len()), (1, 0));
         assert_eq!(l.next_due(), None, "sent again: no timer until its outcome");
-        assert_eq!(l.settle("a", false, false, true, t(13)), Settled::RetryAt { due: t(17), failures: 2 });
-        assert_eq!(l.settle("a", true, false, true, t(17)), Settled::Confirmed { was_owed: true });
+        assert_eq!(
+            l.settle("a", false, false, true, at_sec(13)),
+            Settled::RetryAt { due: at_sec(17), failures: 2 }
+        );
+        assert_eq!(l.settle("a", true, false, true, at_sec(17)), Settled::Confirmed { was_owed: true });
         assert!(l.is_empty());
     }
 
     #[test]
     fn a_due_intent_the_rule_no_longer_wants_is_forgotten() {
         let mut l = Ledger::default();
-        l.issue(&intent("a", "j", t(0)));
-        l.settle("a", false, false, true, t(0));
-        let (due, dropped) = l.take_due(t(100), |_| false);
+        l.issue(&intent("a", "j", at_sec(0)));
+        l.settle("a", false, false, true, at_sec(0));
+        let (due, dropped) = l.take_due(at_sec(100), |_| false);
         assert_eq!((due.len(), dropped.len()), (0, 1));
         assert!(l.is_empty() && !l.owes(&dropped[0].policy.id(), &dropped[0].job, "stall"));
     }
@@ -333,12 +327,12 @@ mod tests {
     #[test]
     fn skipped_intents_wait_for_leadership_and_are_inherited_whole() {
         let mut l = Ledger::default();
-        l.issue(&intent("a", "j1", t(0)));
-        l.issue(&intent("b", "j2", t(0)));
-        l.issue(&intent("c", "j3", t(0)));
-        assert_eq!(l.settle("a", false, true, false, t(1)), Settled::AwaitingLeadership);
-        l.settle("b", false, false, false, t(1));
-        assert_eq!(l.next_due(), Some(t(3)), "only the failure has a timer");
+        l.issue(&intent("a", "j1", at_sec(0)));
+        l.issue(&intent("b", "j2", at_sec(0)));
+        l.issue(&intent("c", "j3", at_sec(0)));
+        assert_eq!(l.settle("a", false, true, false, at_sec(1)), Settled::AwaitingLeadership);
+        l.settle("b", false, false, false, at_sec(1));
+        assert_eq!(l.next_due(), Some(at_sec(3)), "only the failure has a timer");
         let (inherited, _) = l.take_inherited(|_| true);
         let ids: Vec<&str> = inherited.iter().map(|i| i.id.as_str()).collect();
         assert_eq!(ids, vec!["a", "b"], "c is still with the executor");
@@ -349,10 +343,10 @@ mod tests {
     fn the_leaders_status_settles_a_followers_intents_of_firings_it_persisted_as_firing() {
         let mut l = Ledger::default();
         // Ids end in firing:action, as the core makes them; the times differ from the leader's.
-        l.issue(&intent("p:stall:ml:j1:0:1:0", "j1", t(10)));
-        l.issue(&intent("p:stall:ml:j2:0:1:0", "j2", t(10)));
-        l.issue(&intent("p:stall:ml:j3:0:2:0", "j3", t(10)));
-        let policy = intent("x", "j1", t(0)).policy.id();
+        l.issue(&intent("p:stall:ml:j1:0:1:0", "j1", at_sec(10)));
+        l.issue(&intent("p:stall:ml:j2:0:1:0", "j2", at_sec(10)));
+        l.issue(&intent("p:stall:ml:j3:0:2:0", "j3", at_sec(10)));
+        let policy = intent("x", "j1", at_sec(0)).policy.id();
         let memories = vec![
             memory("j1", RuleState::Firing, 1),
             // In flight on the leader: persisted as pending.
@@ -369,21 +363,21 @@ mod tests {
     #[test]
     fn forgetting_a_job_drops_its_intents_only() {
         let mut l = Ledger::default();
-        l.issue(&intent("a", "j1", t(0)));
-        l.issue(&intent("b", "j2", t(0)));
+        l.issue(&intent("a", "j1", at_sec(0)));
+        l.issue(&intent("b", "j2", at_sec(0)));
         assert_eq!(l.forget(|i| i.job.name == "j1"), 1);
         assert_eq!(l.len(), 1);
-        assert_eq!(l.settle("a", true, false, true, t(1)), Settled::Confirmed { was_owed: false });
+        assert_eq!(l.settle("a", true, false, true, at_sec(1)), Settled::Confirmed { was_owed: false });
     }
 
     #[test]
     fn a_not_leader_that_comes_back_after_the_hand_over_is_due_at_once() {
         let mut l = Ledger::default();
-        l.issue(&intent("a", "j", t(0)));
+        l.issue(&intent("a", "j", at_sec(0)));
         // The brain already leads (its hand-over skipped "a", which was with the executor).
-        assert_eq!(l.settle("a", false, true, true, t(5)), Settled::AwaitingLeadership);
-        assert_eq!(l.next_due(), Some(t(5)));
-        assert_eq!(l.take_due(t(5), |_| true).0.len(), 1);
+        assert_eq!(l.settle("a", false, true, true, at_sec(5)), Settled::AwaitingLeadership);
+        assert_eq!(l.next_due(), Some(at_sec(5)));
+        assert_eq!(l.take_due(at_sec(5), |_| true).0.len(), 1);
     }
 
     /// The due index must hold exactly the owed intents' due times, whatever happens to them: checked after
@@ -391,8 +385,8 @@ mod tests {
     #[test]
     fn the_due_index_matches_the_owed_intents_through_any_sequence() {
         let mut l = Ledger::default();
-        let mut rng = trainwarden_testkit::rng::Rng(0x9e37_79b9_7f4a_7c15_u64);
-        let mut next = move |n: u64| rng.below(n);
+        let mut rng = trainwarden_testkit::fixtures::rng::Rng(0x9e37_79b9_7f4a_7c15_u64);
+        let mut next = move |n: u64| rng.below(n as usize) as u64;
         let mut now = 0;
         let (mut retried, mut taken) = (0, 0);
         for step in 0..20_000 {
@@ -400,10 +394,12 @@ mod tests {
             let id = format!("i{}", next(12));
             let job = format!("j{}", next(4));
             match next(7) {
-                0 | 1 => l.issue(&intent(&id, &job, t(now))),
+                0 | 1 => l.issue(&intent(&id, &job, at_sec(now))),
                 2 | 3 => {
                     let (confirmed, not_leader, leading) = (next(4) == 0, next(3) == 0, next(2) == 0);
-                    if let Settled::RetryAt { .. } = l.settle(&id, confirmed, not_leader, leading, t(now)) {
+                    if let Settled::RetryAt { .. } =
+                        l.settle(&id, confirmed, not_leader, leading, at_sec(now))
+                    {
                         retried += 1;
                     }
                 }
@@ -411,11 +407,11 @@ mod tests {
                     let expected: BTreeSet<String> = l
                         .owed
                         .iter()
-                        .filter(|(_, o)| !o.sent && o.due.is_some_and(|d| d <= t(now)))
+                        .filter(|(_, o)| !o.sent && o.due.is_some_and(|d| d <= at_sec(now)))
                         .map(|(id, _)| id.clone())
                         .collect();
                     let drop_job = format!("j{}", next(6));
-                    let (sent, dropped) = l.take_due(t(now), |i| i.job.name != drop_job);
+                    let (sent, dropped) = l.take_due(at_sec(now), |i| i.job.name != drop_job);
                     let got: BTreeSet<String> = sent.iter().chain(&dropped).map(|i| i.id.clone()).collect();
                     assert_eq!(got, expected, "step {step}: take_due took what a scan finds due");
                     assert!(dropped.iter().all(|i| i.job.name == drop_job));

@@ -10,11 +10,12 @@
 //! [`RETRY_AFTER`] until the object shows it.
 
 use std::collections::{HashMap, HashSet};
-use std::hash::{DefaultHasher, Hash, Hasher};
 use std::time::Duration;
 
 use trainwarden_core::{Evaluator, Event, JobKey, Mode, PolicyKind, RuleState, Timestamp, TransitionKind};
 use trainwarden_kube::{RuleVerdict, Verdict};
+
+use crate::messages::ShownVerdict;
 
 /// When a verdict the object does not show yet is sent again.
 const RETRY_AFTER: Duration = Duration::from_secs(30);
@@ -66,9 +67,7 @@ impl Default for VerdictBook {
 }
 
 fn hash(text: Option<&str>) -> u64 {
-    let mut h = DefaultHasher::new();
-    text.hash(&mut h);
-    h.finish()
+    ShownVerdict::hash_text(text)
 }
 
 /// To the second: what the annotation shows, so two replicas that saw the same transition a few
@@ -82,28 +81,24 @@ impl VerdictBook {
     /// not say, since when) they entered their state: the first time a job is seen, and on a follower
     /// always, so the replicas agree with the leader's text and a hand-over rewrites nothing. The leader
     /// keeps its own: an older echo arriving after a newer transition must not undo it.
-    pub(super) fn read(&mut self, job: &JobKey, annotation: Option<&str>, uid: Option<&str>, leading: bool) {
+    pub(super) fn read(&mut self, job: &JobKey, shown: &ShownVerdict, uid: Option<&str>, leading: bool) {
         if let Some(uid) = uid {
             self.uids.insert(job.clone(), uid.to_string());
         }
-        let stored = hash(annotation);
-        if self.stored.insert(job.clone(), stored) == Some(stored) {
+        if self.stored.insert(job.clone(), shown.hash) == Some(shown.hash) {
             return;
         }
         let first = !self.entered.contains_key(job);
         if first || !leading {
-            let seeded: HashMap<RuleKey, Entered> = annotation
-                .and_then(|t| Verdict::parse(t).ok())
-                .map(|v| {
-                    v.rules
-                        .into_iter()
-                        .map(|r| {
-                            let key = (r.kind, r.namespace, r.policy, r.rule);
-                            (key, Entered { state: r.state, since: r.since, why: r.why })
-                        })
-                        .collect()
+            let seeded: HashMap<RuleKey, Entered> = shown
+                .verdict
+                .iter()
+                .flat_map(|v| v.rules.iter().cloned())
+                .map(|r| {
+                    let key = (r.kind, r.namespace, r.policy, r.rule);
+                    (key, Entered { state: r.state, since: r.since, why: r.why })
                 })
-                .unwrap_or_default();
+                .collect();
             let entered = self.entered.entry(job.clone()).or_default();
             entered.extend(seeded);
         }
@@ -264,16 +259,17 @@ impl VerdictBook {
 #[cfg(test)]
 mod tests {
     use std::sync::Arc;
+    use trainwarden_testkit::fixtures::at_sec;
 
     use trainwarden_core::{JobSnapshot, Metric, ProgressSample, SampleSource};
     use trainwarden_kube::VERDICT_ANNOTATION;
 
-    use super::super::tests::{policy_input, t};
+    use super::super::tests::policy_input;
     use super::*;
     use crate::brain::Brain;
-    use crate::config::ControllerConfig;
-    use crate::messages::{Input, JobInput, Work};
+    use crate::messages::{Input, Work};
     use crate::metrics::Metrics;
+    use crate::runtime::config::ControllerConfig;
 
     const RULE: &str =
         "    - {name: high, when: 'metric(\"loss\") > 5.0', for: 10s, actions: [{suspend: {}}]}\n";
@@ -281,7 +277,7 @@ mod tests {
     fn brain(leading: bool) -> Brain {
         let mut b = Brain::new(&ControllerConfig::default(), Arc::new(Metrics::new()), None);
         b.lead(leading);
-        b.handle(policy_input(RULE, None), t(0));
+        b.handle(policy_input(RULE, None), at_sec(0));
         b.work.clear();
         b
     }
@@ -289,20 +285,14 @@ mod tests {
     /// ml/ft reporting `loss` at `at`, carrying `verdict` as its annotation.
     fn report(loss: f64, at: Timestamp, verdict: Option<&str>) -> Input {
         let mut snapshot = JobSnapshot::new(JobKey::new("ml", "ft"));
-        snapshot.created_at = Some(t(-60));
+        snapshot.created_at = Some(at_sec(-60));
         let mut sample = ProgressSample::empty(at, SampleSource::TrainerStatus);
         sample.metrics.push(Metric { name: "loss".into(), value: loss });
         snapshot.sample = Some(sample);
         if let Some(v) = verdict {
             snapshot.annotations.insert(VERDICT_ANNOTATION.into(), v.into());
         }
-        Input::Job(Box::new(JobInput {
-            key: snapshot.key.clone(),
-            snapshot: Ok(snapshot),
-            exempt: false,
-            uid: None,
-            received: std::time::Instant::now(),
-        }))
+        crate::brain::tests::watched(snapshot, None)
     }
 
     /// The verdict writes of the last step: `None` for a removal.
@@ -323,29 +313,29 @@ mod tests {
     #[test]
     fn the_leader_writes_a_verdict_on_each_transition_and_removes_it_when_nothing_holds() {
         let mut b = brain(true);
-        b.handle(report(1.0, t(0), None), t(0));
+        b.handle(report(1.0, at_sec(0), None), at_sec(0));
         assert_eq!(writes(&mut b), Vec::<Option<Verdict>>::new(), "a healthy job gets no annotation");
 
-        b.handle(report(6.0, t(1), None), t(1));
+        b.handle(report(6.0, at_sec(1), None), at_sec(1));
         let w = writes(&mut b);
         let pending = w[0].clone().unwrap();
-        assert_eq!(states(&pending), [("high".into(), RuleState::Pending, t(1))]);
+        assert_eq!(states(&pending), [("high".into(), RuleState::Pending, at_sec(1))]);
         assert!(pending.rules[0].why.contains("loss"), "{}", pending.rules[0].why);
         let text = pending.render().unwrap();
 
         // The watch shows it: nothing more is owed, and the next identical report writes nothing.
-        b.handle(report(6.0, t(2), Some(&text)), t(2));
+        b.handle(report(6.0, at_sec(2), Some(&text)), at_sec(2));
         assert_eq!(writes(&mut b), Vec::<Option<Verdict>>::new());
         assert_eq!(b.verdicts.owed(), 0);
 
-        b.tick(t(11));
+        b.tick(at_sec(11));
         let firing = writes(&mut b).remove(0).unwrap();
-        assert_eq!(states(&firing), [("high".into(), RuleState::Firing, t(11))]);
+        assert_eq!(states(&firing), [("high".into(), RuleState::Firing, at_sec(11))]);
         let text = firing.render().unwrap();
-        b.handle(report(6.0, t(12), Some(&text)), t(12));
+        b.handle(report(6.0, at_sec(12), Some(&text)), at_sec(12));
         assert_eq!(b.verdicts.owed(), 0);
 
-        b.handle(report(1.0, t(13), Some(&text)), t(13));
+        b.handle(report(1.0, at_sec(13), Some(&text)), at_sec(13));
         assert_eq!(writes(&mut b), vec![None], "resolved: the annotation is removed");
     }
 
@@ -355,27 +345,27 @@ mod tests {
     #[test]
     fn a_restored_rule_is_written_once_and_its_echo_is_quiet() {
         let mut old = brain(true);
-        old.handle(report(6.0, t(1), None), t(1));
+        old.handle(report(6.0, at_sec(1), None), at_sec(1));
         let reference = old.evaluator().policies().next().unwrap().reference.clone();
         let status = trainwarden_kube::ProgressPolicyStatus {
-            rule_states: old.evaluator.memories(&reference, t(5)),
+            rule_states: old.evaluator.memories(&reference, at_sec(5)),
             ..Default::default()
         };
         let mut new = Brain::new(&ControllerConfig::default(), Arc::new(Metrics::new()), None);
         new.lead(true);
-        new.handle(policy_input(RULE, Some(status)), t(5));
+        new.handle(policy_input(RULE, Some(status)), at_sec(5));
         new.work.clear();
-        new.handle(report(6.0, t(6), None), t(6));
+        new.handle(report(6.0, at_sec(6), None), at_sec(6));
         let w = writes(&mut new);
         assert_eq!(w.len(), 1);
         let text = w[0].as_ref().unwrap().render().unwrap();
         assert_eq!(
             states(w[0].as_ref().unwrap()),
-            [("high".into(), RuleState::Pending, t(1))],
+            [("high".into(), RuleState::Pending, at_sec(1))],
             "the memory's since"
         );
         for i in 7..10 {
-            new.handle(report(6.0, t(i), Some(&text)), t(i));
+            new.handle(report(6.0, at_sec(i), Some(&text)), at_sec(i));
             assert!(writes(&mut new).is_empty(), "echo {i} wrote again");
         }
     }
@@ -386,25 +376,25 @@ mod tests {
     fn a_follower_agrees_with_the_leaders_text() {
         let mut leader = brain(true);
         let mut follower = brain(false);
-        leader.handle(report(6.0, t(1), None), t(1));
+        leader.handle(report(6.0, at_sec(1), None), at_sec(1));
         follower.handle(
-            report(6.0, t(1), None),
-            Timestamp::from_millisecond(t(1).as_millisecond() + 400).unwrap(),
+            report(6.0, at_sec(1), None),
+            Timestamp::from_millisecond(at_sec(1).as_millisecond() + 400).unwrap(),
         );
         let text = writes(&mut leader).remove(0).unwrap().render().unwrap();
-        follower.handle(report(6.0, t(2), Some(&text)), t(2));
+        follower.handle(report(6.0, at_sec(2), Some(&text)), at_sec(2));
         assert_eq!(follower.verdicts.owed(), 0, "the follower holds the leader's text");
         follower.lead(true);
-        follower.tick(t(3));
+        follower.tick(at_sec(3));
         assert!(writes(&mut follower).is_empty(), "the hand-over rewrites nothing");
     }
 
     #[test]
     fn a_deleted_job_leaves_nothing_behind() {
         let mut b = brain(true);
-        b.handle(report(6.0, t(1), None), t(1));
+        b.handle(report(6.0, at_sec(1), None), at_sec(1));
         assert_eq!(writes(&mut b).len(), 1, "pending");
-        b.handle(Input::JobGone(JobKey::new("ml", "ft")), t(2));
+        b.handle(Input::JobGone(JobKey::new("ml", "ft")), at_sec(2));
         assert_eq!(
             (b.verdicts.jobs(), b.verdicts.owed()),
             (0, 0),
@@ -418,22 +408,22 @@ mod tests {
         let mut b = brain(false);
         let n = 2 * VERDICT_WRITES_PER_SECOND as usize;
         for i in 0..n {
-            let mut input = report(6.0, t(1), None);
+            let mut input = report(6.0, at_sec(1), None);
             if let Input::Job(j) = &mut input {
                 j.key = JobKey::new("ml", format!("j{i}"));
                 if let Ok(s) = &mut j.snapshot {
                     s.key = j.key.clone();
                 }
             }
-            b.handle(input, t(1));
+            b.handle(input, at_sec(1));
         }
         assert_eq!(b.verdicts.owed(), n);
         b.lead(true);
-        b.tick(t(2));
+        b.tick(at_sec(2));
         assert_eq!(writes(&mut b).len(), VERDICT_WRITES_PER_SECOND as usize, "one second's budget");
         let next = b.next_tick().unwrap();
-        assert!(next > t(2) && next <= t(3), "the rest when tokens are back: {next}");
-        b.tick(t(3));
+        assert!(next > at_sec(2) && next <= at_sec(3), "the rest when tokens are back: {next}");
+        b.tick(at_sec(3));
         assert_eq!(writes(&mut b).len(), VERDICT_WRITES_PER_SECOND as usize);
     }
 
@@ -441,10 +431,10 @@ mod tests {
     fn audit_rules_are_not_written_to_the_job() {
         let mut b = Brain::new(&ControllerConfig::default(), Arc::new(Metrics::new()), None);
         b.lead(true);
-        b.handle(policy_input(&RULE.replace("for: 10s", "for: 10s, mode: Audit"), None), t(0));
+        b.handle(policy_input(&RULE.replace("for: 10s", "for: 10s, mode: Audit"), None), at_sec(0));
         b.work.clear();
-        b.handle(report(6.0, t(1), None), t(1));
-        b.tick(t(11));
+        b.handle(report(6.0, at_sec(1), None), at_sec(1));
+        b.tick(at_sec(11));
         let reference = b.evaluator().policies().next().expect("the policy compiled").reference.clone();
         let state = b.evaluator().rule_state(&JobKey::new("ml", "ft"), &reference, "high");
         assert_eq!(state, Some(RuleState::Firing));
@@ -454,47 +444,51 @@ mod tests {
     #[test]
     fn an_unanswered_write_is_sent_again_and_a_follower_writes_only_once_it_leads() {
         let mut b = brain(false);
-        b.handle(report(6.0, t(1), None), t(1));
+        b.handle(report(6.0, at_sec(1), None), at_sec(1));
         assert!(writes(&mut b).is_empty(), "a follower never writes");
-        assert_eq!(b.next_tick(), Some(t(11)), "only the rule's `for`: no retry timer on a follower");
+        assert_eq!(b.next_tick(), Some(at_sec(11)), "only the rule's `for`: no retry timer on a follower");
         b.lead(true);
         assert_eq!(
             b.next_tick(),
             Some(Timestamp::UNIX_EPOCH),
             "the new leader's owed verdict is due at once"
         );
-        b.tick(t(2));
+        b.tick(at_sec(2));
         assert_eq!(writes(&mut b).len(), 1, "the new leader writes what the job does not show");
-        b.tick(t(20));
+        b.tick(at_sec(20));
         let w = writes(&mut b);
         assert_eq!(w.len(), 1, "fired: the changed verdict goes at once");
         assert_eq!(w[0].as_ref().map(|v| v.firing().count()), Some(1));
         // Never echoed: sent again 30 s later.
-        b.tick(t(49));
+        b.tick(at_sec(49));
         assert!(writes(&mut b).is_empty());
-        b.tick(t(50));
+        b.tick(at_sec(50));
         assert_eq!(writes(&mut b).len(), 1);
     }
 
     #[test]
     fn a_new_leader_keeps_when_a_rule_entered_its_state_from_the_annotation() {
         let mut old = brain(true);
-        old.handle(report(6.0, t(1), None), t(1));
+        old.handle(report(6.0, at_sec(1), None), at_sec(1));
         let text = writes(&mut old).remove(0).unwrap().render().unwrap();
         // The successor restores the policy's rule memories (status.ruleStates) as a restart does.
         let mut new = Brain::new(&ControllerConfig::default(), Arc::new(Metrics::new()), None);
         new.lead(true);
         let reference = old.evaluator().policies().next().unwrap().reference.clone();
         let status = trainwarden_kube::ProgressPolicyStatus {
-            rule_states: old.evaluator.memories(&reference, t(5)),
+            rule_states: old.evaluator.memories(&reference, at_sec(5)),
             ..Default::default()
         };
-        new.handle(policy_input(RULE, Some(status)), t(5));
+        new.handle(policy_input(RULE, Some(status)), at_sec(5));
         new.work.clear();
-        new.handle(report(6.0, t(5), Some(&text)), t(5));
+        new.handle(report(6.0, at_sec(5), Some(&text)), at_sec(5));
         assert!(writes(&mut new).is_empty(), "the job shows the verdict the successor holds too");
-        new.tick(t(11));
+        new.tick(at_sec(11));
         let firing = writes(&mut new).remove(0).unwrap();
-        assert_eq!(states(&firing), [("high".into(), RuleState::Firing, t(11))], "its `for` ran from t(1)");
+        assert_eq!(
+            states(&firing),
+            [("high".into(), RuleState::Firing, at_sec(11))],
+            "its `for` ran from at_sec(1)"
+        );
     }
 }

@@ -11,6 +11,7 @@ use super::Executor;
 use super::ssa::truncate;
 use crate::messages::{ActionResult, TrainJobEvent};
 use crate::metrics::{ActionLabel, ApiOperation, ModeLabel};
+use trainwarden_core::describe::Notice;
 
 impl Executor {
     pub(super) async fn record_event(&self, a: &TrainJobEvent) {
@@ -28,36 +29,28 @@ impl Executor {
             // note, and without a resourceVersion every Event of the job would match (two rules firing on one
             // report would leave one note). With a GET, the object's resourceVersion kept them apart.
             let recorder = Recorder::new(self.client.clone(), self.reporter.clone());
-            return self.publish_with(&recorder, &reference, a.warning, &a.reason, &a.action, &a.note).await;
+            return self.publish_with(&recorder, &reference, &EventText::from(&a.notice)).await;
         }
         let api = trainjob_api(self.client.clone(), Some(&a.job.namespace));
         match self.call(ApiOperation::GetTrainjob, || api.get(&a.job.name)).await {
-            Ok(job) => self.publish(&object_reference(&job), a.warning, &a.reason, &a.action, &a.note).await,
+            Ok(job) => self.publish(&object_reference(&job), &a.notice).await,
             Err(e) if e.is_not_found() => {}
             Err(e) => warn!(job = %a.job, error = %e, "cannot record an Event"),
         }
     }
 
-    pub(super) async fn publish(
-        &self,
-        reference: &ObjectReference,
-        warning: bool,
-        reason: &str,
-        action: &str,
-        note: &str,
-    ) {
-        self.publish_with(&self.recorder, reference, warning, reason, action, note).await;
+    /// Records `notice` on the object `reference` names.
+    pub(super) async fn publish(&self, reference: &ObjectReference, notice: &Notice) {
+        self.publish_with(&self.recorder, reference, &EventText::from(notice)).await;
     }
 
-    async fn publish_with(
-        &self,
-        recorder: &Recorder,
-        reference: &ObjectReference,
-        warning: bool,
-        reason: &str,
-        action: &str,
-        note: &str,
-    ) {
+    /// Records an Event whose reason is not trainwarden's own: the `event` action's, which its policy names.
+    pub(super) async fn publish_text(&self, reference: &ObjectReference, text: &EventText<'_>) {
+        self.publish_with(&self.recorder, reference, text).await;
+    }
+
+    async fn publish_with(&self, recorder: &Recorder, reference: &ObjectReference, text: &EventText<'_>) {
+        let EventText { warning, reason, action, note } = *text;
         // Per write, like every API call of the executor.
         if !self.leader.is_leader() {
             return;
@@ -84,6 +77,26 @@ impl Executor {
                 self.metrics.api_error(ApiOperation::CreateEvent);
                 warn!(reason, "recording an Event timed out");
             }
+        }
+    }
+}
+
+/// An Event's type, reason, action and note as recorded.
+#[derive(Clone, Copy)]
+pub(super) struct EventText<'a> {
+    pub(super) warning: bool,
+    pub(super) reason: &'a str,
+    pub(super) action: &'a str,
+    pub(super) note: &'a str,
+}
+
+impl<'a> From<&'a Notice> for EventText<'a> {
+    fn from(n: &'a Notice) -> Self {
+        EventText {
+            warning: n.reason.is_warning(),
+            reason: n.reason.as_str(),
+            action: n.reason.action(),
+            note: &n.note,
         }
     }
 }

@@ -22,15 +22,17 @@ use kube::{Client, ResourceExt};
 use tokio::sync::mpsc;
 use tokio::task::JoinSet;
 use tracing::{info, warn};
+use trainwarden_core::describe::Notice;
+use trainwarden_core::describe::words::{action as describe_action, past};
 use trainwarden_core::{ActionIntent, ActionSpec, Mode};
 use trainwarden_kube::trainjob::trainjob_api;
 use trainwarden_notify::Notifier;
-use trainwarden_notify::alert::{ActionState, describe_action, past, resume_hint};
+use trainwarden_notify::alert::{ActionState, resume_hint};
 
-use crate::config::ControllerConfig;
-use crate::leader::Leadership;
 use crate::messages::{ActionResult, ExecutedAction, Input, Outcome, ReceiverChange, Work};
 use crate::metrics::{ActionLabel, ApiOperation, DroppedWork, Metrics, ModeLabel};
+use crate::runtime::config::ControllerConfig;
+use crate::runtime::leader::Leadership;
 use crate::{INTENTS_ANNOTATION, LAST_ACTION_ANNOTATION};
 
 mod actions;
@@ -346,12 +348,7 @@ impl Executor {
         if self.leader.is_leader()
             && let Ok(job) = self.call(ApiOperation::GetTrainjob, || api.get(&intent.job.name)).await
         {
-            let note = format!(
-                "trainwarden failed on action {} of rule {} (it will try again): {panic}",
-                intent.action.kind(),
-                intent.rule
-            );
-            self.publish(&object_reference(&job), true, "ActionPanicked", "Execute", &note).await;
+            self.publish(&object_reference(&job), &Notice::action_panicked(intent, &panic)).await;
         }
         Outcome::of(intent, ActionResult::Failed, format!("the executor panicked: {panic}"))
     }
@@ -438,20 +435,8 @@ impl Executor {
 
     /// Audit mode: an Event says what would have been done; nothing is written to the TrainJob.
     async fn audit(&self, target: &Target<'_>, action: &ActionSpec) -> Ended {
-        let (reason, what) = match action {
-            ActionSpec::Suspend(_) => ("WouldSuspend", "suspend the TrainJob".to_string()),
-            ActionSpec::Annotate(a) => ("WouldAnnotate", format!("set annotation {}", a.key)),
-            ActionSpec::Scale(s) => (
-                "WouldScale",
-                format!(
-                    "scale to {}",
-                    trainwarden_core::plural(u64::try_from(s.num_nodes).unwrap_or(0), "node", "nodes")
-                ),
-            ),
-            _ => ("WouldAct", action.kind().to_string()),
-        };
-        let note = format!("[Audit] {} would {what}: {}", target.by, target.summary);
-        self.publish(&target.reference, false, reason, "Audit", &note).await;
+        let (notice, what) = Notice::audit(&target.by, action, target.summary);
+        self.publish(&target.reference, &notice).await;
         Ended::new(ActionResult::Reported, format!("Audit mode: would {what}"))
     }
 }

@@ -7,6 +7,7 @@ use serde_json::json;
 use trainwarden_core::{StreamRecord, parse_stream};
 
 use super::*;
+use trainwarden_testkit::fixtures::ts;
 
 /// A fresh directory under the system's temp dir, removed when dropped.
 struct TempDir(PathBuf);
@@ -24,10 +25,6 @@ impl Drop for TempDir {
     fn drop(&mut self) {
         let _ = fs::remove_dir_all(&self.0);
     }
-}
-
-fn t(s: &str) -> Timestamp {
-    s.parse().unwrap()
 }
 
 fn config(dir: &Path) -> RecordConfig {
@@ -51,7 +48,7 @@ fn status(step: u32, at: &str) -> RecordedProgress {
 
 fn seen(job: &JobKey, progress: Option<RecordedProgress>, at: &str) -> Observation {
     let sample_time = match &progress {
-        Some(RecordedProgress::TrainerStatus(v)) => v["lastUpdatedTime"].as_str().map(t),
+        Some(RecordedProgress::TrainerStatus(v)) => v["lastUpdatedTime"].as_str().map(ts),
         _ => None,
     };
     Observation::Seen(Box::new(JobObservation {
@@ -62,7 +59,7 @@ fn seen(job: &JobKey, progress: Option<RecordedProgress>, at: &str) -> Observati
         phase: Some(JobPhase::Running),
         progress,
         sample_time,
-        at: t(at),
+        at: ts(at),
     }))
 }
 
@@ -172,9 +169,9 @@ fn only_changes_are_written_in_order() {
         seen(&job, Some(status(3, "2026-12-01T10:00:20Z")), "2026-12-01T10:01:10Z"),
         JobPhase::Suspended,
     ));
-    r.observe(Observation::Gone { job: job.clone(), at: t("2026-12-01T10:02:00Z") });
+    r.observe(Observation::Gone { job: job.clone(), at: ts("2026-12-01T10:02:00Z") });
     // A deleted job's later Delete (a re-list) writes nothing.
-    r.observe(Observation::Gone { job: job.clone(), at: t("2026-12-01T10:03:00Z") });
+    r.observe(Observation::Gone { job: job.clone(), at: ts("2026-12-01T10:03:00Z") });
     r.flush();
 
     let files = stream_files(r.own_dir());
@@ -252,13 +249,13 @@ fn full_files_rotate_and_each_part_stands_alone() {
     }
     // The deletion ends the last file written, rather than opening a part of its own; and it is not placed
     // before the line above it.
-    r.observe(Observation::Gone { job: job.clone(), at: t("2026-12-01T10:01:00Z") });
+    r.observe(Observation::Gone { job: job.clone(), at: ts("2026-12-01T10:01:00Z") });
     r.flush();
     assert_eq!(stream_files(r.own_dir()).len(), 3);
     let last = updates(&r.own_dir().join("fraud_ft_0f1e2d3c.2.jsonl.gz"));
     assert_eq!(last.len(), 2);
     assert!(last[1].deleted);
-    assert_eq!(last[1].time, t("2026-12-01T10:02:00Z"));
+    assert_eq!(last[1].time, ts("2026-12-01T10:02:00Z"));
 }
 
 #[test]
@@ -454,7 +451,7 @@ async fn the_task_writes_at_the_interval_and_when_it_stops() {
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
     tx.send(seen(&job, Some(status(2, "2026-12-01T10:00:10Z")), "2026-12-01T10:00:10Z")).await.unwrap();
-    tx.send(Observation::Gone { job: job.clone(), at: t("2026-12-01T10:00:20Z") }).await.unwrap();
+    tx.send(Observation::Gone { job: job.clone(), at: ts("2026-12-01T10:00:20Z") }).await.unwrap();
     stop.send(()).unwrap();
     tokio::time::timeout(Duration::from_secs(10), task).await.unwrap().unwrap();
     let u = updates(&path);

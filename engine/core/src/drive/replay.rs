@@ -10,13 +10,14 @@ use std::collections::{BTreeMap, HashSet};
 
 use rustc_hash::{FxHashMap, FxHashSet};
 
-use crate::evaluate::{ActionIntent, EngineConfig, Evaluator, Event, Savings};
+use crate::describe::words;
+use crate::evaluate::{EngineConfig, Evaluator, Event};
 use crate::input::sample::{JobKey, JobPhase, JobSnapshot};
 use crate::input::stream::StreamRecord;
 use crate::policy::compile::CompiledPolicy;
 use crate::policy::{ActionSpec, Mode};
 use crate::time::Timestamp;
-use crate::time::{fmt_num, fmt_secs, plural, plural_num};
+use crate::time::{fmt_num, fmt_secs, plural};
 
 /// What the replay knows of one job.
 #[derive(Default)]
@@ -353,35 +354,35 @@ pub fn event_json(event: &Event) -> serde_json::Value {
         Event::Held { at, job, policy, rule, actions, until, mode, exception: None } => json!({
             "time": at.to_string(), "job": job.to_string(), "policy": policy.to_string(), "rule": rule,
             "state": "held", "action": null, "actions": actions, "mode": mode.as_str(), "snoozedUntil": until.to_string(),
-            "reason": {"summary": held_text(actions, *until, None)},
+            "reason": {"summary": words::held(actions, *until, None)},
         }),
         Event::Held { at, job, policy, rule, actions, until, mode, exception: Some(e) } => json!({
             "time": at.to_string(), "job": job.to_string(), "policy": policy.to_string(), "rule": rule,
             "state": "held", "action": null, "actions": actions, "mode": mode.as_str(), "exceptedUntil": until.to_string(),
             "exception": e.to_string(),
-            "reason": {"summary": held_text(actions, *until, Some(e))},
+            "reason": {"summary": words::held(actions, *until, Some(e))},
         }),
         Event::ExceptionEnded { at, job, policy, rule, exception, why, released } => json!({
             "time": at.to_string(), "job": job.to_string(), "policy": policy.to_string(), "rule": rule,
             "state": "exceptionEnded", "action": null, "mode": null, "exception": exception.to_string(),
             "why": why, "released": released,
-            "reason": {"summary": exception_ended_text(exception, *why, *released)},
+            "reason": {"summary": words::exception_ended(exception, *why, *released)},
         }),
         Event::Limited { at, job, policy, rule, actions, limit, retry, mode } => json!({
             "time": at.to_string(), "job": job.to_string(), "policy": policy.to_string(), "rule": rule,
             "state": "held", "action": null, "actions": actions, "mode": mode.as_str(), "limit": limit,
             "retry": retry.map(|t| t.to_string()),
-            "reason": {"summary": limited_text(actions, limit, *retry)},
+            "reason": {"summary": words::limited(actions, limit, *retry)},
         }),
         Event::Deferred { at, job, policy, rule, action, until, mode } => json!({
             "time": at.to_string(), "job": job.to_string(), "policy": policy.to_string(), "rule": rule,
             "state": "deferred", "action": action, "mode": mode.as_str(), "until": until.to_string(),
-            "reason": {"summary": deferred_text(*action, *until)},
+            "reason": {"summary": words::deferred(*action, *until)},
         }),
         Event::Snooze { at, job, change } => json!({
             "time": at.to_string(), "job": job.to_string(), "policy": null, "rule": null,
             "state": "snooze", "action": null, "mode": null, "snooze": change,
-            "reason": {"summary": snooze_text(change, &jiff::tz::TimeZone::UTC)},
+            "reason": {"summary": words::snooze(change, &jiff::tz::TimeZone::UTC)},
         }),
     }
 }
@@ -393,64 +394,6 @@ pub fn summary_json(summary: &Summary) -> serde_json::Value {
 
 fn local(t: Timestamp, tz: &jiff::tz::TimeZone) -> String {
     crate::time::fmt_local(t, tz)
-}
-
-fn savings_text(s: &Savings) -> String {
-    let basis = if s.basis == crate::evaluate::SavingsBasis::WindowEnd {
-        "the end of the unattended window"
-    } else {
-        "its estimated end"
-    };
-    let mut out = format!(
-        "frees {} × {} until {basis} = {} GPU-hours",
-        plural_num(s.gpus, "GPU", "GPUs"),
-        fmt_secs(s.gpu_hours / s.gpus * 3600.0),
-        fmt_num(s.gpu_hours)
-    );
-    if let Some(d) = s.dollars {
-        out += &format!(" (${})", money(d));
-    }
-    out
-}
-
-fn money(d: f64) -> String {
-    let cents = (d * 100.0).round() as i64;
-    let whole = cents / 100;
-    format!(
-        "{}{}.{:02}",
-        if whole < 0 { "-" } else { "" },
-        thousands(whole.unsigned_abs()),
-        (cents % 100).abs()
-    )
-}
-
-/// `1804` → `1,804`: how money's whole part is printed here and by `kubectl trainwarden`.
-pub fn thousands(n: u64) -> String {
-    let mut digits = n.to_string();
-    let mut i = digits.len() as i64 - 3;
-    while i > 0 {
-        digits.insert(i as usize, ',');
-        i -= 3;
-    }
-    digits
-}
-
-fn intent_line(i: &ActionIntent) -> String {
-    let what = match &i.action {
-        ActionSpec::Suspend(_) => "suspend the TrainJob (SIGTERM → just-in-time checkpoint)".to_string(),
-        ActionSpec::Notify(n) => format!("notify {}", n.to),
-        ActionSpec::Annotate(a) => format!("annotate {}", a.key),
-        ActionSpec::Event(_) => "emit a Kubernetes Event".to_string(),
-        ActionSpec::Scale(s) => {
-            format!("scale to {}", plural(u64::try_from(s.num_nodes).unwrap_or(0), "node", "nodes"))
-        }
-    };
-    let verb = if i.mode == Mode::Audit { "would" } else { "will" };
-    let mut line = format!("→ {verb} {what}");
-    if let Some(s) = &i.savings {
-        line += &format!("; {}", savings_text(s));
-    }
-    line
 }
 
 /// One event as a timeline line (with its newline), as [`render_text`] prints it. Times are shown in `tz`.
@@ -467,7 +410,13 @@ pub fn render_event(e: &Event, tz: &jiff::tz::TimeZone) -> String {
             );
         }
         Event::Intent(i) => {
-            out += &format!("{}  {}  {:<16}           {}\n", local(i.at, tz), i.job, i.rule, intent_line(i));
+            out += &format!(
+                "{}  {}  {:<16}           {}\n",
+                local(i.at, tz),
+                i.job,
+                i.rule,
+                words::intent_line(i)
+            );
         }
         Event::Suppressed { at, job, rule, action, until, .. } => {
             out += &format!(
@@ -483,7 +432,7 @@ pub fn render_event(e: &Event, tz: &jiff::tz::TimeZone) -> String {
             out += &format!(
                 "{}  {job}  {rule:<16}           ✗ {}\n",
                 local(*at, tz),
-                held_text(actions, *until, exception.as_ref())
+                words::held(actions, *until, exception.as_ref())
                     .replace(&until.to_string(), &local(*until, tz))
             );
         }
@@ -491,120 +440,26 @@ pub fn render_event(e: &Event, tz: &jiff::tz::TimeZone) -> String {
             out += &format!(
                 "{}  {job}  {rule:<16} EXCEPTION {}\n",
                 local(*at, tz),
-                exception_ended_text(exception, *why, *released)
+                words::exception_ended(exception, *why, *released)
             );
         }
         Event::Limited { at, job, rule, actions, limit, retry, .. } => {
-            let mut text = limited_text(actions, limit, *retry);
+            let mut text = words::limited(actions, limit, *retry);
             if let Some(t) = retry {
                 text = text.replace(&t.to_string(), &local(*t, tz));
             }
             out += &format!("{}  {job}  {rule:<16}           ✗ {text}\n", local(*at, tz));
         }
         Event::Deferred { at, job, rule, action, until, .. } => {
-            let text = deferred_text(*action, *until).replace(&until.to_string(), &local(*until, tz));
+            let text = words::deferred(*action, *until).replace(&until.to_string(), &local(*until, tz));
             out += &format!("{}  {job}  {rule:<16}           … {text}\n", local(*at, tz));
         }
         Event::Snooze { at, job, change } => {
-            out += &format!("{}  {job}  {:<16} SNOOZE    {}\n", local(*at, tz), "", snooze_text(change, tz));
+            out +=
+                &format!("{}  {job}  {:<16} SNOOZE    {}\n", local(*at, tz), "", words::snooze(change, tz));
         }
     }
     out
-}
-
-/// `suspend waits for its grace, until …: done then if the rule still fires and the job is not snoozed`.
-pub fn deferred_text(action: crate::policy::ActionKind, until: Timestamp) -> String {
-    format!(
-        "{} waits for its grace, until {until}: done then if the rule still fires and the job is not snoozed",
-        action.as_str()
-    )
-}
-
-/// `suspend, notify held: limit 5/h reached (spec.limits.maxActionsPerHour); a slot frees at …`.
-pub fn limited_text(
-    actions: &[crate::policy::ActionKind],
-    limit: &crate::evaluate::Limit,
-    retry: Option<Timestamp>,
-) -> String {
-    let names: Vec<&str> = actions.iter().map(|a| a.as_str()).collect();
-    let when = match retry {
-        Some(t) => format!("a slot frees at {t}; done then"),
-        None => "done once a job it holds runs again, finishes or is deleted".to_string(),
-    };
-    format!("{} held: {limit}; {when} if the rule still fires", names.join(", "))
-}
-
-/// `suspend, notify held: snoozed until 2026-12-02T08:00:00Z by annotation trainwarden.dev/snooze-until`.
-pub fn held_text(
-    actions: &[crate::policy::ActionKind],
-    until: Timestamp,
-    exception: Option<&crate::policy::exception::ExceptionRef>,
-) -> String {
-    let names: Vec<&str> = actions.iter().map(|a| a.as_str()).collect();
-    match exception {
-        Some(e) => format!(
-            "{} held: excepted until {until} by ProgressPolicyException {e}; then, if the rule still fires, it \
-             fires again (a grace runs anew)",
-            names.join(", "),
-        ),
-        None => format!(
-            "{} held: snoozed until {until} by annotation {}; done then if the rule still fires",
-            names.join(", "),
-            crate::evaluate::SNOOZE_ANNOTATION
-        ),
-    }
-}
-
-/// `ProgressPolicyException ml/eval no longer holds the rule: it expired; the rule still fires, so it fires
-/// again now`.
-pub fn exception_ended_text(
-    exception: &crate::policy::exception::ExceptionRef,
-    why: crate::evaluate::ExceptionEnd,
-    released: bool,
-) -> String {
-    let then = if released { "the rule still fires, so it fires again now" } else { "nothing is released" };
-    format!("ProgressPolicyException {exception} no longer holds the rule: {}; {then}", why.text())
-}
-
-/// A snooze change for people, times in `tz`.
-pub fn snooze_text(change: &crate::evaluate::SnoozeChange, tz: &jiff::tz::TimeZone) -> String {
-    use crate::evaluate::SnoozeChange;
-    match change {
-        SnoozeChange::Started(s) => {
-            let mut text = format!(
-                "snoozed until {} by annotation {}: actions are held",
-                local(s.until, tz),
-                crate::evaluate::SNOOZE_ANNOTATION
-            );
-            if s.capped() {
-                text +=
-                    &format!(" (asked for {}; the longest snooze allowed ends then)", local(s.requested, tz));
-            }
-            text
-        }
-        SnoozeChange::Ended { until, why, released } => format!(
-            "snooze until {} ended ({}): {}",
-            local(*until, tz),
-            why.text(),
-            match released {
-                0 => "no rule fires, nothing to do".to_string(),
-                1 => "1 rule still firing acts now".to_string(),
-                n => format!("{n} rules still firing act now"),
-            }
-        ),
-        SnoozeChange::PolicyCapped { policy, cap, until, released } => format!(
-            "the snooze no longer holds {} {policy} ({} at {}): {}",
-            policy.kind,
-            cap.text(),
-            local(*until, tz),
-            match released {
-                0 => "no rule of it fires, nothing to do".to_string(),
-                1 => "1 rule still firing acts now".to_string(),
-                n => format!("{n} rules still firing act now"),
-            }
-        ),
-        SnoozeChange::Invalid { message, .. } => message.clone(),
-    }
 }
 
 /// Renders the human timeline and summary. Times are shown in `tz` (the policy's zone).
@@ -649,7 +504,7 @@ pub fn render_summary(summary: &Summary, tz: &jiff::tz::TimeZone) -> String {
             out += &format!(
                 "  {label:<12} {} GPU-hours, ${} across {}\n",
                 fmt_num((total.gpu_hours * 10.0).round() / 10.0),
-                money(total.dollars),
+                words::money(total.dollars),
                 plural(total.jobs, "job", "jobs")
             );
         }
@@ -673,20 +528,13 @@ mod tests {
         );
         assert!(text.contains("  rules        1 firing, 0 evaluation errors\n"), "{text}");
         assert!(text.contains("  saved        8 GPU-hours, $0.00 across 1 job\n"), "{text}");
-        let s = Savings {
+        let s = crate::evaluate::Savings {
             until: Timestamp::UNIX_EPOCH,
             basis: crate::evaluate::SavingsBasis::EstimatedEnd,
             gpus: 1.0,
             gpu_hours: 2.0,
             dollars: None,
         };
-        assert_eq!(savings_text(&s), "frees 1 GPU × 2h until its estimated end = 2 GPU-hours");
-    }
-
-    #[test]
-    fn money_has_thousands_separators() {
-        assert_eq!(money(1512.5), "1,512.50");
-        assert_eq!(money(0.0), "0.00");
-        assert_eq!(money(1234567.891), "1,234,567.89");
+        assert_eq!(words::savings(&s), "frees 1 GPU × 2h until its estimated end = 2 GPU-hours");
     }
 }

@@ -436,5 +436,4 @@ fn fit(wire: &mut Wire) {
 }
 
 #[cfg(test)]
-#[path = "checkpoint_tests.rs"]
 mod tests;

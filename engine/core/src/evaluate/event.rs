@@ -275,7 +275,7 @@ pub enum Event {
         /// The actions held, in the rule's order.
         actions: Vec<ActionKind>,
         /// Which limit.
-        limit: super::Limit,
+        limit: Limit,
         /// For an hourly limit: when a slot frees.
         retry: Option<Timestamp>,
         /// The rule's mode.
@@ -306,7 +306,7 @@ pub enum Event {
         /// The job.
         job: JobKey,
         /// What happened.
-        change: super::SnoozeChange,
+        change: SnoozeChange,
     },
     /// A rule could not be evaluated (script error); its state is left as it was.
     RuleError {
@@ -377,4 +377,157 @@ impl ExceptionEnd {
             ExceptionEnd::NoLongerApplies => "it no longer applies to this rule of this job",
         }
     }
+}
+
+/// A limit that held a firing back: which, and its value.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize, schemars::JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct Limit {
+    /// Which limit.
+    pub kind: LimitKind,
+    /// Its value: firings per hour, or jobs suspended at once.
+    pub max: u32,
+}
+
+/// The blast-radius limits.
+#[derive(
+    Clone, Copy, Debug, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize, schemars::JsonSchema,
+)]
+#[serde(rename_all = "camelCase")]
+pub enum LimitKind {
+    /// The policy's `spec.limits.maxActionsPerHour`.
+    PolicyPerHour,
+    /// The policy's `spec.limits.maxConcurrentSuspended`.
+    PolicyConcurrent,
+    /// The engine's (the controller's `--max-actions-per-hour`), over every Enforce policy.
+    EnginePerHour,
+}
+
+impl Limit {
+    pub(super) fn new(kind: LimitKind, max: u32) -> Self {
+        Limit { kind, max }
+    }
+}
+
+impl std::fmt::Display for Limit {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let max = self.max;
+        match self.kind {
+            LimitKind::PolicyPerHour => write!(f, "limit {max}/h reached (spec.limits.maxActionsPerHour)"),
+            LimitKind::PolicyConcurrent => {
+                let jobs = if max == 1 { "job" } else { "jobs" };
+                write!(f, "limit of {max} suspended {jobs} reached (spec.limits.maxConcurrentSuspended)")
+            }
+            LimitKind::EnginePerHour => {
+                write!(f, "the controller's limit {max}/h reached (--max-actions-per-hour)")
+            }
+        }
+    }
+}
+
+/// A job's snooze as the evaluator applies it.
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Snooze {
+    /// The annotation's value, as written.
+    pub value: String,
+    /// The time the annotation asks for.
+    pub requested: Timestamp,
+    /// When the evaluator first saw this value on this job: the cap runs from here.
+    pub since: Timestamp,
+    /// When the snooze ends: the earlier of `requested` and `since` + the cap.
+    pub until: Timestamp,
+}
+
+impl Snooze {
+    /// Whether the administrator's cap shortened it.
+    pub fn capped(&self) -> bool {
+        self.until < self.requested
+    }
+}
+
+/// Why a snooze ended.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "camelCase")]
+pub enum SnoozeEnd {
+    /// Its time came (the annotation's or the cap's).
+    Expired,
+    /// The annotation was removed (or emptied).
+    Removed,
+    /// The annotation was replaced by a value that does not snooze (invalid, or in the past).
+    Replaced,
+}
+
+impl SnoozeEnd {
+    /// Why, as a clause for people.
+    pub fn text(self) -> &'static str {
+        match self {
+            SnoozeEnd::Expired => "its time came",
+            SnoozeEnd::Removed => "the annotation was removed",
+            SnoozeEnd::Replaced => "the annotation was replaced by a value that does not snooze",
+        }
+    }
+}
+
+/// Which of a policy's snooze caps (`spec.snooze`) ended a snooze for it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "camelCase", tag = "cap")]
+pub enum SnoozeCap {
+    /// `maxDuration` ran out.
+    MaxDuration,
+    /// The job's snoozes are more than `maxPerJob`.
+    MaxPerJob {
+        /// The limit.
+        max: u32,
+    },
+}
+
+impl SnoozeCap {
+    /// Why, as a clause for people.
+    pub fn text(self) -> String {
+        match self {
+            SnoozeCap::MaxDuration => "its spec.snooze.maxDuration ended".to_string(),
+            SnoozeCap::MaxPerJob { max } => {
+                format!("the job has had its spec.snooze.maxPerJob of {max} snoozes")
+            }
+        }
+    }
+}
+
+/// A change of a job's snooze, as [`Event::Snooze`] reports it.
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "camelCase", tag = "change")]
+pub enum SnoozeChange {
+    /// A value seen for the first time snoozes the job (until [`Snooze::until`]).
+    Started(Snooze),
+    /// The snooze that held the job's actions ended; `released` rules still firing fire again now.
+    Ended {
+        /// When it was due to end.
+        until: Timestamp,
+        /// Why it ended now.
+        why: SnoozeEnd,
+        /// Rules that fired again (their actions are issued now).
+        released: usize,
+    },
+    /// The snooze no longer holds one policy's actions (the job stays snoozed for the others): its
+    /// `spec.snooze.maxDuration` is over, or the job had more snoozes than its `maxPerJob`; `released` rules
+    /// of it still firing fire again now.
+    PolicyCapped {
+        /// The policy.
+        policy: crate::policy::PolicyRef,
+        /// Which of its caps.
+        cap: SnoozeCap,
+        /// When its cap ended the snooze for it.
+        until: Timestamp,
+        /// Its rules that fired again.
+        released: usize,
+    },
+    /// The annotation's value cannot be honoured (it is not an RFC 3339 time, or the administrator allows
+    /// no snooze); the job is not snoozed. Reported once per value.
+    Invalid {
+        /// The value, as written (at most 64 characters of it).
+        value: String,
+        /// What is wrong and what is expected.
+        message: String,
+    },
 }

@@ -6,15 +6,10 @@
 
 use std::collections::BTreeMap;
 
-use super::limits::LimitKind;
 use super::*;
 use crate::input::sample::{Metric, ProgressSample, SampleSource};
 use crate::policy::compile::{compile, parse_documents};
-
-/// 2026-11-27T17:00:00Z, a Friday.
-fn t(minutes: i64) -> Timestamp {
-    Timestamp::from_second(1_795_798_800 + minutes * 60).unwrap()
-}
+use crate::testing::{Harness, at_min};
 
 const HUGE: &str = "    - {name: huge, when: 'metric(\"loss\") > 9.0', actions: [{suspend: {}}]}\n";
 
@@ -23,15 +18,13 @@ fn policy(name: &str, mode: &str, limits: &str) -> String {
 }
 
 fn policy_with(name: &str, mode: &str, limits: &str, rules: &str) -> String {
-    format!(
-        "apiVersion: trainwarden.dev/v1alpha1\nkind: ProgressPolicy\nmetadata: {{name: {name}, namespace: ml}}\nspec:\n  mode: {mode}\n{limits}  rules:\n{rules}"
-    )
+    let limits: Vec<&str> = limits.lines().map(|l| l.strip_prefix("  ").unwrap_or(l)).collect();
+    crate::testing::policy(name).mode(mode).spec(&limits.join("\n")).rules(rules).yaml()
 }
 
-/// Several jobs in namespace `ml`, judged on a clock the test moves.
+/// Several jobs in namespace `ml`, judged on a clock (in minutes) the test moves.
 struct Fleet {
-    ev: Evaluator,
-    events: Vec<Event>,
+    h: Harness,
     /// When each job last started running (a resume moves it, as the TrainJob's Suspended condition does).
     running_since: BTreeMap<String, Timestamp>,
     /// Each job's annotations (a snooze).
@@ -40,61 +33,52 @@ struct Fleet {
 
 impl Fleet {
     fn new(policies: &[String], config: EngineConfig) -> Fleet {
-        let mut ev = Evaluator::new(config);
-        let mut events = Vec::new();
-        for yaml in policies {
-            for d in parse_documents(yaml, "test").unwrap() {
-                let p = compile(&d, ev.scripts()).unwrap_or_else(|e| panic!("{e}"));
-                ev.upsert_policy(p, t(0), &mut events);
-            }
-        }
-        Fleet { ev, events, running_since: BTreeMap::new(), annotations: BTreeMap::new() }
+        let h = Harness::with_config(config, policies);
+        Fleet { h, running_since: BTreeMap::new(), annotations: BTreeMap::new() }
     }
 
     fn snapshot(&self, job: &str, phase: JobPhase) -> JobSnapshot {
         let mut s = JobSnapshot::new(JobKey::new("ml", job));
         s.gpus = Some(8.0);
         s.phase = phase;
-        s.running_since = Some(self.running_since.get(job).copied().unwrap_or(t(0)));
+        s.running_since = Some(self.running_since.get(job).copied().unwrap_or(at_min(0)));
         s.annotations = self.annotations.get(job).cloned().unwrap_or_default();
         s
     }
 
     fn advance(&mut self, minute: i64) {
-        while let Some(next) = self.ev.next_tick() {
-            if next > t(minute) {
-                break;
-            }
-            self.ev.tick(next, &mut self.events);
-        }
+        self.h.advance(at_min(minute));
     }
 
     fn report(&mut self, minute: i64, job: &str, loss: f64) {
         self.advance(minute);
         let mut snap = self.snapshot(job, JobPhase::Running);
-        let mut s = ProgressSample::empty(t(minute), SampleSource::TrainerStatus);
+        let mut s = ProgressSample::empty(at_min(minute), SampleSource::TrainerStatus);
         s.metrics.push(Metric { name: "loss".into(), value: loss });
         snap.sample = Some(s);
-        self.ev.observe(snap, t(minute), &mut self.events);
+        self.h.ev.observe(snap, at_min(minute), &mut self.h.events);
     }
 
     fn phase(&mut self, minute: i64, job: &str, phase: JobPhase) {
         self.advance(minute);
         if phase == JobPhase::Running {
-            self.running_since.insert(job.to_string(), t(minute));
+            self.running_since.insert(job.to_string(), at_min(minute));
         }
         let snap = self.snapshot(job, phase);
-        self.ev.observe(snap, t(minute), &mut self.events);
+        self.h.ev.observe(snap, at_min(minute), &mut self.h.events);
     }
 
-    /// `(seconds since t(0), job, policy)` of every suspend intent, in order.
+    /// `(seconds since at_min(0), job, policy)` of every suspend intent, in order.
     fn suspensions(&self) -> Vec<(i64, String, String)> {
-        self.events
+        self.h
+            .events
             .iter()
             .filter_map(|e| match e {
-                Event::Intent(i) if matches!(i.action, crate::policy::ActionSpec::Suspend(_)) => {
-                    Some((i.at.as_second() - t(0).as_second(), i.job.name.clone(), i.policy.name.clone()))
-                }
+                Event::Intent(i) if matches!(i.action, crate::policy::ActionSpec::Suspend(_)) => Some((
+                    i.at.as_second() - at_min(0).as_second(),
+                    i.job.name.clone(),
+                    i.policy.name.clone(),
+                )),
                 _ => None,
             })
             .collect()
@@ -102,7 +86,8 @@ impl Fleet {
 
     /// `(job, limit, retry)` of every hold, in order.
     fn holds(&self) -> Vec<(String, Limit, Option<Timestamp>)> {
-        self.events
+        self.h
+            .events
             .iter()
             .filter_map(|e| match e {
                 Event::Limited { job, limit, retry, .. } => Some((job.name.clone(), *limit, *retry)),
@@ -124,7 +109,10 @@ fn max_actions_per_hour_holds_the_next_firing_until_a_slot_frees() {
     f.report(0, "b", 10.0);
     f.report(5, "c", 10.0);
     assert_eq!(f.suspensions(), acted(&[(0, "a", "p"), (0, "b", "p")]));
-    assert_eq!(f.holds(), vec![("c".into(), Limit { kind: LimitKind::PolicyPerHour, max: 2 }, Some(t(60)))]);
+    assert_eq!(
+        f.holds(),
+        vec![("c".into(), Limit { kind: LimitKind::PolicyPerHour, max: 2 }, Some(at_min(60)))]
+    );
     // c still fires and keeps reporting; nothing more is issued within the hour, and it is held once.
     for m in [15, 30, 45, 59] {
         f.report(m, "c", 10.0);
@@ -134,7 +122,7 @@ fn max_actions_per_hour_holds_the_next_firing_until_a_slot_frees() {
     // The hour after a's and b's suspensions: c acts on that second, with no report arriving.
     f.advance(61);
     assert_eq!(f.suspensions(), acted(&[(0, "a", "p"), (0, "b", "p"), (3600, "c", "p")]));
-    let Some(Event::Intent(i)) = f.events.iter().rev().find(|e| matches!(e, Event::Intent(_))) else {
+    let Some(Event::Intent(i)) = f.h.events.iter().rev().find(|e| matches!(e, Event::Intent(_))) else {
         panic!()
     };
     assert!(i.id.ends_with(":1:0"), "the held firing's own id (firing 1, action 0): {}", i.id);
@@ -150,7 +138,7 @@ fn a_held_firing_whose_rule_resolves_does_nothing() {
     f.report(20, "b", 1.0); // b recovers while held
     f.advance(120);
     assert_eq!(f.suspensions(), acted(&[(0, "a", "p")]));
-    let memories = f.ev.memories(&f.ev.policies().next().unwrap().reference.clone(), t(120));
+    let memories = f.h.ev.memories(&f.h.ev.policies().next().unwrap().reference.clone(), at_min(120));
     assert!(memories.iter().all(|m| m.held.is_none()), "{memories:?}");
 }
 
@@ -184,7 +172,7 @@ fn a_finished_or_deleted_job_frees_its_slot() {
     f.report(11, "b", 10.0);
     f.phase(12, "b", JobPhase::Suspended);
     let mut out = Vec::new();
-    f.ev.forget_job(&JobKey::new("ml", "b"), t(20), &mut out);
+    f.h.ev.forget_job(&JobKey::new("ml", "b"), at_min(20), &mut out);
     f.report(21, "c", 10.0);
     let who: Vec<String> = f.suspensions().into_iter().map(|(_, j, _)| j).collect();
     assert_eq!(who, ["a", "b", "c"]);
@@ -202,7 +190,10 @@ fn the_engine_wide_cap_counts_and_holds_enforce_policies_only() {
     let by = |p: &str| f.suspensions().into_iter().filter(|s| s.2 == p).map(|s| s.1).collect::<Vec<_>>();
     assert_eq!(by("watch"), ["a", "b"]);
     assert_eq!(by("guard"), ["a"]);
-    assert_eq!(f.holds(), vec![("b".into(), Limit { kind: LimitKind::EnginePerHour, max: 1 }, Some(t(60)))]);
+    assert_eq!(
+        f.holds(),
+        vec![("b".into(), Limit { kind: LimitKind::EnginePerHour, max: 1 }, Some(at_min(60)))]
+    );
 }
 
 #[test]
@@ -211,8 +202,8 @@ fn a_hold_and_the_hours_count_survive_a_restart() {
     let mut before = Fleet::new(std::slice::from_ref(&yaml), EngineConfig::default());
     before.report(0, "a", 10.0);
     before.report(5, "b", 10.0);
-    let reference = before.ev.policies().next().unwrap().reference.clone();
-    let memories = before.ev.memories(&reference, t(10));
+    let reference = before.h.ev.policies().next().unwrap().reference.clone();
+    let memories = before.h.ev.memories(&reference, at_min(10));
     let b = memories.iter().find(|m| m.job == "ml/b").expect("b's memory");
     assert_eq!(
         (b.state, b.held),
@@ -221,7 +212,7 @@ fn a_hold_and_the_hours_count_survive_a_restart() {
 
     // A new evaluator (a restarted controller) gets the memories back before seeing the jobs.
     let mut after = Fleet::new(&[yaml], EngineConfig::default());
-    after.ev.restore(&reference, memories);
+    after.h.ev.restore(&reference, memories);
     // b is listed first: the hour's count was rebuilt when the memories were given back, not when a's
     // memory is claimed.
     after.report(10, "b", 10.0);
@@ -230,7 +221,7 @@ fn a_hold_and_the_hours_count_survive_a_restart() {
     after.report(40, "b", 10.0);
     after.advance(61);
     assert_eq!(after.suspensions(), acted(&[(3600, "b", "p")]));
-    let Some(Event::Intent(i)) = after.events.iter().find(|e| matches!(e, Event::Intent(_))) else {
+    let Some(Event::Intent(i)) = after.h.events.iter().find(|e| matches!(e, Event::Intent(_))) else {
         panic!()
     };
     assert!(i.id.ends_with(":1:0"), "the id the held firing had before the restart: {}", i.id);
@@ -242,7 +233,7 @@ fn the_replay_says_which_limit_holds_what_and_until_when() {
     let mut f = Fleet::new(&[policy("p", "Enforce", limits)], EngineConfig::default());
     f.report(0, "a", 10.0);
     f.report(5, "b", 10.0);
-    let held = f.events.iter().find(|e| matches!(e, Event::Limited { .. })).unwrap();
+    let held = f.h.events.iter().find(|e| matches!(e, Event::Limited { .. })).unwrap();
     let line = crate::replay::render_event(held, &jiff::tz::TimeZone::UTC);
     assert_eq!(
         line,
@@ -267,11 +258,11 @@ const WARNED: &str = "    - {name: huge, when: 'metric(\"loss\") > 9.0', actions
 
 /// `(minute, kind)` of every intent, in order.
 fn intents(f: &Fleet) -> Vec<(i64, String)> {
-    f.events
+    f.h.events
         .iter()
         .filter_map(|e| match e {
             Event::Intent(i) => {
-                Some(((i.at.as_second() - t(0).as_second()) / 60, i.action.kind().as_str().to_string()))
+                Some(((i.at.as_second() - at_min(0).as_second()) / 60, i.action.kind().as_str().to_string()))
             }
             _ => None,
         })
@@ -287,7 +278,7 @@ fn a_grace_warns_at_once_with_the_snooze_command_and_suspends_when_it_ends() {
     let mut f = Fleet::new(&[policy_with("p", "Enforce", "", WARNED)], EngineConfig::default());
     f.report(0, "a", 10.0);
     assert_eq!(intents(&f), kinds(&[(0, "notify")]));
-    let Some(Event::Intent(notify)) = f.events.iter().find(|e| matches!(e, Event::Intent(_))) else {
+    let Some(Event::Intent(notify)) = f.h.events.iter().find(|e| matches!(e, Event::Intent(_))) else {
         panic!()
     };
     assert!(
@@ -298,7 +289,7 @@ fn a_grace_warns_at_once_with_the_snooze_command_and_suspends_when_it_ends() {
         "{}",
         notify.reason.summary
     );
-    assert!(f.events.iter().any(|e| matches!(e, Event::Deferred { until, .. } if *until == t(30))));
+    assert!(f.h.events.iter().any(|e| matches!(e, Event::Deferred { until, .. } if *until == at_min(30))));
     for m in [10, 20, 29] {
         f.report(m, "a", 10.0);
     }
@@ -306,13 +297,13 @@ fn a_grace_warns_at_once_with_the_snooze_command_and_suspends_when_it_ends() {
     // The grace ends on its second, with no report arriving.
     f.advance(31);
     assert_eq!(intents(&f), kinds(&[(0, "notify"), (30, "suspend")]));
-    let Some(Event::Intent(suspend)) = f.events.iter().rev().find(|e| matches!(e, Event::Intent(_))) else {
+    let Some(Event::Intent(suspend)) = f.h.events.iter().rev().find(|e| matches!(e, Event::Intent(_))) else {
         panic!()
     };
     assert!(suspend.id.ends_with(":1:1"), "the firing's id for action 1: {}", suspend.id);
     assert!(!suspend.reason.summary.contains("kubectl trainwarden snooze"), "{}", suspend.reason.summary);
     let line = crate::replay::render_event(
-        f.events.iter().find(|e| matches!(e, Event::Deferred { .. })).unwrap(),
+        f.h.events.iter().find(|e| matches!(e, Event::Deferred { .. })).unwrap(),
         &jiff::tz::TimeZone::UTC,
     );
     assert!(line.contains("… suspend waits for its grace, until Fri 2026-11-27 17:30:00 +00:00"), "{line}");
@@ -332,7 +323,8 @@ fn a_job_that_recovers_during_its_grace_is_not_suspended() {
 fn a_job_snoozed_during_its_grace_acts_when_the_snooze_ends_if_its_rule_still_fires() {
     let mut f = Fleet::new(&[policy_with("p", "Enforce", "", WARNED)], EngineConfig::default());
     f.report(0, "a", 10.0);
-    f.annotations.insert("a".into(), BTreeMap::from([(SNOOZE_ANNOTATION.to_string(), t(60).to_string())]));
+    f.annotations
+        .insert("a".into(), BTreeMap::from([(SNOOZE_ANNOTATION.to_string(), at_min(60).to_string())]));
     f.report(10, "a", 10.0);
     f.advance(59);
     assert_eq!(intents(&f), kinds(&[(0, "notify")]), "nothing while snoozed, the grace's end included");
@@ -346,11 +338,11 @@ fn a_grace_survives_a_restart() {
     let yaml = policy_with("p", "Enforce", "", WARNED);
     let mut before = Fleet::new(std::slice::from_ref(&yaml), EngineConfig::default());
     before.report(0, "a", 10.0);
-    let reference = before.ev.policies().next().unwrap().reference.clone();
-    let memories = before.ev.memories(&reference, t(5));
-    assert_eq!(memories[0].deferred, vec![None, Some(t(30))]);
+    let reference = before.h.ev.policies().next().unwrap().reference.clone();
+    let memories = before.h.ev.memories(&reference, at_min(5));
+    assert_eq!(memories[0].deferred, vec![None, Some(at_min(30))]);
     let mut after = Fleet::new(&[yaml], EngineConfig::default());
-    after.ev.restore(&reference, memories);
+    after.h.ev.restore(&reference, memories);
     after.report(10, "a", 10.0);
     after.advance(31);
     assert_eq!(intents(&after), kinds(&[(30, "suspend")]), "no second warning, the suspension on time");
@@ -379,33 +371,35 @@ fn a_policys_snooze_cap_releases_its_rules_while_the_job_stays_snoozed_for_other
     let capped = policy("capped", "Enforce", "  snooze: {maxDuration: 1h}\n");
     let open = policy("open", "Enforce", "");
     let mut f = Fleet::new(&[capped, open], EngineConfig::default());
-    f.annotations.insert("a".into(), BTreeMap::from([(SNOOZE_ANNOTATION.to_string(), t(240).to_string())]));
+    f.annotations
+        .insert("a".into(), BTreeMap::from([(SNOOZE_ANNOTATION.to_string(), at_min(240).to_string())]));
     f.report(0, "a", 1.0);
     f.report(5, "a", 10.0);
-    let held: Vec<(String, Timestamp)> = f
-        .events
-        .iter()
-        .filter_map(|e| match e {
-            Event::Held { policy, until, .. } => Some((policy.name.clone(), *until)),
-            _ => None,
-        })
-        .collect();
-    assert_eq!(held, vec![("capped".to_string(), t(60)), ("open".to_string(), t(240))]);
+    let held: Vec<(String, Timestamp)> =
+        f.h.events
+            .iter()
+            .filter_map(|e| match e {
+                Event::Held { policy, until, .. } => Some((policy.name.clone(), *until)),
+                _ => None,
+            })
+            .collect();
+    assert_eq!(held, vec![("capped".to_string(), at_min(60)), ("open".to_string(), at_min(240))]);
     let job = JobKey::new("ml", "a");
-    let reference =
-        |f: &Fleet, name: &str| f.ev.policies().find(|p| p.reference.name == name).unwrap().reference.clone();
+    let reference = |f: &Fleet, name: &str| {
+        f.h.ev.policies().find(|p| p.reference.name == name).unwrap().reference.clone()
+    };
     let (capped, open) = (reference(&f, "capped"), reference(&f, "open"));
-    assert_eq!(f.ev.snoozed_until(&job, &capped), Some(t(60)));
-    assert_eq!(f.ev.snoozed_until(&job, &open), Some(t(240)));
+    assert_eq!(f.h.ev.snoozed_until(&job, &capped), Some(at_min(60)));
+    assert_eq!(f.h.ev.snoozed_until(&job, &open), Some(at_min(240)));
     assert!(f.suspensions().is_empty());
     // At 1h, on the second, with no report: capped acts, open still waits.
     f.advance(61);
     assert_eq!(f.suspensions(), acted(&[(3600, "a", "capped")]));
-    assert!(f.events.iter().any(|e| matches!(e,
+    assert!(f.h.events.iter().any(|e| matches!(e,
         Event::Snooze { change: SnoozeChange::PolicyCapped { policy, until, released: 1, cap: SnoozeCap::MaxDuration }, .. }
-            if policy.name == "capped" && *until == t(60))));
-    assert_eq!(f.ev.snoozed_until(&job, &capped), None);
-    assert_eq!(f.ev.snoozed_until(&job, &open), Some(t(240)));
+            if policy.name == "capped" && *until == at_min(60))));
+    assert_eq!(f.h.ev.snoozed_until(&job, &capped), None);
+    assert_eq!(f.h.ev.snoozed_until(&job, &open), Some(at_min(240)));
     f.report(120, "a", 10.0);
     f.advance(241);
     assert_eq!(f.suspensions(), acted(&[(3600, "a", "capped"), (14400, "a", "open")]));
@@ -415,11 +409,12 @@ fn a_policys_snooze_cap_releases_its_rules_while_the_job_stays_snoozed_for_other
 fn a_zero_snooze_cap_means_the_policy_is_never_snoozed() {
     let mut f =
         Fleet::new(&[policy("strict", "Enforce", "  snooze: {maxDuration: 0s}\n")], EngineConfig::default());
-    f.annotations.insert("a".into(), BTreeMap::from([(SNOOZE_ANNOTATION.to_string(), t(240).to_string())]));
+    f.annotations
+        .insert("a".into(), BTreeMap::from([(SNOOZE_ANNOTATION.to_string(), at_min(240).to_string())]));
     f.report(0, "a", 1.0);
     f.report(5, "a", 10.0);
     assert_eq!(f.suspensions(), acted(&[(300, "a", "strict")]));
-    assert!(!f.events.iter().any(|e| matches!(e, Event::Held { .. })));
+    assert!(!f.h.events.iter().any(|e| matches!(e, Event::Held { .. })));
 }
 
 #[test]
@@ -436,13 +431,15 @@ fn a_snooze_cap_is_a_duration() {
 fn a_job_snoozed_more_often_than_max_per_job_is_not_held_by_that_policy() {
     let yaml = policy("p", "Enforce", "  snooze: {maxPerJob: 1}\n");
     let mut f = Fleet::new(std::slice::from_ref(&yaml), EngineConfig::default());
-    f.annotations.insert("a".into(), BTreeMap::from([(SNOOZE_ANNOTATION.to_string(), t(60).to_string())]));
+    f.annotations
+        .insert("a".into(), BTreeMap::from([(SNOOZE_ANNOTATION.to_string(), at_min(60).to_string())]));
     f.report(0, "a", 10.0);
     assert!(f.suspensions().is_empty(), "the first snooze holds");
-    f.annotations.insert("a".into(), BTreeMap::from([(SNOOZE_ANNOTATION.to_string(), t(240).to_string())]));
+    f.annotations
+        .insert("a".into(), BTreeMap::from([(SNOOZE_ANNOTATION.to_string(), at_min(240).to_string())]));
     f.report(10, "a", 10.0);
     assert_eq!(f.suspensions(), acted(&[(600, "a", "p")]), "the second does not");
-    assert!(f.events.iter().any(|e| matches!(
+    assert!(f.h.events.iter().any(|e| matches!(
         e,
         Event::Snooze {
             change: SnoozeChange::PolicyCapped { cap: SnoozeCap::MaxPerJob { max: 1 }, released: 1, .. },
@@ -459,7 +456,8 @@ fn a_snooze_release_that_meets_a_full_hour_is_held_and_its_grace_does_not_fire()
     let yaml = policy_with("p", "Enforce", "  limits: {maxActionsPerHour: 1}\n", WARNED);
     let mut f = Fleet::new(&[yaml], EngineConfig::default());
     f.report(0, "x", 10.0); // warned, suspension due at 30, the hour's slot reserved
-    f.annotations.insert("x".into(), BTreeMap::from([(SNOOZE_ANNOTATION.to_string(), t(20).to_string())]));
+    f.annotations
+        .insert("x".into(), BTreeMap::from([(SNOOZE_ANNOTATION.to_string(), at_min(20).to_string())]));
     f.report(5, "x", 10.0);
     f.report(6, "y", 10.0); // the slot is x's: y is held
     assert_eq!(f.holds().len(), 1);
@@ -477,11 +475,12 @@ fn a_policy_that_allows_no_snooze_keeps_its_grace_when_the_job_is_snoozed() {
     let yaml = policy_with("p", "Enforce", "  snooze: {maxDuration: 0s}\n", WARNED);
     let mut f = Fleet::new(&[yaml], EngineConfig::default());
     f.report(0, "a", 10.0);
-    let Some(Event::Intent(notify)) = f.events.iter().find(|e| matches!(e, Event::Intent(_))) else {
+    let Some(Event::Intent(notify)) = f.h.events.iter().find(|e| matches!(e, Event::Intent(_))) else {
         panic!()
     };
     assert!(notify.reason.summary.ends_with("unless the rule stops firing (this policy allows no snooze)"));
-    f.annotations.insert("a".into(), BTreeMap::from([(SNOOZE_ANNOTATION.to_string(), t(240).to_string())]));
+    f.annotations
+        .insert("a".into(), BTreeMap::from([(SNOOZE_ANNOTATION.to_string(), at_min(240).to_string())]));
     f.report(5, "a", 10.0);
     f.advance(31);
     assert_eq!(intents(&f), kinds(&[(0, "notify"), (30, "suspend")]), "the grace ends as announced, once");
@@ -505,16 +504,16 @@ fn the_snooze_count_survives_a_restart_in_the_history_checkpoint() {
     let mut before = Fleet::new(std::slice::from_ref(&yaml), EngineConfig::default());
     before
         .annotations
-        .insert("a".into(), BTreeMap::from([(SNOOZE_ANNOTATION.to_string(), t(30).to_string())]));
+        .insert("a".into(), BTreeMap::from([(SNOOZE_ANNOTATION.to_string(), at_min(30).to_string())]));
     before.report(0, "a", 1.0);
     let key = JobKey::new("ml", "a");
-    let checkpoint = before.ev.checkpoint(&key, "uid-a", t(1)).expect("a checkpoint");
+    let checkpoint = before.h.ev.checkpoint(&key, "uid-a", at_min(1)).expect("a checkpoint");
     let mut after = Fleet::new(&[yaml], EngineConfig::default());
-    after.ev.restore_history(&key, &checkpoint.text, "uid-a", t(40)).expect("restored");
+    after.h.ev.restore_history(&key, &checkpoint.text, "uid-a", at_min(40)).expect("restored");
     // A second snooze after the restart is over maxPerJob: the policy acts at once.
     after
         .annotations
-        .insert("a".into(), BTreeMap::from([(SNOOZE_ANNOTATION.to_string(), t(240).to_string())]));
+        .insert("a".into(), BTreeMap::from([(SNOOZE_ANNOTATION.to_string(), at_min(240).to_string())]));
     after.report(40, "a", 10.0);
     assert_eq!(after.suspensions(), acted(&[(2400, "a", "p")]));
 }
@@ -525,21 +524,24 @@ fn the_snooze_count_survives_a_restart_in_the_history_checkpoint() {
 fn a_policys_snooze_cap_releases_a_held_firing_after_a_restart() {
     let yaml = policy("capped", "Enforce", "  snooze: {maxDuration: 1h}\n");
     let mut before = Fleet::new(std::slice::from_ref(&yaml), EngineConfig::default());
-    let snooze = BTreeMap::from([(SNOOZE_ANNOTATION.to_string(), t(240).to_string())]);
+    let snooze = BTreeMap::from([(SNOOZE_ANNOTATION.to_string(), at_min(240).to_string())]);
     before.annotations.insert("a".into(), snooze.clone());
     before.report(0, "a", 1.0);
     before.report(5, "a", 10.0);
     assert!(before.suspensions().is_empty(), "held by the snooze");
     let key = JobKey::new("ml", "a");
-    let reference = before.ev.policies().next().unwrap().reference.clone();
-    let memories = before.ev.memories(&reference, t(10));
+    let reference = before.h.ev.policies().next().unwrap().reference.clone();
+    let memories = before.h.ev.memories(&reference, at_min(10));
     assert!(memories.iter().any(|m| m.snooze_held), "{memories:?}");
-    let checkpoint =
-        before.ev.checkpoint(&key, "uid-a", t(10)).expect("a checkpoint (the snooze's first-seen time)");
+    let checkpoint = before
+        .h
+        .ev
+        .checkpoint(&key, "uid-a", at_min(10))
+        .expect("a checkpoint (the snooze's first-seen time)");
 
     let mut after = Fleet::new(&[yaml], EngineConfig::default());
-    after.ev.restore(&reference, memories);
-    after.ev.restore_history(&key, &checkpoint.text, "uid-a", t(20)).expect("restored");
+    after.h.ev.restore(&reference, memories);
+    after.h.ev.restore_history(&key, &checkpoint.text, "uid-a", at_min(20)).expect("restored");
     after.annotations.insert("a".into(), snooze);
     after.report(20, "a", 10.0);
     after.advance(61);

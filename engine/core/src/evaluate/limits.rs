@@ -22,60 +22,14 @@
 
 use std::collections::{BTreeMap, VecDeque};
 
-use super::{Event, RuleState, RuleTrack};
-use crate::history::job::JobData;
+use super::context::RuleContext;
+use super::{Event, Limit, LimitKind, RuleState, RuleTrack};
 use crate::input::sample::JobKey;
 use crate::policy::compile::{CompiledPolicy, CompiledRule};
 use crate::policy::{ActionSpec, Mode};
 use crate::time::Timestamp;
 
 const HOUR: f64 = 3600.0;
-
-/// A limit that held a firing back: which, and its value.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize, schemars::JsonSchema)]
-#[serde(rename_all = "camelCase")]
-pub struct Limit {
-    /// Which limit.
-    pub kind: LimitKind,
-    /// Its value: firings per hour, or jobs suspended at once.
-    pub max: u32,
-}
-
-/// The blast-radius limits.
-#[derive(
-    Clone, Copy, Debug, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize, schemars::JsonSchema,
-)]
-#[serde(rename_all = "camelCase")]
-pub enum LimitKind {
-    /// The policy's `spec.limits.maxActionsPerHour`.
-    PolicyPerHour,
-    /// The policy's `spec.limits.maxConcurrentSuspended`.
-    PolicyConcurrent,
-    /// The engine's (the controller's `--max-actions-per-hour`), over every Enforce policy.
-    EnginePerHour,
-}
-
-impl Limit {
-    fn new(kind: LimitKind, max: u32) -> Self {
-        Limit { kind, max }
-    }
-}
-
-impl std::fmt::Display for Limit {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        let max = self.max;
-        match self.kind {
-            LimitKind::PolicyPerHour => write!(f, "limit {max}/h reached (spec.limits.maxActionsPerHour)"),
-            LimitKind::PolicyConcurrent => {
-                let jobs = if max == 1 { "job" } else { "jobs" };
-                write!(f, "limit of {max} suspended {jobs} reached (spec.limits.maxConcurrentSuspended)")
-            }
-            LimitKind::EnginePerHour => {
-                write!(f, "the controller's limit {max}/h reached (--max-actions-per-hour)")
-            }
-        }
-    }
-}
 
 /// A firing held back: by which limit, and when an hourly slot frees (`None`: the concurrency limit, asked
 /// again at every evaluation).
@@ -238,59 +192,52 @@ fn insert_sorted(recent: &mut VecDeque<Timestamp>, at: Timestamp) {
 }
 
 /// The [`Event::Limited`] of a held firing.
-pub(super) fn held_event(
-    at: Timestamp,
-    job: &JobKey,
-    policy: &CompiledPolicy,
-    rule: &CompiledRule,
-    hold: Hold,
-) -> Event {
+pub(super) fn held_event(cx: &RuleContext<'_>, hold: Hold) -> Event {
     Event::Limited {
-        at,
-        job: job.clone(),
-        policy: policy.reference.clone(),
-        rule: rule.name.clone(),
-        actions: rule.actions.iter().map(ActionSpec::kind).collect(),
+        at: cx.now,
+        job: cx.key.clone(),
+        policy: cx.policy.reference.clone(),
+        rule: cx.rule.name.clone(),
+        actions: cx.rule.actions.iter().map(ActionSpec::kind).collect(),
         limit: hold.limit,
         retry: hold.retry,
-        mode: rule.mode,
+        mode: cx.rule.mode,
     }
 }
 
-/// After a limited rule's evaluation: a firing that issued its intents is counted; a held one asks again
-/// (and issues its intents when the limits allow), or is dropped when its rule no longer fires.
-#[allow(clippy::too_many_arguments)]
+/// After a limited rule's evaluation: a firing that issued its intents is counted; a held one asks again,
+/// or is dropped when its rule no longer fires. `true`: the limits now allow the held firing, whose
+/// intents the caller issues (and then counts with [`count_if_issued`]).
 pub(super) fn settle(
     book: &mut LimitBook,
     track: &mut RuleTrack,
-    (index, policy, rule): (usize, &CompiledPolicy, &CompiledRule),
-    key: &JobKey,
+    index: usize,
+    cx: &RuleContext<'_>,
     fired: bool,
-    now: Timestamp,
-    data: Option<&JobData>,
     engine_cap: Option<u32>,
-    out: &mut Vec<Event>,
-) {
+) -> bool {
+    let RuleContext { key, policy, rule, now, .. } = *cx;
     if fired {
         if track.held.is_none() {
             count_if_issued(book, track, index, rule, key, now);
         }
-        return;
+        return false;
     }
     if track.held.is_none() {
-        return;
+        return false;
     }
     if track.alert.state() != RuleState::Firing {
         track.held = None; // resolved while held: nothing to do
-        return;
+        return false;
     }
     match book.refusal(index, policy, rule.mode, engine_cap, now) {
-        Some(hold) => track.held = Some(hold),
+        Some(hold) => {
+            track.held = Some(hold);
+            false
+        }
         None => {
             track.held = None;
-            let reason = track.last_reason.clone();
-            super::lifecycle::issue(track, key, policy, rule, &reason, now, data, None, out);
-            count_if_issued(book, track, index, rule, key, now);
+            true
         }
     }
 }
@@ -319,6 +266,14 @@ pub(super) fn count_if_issued(
     }
 }
 
+/// What a restored rule memory says the limits counted (see [`count_restored`]).
+pub(super) struct Remembered<'a> {
+    pub(super) state: RuleState,
+    pub(super) since: Option<Timestamp>,
+    pub(super) last_issued: &'a [Option<Timestamp>],
+    pub(super) deferred: &'a [Option<Timestamp>],
+}
+
 /// A restored memory counts as it did before the restart: its rule's last limited action (the hourly
 /// window prunes what is older), a limited action still waiting for its grace (reserved as of the firing),
 /// and, for a firing rule that suspended, its job as suspended by the policy (until it runs again).
@@ -327,12 +282,12 @@ pub(super) fn count_restored(
     index: usize,
     rule: &CompiledRule,
     key: &JobKey,
-    memory: &super::RuleMemory,
+    memory: &Remembered<'_>,
 ) {
     let is_limited = |a: &ActionSpec| limited(std::slice::from_ref(a));
     let suspends = rule.actions.iter().any(|a| matches!(a, ActionSpec::Suspend(_)));
     let waiting = memory.state == RuleState::Firing
-        && rule.actions.iter().zip(&memory.deferred).any(|(a, d)| is_limited(a) && d.is_some());
+        && rule.actions.iter().zip(memory.deferred).any(|(a, d)| is_limited(a) && d.is_some());
     if waiting {
         book.reserve(index, rule.mode, key, suspends, memory.since.unwrap_or(Timestamp::UNIX_EPOCH));
         return;
@@ -340,7 +295,7 @@ pub(super) fn count_restored(
     let last = rule
         .actions
         .iter()
-        .zip(&memory.last_issued)
+        .zip(memory.last_issued)
         .filter(|(a, _)| is_limited(a))
         .filter_map(|(_, t)| *t)
         .max();

@@ -3,7 +3,7 @@
 
 use std::collections::HashMap;
 
-use super::limits::{Hold, count_restored};
+use super::limits::{Hold, Remembered, count_restored};
 use super::{Alert, Evaluator, JobEntry, RuleState};
 use crate::input::sample::JobKey;
 use crate::policy::PolicyRef;
@@ -184,7 +184,13 @@ impl Evaluator {
                 && let Some(rule) = slot.policy.rules.iter().find(|r| r.name == memory.rule)
                 && memory.rule_hash.as_ref().is_none_or(|h| *h == rule_hash(rule))
             {
-                count_restored(&mut self.limits, p, rule, &key, &memory);
+                let remembered = Remembered {
+                    state: memory.state,
+                    since: memory.since,
+                    last_issued: &memory.last_issued,
+                    deferred: &memory.deferred,
+                };
+                count_restored(&mut self.limits, p, rule, &key, &remembered);
             }
             self.restored.entry((p, key)).or_default().push(memory);
         }

@@ -27,7 +27,7 @@
 //! - a job that is not running when its snooze ends (suspended, finished) has nothing to release: its rules
 //!   are frozen or resolved.
 
-use super::Event;
+use super::{Event, Snooze, SnoozeChange, SnoozeEnd};
 use crate::input::sample::JobKey;
 use crate::time::Timestamp;
 use crate::units::duration::PolicyDuration;
@@ -35,113 +35,6 @@ use crate::units::duration::PolicyDuration;
 /// The TrainJob annotation that snoozes a job's policies: an RFC 3339 time (`2026-12-02T08:00:00Z`) until
 /// which the actions of its rules are held (the evaluator's snooze module, `evaluate/snooze.rs`, says how).
 pub const SNOOZE_ANNOTATION: &str = "trainwarden.dev/snooze-until";
-
-/// A job's snooze as the evaluator applies it.
-#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize)]
-#[serde(rename_all = "camelCase")]
-pub struct Snooze {
-    /// The annotation's value, as written.
-    pub value: String,
-    /// The time the annotation asks for.
-    pub requested: Timestamp,
-    /// When the evaluator first saw this value on this job: the cap runs from here.
-    pub since: Timestamp,
-    /// When the snooze ends: the earlier of `requested` and `since` + the cap.
-    pub until: Timestamp,
-}
-
-impl Snooze {
-    /// Whether the administrator's cap shortened it.
-    pub fn capped(&self) -> bool {
-        self.until < self.requested
-    }
-}
-
-/// Why a snooze ended.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
-#[serde(rename_all = "camelCase")]
-pub enum SnoozeEnd {
-    /// Its time came (the annotation's or the cap's).
-    Expired,
-    /// The annotation was removed (or emptied).
-    Removed,
-    /// The annotation was replaced by a value that does not snooze (invalid, or in the past).
-    Replaced,
-}
-
-impl SnoozeEnd {
-    /// Why, as a clause for people.
-    pub fn text(self) -> &'static str {
-        match self {
-            SnoozeEnd::Expired => "its time came",
-            SnoozeEnd::Removed => "the annotation was removed",
-            SnoozeEnd::Replaced => "the annotation was replaced by a value that does not snooze",
-        }
-    }
-}
-
-/// Which of a policy's snooze caps (`spec.snooze`) ended a snooze for it.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
-#[serde(rename_all = "camelCase", tag = "cap")]
-pub enum SnoozeCap {
-    /// `maxDuration` ran out.
-    MaxDuration,
-    /// The job's snoozes are more than `maxPerJob`.
-    MaxPerJob {
-        /// The limit.
-        max: u32,
-    },
-}
-
-impl SnoozeCap {
-    /// Why, as a clause for people.
-    pub fn text(self) -> String {
-        match self {
-            SnoozeCap::MaxDuration => "its spec.snooze.maxDuration ended".to_string(),
-            SnoozeCap::MaxPerJob { max } => {
-                format!("the job has had its spec.snooze.maxPerJob of {max} snoozes")
-            }
-        }
-    }
-}
-
-/// A change of a job's snooze, as [`Event::Snooze`] reports it.
-#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize)]
-#[serde(rename_all = "camelCase", tag = "change")]
-pub enum SnoozeChange {
-    /// A value seen for the first time snoozes the job (until [`Snooze::until`]).
-    Started(Snooze),
-    /// The snooze that held the job's actions ended; `released` rules still firing fire again now.
-    Ended {
-        /// When it was due to end.
-        until: Timestamp,
-        /// Why it ended now.
-        why: SnoozeEnd,
-        /// Rules that fired again (their actions are issued now).
-        released: usize,
-    },
-    /// The snooze no longer holds one policy's actions (the job stays snoozed for the others): its
-    /// `spec.snooze.maxDuration` is over, or the job had more snoozes than its `maxPerJob`; `released` rules
-    /// of it still firing fire again now.
-    PolicyCapped {
-        /// The policy.
-        policy: crate::policy::PolicyRef,
-        /// Which of its caps.
-        cap: SnoozeCap,
-        /// When its cap ended the snooze for it.
-        until: Timestamp,
-        /// Its rules that fired again.
-        released: usize,
-    },
-    /// The annotation's value cannot be honoured (it is not an RFC 3339 time, or the administrator allows
-    /// no snooze); the job is not snoozed. Reported once per value.
-    Invalid {
-        /// The value, as written (at most 64 characters of it).
-        value: String,
-        /// What is wrong and what is expected.
-        message: String,
-    },
-}
 
 /// What the evaluator knows of one job's snooze.
 #[derive(Clone, Debug, Default)]
@@ -314,5 +207,4 @@ fn make(value: &str, since: Timestamp, max: PolicyDuration) -> Result<Snooze, St
 }
 
 #[cfg(test)]
-#[path = "snooze_tests.rs"]
 mod tests;

@@ -304,17 +304,14 @@ mod tests {
     use super::*;
     use crate::evaluate::JobEntry;
     use crate::input::sample::JobKey;
-
-    fn at(second: i64) -> Timestamp {
-        Timestamp::from_second(1_795_798_800 + second).unwrap()
-    }
+    use crate::testing::at_sec;
 
     /// `n` jobs with no timer, ids 0..n.
     fn jobs(n: usize) -> JobTable {
         let mut table = JobTable::default();
         for i in 0..n {
             let key = JobKey::new("ml", format!("job-{i}"));
-            assert_eq!(table.insert(key.clone(), JobEntry::new(&key, at(0))), i);
+            assert_eq!(table.insert(key.clone(), JobEntry::new(&key, at_sec(0))), i);
         }
         table
     }
@@ -330,7 +327,7 @@ mod tests {
 
     /// Sets a job's timer as `rearm` does.
     fn set(wakes: &mut Wakes, jobs: &mut JobTable, id: usize, second: Option<i64>) {
-        let wake = second.map(at);
+        let wake = second.map(at_sec);
         jobs.key_and_entry(id).expect("a job").1.wake = wake;
         match wake {
             Some(t) => wakes.push(jobs, t, id),
@@ -341,7 +338,7 @@ mod tests {
     /// Takes every timer due at `now` as `tick` does (clearing each job's timer), in order.
     fn take_due(wakes: &mut Wakes, jobs: &mut JobTable, now: i64) -> Vec<usize> {
         let mut taken = Vec::new();
-        while let Some(id) = wakes.pop_due(jobs, at(now)) {
+        while let Some(id) = wakes.pop_due(jobs, at_sec(now)) {
             jobs.key_and_entry(id).expect("a job").1.wake = None;
             taken.push(id);
         }
@@ -355,9 +352,9 @@ mod tests {
         // entry, (30, 0), is live again after them.
         let (mut wakes, mut table) = with_timers(3, &[(1, 20), (0, 30), (2, 40), (0, 35), (0, 30)]);
         // (30, 0) is in the deque since the start and in the heap now, beside the stale (35, 0).
-        assert!(wakes.contains(at(30), 0));
+        assert!(wakes.contains(at_sec(30), 0));
         assert_eq!(wakes.heap_len(), 2);
-        assert_eq!(wakes.first(), Some(at(20)));
+        assert_eq!(wakes.first(), Some(at_sec(20)));
         assert_eq!(take_due(&mut wakes, &mut table, 100), vec![1, 0, 2], "each job once, in time order");
         assert_eq!(wakes.first(), None);
         assert_eq!(wakes.len(), 0, "the twin and the stale entry went with them");
@@ -369,7 +366,7 @@ mod tests {
         let (mut wakes, mut table) = with_timers(3, &[(2, 10), (0, 50), (1, 10)]);
         assert_eq!(wakes.heap_len(), 1);
         assert_eq!(take_due(&mut wakes, &mut table, 10), vec![1, 2]);
-        assert_eq!(wakes.first(), Some(at(50)));
+        assert_eq!(wakes.first(), Some(at_sec(50)));
         assert_eq!(take_due(&mut wakes, &mut table, 49), Vec::<usize>::new());
         assert_eq!(take_due(&mut wakes, &mut table, 50), vec![0]);
     }

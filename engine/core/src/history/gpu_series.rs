@@ -199,14 +199,11 @@ fn merge(a: &GpuSpan, b: &GpuSpan) -> GpuSpan {
 mod tests {
     use super::*;
     use crate::input::gpu::GpuReading;
-
-    fn t(secs: i64) -> Timestamp {
-        Timestamp::from_second(1_767_225_600 + secs).unwrap()
-    }
+    use crate::testing::at_sec;
 
     fn sample(secs: i64, utils: &[f64]) -> GpuSample {
         GpuSample {
-            at: t(secs),
+            at: at_sec(secs),
             gpus: utils
                 .iter()
                 .enumerate()
@@ -232,11 +229,11 @@ mod tests {
         for i in 1..=10 {
             s.record(&sample(i * 60, &[0.0, 2.0]));
         }
-        let run = s.run(t(600), idle).unwrap();
-        assert_eq!(run.since, t(60));
+        let run = s.run(at_sec(600), idle).unwrap();
+        assert_eq!(run.since, at_sec(60));
         assert_eq!(run.max_util, 2.0);
-        assert!(s.run(t(600 + 300), idle).is_none(), "the latest reading is no longer current");
-        assert_eq!(s.current(t(600)).unwrap().mean_util, 1.0);
+        assert!(s.run(at_sec(600 + 300), idle).is_none(), "the latest reading is no longer current");
+        assert_eq!(s.current(at_sec(600)).unwrap().mean_util, 1.0);
         assert_eq!(s.idlest.as_deref(), Some("pod/0"));
     }
 
@@ -246,7 +243,7 @@ mod tests {
         s.record(&sample(0, &[0.0]));
         s.record(&sample(60, &[0.0]));
         s.record(&sample(60 + 301, &[0.0]));
-        assert_eq!(s.run(t(400), idle).unwrap().since, t(361));
+        assert_eq!(s.run(at_sec(400), idle).unwrap().since, at_sec(361));
     }
 
     #[test]
@@ -259,10 +256,10 @@ mod tests {
             s.record(&sample(i * 30, &[1.0]));
         }
         assert!(s.len() <= CAPACITY);
-        let run = s.run(t(999 * 30), idle).unwrap();
-        assert!(run.since > t(30), "never reaches over the busy reading: {:?}", run.since);
+        let run = s.run(at_sec(999 * 30), idle).unwrap();
+        assert!(run.since > at_sec(30), "never reaches over the busy reading: {:?}", run.since);
         // The run reaches back close to the busy reading, not only over the recent readings.
-        assert!(run.since <= t(60 + 50 * 30), "{:?}", run.since);
+        assert!(run.since <= at_sec(60 + 50 * 30), "{:?}", run.since);
         assert!(s.heap_bytes() <= 5 * 1024 + 64, "{} bytes", s.heap_bytes());
     }
 
@@ -274,8 +271,8 @@ mod tests {
         for i in 0..200 {
             s.record(&sample(1060 + i * 30, &[0.0]));
         }
-        let run = s.run(t(1060 + 199 * 30), idle).unwrap();
-        assert!(run.since >= t(1000), "never reaches across the gap: {:?}", run.since);
+        let run = s.run(at_sec(1060 + 199 * 30), idle).unwrap();
+        assert!(run.since >= at_sec(1000), "never reaches across the gap: {:?}", run.since);
     }
 
     #[test]
@@ -290,17 +287,17 @@ mod tests {
             s.record(&sample(i * 30, &[1.0, 2.0]));
         }
         assert_eq!(s.len(), CAPACITY);
-        let run = s.run(t(799 * 30), idle).unwrap();
+        let run = s.run(at_sec(799 * 30), idle).unwrap();
         let idle_for = (799 - 200) * 30;
-        let found = (t(799 * 30).as_second() - run.since.as_second()) as f64;
-        assert!(run.since >= t(200 * 30), "never over a busy reading: {:?}", run.since);
+        let found = (at_sec(799 * 30).as_second() - run.since.as_second()) as f64;
+        assert!(run.since >= at_sec(200 * 30), "never over a busy reading: {:?}", run.since);
         assert!(found >= 0.95 * idle_for as f64, "found {found} s of {idle_for} s");
         // And a busy spell inside a long idle one is never hidden.
         let mut s = GpuSeries::default();
         for i in 0..800 {
             s.record(&sample(i * 30, &[if i == 300 { 90.0 } else { 1.0 }]));
         }
-        assert!(s.run(t(799 * 30), idle).unwrap().since > t(300 * 30));
+        assert!(s.run(at_sec(799 * 30), idle).unwrap().since > at_sec(300 * 30));
     }
 
     #[test]
@@ -312,11 +309,15 @@ mod tests {
             s.record(&sample(i * 60, &[90.0]));
         }
         let busy = |span: &GpuSpan| span.min_util >= 80.0;
-        assert_eq!(s.run(t(600), busy).unwrap().since, t(120), "the idle reading at 60 breaks the run");
-        let r = s.run_since(t(600), t(90), busy).unwrap();
-        assert_eq!((r.since, r.min_util), (t(120), 90.0));
-        let r = s.run_since(t(600), t(150), busy).unwrap();
-        assert_eq!(r.since, t(180), "from the first reading at or after the start");
+        assert_eq!(
+            s.run(at_sec(600), busy).unwrap().since,
+            at_sec(120),
+            "the idle reading at 60 breaks the run"
+        );
+        let r = s.run_since(at_sec(600), at_sec(90), busy).unwrap();
+        assert_eq!((r.since, r.min_util), (at_sec(120), 90.0));
+        let r = s.run_since(at_sec(600), at_sec(150), busy).unwrap();
+        assert_eq!(r.since, at_sec(180), "from the first reading at or after the start");
     }
 
     #[test]
@@ -324,7 +325,7 @@ mod tests {
         let mut s = GpuSeries::default();
         assert!(s.record(&sample(60, &[5.0])));
         assert!(!s.record(&sample(30, &[5.0])));
-        assert!(!s.record(&GpuSample { at: t(90), gpus: vec![] }));
+        assert!(!s.record(&GpuSample { at: at_sec(90), gpus: vec![] }));
         assert_eq!(s.readings, 1);
     }
 }

@@ -4,16 +4,13 @@ use super::job_series::*;
 use super::metric_series::*;
 use crate::input::sample::ProgressSample;
 use crate::input::sample::{Metric, SampleSource};
+use crate::testing::at_sec;
 use crate::time::Timestamp;
 
-fn t(secs: i64) -> Timestamp {
-    Timestamp::from_second(1_700_000_000 + secs).unwrap()
-}
-
 fn series_of(values: &[f64]) -> MetricSeries {
-    let mut s = MetricSeries::new(t(0));
+    let mut s = MetricSeries::new(at_sec(0));
     for (i, v) in values.iter().enumerate() {
-        s.push(t(i as i64 * 10), *v);
+        s.push(at_sec(i as i64 * 10), *v);
     }
     s
 }
@@ -47,7 +44,7 @@ fn window_stats_match_a_naive_computation_after_many_evictions() {
 
 #[test]
 fn min_and_max_match_the_window_after_every_push() {
-    let mut s = MetricSeries::new(t(0));
+    let mut s = MetricSeries::new(at_sec(0));
     let mut values = Vec::new();
     let mut x = 0x2545_F491_4F6C_DD1Du64;
     for i in 0..600 {
@@ -56,7 +53,7 @@ fn min_and_max_match_the_window_after_every_push() {
         x ^= x << 17;
         // Runs up and down, so the monotonic queues both fill up and drain.
         let v = (x % 1000) as f64 + if (i / 80) % 2 == 0 { i as f64 } else { -(i as f64) };
-        s.push(t(i), v);
+        s.push(at_sec(i), v);
         values.push(v);
         let window = &values[values.len().saturating_sub(WINDOW)..];
         let st = s.stats().unwrap();
@@ -80,9 +77,9 @@ fn slope_is_least_squares_in_units_per_second() {
 #[test]
 fn non_finite_values_never_enter_aggregates() {
     let mut s = series_of(&[1.0, 2.0, 3.0]);
-    s.push(t(100), f64::NAN);
-    s.push(t(110), f64::INFINITY);
-    s.push(t(120), f64::NEG_INFINITY);
+    s.push(at_sec(100), f64::NAN);
+    s.push(at_sec(110), f64::INFINITY);
+    s.push(at_sec(120), f64::NEG_INFINITY);
     let st = s.stats().unwrap();
     assert_eq!(st.count, 3);
     assert_eq!(st.mean, 2.0);
@@ -90,9 +87,9 @@ fn non_finite_values_never_enter_aggregates() {
     assert_eq!(s.best(Direction::Min).unwrap().value, 1.0);
     assert_eq!(s.best(Direction::Max).unwrap().value, 3.0);
     assert_eq!(s.ema().map(f64::is_finite), Some(true));
-    assert_eq!(s.last(), Some((t(20), 3.0)));
+    assert_eq!(s.last(), Some((at_sec(20), 3.0)));
     assert_eq!(s.non_finite_count(), 3);
-    assert_eq!(s.last_non_finite().unwrap().0, t(120));
+    assert_eq!(s.last_non_finite().unwrap().0, at_sec(120));
     assert_eq!(s.count(), 3);
 }
 
@@ -100,7 +97,7 @@ fn non_finite_values_never_enter_aggregates() {
 fn best_remembers_when_it_was_reached() {
     let s = series_of(&[3.0, 2.0, 2.5, 2.0, 1.5, 1.7]);
     let best = s.best(Direction::Min).unwrap();
-    assert_eq!((best.value, best.at, best.sample), (1.5, t(40), 5));
+    assert_eq!((best.value, best.at, best.sample), (1.5, at_sec(40), 5));
     // Ties do not count as improvement: the first time 2.0 was reached stays.
     let s = series_of(&[3.0, 2.0, 2.0]);
     assert_eq!(s.best(Direction::Min).unwrap().sample, 2);
@@ -119,9 +116,9 @@ fn best_before_the_window_includes_evicted_points() {
 #[test]
 fn stats_since_selects_by_time() {
     let s = series_of(&[1.0, 2.0, 3.0, 4.0]);
-    let st = s.stats_since(t(15)).unwrap();
+    let st = s.stats_since(at_sec(15)).unwrap();
     assert_eq!((st.count, st.mean), (2, 3.5));
-    assert!(s.stats_since(t(31)).is_none());
+    assert!(s.stats_since(at_sec(31)).is_none());
 }
 
 #[test]
@@ -138,13 +135,13 @@ fn sample(at: Timestamp, metrics: &[(&'static str, f64)]) -> ProgressSample {
 
 #[test]
 fn job_series_drops_duplicates_and_out_of_order_samples() {
-    let mut j = JobSeries::new(t(0));
-    assert_eq!(j.record(&sample(t(10), &[("loss", 1.0)])), Recorded::New);
-    assert_eq!(j.record(&sample(t(10), &[("loss", 1.0)])), Recorded::Duplicate, "the same report twice");
-    assert_eq!(j.record(&sample(t(5), &[("loss", 0.5)])), Recorded::Duplicate, "older");
+    let mut j = JobSeries::new(at_sec(0));
+    assert_eq!(j.record(&sample(at_sec(10), &[("loss", 1.0)])), Recorded::New);
+    assert_eq!(j.record(&sample(at_sec(10), &[("loss", 1.0)])), Recorded::Duplicate, "the same report twice");
+    assert_eq!(j.record(&sample(at_sec(5), &[("loss", 0.5)])), Recorded::Duplicate, "older");
     assert_eq!(j.samples, 1);
     assert_eq!(j.duplicates, 2);
-    assert_eq!(j.metric("loss").unwrap().last(), Some((t(10), 1.0)));
+    assert_eq!(j.metric("loss").unwrap().last(), Some((at_sec(10), 1.0)));
 }
 
 /// Issue 14, item 3: Kubeflow's status server keeps whole seconds, so two reports can share a
@@ -152,20 +149,20 @@ fn job_series_drops_duplicates_and_out_of_order_samples() {
 /// to be dropped; it is the newer content and is kept. The very same report again is still dropped.
 #[test]
 fn new_content_within_the_same_second_is_kept() {
-    let mut j = JobSeries::new(t(0));
-    let mut step = sample(t(10), &[("loss", 1.0)]);
+    let mut j = JobSeries::new(at_sec(0));
+    let mut step = sample(at_sec(10), &[("loss", 1.0)]);
     step.current_step = Some(749.0);
     step.progress_percent = Some(99.0);
     assert_eq!(j.record(&step), Recorded::New);
-    let mut end = sample(t(10), &[("loss", 0.9), ("train_loss", 1.2)]);
+    let mut end = sample(at_sec(10), &[("loss", 0.9), ("train_loss", 1.2)]);
     end.current_step = Some(750.0);
     end.progress_percent = Some(100.0);
     assert_eq!(j.record(&end), Recorded::New, "same second, new content");
     assert_eq!(j.record(&end), Recorded::Duplicate, "the same report again");
     assert_eq!((j.samples, j.duplicates), (2, 1));
     assert_eq!(j.last.unwrap().progress_percent, Some(100.0));
-    assert_eq!(j.metric("loss").unwrap().last(), Some((t(10), 0.9)));
-    assert_eq!(j.metric("train_loss").unwrap().last(), Some((t(10), 1.2)));
+    assert_eq!(j.metric("loss").unwrap().last(), Some((at_sec(10), 0.9)));
+    assert_eq!(j.metric("train_loss").unwrap().last(), Some((at_sec(10), 1.2)));
     // A change in any field counts, a metric left out too.
     let mut eta = end.clone();
     eta.eta_seconds = Some(0.0);
@@ -182,23 +179,23 @@ fn new_content_within_the_same_second_is_kept() {
 /// Two reports in one second: whichever came last is the latest observation, finite or not.
 #[test]
 fn the_order_of_two_values_in_one_second_is_kept() {
-    let mut s = MetricSeries::new(t(0));
-    s.observe(t(10), 1.0);
-    s.observe(t(10), f64::NAN);
+    let mut s = MetricSeries::new(at_sec(0));
+    s.observe(at_sec(10), 1.0);
+    s.observe(at_sec(10), f64::NAN);
     assert!(s.latest_observation().unwrap().is_nan());
-    assert_eq!(s.last_non_finite().map(|(at, _)| at), Some(t(10)));
-    s.observe(t(10), 0.9);
+    assert_eq!(s.last_non_finite().map(|(at, _)| at), Some(at_sec(10)));
+    s.observe(at_sec(10), 0.9);
     assert_eq!(s.latest_observation(), Some(0.9));
     assert_eq!(s.last_non_finite(), None, "superseded within its second");
     assert_eq!((s.non_finite_count(), s.count()), (1, 2));
     // Through a job: a NaN report, then a finite one in the same second (and the other way round).
-    let mut j = JobSeries::new(t(0));
-    j.record(&sample(t(5), &[("loss", 1.0)]));
-    j.record(&sample(t(10), &[("loss", f64::NAN)]));
-    assert_eq!(j.record(&sample(t(10), &[("loss", 0.8)])), Recorded::New);
+    let mut j = JobSeries::new(at_sec(0));
+    j.record(&sample(at_sec(5), &[("loss", 1.0)]));
+    j.record(&sample(at_sec(10), &[("loss", f64::NAN)]));
+    assert_eq!(j.record(&sample(at_sec(10), &[("loss", 0.8)])), Recorded::New);
     assert_eq!(j.metric("loss").unwrap().latest_observation(), Some(0.8));
-    assert_eq!(j.record(&sample(t(20), &[("loss", 0.7)])), Recorded::New);
-    assert_eq!(j.record(&sample(t(20), &[("loss", f64::INFINITY)])), Recorded::New);
+    assert_eq!(j.record(&sample(at_sec(20), &[("loss", 0.7)])), Recorded::New);
+    assert_eq!(j.record(&sample(at_sec(20), &[("loss", f64::INFINITY)])), Recorded::New);
     assert_eq!(j.metric("loss").unwrap().latest_observation(), Some(f64::INFINITY));
 }
 
@@ -208,9 +205,9 @@ fn the_order_of_two_values_in_one_second_is_kept() {
 /// new value in a report without progress fields) is still a repeat.
 #[test]
 fn the_same_value_at_a_new_step_is_an_observation() {
-    let mut j = JobSeries::new(t(0));
+    let mut j = JobSeries::new(at_sec(0));
     for i in 0..30 {
-        let mut s = sample(t(i * 60), &[("loss", 1.0), ("eval_loss", 2.0)]);
+        let mut s = sample(at_sec(i * 60), &[("loss", 1.0), ("eval_loss", 2.0)]);
         s.current_step = Some(i as f64 * 10.0);
         assert_eq!(j.record(&s), Recorded::New);
         assert!(j.metric("loss").unwrap().is_fresh());
@@ -220,25 +217,25 @@ fn the_same_value_at_a_new_step_is_an_observation() {
     assert_eq!(loss.best(Direction::Min).unwrap().sample, 1, "the best is where it was first reached");
     assert_eq!(loss.stats().unwrap().std, 0.0);
     // Re-polled: the same step and values with a newer lastUpdatedTime.
-    let mut s = sample(t(30 * 60), &[("loss", 1.0), ("eval_loss", 2.0)]);
+    let mut s = sample(at_sec(30 * 60), &[("loss", 1.0), ("eval_loss", 2.0)]);
     s.current_step = Some(290.0);
     assert_eq!(j.record(&s), Recorded::New);
     let loss = j.metric("loss").unwrap();
     assert!(!loss.is_fresh());
     assert_eq!((loss.count(), loss.repeats()), (30, 1));
-    assert_eq!(j.last_progress_at, Some(t(29 * 60)), "and it is not progress");
+    assert_eq!(j.last_progress_at, Some(at_sec(29 * 60)), "and it is not progress");
     // Progress without a step moves a report on too.
-    let mut j = JobSeries::new(t(0));
+    let mut j = JobSeries::new(at_sec(0));
     for i in 0..5 {
-        let mut s = sample(t(i * 60), &[("loss", 1.0)]);
+        let mut s = sample(at_sec(i * 60), &[("loss", 1.0)]);
         s.progress_percent = Some(i as f64);
         j.record(&s);
     }
     assert_eq!(j.metric("loss").unwrap().count(), 5);
     // Nothing moved: a new loss beside the same eval_loss is one observation, of the loss.
-    let mut j = JobSeries::new(t(0));
-    j.record(&sample(t(0), &[("loss", 2.0), ("eval_loss", 2.0)]));
-    j.record(&sample(t(60), &[("loss", 1.9), ("eval_loss", 2.0)]));
+    let mut j = JobSeries::new(at_sec(0));
+    j.record(&sample(at_sec(0), &[("loss", 2.0), ("eval_loss", 2.0)]));
+    j.record(&sample(at_sec(60), &[("loss", 1.9), ("eval_loss", 2.0)]));
     assert!(j.metric("loss").unwrap().is_fresh());
     assert!(!j.metric("eval_loss").unwrap().is_fresh());
     assert_eq!(j.metric("eval_loss").unwrap().count(), 1);
@@ -246,35 +243,35 @@ fn the_same_value_at_a_new_step_is_an_observation() {
 
 #[test]
 fn a_repeated_report_is_a_sample_but_not_progress() {
-    let mut j = JobSeries::new(t(0));
-    let mut s = sample(t(0), &[("loss", 1.0)]);
+    let mut j = JobSeries::new(at_sec(0));
+    let mut s = sample(at_sec(0), &[("loss", 1.0)]);
     s.current_step = Some(90.0);
     j.record(&s);
     // The RHOAI controller polls a hung pod: same step, same values, a new lastUpdatedTime.
     for i in 1..5 {
-        s.updated_at = t(i * 30);
+        s.updated_at = at_sec(i * 30);
         assert_eq!(j.record(&s), Recorded::New);
     }
-    assert_eq!((j.samples, j.last_progress_at), (5, Some(t(0))));
-    s.updated_at = t(200);
+    assert_eq!((j.samples, j.last_progress_at), (5, Some(at_sec(0))));
+    s.updated_at = at_sec(200);
     s.current_step = Some(91.0);
     j.record(&s);
-    assert_eq!(j.last_progress_at, Some(t(200)));
-    s.updated_at = t(230);
+    assert_eq!(j.last_progress_at, Some(at_sec(200)));
+    s.updated_at = at_sec(230);
     s.metrics[0].value = f64::NAN;
     j.record(&s);
-    assert_eq!(j.last_progress_at, Some(t(230)), "a new NaN is news too");
+    assert_eq!(j.last_progress_at, Some(at_sec(230)), "a new NaN is news too");
 }
 
 #[test]
 fn sums_stay_precise_years_after_the_series_began() {
     // First point at the base, then three years later a linear stretch: without rebasing, t² ≈ 1e16
     // and the running sums lose the slope.
-    let mut s = MetricSeries::new(t(0));
-    s.push(t(0), 9.0);
+    let mut s = MetricSeries::new(at_sec(0));
+    s.push(at_sec(0), 9.0);
     let start = 100_000_000;
     for i in 0..1_000i64 {
-        s.push(t(start + i * 10), 5.0 - 0.001 * i as f64);
+        s.push(at_sec(start + i * 10), 5.0 - 0.001 * i as f64);
     }
     let st = s.stats().unwrap();
     assert!((st.slope_per_second + 0.0001).abs() < 1e-12, "{}", st.slope_per_second);
@@ -283,18 +280,18 @@ fn sums_stay_precise_years_after_the_series_began() {
 
 #[test]
 fn job_series_caps_the_number_of_metrics() {
-    let mut j = JobSeries::new(t(0));
+    let mut j = JobSeries::new(at_sec(0));
     let names: Vec<&'static str> =
         (0..MAX_METRICS_PER_JOB + 5).map(|i| &*Box::leak(format!("m{i}").into_boxed_str())).collect();
     let metrics: Vec<(&'static str, f64)> = names.iter().map(|n| (*n, 1.0)).collect();
-    j.record(&sample(t(1), &metrics));
+    j.record(&sample(at_sec(1), &metrics));
     assert_eq!(j.metric_names().count(), MAX_METRICS_PER_JOB);
     assert_eq!(j.dropped_metrics, 5);
 }
 
 #[test]
 fn series_memory_for_eight_metrics_is_within_16_kib() {
-    let mut j = JobSeries::new(t(0));
+    let mut j = JobSeries::new(at_sec(0));
     let names = [
         "loss",
         "eval_loss",
@@ -308,7 +305,7 @@ fn series_memory_for_eight_metrics_is_within_16_kib() {
     for i in 0..500 {
         let metrics: Vec<(&'static str, f64)> =
             names.iter().map(|n| (*n, ((i * 7919) % 113) as f64)).collect();
-        j.record(&sample(t(i), &metrics));
+        j.record(&sample(at_sec(i), &metrics));
     }
     let bytes = j.approx_bytes();
     assert!(bytes <= 16 * 1024, "{bytes} bytes");
@@ -350,10 +347,9 @@ fn plateau_window_20(series: &str, expect_actions: &str) -> Vec<String> {
             Err(format!("no file {relative}"))
         }
     }
-    let policy = "apiVersion: trainwarden.dev/v1alpha1\nkind: ProgressPolicy\nmetadata: {name: p, namespace: ml}\n\
-                  spec:\n  mode: Enforce\n  rules:\n    - {name: flat, uses: plateau, with: {metric: loss, window: 20}, \
-                  actions: [{suspend: {}}]}\n";
-    let doc = crate::policy::compile::parse_documents(policy, "p.yaml").unwrap().remove(0);
+    let policy = crate::testing::policy("p")
+        .rule("{name: flat, uses: plateau, with: {metric: loss, window: 20}, actions: [{suspend: {}}]}");
+    let doc = policy.document();
     let config = EngineConfig::default();
     let compiled = crate::policy::compile::compile(&doc, Evaluator::new(config.clone()).scripts()).unwrap();
     let file = parse_test_file(&format!(
@@ -380,7 +376,7 @@ fn a_flat_loss_at_new_steps_fills_a_sample_count_plateau_window() {
 
 #[test]
 fn the_mean_alone_is_the_window_statistics_mean_bit_for_bit() {
-    let mut s = MetricSeries::new(t(0));
+    let mut s = MetricSeries::new(at_sec(0));
     assert_eq!(s.mean_last(3), None, "no points");
     let mut x = 0x9E37_79B9_7F4A_7C15u64;
     for i in 0..300 {
@@ -389,7 +385,7 @@ fn the_mean_alone_is_the_window_statistics_mean_bit_for_bit() {
         x ^= x << 17;
         // Magnitudes far apart, so a sum in another order would round differently.
         let v = (x % 10_000) as f64 * 10f64.powi((x % 7) as i32 - 3) - 1e3;
-        s.observe(t(i), if i % 37 == 0 { f64::NAN } else { v });
+        s.observe(at_sec(i), if i % 37 == 0 { f64::NAN } else { v });
         for n in 0..=WINDOW + 2 {
             let want = s.stats_last(n).map(|st| st.mean.to_bits());
             assert_eq!(s.mean_last(n).map(f64::to_bits), want, "after {i} points, n = {n}");

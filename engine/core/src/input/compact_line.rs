@@ -271,7 +271,7 @@ mod tests {
     use super::read;
     use crate::input::json::plain_decimal;
     use crate::input::stream::compact_serde;
-    use crate::test_rng::Rng;
+    use crate::testing::rng::Rng;
 
     /// Pieces of a generated line: each is valid JSON text for its place unless its name says otherwise.
     const TIMES: [&str; 4] = [

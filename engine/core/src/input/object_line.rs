@@ -354,7 +354,7 @@ mod tests {
     use super::read;
     use crate::input::from_trainjob;
     use crate::input::stream::{parse_line, parse_line_general, read_fast};
-    use crate::test_rng::Rng;
+    use crate::testing::rng::Rng;
 
     /// A TrainJob as kube-apiserver v1.35.4 (the test plane) returned it: the upstream `01-multi-node`
     /// example with 8 GPUs per node, created by `kubectl create`, its status applied server-side by

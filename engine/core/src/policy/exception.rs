@@ -265,12 +265,12 @@ pub fn compile_exception(
     spec: Value,
 ) -> Result<CompiledException, Vec<FieldError>> {
     let mut errors = Vec::new();
-    if let Err(e) = super::compile::dns_label(namespace) {
+    if let Err(e) = super::object::dns_label(namespace) {
         errors.push(FieldError::new("metadata.namespace", format!("Invalid value: {namespace:?}: {e}")));
     }
     if name.is_empty() {
         errors.push(FieldError::new("metadata.name", "Required value"));
-    } else if let Err(e) = super::compile::dns_subdomain(name) {
+    } else if let Err(e) = super::object::dns_subdomain(name) {
         errors.push(FieldError::new("metadata.name", format!("Invalid value: {name:?}: {e}")));
     }
     let mut spec_value = spec;
@@ -327,7 +327,7 @@ pub fn compile_exception(
             }
             None => (PolicyKind::Cluster, p.policy_name.as_str()),
         };
-        if let Err(e) = super::compile::dns_subdomain(policy_name) {
+        if let Err(e) = super::object::dns_subdomain(policy_name) {
             errors.push(FieldError::new(&path, format!("Invalid value: {policy_name:?}: {e}")));
         }
         for (j, r) in p.rule_names.iter().enumerate() {
@@ -340,7 +340,7 @@ pub fn compile_exception(
         }
         targets.push(ExceptedTarget { kind, name: policy_name.to_string(), rules: p.rule_names.clone() });
     }
-    super::compile::validate_selector(&mut errors, "spec.match.selector", &spec.match_.selector);
+    super::object::validate_selector(&mut errors, "spec.match.selector", &spec.match_.selector);
     match expires {
         Some(expires) if errors.is_empty() => Ok(CompiledException {
             reference: ExceptionRef { namespace: namespace.to_string(), name: name.to_string() },
@@ -361,12 +361,12 @@ pub(crate) fn compile_exception_document(value: Value) -> Result<CompiledExcepti
         return Err(vec![FieldError::new("(document)", format!("expected a {EXCEPTION_KIND} object"))]);
     };
     let mut errors = Vec::new();
-    super::compile::check_api_version(&obj, &mut errors);
+    super::object::check_api_version(&obj, &mut errors);
     let metadata = obj.remove("metadata").unwrap_or(Value::Null);
     let name = metadata.get("name").and_then(Value::as_str).unwrap_or_default().to_string();
     let namespace = metadata.get("namespace").and_then(Value::as_str).unwrap_or("default").to_string();
     let spec = obj.remove("spec").unwrap_or(Value::Null);
-    super::compile::check_top_level_fields(&obj, &mut errors);
+    super::object::check_top_level_fields(&obj, &mut errors);
     match compile_exception(&namespace, &name, spec) {
         Ok(e) if errors.is_empty() => Ok(e),
         Ok(_) => Err(errors),

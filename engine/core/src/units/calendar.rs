@@ -315,6 +315,7 @@ impl Calendar {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::testing::ts;
 
     fn dur(s: &str) -> PolicyDuration {
         s.parse().unwrap()
@@ -336,10 +337,6 @@ mod tests {
     /// fall-back overlap the earlier instant.
     fn local(zone: &str, civil: &str) -> Timestamp {
         civil.parse::<jiff::civil::DateTime>().unwrap().to_zoned(tz(zone)).unwrap().timestamp()
-    }
-
-    fn ts(s: &str) -> Timestamp {
-        s.parse().unwrap()
     }
 
     /// `t` as local wall-clock time with offset, for readable assertions.

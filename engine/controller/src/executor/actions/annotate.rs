@@ -2,6 +2,7 @@
 
 use kube::ResourceExt;
 use trainwarden_core::AnnotateAction;
+use trainwarden_core::describe::Notice;
 
 use super::super::{ActionError, Ended, Executor, Record, Target};
 use crate::messages::ActionResult;
@@ -20,14 +21,7 @@ impl Executor {
         }
         let [last, intents] = record.annotations();
         self.apply_to_job(target.api, target.job, &[(&a.key, &value), last, intents], None).await?;
-        self.publish(
-            &target.reference,
-            false,
-            "Annotated",
-            "Annotate",
-            &format!("{} set {}: {summary}", target.by, a.key),
-        )
-        .await;
+        self.publish(&target.reference, &Notice::annotated(&target.by, &a.key, summary)).await;
         Ok(Ended::new(ActionResult::Done, format!("annotation {} set", a.key)))
     }
 }

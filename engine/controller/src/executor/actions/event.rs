@@ -1,7 +1,9 @@
 //! The `event` action: a Kubernetes Event on the TrainJob, in Audit mode too (it changes nothing).
 
 use trainwarden_core::EventAction;
+use trainwarden_core::describe::Reason;
 
+use super::super::events::EventText;
 use super::super::{ActionError, Ended, Executor, Record, Target};
 use crate::messages::ActionResult;
 
@@ -25,10 +27,12 @@ impl Executor {
         target: &Target<'_>,
         e: &EventAction,
     ) -> Ended {
+        // The policy's own reason and type; the default reason is trainwarden's.
         let warning = !matches!(e.type_, Some(trainwarden_core::EventType::Normal));
-        let reason = e.reason.clone().unwrap_or_else(|| "ProgressRuleFiring".into());
+        let reason = e.reason.as_deref().unwrap_or(Reason::ProgressRuleFiring.as_str());
         let note = format!("{}: {}", target.by, target.summary);
-        self.publish(&target.reference, warning, &reason, "Evaluate", &note).await;
+        let text = EventText { warning, reason, action: Reason::ProgressRuleFiring.action(), note: &note };
+        self.publish_text(&target.reference, &text).await;
         Ended::new(ActionResult::Done, String::new())
     }
 }

@@ -3,6 +3,7 @@
 //! intent is recorded (status, Event, metrics).
 
 use trainwarden_core::NotifyAction;
+use trainwarden_core::describe::Notice;
 
 use super::super::{Ended, Executor, Target};
 use crate::messages::ActionResult;
@@ -12,8 +13,8 @@ impl Executor {
         if self.notifier.is_some() {
             return Ended::new(ActionResult::Done, format!("queued for receiver {:?}", n.to));
         }
-        let note = format!("{} would notify {:?}: {}", target.by, n.to, target.summary);
-        self.publish(&target.reference, false, "NotificationRecorded", "Notify", &note).await;
+        let notice = Notice::notification_recorded(&target.by, &n.to, target.summary);
+        self.publish(&target.reference, &notice).await;
         Ended::new(ActionResult::Reported, format!("receiver {:?}: notifications are off", n.to))
     }
 }

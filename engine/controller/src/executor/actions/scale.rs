@@ -4,6 +4,7 @@
 use kube::ResourceExt;
 use kube::api::{Api, DynamicObject, Patch, PatchParams};
 use serde_json::{Value, json};
+use trainwarden_core::describe::Notice;
 use trainwarden_kube::FIELD_MANAGER;
 
 use super::super::call::CallError;
@@ -36,8 +37,7 @@ impl Executor {
                 self.resume_after_scale(api, job, record, nodes).await?;
                 let message =
                     format!("numNodes is {nodes}; resumed (the scale was interrupted before resuming)");
-                self.publish(reference, false, "Scaled", "Scale", &format!("{by}: {message}: {summary}"))
-                    .await;
+                self.publish(reference, &Notice::scaled(by, &message, summary)).await;
                 return Ok(Ended::new(ActionResult::Done, message));
             }
             return Ok(Ended::new(ActionResult::Unchanged, format!("numNodes is already {nodes}")));
@@ -62,7 +62,7 @@ impl Executor {
             Ok(_) => {}
             Err(CallError::Api(kube::Error::Api(s))) if s.code == 422 || s.code == 400 => {
                 let message = format!("cannot change spec.trainer.numNodes of this TrainJob: {}", s.message);
-                self.publish(reference, true, "ScaleRefused", "Scale", &format!("{by}: {message}")).await;
+                self.publish(reference, &Notice::scale_refused(by, &message)).await;
                 return Ok(Ended::new(ActionResult::Refused, message));
             }
             Err(e) => return Err(ActionError::call("checking whether numNodes can change", e)),
@@ -77,21 +77,13 @@ impl Executor {
                 self.call(ApiOperation::GetTrainjob, || api.get(&name)).await.map_err(ActionError::Reread)?;
             if let Err(error) = self.resume_after_scale(api, &resized, record, nodes).await {
                 if !error.lost_leadership() {
-                    self.publish(reference, true, "ScaleResumeFailed", "Scale", &format!("{by}: {error}"))
-                        .await;
+                    self.publish(reference, &Notice::scale_resume_failed(by, &error.to_string())).await;
                 }
                 return Err(error);
             }
         }
         let from = current.map_or("?".to_string(), |c| c.to_string());
-        self.publish(
-            reference,
-            false,
-            "Scaled",
-            "Scale",
-            &format!("{by}: numNodes {from} → {nodes}: {summary}"),
-        )
-        .await;
+        self.publish(reference, &Notice::scaled(by, &format!("numNodes {from} → {nodes}"), summary)).await;
         Ok(Ended::new(ActionResult::Done, format!("numNodes {from} → {nodes}")))
     }
 

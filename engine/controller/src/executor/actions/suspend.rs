@@ -5,6 +5,7 @@ use kube::ResourceExt;
 use kube::api::{Api, ApiResource, DynamicObject, Patch, PatchParams};
 use serde_json::json;
 use trainwarden_core::SuspendAction;
+use trainwarden_core::describe::Notice;
 use trainwarden_kube::FIELD_MANAGER;
 use trainwarden_kube::kueue::{WORKLOAD_VERSIONS, workload_of, workload_resource_version};
 
@@ -30,10 +31,7 @@ impl Executor {
         action: &mut ExecutedAction,
     ) -> Result<Ended, ActionError> {
         let (by, summary, job) = (&target.by, target.summary, target.job);
-        let note = match &s.message {
-            Some(m) => format!("{by}: {summary}. {m}"),
-            None => format!("{by}: {summary}"),
-        };
+        let suspended = Notice::suspended(by, summary, s.message.as_deref());
         let queue = job.labels().get(KUEUE_QUEUE_LABEL).cloned();
         if let (true, Some(queue)) = (self.kueue, queue) {
             *action = ExecutedAction::Deactivate;
@@ -43,14 +41,8 @@ impl Executor {
             // before the record) has none yet.
             self.apply_to_job(target.api, job, &record.annotations(), None).await?;
             if matches!(ended.result, ActionResult::Done | ActionResult::AlreadyDone) {
-                self.publish(
-                    &target.reference,
-                    true,
-                    "WorkloadDeactivated",
-                    "Suspend",
-                    &format!("{note} ({})", ended.message),
-                )
-                .await;
+                let notice = Notice::workload_deactivated(&suspended, &ended.message);
+                self.publish(&target.reference, &notice).await;
             }
             return Ok(ended);
         }
@@ -65,7 +57,7 @@ impl Executor {
             Some(json!({"suspend": true})),
         )
         .await?;
-        self.publish(&target.reference, true, "Suspended", "Suspend", &note).await;
+        self.publish(&target.reference, &suspended).await;
         Ok(Ended::new(ActionResult::Done, "spec.suspend set to true"))
     }
 

@@ -2,18 +2,18 @@
 //! [`super::BUILTINS`]; compiled conditions ([`super::native`]) call the very same functions, so both paths
 //! give the same value, evidence and wake by construction.
 
-use rhai::{EvalAltResult, ImmutableString, Map};
+use rhai::{Dynamic, EvalAltResult, ImmutableString, Map};
 
-use super::builtins::{
-    PlateauWindow, detect, map_to_json, parse_direction, parse_duration, plateau_fn, window_of, window_stat,
-};
 use super::frame::{HostResult, metric_series, view_of, with_frame};
 use crate::history::metric_series::{Direction, MetricSeries};
 use crate::input::gpu::GpuSummary;
 use crate::input::sample::JobPhase;
 use crate::judge::detectors::{
-    self, DirectionParam, Diverging, EtaAfter, EtaExceeds, GpuIdle, Hang, NonFinite, Stalled,
+    self, Detector, DetectorState, DirectionParam, Diverging, EtaAfter, EtaExceeds, Finding, GpuIdle, Hang,
+    NonFinite, Stalled,
 };
+use crate::time::Timestamp;
+use crate::units::duration::PolicyDuration;
 
 pub(super) fn metric(name: &str) -> HostResult<f64> {
     with_frame(|f| metric_series(f, name).and_then(MetricSeries::latest_observation).unwrap_or(f64::NAN))
@@ -293,4 +293,133 @@ pub(super) fn over_budget(params: Map) -> HostResult<bool> {
         },
     )?;
     detect(detector.as_ref())
+}
+
+// What the host functions share: argument parsing, a detector run on the current job, windows, plateaus.
+
+pub(super) fn parse_duration(s: &str) -> HostResult<PolicyDuration> {
+    s.parse::<PolicyDuration>().map_err(|e| e.to_string().into())
+}
+
+pub(super) fn parse_direction(mode: &str) -> HostResult<Direction> {
+    match mode {
+        "min" => Ok(Direction::Min),
+        "max" => Ok(Direction::Max),
+        other => Err(format!("mode must be \"min\" or \"max\", got {other:?}").into()),
+    }
+}
+
+/// Runs a stateless detector inside the frame, recording its finding as evidence.
+pub(super) fn detect(detector: &dyn Detector) -> HostResult<bool> {
+    with_frame(|frame| {
+        let finding = detector.check(&DetectorState::None, &view_of(frame));
+        // When the answer may change with time alone, either way (`stalled` turning true, `eta_exceeds`
+        // turning false); a time already past is ignored by the evaluator.
+        if let Some(t) = detector.wake_at(&DetectorState::None, &view_of(frame)).filter(|t| *t > frame.now) {
+            frame.wake = Some(frame.wake.map_or(t, |w| w.min(t)));
+        }
+        match finding {
+            Some(f) => {
+                frame.evidence.push(f);
+                true
+            }
+            None => false,
+        }
+    })
+}
+
+pub(super) fn window_stat(
+    name: &str,
+    n: i64,
+    pick: fn(&crate::history::metric_series::WindowStats) -> f64,
+) -> HostResult<f64> {
+    window_of(name, n, |series, n| series.stats_last(n).map(|st| pick(&st)))
+}
+
+/// `of` over the newest `n` points of the metric's series: NaN when it has none, an error when `n` < 1.
+pub(super) fn window_of(
+    name: &str,
+    n: i64,
+    of: impl FnOnce(&MetricSeries, usize) -> Option<f64>,
+) -> HostResult<f64> {
+    if n < 1 {
+        return Err(format!("the sample count must be at least 1, got {n}").into());
+    }
+    with_frame(|frame| metric_series(frame, name).and_then(|s| of(s, n as usize)).unwrap_or(f64::NAN))
+}
+
+/// Stateless plateau over the recorded history: the best value of the last `n` samples (or of the samples
+/// in the last `duration` before the latest) did not beat the best before them by more than `min_delta`.
+pub(super) fn plateau_fn(name: &str, window: PlateauWindow, min_delta: f64) -> HostResult<bool> {
+    if !min_delta.is_finite() || min_delta < 0.0 {
+        return Err(format!("min_delta must be >= 0, got {min_delta}").into());
+    }
+    let verdict = with_frame(|frame| -> HostResult<Option<Finding>> {
+        let Some(series) = metric_series(frame, name) else { return Ok(None) };
+        let direction = Direction::infer(name);
+        let Some((last_at, last)) = series.last() else { return Ok(None) };
+        let n = match window {
+            PlateauWindow::Samples(n) => {
+                if n as usize >= crate::history::metric_series::WINDOW {
+                    return Err(format!(
+                        "plateau() keeps {} samples; use `uses: plateau` for longer windows",
+                        crate::history::metric_series::WINDOW - 1
+                    )
+                    .into());
+                }
+                n as usize
+            }
+            PlateauWindow::Time(d) => {
+                let since = crate::time::add_seconds(last_at, -d.as_secs_f64()).unwrap_or(Timestamp::MIN);
+                let Some(stats) = series.stats_since(since) else { return Ok(None) };
+                if stats.count >= series.window_len() && series.count() > series.window_len() as u64 {
+                    return Err(format!(
+                        "plateau() window {d} spans more than the {} samples kept; use `uses: plateau`",
+                        crate::history::metric_series::WINDOW
+                    )
+                    .into());
+                }
+                stats.count
+            }
+        };
+        let (Some(before), Some(recent)) =
+            (series.best_before_last(n, direction), series.best_of_last(n, direction))
+        else {
+            return Ok(None);
+        };
+        let improvement = match direction {
+            Direction::Min => before - recent,
+            Direction::Max => recent - before,
+        };
+        Ok((improvement <= min_delta).then(|| {
+            Finding::new(format!(
+                "{name} improved by {} over the last {n} samples (best before {}, last {})",
+                crate::time::fmt_num(improvement.max(0.0)),
+                crate::time::fmt_num(before),
+                crate::time::fmt_num(last)
+            ))
+            .value("improvement", improvement)
+        }))
+    })??;
+    with_frame(|frame| match verdict {
+        Some(f) => {
+            frame.evidence.push(f);
+            true
+        }
+        None => false,
+    })
+}
+
+#[derive(Clone, Copy)]
+pub(super) enum PlateauWindow {
+    Samples(i64),
+    Time(PolicyDuration),
+}
+
+pub(super) fn map_to_json(map: &Map) -> HostResult<serde_json::Map<String, serde_json::Value>> {
+    let value: serde_json::Value = rhai::serde::from_dynamic(&Dynamic::from_map(map.clone()))?;
+    match value {
+        serde_json::Value::Object(m) => Ok(m),
+        _ => Err("expected an object map".into()),
+    }
 }

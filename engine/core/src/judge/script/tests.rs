@@ -7,7 +7,7 @@ use rhai::Dynamic;
 
 use super::builtins::*;
 use super::*;
-use crate::test_rng::Rng;
+use crate::testing::rng::Rng;
 use crate::units::duration::PolicyDuration;
 
 fn eval(engine: &ScriptEngine, src: &str) -> Result<ScriptOutcome, ScriptError> {

@@ -1,0 +1,209 @@
+# shellcheck shell=bash
+# The one way the test scripts build Go tools from the Go module proxy (sourced by build-binaries.sh,
+# build-helm.sh and build-cluster-binaries.sh; the caller defines `log` and `die`). Each tool is built from a
+# throw-away wrapper module under tests/k8s/wrappers/<name>/ whose go.mod + go.sum pin every module (no Go code,
+# no source checkout), into a cache dir that is either complete or absent.
+#
+#   go_need [WRAPPER_DIR...]                  go is installed and meets each wrapper's `go` line
+#   go_wrapper_check DIR MODULE VERSION       the wrapper exists and pins MODULE at VERSION
+#   go_wrapper_generate DIR MODULE VERSION SCRIPT PKG...
+#                                             rewrites DIR/go.{mod,sum} from the proxy for `go get -tool PKG@VERSION...`
+#                                             (Kubernetes' staging modules are replaced by their published copies)
+#   go_build_mains WRAPPER OUT LDFLAGS TAGS NAME=PKG...
+#                                             one `go build` of every main PKG, installed as OUT/bin/NAME; the command
+#                                             and its time are appended to OUT/BUILD-INFO
+#   cached_build FINAL LOCKNAME OK_FN BUILD_FN
+#                                             FINAL if `OK_FN FINAL` passes; else, under a lock, `BUILD_FN TMP` into a
+#                                             temp dir next to FINAL, `OK_FN TMP`, then one rename to FINAL
+#   go_prefetch WRAPPER TAGS PKG...           downloads exactly the modules the build of PKG needs (no compile)
+#
+# Flags of every build: CGO_ENABLED=0, GOTOOLCHAIN=local (no toolchain download), GOWORK=off, -mod=readonly (the
+# wrapper is never rewritten by a build), -trimpath and -buildvcs=false (the binary does not depend on where it
+# was built), -ldflags "-s -w ..." (no symbol table or DWARF: a faster link and smaller binaries; panics still
+# print file:line from the pclntab) and -gcflags=all=-dwarf=false (the compiler does not write the DWARF that -w
+# drops anyway: helm's cold build took 257 instead of 295 s of CPU; etcd's code is the same instructions, a few
+# functions in another order). GOCACHE and
+# GOMODCACHE are the caller's: tests/run-all.sh gives every Go build of a run one scratch GOCACHE, so packages
+# that two tools share at the same version are compiled once.
+
+GO_BUILD_FLAGS=(-mod=readonly -trimpath -buildvcs=false -gcflags=all=-dwarf=false)
+
+# go_need [WRAPPER_DIR...]: dies unless go runs and is at least each wrapper's `go` directive (GOTOOLCHAIN=local:
+# a newer toolchain is never downloaded).
+go_need() {
+  command -v go >/dev/null 2>&1 || die "go is not installed or not on PATH; install Go >= 1.26"
+  local v want dir
+  v="$(GOTOOLCHAIN=local go env GOVERSION 2>/dev/null)" || die "'go env GOVERSION' failed; is the Go installation broken?"
+  for dir in "$@"; do
+    want="$(sed -n 's/^go[[:space:]][[:space:]]*\([0-9][0-9.]*\)[[:space:]]*$/\1/p' "$dir/go.mod" 2>/dev/null | head -n1)"
+    if [[ -n "$want" && "$(printf '%s\n%s\n' "$want" "${v#go}" | sort -V | head -n1)" != "$want" ]]; then
+      die "$v is older than go $want, which $dir/go.mod requires; install a newer Go"
+    fi
+  done
+  log "using $v ($(command -v go))"
+}
+
+# go_wrapper_check DIR MODULE VERSION
+go_wrapper_check() {
+  local dir="$1" module="$2" version="$3"
+  [[ -f "$dir/go.mod" && -f "$dir/go.sum" ]] || die "$dir/go.{mod,sum} missing; regenerate it (--regenerate)"
+  grep -Eq "^[[:space:]]*(require[[:space:]]+)?${module//./\\.} ${version//./\\.}( |$)" "$dir/go.mod" ||
+    die "$dir/go.mod does not pin $module $version; regenerate it (--regenerate)"
+}
+
+# go_wrapper_generate DIR MODULE VERSION SCRIPT PKG...: the wrapper module for building the main packages PKG of
+# MODULE@VERSION, with MODULE's `go` and `godebug default=` lines and its replace and exclude directives (Go
+# ignores those of a dependency, so the build would not be MODULE's own otherwise); Kubernetes' `./staging/...`
+# replaces become the published v0.<minor>.<patch> copies of those modules (kubernetes#79384).
+go_wrapper_generate() {
+  local dir="$1" module="$2" version="$3" script="$4"
+  shift 4
+  local work gomod godir godebug
+  work="$(mktemp -d "${TMPDIR:-/tmp}/trainwarden-wrapgen.XXXXXX")"
+  (
+    # shellcheck disable=SC2064  # expand $work now
+    trap "rm -rf '$work'" EXIT
+    export GOTOOLCHAIN=local GOWORK=off GOFLAGS=-mod=mod
+    log "fetching $module@$version from the module proxy"
+    gomod="$(cd "$work" && go mod download -json "$module@$version" |
+      sed -n 's/^[[:space:]]*"GoMod": "\(.*\)",\{0,1\}$/\1/p')"
+    [[ -f "$gomod" ]] || die "go mod download did not give a go.mod for $module@$version"
+    godir="$(sed -n 's/^go[[:space:]][[:space:]]*\([0-9][0-9.]*\)[[:space:]]*$/\1/p' "$gomod" | head -n1)"
+    godebug="$(sed -n 's/^godebug[[:space:]][[:space:]]*default=\([^[:space:]]*\).*/\1/p' "$gomod" | head -n1)"
+    mkdir -p "$work/w"
+    cat >"$work/w/go.mod" <<EOF
+// Generated by $script --regenerate. Do not edit by hand.
+// Throw-away module that only exists to build $module $version from the Go module proxy
+// (tests/k8s/go-build.sh). It contains no Go code.
+module trainwarden.local/k8s-test-bins/$(basename "$dir")
+
+go $godir
+EOF
+    cd "$work/w"
+    [[ -z "$godebug" ]] || go mod edit -godebug="default=$godebug"
+    # The module's own replace and exclude directives, as `go mod edit` flags (a local-path replace cannot be
+    # copied: Kubernetes' ./staging/X become the published X@v0.<minor>.<patch>).
+    local flags args=()
+    flags="$(go mod edit -json "$gomod" | python3 -c '
+import json, sys
+module, version = sys.argv[1], sys.argv[2]
+m = json.load(sys.stdin)
+for e in m.get("Exclude") or []:
+    print("-exclude=%s@%s" % (e["Path"], e["Version"]))
+for r in m.get("Replace") or []:
+    old, new = r["Old"], r["New"]
+    lhs = old["Path"] + ("@" + old["Version"] if old.get("Version") else "")
+    if new.get("Version"):
+        print("-replace=%s=%s@%s" % (lhs, new["Path"], new["Version"]))
+    elif module == "k8s.io/kubernetes" and new["Path"].startswith("./staging/"):
+        print("-replace=%s=%s@v0.%s" % (lhs, old["Path"], version[len("v1."):]))
+    else:
+        sys.exit("%s@%s replaces %s by the local path %s: copy that into the wrapper by hand" % (module, version, lhs, new["Path"]))
+' "$module" "$version")" || die "reading $module@$version's replace/exclude directives failed"
+    [[ -z "$flags" ]] || mapfile -t args <<<"$flags"
+    ((${#args[@]} == 0)) || go mod edit "${args[@]}"
+    local p tools=()
+    for p in "$@"; do tools+=("$p@$version"); done
+    go get -tool "${tools[@]}"
+    mkdir -p "$dir"
+    cp go.mod go.sum "$dir/"
+  ) || die "regenerating $dir failed"
+  rm -rf "$work"
+  log "wrote $dir/go.{mod,sum}"
+}
+
+# go_exe_name PKG: the file name `go build -o DIR/` gives the main package PKG (its last path element, or the one
+# before a /vN major-version suffix).
+go_exe_name() {
+  local p="$1" last="${1##*/}"
+  if [[ "$last" =~ ^v[0-9]+$ ]]; then p="${p%/*}"; last="${p##*/}"; fi
+  printf '%s\n' "$last"
+}
+
+# go_build_mains WRAPPER OUT LDFLAGS TAGS NAME=PKG...: builds every PKG in one `go build` (shared packages are
+# compiled once, the links run in parallel) from a copy of the wrapper (so a read-only checkout works too), installs
+# each as OUT/bin/NAME and appends the command and its time to OUT/BUILD-INFO.
+go_build_mains() {
+  local wrapper="$1" out="$2" ldflags="$3" tags="$4"
+  shift 4
+  local src pkgs=() names=() p t0=$SECONDS
+  src="$(mktemp -d "$out/../.src-XXXXXX")"
+  cp "$wrapper/go.mod" "$wrapper/go.sum" "$src/"
+  for p in "$@"; do pkgs+=("${p#*=}"); names+=("${p%%=*}"); done
+  local args=(build "${GO_BUILD_FLAGS[@]}")
+  [[ -z "$tags" ]] || args+=(-tags "$tags")
+  mkdir -p "$src/out" "$out/bin"
+  log "building ${names[*]} ($(basename "$wrapper") wrapper)"
+  (cd "$src" && CGO_ENABLED=0 GOTOOLCHAIN=local GOWORK=off go "${args[@]}" -ldflags "$ldflags" -o "$src/out/" "${pkgs[@]}") ||
+    { rm -rf "$src"; die "go build of ${pkgs[*]} failed (see the go output above)"; }
+  for p in "$@"; do
+    mv "$src/out/$(go_exe_name "${p#*=}")" "$out/bin/${p%%=*}"
+  done
+  rm -rf "$src"
+  cp "$wrapper/go.mod" "$out/$(basename "$wrapper").go.mod"
+  printf '%s: go %s CGO_ENABLED=0 GOTOOLCHAIN=local -ldflags "%s" %s (%d s, %s)\n' "${names[*]}" "${args[*]}" "$ldflags" \
+    "${pkgs[*]}" "$((SECONDS - t0))" "$(go env GOVERSION)" >>"$out/BUILD-INFO"
+  log "built ${names[*]} in $((SECONDS - t0)) s"
+}
+
+# go_prefetch WRAPPER TAGS PKG...: fills GOMODCACHE with the modules the build of PKG needs (network, little CPU),
+# so a later build spends its time compiling. Failures are left to the build, which reports them.
+go_prefetch() {
+  local wrapper="$1" tags="$2"
+  shift 2
+  local args=(list -deps -mod=readonly)
+  [[ -z "$tags" ]] || args+=(-tags "$tags")
+  local t0=$SECONDS
+  # go's "downloading" lines stay out of the log; a failure shows again, with its reason, in the build.
+  if (cd "$wrapper" && CGO_ENABLED=0 GOTOOLCHAIN=local GOWORK=off GOFLAGS='' go "${args[@]}" "$@" >/dev/null 2>&1); then
+    log "modules of $(basename "$wrapper") downloaded in $((SECONDS - t0)) s"
+  else
+    log "WARNING: downloading the modules of $(basename "$wrapper") failed (the build will say why)"
+  fi
+}
+
+# cached_build FINAL LOCKNAME OK_FN BUILD_FN: reuses FINAL when `OK_FN FINAL` passes; otherwise takes the lock
+# $(dirname FINAL)/.LOCKNAME.lock (one builder per cache; parallel test runs share it), checks again, removes the
+# leftovers of killed builds, runs `BUILD_FN TMP` in a temp dir on FINAL's filesystem, checks `OK_FN TMP` and
+# renames TMP to FINAL. GO_FORCE=1 rebuilds even when FINAL passes.
+cached_build() {
+  local final="$1" lock="$2" ok="$3" build="$4" root
+  root="$(dirname "$final")"
+  mkdir -p "$root" || die "cannot create cache root $root"
+  if ((!${GO_FORCE:-0})) && "$ok" "$final"; then
+    log "cache hit: $final"
+    return 0
+  fi
+  local fd
+  exec {fd}>"$root/.$lock.lock"
+  if command -v flock >/dev/null 2>&1 && ! flock -n "$fd"; then
+    log "another build holds $root/.$lock.lock; waiting for it"
+    flock "$fd"
+  fi
+  if ((!${GO_FORCE:-0})) && "$ok" "$final"; then
+    log "cache hit (built by another process): $final"
+    exec {fd}>&-
+    return 0
+  fi
+  # Leftovers of builds that were killed (we hold the lock, so none is running).
+  rm -rf "$root/.build-$lock-"*
+  if ((${GO_FORCE:-0})); then
+    log "--force: rebuilding $final"
+  elif [[ -e "$final" ]]; then
+    log "cache dir $final is incomplete or broken; rebuilding"
+  fi
+  local tmp t0=$SECONDS
+  tmp="$(mktemp -d "$root/.build-$lock-XXXXXX")"
+  # shellcheck disable=SC2064  # expand $tmp now
+  trap "rm -rf '$tmp'" EXIT
+  mkdir -p "$tmp/out"
+  "$build" "$tmp/out"
+  "$ok" "$tmp/out" || die "the freshly built $(basename "$final") does not run or reports the wrong version"
+  # Atomic publish: the cache dir either does not exist or is complete.
+  rm -rf "$final"
+  mv -T "$tmp/out" "$final"
+  rm -rf "$tmp"
+  trap - EXIT
+  exec {fd}>&-
+  log "built $(basename "$final") in $((SECONDS - t0)) s ($(du -sh "$final" | cut -f1))"
+}
