@@ -78,6 +78,7 @@ import re
 import sys
 
 HERE = os.path.dirname(os.path.abspath(__file__))
+RAW_DIR = os.path.join(HERE, "raw")  # where load() reads the raw logs (tests point it elsewhere)
 EPOCH0 = datetime.datetime(2026, 10, 2, 16, 30, 0, tzinfo=datetime.timezone.utc)
 # Keys of a log entry that are not metrics, or that the engine does not need on every line.
 SKIP_KEYS = {"step", "total_flos", "num_input_tokens_seen"}
@@ -311,7 +312,7 @@ LOADERS = {
 
 
 def load(row):
-    raw = os.path.join(HERE, "raw", row["raw"])
+    raw = os.path.join(RAW_DIR, row["raw"])
     if row["format"] not in LOADERS:
         raise SystemExit(f"{row['name']}: unknown format {row['format']!r}")
     log = LOADERS[row["format"]](raw)
