@@ -8,7 +8,7 @@ the same bytes:
     git -C <clone> show <commit>:<path> | python3 examples/corpus/extract.py trainer_state \
         --keys loss,eval_loss,eval_runtime,learning_rate > examples/corpus/raw/<run>.json
     git -C <clone> show <commit>:<path> | python3 examples/corpus/extract.py llamafactory \
-        --keys loss,eval_loss,learning_rate,epoch > examples/corpus/raw/<run>.jsonl
+        --keys loss,eval_loss,learning_rate,epoch > examples/corpus/raw/<run>.trainer_log
     ... | python3 examples/corpus/extract.py copy > examples/corpus/raw/<run>.<ext>   # byte for byte
 
 Formats:
