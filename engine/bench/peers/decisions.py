@@ -211,7 +211,7 @@ def main() -> int:
         f"Corpus `{a.corpus}`: {len(runs)} runs ({', '.join(f'{k} {len(v)}' for k, v in sorted(splits.items()))}); "
         f"peers watch `{a.metric}`, fed one report per new result (rule `{a.new_result}`); "
         f"tuned settings: the most GPU-hours saved on `{a.tune}` with at most {budget} false stops "
-        f"(the default catalog's there).\n"
+        f"(the default catalog's there). Judged by `trainwarden backtest` ({judged.judgement}).\n"
     )
     with open(os.path.join(a.out, "decision-quality.md"), "w") as f:
         f.write(header + "\n" + text)

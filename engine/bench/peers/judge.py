@@ -82,6 +82,10 @@ class Judged:
         judged = [r for r in report["runs"] if r["name"] not in set(report.get("incomplete", []))]
         self.runs = len(judged)
         self.bad_runs = sum(n for label, n in report.get("outcomes", {}).items() if label != "healthy")
+        self.judgement = (
+            f"a stop is false when the level (rolling median of {report['smoothing']} logged values) later "
+            f"improved by more than {report['tolerance'] * 100:g} % and more than {report['minImprovement']:g}"
+        )
 
     def policy(self, name: str) -> Figures:
         """A catalog policy's figures, by its metadata.name (in namespace default, as the catalog's are)."""

@@ -33,6 +33,7 @@ Every peer watches one metric in `min` mode (a loss).
 from __future__ import annotations
 
 import math
+import struct
 import warnings
 from dataclasses import dataclass
 from typing import Callable
@@ -119,10 +120,23 @@ def optuna_patient(jobs: dict[str, Results], metric: str, patience: int, min_del
 # ------------------------------------------------------------------------------------------ Keras 3.15.1
 
 
+def float32(x: float) -> float:
+    """`x` rounded to the nearest float32 (to infinity past its range), as a backend tensor holds it."""
+    try:
+        return struct.unpack("<f", struct.pack("<f", x))[0]
+    except OverflowError:
+        return math.copysign(math.inf, x)
+
+
+
 class KerasEarlyStopping:
     """keras.callbacks.EarlyStopping of Keras 3.15.1 with `mode="min"` (what `mode="auto"` gives for a
     monitor named `loss` or `val_loss`), `restore_best_weights=False` (weights are not ours), `verbose=0`.
-    `on_epoch_end` returns what the callback sets `model.stop_training` to."""
+    `on_epoch_end` returns what the callback sets `model.stop_training` to.
+
+    `_is_improvement` computes `monitor_value - min_delta` on Python floats, then `ops.less` converts both
+    operands to backend tensors of the default float type, float32, and compares those: 6.43 + 0.1 is no
+    improvement on 6.53 (equal in float32) though it is in float64. Modelled so (`float32`)."""
 
     def __init__(self, monitor: str, min_delta: float = 0, patience: int = 0, baseline=None, start_from_epoch: int = 0):
         # MonitorCallback.__init__: min_delta = abs(min_delta); _set_monitor_op for "min": ops.less and
@@ -142,7 +156,8 @@ class KerasEarlyStopping:
     def _is_improvement(self, monitor_value, reference_value) -> bool:
         if reference_value is None:
             return True
-        return bool(monitor_value - self.min_delta < reference_value)  # ops.less: False for NaN
+        # ops.less(a, b): both converted to float32 tensors; False for NaN.
+        return float32(monitor_value - self.min_delta) < float32(reference_value)
 
     def on_epoch_end(self, epoch: int, logs: dict) -> bool:
         current = logs.get(self.monitor)
@@ -176,7 +191,11 @@ def keras_early_stopping(jobs: dict[str, Results], metric: str, patience: int, m
 
 class LightningEarlyStopping:
     """lightning.pytorch.callbacks.EarlyStopping of 2.6.5, `mode="min"`, without `stopping_threshold` and
-    `divergence_threshold` (both default None). `check` is `_evaluate_stopping_criteria`'s should_stop."""
+    `divergence_threshold` (both default None). `check` is `_evaluate_stopping_criteria`'s should_stop.
+
+    The logged metric is a float32 tensor (a loss a LightningModule logs), `best_score` starts as
+    `torch.tensor(torch.inf)` (float32) and `current - min_delta` is float32 arithmetic: modelled with
+    `float32` (a value past float32's range is infinite, hence not finite)."""
 
     def __init__(self, min_delta: float = 0.0, patience: int = 3, check_finite: bool = True):
         self.min_delta = -min_delta  # `min_delta *= 1 if monitor_op == torch.gt else -1` (no abs)
@@ -185,10 +204,11 @@ class LightningEarlyStopping:
         self.wait_count = 0
         self.best_score = math.inf
 
-    def check(self, current: float) -> bool:
+    def check(self, value: float) -> bool:
+        current = float32(value)
         if self.check_finite and not math.isfinite(current):
             return True
-        if current - self.min_delta < self.best_score:  # torch.lt; False for NaN
+        if float32(current - float32(self.min_delta)) < self.best_score:  # torch.lt; False for NaN
             self.best_score = current
             self.wait_count = 0
             return False

@@ -106,6 +106,11 @@ class Keras(unittest.TestCase):
         self.assertEqual(self.stop([0.9, 0.89], min_delta=0.01), 1)
         self.assertIsNone(self.stop([0.9, 0.889], min_delta=0.01))
 
+    def test_the_comparison_is_in_float32(self):
+        # 6.43 + 0.1 < 6.53 in float64, not in float32 (ops.less converts both to floatx tensors).
+        self.assertLess(6.43 + 0.1, 6.53)
+        self.assertEqual(self.stop([6.53, 6.43], min_delta=0.1), 1)
+
     def test_a_first_nan_poisons_best(self):
         self.assertEqual(self.stop([math.nan, 0.5, 0.4], patience=1), 1)
 
