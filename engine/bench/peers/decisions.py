@@ -15,7 +15,8 @@ and at one tuned setting, the tuned setting chosen by a grid search on the tunin
     false stops, then the most GPU-hours saved.
 
 That is the setting most likely to beat the catalog at its own game (save more with no more false stops),
-which is what the table is there to find out.
+which is what the table is there to find out. (The grids, in peer_rules.py, were widened once after the
+first run, when no setting of three peers kept within the budget; BENCHMARKS.md says how.)
 
 Every setting's stops are written as JSONL, one object per stop (`{"job", "time", "rule", "metric"}`, the
 time being that of the report at which it stopped), and judged by `trainwarden backtest --stops FILE`,

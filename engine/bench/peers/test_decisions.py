@@ -16,6 +16,8 @@ import unittest
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 import corpus  # noqa: E402
+import decisions  # noqa: E402
+import judge  # noqa: E402
 import peer_rules  # noqa: E402
 from peer_rules import KerasEarlyStopping, LightningEarlyStopping, LossNotDecreasing  # noqa: E402
 
@@ -187,6 +189,52 @@ class Optuna(unittest.TestCase):
         # patience 1: prune when the last 2 are all worse than the best before them (0.5): at index 3.
         self.assertEqual(peer_rules.optuna_patient(jobs, "loss", 1, 0.0), {"a": 3})
         self.assertEqual(peer_rules.optuna_patient(jobs, "loss", 3, 0.0), {})
+
+
+def figures(stops, false_stops, saved, healthy=0):
+    return judge.Figures(10, stops, false_stops, healthy, stops - false_stops, 5, saved, 0.0, None, 0)
+
+
+class Objective(unittest.TestCase):
+    def test_most_saved_within_the_budget_then_fewer_false_then_earlier(self):
+        candidates = [
+            (0, "default", figures(9, 8, 500.0)),  # over budget
+            (1, "a", figures(4, 2, 100.0)),
+            (2, "b", figures(5, 1, 100.0)),  # same saving, fewer false stops
+            (3, "c", figures(3, 1, 100.0)),  # the same again, later in the grid
+        ]
+        self.assertEqual(decisions.choose(candidates, budget=2)[1], "b")
+
+    def test_none_within_the_budget_fewest_false_stops(self):
+        candidates = [(0, "default", figures(9, 8, 500.0)), (1, "a", figures(6, 5, 50.0)), (2, "b", figures(7, 5, 80.0))]
+        self.assertEqual(decisions.choose(candidates, budget=2)[1], "b")
+
+
+class Stops(unittest.TestCase):
+    def test_one_object_per_stop_at_the_time_of_the_stopping_report(self):
+        r = [corpus.Report("2026-10-02T16:00:00Z", 1, {"loss": 1.0}, 10), corpus.Report("2026-10-02T16:05:00Z", 2, {"loss": 1.0}, 20)]
+        with tempfile.TemporaryDirectory() as d:
+            path = os.path.join(d, "s.jsonl")
+            decisions.write_stops(path, "keras-earlystopping-default", "loss", {"ns/a": 1}, {"ns/a": r})
+            with open(path) as f:
+                lines = [json.loads(line) for line in f]
+        self.assertEqual(
+            lines,
+            [{"job": "ns/a", "time": "2026-10-02T16:05:00Z", "rule": "keras-earlystopping-default", "metric": "loss"}],
+        )
+
+    def test_a_rule_that_stopped_nothing_has_zero_figures_and_the_parts_bad_runs(self):
+        report = {
+            "candidates": [{"policies": []}],
+            "runs": [{"name": "a"}, {"name": "b"}, {"name": "c"}],
+            "incomplete": ["c"],
+            "outcomes": {"healthy": 1, "plateau": 1},
+            "smoothing": 5,
+            "tolerance": 0.01,
+            "minImprovement": 0.001,
+        }
+        f = judge.Judged(report, "x.json").rule("never-stops")
+        self.assertEqual((f.runs, f.stops, f.bad_runs, f.gpu_hours_saved), (2, 0, 1, 0.0))
 
 
 if __name__ == "__main__":
