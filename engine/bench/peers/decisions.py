@@ -124,6 +124,13 @@ def main() -> int:
         + ", ".join(f"{k} {len(v)}" for k, v in sorted(splits.items()))
     )
 
+    if not a.stops_only:
+        for part in (a.tune, a.held_out):
+            if part not in splits:
+                found = ", ".join(sorted(splits))
+                print(f"error: no run has {SPLIT_LABEL}={part} (found: {found})", file=sys.stderr)
+                return 2
+
     defaults = {key: Setting(key, peer.default) for key, peer in PEERS.items()}
     grids = {key: [peer.default] + [p for p in peer.grid if p != peer.default] for key, peer in PEERS.items()}
     settings = list(defaults.values()) if a.stops_only else [Setting(k, p) for k, ps in grids.items() for p in ps]
@@ -142,10 +149,6 @@ def main() -> int:
             print(f"{key}-default: {setting.describe()}: {len(decided[setting])} stops -> {path}")
         return 0
 
-    for part in (a.tune, a.held_out):
-        if part not in splits:
-            print(f"error: no run has {SPLIT_LABEL}={part} (found: {', '.join(sorted(splits))})", file=sys.stderr)
-            return 2
     bt = judge.Backtest(a.trainwarden, corpus.stream_files(a.corpus), os.path.join(a.out, "backtest"), SPLIT_LABEL)
     policies = [os.path.join(a.policies, f"{p}.yaml") for p in CATALOG]
 
