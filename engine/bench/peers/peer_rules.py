@@ -15,9 +15,11 @@ Re-implemented, line for line from the sources named (the packages cannot be use
   * Keras 3.15.1 `keras.callbacks.EarlyStopping` (`keras/src/callbacks/early_stopping.py` and
     `monitor_callback.py` of the keras==3.15.1 wheel, tag v3.15.1 @ 250b4218). `import keras` loads a
     backend, and even the NumPy backend imports jax (`keras/src/backend/numpy/nn.py`), so the real callback
-    needs jax, TensorFlow or PyTorch: a heavy backend for a 40-line rule.
+    needs jax, TensorFlow or PyTorch: a heavy backend for a 40-line rule. check-keras.sh runs the real
+    callback (jax backend) on the same feed and compares every decision.
   * PyTorch Lightning 2.6.5 `lightning.pytorch.callbacks.EarlyStopping` (`_evaluate_stopping_criteria`,
-    `src/lightning/pytorch/callbacks/early_stopping.py` @ be98784a): it needs torch.
+    `src/lightning/pytorch/callbacks/early_stopping.py` @ be98784a): it needs torch. Not compared with
+    the real callback.
   * SageMaker Debugger `LossNotDecreasing`: the implementation is not public (awslabs/sagemaker-debugger
     removed its first-party rules in "Remove 1P rules (#406)", bb14a442, for a closed `smdebug_rules`
     package run inside SageMaker's rule container). Re-implemented from its documentation (the rule's
@@ -41,7 +43,7 @@ from typing import Callable
 
 @dataclass(frozen=True)
 class Setting:
-    """One peer at one parameter setting. `name` is the rule name the stops are written under."""
+    """One peer (a key of PEERS) at one parameter setting."""
 
     peer: str
     params: tuple[tuple[str, float], ...]
@@ -65,7 +67,6 @@ def _fmt(v) -> str:
 
 # A job's input to a peer: the (step, value, metrics) of each new result, in order.
 Results = list[tuple[float | None, float, dict[str, float]]]
-Decider = Callable[[dict[str, Results]], dict[str, int]]
 
 
 # ---------------------------------------------------------------------------------------------- Ray Tune
