@@ -25,10 +25,10 @@ Input formats (column `format` of SOURCES.tsv):
   llamafactory   a LLaMA-Factory `trainer_log.jsonl`: one line per log with `current_steps`, `total_steps`,
                  `elapsed_time` ("H:MM:SS" or "N days, H:MM:SS") and `remaining_time` as the trainer
                  measured them, and the metrics of that log (`loss`, `eval_loss`, `lr` ...).
-  pytorch_wlm    the console log of PyTorch's word_language_model example (`main.py`): lines
-                 "| epoch E | B/N batches | lr L | ms/batch M | loss X | ppl P" and, per epoch,
-                 "| end of epoch E | time: Ts | valid loss V | valid ppl Q"; the run's settings line
-                 "Namespace(... epochs=K ...)" gives the planned number of epochs.
+  pytorch_wlm    the numbers of the console log of PyTorch's word_language_model example (`main.py`), as
+                 `extract.py pytorch_wlm` trims it: rows `epochs K` (the planned epochs), `batch E B N LR MS
+                 LOSS` (one per "| epoch E | B/N batches | lr LR | ms/batch MS | loss LOSS |" line) and
+                 `end E SECONDS VALID_LOSS` (one per "| end of epoch E | time: SECONDSs | valid loss ..." line).
 The columns named in SOURCES.tsv `metric_map` are renamed in every format (e.g. lr->learning_rate,
 train_loss_step->loss, val_loss->eval_loss).
 
@@ -254,14 +254,8 @@ def load_llamafactory(path):
     }
 
 
-WLM_STEP = re.compile(
-    r"^\| epoch +(\d+) \| +(\d+)/ *(\d+) batches \| lr +([0-9.eE+-]+) \| ms/batch +([0-9.]+) \| loss +(\S+) \| ppl +(\S+)"
-)
-WLM_EPOCH = re.compile(r"^\| end of epoch +(\d+) \| time: +([0-9.]+)s \| valid loss +(\S+) \| valid ppl +(\S+)")
-WLM_EPOCHS = re.compile(r"\bepochs=(\d+)\b")
-
-
 def load_pytorch_wlm(path):
+    """The numbers of a word_language_model console log, as extract.py's `pytorch_wlm` writes them."""
     entries = []
     epochs = None
     nbatches = None
@@ -270,36 +264,31 @@ def load_pytorch_wlm(path):
     t = 0.0
     with open(path, encoding="utf-8") as f:
         for n, line in enumerate(f, 1):
-            line = line.rstrip("\n")
-            if epochs is None and line.startswith("Namespace("):
-                m = WLM_EPOCHS.search(line)
-                epochs = int(m.group(1)) if m else None
-                continue
-            m = WLM_STEP.match(line)
-            if m:
-                ep, b, nb = int(m.group(1)), int(m.group(2)), int(m.group(3))
+            row = line.rstrip("\n").split("\t")
+            if row[0] == "epochs" and len(row) == 2:
+                epochs = int(row[1])
+            elif row[0] == "batch" and len(row) == 7:
+                ep, b, nb = int(row[1]), int(row[2]), int(row[3])
                 nbatches = nb
                 # ms/batch is the mean over the batches since the previous log line of this epoch.
-                t += float(m.group(5)) * (b - prev_batch) / 1000.0
+                t += float(row[5]) * (b - prev_batch) / 1000.0
                 prev_batch = b
-                entries.append(
-                    {"step": (ep - 1) * nb + b, "epoch": ep, "lr": float(m.group(4)), "loss": float(m.group(6)), "_t": t}
-                )
-                continue
-            m = WLM_EPOCH.match(line)
-            if m:
+                entries.append({"step": (ep - 1) * nb + b, "epoch": ep, "lr": float(row[4]), "loss": float(row[6]), "_t": t})
+            elif row[0] == "end" and len(row) == 4:
                 if nbatches is None:
                     raise SystemExit(f"{path}:{n}: an end of epoch before any batch line")
-                ep = int(m.group(1))
+                ep = int(row[1])
                 # The epoch time covers its training and its validation pass.
-                t = epoch_start + float(m.group(2))
+                t = epoch_start + float(row[2])
                 epoch_start = t
                 prev_batch = 0
-                entries.append({"step": ep * nbatches, "epoch": ep, "valid_loss": float(m.group(3)), "_t": t})
+                entries.append({"step": ep * nbatches, "epoch": ep, "valid_loss": float(row[3]), "_t": t})
+            else:
+                raise SystemExit(f"{path}:{n}: not an 'epochs', 'batch' or 'end' row of extract.py pytorch_wlm")
     if not entries or nbatches is None:
-        raise SystemExit(f"{path}: no '| epoch ... | loss ...' lines")
+        raise SystemExit(f"{path}: no 'batch' rows")
     if epochs is None:
-        raise SystemExit(f"{path}: no Namespace(... epochs=N ...) line: the planned length is unknown")
+        raise SystemExit(f"{path}: no 'epochs' row: the planned length is unknown")
     return {"entries": entries, "max_steps": epochs * nbatches, "global_step": entries[-1]["step"], "train_runtime": t}
 
 

@@ -9,6 +9,7 @@ the same bytes:
         --keys loss,eval_loss,eval_runtime,learning_rate > examples/corpus/raw/<run>.json
     git -C <clone> show <commit>:<path> | python3 examples/corpus/extract.py llamafactory \
         --keys loss,eval_loss,learning_rate,epoch > examples/corpus/raw/<run>.trainer_log
+    ... | python3 examples/corpus/extract.py pytorch_wlm > examples/corpus/raw/<run>.wlm.tsv
     ... | python3 examples/corpus/extract.py copy > examples/corpus/raw/<run>.<ext>   # byte for byte
 
 Formats:
@@ -19,7 +20,14 @@ Formats:
                  `train_loss`.
   llamafactory   a LLaMA-Factory `trainer_log.jsonl`: every line, with `current_steps`, `total_steps`,
                  `elapsed_time`, `remaining_time` and the keys named by --keys that the line has.
-  copy           the input unchanged (for logs small enough to keep whole: Lightning CSVs, text logs).
+  pytorch_wlm    the console log of PyTorch's word_language_model example (`main.py`): only the numbers the
+                 converter reads, one tab-separated row per log line, each number spelled as the log spells it:
+                 `epochs K` (the planned epochs, from the settings line; the other settings are dropped),
+                 `batch E B N LR MS LOSS` per "| epoch E | B/N batches | lr LR | ms/batch MS | loss LOSS |"
+                 line (the perplexity, exp(loss), is dropped) and `end E SECONDS VALID_LOSS` per "| end of
+                 epoch E | time: SECONDSs | valid loss VALID_LOSS |" line; separators, the test summary and any
+                 other text are dropped.
+  copy           the input unchanged (for logs small enough to keep whole: Lightning CSVs).
 
 Values are read by Python's json parser and written back with json.dumps, whose float repr round-trips:
 every number kept is the same double the original held (NaN and Infinity are written as the original
@@ -28,6 +36,7 @@ writes them). Python 3 standard library only.
 
 import argparse
 import json
+import re
 import sys
 
 TOP_KEYS = ("global_step", "max_steps", "num_train_epochs", "logging_steps", "eval_steps", "best_metric")
@@ -68,9 +77,34 @@ def llamafactory(text, keys):
     return "\n".join(out) + "\n"
 
 
+WLM_STEP = re.compile(
+    r"^\| epoch +(\d+) \| +(\d+)/ *(\d+) batches \| lr +([0-9.eE+-]+) \| ms/batch +([0-9.]+) \| loss +(\S+) \| ppl +(\S+)"
+)
+WLM_EPOCH = re.compile(r"^\| end of epoch +(\d+) \| time: +([0-9.]+)s \| valid loss +(\S+) \| valid ppl +(\S+)")
+WLM_EPOCHS = re.compile(r"\bepochs=(\d+)\b")
+
+
+def pytorch_wlm(text):
+    out = []
+    for line in text.splitlines():
+        if not out and line.startswith("Namespace("):
+            m = WLM_EPOCHS.search(line)
+            if m:
+                out.append(f"epochs\t{m.group(1)}")
+            continue
+        m = WLM_STEP.match(line)
+        if m:
+            out.append("\t".join(["batch", *m.group(1, 2, 3, 4, 5, 6)]))
+            continue
+        m = WLM_EPOCH.match(line)
+        if m:
+            out.append("\t".join(["end", *m.group(1, 2, 3)]))
+    return "".join(line + "\n" for line in out)
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("format", choices=["trainer_state", "llamafactory", "copy"])
+    ap.add_argument("format", choices=["trainer_state", "llamafactory", "pytorch_wlm", "copy"])
     ap.add_argument("--keys", default="", help="comma-separated metric keys to keep (besides step)")
     args = ap.parse_args()
     if args.format == "copy":
@@ -78,7 +112,12 @@ def main():
         return
     text = sys.stdin.read()
     keys = {k for k in args.keys.split(",") if k}
-    sys.stdout.write(trainer_state(text, keys) if args.format == "trainer_state" else llamafactory(text, keys))
+    if args.format == "pytorch_wlm":
+        sys.stdout.write(pytorch_wlm(text))
+    elif args.format == "trainer_state":
+        sys.stdout.write(trainer_state(text, keys))
+    else:
+        sys.stdout.write(llamafactory(text, keys))
 
 
 if __name__ == "__main__":

@@ -16,6 +16,7 @@ import unittest
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import convert  # noqa: E402
+import extract  # noqa: E402
 
 
 def row(name, raw, fmt="trainer_state", sps="runtime", outcome="healthy", **extra):
@@ -160,7 +161,8 @@ class ConvertTest(unittest.TestCase):
         self.assertIsNone(metric(lines[1], "lr"))
 
     def test_word_language_model_log(self):
-        self.write("i.txt", "\n".join([
+        # The console log as main.py prints it, trimmed by extract.py to the numbers the converter reads.
+        self.write("i.wlm.tsv", extract.pytorch_wlm("\n".join([
             "Namespace(batch_size=20, epochs=2, log_interval=200, lr=20, model='GRU')",
             "| epoch   1 |   200/  400 batches | lr 20.0000 | ms/batch 10.00 | loss  6.00 | ppl   403.43",
             "| epoch   1 |   400/  400 batches | lr 20.0000 | ms/batch 20.00 | loss   nan | ppl      nan",
@@ -168,8 +170,9 @@ class ConvertTest(unittest.TestCase):
             "| end of epoch   1 | time: 10.50s | valid loss  5.50 | valid ppl   244.69",
             "| epoch   2 |   200/  400 batches | lr 5.0000 | ms/batch 10.00 | loss  5.00 | ppl   148.41",
             "| end of epoch   2 | time: 9.00s | valid loss  5.25 | valid ppl   190.57",
-        ]) + "\n")
-        r = row("i", "i.txt", fmt="pytorch_wlm", metric_map="valid_loss->eval_loss,lr->learning_rate")
+            "| End of training | test loss  5.13 | test ppl   168.89",
+        ]) + "\n"))
+        r = row("i", "i.wlm.tsv", fmt="pytorch_wlm", metric_map="valid_loss->eval_loss,lr->learning_rate")
         lines = self.stream(r)
         steps = [int(metric(l, "current_step")) for l in lines[1:-2]]
         self.assertEqual(steps, [200, 400, 600, 800])  # the end of epoch 1 is step 400: one report
@@ -182,6 +185,22 @@ class ConvertTest(unittest.TestCase):
         self.assertEqual(metric(lines[2], "eval_loss"), "5.5")
         self.assertEqual(metric(lines[3], "learning_rate"), "5.0")
         self.assertEqual(metric(lines[1], "total_steps"), "800")
+
+    def test_word_language_model_extract_keeps_numbers_only(self):
+        text = "\n".join([
+            "Namespace(batch_size=20, epochs=2, lr=20, model='GRU', save='model_GRU.pt')",
+            "| epoch   1 |   200/  400 batches | lr 20.0000 | ms/batch 10.00 | loss  6.00 | ppl   403.43",
+            "-" * 20,
+            "| end of epoch   1 | time: 10.50s | valid loss   nan | valid ppl      nan",
+            "| End of training | test loss  5.13 | test ppl   168.89",
+        ]) + "\n"
+        self.assertEqual(
+            extract.pytorch_wlm(text),
+            "epochs\t2\nbatch\t1\t200\t400\t20.0000\t10.00\t6.00\nend\t1\t10.50\tnan\n",
+        )
+        self.write("j.wlm.tsv", "epochs\t2\n| epoch   1 | a console line, not extracted\n")
+        with self.assertRaises(SystemExit):
+            self.stream(row("j", "j.wlm.tsv", fmt="pytorch_wlm"))
 
     def test_split_rule(self):
         rows = [{"name": f"run-{i}", "outcome": o, "repo": "r"} for i, o in
