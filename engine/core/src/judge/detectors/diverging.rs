@@ -447,6 +447,25 @@ mod tests {
     }
 
     #[test]
+    fn a_slow_improver_under_noise_and_a_learning_rate_drop_are_not_divergences() {
+        let d = detector(
+            "diverging",
+            json!({"metric": "auto", "worseByPct": 10, "sustain": "10%", "smoothing": 5, "minDelta": 0.001}),
+        );
+        // A loss creeping down 3 % over the run under ±5 % noise: never 10 % worse than its best level.
+        assert_eq!(first_fire(d.as_ref(), |x| (1.0 - 0.03 * x / 1000.0 + 0.05 * noise(x), None)), None);
+        // A step drop of the learning rate at step 500: the loss falls to a new, lower level and stays.
+        assert_eq!(
+            first_fire(d.as_ref(), |x| (if x < 500.0 { 1.0 } else { 0.8 } + 0.01 * noise(x), None)),
+            None
+        );
+        // An eval-gap reporter (an evaluation every 100 steps) still improving: judged on eval_loss, never
+        // worse for long, while the training loss is noisy.
+        let eval = |x: f64| (x >= 100.0).then(|| 1.0 - 0.02 * (x / 100.0).floor());
+        assert_eq!(first_fire(d.as_ref(), |x| (0.9 + 0.1 * noise(x), eval(x))), None);
+    }
+
+    #[test]
     fn threshold_fires_on_the_latest_value() {
         let d = detector("diverging", json!({"metric": "loss", "threshold": 10}));
         let mut job = Job::new();

@@ -568,6 +568,58 @@ mod tests {
     }
 
     #[test]
+    fn a_recovered_spike_is_not_a_loss_of_gains() {
+        // A loss still falling 10 % over the rest of the run, with a 5× spike at step 5000 that it recovers
+        // from at the next log: the spike moves neither the level nor the fits enough to call it flat.
+        let d = detector("no_expected_gain", json!({"metric": "loss", "minGain": "1%"}));
+        let base = |x: f64| 0.5 + 0.2 * (1.0 - x / 10000.0) + 0.001 * noise(x);
+        let (_, fired) =
+            run(d.as_ref(), 10000, 50, 9000, |x| if x == 5000.0 { 5.0 * base(x) } else { base(x) }, |_| 1e-4);
+        assert_eq!(first_fire(&fired), None);
+    }
+
+    /// Feeds a run of 10000 steps that logs its training loss every 50 steps and evaluates every 1000 (each
+    /// report re-sends the latest eval_loss, as the callback does); the first fire.
+    fn eval_gap_run(
+        d: &dyn Detector,
+        loss: impl Fn(f64) -> f64,
+        eval: impl Fn(f64) -> f64,
+    ) -> Option<(u32, String)> {
+        let mut job = Job::new();
+        let mut latest_eval = None;
+        for step in (50..=9000u32).step_by(50) {
+            let x = f64::from(step);
+            if step % 1000 == 0 {
+                latest_eval = Some(eval(x));
+            }
+            let mut metrics = vec![("loss", loss(x))];
+            if let Some(e) = latest_eval {
+                metrics.push(("eval_loss", e));
+            }
+            let t = i64::from(step) * 10;
+            job.sample_at_step(d, t, &metrics, x, 10000.0);
+            if let Some(f) = job.check(d, t) {
+                return Some((step, f.summary));
+            }
+        }
+        None
+    }
+
+    #[test]
+    fn an_eval_gap_reporter_is_judged_on_its_evaluations() {
+        // metric: auto watches eval_loss once the job reports one. A training loss flat from the start
+        // does not stop a run whose evaluation still improves 3 % per evaluation ...
+        let d = detector("no_expected_gain", json!({"metric": "auto", "minGain": "1%", "minPoints": 4}));
+        let flat = |x: f64| 0.8 + 0.001 * noise(x);
+        assert_eq!(eval_gap_run(d.as_ref(), flat, |x| 1.0 - 0.03 * x / 1000.0), None);
+        // ... and an evaluation that stopped improving is out of gains, whatever the training loss does.
+        let falling = |x: f64| 0.8 - 0.3 * x / 10000.0;
+        let (step, summary) =
+            eval_gap_run(d.as_ref(), falling, |x| 0.7 + 0.0005 * noise(x)).expect("a flat evaluation");
+        assert!(summary.starts_with("eval_loss "), "{step}: {summary}");
+    }
+
+    #[test]
     fn it_needs_a_planned_end() {
         let d = detector("no_expected_gain", json!({"metric": "loss"}));
         let mut job = Job::new();

@@ -256,6 +256,21 @@ mod tests {
     }
 
     #[test]
+    fn property_a_strictly_improving_finite_curve_never_fires() {
+        for with in [json!({"metric": "loss"}), json!({"metric": "loss", "logs": 3}), json!({"metric": "*"})]
+        {
+            let d = detector("non_finite", with.clone());
+            let mut job = Job::new();
+            for i in 1..=500i64 {
+                // Down to 1e-300 (never 0): tiny values are finite, and so is a grad_norm that spikes.
+                let loss = 10f64.powf(-(i as f64) * 0.6);
+                job.sample(d.as_ref(), i * 60, &[("loss", loss), ("grad_norm", 1e300)], None, None);
+                assert!(job.check(d.as_ref(), i * 60).is_none(), "{with} at {i}");
+            }
+        }
+    }
+
+    #[test]
     fn logs_need_a_named_metric() {
         assert_eq!(
             errors("non_finite", json!({"metric": "*", "logs": 3})),

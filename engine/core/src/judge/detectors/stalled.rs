@@ -314,6 +314,30 @@ mod tests {
     }
 
     #[test]
+    fn property_a_job_that_keeps_its_rhythm_never_stalls() {
+        // Jobs that report at irregular gaps, none longer than the floor (which covers a job's first pause),
+        // with a strictly improving loss: never stalled, checked right after, midway and right before each
+        // report.
+        let d = detector("stalled", json!({"after": "1h", "factor": 2, "floor": "1h", "ceiling": "12h"}));
+        for longest in [60i64, 600, 3600] {
+            let mut job = Job::new();
+            let mut now = 0;
+            for i in 0..200i64 {
+                // The first gap is the job's longest; the rest are shorter, pseudo-randomly.
+                let gap = if i == 1 { longest } else { 5 + (i * 7919) % longest };
+                for probe in [now + 1, now + gap / 2, now + gap - 1] {
+                    assert!(
+                        job.check(d.as_ref(), probe).is_none(),
+                        "longest {longest}, report {i}, at {probe}"
+                    );
+                }
+                now += gap;
+                job.sample(d.as_ref(), now, &[("loss", 2.0 / (1.0 + i as f64))], Some(i as f64 / 2.0), None);
+            }
+        }
+    }
+
+    #[test]
     fn a_suspension_is_not_part_of_the_rhythm() {
         let d = detector("stalled", json!({"after": "1h", "factor": 2, "floor": "10m"}));
         let mut job = Job::new();
