@@ -60,7 +60,7 @@ pub(crate) struct BacktestArgs {
           value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(1..=1000))]
     smoothing: usize,
     /// Try several values of a policy field: PATH=V1,V2,… (PATH relative to spec, rules by name:
-    /// rules[loss-plateau].with.window=1h,2h,4h). It applies to every policy that has the field (a rule by
+    /// rules[no-improvement].with.window=20%,30%,40%). It applies to every policy that has the field (a rule by
     /// position, `rules[0]`, to every policy). Values are comma-separated (a value cannot hold a comma).
     /// Repeatable; every combination is evaluated.
     #[arg(long = "set", value_name = "PATH=VALUES")]
