@@ -249,7 +249,8 @@ impl JobSeries {
 
     /// Keeps a silence if it is among the longest seen.
     fn note_gap(&mut self, began: Timestamp, secs: f64) {
-        if !(secs > 0.0) {
+        // NaN is no silence either.
+        if secs.is_nan() || secs <= 0.0 {
             return;
         }
         let Some(i) = self.long_gaps.iter().position(|g| g.is_none_or(|(_, s)| secs > s)) else { return };

@@ -336,8 +336,8 @@ fn an_external_stop_is_judged_exactly_as_the_policys_suspension() {
     let mut plan = plan(&[]);
     let stops = format!(
         "{}\n{}\n",
-        format!(r#"{{"job": "default/late", "time": "{}", "rule": "peer", "metric": "loss"}}"#, at(290)),
-        format!(
+        format_args!(r#"{{"job": "default/late", "time": "{}", "rule": "peer", "metric": "loss"}}"#, at(290)),
+        format_args!(
             r#"{{"job": "default/nan", "time": "{}", "rule": "peer", "metric": "loss", "reason": "NaN"}}"#,
             at(140)
         ),

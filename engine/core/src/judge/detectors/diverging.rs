@@ -423,14 +423,14 @@ mod tests {
             json!({"metric": "auto", "worseByPct": 10, "sustain": "20%", "smoothing": 3}),
         );
         let overfit = |x: f64| {
-            let eval = (x as u32 % 100 == 0).then(|| 0.8 + ((x - 300.0) / 700.0).powi(2));
+            let eval = (x as u32).is_multiple_of(100).then(|| 0.8 + ((x - 300.0) / 700.0).powi(2));
             (1.0 - x / 1500.0, eval)
         };
         let (step, summary) = first_fire(d.as_ref(), overfit).expect("eval_loss up for good");
         assert!(summary.starts_with("eval_loss is "), "{summary}");
         assert!(step >= 700, "{step}");
         // An eval loss that keeps improving is left alone even when the training loss wobbles up.
-        let fine = |x: f64| (1.0 + 0.2 * noise(x), (x as u32 % 100 == 0).then(|| 1.0 - x / 2000.0));
+        let fine = |x: f64| (1.0 + 0.2 * noise(x), (x as u32).is_multiple_of(100).then(|| 1.0 - x / 2000.0));
         assert_eq!(first_fire(d.as_ref(), fine), None);
     }
 

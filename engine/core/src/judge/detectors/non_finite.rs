@@ -106,8 +106,10 @@ impl Detector for NonFinite {
         if !series.logged(name) {
             return;
         }
-        let grad_bad =
-            series.metric("grad_norm").and_then(|g| g.latest_observation()).is_some_and(|g| !g.is_finite());
+        let grad_bad = series
+            .metric("grad_norm")
+            .and_then(MetricSeries::latest_observation)
+            .is_some_and(|g| !g.is_finite());
         let bad = !value.is_finite() || (self.degenerate && value == 0.0 && grad_bad);
         let streak = match state {
             DetectorState::Streak(n) => *n,

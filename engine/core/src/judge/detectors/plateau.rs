@@ -457,7 +457,7 @@ impl Plateau {
         if self.schedule {
             let within = match self.window {
                 Patience::Run(share) => share,
-                _ => fraction.map_or(1.0, |f| 1.0 - f),
+                Patience::Window(_) => fraction.map_or(1.0, |f| 1.0 - f),
             };
             if let (Some(next), Some((now, end))) = (tracks.lr.next_drop(), levels::position(view.series))
                 && next > now

@@ -99,7 +99,7 @@ fn an_eval_gap_reporter_is_judged_on_its_evaluation() {
     // Evaluates every 500 steps; the training loss is flat, the eval loss keeps improving: no plateau.
     let evaluating = |x: f64| {
         let mut m = vec![("loss", 0.3 + 0.003 * noise(x))];
-        if x as u32 % 500 == 0 {
+        if (x as u32).is_multiple_of(500) {
             m.push(("eval_loss", 1.0 - x / 20_000.0));
             m.push(("eval_runtime", 5400.0 + noise(x)));
         }
@@ -110,7 +110,7 @@ fn an_eval_gap_reporter_is_judged_on_its_evaluation() {
     // trainer evaluates), after 30 % of the run and enough evaluations.
     let stuck = |x: f64| {
         let mut m = vec![("loss", 0.3 + 0.003 * noise(x))];
-        if x as u32 % 500 == 0 {
+        if (x as u32).is_multiple_of(500) {
             m.push(("eval_loss", 0.9 + 0.001 * noise(x)));
         }
         m
