@@ -70,7 +70,7 @@ enum Command {
     ///
     /// Examples:
     ///   trainwarden backtest policies/plateau.yaml examples/corpus/
-    ///   trainwarden backtest policies/plateau.yaml examples/corpus/ --set rules[loss-plateau].with.window=1h,2h,4h --html report.html
+    ///   trainwarden backtest policies/plateau.yaml examples/corpus/ --set rules[no-improvement].with.window=20%,30%,40% --html report.html
     #[command(verbatim_doc_comment)]
     Backtest(backtest::BacktestArgs),
     /// Run policy test files (*.test.yaml); directories are searched recursively. Default: policies/.

@@ -117,7 +117,7 @@ fn bad_policies_get_every_error_with_its_place_and_exit_1() {
             vec![format!(
                 "  - long-token.yaml:9:13: spec.rules[0].uses: unknown detector \"{}…(100003 bytes){}",
                 "x".repeat(79),
-                " known detectors: plateau, diverging, non_finite, stalled, eta_after, eta_exceeds, over_budget, loss_not_decreasing, overtraining, stalled_training, gpu_idle, hang"
+                " known detectors: plateau, diverging, no_expected_gain, non_finite, stalled, eta_after, eta_exceeds, over_budget, loss_not_decreasing, overtraining, stalled_training, gpu_idle, hang"
             )],
         ),
         (

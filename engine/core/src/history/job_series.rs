@@ -53,6 +53,40 @@ pub struct JobSeries {
     /// latest values, what tells a repeated report from a new one (a hash, so a checkpoint can carry it).
     last_summary: Option<u64>,
     last_metric_count: usize,
+    /// The [`log_group`]s in which the latest sample changed a value (a bit each).
+    groups_changed: u8,
+    /// The training group's log clock: when it was last logged, the latest intervals between logs that
+    /// changed a value (seconds, newest last, 0 = none yet), and whether the latest sample was a log of it.
+    train_log_at: Option<Timestamp>,
+    /// When a sample last changed a training value (the intervals are measured between such samples).
+    train_changed_at: Option<Timestamp>,
+    train_intervals: [f32; 4],
+    train_logged: bool,
+    /// The latest training log was one of unchanged values (the values are stuck).
+    train_stuck: bool,
+    /// The longest silences between samples that changed something (see `last_progress_at`): when each
+    /// began and how many seconds it lasted, longest first. A job's evaluation pauses and checkpoint saves
+    /// are its rhythm, which `stalled` can learn.
+    long_gaps: [Option<(Timestamp, f64)>; GAPS_KEPT],
+}
+
+/// How many of a job's longest silences are kept.
+pub(crate) const GAPS_KEPT: usize = 2;
+
+/// A report that moved on without changing a training value counts as a log of its (unchanged) values once
+/// this many typical logging intervals have passed since the last log that changed one; while the values
+/// stay stuck, once [`RELOG_STUCK`] intervals have passed since the last such log.
+const RELOG_INTERVALS: f64 = 1.5;
+const RELOG_STUCK: f64 = 0.95;
+
+/// The group a metric is logged with, as a bit: a trainer logs its evaluation metrics (`eval_*`) together at
+/// an evaluation, and everything else together at a logging step. A report that changes one value of a group
+/// is a new log of that group, so a value of the group that happens to repeat the last one bit for bit (a
+/// loss rounded to 4 digits, the same twice on a plateau) was logged again; a report that changes none of a
+/// group's values only re-sends them (the HF callback's heartbeat between logging steps, an `eval_loss`
+/// repeated beside every training loss). [`JobSeries::logged`] and the backtest's curves read it.
+pub(crate) fn log_group(name: &str) -> u8 {
+    if name.starts_with("eval_") { 2 } else { 1 }
 }
 
 /// The progress fields of the latest sample.
@@ -104,6 +138,13 @@ impl JobSeries {
             last: None,
             last_summary: None,
             last_metric_count: 0,
+            groups_changed: 0,
+            train_log_at: None,
+            train_changed_at: None,
+            train_intervals: [0.0; 4],
+            train_logged: false,
+            train_stuck: false,
+            long_gaps: [None; GAPS_KEPT],
         }
     }
 
@@ -159,12 +200,17 @@ impl JobSeries {
         self.last_summary = sample.summary.as_deref().map(summary_hash);
         self.last_metric_count = sample.metrics.len();
         let mut same_metrics = true;
+        let mut groups_changed = 0;
         for (k, m) in sample.metrics.iter().enumerate() {
             match self.slot(k, &m.name) {
                 Some(i) => {
                     let series = &mut self.metrics[i].1;
-                    same_metrics &=
-                        series.latest_observation().is_some_and(|v| v.to_bits() == m.value.to_bits());
+                    let same = series.latest_observation().is_some_and(|v| v.to_bits() == m.value.to_bits());
+                    same_metrics &= same;
+                    series.changed = !same;
+                    if !same {
+                        groups_changed |= log_group(&m.name);
+                    }
                     if moved {
                         series.observe(sample.updated_at, m.value);
                     } else {
@@ -173,14 +219,21 @@ impl JobSeries {
                 }
                 None if self.metrics.len() < MAX_METRICS_PER_JOB => {
                     same_metrics = false;
+                    groups_changed |= log_group(&m.name);
                     let mut series = MetricSeries::new(self.base);
                     series.push(sample.updated_at, m.value);
+                    series.changed = true;
                     self.metrics.push((m.name.clone(), series));
                 }
                 None => self.dropped_metrics += 1,
             }
         }
+        self.groups_changed = groups_changed;
+        self.tick_train_log(sample, moved);
         if !(same_counters && same_metrics) || self.last_progress_at.is_none() {
+            if let Some(previous) = self.last_progress_at {
+                self.note_gap(previous, crate::time::seconds(previous, sample.updated_at));
+            }
             self.last_progress_at = Some(sample.updated_at);
         }
         Recorded::New
@@ -221,6 +274,78 @@ impl JobSeries {
         self.metrics.iter().find(|(n, _)| same_name(n, name)).map(|(_, s)| s)
     }
 
+    /// Keeps a silence if it is among the longest seen.
+    fn note_gap(&mut self, began: Timestamp, secs: f64) {
+        // NaN is no silence either.
+        if secs.is_nan() || secs <= 0.0 {
+            return;
+        }
+        let Some(i) = self.long_gaps.iter().position(|g| g.is_none_or(|(_, s)| secs > s)) else { return };
+        self.long_gaps[i..].rotate_right(1);
+        self.long_gaps[i] = Some((began, secs));
+    }
+
+    /// The longest silence between samples that changed something, leaving out one that spans `restart`
+    /// (the time the job was suspended in between is not part of its rhythm). `None` before two such
+    /// samples.
+    pub fn longest_gap(&self, restart: Option<Timestamp>) -> Option<f64> {
+        self.long_gaps.iter().flatten().find_map(|&(began, secs)| {
+            let spans = restart.is_some_and(|r| began < r && crate::time::seconds(began, r) < secs);
+            (!spans).then_some(secs)
+        })
+    }
+
+    /// Advances the training group's log clock with the latest sample. A training log is a sample that
+    /// changed a training value; a sample that moved on (a new step) without changing one counts too once
+    /// [`RELOG_INTERVALS`] typical logging intervals have passed since the last log (a loss stuck at exactly
+    /// 0.0 or NaN under a constant learning rate is logged again and again with the same bits), then one
+    /// every interval while they stay stuck; every such sample counts while no interval is known yet. A
+    /// heartbeat between logs is not a log.
+    fn tick_train_log(&mut self, sample: &ProgressSample, moved: bool) {
+        let at = sample.updated_at;
+        let changed = self.groups_changed & 1 != 0;
+        let carries = sample.metrics.iter().any(|m| log_group(&m.name) == 1);
+        let due = || {
+            let mut known = self.train_intervals;
+            let n = known.iter().filter(|i| **i > 0.0).count();
+            if n == 0 {
+                return true;
+            }
+            known.sort_by(f32::total_cmp); // the zeros (none yet) first
+            let typical = f64::from(known[known.len() - n + n / 2]);
+            let factor = if self.train_stuck { RELOG_STUCK } else { RELOG_INTERVALS };
+            self.train_log_at.is_none_or(|last| crate::time::seconds(last, at) >= factor * typical)
+        };
+        self.train_logged = carries && (changed || (moved && due()));
+        if !self.train_logged {
+            return;
+        }
+        self.train_stuck = !changed;
+        if changed {
+            if let Some(last) = self.train_changed_at {
+                let gap = crate::time::seconds(last, at) as f32;
+                if gap > 0.0 {
+                    self.train_intervals.rotate_left(1);
+                    self.train_intervals[3] = gap;
+                }
+            }
+            self.train_changed_at = Some(at);
+        }
+        self.train_log_at = Some(at);
+    }
+
+    /// Whether the latest sample carried a newly logged value of `name` (see [`log_group`]): the value
+    /// changed, or another value of its group did, or — for training metrics — the sample is a training
+    /// log by the group's clock ([`JobSeries::tick_train_log`]). `false` for a metric the latest sample did
+    /// not carry.
+    pub fn logged(&self, name: &str) -> bool {
+        let group = log_group(name);
+        self.metric(name).is_some_and(|s| {
+            s.last_seen_at() == self.last_sample_at
+                && (s.changed || self.groups_changed & group != 0 || (group == 1 && self.train_logged))
+        })
+    }
+
     /// The canonical names of the metrics tracked, in the order first seen.
     pub fn metric_names(&self) -> impl Iterator<Item = &str> {
         self.metrics.iter().map(|(n, _)| n.as_ref())
@@ -239,6 +364,7 @@ impl JobSeries {
             last: self.last,
             last_summary: self.last_summary,
             last_metric_count: self.last_metric_count,
+            long_gaps: self.long_gaps.iter().flatten().copied().collect(),
         }
     }
 
@@ -260,6 +386,9 @@ impl JobSeries {
         j.last = parts.last;
         j.last_summary = parts.last_summary;
         j.last_metric_count = parts.last_metric_count;
+        for &(began, secs) in &parts.long_gaps {
+            j.note_gap(began, secs);
+        }
         j
     }
 
@@ -291,6 +420,8 @@ pub(crate) struct JobParts {
     pub last: Option<LastProgress>,
     pub last_summary: Option<u64>,
     pub last_metric_count: usize,
+    /// The longest silences: when each began, how long (seconds).
+    pub long_gaps: Vec<(Timestamp, f64)>,
 }
 
 /// FNV-1a (64-bit) of a summary: stable across processes and builds, unlike `std`'s hasher.

@@ -259,9 +259,10 @@ pub enum SelectorOperator {
 }
 
 /// The detectors a rule can use. Kept in sync with [`crate::judge::detectors::DETECTORS`] by a test.
-pub(crate) const DETECTOR_NAMES: [&str; 12] = [
+pub(crate) const DETECTOR_NAMES: [&str; 13] = [
     "plateau",
     "diverging",
+    "no_expected_gain",
     "non_finite",
     "stalled",
     "eta_after",

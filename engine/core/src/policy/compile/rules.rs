@@ -65,9 +65,13 @@ fn compile_rule(
         }
     };
     // The metric names of `with` (`metric`, `train_metric`, …) as written; `"*"` only for non_finite.
+    // `metric: auto` is a keyword of the detectors that judge levels (every evaluation metric, else the
+    // training loss), not a name a report carries.
+    let takes_auto = matches!(rule.uses.as_deref(), Some("plateau" | "diverging" | "no_expected_gain"));
     for (param, value) in rule.with.iter().flatten() {
         if (param == "metric" || param.ends_with("_metric"))
             && let Some(name) = value.as_str()
+            && !(takes_auto && name == "auto")
         {
             watched.push(Watched {
                 name: name.to_string(),
@@ -79,6 +83,7 @@ fn compile_rule(
     }
     if let Some((name, _)) = detector.as_ref().and_then(|d| d.watched_metric())
         && !watched[first_watched..].iter().any(|w| w.name == name)
+        && !(takes_auto && name == "auto")
     {
         // A default (`validation_metric: eval_loss`): canonical, so only for the summary's list.
         watched.push(Watched {
