@@ -17,12 +17,14 @@ use super::relist::Relist;
 use crate::messages::{Input, PolicyInput};
 use crate::metrics::{Metrics, WatchedKind, WatchedKindLabels};
 
-fn policy_input<K>(obj: &K, kind: PolicyKind, status: Option<ProgressPolicyStatus>) -> PolicyInput
+/// A policy object read for the brain (by the watch, or by the executor at a stopping write).
+pub fn policy_input<K>(obj: &K, kind: PolicyKind, status: Option<ProgressPolicyStatus>) -> PolicyInput
 where
     K: PolicyResource + ResourceExt,
 {
     PolicyInput {
         key: PolicyId { kind, namespace: obj.namespace(), name: obj.name_any() },
+        uid: obj.uid(),
         generation: obj.meta().generation.unwrap_or(0),
         document: obj.to_document(),
         status,
