@@ -86,13 +86,16 @@ impl FaultProxy {
         let invalid = |e: String| std::io::Error::new(std::io::ErrorKind::InvalidData, e);
         let mut roots = rustls::RootCertStore::empty();
         for cert in CertificateDer::pem_slice_iter(ca_pem) {
-            roots.add(cert.map_err(|e| invalid(format!("CA PEM: {e}")))?).map_err(|e| invalid(e.to_string()))?;
+            roots
+                .add(cert.map_err(|e| invalid(format!("CA PEM: {e}")))?)
+                .map_err(|e| invalid(e.to_string()))?;
         }
-        let config = rustls::ClientConfig::builder_with_provider(Arc::new(rustls::crypto::ring::default_provider()))
-            .with_safe_default_protocol_versions()
-            .map_err(|e| invalid(e.to_string()))?
-            .with_root_certificates(roots)
-            .with_no_client_auth();
+        let config =
+            rustls::ClientConfig::builder_with_provider(Arc::new(rustls::crypto::ring::default_provider()))
+                .with_safe_default_protocol_versions()
+                .map_err(|e| invalid(e.to_string()))?
+                .with_root_certificates(roots)
+                .with_no_client_auth();
         Self::start_to(Upstream::Tls(upstream, tokio_rustls::TlsConnector::from(Arc::new(config))))
     }
 
@@ -128,7 +131,13 @@ impl FaultProxy {
                             continue;
                         }
                         let gate = Gate { target: Arc::default(), holds: holds_rx.clone() };
-                        tasks.spawn(relay(inbound, upstream.clone(), fault_rx.clone(), resets_rx.clone(), gate));
+                        tasks.spawn(relay(
+                            inbound,
+                            upstream.clone(),
+                            fault_rx.clone(),
+                            resets_rx.clone(),
+                            gate,
+                        ));
                     }
                 };
                 tokio::select! {
@@ -264,7 +273,12 @@ async fn relay(
                 return;
             };
             let (mut out_read, mut out_write) = tokio::io::split(secure);
-            let up = pump(&mut in_read, &mut out_write, fault.clone(), Some((&gate, Some(RequestHeads::default()))));
+            let up = pump(
+                &mut in_read,
+                &mut out_write,
+                fault.clone(),
+                Some((&gate, Some(RequestHeads::default()))),
+            );
             let down = pump(&mut out_read, &mut in_write, fault.clone(), Some((&gate, None)));
             tokio::select! {
                 _ = async { tokio::join!(up, down) } => {}

@@ -107,7 +107,11 @@ impl Brain {
     pub(super) fn abandon(&mut self, reason: AbandonReason, gone: impl Fn(&ActionIntent) -> bool) {
         let n = self.ledger.forget(gone);
         if n > 0 {
-            info!(forgotten = n, reason = reason.as_str(), "owed actions forgotten: their job or policy is gone");
+            info!(
+                forgotten = n,
+                reason = reason.as_str(),
+                "owed actions forgotten: their job or policy is gone"
+            );
             self.metrics.abandoned(reason, n as u64);
         }
     }

@@ -35,7 +35,8 @@ impl Brain {
                     && !self.exempt.contains(&intent.job)
                     && self.evaluator.snooze(&intent.job).is_none()
                     && self.evaluator.rule_state(&intent.job, r, &intent.rule) == Some(RuleState::Firing)
-                    && firings.is_some() && firings == firing_of(&intent.id);
+                    && firings.is_some()
+                    && firings == firing_of(&intent.id);
                 if stands {
                     info!(job = %intent.job, rule = %intent.rule, from = intent.policy.generation, to = g, "policy changed; the firing still stands under its new generation: acting");
                     // Due now: the next tick sends it again, filled in with the generation loaded.
@@ -49,7 +50,10 @@ impl Brain {
             }
             (_, Some(g)) => {
                 let error = book.and_then(|b| b.error.clone()).unwrap_or_else(|| "it is not loaded".into());
-                format!("policy {} changed to generation {g}, which cannot be used: {error}", intent.policy.name)
+                format!(
+                    "policy {} changed to generation {g}, which cannot be used: {error}",
+                    intent.policy.name
+                )
             }
             (_, None) => format!("policy {} changed", intent.policy.name),
         };

@@ -112,7 +112,8 @@ impl Executor {
             after.push(exception);
             return Ok(self.abandon(intent, job, AbandonReason::Excepted, &why).await);
         }
-        let fresh_snooze = job.annotations().get(SNOOZE_ANNOTATION).map(|v| v.trim()).filter(|v| !v.is_empty());
+        let fresh_snooze =
+            job.annotations().get(SNOOZE_ANNOTATION).map(|v| v.trim()).filter(|v| !v.is_empty());
         let judged_snooze = judged.and_then(|j| j.snooze.as_deref());
         if fresh_snooze != judged_snooze
             && let Some(until) = fresh_snooze.and_then(|v| v.parse::<Timestamp>().ok())
@@ -144,14 +145,26 @@ impl Executor {
                 self.call(ApiOperation::GetPolicy, || api.get_opt(name))
                     .await
                     .map_err(|e| ActionError::call(context(), e))?
-                    .map(|p| (p.uid(), p.metadata.generation, policy_input(&p, PolicyKind::Namespaced, p.status.clone())))
+                    .map(|p| {
+                        (
+                            p.uid(),
+                            p.metadata.generation,
+                            policy_input(&p, PolicyKind::Namespaced, p.status.clone()),
+                        )
+                    })
             }
             PolicyKind::Cluster => {
                 let api: Api<ClusterProgressPolicy> = Api::all(self.client.clone());
                 self.call(ApiOperation::GetPolicy, || api.get_opt(name))
                     .await
                     .map_err(|e| ActionError::call(context(), e))?
-                    .map(|p| (p.uid(), p.metadata.generation, policy_input(&p, PolicyKind::Cluster, p.status.clone())))
+                    .map(|p| {
+                        (
+                            p.uid(),
+                            p.metadata.generation,
+                            policy_input(&p, PolicyKind::Cluster, p.status.clone()),
+                        )
+                    })
             }
         };
         Ok(match found {
@@ -175,7 +188,9 @@ impl Executor {
             Ok(list) => list,
             // Not installed: no exception can hold anything (the source says so once).
             Err(e) if e.is_not_found() => return Ok(None),
-            Err(e) => return Err(ActionError::call("reading the ProgressPolicyExceptions before the write", e)),
+            Err(e) => {
+                return Err(ActionError::call("reading the ProgressPolicyExceptions before the write", e));
+            }
         };
         let now = self.now(intent);
         let labels = job.labels();
@@ -189,7 +204,8 @@ impl Executor {
                     "exception {} holds rule {} of policy {} until {}",
                     exception.reference.name, intent.rule, intent.policy.name, exception.expires
                 );
-                let policy_names = object.spec.exception.exceptions.iter().map(|p| p.policy_name.clone()).collect();
+                let policy_names =
+                    object.spec.exception.exceptions.iter().map(|p| p.policy_name.clone()).collect();
                 let input = crate::messages::ExceptionInput {
                     key: object.reference(),
                     policy_names,
@@ -202,7 +218,13 @@ impl Executor {
     }
 
     /// Settles the intent as abandoned for `reason`: counted, and an Event on the job says why.
-    async fn abandon(&self, intent: &ActionIntent, job: &DynamicObject, reason: AbandonReason, why: &str) -> Checked {
+    async fn abandon(
+        &self,
+        intent: &ActionIntent,
+        job: &DynamicObject,
+        reason: AbandonReason,
+        why: &str,
+    ) -> Checked {
         tracing::info!(job = %intent.job, rule = %intent.rule, id = %intent.id, reason = reason.as_str(), why, "action abandoned at the write: what it was judged under no longer stands");
         self.metrics.abandoned(reason, 1);
         self.publish(&super::events::object_reference(job), &Notice::action_abandoned(intent, why)).await;

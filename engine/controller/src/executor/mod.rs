@@ -448,7 +448,8 @@ impl Executor {
         // Checked after the record: an intent performed before (by a leader lost before its outcome) is
         // done, whatever happened to its policy since.
         if guard::guarded(intent)
-            && let guard::Checked::Stop(ended) = self.check_view(intent, judged, &job, feedback, after).await?
+            && let guard::Checked::Stop(ended) =
+                self.check_view(intent, judged, &job, feedback, after).await?
         {
             return Ok(ended);
         }

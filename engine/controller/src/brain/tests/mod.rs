@@ -10,6 +10,7 @@ mod policies;
 mod reports;
 mod restarts;
 mod signals;
+mod stale;
 
 use std::collections::BTreeMap;
 use std::sync::Arc;

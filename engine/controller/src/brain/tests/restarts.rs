@@ -43,8 +43,11 @@ fn an_action_in_flight_is_persisted_as_due_and_redone_after_a_restart() {
     let mut after = brain();
     after.handle(policy_input(rules, Some(status)), at_sec(12));
     after.handle(job_reporting(9.0, at_sec(11)), at_sec(12));
-    let redone: Vec<String> =
-        after.work.drain(..).filter_map(|w| if let Work::Act(i) = w { Some(i.intent.id) } else { None }).collect();
+    let redone: Vec<String> = after
+        .work
+        .drain(..)
+        .filter_map(|w| if let Work::Act(i) = w { Some(i.intent.id) } else { None })
+        .collect();
     assert_eq!(redone, vec![issued[0].id.clone()]);
 
     // Once the executor reports back, the memory is "firing".
