@@ -264,6 +264,23 @@ pub struct PolicyInput {
     pub status: Option<ProgressPolicyStatus>,
 }
 
+impl PolicyInput {
+    /// A policy object read for the brain: by its watch, or by the executor at a stopping write (which
+    /// hands the policy as it now stands to the brain).
+    pub fn read<K>(obj: &K, kind: PolicyKind, status: Option<ProgressPolicyStatus>) -> PolicyInput
+    where
+        K: trainwarden_kube::crd::PolicyResource + kube::ResourceExt,
+    {
+        PolicyInput {
+            key: PolicyId { kind, namespace: obj.namespace(), name: obj.name_any() },
+            uid: obj.uid(),
+            generation: obj.meta().generation.unwrap_or(0),
+            document: obj.to_document(),
+            status,
+        }
+    }
+}
+
 /// What the evaluation loop asks the executor for.
 #[derive(Debug)]
 pub enum Work {

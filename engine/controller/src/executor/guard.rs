@@ -36,7 +36,6 @@ use super::{ActionError, Ended, Executor};
 use crate::messages::{AbandonReason, ActionResult, Input, Judged};
 use crate::metrics::ApiOperation;
 use crate::runtime::config::Clock;
-use crate::sources::policies::policy_input;
 
 /// Whether `intent` is an action the guard checks: one that stops (or resizes) a job, in Enforce mode.
 pub(crate) fn guarded(intent: &ActionIntent) -> bool {
@@ -149,7 +148,7 @@ impl Executor {
                         (
                             p.uid(),
                             p.metadata.generation,
-                            policy_input(&p, PolicyKind::Namespaced, p.status.clone()),
+                            crate::messages::PolicyInput::read(&p, PolicyKind::Namespaced, p.status.clone()),
                         )
                     })
             }
@@ -162,7 +161,7 @@ impl Executor {
                         (
                             p.uid(),
                             p.metadata.generation,
-                            policy_input(&p, PolicyKind::Cluster, p.status.clone()),
+                            crate::messages::PolicyInput::read(&p, PolicyKind::Cluster, p.status.clone()),
                         )
                     })
             }
