@@ -446,8 +446,11 @@ impl Executor {
             return Ok(Ended::new(ActionResult::AlreadyDone, "this intent was already performed"));
         }
         // Checked after the record: an intent performed before (by a leader lost before its outcome) is
-        // done, whatever happened to its policy since.
+        // done, whatever happened to its policy since; so is a scale this intent began (suspended and
+        // resized, its leader lost before resuming): finishing it resumes the job.
+        let finishing_scale = job.annotations().get(crate::SCALE_PENDING_ANNOTATION) == Some(&intent.id);
         if guard::guarded(intent)
+            && !finishing_scale
             && let guard::Checked::Stop(ended) =
                 self.check_view(intent, judged, &job, feedback, after).await?
         {
