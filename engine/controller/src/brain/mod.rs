@@ -8,6 +8,7 @@
 //!                    on_exception  a ProgressPolicyException honoured, invalid, deleted
 //!                    on_signals    namespace labels, GPU readings, Kueue queue demand, their health
 //!                    books         an executor outcome: last actions, savings, counts
+//!                    stale         an intent the executor found judged under an older policy generation
 //!                    checkpoints   a history checkpoint stored; a stop's flush
 //!        ──tick────▶ the evaluator's timers, owed actions' retries
 //!  lead: hand-over (owed intents first, uncounted suspensions counted)
@@ -49,6 +50,7 @@ mod on_policy;
 mod on_signals;
 mod outgoing;
 mod run;
+mod stale;
 mod status;
 mod verdicts;
 
@@ -266,7 +268,7 @@ impl Brain {
         self.dropped_owed(dropped);
         for intent in due {
             debug!(job = %intent.job, rule = %intent.rule, id = %intent.id, "retrying an action");
-            self.work.push(Work::Act(Box::new(intent)));
+            self.work.push(Work::Act(Box::new(crate::messages::Act::new(intent))));
         }
         self.metrics.actions_owed.set(self.ledger.len() as i64);
         // History checkpoints that were not stored (failed, deferred, sent while not leading): a stalled job
