@@ -27,11 +27,14 @@ pub struct Channels {
     pub ready: watch::Sender<bool>,
     /// Whether this replica leads.
     pub leadership: watch::Receiver<bool>,
+    /// A graceful stop's "end the pipeline" step: the loop sends the statuses that changed and the work it
+    /// holds, then ends (dropping its senders, so the executor and the status writer finish and end too).
+    pub stop: oneshot::Receiver<()>,
 }
 
 /// The loop: inputs, timers and the status beat, one at a time.
 pub async fn run(mut brain: Brain, config: ControllerConfig, channels: Channels, metrics: Arc<Metrics>) {
-    let Channels { mut inputs, work, statuses, policies_synced, ready, leadership } = channels;
+    let Channels { mut inputs, work, statuses, policies_synced, ready, leadership, mut stop } = channels;
     let mut policies_synced = Some(policies_synced);
     brain.lead(*leadership.borrow());
     // `None` once leadership can no longer change (leader election off).
@@ -77,6 +80,21 @@ pub async fn run(mut brain: Brain, config: ControllerConfig, channels: Channels,
                         return;
                     }
                 }
+            }
+            _ = &mut stop => {
+                // The last beat: what the statuses say now (intents owed included) is what the next leader
+                // reads.
+                for update in brain.changed_statuses(clock.now()) {
+                    if statuses.send(update).await.is_err() {
+                        break;
+                    }
+                }
+                for item in brain.outgoing() {
+                    if work.send(item).await.is_err() {
+                        break;
+                    }
+                }
+                return;
             }
         }
         for item in brain.outgoing() {

@@ -356,7 +356,8 @@ impl Executor {
     /// Performs or reports one intent.
     pub async fn act(&self, intent: &ActionIntent) -> Outcome {
         let mut outcome = Outcome::of(intent, ActionResult::NotLeader, String::new());
-        if !self.leader.is_leader() {
+        // Not `is_leader`: a stopping leader starts no new action; the intent stays owed to the next one.
+        if !self.leader.may_act() {
             return outcome;
         }
         let ended = match self.perform(intent, &mut outcome.action).await {
