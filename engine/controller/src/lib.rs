@@ -226,6 +226,7 @@ pub async fn run_with_listener(
             policies_synced: policies_synced_tx,
             ready: ready_tx,
             leadership: leading,
+            stopping: stopping_rx.clone(),
             stop: brain_stop_rx,
         };
         tokio::spawn(brain::run(brain, cfg, channels, m))

@@ -153,7 +153,7 @@ impl Brain {
             &o.intent,
             o.result.settles(),
             o.result == ActionResult::NotLeader,
-            self.leading,
+            self.leading && !self.stopping,
             now,
         );
         match settled {
