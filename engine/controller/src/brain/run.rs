@@ -92,8 +92,14 @@ pub async fn run(mut brain: Brain, config: ControllerConfig, channels: Channels,
                 }
             }
             _ = &mut stop => {
-                // The last beat: what the statuses say now (intents owed included) is what the next leader
-                // reads.
+                // What is already queued (the outcomes of the notifications the stop drained) counts
+                // first; then the last beat: what the statuses say now (intents owed included) is what the
+                // next leader reads.
+                while let Ok(input) = inputs.try_recv() {
+                    let now = clock.before(&mut brain, &input);
+                    brain.handle(input, now);
+                    clock.after(&mut brain);
+                }
                 for update in brain.changed_statuses(clock.now()) {
                     if statuses.send(update).await.is_err() {
                         break;

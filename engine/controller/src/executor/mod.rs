@@ -205,6 +205,9 @@ pub struct Executor {
     notifier: Option<Notifier>,
     kueue: bool,
     timeout: Duration,
+    /// `notify` intents whose delivery is awaited and whose outcome the brain has not been sent yet (see
+    /// `actions/notify.rs`); a graceful stop waits for it to reach zero after draining the notifier.
+    awaiting_delivery: Arc<std::sync::atomic::AtomicUsize>,
 }
 
 impl Executor {
@@ -227,7 +230,13 @@ impl Executor {
             notifier,
             kueue: config.kueue,
             timeout: config.api_timeout,
+            awaiting_delivery: Arc::default(),
         }
+    }
+
+    /// How many `notify` outcomes wait for their message's delivery (shared; read by the graceful stop).
+    pub fn awaiting_delivery(&self) -> Arc<std::sync::atomic::AtomicUsize> {
+        self.awaiting_delivery.clone()
     }
 
     /// Performs work items until the channel closes, reporting outcomes to `feedback`. Items of one job run
@@ -312,6 +321,10 @@ impl Executor {
                 let _ = done.send(());
             }
             Work::Act(intent) => {
+                // A notify with delivery on reports when its message ends, from a task of its own.
+                if self.await_delivery(&intent, feedback) {
+                    return;
+                }
                 let outcome = match supervise(self.act(&intent)).await {
                     Ok(outcome) => outcome,
                     Err(panic) => self.panicked(&intent, panic).await,
