@@ -246,3 +246,130 @@ async fn metric(port: u16, name: &str) -> Option<f64> {
             .sum(),
     )
 }
+
+// Notifications across a graceful stop -------------------------------------------------------------------
+
+/// Policy `name` for the jobs labelled `phase: <name>`, with a receiver `team` (a webhook on `url`) that
+/// waits `group_wait` before a group's first message; a job silent for 3 s fires and notifies.
+fn notify_policy(name: &str, group_wait: &str, url: &str) -> String {
+    live_policy(name)
+        .spec(&format!(
+            "selector: {{matchLabels: {{phase: {name}}}}}\nreceivers:\n  - name: team\n    groupWait: {group_wait}\n    webhook: {{url: \"{url}\"}}"
+        ))
+        .rule("{name: stalled, uses: stalled, with: {after: 3s}, actions: [{notify: {to: team}}]}")
+        .yaml()
+}
+
+/// Two replicas in process (leader election on the test namespace's Lease).
+fn replica(c: &Client, ns: &str, identity: &str) -> Running {
+    let config = trainwarden_controller::ControllerConfig {
+        leader_election: true,
+        identity: identity.to_string(),
+        lease_duration: Duration::from_secs(4),
+        ..config_for(ns)
+    };
+    start(c, config)
+}
+
+async fn lease_holder(c: &Client, ns: &str) -> Option<String> {
+    let api: Api<k8s_openapi::api::coordination::v1::Lease> = Api::namespaced(c.clone(), ns);
+    api.get_opt("trainwarden-leader").await.ok()??.spec?.holder_identity
+}
+
+async fn wait_for_leader(c: &Client, ns: &str, identity: &str) {
+    eventually(&format!("{identity} leading"), Duration::from_secs(20), || async {
+        (lease_holder(c, ns).await.as_deref() == Some(identity)).then_some(())
+    })
+    .await;
+}
+
+/// The messages the receiver got about job `name`, each with its alerts' intent ids.
+fn messages_about(
+    receiver: &trainwarden_testkit::receivers::HttpReceiver,
+    ns: &str,
+    name: &str,
+) -> Vec<Vec<String>> {
+    receiver
+        .requests_to("/hook")
+        .iter()
+        .map(|r| r.json())
+        .filter(|m| {
+            m["alerts"]
+                .as_array()
+                .is_some_and(|a| a.iter().any(|x| x["job"]["name"] == name && x["job"]["namespace"] == ns))
+        })
+        .map(|m| {
+            m["alerts"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|a| a["intentId"].as_str().unwrap_or("").to_string())
+                .collect()
+        })
+        .collect()
+}
+
+/// A message pending when the leader is stopped is delivered by that leader's stop, and the next leader does
+/// not send it again; one the stop could not deliver (the receiver failing) stays owed, and the next leader
+/// sends it once, with the same intent id.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_notification_pending_at_a_graceful_stop_is_sent_once_by_the_stop_or_by_the_next_leader() {
+    let ctx = setup!("controller_stop_notifications");
+    let (c, ns) = (&ctx.client, ctx.ns.as_str());
+    let receiver = trainwarden_testkit::receivers::HttpReceiver::start().await;
+    // `held` keeps its message until the stop (an hour's groupWait); `prompt` sends after a second.
+    apply_policy(c, ns, &notify_policy("held", "1h", &receiver.url("/hook"))).await;
+    apply_policy(c, ns, &notify_policy("prompt", "1s", &receiver.url("/hook"))).await;
+    create_trainjob(c, ns, "first", &[("phase", "held")]).await;
+    create_trainjob(c, ns, "second", &[("phase", "prompt")]).await;
+
+    // 1. Pending at the stop, delivered by it.
+    let a = replica(c, ns, "a");
+    wait_for_leader(c, ns, "a").await;
+    let b = replica(c, ns, "b");
+    wait_until_watching(c, ns, "held", 1).await;
+    wait_until_watching(c, ns, "prompt", 1).await;
+    report(c, ns, "first", Timestamp::from_second(Timestamp::now().as_second()).unwrap(), "0.5", 10).await;
+    eventually("the stall firing on first", Duration::from_secs(20), || async {
+        let s = policy_status(c, ns, "held").await;
+        s.jobs.iter().any(|j| j.name == format!("{ns}/first") && !j.firing.is_empty()).then_some(())
+    })
+    .await;
+    assert!(messages_about(&receiver, ns, "first").is_empty(), "held by groupWait until the stop");
+    a.stop().await;
+    let first = messages_about(&receiver, ns, "first");
+    assert_eq!(first.len(), 1, "the stop delivered the pending message before it returned");
+    wait_for_leader(c, ns, "b").await;
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    assert_eq!(messages_about(&receiver, ns, "first"), first, "the next leader did not send it again");
+
+    // 2. Not deliverable (503s, retried) when the leader stops: owed, and sent once by the next leader.
+    let a2 = replica(c, ns, "a2");
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    receiver.fail_with(&[503; 100]);
+    report(c, ns, "second", Timestamp::from_second(Timestamp::now().as_second()).unwrap(), "0.5", 10).await;
+    receiver.wait_for("/hook", first.len() + 1, Duration::from_secs(20)).await;
+    let stopping = Instant::now();
+    b.stop().await;
+    let refused = messages_about(&receiver, ns, "second");
+    assert!(!refused.is_empty(), "the leader tried to deliver it (and got 503s)");
+    eprintln!(
+        "[stops] the leader tried {} time(s); its stop took {:.1} s",
+        refused.len(),
+        stopping.elapsed().as_secs_f64()
+    );
+    receiver.heal();
+    wait_for_leader(c, ns, "a2").await;
+    let sent = eventually("the next leader sending it", Duration::from_secs(20), || async {
+        let all = messages_about(&receiver, ns, "second");
+        (all.len() > refused.len()).then_some(all)
+    })
+    .await;
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let all = messages_about(&receiver, ns, "second");
+    assert_eq!(all.len(), refused.len() + 1, "one message from the next leader, not more");
+    assert_eq!(sent.last(), refused.last(), "the same alert, by the same intent id");
+    assert!(sent.last().unwrap().iter().all(|id| !id.is_empty()), "the message carries the intent id");
+    assert_eq!(messages_about(&receiver, ns, "first"), first, "and the first job's message was not repeated");
+    a2.stop().await;
+}

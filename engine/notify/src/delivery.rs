@@ -164,6 +164,9 @@ pub async fn deliver(
                 tracing::info!(receiver = %n.receiver.name, policy = %n.policy, channel = kind.as_str(), attempt = attempt + 1, retry_in_ms = pause.as_millis() as u64, error = %e, "notification delivery failed; retrying");
                 // Shutdown cuts the pause short: one more attempt, then the deadline decides.
                 let mut shutdown = deadline.clone();
+                // Only a stop that begins during this pause cuts it: one that began before has had its
+                // extra attempt (else every retry after it went out at once, hammering the receiver).
+                shutdown.borrow_and_update();
                 tokio::select! {
                     _ = tokio::time::sleep(pause) => {}
                     changed = shutdown.changed() => {

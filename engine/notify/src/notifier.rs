@@ -380,6 +380,7 @@ impl Notifier {
     /// `timeout` for the queues to drain; retries stop at the deadline. Idempotent.
     pub async fn shutdown(&self, timeout: StdDuration) -> ShutdownReport {
         let deadline = Instant::now() + timeout;
+        let undelivered_before = self.shared.tracking.undelivered();
         let workers = {
             let mut state = self.state();
             if state.shut_down {
@@ -411,7 +412,8 @@ impl Notifier {
                 report.dropped += left;
             }
         }
-        report.undelivered_intents = self.shared.tracking.abandon(crate::delivery::STOPPED_FIRST);
+        self.shared.tracking.abandon(crate::delivery::STOPPED_FIRST);
+        report.undelivered_intents = self.shared.tracking.undelivered() - undelivered_before;
         report
     }
 }

@@ -63,12 +63,17 @@ struct Inner {
     open: HashMap<String, Open>,
     known: HashMap<String, Delivery>,
     order: VecDeque<String>,
+    /// Intents settled as [`Delivery::Undelivered`], ever.
+    undelivered: usize,
 }
 
 impl Inner {
     fn settle(&mut self, id: &str) {
         let Some(open) = self.open.remove(id) else { return };
         let result = open.result();
+        if matches!(result, Delivery::Undelivered(_)) {
+            self.undelivered += 1;
+        }
         for w in open.waiters {
             let _ = w.send(result.clone());
         }
@@ -147,6 +152,11 @@ impl Tracking {
                 inner.settle(id);
             }
         }
+    }
+
+    /// How many intents were settled as undelivered so far.
+    pub(crate) fn undelivered(&self) -> usize {
+        self.lock().undelivered
     }
 
     /// Shutdown is over: every intent still open is undelivered (its worker stopped, or its alert never
