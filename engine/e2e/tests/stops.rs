@@ -53,16 +53,21 @@ async fn fifty_sigterms_each_exit_zero_with_the_steps_in_order_and_the_last_repo
             tokio::spawn(async move { run_lane(&c, &ns, lane, &binary, &kubeconfig, &dir).await })
         })
         .collect();
-    let mut stops: Vec<Duration> = Vec::new();
+    let (mut stops, mut not_ready_seen): (Vec<Duration>, usize) = (Vec::new(), 0);
     for lane in lanes {
-        stops.extend(lane.await.expect("a lane panicked (its assertion is above)"));
+        let (took, seen) = lane.await.expect("a lane panicked (its assertion is above)");
+        stops.extend(took);
+        not_ready_seen += seen;
     }
     assert_eq!(stops.len(), LANES * ROUNDS);
+    // Most stops take a few hundred ms, so a GET sent right after the signal lands in the middle of most.
+    assert!(not_ready_seen > 0, "no stop was seen answering /readyz 503 while it stopped");
     stops.sort();
     eprintln!(
-        "[stops] {} SIGTERMs, {} at a time: each exited 0; stop took min {} ms, median {} ms, p90 {} ms, max {} ms; test {:.1} s",
+        "[stops] {} SIGTERMs, {} at a time: each exited 0; /readyz 503 seen during {} stops; stop took min {} ms, median {} ms, p90 {} ms, max {} ms; test {:.1} s",
         stops.len(),
         LANES,
+        not_ready_seen,
         stops[0].as_millis(),
         stops[stops.len() / 2].as_millis(),
         stops[stops.len() * 9 / 10].as_millis(),
@@ -72,7 +77,8 @@ async fn fifty_sigterms_each_exit_zero_with_the_steps_in_order_and_the_last_repo
 }
 
 /// One lane: a namespace, a policy, a TrainJob, and [`ROUNDS`] controllers one after the other, each sent
-/// one report and SIGTERM. Returns how long each stop took.
+/// one report and SIGTERM. Returns how long each stop took, and how many times `/readyz` was caught
+/// answering 503 `shutting down` during a stop.
 async fn run_lane(
     c: &Client,
     ns: &str,
@@ -80,13 +86,14 @@ async fn run_lane(
     binary: &Path,
     kubeconfig: &Path,
     dir: &Path,
-) -> Vec<Duration> {
+) -> (Vec<Duration>, usize) {
     create_namespace(c, ns).await;
     apply_policy(c, ns, &policy("p", "Enforce", RULES)).await;
     create_trainjob(c, ns, "ft", &[]).await;
     // Report times a second apart, in the past, so they never pass the policy's sampling interval.
     let base = seconds_ago(600);
     let mut took = Vec::new();
+    let mut not_ready_seen = 0;
     for round in 0..ROUNDS {
         let identity = format!("lane{lane}-round{round}");
         let log = dir.join(format!("{identity}.log"));
@@ -133,6 +140,11 @@ async fn run_lane(
         let kill =
             Command::new("kill").args(["-TERM", &child.id().to_string()]).status().expect("kill -TERM");
         assert!(kill.success(), "{identity}: kill -TERM failed");
+        // While it stops, /readyz already says so (or the port is closed: it was quicker than the GET).
+        let readyz = http_get(port, "/readyz").await;
+        if readyz.as_deref().is_some_and(|r| r.contains(" 503 ") && r.contains("shutting down")) {
+            not_ready_seen += 1;
+        }
         let status = loop {
             if let Some(status) = child.try_wait().expect("wait for the controller") {
                 break status;
@@ -157,7 +169,7 @@ async fn run_lane(
             "{identity}: the checkpoint's last report is the last sent"
         );
     }
-    took
+    (took, not_ready_seen)
 }
 
 /// The shutdown steps logged, each once and in order, all within their deadlines, then the clean end; no
