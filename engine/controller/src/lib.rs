@@ -338,7 +338,7 @@ pub async fn run_with_listener(
             .await;
             match drained {
                 Ok(report) if report.dropped == 0 && report.undelivered_intents == 0 => {
-                    log_step(Step::DrainNotifier, t, true, "every queued notification sent")
+                    log_step(Step::DrainNotifier, t, true, "every queued notification sent");
                 }
                 Ok(report) => {
                     warn!(
@@ -354,7 +354,7 @@ pub async fn run_with_listener(
                     );
                 }
                 Err(_) => {
-                    log_step(Step::DrainNotifier, t, false, "deadline passed during a delivery attempt")
+                    log_step(Step::DrainNotifier, t, false, "deadline passed during a delivery attempt");
                 }
             }
         }

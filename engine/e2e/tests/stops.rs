@@ -304,7 +304,7 @@ fn messages_about(
     receiver
         .requests_to("/hook")
         .iter()
-        .map(|r| r.json())
+        .map(trainwarden_testkit::receivers::Request::json)
         .filter(|m| {
             m["alerts"]
                 .as_array()
