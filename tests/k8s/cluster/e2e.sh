@@ -656,9 +656,13 @@ EOF
   before_steady="$(jp trainjob -n "$ns" steady -o jsonpath='{.status.trainerStatus.lastUpdatedTime}')"
   before_hang="$(jp trainjob -n "$ns" hang -o jsonpath='{.status.trainerStatus.lastUpdatedTime}')"
   [[ -n "$before_steady" && -n "$before_hang" ]] || fail "a job has not reported before the rollout"
-  local r0 r1
+  # A rollout takes a few seconds (measured: 4.7 s): start it 3 s before the stall's deadline, so the rule fires
+  # while the old pods stop and the new ones start.
+  local r0 r1 wait_s
+  wait_s="$(python3 -c "import time; print(max(0.0, $(epoch "$before_hang") + 12 - time.time()))")"
+  log "the hang job's last report $before_hang (the stall fires 15 s after it); helm upgrade (a new pod template) in ${wait_s%.*} s"
+  sleep "$wait_s"
   r0="$(date -u +%s.%N)"
-  log "the hang job's last report $before_hang (the stall fires 15 s after it); helm upgrade (a new pod template) now"
   helm upgrade trainwarden "$REPO/charts/trainwarden" -n "$sys" --reuse-values \
     --set-string "podAnnotations.trainwarden-e2e/rollout=$r0" --wait --timeout 180s >"$OUT/rollout-helm.txt" 2>&1 ||
     { cat "$OUT/rollout-helm.txt" >&2; fail "helm upgrade"; }
