@@ -160,7 +160,7 @@ impl Brain {
             &o.intent,
             o.result.settles(),
             o.result == ActionResult::NotLeader,
-            self.leading,
+            self.leading && !self.stopping,
             now,
         );
         match settled {

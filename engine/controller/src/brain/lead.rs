@@ -13,6 +13,12 @@ use super::ledger::Ledger;
 use crate::messages::{AbandonReason, Act, ActionResult, ExecutedAction, FoundSuspension, Work};
 
 impl Brain {
+    /// A graceful stop began: this replica still holds the Lease (it stores checkpoints and statuses) but
+    /// starts no new action; what the executor answers "not leader" from now on waits for the next leader.
+    pub fn stop_acting(&mut self) {
+        self.stopping = true;
+    }
+
     /// This replica starts or stops leading. On becoming leader every owed intent it inherited (parked
     /// while it followed, or due later) is re-issued first, before anything else this step produces.
     pub fn lead(&mut self, leading: bool) {

@@ -103,6 +103,9 @@ pub struct Brain {
     /// Whether this replica leads now (its executor performs; otherwise the leader's status is the
     /// authority for totals and settles this replica's owed intents).
     leading: bool,
+    /// A graceful stop has begun ([`Brain::stop_acting`]): the executor starts no new action, so an intent
+    /// it answers "not leader" is parked for the next leader, not due again at once.
+    stopping: bool,
     /// Read for its counters (status, metrics). Receiver changes go to it through the executor (every
     /// replica, so a new leader is ready); delivery happens on the leader only.
     notifier: Option<Notifier>,
@@ -164,6 +167,7 @@ impl Brain {
             removed: Vec::new(),
             ledger: Ledger::default(),
             leading: false,
+            stopping: false,
             notifier,
             history: HistoryBook::new(config.history_interval, config.history_writes_per_second),
             verdicts: VerdictBook::default(),

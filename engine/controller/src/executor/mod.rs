@@ -211,6 +211,9 @@ pub struct Executor {
     timeout: Duration,
     /// Where "now" comes from, for an exception's or snooze's end at the write (see `guard`).
     clock: crate::runtime::config::Clock,
+    /// `notify` intents whose delivery is awaited and whose outcome the brain has not been sent yet (see
+    /// `actions/notify.rs`); a graceful stop waits for it to reach zero after draining the notifier.
+    awaiting_delivery: Arc<std::sync::atomic::AtomicUsize>,
 }
 
 impl Executor {
@@ -234,7 +237,13 @@ impl Executor {
             kueue: config.kueue,
             timeout: config.api_timeout,
             clock: config.clock,
+            awaiting_delivery: Arc::default(),
         }
+    }
+
+    /// How many `notify` outcomes wait for their message's delivery (shared; read by the graceful stop).
+    pub fn awaiting_delivery(&self) -> Arc<std::sync::atomic::AtomicUsize> {
+        self.awaiting_delivery.clone()
     }
 
     /// Performs work items until the channel closes, reporting outcomes to `feedback`. Items of one job run
@@ -319,6 +328,10 @@ impl Executor {
                 let _ = done.send(());
             }
             Work::Act(act) => {
+                // A notify with delivery on reports when its message ends, from a task of its own.
+                if self.await_delivery(&act.intent, feedback) {
+                    return;
+                }
                 let intent = &act.intent;
                 let mut after = Vec::new();
                 let outcome = match supervise(self.act(&act, feedback, &mut after)).await {
@@ -373,7 +386,8 @@ impl Executor {
     pub async fn act(&self, act: &Act, feedback: &mpsc::Sender<Input>, after: &mut Vec<Input>) -> Outcome {
         let intent = &act.intent;
         let mut outcome = Outcome::of(intent, ActionResult::NotLeader, String::new());
-        if !self.leader.is_leader() {
+        // Not `is_leader`: a stopping leader starts no new action; the intent stays owed to the next one.
+        if !self.leader.may_act() {
             return outcome;
         }
         let judged = act.judged.as_ref();

@@ -191,8 +191,9 @@ pub struct Metrics {
     pub gpu_metrics_up: Family<PrometheusLabels, Gauge>,
     /// `trainwarden_gpu_jobs`: TrainJobs the latest GPU query found GPU readings for.
     pub gpu_jobs: Gauge,
-    /// `trainwarden_gpu_series_unmatched`: GPU series of the latest query whose pod is no TrainJob's (other
-    /// workloads, free GPUs, or pods the controller cannot list: check its RBAC when every series is).
+    /// `trainwarden_gpu_series_unmatched`: GPU series of the latest query (one per GPU, told apart by its
+    /// UUID across nodes, and gauge: up to four per GPU) whose pod is no TrainJob's (other workloads, free
+    /// GPUs, or pods the controller cannot list: check its RBAC when every series is).
     pub gpu_series_unmatched: Gauge,
     /// The per-job gauges; `None` when `--job-metrics=false` (not registered at all).
     pub job: Option<JobFamilies>,
@@ -439,7 +440,7 @@ impl Metrics {
         let gpu_series_unmatched = Gauge::default();
         registry.register(
             "gpu_series_unmatched",
-            "GPU series of the latest query whose pod is no TrainJob's (other workloads, free GPUs, or pods the controller cannot list)",
+            "GPU series of the latest query (one per GPU, by UUID, and gauge) whose pod is no TrainJob's (other workloads, free GPUs, or pods the controller cannot list)",
             gpu_series_unmatched.clone(),
         );
         let job = job_metrics.then(JobFamilies::default);
