@@ -17,7 +17,9 @@ fn leader() -> Brain {
 
 /// Report `i` (one a second) as the watch delivers it, carrying `annotation` as the TrainJob does.
 fn report(i: i64, annotation: Option<&str>) -> Input {
-    let loss = if i < 4 { 2.0 - 0.3 * i as f64 } else { 1.1 + 0.001 * (i % 2) as f64 };
+    // From report 4 on, flat around the best (1.1 at report 3), each value a newly logged one: report 4 is
+    // 1.101, not a repeat of 1.1 (a repeated value is the cached metric re-sent, not an observation).
+    let loss = if i < 4 { 2.0 - 0.3 * i as f64 } else { 1.1 + 0.001 * ((i + 1) % 2) as f64 };
     let mut snapshot = JobSnapshot::new(JobKey::new("ml", "ft"));
     let mut sample = ProgressSample::empty(at_sec(i), SampleSource::TrainerStatus);
     sample.metrics.push(Metric { name: "loss".into(), value: loss });
