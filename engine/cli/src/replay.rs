@@ -16,6 +16,11 @@ use trainwarden_notify::{FileSecrets, JobProgress, LocalSecrets, SendConfig, Sen
 use crate::commands::{config, load_exceptions, load_policies};
 use crate::streams;
 
+mod sharded;
+
+/// The most evaluator threads `replay` starts by itself (one per core up to this).
+const MAX_SHARDS: usize = 8;
+
 /// The most evaluation rounds (stream span ÷ `--eval-interval`) a replay runs: a year at 5 s.
 const MAX_ROUNDS: f64 = 6_400_000.0;
 
@@ -36,6 +41,8 @@ pub(crate) struct ReplayArgs<'a> {
     pub max_lateness: &'a str,
     pub streams: &'a [PathBuf],
     pub notify: &'a ReplayNotify,
+    /// `--shards`: evaluator threads, jobs spread over them by key (`None`: one per core).
+    pub shards: Option<usize>,
 }
 
 pub(crate) fn replay(args: &ReplayArgs<'_>) -> Result<bool, String> {
@@ -49,6 +56,16 @@ pub(crate) fn replay(args: &ReplayArgs<'_>) -> Result<bool, String> {
     let engine = Evaluator::new(config.clone());
     let policies = load_policies(args.policy_files, engine.scripts())?;
     Replay::check_unique(&policies)?;
+    let shards = match (args.shards, Sharding::refuses(&policies, &config)) {
+        (Some(0), _) => return Err("--shards: at least 1".into()),
+        (Some(n), Some(why)) if n > 1 => {
+            eprintln!("note: replaying on one shard, not {n}: {why}");
+            1
+        }
+        (_, Some(_)) => 1,
+        (Some(n), None) => n,
+        (None, None) => std::thread::available_parallelism().map_or(1, |n| n.get()).min(MAX_SHARDS),
+    };
     for note in policies.iter().flat_map(CompiledPolicy::notifies_nowhere) {
         eprintln!("note: {note}");
     }
@@ -64,32 +81,33 @@ pub(crate) fn replay(args: &ReplayArgs<'_>) -> Result<bool, String> {
         return Err("--notify: no policy declares spec.receivers".into());
     }
     let mut rounds = RoundLimit { interval: config.eval_interval, until, first: None, last: None };
+    // Each shard its own evaluator (its own Rhai engine and timers), with the same policies and exceptions.
     let exceptions = load_exceptions(args.policy_files, &policies)?;
-    let mut replay = Replay::new(policies, config);
-    replay.add_exceptions(exceptions);
-    let mut timeline = Timeline::new(args.json, tz.clone());
-    let written = |e: io::Error| format!("writing output: {e}");
+    let mut replays = Vec::with_capacity(shards);
+    let mut first = Some(policies);
+    for _ in 0..shards {
+        let policies = match first.take() {
+            Some(p) => p,
+            None => load_policies(args.policy_files, engine.scripts())?,
+        };
+        let mut replay = Replay::new(policies, config.clone());
+        replay.add_exceptions(exceptions.clone());
+        replays.push(replay);
+    }
     let heading = "invalid stream (replayed up to the first bad line)";
-    while let Some(record) = streams::next_record(&mut merge, heading)? {
-        rounds.check(record.time())?;
-        replay.feed(record);
-        timeline.observe(&mut replay, &mut notifications).map_err(written)?;
-    }
-    rounds.check_until()?;
-    replay.finish(until);
-    timeline.observe(&mut replay, &mut notifications).map_err(written)?;
-    if let Some(end) = replay.summary.last_time {
-        notifications.finish(end);
-    }
-    timeline.finish(&replay.summary, &notifications).map_err(written)?;
-    drop(timeline);
+    let run = sharded::Run { replays, until, json: args.json, tz, notifications, rounds: &mut rounds };
+    let done = sharded::replay(&mut merge, heading, run)?;
+    let notifications = done.notifications;
+    let Some(summary) = done.summary else {
+        return Err("the replay stopped before its end".into());
+    };
     let delivered = if args.notify.send {
         send_notifications(&notifications, args.notify.secrets_dir.as_deref())?
     } else {
         true
     };
     // A rule that cannot be evaluated never fires: a replay that looks quiet would be a lie.
-    let errors = replay.summary.rule_errors;
+    let errors = summary.rule_errors;
     if errors > 0 {
         eprintln!(
             "error: {} failed (the RuleError lines above say where); those rules never fired",
@@ -144,34 +162,31 @@ struct Timeline {
     out: BufWriter<io::StdoutLock<'static>>,
     json: bool,
     tz: jiff::tz::TimeZone,
-    /// The replay's new events, swapped out after each record (the allocation is kept).
-    batch: Vec<Event>,
 }
 
 impl Timeline {
     fn new(json: bool, tz: jiff::tz::TimeZone) -> Self {
-        Timeline { out: BufWriter::with_capacity(1 << 16, io::stdout().lock()), json, tz, batch: Vec::new() }
+        Timeline { out: BufWriter::with_capacity(1 << 16, io::stdout().lock()), json, tz }
     }
 
-    /// Prints the replay's new events and feeds them to the notification grouper, then forgets them.
-    fn observe(&mut self, replay: &mut Replay, notifications: &mut OfflineNotifications) -> io::Result<()> {
-        std::mem::swap(&mut self.batch, &mut replay.events);
-        for event in &self.batch {
-            let job = match event {
-                Event::Intent(i) => Some(&i.job),
-                Event::Transition { job, .. } => Some(job),
-                _ => None,
-            };
-            let progress = job.and_then(|k| replay.evaluator().job(k)).and_then(JobProgress::of);
-            notifications.observe(event, progress);
-            if self.json {
-                writeln!(self.out, "{}", replay::event_json(event))?;
-            } else {
-                self.out.write_all(replay::render_event(event, &self.tz).as_bytes())?;
-            }
+    /// Prints an event and feeds it to the notification grouper, with its job's progress at the time.
+    fn write(
+        &mut self,
+        event: &Event,
+        progress: Option<JobProgress>,
+        notifications: &mut OfflineNotifications,
+    ) -> io::Result<()> {
+        notifications.observe(event, progress);
+        if self.json {
+            writeln!(self.out, "{}", replay::event_json(event))
+        } else {
+            self.out.write_all(replay::render_event(event, &self.tz).as_bytes())
         }
-        self.batch.clear();
-        Ok(())
+    }
+
+    /// Writes out what is buffered (a replay stopped by a bad line shows the events before it).
+    fn flush(&mut self) -> io::Result<()> {
+        self.out.flush()
     }
 
     fn finish(&mut self, summary: &replay::Summary, notifications: &OfflineNotifications) -> io::Result<()> {

@@ -48,6 +48,7 @@ pub(crate) mod merge;
 pub(crate) mod names;
 mod object_line;
 pub(crate) mod queue;
+pub(crate) mod reorder;
 mod rhoai;
 pub(crate) mod sample;
 pub(crate) mod stream;
