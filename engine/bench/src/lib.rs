@@ -215,10 +215,20 @@ mod tests {
     #[test]
     fn the_peer_stream_is_deterministic_and_parses() {
         let mut first = Vec::new();
-        peer_stream(40, 30, |l| first.push(l.to_string()));
+        peer_stream(40, 30, LineOrder::Sorted, |_, l| first.push(l.to_string()));
         let mut second = Vec::new();
-        peer_stream(40, 30, |l| second.push(l.to_string()));
+        peer_stream(40, 30, LineOrder::Sorted, |_, l| second.push(l.to_string()));
         assert_eq!(first, second);
+        // In job order within each round: the same lines, each round's in another order.
+        let mut by_job = Vec::new();
+        peer_stream(40, 30, LineOrder::JobsInRound, |_, l| by_job.push(l.to_string()));
+        assert_ne!(by_job, first);
+        for (a, b) in first.chunks(40).zip(by_job.chunks(40)) {
+            let (mut a, mut b) = (a.to_vec(), b.to_vec());
+            a.sort();
+            b.sort();
+            assert_eq!(a, b);
+        }
         assert_eq!(first.len(), 1200);
         for (i, l) in first.iter().enumerate() {
             trainwarden_core::parse_line(l, "peers", i + 1, None).expect("a valid compact line");

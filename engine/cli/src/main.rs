@@ -58,7 +58,7 @@ enum Command {
         /// Secrets as files, <DIR>/<namespace>/<secret name>/<key> (a mounted Secret's layout).
         #[arg(long, value_name = "DIR", requires = "notify")]
         secrets_dir: Option<PathBuf>,
-        /// Evaluator threads, the jobs spread over them by name (default: one per core, at most 8). The
+        /// Evaluator threads, the jobs spread over them by name (default: one per core but one, 1 to 8). The
         /// output is the same whatever the number; policies with spec.limits replay on one.
         #[arg(long, value_name = "N")]
         shards: Option<usize>,

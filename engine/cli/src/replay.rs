@@ -7,6 +7,7 @@ use std::io::{self, BufWriter, Write};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
+use trainwarden_core::replay::shard::Sharding;
 use trainwarden_core::replay::{self, Replay};
 use trainwarden_core::{CompiledPolicy, Evaluator, Event, Merge, PolicyDuration, Timestamp};
 use trainwarden_notify::delivery::RetryPolicy;
@@ -18,7 +19,7 @@ use crate::streams;
 
 mod sharded;
 
-/// The most evaluator threads `replay` starts by itself (one per core up to this).
+/// The most evaluator threads `replay` starts by itself (one per core but one, up to this).
 const MAX_SHARDS: usize = 8;
 
 /// The most evaluation rounds (stream span ÷ `--eval-interval`) a replay runs: a year at 5 s.
@@ -64,7 +65,11 @@ pub(crate) fn replay(args: &ReplayArgs<'_>) -> Result<bool, String> {
         }
         (_, Some(_)) => 1,
         (Some(n), None) => n,
-        (None, None) => std::thread::available_parallelism().map_or(1, |n| n.get()).min(MAX_SHARDS),
+        // One core is the decoding's (and the output's); the rest evaluate.
+        (None, None) => {
+            let cores = std::thread::available_parallelism().map_or(1, std::num::NonZero::get);
+            cores.saturating_sub(1).clamp(1, MAX_SHARDS)
+        }
     };
     for note in policies.iter().flat_map(CompiledPolicy::notifies_nowhere) {
         eprintln!("note: {note}");
@@ -76,7 +81,7 @@ pub(crate) fn replay(args: &ReplayArgs<'_>) -> Result<bool, String> {
         .collect::<Result<Vec<_>, _>>()?;
     let mut merge = Merge::new(decoded, max_lateness);
     // Notifications are grouped on the stream's clock, event by event, with each job's progress at the time.
-    let mut notifications = OfflineNotifications::new(&policies);
+    let notifications = OfflineNotifications::new(&policies);
     if args.notify.send && !notifications.has_receivers() {
         return Err("--notify: no policy declares spec.receivers".into());
     }

@@ -88,7 +88,8 @@ pub(super) fn replay<S: RecordSource>(
 
         let routed = route(merge, heading, sharding, rounds, &work, until);
         drop(work);
-        let written = writer.join().map_err(|_| "the output thread stopped on a bug (a panic, reported above)")?;
+        let written =
+            writer.join().map_err(|_| "the output thread stopped on a bug (a panic, reported above)")?;
         let (summary, notifications) = written.map_err(|e| format!("writing output: {e}"))?;
         routed?;
         Ok(Done { summary, notifications })
@@ -113,7 +114,8 @@ fn route<S: RecordSource>(
     let gone = || "an evaluation thread stopped on a bug (a panic, reported above)".to_string();
     let send = |batches: &mut Vec<Vec<ShardInput>>, through: u64| -> Result<(), String> {
         for (tx, batch) in work.iter().zip(batches.iter_mut()) {
-            tx.send(Work::Batch(std::mem::replace(batch, Vec::with_capacity(BATCH)), through)).map_err(|_| gone())?;
+            tx.send(Work::Batch(std::mem::replace(batch, Vec::with_capacity(BATCH)), through))
+                .map_err(|_| gone())?;
         }
         Ok(())
     };

@@ -344,8 +344,10 @@ fn count_event(summary: &mut Summary, saved_for: &mut [FxHashSet<JobKey>; 2], ev
         }
         Event::RuleError { .. } => summary.rule_errors += 1,
         Event::Intent(intent) => {
-            *summary.intents.entry(format!("{}/{}", intent.action.kind(), intent.mode.as_str())).or_default() +=
-                1;
+            *summary
+                .intents
+                .entry(format!("{}/{}", intent.action.kind(), intent.mode.as_str()))
+                .or_default() += 1;
             if let ActionSpec::Suspend(_) = intent.action {
                 let bucket = usize::from(intent.mode == Mode::Enforce);
                 if let Some(s) = &intent.savings

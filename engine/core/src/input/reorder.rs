@@ -45,6 +45,7 @@ impl<T: Timed> Buckets<T> {
         Buckets { width, base: 0, ring: VecDeque::new(), front_sorted: false, len: 0, spare: Vec::new() }
     }
 
+    #[cfg(test)]
     pub(crate) fn len(&self) -> usize {
         self.len
     }

@@ -5,7 +5,7 @@
 //! one shard, [`Sharding::refuses`]). What one replay's order depends on besides each job's own events is
 //! *where* a timer runs: before a record if it is due earlier, right after the first record of its time if
 //! due then (a job's sample at a stall limit counts, see [`Replay::feed`]). So every shard is told the time
-//! of every record ([`ShardInput::Clock`], once per distinct time, to the shards the record is not for),
+//! of every record ([`ShardInput`] without its record, once per distinct time, to the shards the record is not for),
 //! runs its timers where one replay would, and labels each event with its [`Place`] in one replay's order:
 //! the record it comes with, the part of that record's processing (timers before it, the record, timers at
 //! its time after it), the timer's time, whether it is an evaluation's event or the follow-up of an enforced
@@ -68,29 +68,29 @@ impl Sharding {
         if config.max_actions_per_hour.is_some() {
             return Some("the engine's hourly action cap counts every job's firings".into());
         }
-        policies.iter().find(|p| p.limits.max_actions_per_hour.is_some() || p.limits.max_concurrent_suspended.is_some()).map(
-            |p| format!("{} {} has spec.limits, which count every job's firings", p.reference.kind, p.reference),
-        )
+        policies
+            .iter()
+            .find(|p| p.limits.max_actions_per_hour.is_some() || p.limits.max_concurrent_suspended.is_some())
+            .map(|p| {
+                format!(
+                    "{} {} has spec.limits, which count every job's firings",
+                    p.reference.kind, p.reference
+                )
+            })
     }
 }
 
-/// What a shard is given, in the order of the merged stream.
+/// What a shard is given, in the order of the merged stream: a record of one of its jobs, or (no record)
+/// the time of another shard's record, the first of its time, where it runs the timers one replay would
+/// run there. (A struct, not an enum of the two: a record is large and not boxed, see [`StreamRecord`].)
 #[derive(Debug)]
-pub enum ShardInput {
-    /// A record of one of its jobs; `step` is the record's number in the merged stream (from 0).
-    Record {
-        /// The record's number.
-        step: u64,
-        /// The record.
-        record: StreamRecord,
-    },
-    /// The first record of a new time is another shard's: run the timers one replay would run there.
-    Clock {
-        /// The record's number.
-        step: u64,
-        /// Its time.
-        time: Timestamp,
-    },
+pub struct ShardInput {
+    /// The record's number in the merged stream (from 0).
+    step: u64,
+    /// Its time.
+    time: Timestamp,
+    /// The record, if it is this shard's.
+    record: Option<StreamRecord>,
 }
 
 /// Routes the merged stream's records to shards (see the module).
@@ -106,7 +106,7 @@ impl Dispatch {
         Dispatch { sharding, step: 0, last_time: None }
     }
 
-    /// Puts `record` into its shard's batch, and a [`ShardInput::Clock`] into the others' when its time is
+    /// Puts `record` into its shard's batch, and its time alone into the others' when its time is
     /// new. `batches` has one vector per shard.
     pub fn route(&mut self, record: StreamRecord, batches: &mut [Vec<ShardInput>]) {
         let step = self.step;
@@ -117,11 +117,11 @@ impl Dispatch {
             self.last_time = Some(time);
             for (i, batch) in batches.iter_mut().enumerate() {
                 if i != shard {
-                    batch.push(ShardInput::Clock { step, time });
+                    batch.push(ShardInput { step, time, record: None });
                 }
             }
         }
-        batches[shard].push(ShardInput::Record { step, record });
+        batches[shard].push(ShardInput { step, time, record: Some(record) });
     }
 
     /// Records routed so far: the step of [`ShardReplay::finish`].
@@ -182,7 +182,13 @@ impl ShardReplay {
         let places = replay
             .events
             .iter()
-            .map(|e| Place { step: 0, part: Part::Start, time: start, follow_up: false, job: e.job().clone() })
+            .map(|e| Place {
+                step: 0,
+                part: Part::Start,
+                time: start,
+                follow_up: false,
+                job: e.job().clone(),
+            })
             .collect();
         ShardReplay { replay, places }
     }
@@ -195,18 +201,17 @@ impl ShardReplay {
     /// Runs one input as one replay would (see the module).
     pub fn step(&mut self, input: ShardInput) {
         let places = &mut self.places;
-        let (step, time) = match &input {
-            ShardInput::Record { step, record } => (*step, record.time()),
-            ShardInput::Clock { step, time } => (*step, *time),
-        };
-        let mut before = |r: &mut Replay, at: Timestamp, counted: usize| label(r, places, step, Part::Before, at, counted);
+        let ShardInput { step, time, record } = input;
+        let mut before =
+            |r: &mut Replay, at: Timestamp, counted: usize| label(r, places, step, Part::Before, at, counted);
         let time = self.replay.begin_record_marked(time, &mut before);
-        if let ShardInput::Record { record, .. } = input {
+        if let Some(record) = record {
             let counted = self.replay.apply_record(record, time);
             label(&self.replay, &mut self.places, step, Part::Record, time, counted);
         }
         let places = &mut self.places;
-        let mut after = |r: &mut Replay, at: Timestamp, counted: usize| label(r, places, step, Part::After, at, counted);
+        let mut after =
+            |r: &mut Replay, at: Timestamp, counted: usize| label(r, places, step, Part::After, at, counted);
         self.replay.run_timers_marked(time, true, &mut after);
     }
 
@@ -214,7 +219,9 @@ impl ShardReplay {
     pub fn finish(&mut self, steps: u64, until: Option<Timestamp>) {
         if let Some(until) = until {
             let places = &mut self.places;
-            let mut end = |r: &mut Replay, at: Timestamp, counted: usize| label(r, places, steps, Part::Before, at, counted);
+            let mut end = |r: &mut Replay, at: Timestamp, counted: usize| {
+                label(r, places, steps, Part::Before, at, counted);
+            };
             self.replay.run_timers_marked(until, true, &mut end);
         }
         self.replay.finish(None);

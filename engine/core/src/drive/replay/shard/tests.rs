@@ -162,14 +162,17 @@ fn disordered_stream(jobs: usize, rounds: usize) -> String {
             }
             let time = Timestamp::from_second(start + i as i64 * 30 + (j % 30) as i64).unwrap();
             if j % 17 == 9 && i == 60 {
-                text += &format!("{{\"time\":\"{time}\",\"job\":\"{}/job-{j:03}\",\"deleted\":true}}\n", NAMESPACES[j % 3]);
+                text += &format!(
+                    "{{\"time\":\"{time}\",\"job\":\"{}/job-{j:03}\",\"deleted\":true}}\n",
+                    NAMESPACES[j % 3]
+                );
                 continue;
             }
             let loss = match j % 5 {
-                0 => 0.5 + 2.0 * (-(i as f64) / 20.0).exp(),                     // plateaus early
-                1 => 3.0 - i as f64 * 0.01,                                      // still learning
-                2 if i > 50 => f64::NAN,                                         // NaN from a step on
-                3 => 1.0 + 0.1 * ((i * 7 + j) % 13) as f64 / 13.0,               // noisy flat
+                0 => 0.5 + 2.0 * (-(i as f64) / 20.0).exp(), // plateaus early
+                1 => 3.0 - i as f64 * 0.01,                  // still learning
+                2 if i > 50 => f64::NAN,                     // NaN from a step on
+                3 => 1.0 + 0.1 * ((i * 7 + j) % 13) as f64 / 13.0, // noisy flat
                 _ => 2.0 * (-(i as f64) / 100.0).exp() + 0.001 * (i % 3) as f64, // slow
             };
             let loss = if loss.is_nan() { "NaN".to_string() } else { format!("{loss}") };
@@ -193,7 +196,8 @@ fn a_disordered_generated_stream_sharded_is_byte_identical() {
     let times: Vec<Timestamp> = records.iter().map(StreamRecord::time).collect();
     assert!(times.is_sorted(), "the merge put it in time order");
     let mut lines = StreamLines::new(std::io::Cursor::new(text.as_bytes().to_vec()), "generated.jsonl");
-    let as_written: Vec<Timestamp> = std::iter::from_fn(|| lines.next_record()).map(|r| r.unwrap().1.time()).collect();
+    let as_written: Vec<Timestamp> =
+        std::iter::from_fn(|| lines.next_record()).map(|r| r.unwrap().1.time()).collect();
     assert_eq!(as_written.len(), records.len());
     assert!(!as_written.is_sorted(), "and it was written out of order");
     let policy = [
