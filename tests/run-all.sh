@@ -109,10 +109,12 @@ fi
 
 # The Python companion package (sdk/python: ruff, mypy --strict, pytest, and its acknowledgement against
 # `trainwarden watch`'s status endpoint), beside the bare tier: it needs the workspace's debug binary and network
-# for its venv the first time, and seconds of CPU after that.
+# for its venv the first time, and seconds of CPU after that. Then the corpus converter's unit tests and its
+# check that the committed streams are what it writes (standard library only, ~2 s).
 # shellcheck disable=SC2016
 bg_stage python-tests 0 prereqs,cargo-build bash -c \
-  'TRAINWARDEN_BIN="$(cd "${CARGO_TARGET_DIR:-target}" && pwd)/debug/trainwarden" sdk/python/run-tests.sh'
+  'TRAINWARDEN_BIN="$(cd "${CARGO_TARGET_DIR:-target}" && pwd)/debug/trainwarden" sdk/python/run-tests.sh &&
+   python3 -m unittest -q examples/corpus/test_convert.py && python3 examples/corpus/convert.py --check'
 
 # The fault-injection suite (engine/e2e/tests/faults.rs) appends one row per scenario here.
 fault_table="${CARGO_TARGET_DIR:-target}/tmp/fault-table.tsv"

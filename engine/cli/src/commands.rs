@@ -9,6 +9,7 @@ use trainwarden_core::rule_test::{self, FileSource};
 use trainwarden_core::{BUILTINS, ScriptEngine};
 use trainwarden_core::{EngineConfig, Evaluator};
 
+use crate::output::outln;
 use crate::read;
 
 pub(crate) fn config(eval_interval: &str) -> Result<EngineConfig, String> {
@@ -63,7 +64,13 @@ pub(crate) fn load_exceptions(
             Ok(es) => {
                 for e in es {
                     match e.checked_against(policies, &source) {
-                        Ok(()) => out.push(e),
+                        Ok(()) => {
+                            // Not an error (the policy may be applied on its own), but never silent.
+                            for w in e.absent_targets(policies) {
+                                eprintln!("note: {source}: ProgressPolicyException {}: {w}", e.reference);
+                            }
+                            out.push(e);
+                        }
                         Err(errors) => report.push(errors.to_string()),
                     }
                 }
@@ -139,7 +146,7 @@ pub(crate) fn test(paths: &[PathBuf]) -> Result<bool, String> {
         let parsed = match rule_test::parse_test_file(&text) {
             Ok(t) => t,
             Err(e) => {
-                println!("FAIL {name}: {e}");
+                outln!("FAIL {name}: {e}");
                 failed += 1;
                 continue;
             }
@@ -148,7 +155,7 @@ pub(crate) fn test(paths: &[PathBuf]) -> Result<bool, String> {
         let config = match parsed.eval_interval.as_deref().map(config).transpose() {
             Ok(c) => c.unwrap_or_default(),
             Err(e) => {
-                println!("FAIL {name}: {e}");
+                outln!("FAIL {name}: {e}");
                 failed += 1;
                 continue;
             }
@@ -156,9 +163,9 @@ pub(crate) fn test(paths: &[PathBuf]) -> Result<bool, String> {
         let docs = match rule_test::load_policies(&parsed, &dir) {
             Ok(d) => d,
             Err(errors) => {
-                println!("FAIL {name}: invalid policy");
+                outln!("FAIL {name}: invalid policy");
                 for e in errors {
-                    println!("    {e}");
+                    outln!("    {e}");
                 }
                 failed += 1;
                 continue;
@@ -186,19 +193,19 @@ pub(crate) fn test(paths: &[PathBuf]) -> Result<bool, String> {
             };
             if result.failures.is_empty() {
                 passed += 1;
-                println!("ok   {name} :: {}", result.name);
+                outln!("ok   {name} :: {}", result.name);
             } else {
                 failed += 1;
-                println!("FAIL {name} :: {}", result.name);
+                outln!("FAIL {name} :: {}", result.name);
                 for f in &result.failures {
                     for line in f.lines() {
-                        println!("    {line}");
+                        outln!("    {line}");
                     }
                 }
             }
         }
     }
-    println!("{passed} passed, {failed} failed");
+    outln!("{passed} passed, {failed} failed");
     Ok(failed == 0)
 }
 
@@ -208,89 +215,237 @@ fn is_real_dir(path: &Path) -> bool {
     std::fs::symlink_metadata(path).is_ok_and(|m| m.is_dir())
 }
 
-pub(crate) fn validate(paths: &[PathBuf]) -> Result<bool, String> {
+/// `validate`: every file is checked, whatever the others hold (a file that cannot be read is said and the
+/// rest go on); then what only the files together show: a policy or exception defined twice (replay refuses
+/// that, and on a cluster the second apply replaces the first), and exceptions against the policies they
+/// name. Exit 0 when all is valid, 1 when something is invalid (or, `--strict`, only warned about), 2 when
+/// a file could not be read.
+pub(crate) fn validate(paths: &[PathBuf], strict: bool) -> Result<bool, String> {
     let mut files = Vec::new();
+    let mut missing = Vec::new();
+    // Files named on the command line are checked whatever they hold; in a directory, manifests of other
+    // APIs (a TrainingRuntime beside the policies) are said to be skipped.
+    let named: std::collections::HashSet<&Path> =
+        paths.iter().filter(|p| !p.is_dir()).map(PathBuf::as_path).collect();
     for p in paths {
-        collect_files(p, is_policy_file, &mut files)?;
+        if let Err(e) = collect_files(p, is_policy_file, &mut files) {
+            missing.push(e);
+        }
     }
     if files.is_empty() {
+        if !missing.is_empty() {
+            return Err(missing.join("\n"));
+        }
         return Err(format!(
             "no policy files (*.yaml, *.yml) in {}",
             paths.iter().map(|p| p.display().to_string()).collect::<Vec<_>>().join(", ")
         ));
     }
+    // Said first, and the files that are there are validated all the same.
+    for e in &missing {
+        outln!("{e}");
+    }
+    let mut unreadable = !missing.is_empty();
     let engine = ScriptEngine::default();
     let mut ok = true;
-    let mut compiled = Vec::new();
+    let mut warned = false;
+    // Every document's outcome, in file order, printed once duplicates across files are known.
+    let mut outcomes: Vec<(String, Result<CompiledPolicy, String>)> = Vec::new();
+    // Files of a directory that hold only other APIs' objects, each said where it comes in order.
+    let mut skipped: Vec<(usize, String)> = Vec::new();
+    let mut texts: Vec<(String, String)> = Vec::new();
     for file in &files {
-        let text = read(file)?;
         let source = file.display().to_string();
+        let text = match read(file) {
+            Ok(t) => t,
+            Err(e) => {
+                outcomes.push((source, Err(e)));
+                unreadable = true;
+                continue;
+            }
+        };
+        if !named.contains(file.as_path())
+            && let Some(objects) = trainwarden_core::objects_of_other_apis(&text)
+        {
+            skipped.push((
+                outcomes.len(),
+                format!(
+                    "{source}: skipped: it holds {}, no trainwarden object (name the file to have it checked)",
+                    objects.join(", ")
+                ),
+            ));
+            continue;
+        }
         match trainwarden_core::parse_documents(&text, &source) {
             Ok(docs) => {
                 for doc in docs {
-                    match trainwarden_core::compile(&doc, &engine) {
-                        Ok(p) => {
-                            println!(
-                                "{source}: {} {} is valid ({})",
-                                p.reference.kind,
-                                p.reference,
-                                trainwarden_core::plural(p.rules.len() as u64, "rule", "rules")
-                            );
-                            compiled.push(p);
-                        }
-                        Err(e) => {
-                            ok = false;
-                            println!("{source}: {e}");
-                        }
-                    }
+                    let outcome =
+                        trainwarden_core::compile(&doc, &engine).map_err(|e| format!("{source}: {e}"));
+                    outcomes.push((source.clone(), outcome));
                 }
             }
+            Err(e) => outcomes.push((source.clone(), Err(e.to_string()))),
+        }
+        texts.push((source, text));
+    }
+    if outcomes.is_empty() && texts.is_empty() && !skipped.is_empty() && !unreadable {
+        for (_, note) in &skipped {
+            outln!("{note}");
+        }
+        return Err(format!(
+            "no trainwarden object in {}",
+            paths.iter().map(|p| p.display().to_string()).collect::<Vec<_>>().join(", ")
+        ));
+    }
+    // Defined twice: both places named, neither reported valid.
+    let twice = defined_twice(outcomes.iter().filter_map(|(_, o)| o.as_ref().ok()));
+    let mut compiled = Vec::new();
+    let mut skipped = skipped.into_iter().peekable();
+    for (i, (source, outcome)) in outcomes.into_iter().enumerate() {
+        while let Some((_, note)) = skipped.next_if(|(at, _)| *at == i) {
+            outln!("{note}");
+        }
+        let p = match outcome {
+            Ok(p) => p,
             Err(e) => {
                 ok = false;
-                println!("{e}");
+                outln!("{e}");
+                continue;
             }
+        };
+        let r = &p.reference;
+        if let Some(message) = twice.get(&(r.kind, r.namespace.clone(), r.name.clone())) {
+            ok = false;
+            outln!("{source}: {} {r} {message}", r.kind);
+            continue;
         }
+        let rules = trainwarden_core::plural(p.rules.len() as u64, "rule", "rules");
+        if p.warnings.is_empty() {
+            outln!("{source}: {} {r} is valid ({rules})", r.kind);
+        } else {
+            warned = true;
+            let verdict = if strict { "is refused (--strict)" } else { "is valid" };
+            let n = trainwarden_core::plural(p.warnings.len() as u64, "warning", "warnings");
+            outln!("{source}: {} {r} {verdict} ({rules}), {n}:", r.kind);
+            print_located(&source, &p.warnings);
+        }
+        compiled.push((source, p));
     }
+    for (_, note) in skipped {
+        outln!("{note}");
+    }
+    let policies: Vec<CompiledPolicy> = {
+        let mut seen = std::collections::HashSet::new();
+        compiled
+            .into_iter()
+            .map(|(_, p)| p)
+            .filter(|p| {
+                seen.insert((p.reference.kind, p.reference.namespace.clone(), p.reference.name.clone()))
+            })
+            .collect()
+    };
     // Exceptions last: each is checked against every policy validated with it.
-    for file in &files {
-        let text = read(file)?;
-        let source = file.display().to_string();
-        match trainwarden_core::parse_exceptions(&text, &source) {
-            Ok(exceptions) => {
-                for e in exceptions {
-                    match e.checked_against(&compiled, &source) {
-                        Ok(()) => println!(
-                            "{source}: ProgressPolicyException {} is valid (expires {})",
-                            e.reference, e.expires
-                        ),
-                        Err(errors) => {
-                            ok = false;
-                            println!("{errors}");
-                        }
-                    }
-                }
-            }
+    let mut exceptions: Vec<(String, trainwarden_core::CompiledException)> = Vec::new();
+    for (source, text) in &texts {
+        match trainwarden_core::parse_exceptions(text, source) {
+            Ok(es) => exceptions.extend(es.into_iter().map(|e| (source.clone(), e))),
             Err(e) => {
                 ok = false;
-                println!("{e}");
+                outln!("{e}");
             }
         }
     }
-    Ok(ok)
+    for (i, (source, e)) in exceptions.iter().enumerate() {
+        if let Some((first, _)) = exceptions[..i].iter().find(|(_, x)| x.reference == e.reference) {
+            ok = false;
+            outln!(
+                "{source}: ProgressPolicyException {} is defined twice: also in {first}; replay refuses both, and on a cluster the second apply replaces the first",
+                e.reference
+            );
+            continue;
+        }
+        match e.checked_against(&policies, source) {
+            Ok(()) => {
+                let absent = e.absent_targets(&policies);
+                if absent.is_empty() {
+                    outln!(
+                        "{source}: ProgressPolicyException {} is valid (expires {})",
+                        e.reference,
+                        e.expires
+                    );
+                } else {
+                    warned = true;
+                    let verdict = if strict { "is refused (--strict)" } else { "is valid" };
+                    let n = trainwarden_core::plural(absent.len() as u64, "warning", "warnings");
+                    outln!(
+                        "{source}: ProgressPolicyException {} {verdict} (expires {}), {n}:",
+                        e.reference,
+                        e.expires
+                    );
+                    print_located(source, &absent);
+                }
+            }
+            Err(errors) => {
+                ok = false;
+                outln!("{errors}");
+            }
+        }
+    }
+    if unreadable {
+        return Err("some files could not be read (above); the others were validated".into());
+    }
+    Ok(ok && !(strict && warned))
+}
+
+/// Warnings under their document, each at `file:line:column` when known.
+fn print_located(source: &str, warnings: &[trainwarden_core::FieldError]) {
+    for w in warnings {
+        match w.position {
+            Some(p) => outln!("  - {source}:{}:{}: {w}", p.line, p.column),
+            None => outln!("  - {w}"),
+        }
+    }
+}
+
+/// Policies defined more than once (same kind, namespace and name), each with the message that names every
+/// place it is defined.
+fn defined_twice<'a>(
+    policies: impl Iterator<Item = &'a CompiledPolicy> + Clone,
+) -> std::collections::HashMap<(trainwarden_core::PolicyKind, Option<String>, String), String> {
+    let mut places: std::collections::HashMap<_, Vec<String>> = std::collections::HashMap::new();
+    for p in policies {
+        let r = &p.reference;
+        places
+            .entry((r.kind, r.namespace.clone(), r.name.clone()))
+            .or_default()
+            .push(p.origin.clone().unwrap_or_else(|| "a document".into()));
+    }
+    places
+        .into_iter()
+        .filter(|(_, at)| at.len() > 1)
+        .map(|(key, at)| {
+            let times = if at.len() == 2 { "twice".to_string() } else { format!("{} times", at.len()) };
+            let message = format!(
+                "is defined {times}: in {}; replay refuses that, and on a cluster the last apply replaces the others",
+                at.join(" and in ")
+            );
+            (key, message)
+        })
+        .collect()
 }
 
 pub(crate) fn detectors() {
     for d in trainwarden_core::DETECTORS {
-        println!("{}\n  {}", d.name, d.summary);
+        outln!("{}\n  {}", d.name, d.summary);
         for trainwarden_core::ParamDoc { name, ty, default, doc } in d.params {
-            println!("    {name:<28} {ty:<20} default {default:<10} {doc}");
+            outln!("    {name:<28} {ty:<20} default {default:<10} {doc}");
         }
-        println!("  example with: {}\n", d.example);
+        outln!("  example with: {}\n", d.example);
     }
 }
 
 pub(crate) fn functions() {
     for b in BUILTINS {
-        println!("{}\n  {}\n  e.g. {}  →  {}\n", b.signature, b.doc, b.example, b.expected);
+        outln!("{}\n  {}\n  e.g. {}  →  {}\n", b.signature, b.doc, b.example, b.expected);
     }
 }

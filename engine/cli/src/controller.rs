@@ -306,6 +306,21 @@ pub(crate) fn run(args: ControllerArgs) -> ExitCode {
         });
         match trainwarden_controller::run(client, config, stop_rx).await {
             Ok(()) => ExitCode::SUCCESS,
+            // Only a 404 says a CRD is missing; a server that never answered is another matter.
+            Err(trainwarden_controller::Error::MissingCrd(crd, e)) if !matches!(&e, kube::Error::Api(s) if s.code == 404) => {
+                let server = match &args.kubeconfig {
+                    Some(path) => trainwarden_kube::client::config_from_kubeconfig(path)
+                        .await
+                        .map_or_else(|_| format!("of {}", path.display()), |c| format!("at {}", c.cluster_url)),
+                    None => "(from KUBECONFIG, ~/.kube/config or the in-cluster service account)".into(),
+                };
+                tracing::error!(
+                    error = %trainwarden_core::error_chain(&e),
+                    "no answer from the API server {server} while checking that the {crd} CRD is installed; \
+                     is it up, and is this the cluster you meant?"
+                );
+                ExitCode::from(1)
+            }
             Err(e) => {
                 tracing::error!(error = %e, "controller stopped");
                 ExitCode::from(1)

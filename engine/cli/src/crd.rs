@@ -9,7 +9,7 @@ use trainwarden_kube::crd;
 /// on stderr.
 pub(crate) fn crd(write: &[PathBuf]) -> Result<bool, String> {
     if write.is_empty() {
-        print!("{}", crd::crds_yaml().map_err(|e| format!("serializing the CRDs: {e}"))?);
+        crate::output::out!("{}", crd::crds_yaml().map_err(|e| format!("serializing the CRDs: {e}"))?);
     }
     for dir in write {
         {

@@ -11,6 +11,7 @@ mod backtest;
 mod commands;
 mod controller;
 mod crd;
+mod output;
 mod replay;
 mod streams;
 mod watch;
@@ -45,12 +46,17 @@ enum Command {
         #[arg(long)]
         until: Option<String>,
         /// How much earlier than the latest line above it a line may be (a stream is read in order, through
-        /// a reorder window this long); a line later than that stops the replay with an error.
-        #[arg(long, value_name = "DURATION", default_value = "5m")]
-        max_lateness: String,
+        /// a reorder window this long); a line later than that stops the replay with an error. Default 5m;
+        /// 0s for a live stdin (a terminal or a pipe), whose events a window would hold back by its length.
+        #[arg(long, value_name = "DURATION")]
+        max_lateness: Option<String>,
         /// Stream files (JSONL, or gzip / zstd compressed JSONL); `-` reads stdin.
         #[arg(required = true)]
         streams: Vec<PathBuf>,
+        /// Namespaces' labels, for ClusterProgressPolicies' namespaceSelector (a stream has no cluster to read
+        /// them from): YAML or JSON, `NAMESPACE: {LABEL: VALUE}` or `kubectl get namespaces -o yaml`.
+        #[arg(long, value_name = "FILE")]
+        namespace_labels: Option<PathBuf>,
         /// Send the notifications the policies' receivers would get, for real. Secrets come from
         /// TRAINWARDEN_SECRET_<NAMESPACE>_<NAME>_<KEY> variables, then from --secrets-dir.
         #[arg(long)]
@@ -68,7 +74,7 @@ enum Command {
     ///
     /// Examples:
     ///   trainwarden backtest policies/plateau.yaml examples/corpus/
-    ///   trainwarden backtest policies/plateau.yaml examples/corpus/ --set rules[loss-plateau].with.window=1h,2h,4h --html report.html
+    ///   trainwarden backtest policies/plateau.yaml examples/corpus/ --set rules[no-improvement].with.window=20%,30%,40% --html report.html
     #[command(verbatim_doc_comment)]
     Backtest(backtest::BacktestArgs),
     /// Run policy test files (*.test.yaml); directories are searched recursively. Default: policies/.
@@ -78,6 +84,10 @@ enum Command {
     Validate {
         #[arg(required = true)]
         files: Vec<PathBuf>,
+        /// Refuse what is only a warning (a metric name neither canonical nor declared in spec.metrics, an
+        /// exception whose policy is not among the files), as a CI gate should.
+        #[arg(long)]
+        strict: bool,
     },
     /// Print the built-in detectors and their parameters.
     Detectors,
@@ -86,10 +96,14 @@ enum Command {
     /// Run a training command under policies: it reports to a Kubeflow-compatible endpoint (the SDK's
     /// update_trainjob_status, transformers' KubeflowCallback) and is stopped (SIGTERM, then SIGKILL) when a
     /// policy suspends it.
+    ///
+    /// Exit status: the command's own when it ran to its end; 75 (EX_TEMPFAIL) when a policy stopped it;
+    /// 130/143 after Ctrl-C/SIGTERM; 2 for usage errors; 126/127 when the command cannot be started.
     Watch(watch::WatchArgs),
     /// Run the Kubernetes controller: watch TrainJobs and progress policies, act on firing rules.
     Controller(Box<controller::ControllerArgs>),
-    /// Print the ProgressPolicy and ClusterProgressPolicy CRDs (YAML), or write them into a directory.
+    /// Print the ProgressPolicy, ClusterProgressPolicy and ProgressPolicyException CRDs (YAML), or write them
+    /// into a directory.
     Crd {
         /// Write one file per CRD into this directory instead of printing. Repeatable: the repository keeps
         /// crds/ and the Helm chart's copy, charts/trainwarden/crds/.
@@ -101,11 +115,6 @@ enum Command {
 fn main() -> ExitCode {
     allocator::return_freed_memory_promptly();
     let command = Cli::parse().command;
-    // A command that prints a verdict must not look like it passed when its output was cut off.
-    exit_quietly_on_broken_pipe(match command {
-        Command::Crd { .. } | Command::Detectors | Command::Functions => 0,
-        _ => 141,
-    });
     let command = match command {
         // The controller sets up its own logging (JSON by default) and runtime.
         Command::Controller(args) => return controller::run(*args),
@@ -126,6 +135,7 @@ fn main() -> ExitCode {
             until,
             max_lateness,
             streams,
+            namespace_labels,
             notify,
             secrets_dir,
             shards,
@@ -134,8 +144,9 @@ fn main() -> ExitCode {
             json: matches!(output, Output::Json),
             eval_interval: &eval_interval,
             until: until.as_deref(),
-            max_lateness: &max_lateness,
+            max_lateness: max_lateness.as_deref(),
             streams: &streams,
+            namespace_labels: namespace_labels.as_deref(),
             notify: &replay::ReplayNotify { send: notify, secrets_dir },
             shards,
         }),
@@ -143,7 +154,7 @@ fn main() -> ExitCode {
             let paths = if paths.is_empty() { vec![PathBuf::from("policies")] } else { paths };
             commands::test(&paths)
         }
-        Command::Validate { files } => commands::validate(&files),
+        Command::Validate { files, strict } => commands::validate(&files, strict),
         Command::Backtest(args) => backtest::backtest(&args),
         Command::Detectors => {
             commands::detectors();
@@ -157,6 +168,8 @@ fn main() -> ExitCode {
         Command::Watch(args) => return watch::run(args),
         Command::Controller(_) => unreachable!("handled before logging is set up"),
     };
+    // Output still buffered is written now, and a failure to write it is an error like any other.
+    output::finish();
     match result {
         Ok(true) => ExitCode::SUCCESS,
         Ok(false) => ExitCode::from(1),
@@ -173,26 +186,41 @@ pub(crate) fn colour_on_stderr() -> bool {
     std::io::stderr().is_terminal() && std::env::var_os("NO_COLOR").is_none_or(|v| v.is_empty())
 }
 
-/// `trainwarden crd | head`: when the reader goes away, printing fails with EPIPE and `println!` panics.
-/// That is the normal end of a pipeline, not a failure: exit quietly, with `status` — 0 for commands that
-/// only print a listing (a `pipefail` pipeline still passes), 141 (as if killed by SIGPIPE) for those whose
-/// output is a verdict that was not all read. Rust ignores SIGPIPE, so sockets are unaffected.
-fn exit_quietly_on_broken_pipe(status: i32) {
-    let default = std::panic::take_hook();
-    std::panic::set_hook(Box::new(move |info| {
-        let payload = info.payload();
-        let message = payload
-            .downcast_ref::<String>()
-            .map(String::as_str)
-            .or_else(|| payload.downcast_ref::<&str>().copied())
-            .unwrap_or_default();
-        if message.starts_with("failed printing to stdout") && message.contains("Broken pipe") {
-            std::process::exit(status);
-        }
-        default(info);
-    }));
+/// A text file (a policy, a test file): UTF-8, a byte-order mark allowed. What it cannot be read as is said
+/// with the file and, for bytes that are not UTF-8, the line and column of the first one.
+pub(crate) fn read(path: &Path) -> Result<String, String> {
+    let bytes = std::fs::read(path).map_err(|e| format!("{}: {}", path.display(), io_error(&e)))?;
+    text_of(bytes, &path.display().to_string())
 }
 
-pub(crate) fn read(path: &Path) -> Result<String, String> {
-    std::fs::read_to_string(path).map_err(|e| format!("{}: {e}", path.display()))
+/// An I/O error as people say it: `no such file or directory`, not `No such file or directory (os error 2)`.
+pub(crate) fn io_error(e: &std::io::Error) -> String {
+    match e.kind() {
+        std::io::ErrorKind::NotFound => "no such file or directory".into(),
+        std::io::ErrorKind::PermissionDenied => "permission denied".into(),
+        std::io::ErrorKind::IsADirectory => "is a directory".into(),
+        _ => e.to_string(),
+    }
+}
+
+/// `bytes` as UTF-8 text, or why not, at `name:line:column`.
+pub(crate) fn text_of(bytes: Vec<u8>, name: &str) -> Result<String, String> {
+    if bytes.starts_with(&[0xff, 0xfe]) || bytes.starts_with(&[0xfe, 0xff]) {
+        return Err(format!(
+            "{name}:1:1: UTF-16 text (it starts with a UTF-16 byte-order mark); trainwarden reads UTF-8: convert it, \
+             e.g. iconv -f UTF-16 -t UTF-8"
+        ));
+    }
+    String::from_utf8(bytes).map_err(|e| {
+        let bytes = e.as_bytes();
+        let at = e.utf8_error().valid_up_to();
+        let before = &bytes[..at];
+        let line = before.iter().filter(|b| **b == b'\n').count() + 1;
+        let line_start = before.iter().rposition(|b| *b == b'\n').map_or(0, |i| i + 1);
+        let column = String::from_utf8_lossy(&before[line_start..]).chars().count() + 1;
+        format!(
+            "{name}:{line}:{column}: not UTF-8 (byte 0x{:02x}; Latin-1 or another encoding?): save the file as UTF-8",
+            bytes[at]
+        )
+    })
 }

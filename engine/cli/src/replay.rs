@@ -39,10 +39,12 @@ pub(crate) struct ReplayArgs<'a> {
     pub json: bool,
     pub eval_interval: &'a str,
     pub until: Option<&'a str>,
-    pub max_lateness: &'a str,
+    /// `--max-lateness`, if given.
+    pub max_lateness: Option<&'a str>,
     pub streams: &'a [PathBuf],
+    pub namespace_labels: Option<&'a Path>,
     pub notify: &'a ReplayNotify,
-    /// `--shards`: evaluator threads, jobs spread over them by key (`None`: one per core).
+    /// `--shards`: evaluator threads, jobs spread over them by key (`None`: one per core but one).
     pub shards: Option<usize>,
 }
 
@@ -52,8 +54,13 @@ pub(crate) fn replay(args: &ReplayArgs<'_>) -> Result<bool, String> {
         .until
         .map(|u| u.parse::<Timestamp>().map_err(|e| format!("--until: expected an RFC 3339 time: {e}")))
         .transpose()?;
-    let max_lateness: PolicyDuration =
-        args.max_lateness.parse().map_err(|e| format!("--max-lateness: {e}"))?;
+    let inputs = streams::open_inputs(args.streams)?;
+    let live = inputs.iter().any(|i| i.live);
+    let max_lateness: PolicyDuration = match args.max_lateness {
+        Some(text) => text.parse().map_err(|e| format!("--max-lateness: {e}"))?,
+        None if live => PolicyDuration::from_secs(0),
+        None => PolicyDuration::from_secs(300),
+    };
     let engine = Evaluator::new(config.clone());
     let policies = load_policies(args.policy_files, engine.scripts())?;
     Replay::check_unique(&policies)?;
@@ -75,10 +82,7 @@ pub(crate) fn replay(args: &ReplayArgs<'_>) -> Result<bool, String> {
         eprintln!("note: {note}");
     }
     let tz = policies[0].env.calendar.time_zone().clone();
-    let decoded = streams::open_all(args.streams)?
-        .into_iter()
-        .map(streams::DecodedAhead::start)
-        .collect::<Result<Vec<_>, _>>()?;
+    let decoded = inputs.into_iter().map(streams::DecodedAhead::start).collect::<Result<Vec<_>, _>>()?;
     let mut merge = Merge::new(decoded, max_lateness);
     // Notifications are grouped on the stream's clock, event by event, with each job's progress at the time.
     let notifications = OfflineNotifications::new(&policies);
@@ -86,8 +90,15 @@ pub(crate) fn replay(args: &ReplayArgs<'_>) -> Result<bool, String> {
         return Err("--notify: no policy declares spec.receivers".into());
     }
     let mut rounds = RoundLimit { interval: config.eval_interval, until, first: None, last: None };
-    // Each shard its own evaluator (its own Rhai engine and timers), with the same policies and exceptions.
     let exceptions = load_exceptions(args.policy_files, &policies)?;
+    let namespace_labels = match args.namespace_labels {
+        Some(path) => {
+            trainwarden_core::parse_namespace_labels(&crate::read(path)?, &path.display().to_string())?
+        }
+        None => trainwarden_core::NamespaceLabels::new(),
+    };
+    // Each shard its own evaluator (its own Rhai engine and timers), with the same policies, exceptions and
+    // namespace labels.
     let mut replays = Vec::with_capacity(shards);
     let mut first = Some(policies);
     for _ in 0..shards {
@@ -96,11 +107,14 @@ pub(crate) fn replay(args: &ReplayArgs<'_>) -> Result<bool, String> {
             None => load_policies(args.policy_files, engine.scripts())?,
         };
         let mut replay = Replay::new(policies, config.clone());
+        for (namespace, labels) in namespace_labels.clone() {
+            replay.set_namespace_labels(&namespace, labels);
+        }
         replay.add_exceptions(exceptions.clone());
         replays.push(replay);
     }
     let heading = "invalid stream (replayed up to the first bad line)";
-    let run = sharded::Run { replays, until, json: args.json, tz, notifications, rounds: &mut rounds };
+    let run = sharded::Run { replays, until, json: args.json, tz, live, notifications, rounds: &mut rounds };
     let done = sharded::replay(&mut merge, heading, run)?;
     let notifications = done.notifications;
     let Some(summary) = done.summary else {
@@ -129,20 +143,31 @@ pub(crate) fn replay(args: &ReplayArgs<'_>) -> Result<bool, String> {
 struct RoundLimit {
     interval: PolicyDuration,
     until: Option<Timestamp>,
-    first: Option<Timestamp>,
+    /// The first record's time and where it is (`file:line`).
+    first: Option<(Timestamp, String)>,
     last: Option<Timestamp>,
 }
 
 impl RoundLimit {
-    /// Before the record at `time` (records come in time order) is fed.
-    fn check(&mut self, time: Timestamp) -> Result<(), String> {
-        let first = *self.first.get_or_insert(time);
+    /// Before the record at `time` (records come in time order), at `position()`, is fed.
+    fn check(&mut self, time: Timestamp, position: impl Fn() -> String) -> Result<(), String> {
+        let (first, first_at) = self.first.get_or_insert_with(|| (time, position())).clone();
         self.last = Some(time);
         let end = self.until.unwrap_or(time).max(time);
         let rounds = end.duration_since(first).as_secs_f64() / self.interval.as_secs_f64();
         if rounds > MAX_ROUNDS {
+            let (why, at) = match self.until {
+                Some(u) if u >= time => (format!("to --until {u}"), String::new()),
+                _ => (format!("to {}: its time {time}", position()), format!("{}: ", position())),
+            };
+            let epoch = if first.as_second() < 86_400 {
+                format!(" ({first_at} is at the Unix epoch: a time that was never set?)")
+            } else {
+                String::new()
+            };
             return Err(format!(
-                "replaying {first} to {end} every {} is {} evaluation rounds (at most {MAX_ROUNDS}): raise --eval-interval",
+                "{at}replaying from {first_at} ({first}) {why} every {} is {} evaluation rounds (at most \
+                 {MAX_ROUNDS}){epoch}: check the stream's times, or raise --eval-interval",
                 self.interval,
                 rounds.round(),
             ));
@@ -167,11 +192,13 @@ struct Timeline {
     out: BufWriter<io::StdoutLock<'static>>,
     json: bool,
     tz: jiff::tz::TimeZone,
+    /// The input is live: each record's events are written out at once, not when the buffer fills.
+    live: bool,
 }
 
 impl Timeline {
-    fn new(json: bool, tz: jiff::tz::TimeZone) -> Self {
-        Timeline { out: BufWriter::with_capacity(1 << 16, io::stdout().lock()), json, tz }
+    fn new(json: bool, tz: jiff::tz::TimeZone, live: bool) -> Self {
+        Timeline { out: crate::output::stdout(), json, tz, live }
     }
 
     /// Prints an event and feeds it to the notification grouper, with its job's progress at the time.
@@ -187,6 +214,11 @@ impl Timeline {
         } else {
             self.out.write_all(replay::render_event(event, &self.tz).as_bytes())
         }
+    }
+
+    /// After a record's events: a live input's are written out at once, not when the buffer fills.
+    fn record_done(&mut self) -> io::Result<()> {
+        if self.live { self.out.flush() } else { Ok(()) }
     }
 
     /// Writes out what is buffered (a replay stopped by a bad line shows the events before it).

@@ -58,16 +58,21 @@ pub(crate) struct DecodedAhead {
     thread: Option<std::thread::JoinHandle<()>>,
     /// The last line handed on, record or error: where a decoding thread that stopped had got to.
     last_line: usize,
+    /// A live input ([`Opened::live`]): after its first bad line it is not read on (that could wait for
+    /// ever), and it ends there.
+    live: bool,
+    ended: bool,
 }
 
 impl DecodedAhead {
-    /// Starts decoding `lines` on a new thread.
-    pub(crate) fn start(mut lines: StreamLines<Input>) -> Result<DecodedAhead, String> {
+    /// Starts decoding `opened` on a new thread.
+    pub(crate) fn start(opened: Opened) -> Result<DecodedAhead, String> {
+        let Opened { mut lines, live } = opened;
         let source = lines.source().to_string();
         let (sender, batches) = sync_channel(BATCHES_AHEAD);
         let thread = std::thread::Builder::new()
             .name(format!("decode {source}"))
-            .spawn(move || decode_into(&mut lines, &sender))
+            .spawn(move || decode_into(&mut lines, &sender, live))
             .map_err(|e| format!("{source}: cannot start a decoding thread: {e}"))?;
         Ok(DecodedAhead {
             source,
@@ -75,16 +80,33 @@ impl DecodedAhead {
             current: Vec::new().into_iter(),
             thread: Some(thread),
             last_line: 0,
+            live,
+            ended: false,
         })
     }
 }
 
-fn decode_into(lines: &mut StreamLines<Input>, sender: &SyncSender<Vec<Decoded>>) {
+/// Whether stdin has bytes to read now (poll with no wait).
+fn stdin_ready() -> bool {
+    use nix::poll::{PollFd, PollFlags, PollTimeout, poll};
+    use std::os::fd::AsFd;
+    let stdin = io::stdin();
+    let mut fds = [PollFd::new(stdin.as_fd(), PollFlags::POLLIN)];
+    // An error (EINTR) counts as "not ready": the batch is handed on, which is never wrong.
+    poll(&mut fds, PollTimeout::ZERO).is_ok_and(|n| n > 0)
+}
+
+fn decode_into(lines: &mut StreamLines<Input>, sender: &SyncSender<Vec<Decoded>>, live: bool) {
     loop {
         let mut batch = Vec::with_capacity(BATCH_RECORDS);
         let start = lines.bytes_read();
         let mut ended = false;
         while batch.len() < BATCH_RECORDS && lines.bytes_read() - start < BATCH_BYTES {
+            // A live input hands on what it has before a read that would wait for the next line: each
+            // event is printed as it happens, not when a thousand lines have come.
+            if live && !batch.is_empty() && !stdin_ready() {
+                break;
+            }
             match lines.next_record() {
                 Some(r) => batch.push(r),
                 None => {
@@ -105,10 +127,16 @@ fn decode_into(lines: &mut StreamLines<Input>, sender: &SyncSender<Vec<Decoded>>
 impl RecordSource for DecodedAhead {
     fn next_record(&mut self) -> Option<Decoded> {
         loop {
+            if self.ended {
+                return None;
+            }
             if let Some(r) = self.current.next() {
                 self.last_line = match &r {
                     Ok((line, _)) => *line,
-                    Err(e) => e.line,
+                    Err(e) => {
+                        self.ended = self.live;
+                        e.line
+                    }
                 };
                 return Some(r);
             }
@@ -181,27 +209,56 @@ impl Format {
     }
 }
 
+/// An input opened for reading, and whether it is live.
+pub(crate) struct Opened {
+    pub(crate) lines: StreamLines<Input>,
+    /// Stdin that is not a file (a terminal, a pipe, a device): its lines come as they are written, so each
+    /// event is printed as it happens, lines are taken in strict order (a reorder window would hold events
+    /// back by its length), and reading stops at the first bad line.
+    pub(crate) live: bool,
+}
+
 /// Opens every stream; `-` (at most once) is stdin, named `stdin` in errors.
-pub(crate) fn open_all(paths: &[PathBuf]) -> Result<Vec<StreamLines<Input>>, String> {
+pub(crate) fn open_inputs(paths: &[PathBuf]) -> Result<Vec<Opened>, String> {
     if paths.iter().filter(|p| is_stdin(p)).count() > 1 {
         return Err("- (stdin) is given more than once".into());
     }
     paths.iter().map(|p| open(p)).collect()
 }
 
+/// [`open_inputs`], their lines only.
+pub(crate) fn open_all(paths: &[PathBuf]) -> Result<Vec<StreamLines<Input>>, String> {
+    Ok(open_inputs(paths)?.into_iter().map(|o| o.lines).collect())
+}
+
 fn is_stdin(path: &Path) -> bool {
     path.as_os_str() == "-"
 }
 
-fn open(path: &Path) -> Result<StreamLines<Input>, String> {
-    let (name, raw): (String, Input) = if is_stdin(path) {
-        ("stdin".into(), Box::new(BufReader::with_capacity(BUFFER, io::stdin())))
+/// Whether stdin is live: anything but a regular file.
+pub(crate) fn stdin_is_live() -> bool {
+    use std::os::fd::AsFd;
+    let stdin = io::stdin();
+    let is_file = stdin
+        .as_fd()
+        .try_clone_to_owned()
+        .ok()
+        .map(File::from)
+        .and_then(|f| f.metadata().ok())
+        .is_some_and(|m| m.is_file());
+    !is_file
+}
+
+fn open(path: &Path) -> Result<Opened, String> {
+    let (name, raw, live): (String, Input, bool) = if is_stdin(path) {
+        // A live stdin is read as it comes (a large buffer would wait to fill only on a file).
+        ("stdin".into(), Box::new(BufReader::with_capacity(BUFFER, io::stdin())), stdin_is_live())
     } else {
-        let file = File::open(path).map_err(|e| format!("{}: {e}", path.display()))?;
-        (path.display().to_string(), Box::new(BufReader::with_capacity(BUFFER, file)))
+        let file = File::open(path).map_err(|e| format!("{}: {}", path.display(), crate::io_error(&e)))?;
+        (path.display().to_string(), Box::new(BufReader::with_capacity(BUFFER, file)), false)
     };
     let reader = decompressed(raw, &name)?;
-    Ok(StreamLines::new(reader, name))
+    Ok(Opened { lines: StreamLines::new(reader, name), live })
 }
 
 /// `raw` as text: decompressed if its first bytes are gzip's or zstd's magic number. A name ending in `.gz`
@@ -322,7 +379,7 @@ mod tests {
         std::io::Write::write_all(&mut gz, text.as_bytes()).unwrap();
         std::fs::write(&path, gz.finish().unwrap()).unwrap();
 
-        let mut direct = open(&path).unwrap();
+        let mut direct = open(&path).unwrap().lines;
         let mut ahead = DecodedAhead::start(open(&path).unwrap()).unwrap();
         let expected = records(&mut direct);
         assert_eq!(expected.len(), 5_000 + 6);
@@ -352,7 +409,8 @@ mod tests {
             .collect();
         let reader: Input =
             Box::new(std::io::BufReader::new(PanicsAfter(std::io::Cursor::new(text.into_bytes()))));
-        let mut ahead = DecodedAhead::start(StreamLines::new(reader, "s.jsonl")).unwrap();
+        let mut ahead =
+            DecodedAhead::start(Opened { lines: StreamLines::new(reader, "s.jsonl"), live: false }).unwrap();
         let got = records(&mut ahead);
         // The first batch went out; the thread panicked while filling the second, which is lost with it.
         assert_eq!(got.len(), BATCH_RECORDS + 1, "{:?}", got.last());

@@ -60,7 +60,7 @@ pub(crate) struct WatchArgs {
 /// stop then).
 const NOTIFY_FLUSH_TIMEOUT: Duration = Duration::from_secs(15);
 
-/// Runs the watch; the exit status is the command's (or 124 when a policy stopped it, 2 for usage errors).
+/// Runs the watch; the exit status is the command's (or 75, `EX_TEMPFAIL`, when a policy stopped it; 2 for usage errors).
 pub(crate) fn run(args: WatchArgs) -> ExitCode {
     let (send, secrets_dir) = (args.notify, args.secrets_dir.clone());
     let options = match prepare(args) {

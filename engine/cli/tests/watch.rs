@@ -210,7 +210,12 @@ fn seconds_between(a: &str, b: &str) -> f64 {
 fn a_plateau_reported_through_the_kubeflow_sdk_is_stopped_by_sigterm_and_replays_the_same() {
     let Some(python) = python() else { return };
     let run = watch(&python, "plateau", POLICY, &["plateau"], &["--grace-period", "20s"]);
-    assert_eq!(run.output.status.code(), Some(124), "stopped by policy:\n{}", run.stderr);
+    assert_eq!(
+        run.output.status.code(),
+        Some(trainwarden_local::watch::EXIT_SUSPENDED.into()),
+        "stopped by policy:\n{}",
+        run.stderr
+    );
     // The loss flattened after report 2; a 2-sample plateau is complete at report 4, and the loop got SIGTERM
     // before it could send a 5th (the SDK waits 5 s between reports).
     let marker = run
@@ -251,7 +256,12 @@ fn a_plateau_reported_through_the_kubeflow_sdk_is_stopped_by_sigterm_and_replays
 fn a_nan_loss_stops_the_command_at_once() {
     let Some(python) = python() else { return };
     let run = watch(&python, "nan", POLICY, &["nan"], &["--grace-period", "20s"]);
-    assert_eq!(run.output.status.code(), Some(124), "{}", run.stderr);
+    assert_eq!(
+        run.output.status.code(),
+        Some(trainwarden_local::watch::EXIT_SUSPENDED.into()),
+        "{}",
+        run.stderr
+    );
     assert_eq!(run.marker().and_then(|m| m["reports"].as_u64()), Some(2), "{}", run.stderr);
     assert!(run.stderr.contains("nan-loss         FIRING    [Enforce]"), "{}", run.stderr);
     let updates = run.update_times();
@@ -337,7 +347,12 @@ fn with_notify_a_nan_loss_sends_one_slack_message_and_never_prints_the_secret_ur
     let env = [("TRAINWARDEN_SECRET_LOCAL_SLACK_HOOK_URL", url.as_str())];
     let extra = ["--grace-period", "20s", "--notify"];
     let run = watch_script(&python, SCRIPT, "notify-nan", NOTIFY_POLICY, &["nan"], &extra, &env);
-    assert_eq!(run.output.status.code(), Some(124), "stopped by policy:\n{}", run.stderr);
+    assert_eq!(
+        run.output.status.code(),
+        Some(trainwarden_local::watch::EXIT_SUSPENDED.into()),
+        "stopped by policy:\n{}",
+        run.stderr
+    );
     assert_eq!(run.marker().and_then(|m| m["reports"].as_u64()), Some(2), "{}", run.stderr);
 
     // trainwarden waits for delivery before it exits: the message is there, and only one.
@@ -368,7 +383,12 @@ fn with_notify_a_nan_loss_sends_one_slack_message_and_never_prints_the_secret_ur
 fn a_command_that_stops_reporting_is_a_stall_and_is_killed_after_the_grace_period() {
     let Some(python) = python() else { return };
     let run = watch(&python, "stall", POLICY, &["stall"], &["--grace-period", "2s"]);
-    assert_eq!(run.output.status.code(), Some(124), "{}", run.stderr);
+    assert_eq!(
+        run.output.status.code(),
+        Some(trainwarden_local::watch::EXIT_SUSPENDED.into()),
+        "{}",
+        run.stderr
+    );
     // The hung loop noted SIGTERM but did not exit: SIGKILL after 2 s.
     assert_eq!(run.marker().and_then(|m| m["reports"].as_u64()), Some(2), "{}", run.stderr);
     assert!(run.stderr.contains("grace period 2s is over: SIGKILL"), "{}", run.stderr);
@@ -477,7 +497,12 @@ fn a_transformers_trainer_reporting_through_kubeflow_callback_is_checkpointed_an
     }
     let python = candidate.unwrap();
     let run = watch_script(&python, HF_SCRIPT, "hf-trainer", HF_POLICY, &[], &["--grace-period", "60s"], &[]);
-    assert_eq!(run.output.status.code(), Some(124), "{}", run.stderr);
+    assert_eq!(
+        run.output.status.code(),
+        Some(trainwarden_local::watch::EXIT_SUSPENDED.into()),
+        "{}",
+        run.stderr
+    );
     let marker = run.marker().unwrap_or_else(|| panic!("no checkpoint marker\n{}", run.stderr));
     let step = marker["global_step"].as_u64().unwrap();
     assert_eq!(marker["checkpoints"], serde_json::json!([format!("checkpoint-{step}")]), "{marker}");
@@ -628,7 +653,11 @@ fn a_stalled_rule_without_a_first_sample_stops_a_command_that_never_reports() {
     let started = std::time::Instant::now();
     let output = trainwarden(&args);
     let stderr = String::from_utf8_lossy(&output.stderr).into_owned();
-    assert_eq!(output.status.code(), Some(124), "stopped by policy:\n{stderr}");
+    assert_eq!(
+        output.status.code(),
+        Some(trainwarden_local::watch::EXIT_SUSPENDED.into()),
+        "stopped by policy:\n{stderr}"
+    );
     assert!(started.elapsed().as_secs() < 20, "stopped after 3 s of silence, not at the end:\n{stderr}");
     assert!(stderr.contains("never-reported   FIRING    [Enforce] no progress sample yet for"), "{stderr}");
     assert!(stderr.contains("stopped by local/local-silent rule never-reported"), "{stderr}");

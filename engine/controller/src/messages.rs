@@ -499,8 +499,9 @@ pub struct StatusUpdate {
     pub status: ProgressPolicyStatus,
 }
 
-/// What the TrainJob watch saw, for the recorder (`--record-dir`): the progress exactly as the job carried
-/// it, so a recorded stream replays what the controller saw.
+/// What the TrainJob and Namespace watches saw, for the recorder (`--record-dir`): the progress exactly as
+/// the job carried it, and its namespace's labels, so a recorded stream replays what the controller saw
+/// (cluster policies' `namespaceSelector` included).
 #[derive(Debug)]
 pub enum Observation {
     /// A TrainJob appeared or changed (or was re-delivered unchanged).
@@ -510,6 +511,15 @@ pub enum Observation {
         /// The TrainJob.
         job: JobKey,
         /// When the controller saw it go.
+        at: Timestamp,
+    },
+    /// A namespace's labels, as listed or changed.
+    Namespace {
+        /// The namespace.
+        name: String,
+        /// Its `metadata.labels`.
+        labels: BTreeMap<String, String>,
+        /// When the controller saw them.
         at: Timestamp,
     },
 }

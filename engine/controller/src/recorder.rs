@@ -8,10 +8,11 @@
 //!   `flush_interval`; each flush of a file is one complete gzip member written with one `write` (replay
 //!   reads multi-member gzip), so a crash can only cut the last member, every earlier one stays intact; a
 //!   failed write (disk full) is cut back to the file's previous length and retried at the next flush.
-//! - A file starts with a line carrying phase, labels and GPUs (so it replays alone); after that a line is
-//!   written only when something replay sees changed (the progress report, phase, labels, GPUs): a watch
-//!   re-delivers an unchanged `trainerStatus` whenever anything else about the object changes. A deletion is
-//!   a `"deleted": true` line. A line's time is its report's `lastUpdatedTime` when the report changed, else
+//! - A file starts with a line carrying phase, labels, GPUs and its namespace's labels once known (so it
+//!   replays alone, cluster policies' `namespaceSelector` included); after that a line is written only when
+//!   something replay sees changed (the progress report, phase, labels, GPUs, the namespace's labels): a
+//!   watch re-delivers an unchanged `trainerStatus` whenever anything else about the object changes. A
+//!   deletion is a `"deleted": true` line. A line's time is its report's `lastUpdatedTime` when the report changed, else
 //!   when the controller saw it; never earlier than the job's line before (replay wants each input in order).
 //! - Every replica records (recording writes nothing to the cluster, and a standby that records has no gap
 //!   when it takes over), each into `<dir>/<identity>/`, so replicas sharing a volume never write one file.
@@ -107,6 +108,8 @@ struct JobState {
     phase: Option<JobPhase>,
     labels: BTreeMap<String, String>,
     gpus: Option<f64>,
+    /// Its namespace's labels as the current file last said them (`None`: not said in this file yet).
+    namespace_labels: Option<BTreeMap<String, String>>,
     /// The time of the job's last line (any file's): the next one is never earlier.
     last_time: Timestamp,
     /// The file of the job's last line, where its deletion goes (its current part may not be started).
@@ -134,6 +137,8 @@ pub struct Recorder {
     /// `<dir>/<identity>`: where this replica writes.
     own: PathBuf,
     jobs: HashMap<JobKey, JobState>,
+    /// Each namespace's labels, as the Namespace watch last saw them.
+    namespaces: HashMap<String, BTreeMap<String, String>>,
     /// Lines not written yet, by file.
     pending: HashMap<PathBuf, Vec<u8>>,
     pending_bytes: usize,
@@ -161,6 +166,7 @@ impl Recorder {
             own: config.dir.join(own_name),
             config,
             jobs: HashMap::new(),
+            namespaces: HashMap::new(),
             pending: HashMap::new(),
             pending_bytes: 0,
             files: HashMap::new(),
@@ -193,7 +199,34 @@ impl Recorder {
                     self.append_deleted(&job, &state, at);
                 }
             }
+            Observation::Namespace { name, labels, at } => self.namespace(name, labels, at),
         }
+    }
+
+    /// A namespace's labels: every job of it whose file already began is told now (a line with
+    /// `namespaceLabels` only); a file not begun yet says them on its first line.
+    fn namespace(&mut self, name: String, labels: BTreeMap<String, String>, at: Timestamp) {
+        if self.namespaces.get(&name) == Some(&labels) {
+            return;
+        }
+        let mut lines = Vec::new();
+        for (job, state) in self.jobs.iter_mut().filter(|(job, _)| job.namespace == name) {
+            if !state.started || state.namespace_labels.as_ref() == Some(&labels) {
+                continue;
+            }
+            let time = at.max(state.last_time);
+            let mut line = base(time, job);
+            line.insert("namespaceLabels".into(), json!(labels));
+            state.namespace_labels = Some(labels.clone());
+            state.last_time = time;
+            let path = self.own.join(file_name(&state.stem, state.part));
+            state.last_path = Some(path.clone());
+            lines.push((path, Value::Object(line)));
+        }
+        for (path, line) in lines {
+            self.append(path, &line);
+        }
+        self.namespaces.insert(name, labels);
     }
 
     fn append_deleted(&mut self, job: &JobKey, state: &JobState, at: Timestamp) {
@@ -224,18 +257,28 @@ impl Recorder {
                 phase: None,
                 labels: BTreeMap::new(),
                 gpus: None,
+                namespace_labels: None,
                 last_time: Timestamp::MIN,
                 last_path: None,
             };
             self.jobs.insert(seen.job.clone(), state);
         }
+        let namespace_labels = self.namespaces.get(&seen.job.namespace);
         let Some(state) = self.jobs.get_mut(&seen.job) else { return };
+        let namespace_changed =
+            namespace_labels.is_some() && namespace_labels != state.namespace_labels.as_ref();
         let progress_changed = seen.progress.is_some() && seen.progress != state.progress;
         let phase_changed = seen.phase.is_some() && seen.phase != state.phase;
         let labels_changed = seen.labels != state.labels;
         let gpus_changed = seen.gpus.is_some() && seen.gpus != state.gpus;
         let start = !state.started;
-        if !(start || progress_changed || phase_changed || labels_changed || gpus_changed) {
+        if !(start
+            || progress_changed
+            || phase_changed
+            || labels_changed
+            || gpus_changed
+            || namespace_changed)
+        {
             return;
         }
         let own_time = if progress_changed { seen.sample_time.unwrap_or(seen.at) } else { seen.at };
@@ -253,6 +296,12 @@ impl Recorder {
             && (start || gpus_changed)
         {
             line.insert("gpus".into(), json!(g));
+        }
+        if let Some(labels) = namespace_labels
+            && (start || namespace_changed)
+        {
+            line.insert("namespaceLabels".into(), json!(labels));
+            state.namespace_labels = Some(labels.clone());
         }
         if let Some(p) = seen.progress.as_ref().filter(|_| start || progress_changed) {
             match p {

@@ -10,7 +10,8 @@
 //! policy/    the CRD spec types, validation and compilation, notification receivers and templates
 //! describe/  what trainwarden tells people: Event reasons and notes, action and hold wording
 //! drive/     replay of recorded streams, backtests on complete runs, `trainwarden test` rule tests
-//! units/     durations, windows and warmups, calendars (active windows in a time zone)
+//! units/     durations, windows and warmups, calendars (active windows in a time zone); how money and spans
+//!            of time print
 //! testing/   the tests' fixtures, for every crate (feature `testing`): clocks, policies, snapshots, harness
 //! time.rs    instants, spans and how they print
 //! ```
@@ -54,6 +55,7 @@ pub use history::job_series::JobSeries;
 pub use history::metric_series::{Direction, MetricSeries};
 pub use input::gpu::{GpuReading, GpuSample, GpuSummary, MAX_GPUS_PER_JOB};
 pub use input::merge::{LateRecord, MAX_LINE_BYTES, Merge, MergeError, RecordSource, StreamLines};
+pub use input::namespaces::{NamespaceLabels, parse_namespace_labels};
 pub use input::queue::QueueDemand;
 pub use input::sample::{JobKey, JobPhase, JobSnapshot, Metric, ProgressSample, SampleSource};
 pub use input::stream::{RecordError, StreamRecord, parse_line, parse_stream};
@@ -68,6 +70,7 @@ pub use policy::exception::{
     CompiledException, EXCEPTION_KIND, ExceptedPolicy, ExceptedTarget, ExceptionMatch, ExceptionRef,
     ExceptionSpec, compile_exception, parse_exceptions,
 };
+pub use policy::object::objects_of_other_apis;
 pub use policy::positions::DocumentPositions;
 pub use policy::receiver::{
     CompiledReceiver, EmailChannel, SecretRef, SlackChannel, WebhookChannel, WebhookUrl,
@@ -82,3 +85,5 @@ pub use policy::{
 };
 pub use time::{Timestamp, fmt_local, fmt_num, plural, plural_num};
 pub use units::duration::{DURATION_PATTERN, PolicyDuration};
+pub use units::money::{Cents, fmt_gpu_hours, fmt_money, thousands};
+pub use units::span::{fmt_span, fmt_span_short};

@@ -134,27 +134,9 @@ pub fn fmt_num(v: f64) -> String {
     if s == "-0" { "0".to_string() } else { s.to_string() }
 }
 
-/// Formats seconds as a short human duration (`2h15m`, `45s`).
+/// Formats seconds as a human duration (`2h15m`, `2h0m46s`, `45s`): [`crate::units::span::fmt_span`].
 pub(crate) fn fmt_secs(secs: f64) -> String {
-    if !secs.is_finite() || secs < 0.0 {
-        return format!("{secs}s");
-    }
-    let total = secs.round() as u64;
-    let (d, h, m, s) = (total / 86400, total / 3600 % 24, total / 60 % 60, total % 60);
-    let mut out = String::new();
-    if d > 0 {
-        out += &format!("{d}d");
-    }
-    if h > 0 {
-        out += &format!("{h}h");
-    }
-    if m > 0 {
-        out += &format!("{m}m");
-    }
-    if s > 0 || out.is_empty() {
-        out += &format!("{s}s");
-    }
-    out
+    crate::units::span::fmt_span(secs)
 }
 
 #[cfg(test)]

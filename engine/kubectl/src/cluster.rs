@@ -67,17 +67,29 @@ pub(crate) async fn connect(flags: &Flags) -> Result<Cluster, String> {
         config.auth_info.impersonate = Some(user.clone());
     }
     let namespace = flags.namespace.clone().unwrap_or_else(|| config.default_namespace.clone());
+    let _ = SERVER.set(config.cluster_url.to_string());
     let client = Client::try_from(config).map_err(|e| format!("building the client: {e}"))?;
     Ok(Cluster { client, namespace })
 }
 
-/// What an API error means to the person running the command.
+/// The API server the client talks to (the kubeconfig's), for errors that never reached it.
+static SERVER: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+
+/// What an API error means to the person running the command. One that got no answer names the server and
+/// every cause (`client error (Connect)` alone says neither where nor why).
 pub(crate) fn api_error(what: &str, e: &kube::Error) -> String {
     match e {
         kube::Error::Api(s) if s.code == 403 => format!("{what}: forbidden by RBAC ({})", s.message),
         kube::Error::Api(s) if s.code == 404 => format!("{what}: not found ({})", s.message),
         kube::Error::Api(s) => format!("{what}: {} ({})", s.message, s.code),
-        e => format!("{what}: {e}"),
+        e => {
+            let server = SERVER.get().map_or("(unknown)", String::as_str);
+            format!(
+                "{what}: no answer from the API server at {server}: {}; is the cluster up, and is this the \
+                 kubeconfig and context you meant?",
+                trainwarden_core::error_chain(e)
+            )
+        }
     }
 }
 

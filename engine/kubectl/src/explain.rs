@@ -14,7 +14,7 @@ use crate::cluster::{self, Cluster};
 use crate::job::{JobRow, Judge, num, short_time, span, sparkline, trend};
 
 pub(crate) async fn run(cluster: &Cluster, name: &str, now: Timestamp) -> Result<(), String> {
-    print!("{}", explain(cluster, name, now).await?);
+    crate::output::write(explain(cluster, name, now).await?.as_bytes());
     Ok(())
 }
 

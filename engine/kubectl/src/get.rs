@@ -1,7 +1,6 @@
 //! `get`: one line per TrainJob.
 
 use std::collections::BTreeSet;
-use std::io::Write;
 use std::time::Duration;
 
 use kube::ResourceExt;
@@ -27,7 +26,6 @@ pub(crate) async fn run(
     now: Timestamp,
     watch: bool,
 ) -> Result<(), String> {
-    let mut stdout = std::io::stdout();
     loop {
         let now = if request.fixed_now { now } else { Timestamp::now() };
         let text = match render(cluster, request, now).await {
@@ -36,16 +34,18 @@ pub(crate) async fn run(
             Err(e) if watch => format!("error: {e} (trying again in 2 s)\n"),
             Err(e) => return Err(e),
         };
+        let mut frame = String::new();
         if watch {
             // Home and clear on a terminal, as `watch(1)` does; a pipe gets the frames one after the other.
-            if std::io::IsTerminal::is_terminal(&stdout) {
-                let _ = write!(stdout, "\x1b[H\x1b[2J");
+            if std::io::IsTerminal::is_terminal(&std::io::stdout()) {
+                frame += "\x1b[H\x1b[2J";
             } else {
-                let _ = writeln!(stdout, "--- {now}");
+                frame += &format!("--- {now}\n");
             }
         }
-        let _ = stdout.write_all(text.as_bytes());
-        let _ = stdout.flush();
+        frame += &text;
+        // A closed pipe ends a watch too (quietly); it does not redraw for nobody.
+        crate::output::write(frame.as_bytes());
         if !watch {
             return Ok(());
         }
@@ -146,19 +146,15 @@ fn saved(row: &JobRow) -> String {
         return "-".into();
     };
     match (a.gpu_hours, a.dollars) {
-        (Some(h), Some(d)) => format!("{} GPU-h ({})", num(h), dollars(d)),
-        (Some(h), None) => format!("{} GPU-h", num(h)),
+        (Some(h), Some(d)) => format!("{} GPU-h ({})", trainwarden_core::fmt_gpu_hours(h), dollars(d)),
+        (Some(h), None) => format!("{} GPU-h", trainwarden_core::fmt_gpu_hours(h)),
         _ => "-".into(),
     }
 }
 
-/// Whole dollars with thousands separators, as the replay prints money: `$1,804`.
+/// Whole dollars, as tables print money: `$1,804` ([`trainwarden_core::fmt_money`]).
 fn dollars(d: f64) -> String {
-    if !d.is_finite() {
-        return format!("${d}");
-    }
-    let whole = trainwarden_core::describe::words::thousands(d.abs().round() as u64);
-    format!("{}${whole}", if d < 0.0 { "-" } else { "" })
+    trainwarden_core::fmt_money(Some(d), trainwarden_core::Cents::Rounded)
 }
 
 fn progress(row: &JobRow) -> String {

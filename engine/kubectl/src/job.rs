@@ -374,24 +374,10 @@ pub(crate) fn sparkline(values: &[f64]) -> String {
         .collect()
 }
 
-/// A span as people say it: `45s`, `12m`, `3h12m`, `2d4h`.
+/// A span as a table shows it, two units (`45s`, `12m5s`, `3h12m`, `2d4h`: the one formatter,
+/// [`trainwarden_core::fmt_span_short`]); `-` for a negative or unknown one.
 pub(crate) fn span(seconds: f64) -> String {
-    if !seconds.is_finite() || seconds < 0.0 {
-        return "-".into();
-    }
-    let s = seconds.round() as u64;
-    match s {
-        0..60 => format!("{s}s"),
-        60..3600 => format!("{}m", s / 60),
-        3600..86_400 => match (s % 3600) / 60 {
-            0 => format!("{}h", s / 3600),
-            m => format!("{}h{m:02}m", s / 3600),
-        },
-        _ => match (s % 86_400) / 3600 {
-            0 => format!("{}d", s / 86_400),
-            h => format!("{}d{h}h", s / 86_400),
-        },
-    }
+    if seconds < 0.0 { "-".into() } else { trainwarden_core::fmt_span_short(seconds) }
 }
 
 /// A time in UTC to the minute: `2026-10-02 22:03Z`.
@@ -433,7 +419,8 @@ mod tests {
     #[test]
     fn spans_and_numbers_read_like_a_person_wrote_them() {
         assert_eq!(span(45.0), "45s");
-        assert_eq!(span(12.0 * 60.0 + 5.0), "12m");
+        assert_eq!(span(12.0 * 60.0 + 5.0), "12m5s");
+        assert_eq!(span(3.0 * 3600.0 + 5.0), "3h");
         assert_eq!(span(3.0 * 3600.0 + 12.0 * 60.0), "3h12m");
         assert_eq!(span(2.0 * 86_400.0 + 4.0 * 3600.0), "2d4h");
         assert_eq!(span(-1.0), "-");

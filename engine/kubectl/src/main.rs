@@ -20,6 +20,7 @@ mod cluster;
 mod explain;
 mod get;
 mod job;
+mod output;
 mod resume;
 
 use std::process::ExitCode;
@@ -127,7 +128,10 @@ fn main() -> ExitCode {
     let cli = Cli::parse();
     if let Command::Completion { shell } = cli.command {
         let mut command = Cli::command();
-        clap_complete::generate(shell, &mut command, "kubectl-trainwarden", &mut std::io::stdout());
+        // Into memory first: clap_complete panics when its writer fails.
+        let mut script = Vec::new();
+        clap_complete::generate(shell, &mut command, "kubectl-trainwarden", &mut script);
+        output::write(&script);
         return ExitCode::SUCCESS;
     }
     let runtime = match tokio::runtime::Builder::new_current_thread().enable_all().build() {

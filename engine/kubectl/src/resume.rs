@@ -147,7 +147,7 @@ pub(crate) async fn resume(
     if let (Some(t), Some(d)) = (snooze_until, snooze) {
         done.push(format!("policies snoozed for it until {} ({})", short_time(t), span(d.as_secs_f64())));
     }
-    println!("TrainJob {ns}/{name}: {}", done.join("; "));
+    crate::output::write(format!("TrainJob {ns}/{name}: {}\n", done.join("; ")).as_bytes());
     Ok(())
 }
 
@@ -170,12 +170,15 @@ pub(crate) async fn snooze(
         .await
         .map_err(|e| api_error(&format!("annotating TrainJob {ns}/{name}"), &e))?;
     match duration {
-        Some(d) => println!(
-            "TrainJob {ns}/{name}: policies snoozed until {} ({}); its rules are still evaluated, their actions wait (the controller caps a snooze's length)",
-            short_time(until(now, d)?),
-            span(d.as_secs_f64())
+        Some(d) => crate::output::write(
+            format!(
+                "TrainJob {ns}/{name}: policies snoozed until {} ({}); its rules are still evaluated, their actions wait (the controller caps a snooze's length)\n",
+                short_time(until(now, d)?),
+                span(d.as_secs_f64())
+            )
+            .as_bytes(),
         ),
-        None => println!("TrainJob {ns}/{name}: snooze ended"),
+        None => crate::output::write(format!("TrainJob {ns}/{name}: snooze ended\n").as_bytes()),
     }
     Ok(())
 }

@@ -143,8 +143,10 @@ pub struct Outcome {
     pub summary: Summary,
 }
 
-/// Exit status of `trainwarden watch` when an enforced suspend stopped the command (as `timeout(1)` uses).
-pub const EXIT_SUSPENDED: u8 = 124;
+/// Exit status of `trainwarden watch` when an enforced suspend stopped the command: 75, `EX_TEMPFAIL` of
+/// `sysexits.h` ("a temporary failure: the user is invited to retry") — the run was stopped and can be resumed
+/// from its checkpoint. Not 124, which GNU `timeout` uses for a command that ran out of time.
+pub const EXIT_SUSPENDED: u8 = 75;
 
 impl Outcome {
     /// The command's own status if it ran to its end; [`EXIT_SUSPENDED`] if the policy stopped it; 128 +

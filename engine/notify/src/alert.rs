@@ -249,9 +249,10 @@ impl Alert {
             parts.push(self.actions_text());
         }
         if let Some(s) = &self.savings {
-            let mut stake = format!("{} GPU-hours", fmt_number(s.gpu_hours));
+            let mut stake = format!("{} GPU-hours", trainwarden_core::fmt_gpu_hours(s.gpu_hours));
             if let Some(d) = s.dollars {
-                stake += &format!(" (${})", words::money(d));
+                stake +=
+                    &format!(" ({})", trainwarden_core::fmt_money(Some(d), trainwarden_core::Cents::Shown));
             }
             parts.push(format!("{stake} at stake"));
         }
@@ -294,20 +295,9 @@ pub fn fmt_number(v: f64) -> String {
     if s == "-0" { "0".into() } else { s.to_string() }
 }
 
-/// `1d8h47m`, `5m30s`.
+/// `1d8h47m42s`, `5m30s`, `2h0m46s`: the core's one duration formatter ([`trainwarden_core::fmt_span`]).
 pub fn fmt_seconds(seconds: f64) -> String {
-    if !seconds.is_finite() || seconds < 0.0 {
-        return "-".into();
-    }
-    let total = seconds.round() as u64;
-    let (d, h, m, s) = (total / 86_400, total / 3600 % 24, total / 60 % 60, total % 60);
-    let mut out = String::new();
-    for (n, unit) in [(d, "d"), (h, "h"), (m, "m"), (s, "s")] {
-        if n > 0 || (out.is_empty() && unit == "s") {
-            out += &format!("{n}{unit}");
-        }
-    }
-    out
+    trainwarden_core::fmt_span(seconds)
 }
 
 /// Template values of one alert inside its group.
@@ -385,7 +375,7 @@ impl FieldValues for AlertFields<'_> {
             Field::Undo => Some(a.undo().unwrap_or_default()),
             Field::Progress => a.progress.and_then(|p| p.percent).map(|p| format!("{}%", fmt_number(p))),
             Field::Eta => a.progress.and_then(|p| p.eta_seconds).map(fmt_seconds),
-            Field::GpuHours => a.savings.as_ref().map(|s| fmt_number(s.gpu_hours)),
+            Field::GpuHours => a.savings.as_ref().map(|s| trainwarden_core::fmt_gpu_hours(s.gpu_hours)),
             Field::Dollars => a.savings.as_ref().and_then(|s| s.dollars).map(fmt_number),
             Field::Details => Some(a.details()),
             Field::Receiver | Field::Rules | Field::Count => self.group.value(field),
@@ -405,10 +395,6 @@ mod tests {
         assert_eq!(fmt_seconds(118_062.0), "1d8h47m42s");
         assert_eq!(fmt_seconds(0.0), "0s");
         assert_eq!(fmt_seconds(f64::NAN), "-");
-        assert_eq!(words::money(1803.734), "1,803.73");
-        assert_eq!(words::money(1234567.0), "1,234,567.00");
-        assert_eq!(words::money(0.5), "0.50");
-        assert_eq!(words::money(-1000.0), "-1,000.00");
     }
 
     #[test]

@@ -304,6 +304,17 @@ mod tests {
         );
     }
 
+    /// Issue 43: a small saving was `0 GPU-hours` beside its dollars; GPU-hours and dollars are printed by
+    /// the one formatter of each.
+    #[test]
+    fn a_small_saving_is_never_zero_gpu_hours_beside_its_price() {
+        let mut n = notification();
+        let s = n.alerts[0].savings.as_mut().unwrap();
+        (s.gpu_hours, s.dollars) = (0.0042, Some(0.0462));
+        let text = &rendered(&n).alert_texts[0];
+        assert!(text.ends_with("would suspend the TrainJob; 0.0042 GPU-hours ($0.05) at stake"), "{text}");
+    }
+
     /// Enforce: what the executor reported it did, in the past tense, and the commands that undo it.
     #[test]
     fn enforce_messages_say_what_was_done_and_how_to_resume() {

@@ -104,7 +104,7 @@ async fn two_rules_on_one_job_become_one_slack_message_and_one_signed_webhook() 
     );
     for part in [
         "loss has not improved by more than 0.001 for 2h",
-        "progress 31.5%, ETA 1d8h47m42s; suspending the TrainJob; 262.36 GPU-hours ($1,803.73) at stake",
+        "progress 31.5%, ETA 1d8h47m42s; suspending the TrainJob; 262.4 GPU-hours ($1,803.73) at stake",
         "please have a look",
     ] {
         assert!(plateau_text.contains(part), "{part:?} not in {plateau_text:?}");

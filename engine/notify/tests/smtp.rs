@@ -106,7 +106,7 @@ async fn two_rules_one_email(mode: &str, tls: &str) {
     for part in [
         "loss-plateau [Enforce] firing on fraud/ft-llama",
         "late [Enforce] firing on fraud/ft-llama",
-        "progress 62%, ETA 1h30m; suspending the TrainJob; 262.36 GPU-hours ($1,803.73) at stake",
+        "progress 62%, ETA 1h30m; suspending the TrainJob; 262.4 GPU-hours ($1,803.73) at stake",
     ] {
         assert!(text.contains(part), "{part:?} not in the text part:\n{text}");
     }

@@ -37,8 +37,9 @@ fn escape(text: &str) -> String {
     out
 }
 
+/// Hours and GPU-hours, as every output prints them ([`trainwarden_core::fmt_gpu_hours`]).
 fn num(v: f64) -> String {
-    fmt_num((v * 10.0).round() / 10.0)
+    trainwarden_core::fmt_gpu_hours(v)
 }
 
 fn pct(v: Option<f64>) -> String {
@@ -98,7 +99,10 @@ pub(crate) fn render(report: &Report) -> String {
 
 fn totals(out: &mut String, p: &PolicyReport) {
     let t = &p.totals;
-    let dollars = t.dollars_saved.map(|d| format!(" (${})", fmt_num(d.round()))).unwrap_or_default();
+    let dollars = t
+        .dollars_saved
+        .map(|d| format!(" ({})", trainwarden_core::fmt_money(Some(d), trainwarden_core::Cents::Rounded)))
+        .unwrap_or_default();
     let worst = match &t.worst_regret {
         None => "none".to_string(),
         Some(w) if w.relative.is_none() => format!(
@@ -110,7 +114,7 @@ fn totals(out: &mut String, p: &PolicyReport) {
         ),
         Some(w) => format!("{} in {} by {}", pct(w.relative), escape(&w.run_name), escape(&w.rule)),
     };
-    let lead = t.median_lead_seconds.map_or("-".to_string(), |s| format!("{} h", num(s / 3600.0)));
+    let lead = t.median_lead_seconds.map_or("-".to_string(), trainwarden_core::fmt_span);
     let _ = writeln!(
         out,
         "<table class=\"totals\"><tr><th>mode as written</th><td>{}</td><th>runs seen</th><td>{}</td><th>stopped</th>\
@@ -257,9 +261,9 @@ fn run_chart(out: &mut String, run: &RunSummary, entry: &StopEntry) {
     } else {
         match (o.trouble, o.lead_seconds) {
             (Some(k), Some(l)) => format!(
-                "<span class=\"good\">right</span>: {} for {} h before the stop",
+                "<span class=\"good\">right</span>: {} for {} before the stop",
                 k.as_str(),
-                num(l / 3600.0)
+                trainwarden_core::fmt_span(l)
             ),
             _ => format!(
                 "<span class=\"good\">right</span>: {} did not improve afterwards",

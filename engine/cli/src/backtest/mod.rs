@@ -12,8 +12,10 @@ use std::sync::Mutex;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
 use clap::Args;
-use trainwarden_core::backtest::outcome::Tolerance;
+use trainwarden_core::backtest::external::{ExternalRule, read_stops};
+use trainwarden_core::backtest::outcome::{Judge, Tolerance};
 use trainwarden_core::backtest::report::{Report, ReportBuilder};
+use trainwarden_core::backtest::select::RunSelector;
 use trainwarden_core::backtest::sweep::{self, PolicyFile, Sweep};
 use trainwarden_core::backtest::{FileResult, Options, Plan};
 use trainwarden_core::{Evaluator, Merge, PolicyDuration, StreamRecord};
@@ -32,19 +34,33 @@ pub(crate) struct BacktestArgs {
     /// recorded counts once.
     #[arg(required = true, value_name = "POLICY|CORPUS")]
     paths: Vec<PathBuf>,
-    /// The metric regret is measured on (default: the stopping rule's own metric, else loss).
+    /// Stops decided elsewhere (a peer stopper run on the same corpus), judged as a policy's are: a JSONL
+    /// file of {"job", "time", "rule", "metric"} objects, one per stop; each rule is scored as a policy.
+    /// Repeatable.
+    #[arg(long = "stops", value_name = "FILE.jsonl")]
+    stops: Vec<PathBuf>,
+    /// Judge only the runs whose labels match this label selector, e.g.
+    /// trainwarden.dev/corpus-split=heldout or 'team in (a,b),!skip'.
+    #[arg(long = "runs", value_name = "SELECTOR")]
+    runs: Option<String>,
+    /// The metric regret is measured on (default: the metric the stopping rule watched, else loss).
     #[arg(long)]
     target: Option<String>,
     /// A stop is false when the target improved by more than this afterwards: a fraction (0.01) or a
-    /// percentage (1%), relative to the best before the stop.
+    /// percentage (1%), relative to the best level before the stop.
     #[arg(long, default_value = "1%")]
     tolerance: String,
-    /// And by at least this much in the metric's own units (default 0: any amount), so that a loss
-    /// creeping from 0.0002 to 0.0001 need not count.
-    #[arg(long, value_name = "AMOUNT", default_value_t = 0.0)]
+    /// And by more than this much in the metric's own units, so that a loss creeping from 0.0002 to
+    /// 0.0001 need not count (0: any amount).
+    #[arg(long, value_name = "AMOUNT", default_value_t = 0.001)]
     min_improvement: f64,
+    /// Logged values per rolling median: the judgement compares levels, not single values, so that one
+    /// lucky batch after a stop is not an improvement (1: raw values).
+    #[arg(long, value_name = "K", default_value_t = trainwarden_core::backtest::outcome::DEFAULT_SMOOTHING,
+          value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(1..=1000))]
+    smoothing: usize,
     /// Try several values of a policy field: PATH=V1,V2,… (PATH relative to spec, rules by name:
-    /// rules[loss-plateau].with.window=1h,2h,4h). It applies to every policy that has the field (a rule by
+    /// rules[no-improvement].with.window=20%,30%,40%). It applies to every policy that has the field (a rule by
     /// position, `rules[0]`, to every policy). Values are comma-separated (a value cannot hold a comma).
     /// Repeatable; every combination is evaluated.
     #[arg(long = "set", value_name = "PATH=VALUES")]
@@ -64,6 +80,9 @@ pub(crate) struct BacktestArgs {
     /// How far out of order a stream's lines may be (see `replay --max-lateness`).
     #[arg(long, value_name = "DURATION", default_value = "5m")]
     max_lateness: String,
+    /// Namespaces' labels, for ClusterProgressPolicies' namespaceSelector (see `replay --namespace-labels`).
+    #[arg(long, value_name = "FILE")]
+    namespace_labels: Option<PathBuf>,
 }
 
 /// Names of corpus files in a directory.
@@ -83,7 +102,26 @@ pub(crate) fn backtest(args: &BacktestArgs) -> Result<bool, String> {
         return Err(format!("--min-improvement {}: must be 0 or more", args.min_improvement));
     }
     let tolerance = Tolerance { relative: tolerance(&args.tolerance)?, absolute: args.min_improvement };
-    let options = Options { tolerance, target: args.target.clone() };
+    let namespace_labels = match &args.namespace_labels {
+        Some(path) => trainwarden_core::parse_namespace_labels(&read(path)?, &path.display().to_string())?,
+        None => trainwarden_core::NamespaceLabels::new(),
+    };
+    let options = Options {
+        judge: Judge { tolerance, smoothing: args.smoothing },
+        target: args.target.clone(),
+        namespace_labels,
+    };
+    let runs = args.runs.as_deref().map(RunSelector::parse).transpose()?;
+    let mut external: Vec<ExternalRule> = Vec::new();
+    let mut stop_errors = Vec::new();
+    for path in &args.stops {
+        if let Err(e) = read_stops(&read(path)?, &path.display().to_string(), &mut external) {
+            stop_errors.extend(e);
+        }
+    }
+    if !stop_errors.is_empty() {
+        return Err(format!("bad stops:\n  {}", stop_errors.join("\n  ")));
+    }
     let mut policy_paths = args.policies.clone();
     let mut corpus = Vec::new();
     for p in &args.paths {
@@ -104,8 +142,8 @@ pub(crate) fn backtest(args: &BacktestArgs) -> Result<bool, String> {
             return Err(format!("{}: no such file or directory", p.display()));
         }
     }
-    if policy_paths.is_empty() {
-        return Err("no policy given (a *.yaml file or --policy FILE)".into());
+    if policy_paths.is_empty() && external.is_empty() {
+        return Err("no policy given (a *.yaml file, --policy FILE, or --stops FILE.jsonl)".into());
     }
     if corpus.is_empty() {
         return Err("no corpus given (stream files or directories of them)".into());
@@ -124,14 +162,18 @@ pub(crate) fn backtest(args: &BacktestArgs) -> Result<bool, String> {
     let sweeps = args.sets.iter().map(|s| Sweep::parse(s)).collect::<Result<Vec<_>, _>>()?;
     let engine = Evaluator::new(config.clone());
     let candidates = sweep::candidates(&files, &sweeps, engine.scripts())?;
-    let plan = Plan { candidates, config, options };
+    let plan = Plan { candidates, config, options, external, runs };
     let workers =
         args.jobs.unwrap_or_else(|| std::thread::available_parallelism().map_or(1, std::num::NonZero::get));
     // An unwritable --html path fails now, not after the whole corpus has run.
     let html_file = args
         .html
         .as_ref()
-        .map(|p| std::fs::File::create(p).map(|f| (p, f)).map_err(|e| format!("--html {}: {e}", p.display())))
+        .map(|p| {
+            crate::output::AtomicFile::create(p)
+                .map(|f| (p, f))
+                .map_err(|e| format!("--html {}: {e}", p.display()))
+        })
         .transpose()?;
     let (report, unreadable) = run(&plan, &corpus, max_lateness, workers.max(1));
     if !unreadable.is_empty() {
@@ -147,6 +189,22 @@ pub(crate) fn backtest(args: &BacktestArgs) -> Result<bool, String> {
     if report.runs.is_empty() && !unreadable.is_empty() {
         return Err("no run of the corpus could be read".into());
     }
+    let unmatched = unmatched_stops(&plan, &report);
+    if !report.stop_errors.is_empty() || !unmatched.is_empty() {
+        let all: Vec<&String> = report.stop_errors.iter().chain(&unmatched).collect();
+        return Err(format!(
+            "{} do not fit the corpus (nothing printed: the figures would leave them out):\n  {}",
+            trainwarden_core::plural(all.len() as u64, "stop", "stops"),
+            all.iter().map(|s| s.as_str()).collect::<Vec<_>>().join("\n  ")
+        ));
+    }
+    if report.runs.is_empty() && !report.excluded.is_empty() {
+        return Err(format!(
+            "--runs {}: no run of the corpus matches ({} left out)",
+            args.runs.as_deref().unwrap_or(""),
+            report.excluded.len()
+        ));
+    }
     if report.runs.len() == report.incomplete.len() {
         return Err(format!(
             "no run to judge: the corpus holds {}, and none ran to its end (completed, failed or deleted while not suspended)",
@@ -154,15 +212,16 @@ pub(crate) fn backtest(args: &BacktestArgs) -> Result<bool, String> {
         ));
     }
 
-    let mut out = io::BufWriter::new(io::stdout().lock());
-    let written = |e: io::Error| format!("writing output: {e}");
-    match args.output {
-        Output::Json => writeln!(out, "{}", serde_json::json!({ "backtest": report })).map_err(written)?,
-        Output::Text => out.write_all(report.render_text().as_bytes()).map_err(written)?,
-    }
-    out.flush().map_err(written)?;
-    if let Some((path, mut file)) = html_file {
-        file.write_all(html::render(&report).as_bytes())
+    let mut out = crate::output::stdout();
+    let written = |e: io::Error| crate::output::failed(&e);
+    let printed = match args.output {
+        Output::Json => writeln!(out, "{}", serde_json::json!({ "backtest": report })),
+        Output::Text => out.write_all(report.render_text().as_bytes()),
+    };
+    printed.unwrap_or_else(written);
+    out.flush().unwrap_or_else(written);
+    if let Some((path, file)) = html_file {
+        file.commit(html::render(&report).as_bytes())
             .map_err(|e| format!("--html {}: {e}", path.display()))?;
         eprintln!("wrote {}", path.display());
     }
@@ -178,6 +237,31 @@ pub(crate) fn backtest(args: &BacktestArgs) -> Result<bool, String> {
         return Ok(false);
     }
     Ok(true)
+}
+
+/// Stops of jobs that are not a run of the corpus (and not left out by `--runs`), or of a job that is two
+/// runs at once: `file:line: why`.
+fn unmatched_stops(plan: &Plan, report: &Report) -> Vec<String> {
+    let mut runs: BTreeMap<&str, usize> = BTreeMap::new();
+    for r in &report.runs {
+        *runs.entry(r.job.as_str()).or_default() += 1;
+    }
+    let mut errors = Vec::new();
+    for rule in &plan.external {
+        for (job, stop) in &rule.stops {
+            let job = job.to_string();
+            match runs.get(job.as_str()) {
+                Some(1) => {}
+                Some(n) => errors.push(format!(
+                    "{}: job {job} is {n} runs of the corpus (the same job in several files): which one the stop is about is unknown",
+                    stop.origin
+                )),
+                None if report.excluded.contains(&job) => {}
+                None => errors.push(format!("{}: job {job} is not a run of the corpus", stop.origin)),
+            }
+        }
+    }
+    errors
 }
 
 /// One corpus entry: the files of one recorded run, in order.

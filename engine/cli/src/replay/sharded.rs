@@ -45,6 +45,8 @@ pub(super) struct Run<'a> {
     pub until: Option<Timestamp>,
     pub json: bool,
     pub tz: jiff::tz::TimeZone,
+    /// An input is live: each record goes to the evaluator at once, and its events are written out at once.
+    pub live: bool,
     pub notifications: OfflineNotifications,
     /// Checked before each record is routed, and at the end.
     pub rounds: &'a mut RoundLimit,
@@ -66,7 +68,8 @@ pub(super) fn replay<S: RecordSource>(
 ) -> Result<Done, String> {
     let shards = run.replays.len();
     let sharding = Sharding::new(shards);
-    let Run { replays, until, json, tz, notifications, rounds } = run;
+    let Run { replays, until, json, tz, live, notifications, rounds } = run;
+    let batch = if live { 1 } else { BATCH };
     std::thread::scope(|scope| {
         let (output_tx, output_rx) = sync_channel::<Output>(BATCHES_AHEAD * shards);
         let mut work = Vec::new();
@@ -83,14 +86,15 @@ pub(super) fn replay<S: RecordSource>(
         drop(output_tx);
         let writer = std::thread::Builder::new()
             .name("output".into())
-            .spawn_scoped(scope, move || write(shards, output_rx, json, tz, notifications))
+            .spawn_scoped(scope, move || write(shards, output_rx, json, tz, live, notifications))
             .map_err(|e| format!("cannot start the output thread: {e}"))?;
 
-        let routed = route(merge, heading, sharding, rounds, &work, until);
+        let routed = route(merge, heading, sharding, rounds, &work, until, batch);
         drop(work);
         let written =
             writer.join().map_err(|_| "the output thread stopped on a bug (a panic, reported above)")?;
-        let (summary, notifications) = written.map_err(|e| format!("writing output: {e}"))?;
+        // A closed pipe ends the replay quietly, any other write error with status 2 (see `output`).
+        let (summary, notifications) = written.unwrap_or_else(|e| crate::output::failed(&e));
         routed?;
         Ok(Done { summary, notifications })
     })
@@ -105,17 +109,17 @@ fn route<S: RecordSource>(
     rounds: &mut RoundLimit,
     work: &[SyncSender<Work>],
     until: Option<Timestamp>,
+    batch: usize,
 ) -> Result<(), String> {
     let shards = work.len();
     let mut dispatch = Dispatch::new(sharding);
-    let mut batches: Vec<Vec<ShardInput>> = (0..shards).map(|_| Vec::with_capacity(BATCH)).collect();
+    let mut batches: Vec<Vec<ShardInput>> = (0..shards).map(|_| Vec::with_capacity(batch)).collect();
     let mut in_batch = 0;
     // A shard gone (a panic) ends the replay; its own thread's report says why.
     let gone = || "an evaluation thread stopped on a bug (a panic, reported above)".to_string();
     let send = |batches: &mut Vec<Vec<ShardInput>>, through: u64| -> Result<(), String> {
         for (tx, batch) in work.iter().zip(batches.iter_mut()) {
-            tx.send(Work::Batch(std::mem::replace(batch, Vec::with_capacity(BATCH)), through))
-                .map_err(|_| gone())?;
+            tx.send(Work::Batch(std::mem::take(batch), through)).map_err(|_| gone())?;
         }
         Ok(())
     };
@@ -125,12 +129,25 @@ fn route<S: RecordSource>(
             Ok(None) => break Ok(()),
             Err(e) => break Err(e),
         };
-        if let Err(e) = rounds.check(record.time()) {
+        // `--until` ends the replay where it says, before the stream's end too.
+        if let Some(u) = until
+            && record.time() > u
+        {
+            if dispatch.steps() == 0 {
+                break Err(format!(
+                    "--until {u} is before the first record ({}): there is nothing to replay",
+                    record.time()
+                ));
+            }
+            eprintln!("note: replayed up to --until {u}; the records after it were not read");
+            break Ok(());
+        }
+        if let Err(e) = rounds.check(record.time(), || merge.last_position().unwrap_or_default()) {
             break Err(e);
         }
         dispatch.route(record, &mut batches);
         in_batch += 1;
-        if in_batch == BATCH {
+        if in_batch == batch {
             send(&mut batches, dispatch.steps() - 1)?;
             in_batch = 0;
         }
@@ -194,9 +211,10 @@ fn write(
     outputs: Receiver<Output>,
     json: bool,
     tz: jiff::tz::TimeZone,
+    live: bool,
     mut notifications: OfflineNotifications,
 ) -> std::io::Result<(Option<Summary>, OfflineNotifications)> {
-    let mut timeline = Timeline::new(json, tz);
+    let mut timeline = Timeline::new(json, tz, live);
     let mut merge = PlaceMerge::new(shards);
     let mut summaries: Vec<Option<Summary>> = vec![None; shards];
     for output in outputs.iter() {
@@ -207,6 +225,7 @@ fn write(
         while let Some((event, progress)) = merge.pop() {
             timeline.write(&event, progress, &mut notifications)?;
         }
+        timeline.record_done()?;
     }
     // Every shard's channel is closed: it finished, or the stream was refused (no summary then).
     let summary = if summaries.iter().all(Option::is_some) {

@@ -87,6 +87,7 @@ struct Line {
     phase: Option<JobPhase>,
     labels: Option<BTreeMap<String, String>>,
     gpus: Option<f64>,
+    namespace_labels: Option<BTreeMap<String, String>>,
     deleted: bool,
 }
 
@@ -100,6 +101,7 @@ fn updates(path: &Path) -> Vec<Line> {
                 phase: u.phase,
                 labels: u.labels,
                 gpus: u.gpus,
+                namespace_labels: u.namespace_labels,
                 deleted: u.deleted,
             },
             StreamRecord::Object { .. } => panic!("the recorder writes compact lines"),
@@ -199,6 +201,61 @@ fn only_changes_are_written_in_order() {
     assert_eq!(metrics.record_lines.get(), 5);
     assert_eq!(metrics.record_files_created.get(), 1);
     assert_eq!(metrics.record_bytes_written.get(), fs::metadata(r.own_dir().join(&files[0])).unwrap().len());
+}
+
+fn namespace(name: &str, labels: &[(&str, &str)], at: &str) -> Observation {
+    Observation::Namespace {
+        name: name.into(),
+        labels: labels.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect(),
+        at: ts(at),
+    }
+}
+
+/// Issue 43: a recorded stream had no namespace labels, so a ClusterProgressPolicy with a
+/// `namespaceSelector` selected nothing in `replay` and `backtest`. The labels are on a file's first line
+/// once known, and a change (or labels learnt after the job's first line) is a line of its own.
+#[test]
+fn namespace_labels_are_recorded_with_the_jobs_of_the_namespace() {
+    let dir = TempDir::new("namespaces");
+    let (mut r, _) = recorder(RecordConfig { max_file_bytes: 1, ..config(&dir.0) });
+    let (early, late) = (JobKey::new("fraud", "early"), JobKey::new("fraud", "late"));
+    let other = JobKey::new("vision", "ft");
+    // The job is seen before its namespace (the two watches race).
+    r.observe(seen(&early, Some(status(1, "2026-12-01T10:00:00Z")), "2026-12-01T10:00:01Z"));
+    r.observe(seen(&other, Some(status(1, "2026-12-01T10:00:00Z")), "2026-12-01T10:00:01Z"));
+    r.observe(namespace("fraud", &[("trainwarden.dev/reclaim", "true")], "2026-12-01T10:00:02Z"));
+    // Listed again unchanged: nothing written.
+    r.observe(namespace("fraud", &[("trainwarden.dev/reclaim", "true")], "2026-12-01T10:00:03Z"));
+    r.observe(seen(&late, Some(status(1, "2026-12-01T10:00:00Z")), "2026-12-01T10:00:04Z"));
+    r.flush();
+    let early_lines = updates(&r.own_dir().join("fraud_early_0f1e2d3c.jsonl.gz"));
+    let reclaim = BTreeMap::from([("trainwarden.dev/reclaim".to_string(), "true".to_string())]);
+    assert_eq!(early_lines.len(), 2);
+    assert_eq!(early_lines[0].namespace_labels, None);
+    assert_eq!(early_lines[1].namespace_labels.as_ref(), Some(&reclaim));
+    assert_eq!(early_lines[1].time, ts("2026-12-01T10:00:02Z"));
+    assert!(early_lines[1].sample.is_none() && early_lines[1].phase.is_none());
+    let late_lines = updates(&r.own_dir().join("fraud_late_0f1e2d3c.jsonl.gz"));
+    assert_eq!(late_lines.len(), 1);
+    assert_eq!(late_lines[0].namespace_labels.as_ref(), Some(&reclaim));
+    assert!(
+        updates(&r.own_dir().join("vision_ft_0f1e2d3c.jsonl.gz"))
+            .iter()
+            .all(|l| l.namespace_labels.is_none())
+    );
+    // A change is written; a rotated part (max_file_bytes 1) starts again with the labels, so it stands alone.
+    r.observe(namespace("fraud", &[], "2026-12-01T10:05:00Z"));
+    r.observe(seen(&late, Some(status(2, "2026-12-01T10:06:00Z")), "2026-12-01T10:06:01Z"));
+    r.flush();
+    let part = updates(&r.own_dir().join("fraud_late_0f1e2d3c.1.jsonl.gz"));
+    assert_eq!(part.len(), 1);
+    assert_eq!(part[0].namespace_labels, Some(BTreeMap::new()));
+    // The early job's file is full and nothing of it was seen since: its next part begins with its next line.
+    assert!(!stream_files(r.own_dir()).contains(&"fraud_early_0f1e2d3c.1.jsonl.gz".to_string()));
+    r.observe(seen(&early, Some(status(2, "2026-12-01T10:07:00Z")), "2026-12-01T10:07:01Z"));
+    r.flush();
+    let early_part = updates(&r.own_dir().join("fraud_early_0f1e2d3c.1.jsonl.gz"));
+    assert_eq!(early_part[0].namespace_labels, Some(BTreeMap::new()));
 }
 
 #[test]

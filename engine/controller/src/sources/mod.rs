@@ -6,7 +6,8 @@
 //!                checkpoint and verdict read from their annotations) ──┐  + copies for the recorder
 //!  policies      ProgressPolicies, ClusterProgressPolicies → PolicyInput ├──▶ Input (channel) ──▶ brain
 //!  exceptions    ProgressPolicyExceptions → ExceptionInput, compiled     │
-//!  namespaces    namespace labels (ClusterProgressPolicy selectors)      │
+//!  namespaces    namespace labels (ClusterProgressPolicy selectors;     │
+//!                copies for the recorder)                                │
 //!  gpu_metrics   the GPUs' DCGM metrics from Prometheus (--prometheus-url)│
 //!  kueue_queues  the demand behind each Kueue LocalQueue (--kueue-queues)┘
 //!  relist        deletions a re-list finds (no Delete event for them)
@@ -38,7 +39,7 @@ use trainwarden_kube::{ClusterProgressPolicy, ProgressPolicy, ProgressPolicyExce
 
 use crate::Error;
 use crate::messages::{Input, Observation};
-use crate::metrics::Metrics;
+use crate::metrics::{Metrics, RecordDrop};
 use crate::runtime::config::ControllerConfig;
 
 /// Fails early, with the fix, when a CRD the controller needs is missing.
@@ -61,8 +62,21 @@ pub async fn check_crds(client: &Client, config: &ControllerConfig) -> Result<()
     Ok(())
 }
 
-/// Starts the watches. The TrainJob watch waits for `policies_synced`, and hands what it sees to `recorder`
-/// too when recording is on.
+/// Hands an observation to the recorder without waiting: a full channel drops it (counted).
+fn record(
+    recorder: Option<&mpsc::Sender<Observation>>,
+    metrics: &Metrics,
+    make: impl FnOnce() -> Observation,
+) {
+    if let Some(tx) = recorder
+        && let Err(mpsc::error::TrySendError::Full(_)) = tx.try_send(make())
+    {
+        metrics.record_drop(RecordDrop::QueueFull);
+    }
+}
+
+/// Starts the watches. The TrainJob watch waits for `policies_synced`; it and the Namespace watch hand what
+/// they see to `recorder` too when recording is on.
 pub fn spawn_watchers(
     tasks: &mut JoinSet<&'static str>,
     client: Client,
@@ -109,7 +123,13 @@ pub fn spawn_watchers(
         };
         tasks.spawn(exceptions::watch_exceptions(api, inputs.clone(), metrics.clone()));
     }
-    tasks.spawn(namespaces::watch_namespaces(client.clone(), ns.clone(), inputs.clone()));
+    tasks.spawn(namespaces::watch_namespaces(
+        client.clone(),
+        ns.clone(),
+        inputs.clone(),
+        recorder.clone(),
+        metrics.clone(),
+    ));
     tasks.spawn(trainjobs::watch_trainjobs(
         client,
         ns,

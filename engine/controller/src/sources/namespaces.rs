@@ -1,4 +1,8 @@
-//! The Namespace source: each namespace's labels, which ClusterProgressPolicies' namespace selectors match.
+//! The Namespace source: each namespace's labels, which ClusterProgressPolicies' namespace selectors match;
+//! a copy goes to the recorder, so a recorded stream carries them and `replay`/`backtest` select as the
+//! controller did.
+
+use std::sync::Arc;
 
 use futures::StreamExt;
 use k8s_openapi::api::core::v1::Namespace;
@@ -8,14 +12,19 @@ use kube::{Client, ResourceExt};
 use tokio::sync::mpsc;
 use tracing::warn;
 
-use crate::messages::Input;
+use super::record;
+use crate::messages::{Input, Observation};
+use crate::metrics::Metrics;
 
 /// Watches the namespaces (only `namespace` with a namespace scope: only it matters, and the service
 /// account may not be allowed to list the others) until the loop's channel closes; returns the task's name.
+/// What it sees goes to `recorder` too when recording is on.
 pub(super) async fn watch_namespaces(
     client: Client,
     namespace: Option<String>,
     tx: mpsc::Sender<Input>,
+    recorder: Option<mpsc::Sender<Observation>>,
+    metrics: Arc<Metrics>,
 ) -> &'static str {
     let api: Api<Namespace> = Api::all(client);
     let config = match &namespace {
@@ -26,7 +35,13 @@ pub(super) async fn watch_namespaces(
     while let Some(event) = stream.next().await {
         match event {
             Ok(watcher::Event::Apply(n) | watcher::Event::InitApply(n)) => {
-                let input = Input::Namespace { name: n.name_any(), labels: n.labels().clone() };
+                let (name, labels) = (n.name_any(), n.labels().clone());
+                record(recorder.as_ref(), &metrics, || Observation::Namespace {
+                    name: name.clone(),
+                    labels: labels.clone(),
+                    at: trainwarden_core::Timestamp::now(),
+                });
+                let input = Input::Namespace { name, labels };
                 if tx.send(input).await.is_err() {
                     break;
                 }

@@ -18,12 +18,13 @@ use trainwarden_core::{HistoryCheckpoint, JobKey, JobSnapshot, NormalizeError};
 use trainwarden_kube::trainjob::{to_snapshot, trainjob_api};
 use trainwarden_kube::{VERDICT_ANNOTATION, Verdict};
 
+use super::record;
 use super::relist::Relist;
 use crate::messages::{
     FoundSuspension, Input, JobInput, JobObservation, Observation, RecordedProgress, ShownVerdict,
     StoredCheckpoint,
 };
-use crate::metrics::{ApiOperation, Metrics, RecordDrop, WatchedKind, WatchedKindLabels};
+use crate::metrics::{ApiOperation, Metrics, WatchedKind, WatchedKindLabels};
 use crate::{EXEMPT_ANNOTATION, HISTORY_ANNOTATION, LAST_ACTION_ANNOTATION};
 
 /// Reads a watched TrainJob (see [`read_job`]).
@@ -127,19 +128,6 @@ pub fn job_observation(
         progress,
         sample_time: snapshot.and_then(|s| s.sample.as_ref()).map(|s| s.updated_at),
         at,
-    }
-}
-
-/// Hands an observation to the recorder without waiting: a full channel drops it (counted).
-fn record(
-    recorder: Option<&mpsc::Sender<Observation>>,
-    metrics: &Metrics,
-    make: impl FnOnce() -> Observation,
-) {
-    if let Some(tx) = recorder
-        && let Err(mpsc::error::TrySendError::Full(_)) = tx.try_send(make())
-    {
-        metrics.record_drop(RecordDrop::QueueFull);
     }
 }
 

@@ -1,5 +1,6 @@
 //! The phrases: what an action does (for a message, and as a timeline line says it), what holds it and
-//! until when, a snooze's changes, GPU time freed, money.
+//! until when, a snooze's changes, GPU time freed. Money and spans of time are printed by the one formatter
+//! of each in `units/` ([`crate::fmt_money`], [`crate::fmt_span`]), never here.
 
 use crate::evaluate::{
     ActionIntent, ExceptionEnd, Limit, SNOOZE_ANNOTATION, Savings, SavingsBasis, SnoozeChange,
@@ -7,6 +8,7 @@ use crate::evaluate::{
 use crate::policy::exception::ExceptionRef;
 use crate::policy::{ActionKind, ActionSpec, Mode};
 use crate::time::{Timestamp, fmt_local, fmt_num, fmt_secs, plural, plural_num};
+use crate::units::money::{Cents, fmt_money};
 
 /// What an action does, in words, as a message says it: `suspend the TrainJob`, `notify team`.
 pub fn action(action: &ActionSpec) -> String {
@@ -80,29 +82,9 @@ pub fn savings(s: &Savings) -> String {
         fmt_num(s.gpu_hours)
     );
     if let Some(d) = s.dollars {
-        out += &format!(" (${})", money(d));
+        out += &format!(" ({})", fmt_money(Some(d), Cents::Shown));
     }
     out
-}
-
-/// `1,803.73`: dollars with thousands separators and cents.
-pub fn money(d: f64) -> String {
-    if !d.is_finite() {
-        return d.to_string();
-    }
-    let cents = (d.abs() * 100.0).round() as u64;
-    format!("{}{}.{:02}", if d < 0.0 && cents > 0 { "-" } else { "" }, thousands(cents / 100), cents % 100)
-}
-
-/// `1804` → `1,804`: how money's whole part is printed here and by `kubectl trainwarden`.
-pub fn thousands(n: u64) -> String {
-    let mut digits = n.to_string();
-    let mut i = digits.len() as i64 - 3;
-    while i > 0 {
-        digits.insert(i as usize, ',');
-        i -= 3;
-    }
-    digits
 }
 
 /// `suspend waits for its grace, until …: done then if the rule still fires and the job is not snoozed`.
@@ -186,19 +168,5 @@ pub fn snooze(change: &SnoozeChange, tz: &jiff::tz::TimeZone) -> String {
             }
         ),
         SnoozeChange::Invalid { message, .. } => message.clone(),
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn money_has_thousands_separators() {
-        assert_eq!(money(1512.5), "1,512.50");
-        assert_eq!(money(0.0), "0.00");
-        assert_eq!(money(1234567.891), "1,234,567.89");
-        assert_eq!(money(-0.5), "-0.50");
-        assert_eq!(money(f64::NAN), "NaN");
     }
 }

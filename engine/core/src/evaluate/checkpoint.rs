@@ -177,7 +177,13 @@ impl StateWire {
     fn of(state: &DetectorState, origin: Timestamp) -> Option<StateWire> {
         let off = |t: Timestamp| Num::of(seconds(origin, t));
         match state {
-            DetectorState::None => None,
+            // The level trackers of levelled rules are not checkpointed (yet): after a restore those rules
+            // start over, which can only delay a stop, never cause one.
+            DetectorState::None
+            | DetectorState::Levels(_)
+            | DetectorState::NoGain(_)
+            | DetectorState::Streak(_)
+            | DetectorState::Plateau(PlateauState { levels: Some(_), .. }) => None,
             DetectorState::Plateau(s) => Some(StateWire::Plateau {
                 n: s.samples,
                 f: s.first_at.map(off),
@@ -214,6 +220,7 @@ impl StateWire {
                     Some((v, t, n)) => Some((v.get(), add_seconds(origin, t.get())?, *n)),
                     None => None,
                 },
+                levels: None,
             }),
             StateWire::Overtraining { bt, tw, bv, vw } => DetectorState::Overtraining(OvertrainingState {
                 best_train: bt.map(Num::get),

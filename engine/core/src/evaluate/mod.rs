@@ -529,14 +529,15 @@ impl Evaluator {
     fn record_and_evaluate(
         &mut self,
         id: usize,
-        sample: Option<ProgressSample>,
+        mut sample: Option<ProgressSample>,
         now: Timestamp,
         out: &mut Vec<Event>,
     ) {
         self.refresh_selection(id);
         let Some((key, entry)) = self.jobs.key_and_entry(id) else { return };
-        if let (Some(sample), Some(data)) = (&sample, entry.data.as_mut())
-            && data.series.record(sample) == Recorded::New
+        // A report stamped far after `now` (a clock that jumped) is judged as of `now` (`record_at`).
+        if let (Some(sample), Some(data)) = (&mut sample, entry.data.as_mut())
+            && data.series.record_at(sample, now) == Recorded::New
         {
             // Stateful detectors advance on every new sample, whether or not their policy is active now.
             for i in 0..entry.selected_by.len() {

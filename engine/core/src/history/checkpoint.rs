@@ -105,6 +105,9 @@ pub(crate) struct SeriesWire {
     metric_count: usize,
     #[serde(rename = "m", default, skip_serializing_if = "Vec::is_empty")]
     metrics: Vec<MetricWire>,
+    /// The longest silences: when each began (relative to the origin) and how long, in seconds.
+    #[serde(rename = "g", default, skip_serializing_if = "Vec::is_empty")]
+    gaps: Vec<(Num, Num)>,
 }
 
 #[derive(Clone, Debug, PartialEq, serde::Serialize, serde::Deserialize)]
@@ -193,6 +196,7 @@ impl SeriesWire {
             summary_hash: parts.last_summary.map(|h| format!("{h:016x}")),
             metric_count: parts.last_metric_count,
             metrics: parts.metrics.iter().map(|(name, m)| MetricWire::of(name, m, origin)).collect(),
+            gaps: parts.long_gaps.iter().map(|&(t, secs)| (offset(origin, t), Num::of(secs))).collect(),
         }
     }
 
@@ -227,6 +231,12 @@ impl SeriesWire {
                 None => None,
             },
             last_metric_count: self.metric_count,
+            long_gaps: self
+                .gaps
+                .iter()
+                .filter(|(_, secs)| secs.get().is_finite() && secs.get() > 0.0)
+                .map(|&(t, secs)| Some((instant(origin, t)?, secs.get())))
+                .collect::<Option<Vec<_>>>()?,
         };
         Some(JobSeries::import(origin, &parts))
     }

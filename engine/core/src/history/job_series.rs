@@ -15,6 +15,11 @@ use crate::time::Timestamp;
 /// so a reporter that invents a new name per step cannot grow memory without bound.
 pub(crate) const MAX_METRICS_PER_JOB: usize = 32;
 
+/// How far after the instant it is judged at a report's `lastUpdatedTime` may be before it counts as
+/// stamped by a clock that jumped ahead: clocks of pods, the API server and the controller differ by seconds.
+pub(crate) const MAX_STAMP_AHEAD: crate::units::duration::PolicyDuration =
+    crate::units::duration::PolicyDuration::from_secs(300);
+
 /// Everything the engine remembers about one job's progress.
 #[derive(Clone, Debug)]
 pub struct JobSeries {
@@ -26,6 +31,12 @@ pub struct JobSeries {
     /// Samples dropped: older than the previous one, or the very same report again (same `lastUpdatedTime`,
     /// same content).
     pub duplicates: u64,
+    /// Of `duplicates`, the samples dropped for an older `lastUpdatedTime` than the previous one: out of
+    /// order (a watch re-delivering an old object, or a reporter whose clock went back).
+    pub out_of_order: u64,
+    /// Samples stamped more than `MAX_STAMP_AHEAD` (5 minutes) after the instant they were judged at (a reporter's
+    /// clock jumped ahead): recorded as of that instant (see [`JobSeries::record_at`]).
+    pub stamped_ahead: u64,
     /// Metric names ignored because the job already had `MAX_METRICS_PER_JOB`.
     pub dropped_metrics: u64,
     /// `lastUpdatedTime` of the first accepted sample.
@@ -42,6 +53,40 @@ pub struct JobSeries {
     /// latest values, what tells a repeated report from a new one (a hash, so a checkpoint can carry it).
     last_summary: Option<u64>,
     last_metric_count: usize,
+    /// The [`log_group`]s in which the latest sample changed a value (a bit each).
+    groups_changed: u8,
+    /// The training group's log clock: when it was last logged, the latest intervals between logs that
+    /// changed a value (seconds, newest last, 0 = none yet), and whether the latest sample was a log of it.
+    train_log_at: Option<Timestamp>,
+    /// When a sample last changed a training value (the intervals are measured between such samples).
+    train_changed_at: Option<Timestamp>,
+    train_intervals: [f32; 4],
+    train_logged: bool,
+    /// The latest training log was one of unchanged values (the values are stuck).
+    train_stuck: bool,
+    /// The longest silences between samples that changed something (see `last_progress_at`): when each
+    /// began and how many seconds it lasted, longest first. A job's evaluation pauses and checkpoint saves
+    /// are its rhythm, which `stalled` can learn.
+    long_gaps: [Option<(Timestamp, f64)>; GAPS_KEPT],
+}
+
+/// How many of a job's longest silences are kept.
+pub(crate) const GAPS_KEPT: usize = 2;
+
+/// A report that moved on without changing a training value counts as a log of its (unchanged) values once
+/// this many typical logging intervals have passed since the last log that changed one; while the values
+/// stay stuck, once [`RELOG_STUCK`] intervals have passed since the last such log.
+const RELOG_INTERVALS: f64 = 1.5;
+const RELOG_STUCK: f64 = 0.95;
+
+/// The group a metric is logged with, as a bit: a trainer logs its evaluation metrics (`eval_*`) together at
+/// an evaluation, and everything else together at a logging step. A report that changes one value of a group
+/// is a new log of that group, so a value of the group that happens to repeat the last one bit for bit (a
+/// loss rounded to 4 digits, the same twice on a plateau) was logged again; a report that changes none of a
+/// group's values only re-sends them (the HF callback's heartbeat between logging steps, an `eval_loss`
+/// repeated beside every training loss). [`JobSeries::logged`] and the backtest's curves read it.
+pub(crate) fn log_group(name: &str) -> u8 {
+    if name.starts_with("eval_") { 2 } else { 1 }
 }
 
 /// The progress fields of the latest sample.
@@ -84,6 +129,8 @@ impl JobSeries {
             metrics: Vec::new(),
             samples: 0,
             duplicates: 0,
+            out_of_order: 0,
+            stamped_ahead: 0,
             dropped_metrics: 0,
             first_sample_at: None,
             last_sample_at: None,
@@ -91,7 +138,27 @@ impl JobSeries {
             last: None,
             last_summary: None,
             last_metric_count: 0,
+            groups_changed: 0,
+            train_log_at: None,
+            train_changed_at: None,
+            train_intervals: [0.0; 4],
+            train_logged: false,
+            train_stuck: false,
+            long_gaps: [None; GAPS_KEPT],
         }
+    }
+
+    /// [`JobSeries::record`] of a sample judged at `now`. A sample stamped more than `MAX_STAMP_AHEAD`
+    /// after `now` carries a clock that jumped (a `lastUpdatedTime` in 2030): kept at its own time, it would
+    /// make every later, rightly stamped report look older and be dropped, so a rule like `stalled` or
+    /// `progress() > 50` would never fire again. It is re-stamped `now` (so detectors that read its time see
+    /// the same), recorded, and counted.
+    pub fn record_at(&mut self, sample: &mut ProgressSample, now: Timestamp) -> Recorded {
+        if sample.updated_at.duration_since(now) > MAX_STAMP_AHEAD.to_signed_duration() {
+            self.stamped_ahead += 1;
+            sample.updated_at = now;
+        }
+        self.record(sample)
     }
 
     /// Adds a sample unless it predates the previous one or is the very same report again.
@@ -117,6 +184,7 @@ impl JobSeries {
                 || (sample.updated_at == prev && self.repeats_last(sample, &progress)))
         {
             self.duplicates += 1;
+            self.out_of_order += u64::from(sample.updated_at < prev);
             return Recorded::Duplicate;
         }
         let moved = self.last.is_some_and(|l| l != progress);
@@ -132,12 +200,17 @@ impl JobSeries {
         self.last_summary = sample.summary.as_deref().map(summary_hash);
         self.last_metric_count = sample.metrics.len();
         let mut same_metrics = true;
+        let mut groups_changed = 0;
         for (k, m) in sample.metrics.iter().enumerate() {
             match self.slot(k, &m.name) {
                 Some(i) => {
                     let series = &mut self.metrics[i].1;
-                    same_metrics &=
-                        series.latest_observation().is_some_and(|v| v.to_bits() == m.value.to_bits());
+                    let same = series.latest_observation().is_some_and(|v| v.to_bits() == m.value.to_bits());
+                    same_metrics &= same;
+                    series.changed = !same;
+                    if !same {
+                        groups_changed |= log_group(&m.name);
+                    }
                     if moved {
                         series.observe(sample.updated_at, m.value);
                     } else {
@@ -146,14 +219,21 @@ impl JobSeries {
                 }
                 None if self.metrics.len() < MAX_METRICS_PER_JOB => {
                     same_metrics = false;
+                    groups_changed |= log_group(&m.name);
                     let mut series = MetricSeries::new(self.base);
                     series.push(sample.updated_at, m.value);
+                    series.changed = true;
                     self.metrics.push((m.name.clone(), series));
                 }
                 None => self.dropped_metrics += 1,
             }
         }
+        self.groups_changed = groups_changed;
+        self.tick_train_log(sample, moved);
         if !(same_counters && same_metrics) || self.last_progress_at.is_none() {
+            if let Some(previous) = self.last_progress_at {
+                self.note_gap(previous, crate::time::seconds(previous, sample.updated_at));
+            }
             self.last_progress_at = Some(sample.updated_at);
         }
         Recorded::New
@@ -194,6 +274,78 @@ impl JobSeries {
         self.metrics.iter().find(|(n, _)| same_name(n, name)).map(|(_, s)| s)
     }
 
+    /// Keeps a silence if it is among the longest seen.
+    fn note_gap(&mut self, began: Timestamp, secs: f64) {
+        // NaN is no silence either.
+        if secs.is_nan() || secs <= 0.0 {
+            return;
+        }
+        let Some(i) = self.long_gaps.iter().position(|g| g.is_none_or(|(_, s)| secs > s)) else { return };
+        self.long_gaps[i..].rotate_right(1);
+        self.long_gaps[i] = Some((began, secs));
+    }
+
+    /// The longest silence between samples that changed something, leaving out one that spans `restart`
+    /// (the time the job was suspended in between is not part of its rhythm). `None` before two such
+    /// samples.
+    pub fn longest_gap(&self, restart: Option<Timestamp>) -> Option<f64> {
+        self.long_gaps.iter().flatten().find_map(|&(began, secs)| {
+            let spans = restart.is_some_and(|r| began < r && crate::time::seconds(began, r) < secs);
+            (!spans).then_some(secs)
+        })
+    }
+
+    /// Advances the training group's log clock with the latest sample. A training log is a sample that
+    /// changed a training value; a sample that moved on (a new step) without changing one counts too once
+    /// [`RELOG_INTERVALS`] typical logging intervals have passed since the last log (a loss stuck at exactly
+    /// 0.0 or NaN under a constant learning rate is logged again and again with the same bits), then one
+    /// every interval while they stay stuck; every such sample counts while no interval is known yet. A
+    /// heartbeat between logs is not a log.
+    fn tick_train_log(&mut self, sample: &ProgressSample, moved: bool) {
+        let at = sample.updated_at;
+        let changed = self.groups_changed & 1 != 0;
+        let carries = sample.metrics.iter().any(|m| log_group(&m.name) == 1);
+        let due = || {
+            let mut known = self.train_intervals;
+            let n = known.iter().filter(|i| **i > 0.0).count();
+            if n == 0 {
+                return true;
+            }
+            known.sort_by(f32::total_cmp); // the zeros (none yet) first
+            let typical = f64::from(known[known.len() - n + n / 2]);
+            let factor = if self.train_stuck { RELOG_STUCK } else { RELOG_INTERVALS };
+            self.train_log_at.is_none_or(|last| crate::time::seconds(last, at) >= factor * typical)
+        };
+        self.train_logged = carries && (changed || (moved && due()));
+        if !self.train_logged {
+            return;
+        }
+        self.train_stuck = !changed;
+        if changed {
+            if let Some(last) = self.train_changed_at {
+                let gap = crate::time::seconds(last, at) as f32;
+                if gap > 0.0 {
+                    self.train_intervals.rotate_left(1);
+                    self.train_intervals[3] = gap;
+                }
+            }
+            self.train_changed_at = Some(at);
+        }
+        self.train_log_at = Some(at);
+    }
+
+    /// Whether the latest sample carried a newly logged value of `name` (see [`log_group`]): the value
+    /// changed, or another value of its group did, or — for training metrics — the sample is a training
+    /// log by the group's clock ([`JobSeries::tick_train_log`]). `false` for a metric the latest sample did
+    /// not carry.
+    pub fn logged(&self, name: &str) -> bool {
+        let group = log_group(name);
+        self.metric(name).is_some_and(|s| {
+            s.last_seen_at() == self.last_sample_at
+                && (s.changed || self.groups_changed & group != 0 || (group == 1 && self.train_logged))
+        })
+    }
+
     /// The canonical names of the metrics tracked, in the order first seen.
     pub fn metric_names(&self) -> impl Iterator<Item = &str> {
         self.metrics.iter().map(|(n, _)| n.as_ref())
@@ -212,6 +364,7 @@ impl JobSeries {
             last: self.last,
             last_summary: self.last_summary,
             last_metric_count: self.last_metric_count,
+            long_gaps: self.long_gaps.iter().flatten().copied().collect(),
         }
     }
 
@@ -233,6 +386,9 @@ impl JobSeries {
         j.last = parts.last;
         j.last_summary = parts.last_summary;
         j.last_metric_count = parts.last_metric_count;
+        for &(began, secs) in &parts.long_gaps {
+            j.note_gap(began, secs);
+        }
         j
     }
 
@@ -264,6 +420,8 @@ pub(crate) struct JobParts {
     pub last: Option<LastProgress>,
     pub last_summary: Option<u64>,
     pub last_metric_count: usize,
+    /// The longest silences: when each began, how long (seconds).
+    pub long_gaps: Vec<(Timestamp, f64)>,
 }
 
 /// FNV-1a (64-bit) of a summary: stable across processes and builds, unlike `std`'s hasher.

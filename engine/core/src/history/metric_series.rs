@@ -36,8 +36,10 @@ pub enum Direction {
 
 impl Direction {
     /// Keras' `mode="auto"`: metrics whose name says accuracy-like are maximized, everything else minimized.
+    /// A name part counts when it is one of the quality words, or one followed by digits or `l`/`lsum`
+    /// (`eval_rouge1`, `rougeL`, `bleu4`, `top5`).
     pub fn infer(metric: &str) -> Direction {
-        const HIGHER_IS_BETTER: [&str; 12] = [
+        const HIGHER_IS_BETTER: [&str; 35] = [
             "acc",
             "accuracy",
             "f1",
@@ -45,20 +47,53 @@ impl Direction {
             "recall",
             "auc",
             "bleu",
+            "sacrebleu",
             "rouge",
+            "meteor",
+            "chrf",
+            "bertscore",
             "score",
             "map",
+            "mrr",
+            "ndcg",
+            "iou",
+            "miou",
+            "dice",
+            "psnr",
+            "ssim",
+            "mcc",
+            "matthews",
+            "correlation",
+            "pearson",
+            "pearsonr",
+            "spearman",
+            "spearmanr",
+            "r2",
+            "exact",
+            "em",
+            "top",
             "throughput",
             "samples_per_second",
+            "reward",
         ];
         let contains = |needle: &str| {
             metric.as_bytes().windows(needle.len()).any(|w| w.eq_ignore_ascii_case(needle.as_bytes()))
         };
-        if HIGHER_IS_BETTER
-            .iter()
-            .any(|w| metric.split(['_', '.', '-']).any(|part| part.eq_ignore_ascii_case(w)))
+        let is_quality_word = |part: &str| {
+            HIGHER_IS_BETTER.iter().any(|w| {
+                let (Some(head), Some(rest)) = (part.get(..w.len()), part.get(w.len()..)) else {
+                    return false;
+                };
+                head.eq_ignore_ascii_case(w)
+                    && (rest.eq_ignore_ascii_case("l")
+                        || rest.eq_ignore_ascii_case("lsum")
+                        || rest.bytes().all(|b| b.is_ascii_digit()))
+            })
+        };
+        if metric.split(['_', '.', '-', '/']).any(is_quality_word)
             || contains("accuracy")
             || contains("throughput")
+            || contains("samples_per_second")
         {
             Direction::Max
         } else {
@@ -184,6 +219,9 @@ pub struct MetricSeries {
     last_seen_at: Option<Timestamp>,
     /// Whether the latest push was a new observation rather than a repeat.
     fresh: bool,
+    /// Whether the latest report's value differed from the one before (set by `JobSeries::record`; not
+    /// part of a checkpoint: it describes one report).
+    pub(crate) changed: bool,
 }
 
 impl MetricSeries {
@@ -215,6 +253,7 @@ impl MetricSeries {
             repeats: 0,
             last_seen_at: None,
             fresh: false,
+            changed: false,
         }
     }
 

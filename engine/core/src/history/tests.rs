@@ -319,6 +319,21 @@ fn direction_is_inferred_from_the_name() {
     assert_eq!(Direction::infer("eval_f1"), Direction::Max);
     assert_eq!(Direction::infer("throughput_samples_per_second"), Direction::Max);
     assert_eq!(Direction::infer("grad_norm"), Direction::Min);
+    // Numbered and summary variants of quality words; error rates stay minimized.
+    for max in [
+        "eval_rouge1",
+        "eval_rougeL",
+        "eval_rougeLsum",
+        "eval_bleu-4",
+        "eval_top5",
+        "eval_macro_f1",
+        "eval_map50",
+    ] {
+        assert_eq!(Direction::infer(max), Direction::Max, "{max}");
+    }
+    for min in ["eval_wer", "eval_cer", "eval_perplexity", "embedding_norm", "eval_emission"] {
+        assert_eq!(Direction::infer(min), Direction::Min, "{min}");
+    }
 }
 
 /// What does not match `expect_actions` when a `plateau` rule with a 20-sample window (issue 14's example)
@@ -345,12 +360,15 @@ fn plateau_window_20(series: &str, expect_actions: &str) -> Vec<String> {
 }
 
 /// Issue 14, item 2, end to end: `2.0-0.05x20 1.0x1000` with `window: 20` never fired, the flat 1.0 being
-/// taken for one value re-sent 1000 times. Reported at a new step each time, it is 1000 observations.
+/// taken for one value re-sent 1000 times. Reported at a new step each time, it is logged again and again
+/// (issue 41: by the job's log clock, `JobSeries::logged`).
 #[test]
 fn a_flat_loss_at_new_steps_fills_a_sample_count_plateau_window() {
     let flat_at_new_steps = "      loss: \"2.0-0.05x20 1.0x1000\"\n      step: \"0+1x1020\"";
-    // Best 1.0 first reached at 20m, then 20 observations without improvement.
-    let suspended = "[{at: 40m, rule: flat, action: suspend, mode: Enforce}]";
+    // Best 1.0 first reached at 20m. The job logged a new value every minute, so an unchanged value at a
+    // new step is a new log once 1.5 minutes passed (22m), then every minute: 20 logs without improvement
+    // at 41m (a heartbeat between two logs would not count).
+    let suspended = "[{at: 41m, rule: flat, action: suspend, mode: Enforce}]";
     assert_eq!(plateau_window_20(flat_at_new_steps, suspended), Vec::<String>::new());
     // Reports that do not move (no step, progress or ETA), re-polled: still one observation, no plateau.
     assert_eq!(plateau_window_20("      loss: \"2.0-0.05x20 1.0x1000\"", "[]"), Vec::<String>::new());

@@ -257,3 +257,215 @@ impl<'de, T: Deserialize<'de>> Deserialize<'de> for MapOnly<T> {
         d.deserialize_map(ObjectVisitor(PhantomData))
     }
 }
+
+/// A key given twice in one JSON object, and where: JSON readers keep the last value and drop the first in
+/// silence, so a stream line that says two things is refused rather than guessed at. Not looked for inside
+/// `managedFields` (the API server's bookkeeping, which nothing reads).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) struct DuplicateKey {
+    /// The key's path, e.g. `trainerStatus.metrics[0].value` or `labels.team`.
+    pub path: String,
+}
+
+impl DuplicateKey {
+    /// The message for a stream line: the path, what is wrong, why it is refused.
+    pub(crate) fn message(&self) -> String {
+        format!(
+            "{}: the key is given twice in one object (JSON keeps only the last; which one was meant?)",
+            self.path
+        )
+    }
+}
+
+/// The first key given twice in one object of `text` (any depth), or `None` when every object's keys are
+/// distinct or `text` is not JSON at all (the caller's parse then says what is wrong).
+pub(crate) fn duplicate_key(text: &str) -> Option<DuplicateKey> {
+    let mut d = serde_json::Deserializer::from_str(text);
+    match distinct_keys(&mut d) {
+        Ok(Some(path)) => Some(DuplicateKey { path }),
+        Ok(None) | Err(_) => None,
+    }
+}
+
+/// Reads one JSON value from `d` as a `Value` parse checks it (numbers' range, strings, nesting), keeping
+/// nothing: `Ok(Some(path))` names the first key given twice in one object.
+pub(crate) fn distinct_keys<'de, D: Deserializer<'de>>(d: D) -> Result<Option<String>, D::Error> {
+    de::DeserializeSeed::deserialize(Distinct, d)
+}
+
+/// Visits any JSON value; its value is the path of the first key seen twice in one object (built on the way
+/// out, so a line without one allocates nothing for paths), the rest of the value being read all the same.
+struct Distinct;
+
+impl<'de> de::DeserializeSeed<'de> for Distinct {
+    type Value = Option<String>;
+    fn deserialize<D: Deserializer<'de>>(self, d: D) -> Result<Option<String>, D::Error> {
+        d.deserialize_any(self)
+    }
+}
+
+impl<'de> Visitor<'de> for Distinct {
+    type Value = Option<String>;
+    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("any JSON value")
+    }
+    fn visit_bool<E>(self, _: bool) -> Result<Option<String>, E> {
+        Ok(None)
+    }
+    fn visit_i64<E>(self, _: i64) -> Result<Option<String>, E> {
+        Ok(None)
+    }
+    fn visit_u64<E>(self, _: u64) -> Result<Option<String>, E> {
+        Ok(None)
+    }
+    fn visit_f64<E>(self, _: f64) -> Result<Option<String>, E> {
+        Ok(None)
+    }
+    fn visit_str<E>(self, _: &str) -> Result<Option<String>, E> {
+        Ok(None)
+    }
+    fn visit_unit<E>(self) -> Result<Option<String>, E> {
+        Ok(None)
+    }
+    fn visit_seq<A: de::SeqAccess<'de>>(self, mut seq: A) -> Result<Option<String>, A::Error> {
+        let mut found = None;
+        let mut i = 0;
+        while let Some(inner) = seq.next_element_seed(Distinct)? {
+            if found.is_none() {
+                found =
+                    inner.map(|p| format!("[{i}]{}", if p.starts_with('[') { p } else { format!(".{p}") }));
+            }
+            i += 1;
+        }
+        Ok(found)
+    }
+    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Option<String>, A::Error> {
+        // Most objects have a few keys without escapes: those are compared where they lie in the line, without
+        // allocating (serde's own `Cow<str>` would copy every key).
+        let mut inline: [&'de str; DISTINCT_INLINE] = [""; DISTINCT_INLINE];
+        let mut n = 0;
+        let mut spilled: Vec<String> = Vec::new();
+        let mut found: Option<String> = None;
+        while let Some(Key(key)) = map.next_key::<Key<'de>>()? {
+            let text: &str = &key;
+            let seen = inline[..n].contains(&text) || spilled.iter().any(|k| k == text);
+            if seen && found.is_none() {
+                found = Some(text.to_string());
+            }
+            // The API server's field bookkeeping is most of a TrainJob and nothing reads it: checked as JSON,
+            // its keys are not compared (the general path leaves them alike).
+            if text == "managedFields" {
+                map.next_value::<AnyJson>()?;
+                push_key(key, &mut inline, &mut n, &mut spilled);
+                continue;
+            }
+            let inner = map.next_value_seed(Distinct)?;
+            if found.is_none() {
+                found = inner
+                    .map(|p| if p.starts_with('[') { format!("{text}{p}") } else { format!("{text}.{p}") });
+            }
+            push_key(key, &mut inline, &mut n, &mut spilled);
+        }
+        Ok(found)
+    }
+}
+
+/// Keeps a key of an object for the comparisons with the keys after it (in place while there is room).
+fn push_key<'de>(
+    key: std::borrow::Cow<'de, str>,
+    inline: &mut [&'de str; DISTINCT_INLINE],
+    n: &mut usize,
+    spilled: &mut Vec<String>,
+) {
+    match key {
+        std::borrow::Cow::Borrowed(k) if *n < DISTINCT_INLINE => {
+            inline[*n] = k;
+            *n += 1;
+        }
+        other => spilled.push(other.into_owned()),
+    }
+}
+
+/// Keys of one object compared where they lie before any is copied.
+const DISTINCT_INLINE: usize = 16;
+
+/// Any JSON value, read with every check a `Value` parse makes (numbers' range, strings, nesting) and dropped;
+/// serde's `IgnoredAny` skips more leniently.
+struct AnyJson;
+
+impl<'de> Deserialize<'de> for AnyJson {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        d.deserialize_any(AnyJsonVisitor)
+    }
+}
+
+struct AnyJsonVisitor;
+
+impl<'de> Visitor<'de> for AnyJsonVisitor {
+    type Value = AnyJson;
+    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("any JSON value")
+    }
+    fn visit_bool<E>(self, _: bool) -> Result<AnyJson, E> {
+        Ok(AnyJson)
+    }
+    fn visit_i64<E>(self, _: i64) -> Result<AnyJson, E> {
+        Ok(AnyJson)
+    }
+    fn visit_u64<E>(self, _: u64) -> Result<AnyJson, E> {
+        Ok(AnyJson)
+    }
+    fn visit_f64<E>(self, _: f64) -> Result<AnyJson, E> {
+        Ok(AnyJson)
+    }
+    fn visit_str<E>(self, _: &str) -> Result<AnyJson, E> {
+        Ok(AnyJson)
+    }
+    fn visit_unit<E>(self) -> Result<AnyJson, E> {
+        Ok(AnyJson)
+    }
+    fn visit_seq<A: de::SeqAccess<'de>>(self, mut seq: A) -> Result<AnyJson, A::Error> {
+        while seq.next_element::<AnyJson>()?.is_some() {}
+        Ok(AnyJson)
+    }
+    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<AnyJson, A::Error> {
+        while map.next_entry::<AnyJson, AnyJson>()?.is_some() {}
+        Ok(AnyJson)
+    }
+}
+
+/// An object key, borrowed from the input when it has no escape (else copied).
+struct Key<'de>(std::borrow::Cow<'de, str>);
+
+impl<'de> Deserialize<'de> for Key<'de> {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct KeyVisitor;
+        impl<'de> Visitor<'de> for KeyVisitor {
+            type Value = Key<'de>;
+            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str("a key")
+            }
+            fn visit_borrowed_str<E: de::Error>(self, v: &'de str) -> Result<Key<'de>, E> {
+                Ok(Key(std::borrow::Cow::Borrowed(v)))
+            }
+            fn visit_str<E: de::Error>(self, v: &str) -> Result<Key<'de>, E> {
+                Ok(Key(std::borrow::Cow::Owned(v.to_string())))
+            }
+        }
+        d.deserialize_str(KeyVisitor)
+    }
+}
+
+#[cfg(test)]
+mod duplicate_key_tests {
+    use super::*;
+
+    #[test]
+    fn a_key_given_twice_is_found_at_any_depth_with_its_path() {
+        assert_eq!(duplicate_key(r#"{"a":1,"b":{"c":[{"d":1}]}}"#), None);
+        assert_eq!(duplicate_key(r#"{"a":1,"a":2}"#).unwrap().path, "a");
+        assert_eq!(duplicate_key(r#"{"b":{"c":[{},{"d":1,"d":1}]}}"#).unwrap().path, "b.c[1].d");
+        assert_eq!(duplicate_key(r#"{"l":{"team":"a","te\u0061m":"b"}}"#).unwrap().path, "l.team", "escapes");
+        assert_eq!(duplicate_key("{not json"), None, "the caller's parse says what is wrong");
+    }
+}

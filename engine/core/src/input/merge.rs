@@ -21,6 +21,10 @@ use crate::units::duration::PolicyDuration;
 /// longer line is not a record, and holding it could exhaust memory (a file without newlines).
 pub const MAX_LINE_BYTES: usize = 8 << 20;
 
+/// How much of a line longer than [`MAX_LINE_BYTES`] is read (and dropped) to find its end, so the lines after
+/// it can be checked too; past this the input is not read on (`/dev/zero` has no line end at all).
+const MAX_SKIPPED_LINE_BYTES: usize = 64 << 20;
+
 /// Where a [`Merge`] takes an input's records from: the input's own lines, decoded here ([`StreamLines`]), or
 /// decoded ahead elsewhere (the CLI's decoding thread per input), in the same order.
 pub trait RecordSource {
@@ -108,7 +112,12 @@ impl<R: BufRead> StreamLines<R> {
                 }
             }
             self.buf.clear();
-            let length = match read_line_capped(&mut self.reader, &mut self.buf, MAX_LINE_BYTES) {
+            let length = match read_line_capped(
+                &mut self.reader,
+                &mut self.buf,
+                MAX_LINE_BYTES,
+                MAX_SKIPPED_LINE_BYTES,
+            ) {
                 Ok(0) => return None,
                 Ok(n) => {
                     self.bytes_read += n as u64;
@@ -120,6 +129,15 @@ impl<R: BufRead> StreamLines<R> {
                 }
             };
             self.line += 1;
+            if length >= MAX_SKIPPED_LINE_BYTES {
+                // No line end in sight (`/dev/zero`, a binary file): reading on might never end.
+                self.broken = true;
+                let message = format!(
+                    "no line end in the first {MAX_SKIPPED_LINE_BYTES} bytes of the line (not a stream of JSON \
+                     lines?); the rest of the input is not read"
+                );
+                return Some(Err(self.error(self.line, None, message)));
+            }
             if length > MAX_LINE_BYTES {
                 let message = format!(
                     "the line is {length} bytes long, more than the {MAX_LINE_BYTES} a record may be"
@@ -157,6 +175,9 @@ fn decode_line(
             }));
         }
     };
+    // A byte-order mark (Windows editors write one) opens the text, as in a policy file; it is not part of
+    // the first line.
+    let text = if line == 1 { text.strip_prefix('\u{feff}').unwrap_or(text) } else { text };
     let trimmed = text.trim();
     if trimmed.is_empty() || trimmed.starts_with('#') {
         return None;
@@ -169,10 +190,19 @@ fn decode_line(
 }
 
 /// Reads one line (with its `\n`) into `buf`, keeping at most `cap` bytes of it; the rest of a longer line
-/// is read and dropped. Returns the line's whole length (0 at the end).
-fn read_line_capped(reader: &mut impl BufRead, buf: &mut Vec<u8>, cap: usize) -> std::io::Result<usize> {
+/// is read and dropped, up to `limit` bytes in all. Returns the line's whole length (0 at the end), or
+/// `limit` or more when it stopped there without finding the line's end.
+fn read_line_capped(
+    reader: &mut impl BufRead,
+    buf: &mut Vec<u8>,
+    cap: usize,
+    limit: usize,
+) -> std::io::Result<usize> {
     let mut length = 0;
     loop {
+        if length >= limit {
+            return Ok(length);
+        }
         let available = match reader.fill_buf() {
             Ok(b) => b,
             Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
@@ -347,6 +377,8 @@ pub struct Merge<S> {
     max_lateness: PolicyDuration,
     /// The input whose line failed, for [`Merge::invalid_lines`].
     failed: Option<usize>,
+    /// Where the last record handed out was: its input and line.
+    last: Option<(usize, usize)>,
 }
 
 impl<S: RecordSource> Merge<S> {
@@ -356,7 +388,7 @@ impl<S: RecordSource> Merge<S> {
             .into_iter()
             .map(|lines| Input { lines, window: Window::new(max_lateness), latest: None, ended: false })
             .collect();
-        Merge { inputs, max_lateness, failed: None }
+        Merge { inputs, max_lateness, failed: None, last: None }
     }
 
     /// The next record in time order, `None` after the last.
@@ -379,7 +411,9 @@ impl<S: RecordSource> Merge<S> {
             match best {
                 None => return Ok(None),
                 Some((i, Step::Ready(_))) => {
-                    return Ok(self.inputs[i].window.pop().map(|p| p.record));
+                    let pending = self.inputs[i].window.pop();
+                    self.last = pending.as_ref().map(|p| (i, p.line));
+                    return Ok(pending.map(|p| p.record));
                 }
                 Some((i, Step::Read(_))) => self.read(i)?,
             }
@@ -423,6 +457,12 @@ impl<S: RecordSource> Merge<S> {
         Ok(())
     }
 
+    /// Where the record [`Merge::next_record`] handed out last comes from: `file:line`.
+    pub fn last_position(&self) -> Option<String> {
+        let (i, line) = self.last?;
+        Some(format!("{}:{line}", self.inputs[i].lines.source()))
+    }
+
     /// After [`MergeError::Invalid`]: `first` and the bad lines of everything not read yet (decoded, not
     /// replayed), up to `per_input` of each input, by input and line — so one run lists what to fix.
     pub fn invalid_lines(&mut self, first: RecordError, per_input: usize) -> Vec<RecordError> {
@@ -463,21 +503,35 @@ mod tests {
         assert!(lines.next_record().is_none());
     }
 
+    /// Issue 43: `replay - < /dev/zero` never ended. A line without an end is read up to a bound, then the
+    /// input ends with an error that says so.
+    #[test]
+    fn an_endless_line_ends_the_input_after_a_bound() {
+        let zeros = std::io::BufReader::new(std::io::repeat(0));
+        let mut lines = StreamLines::new(zeros, "stdin");
+        let e = lines.next_record().unwrap().unwrap_err();
+        assert!(e.message.starts_with("no line end in the first 67108864 bytes"), "{}", e.message);
+        assert!(lines.next_record().is_none(), "nothing more is read");
+        let mut reader = std::io::BufReader::with_capacity(2, std::io::Cursor::new(b"abcdefgh\n".to_vec()));
+        let mut buf = Vec::new();
+        assert_eq!(read_line_capped(&mut reader, &mut buf, 2, 5).unwrap(), 6, "stopped at the limit");
+    }
+
     #[test]
     fn capped_reads_return_whole_lines_across_buffer_refills() {
         let data = b"abc\ndefgh\nij".to_vec();
         let mut reader = std::io::BufReader::with_capacity(2, std::io::Cursor::new(data));
         let mut buf = Vec::new();
-        assert_eq!(read_line_capped(&mut reader, &mut buf, 100).unwrap(), 4);
+        assert_eq!(read_line_capped(&mut reader, &mut buf, 100, 1000).unwrap(), 4);
         assert_eq!(buf, b"abc\n");
         buf.clear();
-        assert_eq!(read_line_capped(&mut reader, &mut buf, 3).unwrap(), 6);
+        assert_eq!(read_line_capped(&mut reader, &mut buf, 3, 1000).unwrap(), 6);
         assert_eq!(buf, b"def", "kept up to the cap");
         buf.clear();
-        assert_eq!(read_line_capped(&mut reader, &mut buf, 100).unwrap(), 2);
+        assert_eq!(read_line_capped(&mut reader, &mut buf, 100, 1000).unwrap(), 2);
         assert_eq!(buf, b"ij");
         buf.clear();
-        assert_eq!(read_line_capped(&mut reader, &mut buf, 100).unwrap(), 0);
+        assert_eq!(read_line_capped(&mut reader, &mut buf, 100, 1000).unwrap(), 0);
     }
 
     use super::*;

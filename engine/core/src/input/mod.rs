@@ -46,6 +46,7 @@ pub(crate) mod gpu;
 mod json;
 pub(crate) mod merge;
 pub(crate) mod names;
+pub(crate) mod namespaces;
 mod object_line;
 pub(crate) mod queue;
 pub(crate) mod reorder;

@@ -215,6 +215,36 @@ pub(crate) fn canonical_metric_name(raw: &str) -> Cow<'static, str> {
     canonical_name(raw).into_cow()
 }
 
+/// What a metric name a rule watches is to the reports, which carry canonical names only (see the module
+/// table of `input`): a rule naming anything but a canonical metric name or a custom one never matches.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum MetricName {
+    /// A canonical metric name (`loss`, `eval_loss`, `learning_rate`).
+    Canonical,
+    /// Another spelling of a known name: reports carry it as the canonical one given (`lr` → `learning_rate`).
+    Alias(&'static str),
+    /// A progress counter, which fills the sample's fields and is never a metric series (`epoch`: read it
+    /// with `epoch()`, `step()`).
+    Counter(&'static str),
+    /// Not a known name: a custom metric of the training code, or a typo.
+    Custom,
+}
+
+/// What `name` is to the reports.
+pub(crate) fn classify_metric_name(name: &str) -> MetricName {
+    match canonical_name(name) {
+        Name::Known(k) if k.is_progress() => MetricName::Counter(k.text()),
+        Name::Known(k) if k.text() == name => MetricName::Canonical,
+        Name::Known(k) => MetricName::Alias(k.text()),
+        Name::Other(_) => MetricName::Custom,
+    }
+}
+
+/// The canonical metric names (the progress counters, which are no metric, left out).
+pub(crate) fn canonical_metric_names() -> impl Iterator<Item = &'static str> {
+    Known::ALL.into_iter().filter(|k| !k.is_progress()).map(Known::text)
+}
+
 /// Collects the metrics of one sample, routing progress counters to their fields and merging duplicates.
 pub(super) struct Collector {
     metrics: Vec<Metric>,

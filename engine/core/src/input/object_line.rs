@@ -7,7 +7,8 @@
 //! what is read to the snapshot are shared ([`TrainJobRead::into_snapshot`], [`Conditions::see`]), and every
 //! field is read by the same rule or a stricter one. Stricter: a condition's `lastTransitionTime` must be a
 //! string even when it is not read; a string with an escape where a borrowed one is read; two `*/gpu`
-//! resources. A line whose skipped parts a `Value` parse would refuse is declined ([`parses_as_a_value`]).
+//! resources. A line whose skipped parts a `Value` parse would refuse is declined ([`parses_with_distinct_keys`]), and so is a line
+//! that gives a key twice in one object.
 //! Anything else, valid or not, is `None`, and the caller reads the line through the `Value` path, which
 //! also words the errors. The tests at the bottom compare the two on generated and mutated objects.
 
@@ -38,11 +39,18 @@ pub(super) fn read(line: &str) -> Option<JobSnapshot> {
     }
     let MapOnly(meta) = wire.metadata?;
     let name = meta.name.filter(|n| !n.is_empty())?;
+    // A recorded TrainJob always has its namespace (a watch delivers it); the general path refuses a line
+    // without one rather than judge it as `default`'s.
+    meta.namespace.filter(|ns| !ns.is_empty())?;
     let created_at = meta.creation_timestamp.map(parse_time).transpose().ok()?;
     let spec = wire.spec.map(|s| s.0).unwrap_or_default();
     let status = wire.status.map(|s| s.0).unwrap_or_default();
     let gpus = gpus(spec.trainer.map(|t| t.0))?;
     let annotations = meta.annotations.unwrap_or_default();
+    // The RHOAI annotation is JSON in a string: its keys too must be distinct.
+    if annotations.progress.as_deref().is_some_and(|json| super::json::duplicate_key(json).is_some()) {
+        return None;
+    }
     let sample: Option<ProgressSample> = match status.trainer_status {
         Some(MapOnly(wire)) => Some(from_trainer_status_wire(wire, "status.trainerStatus").ok()?),
         None => match annotations.progress {
@@ -50,9 +58,10 @@ pub(super) fn read(line: &str) -> Option<JobSnapshot> {
             None => None,
         },
     };
-    if !parses_as_a_value(line) {
+    if !parses_with_distinct_keys(line) {
         return None;
     }
+
     let read = TrainJobRead {
         namespace: meta.namespace.filter(|ns| !ns.is_empty()),
         name,
@@ -91,52 +100,11 @@ fn gpus(trainer: Option<TrainerWire>) -> Option<Option<f64>> {
 /// (`1e999`), a skipped string's lone UTF-16 surrogates (`\ud800`), or how deep skipped values nest. So the
 /// line is parsed once more by the same parser, to a visitor that keeps nothing: the checks are the
 /// `Value` parse's own, not a copy of them. It costs most of a skip of the line (BENCHMARKS.md).
-fn parses_as_a_value(line: &str) -> bool {
-    serde_json::from_str::<ValidJson>(line).is_ok()
-}
-
-/// Any JSON value, checked as a `Value` parse checks it and dropped.
-struct ValidJson;
-
-impl<'de> Deserialize<'de> for ValidJson {
-    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        d.deserialize_any(ValidJsonVisitor)
-    }
-}
-
-struct ValidJsonVisitor;
-
-impl<'de> Visitor<'de> for ValidJsonVisitor {
-    type Value = ValidJson;
-    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str("any JSON value")
-    }
-    fn visit_bool<E>(self, _: bool) -> Result<ValidJson, E> {
-        Ok(ValidJson)
-    }
-    fn visit_i64<E>(self, _: i64) -> Result<ValidJson, E> {
-        Ok(ValidJson)
-    }
-    fn visit_u64<E>(self, _: u64) -> Result<ValidJson, E> {
-        Ok(ValidJson)
-    }
-    fn visit_f64<E>(self, _: f64) -> Result<ValidJson, E> {
-        Ok(ValidJson)
-    }
-    fn visit_str<E>(self, _: &str) -> Result<ValidJson, E> {
-        Ok(ValidJson)
-    }
-    fn visit_unit<E>(self) -> Result<ValidJson, E> {
-        Ok(ValidJson)
-    }
-    fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<ValidJson, A::Error> {
-        while seq.next_element::<ValidJson>()?.is_some() {}
-        Ok(ValidJson)
-    }
-    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<ValidJson, A::Error> {
-        while map.next_entry::<ValidJson, ValidJson>()?.is_some() {}
-        Ok(ValidJson)
-    }
+/// The same pass checks that no object in it gives a key twice: the general path refuses such a line, where a
+/// typed reader would keep one of the two values in silence.
+fn parses_with_distinct_keys(line: &str) -> bool {
+    let mut d = serde_json::Deserializer::from_str(line);
+    matches!(super::json::distinct_keys(&mut d), Ok(None)) && d.end().is_ok()
 }
 
 /// The fields of a TrainJob that `from_trainjob` reads. Every `Option` is also what a `null` gives, as there.

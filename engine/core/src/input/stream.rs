@@ -83,6 +83,9 @@ pub struct Update {
     pub gpu: Option<GpuSample>,
     /// The demand queued behind the job in Kueue from `time` on.
     pub queue: Option<QueueDemand>,
+    /// The labels of the job's namespace from `time` on, for cluster policies' `namespaceSelector`
+    /// (`"namespaceLabels": {"team": "a"}`; a recorder writes them on a job's first line and when they change).
+    pub namespace_labels: Option<BTreeMap<String, String>>,
     pub deleted: bool,
 }
 
@@ -98,6 +101,7 @@ impl Update {
             gpus: None,
             gpu: None,
             queue: None,
+            namespace_labels: None,
             deleted: false,
         }
     }
@@ -170,6 +174,9 @@ fn progress_record((time, job, sample): (Timestamp, JobKey, ProgressSample)) -> 
 /// The RHOAI compact line, read as the general path reads it (which reads the annotation the same way).
 fn compact_annotation(line: &str) -> Option<(Timestamp, JobKey, ProgressSample)> {
     let MapOnly(wire): MapOnly<CompactAnnotation<'_>> = serde_json::from_str(line).ok()?;
+    if crate::input::json::duplicate_key(&wire.annotation).is_some() {
+        return None; // the general path words it
+    }
     let time = crate::time::parse_timestamp(&wire.time).ok()?;
     let job = JobKey::parse(&wire.job)?;
     let sample = input::from_annotation(&wire.annotation, "annotation").ok()?;
@@ -241,7 +248,33 @@ pub(super) fn parse_line_general(
     let Value::Object(obj) = &value else {
         return Err(err(None, "expected a JSON object".into()));
     };
+    // The `Value` kept the last of two values of one key; the line must say one thing.
+    if let Some(duplicate) = crate::input::json::duplicate_key(line) {
+        return Err(err(None, duplicate.message()));
+    }
+    let annotation_text = match obj.get("annotation") {
+        Some(Value::String(a)) => Some(("annotation".to_string(), a.as_str())),
+        _ => value
+            .pointer("/metadata/annotations/trainer.opendatahub.io~1trainerStatus")
+            .and_then(Value::as_str)
+            .map(|a| (format!("metadata.annotations[{:?}]", input::TRAINER_STATUS_ANNOTATION), a)),
+    };
+    if let Some((path, text)) = annotation_text
+        && let Some(duplicate) = crate::input::json::duplicate_key(text)
+    {
+        return Err(err(None, format!("{path}.{}", duplicate.message())));
+    }
     if obj.contains_key("apiVersion") || obj.contains_key("kind") {
+        if value.pointer("/metadata/namespace").and_then(Value::as_str).is_none_or(str::is_empty)
+            && value.get("metadata").is_some_and(Value::is_object)
+        {
+            return Err(err(
+                None,
+                "metadata.namespace: required (a TrainJob is namespaced, and a watch always delivers it; a line \
+                 without one would be judged as namespace default's)"
+                    .into(),
+            ));
+        }
         let snapshot = input::from_trainjob(&value).map_err(|e: NormalizeError| err(None, e.to_string()))?;
         if let Some(unknown) = snapshot.unknown_fields.first() {
             return Err(err(None, unknown.to_string()));
@@ -260,12 +293,13 @@ pub(super) fn parse_line_general(
                 | "gpus"
                 | "gpu"
                 | "queue"
+                | "namespaceLabels"
                 | "deleted"
         ) {
             return Err(err(
                 None,
                 format!(
-                    "unknown field {key:?} (expected time, job, trainerStatus, annotation, phase, labels, gpus, gpu, queue, deleted)"
+                    "unknown field {key:?} (expected time, job, trainerStatus, annotation, phase, labels, gpus, gpu, queue, namespaceLabels, deleted)"
                 ),
             ));
         }
@@ -311,18 +345,22 @@ pub(super) fn parse_line_general(
         }),
         Some(other) => return Err(err(None, format!("phase: expected a string, got {other}"))),
     };
-    let labels = match obj.get("labels") {
-        None => None,
-        Some(Value::Object(m)) => {
-            let mut labels = BTreeMap::new();
-            for (k, v) in m {
-                let v = v.as_str().ok_or_else(|| err(None, format!("labels.{k}: expected a string")))?;
-                labels.insert(k.clone(), v.to_string());
+    let string_map = |field: &str| -> Result<Option<BTreeMap<String, String>>, RecordError> {
+        match obj.get(field) {
+            None => Ok(None),
+            Some(Value::Object(m)) => {
+                let mut labels = BTreeMap::new();
+                for (k, v) in m {
+                    let v = v.as_str().ok_or_else(|| err(None, format!("{field}.{k}: expected a string")))?;
+                    labels.insert(k.clone(), v.to_string());
+                }
+                Ok(Some(labels))
             }
-            Some(labels)
+            Some(other) => Err(err(None, format!("{field}: expected an object, got {other}"))),
         }
-        Some(other) => return Err(err(None, format!("labels: expected an object, got {other}"))),
     };
+    let labels = string_map("labels")?;
+    let namespace_labels = string_map("namespaceLabels")?;
     let gpus = match obj.get("gpus") {
         None => None,
         Some(v) => match v.as_f64() {
@@ -343,7 +381,18 @@ pub(super) fn parse_line_general(
         Some(Value::Bool(b)) => *b,
         Some(other) => return Err(err(None, format!("deleted: expected true or false, got {other}"))),
     };
-    Ok(StreamRecord::Update(Update { time, job, sample, phase, labels, gpus, gpu, queue, deleted }))
+    Ok(StreamRecord::Update(Update {
+        time,
+        job,
+        sample,
+        phase,
+        labels,
+        gpus,
+        gpu,
+        queue,
+        namespace_labels,
+        deleted,
+    }))
 }
 
 /// A TrainJob line's record. A watch delivers the object on any change (phase, suspend, labels), often with
@@ -365,6 +414,8 @@ pub fn parse_stream(text: &str, source: &str) -> Result<Vec<StreamRecord>, Vec<R
     let mut records = Vec::new();
     let mut errors = Vec::new();
     let mut previous = None;
+    // A byte-order mark opens the text, not the first line (as `StreamLines` reads it).
+    let text = text.strip_prefix('\u{feff}').unwrap_or(text);
     for (i, line) in text.lines().enumerate() {
         let trimmed = line.trim();
         if trimmed.is_empty() || trimmed.starts_with('#') {
@@ -581,6 +632,82 @@ mod tests {
             let e = parse_line(&line, "stream.jsonl", 12, None).unwrap_err();
             assert_eq!(e.to_string(), want, "{line}");
         }
+    }
+
+    /// Issue 43: a key given twice kept its last value in silence; now every reader refuses the line, with
+    /// the key's path (the fast readers decline it, the general path words it).
+    #[test]
+    fn a_key_given_twice_is_refused_with_its_path() {
+        let t = r#""lastUpdatedTime":"2026-11-27T17:00:00Z""#;
+        let object = |meta: &str| {
+            format!(
+                r#"{{"apiVersion":"trainer.kubeflow.org/v1alpha1","kind":"TrainJob","metadata":{{{meta}}},"status":{{"trainerStatus":{{{t},"progressPercentage":5}}}}}}"#
+            )
+        };
+        let annotation =
+            serde_json::to_string(&format!(r#"{{{t},"trainMetrics":{{"loss":1.5,"loss":2.5}}}}"#)).unwrap();
+        let cases = [
+            (
+                format!(
+                    r#"{{"time":"2026-11-27T17:00:00Z","time":"2026-11-27T18:00:00Z","job":"a/b","trainerStatus":{{{t}}}}}"#
+                ),
+                "time: the key is given twice",
+            ),
+            (
+                format!(
+                    r#"{{"time":"2026-11-27T17:00:00Z","job":"a/b","trainerStatus":{{{t},"progressPercentage":5,"progressPercentage":50}}}}"#
+                ),
+                "trainerStatus.progressPercentage: the key is given twice",
+            ),
+            (
+                format!(
+                    r#"{{"time":"2026-11-27T17:00:00Z","job":"a/b","trainerStatus":{{{t},"metrics":[{{"name":"loss","value":"1","value":"2"}}]}}}}"#
+                ),
+                "trainerStatus.metrics[0].value: the key is given twice",
+            ),
+            (
+                r#"{"time":"2026-11-27T17:00:00Z","job":"a/b","labels":{"team":"a","team":"b"}}"#.to_string(),
+                "labels.team: the key is given twice",
+            ),
+            (
+                format!(r#"{{"time":"2026-11-27T17:00:00Z","job":"a/b","annotation":{annotation}}}"#),
+                "annotation.trainMetrics.loss: the key is given twice",
+            ),
+            (
+                object(r#""name":"b","namespace":"a","labels":{"team":"a","team":"b"}"#),
+                "metadata.labels.team: the key is given twice",
+            ),
+            (object(r#""name":"b","namespace":"a","name":"c""#), "metadata.name: the key is given twice"),
+        ];
+        for (line, want) in cases {
+            assert!(read_fast(&line, None).is_none(), "a fast reader took {line}");
+            let e = parse_line(&line, "s.jsonl", 3, None).unwrap_err();
+            assert!(e.to_string().starts_with(&format!("s.jsonl:3: {want}")), "{e}\n{line}");
+        }
+        // The same line without the repeat is read (by a fast reader).
+        let good = object(r#""name":"b","namespace":"a","labels":{"team":"a"}"#);
+        assert!(read_fast(&good, None).is_some());
+    }
+
+    /// Issue 43: a TrainJob line without `metadata.namespace` was judged as namespace `default`'s.
+    #[test]
+    fn a_trainjob_line_needs_its_namespace() {
+        let line = r#"{"apiVersion":"trainer.kubeflow.org/v1alpha1","kind":"TrainJob","metadata":{"name":"b","creationTimestamp":"2026-11-27T17:00:00Z"}}"#;
+        assert!(read_fast(line, None).is_none());
+        let e = parse_line(line, "s.jsonl", 2, None).unwrap_err();
+        assert!(e.to_string().starts_with("s.jsonl:2: metadata.namespace: required"), "{e}");
+        let empty = line.replace(r#""name":"b""#, r#""name":"b","namespace":"""#);
+        assert!(parse_line(&empty, "s.jsonl", 2, None).unwrap_err().message.contains("metadata.namespace"));
+    }
+
+    /// Issue 43: a stream that opens with a byte-order mark failed at 1:1, a policy with one was read.
+    #[test]
+    fn a_byte_order_mark_opens_a_stream() {
+        let text = "\u{feff}{\"time\":\"2026-11-30T07:00:00Z\",\"job\":\"a/b\",\"phase\":\"Running\"}\n";
+        assert_eq!(parse_stream(text, "s").unwrap().len(), 1);
+        let mut lines =
+            crate::input::merge::StreamLines::new(std::io::Cursor::new(text.as_bytes().to_vec()), "s");
+        assert!(lines.next_record().unwrap().is_ok());
     }
 
     #[test]

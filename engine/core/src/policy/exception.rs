@@ -207,6 +207,40 @@ impl CompiledException {
         Err(FieldErrors { document, file: Some(source.to_string()), errors })
     }
 
+    /// The policies it names that are not among `policies`, as warnings at their fields: checked with only
+    /// these, it would hold nothing of theirs (`validate` prints them, `--strict` refuses them; `replay` and
+    /// `test` say so before they run).
+    pub fn absent_targets(&self, policies: &[crate::CompiledPolicy]) -> Vec<FieldError> {
+        let mut warnings = Vec::new();
+        for (i, t) in self.targets.iter().enumerate() {
+            let present = policies.iter().any(|p| {
+                p.reference.kind == t.kind
+                    && p.reference.name == t.name
+                    && (t.kind == PolicyKind::Cluster
+                        || p.reference.namespace.as_deref() == Some(self.reference.namespace.as_str()))
+            });
+            if !present {
+                let named = match t.kind {
+                    PolicyKind::Cluster => format!("{} {}", t.kind, t.name),
+                    PolicyKind::Namespaced => format!("{} {}/{}", t.kind, self.reference.namespace, t.name),
+                };
+                warnings.push(FieldError::new(
+                    format!("spec.exceptions[{i}].policyName"),
+                    format!(
+                        "{named} is not among the policies given, so its rule names could not be checked and \
+                         nothing of it is held here; give its file too"
+                    ),
+                ));
+            }
+        }
+        if let Some(at) = &self.positions {
+            for w in &mut warnings {
+                w.position = at.of(&w.path, false);
+            }
+        }
+        warnings
+    }
+
     /// What would keep it from ever holding anything, against the policies it will run with (those it
     /// names that are among them): a rule name the policy lacks, or a ClusterProgressPolicy that does not
     /// honour exceptions of this namespace. A policy it names that is not among them is not an error (it

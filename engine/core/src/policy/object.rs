@@ -6,6 +6,28 @@ use serde_json::Value;
 use crate::error::FieldError;
 use crate::policy::spec::{API_VERSION, LabelSelector};
 
+/// When every document of `text` is an object of another API (`apiVersion: trainer.kubeflow.org/v1alpha1`,
+/// `v1`, …), each as `Kind (apiVersion)`: a directory of manifests holds such files beside policies, and
+/// `validate DIR` says it skipped them rather than calling a TrainJob an invalid policy. `None` when a
+/// document is (or may be meant as) one of this API's — no `apiVersion`, one of `trainwarden.dev`, not a
+/// mapping — or the text does not parse: those are checked, and their errors reported, as policies.
+pub fn objects_of_other_apis(text: &str) -> Option<Vec<String>> {
+    let values: Vec<Value> = serde_saphyr::from_multiple(text).ok()?;
+    let group = API_VERSION.split('/').next().unwrap_or(API_VERSION);
+    let mut found = Vec::new();
+    for value in values.iter().filter(|v| !v.is_null()) {
+        let version = value.get("apiVersion")?.as_str()?;
+        let version_group = version.rsplit_once('/').map_or("", |(g, _)| g);
+        // Ours, or a misspelling of ours (`trainwarden.io`): checked as a policy, so the error is said.
+        if version_group == group || version_group.contains("trainwarden") {
+            return None;
+        }
+        let kind = value.get("kind").and_then(Value::as_str).unwrap_or("an object");
+        found.push(format!("{kind} ({version})"));
+    }
+    if found.is_empty() { None } else { Some(found) }
+}
+
 /// A label selector's expressions: `In` and `NotIn` need values, `Exists` and `DoesNotExist` take none.
 pub(crate) fn validate_selector(errors: &mut Vec<FieldError>, path: &str, selector: &LabelSelector) {
     use crate::policy::SelectorOperator::*;
@@ -81,5 +103,34 @@ pub(crate) fn dns_label(name: &str) -> Result<(), String> {
         Ok(())
     } else {
         Err("a lowercase RFC 1123 label must consist of lower case alphanumeric characters or '-', and must start and end with an alphanumeric character (e.g. 'my-name')".into())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::objects_of_other_apis;
+
+    #[test]
+    fn files_of_other_apis_are_told_apart_from_policies() {
+        let runtime = "apiVersion: trainer.kubeflow.org/v1alpha1\nkind: TrainingRuntime\nmetadata: {name: r}\n---\napiVersion: v1\nkind: ConfigMap\n";
+        assert_eq!(
+            objects_of_other_apis(runtime),
+            Some(vec![
+                "TrainingRuntime (trainer.kubeflow.org/v1alpha1)".to_string(),
+                "ConfigMap (v1)".to_string()
+            ])
+        );
+        for ours in [
+            "apiVersion: trainwarden.dev/v1alpha1\nkind: ProgressPolicy\n",
+            "apiVersion: trainwarden.dev/v2\nkind: ProgressPolicy\n",
+            "apiVersion: trainwarden.io/v1alpha1\nkind: ProgressPolicy\n",
+            "kind: ProgressPolicy\n",
+            "apiVersion: v1\nkind: ConfigMap\n---\napiVersion: trainwarden.dev/v1alpha1\nkind: ProgressPolicy\n",
+            "- a list\n",
+            "",
+            "key: [unclosed\n",
+        ] {
+            assert_eq!(objects_of_other_apis(ours), None, "{ours:?}");
+        }
     }
 }

@@ -26,15 +26,19 @@ struct Field {
 
 impl DocumentPositions {
     /// Where an error at `path` should point: the key for an unknown field, otherwise the value. A path
-    /// that is not in the file (a missing field) points at its nearest ancestor that is.
+    /// that is not in the file (a missing field) points at its nearest ancestor that is, a missing top-level
+    /// field (`spec`) at the document itself.
     pub fn of(&self, path: &str, at_key: bool) -> Option<Position> {
         let mut path = path;
         loop {
             if let Some(f) = self.fields.get(path) {
                 return Some(if at_key { f.key.unwrap_or(f.value) } else { f.value });
             }
-            let cut = path.rfind(['.', '['])?;
-            path = &path[..cut];
+            path = match path.rfind(['.', '[']) {
+                Some(cut) => &path[..cut],
+                None if !path.is_empty() => "",
+                None => return None,
+            };
         }
     }
 }
@@ -142,6 +146,8 @@ mod tests {
         // A missing field points at its parent.
         assert_eq!(at(&docs[0], "spec.rules[0].uses", false), Some((4, 7)));
         assert_eq!(at(&docs[1], "kind", false), Some((8, 7)));
+        // A missing top-level field points at its document (issue 43: `spec: Required value` had no place).
+        assert_eq!(at(&docs[1], "spec", false), Some((8, 1)));
     }
 
     #[test]

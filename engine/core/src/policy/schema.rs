@@ -89,6 +89,19 @@ pub(crate) fn check(value: &Value, schema: &Value, path: &str, errors: &mut Vec<
     if let Some(expected) = schema.get("type").and_then(Value::as_str)
         && !has_type(value, expected, schema.get("format").and_then(Value::as_str))
     {
+        // A whole number outside its format's range is an integer all the same: say which bound it breaks
+        // ("must be greater than or equal to 1"), not that it is no integer.
+        if let (Some(format), Value::Number(n)) = (schema.get("format").and_then(Value::as_str), value)
+            && expected == "integer"
+            && n.as_f64().is_some_and(|x| x.is_finite() && x.fract() == 0.0)
+        {
+            let before = errors.len();
+            check_number(n, schema, path, errors);
+            if errors.len() == before {
+                errors.push(FieldError::new(path, format!("Invalid value: {n}: out of range for {format}")));
+            }
+            return;
+        }
         errors.push(FieldError::new(path, format!("must be {}, got {}", article(expected), describe(value))));
         return;
     }
@@ -389,7 +402,7 @@ mod tests {
         assert_eq!(
             got,
             vec![
-                "spec.foo: unknown field; expected one of activeWindows, assumeGpus, gpuHourCost, limits, mode, receivers, rules, samplingInterval, selector, snooze, timezone",
+                "spec.foo: unknown field; expected one of activeWindows, assumeGpus, gpuHourCost, limits, metrics, mode, receivers, rules, samplingInterval, selector, snooze, timezone",
                 "spec.gpuHourCost: must be a number, got the string \"cheap\"",
                 "spec.mode: Unsupported value: \"enforce\": supported values: \"Audit\", \"Enforce\"",
                 "spec.rules[0].actions[0].explode: unknown field; expected one of annotate, event, notify, scale, suspend",

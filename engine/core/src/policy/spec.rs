@@ -95,6 +95,15 @@ pub struct PolicySpec {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub snooze: Option<SnoozeSpec>,
 
+    /// Custom metric names the training code reports, beyond the canonical ones (loss, eval_loss,
+    /// learning_rate, grad_norm, accuracy, …; a reporter's other spellings arrive as these). A rule may watch
+    /// a canonical name or one declared here: any other name is refused when it is a near miss of one (a typo
+    /// that would never fire) and warned about otherwise.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(max = 64))]
+    #[schemars(extend("x-kubernetes-list-type" = "set"))]
+    pub metrics: Vec<String>,
+
     /// The rules, evaluated independently for every selected TrainJob. Rule names are unique (the API server
     /// merges rules by name).
     #[schemars(length(min = 1, max = 64))]
@@ -250,9 +259,10 @@ pub enum SelectorOperator {
 }
 
 /// The detectors a rule can use. Kept in sync with [`crate::judge::detectors::DETECTORS`] by a test.
-pub(crate) const DETECTOR_NAMES: [&str; 12] = [
+pub(crate) const DETECTOR_NAMES: [&str; 13] = [
     "plateau",
     "diverging",
+    "no_expected_gain",
     "non_finite",
     "stalled",
     "eta_after",

@@ -317,7 +317,9 @@ async fn a_jobs_gauges_are_on_metrics_until_it_is_deleted() {
 }
 
 /// `--record-dir`: the controller writes what the TrainJob watch sees as a gzip stream the replay parser
-/// reads: a first line, each progress report once (a watch re-delivers them), and the deletion.
+/// reads: a first line, each progress report once (a watch re-delivers them), and the deletion; and the
+/// labels of the job's namespace, when known and when they change (issue 43: a ClusterProgressPolicy's
+/// `namespaceSelector` selected nothing offline).
 #[tokio::test]
 async fn the_recorder_writes_each_report_once_in_a_replayable_stream() {
     use std::io::Read;
@@ -339,6 +341,30 @@ async fn the_recorder_writes_each_report_once_in_a_replayable_stream() {
             .ok()
             .and_then(|f| flate2::read::MultiGzDecoder::new(f).read_to_string(&mut text).ok())
             .map(|_| trainwarden_core::parse_stream(&text, "recorded").expect("a valid stream"))
+    };
+    // Lines that say only the namespace's labels: written when the Namespace watch tells the recorder after
+    // the job's first line (the two watches race) and when they change.
+    let about_the_job = |records: &[trainwarden_core::StreamRecord]| {
+        records
+            .iter()
+            .filter(|r| match r {
+                trainwarden_core::StreamRecord::Update(u) => {
+                    !(u.namespace_labels.is_some()
+                        && u.sample.is_none()
+                        && u.labels.is_none()
+                        && u.phase.is_none())
+                }
+                trainwarden_core::StreamRecord::Object { .. } => true,
+            })
+            .count()
+    };
+    let namespace_label = |records: &[trainwarden_core::StreamRecord], key: &str| {
+        records.iter().rev().find_map(|r| match r {
+            trainwarden_core::StreamRecord::Update(u) => {
+                u.namespace_labels.as_ref().map(|l| l.get(key).cloned())
+            }
+            trainwarden_core::StreamRecord::Object { .. } => None,
+        })
     };
     let lines_with_progress = |records: &[trainwarden_core::StreamRecord]| {
         records
@@ -365,14 +391,37 @@ async fn the_recorder_writes_each_report_once_in_a_replayable_stream() {
         .await
         .expect("label the TrainJob");
     let records = eventually("both reports recorded", Duration::from_secs(15), || async {
-        read(file.clone()).filter(|r| lines_with_progress(r) == [0.9, 0.7] && r.len() == 4)
+        read(file.clone()).filter(|r| lines_with_progress(r) == [0.9, 0.7] && about_the_job(r) == 4)
+    })
+    .await;
+    // Every namespace carries its own name as a label.
+    eventually("the namespace's labels recorded", Duration::from_secs(15), || async {
+        read(file.clone())
+            .filter(|r| namespace_label(r, "kubernetes.io/metadata.name") == Some(Some(ns.to_string())))
+    })
+    .await;
+    let namespaces: Api<k8s_openapi::api::core::v1::Namespace> = Api::all(c.clone());
+    namespaces
+        .patch(
+            ns,
+            &PatchParams::default(),
+            &Patch::Merge(&json!({"metadata": {"labels": {"trainwarden.dev/reclaim": "true"}}})),
+        )
+        .await
+        .expect("label the namespace");
+    eventually("the namespace's new label recorded", Duration::from_secs(15), || async {
+        read(file.clone())
+            .filter(|r| namespace_label(r, "trainwarden.dev/reclaim") == Some(Some("true".to_string())))
     })
     .await;
     let trainwarden_core::StreamRecord::Update(first) = &records[0] else { unreachable!() };
     assert_eq!(first.labels.as_ref().and_then(|l| l.get("team")).map(String::as_str), Some("fraud"));
     assert_eq!(first.phase, Some(trainwarden_core::JobPhase::Running));
-    let trainwarden_core::StreamRecord::Update(relabel) = &records[3] else { unreachable!() };
-    assert!(relabel.sample.is_none() && relabel.labels.as_ref().is_some_and(|l| l.contains_key("x")));
+    assert!(
+        records.iter().any(|r| matches!(r, trainwarden_core::StreamRecord::Update(u)
+            if u.sample.is_none() && u.labels.as_ref().is_some_and(|l| l.contains_key("x")))),
+        "the relabel is a line of its own"
+    );
     trainjob_api(c.clone(), Some(ns)).delete("recorded", &Default::default()).await.expect("delete");
     eventually("the deletion recorded", Duration::from_secs(15), || async {
         read(file.clone())

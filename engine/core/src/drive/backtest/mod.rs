@@ -5,14 +5,18 @@
 //! policy is replayed alone over each run — the same [`Replay`] and evaluator the controller runs, with every
 //! rule as Enforce, since the question is what enforcing it would do — and each would-be stop is judged
 //! against the rest of the recording ([`outcome::judge_stop`]): the GPU time to the run's real end, and how
-//! much the target metric still improved afterwards. [`sweep`] turns `--set` values into candidates, all
-//! evaluated in the same pass; [`report`] adds up per candidate, policy and rule.
+//! much the judged metric still improved afterwards. Stops decided elsewhere (a peer stopper run on the same
+//! corpus, [`external`]) are judged the same way. [`sweep`] turns `--set` values into candidates, all
+//! evaluated in the same pass; [`select`] picks the runs by label; [`report`] adds up per candidate, policy
+//! and rule, and, where runs carry an outcome label ([`OUTCOME_LABEL`]), precision and recall.
 //!
 //! Pure like the rest of the core: the caller reads the files and spreads runs over threads
 //! ([`Plan::backtest`] is `&self` and the plan is `Sync`).
 
+pub mod external;
 pub mod outcome;
 pub mod report;
+pub mod select;
 pub mod sweep;
 
 use std::collections::BTreeMap;
@@ -21,14 +25,24 @@ use rustc_hash::FxHashMap;
 
 use crate::drive::replay::Replay;
 use crate::evaluate::{EngineConfig, Evaluator, Event};
+use crate::history::job_series::log_group;
 use crate::history::metric_series::Direction;
 use crate::input::sample::{JobKey, JobPhase, ProgressSample};
 use crate::input::stream::StreamRecord;
 use crate::policy::compile::{self, CompiledPolicy, PolicyDocument};
 use crate::policy::{ActionSpec, Mode};
 use crate::time::Timestamp;
-use outcome::{Curve, RunFacts, StopOutcome};
+use external::ExternalRule;
+use outcome::{Curve, Judge, RunFacts, StopOutcome};
+use select::RunSelector;
 use sweep::Candidate;
+
+/// The label that says how a corpus run went, read by a person from its curve: `healthy`, `plateau`,
+/// `diverged`, `non-finite` or `stalled`. Runs that carry it give precision and recall.
+pub const OUTCOME_LABEL: &str = "trainwarden.dev/outcome";
+
+/// The outcome label's values; every one but `healthy` is a run that went bad.
+pub const OUTCOMES: [&str; 5] = ["healthy", "plateau", "diverged", "non-finite", "stalled"];
 
 /// Points of each run's target curve kept for pictures (the verdicts use every point).
 pub const CURVE_POINTS: usize = 400;
@@ -36,10 +50,12 @@ pub const CURVE_POINTS: usize = 400;
 /// How stops are judged.
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct Options {
-    /// Improvement after a stop beyond which it is a false stop.
-    pub tolerance: outcome::Tolerance,
-    /// The metric regret is measured on; `None`: the stopping rule's own metric (`with.metric`), else `loss`.
+    /// The tolerance and the smoothing of the judgement.
+    pub judge: Judge,
+    /// The metric regret is measured on; `None`: the metric the stopping rule watched, else `loss`.
     pub target: Option<String>,
+    /// Namespaces' labels (`--namespace-labels`), for ClusterProgressPolicies' `namespaceSelector`.
+    pub namespace_labels: crate::input::namespaces::NamespaceLabels,
 }
 
 /// One recorded run: one job of one corpus file.
@@ -70,7 +86,20 @@ pub struct Run {
     pub curves: BTreeMap<String, Curve>,
 }
 
+impl Run {
+    /// The run's outcome label, when it is one of [`OUTCOMES`].
+    pub fn outcome(&self) -> Option<&'static str> {
+        let value = self.labels.get(OUTCOME_LABEL)?;
+        OUTCOMES.iter().copied().find(|o| o == value)
+    }
+}
+
 /// The jobs of one stream, in order of first appearance. `name` names the file.
+///
+/// A metric's curve holds the values it was *logged* with ([`crate::history::job_series::log_group`]): a
+/// value that is bit for bit the previous report's, in a report where no other metric of its group changed
+/// either, is a cached value re-sent (the status server's heartbeat between logging steps, an `eval_loss`
+/// repeated beside every training loss), not a point of the curve.
 pub fn runs_of(records: &[StreamRecord], name: &str) -> Vec<Run> {
     let mut index: FxHashMap<&JobKey, usize> = FxHashMap::default();
     let mut runs: Vec<Run> = Vec::new();
@@ -130,14 +159,31 @@ pub fn runs_of(records: &[StreamRecord], name: &str) -> Vec<Run> {
         {
             last_report[i] = Some(s.clone());
             run.reports.push(time);
-            let mut push = |name: &str, value: f64| {
-                run.curves.entry(name.to_string()).or_default().points.push((time, value));
-            };
             if let Some(p) = s.progress_percent {
-                push("progress", p);
+                let curve = run.curves.entry("progress".to_string()).or_default();
+                if curve.points.last().is_none_or(|(_, last)| *last != p) {
+                    curve.points.push((time, p));
+                }
             }
-            for m in &s.metrics {
-                push(&m.name, m.value);
+            let changed: Vec<bool> = s
+                .metrics
+                .iter()
+                .map(|m| {
+                    run.curves
+                        .get(m.name.as_ref())
+                        .and_then(|c| c.points.last())
+                        .is_none_or(|(_, last)| last.to_bits() != m.value.to_bits())
+                })
+                .collect();
+            let groups = s
+                .metrics
+                .iter()
+                .zip(&changed)
+                .fold(0u8, |g, (m, c)| if *c { g | log_group(&m.name) } else { g });
+            for (m, c) in s.metrics.iter().zip(changed) {
+                if c || groups & log_group(&m.name) != 0 {
+                    run.curves.entry(m.name.to_string()).or_default().points.push((time, m.value));
+                }
             }
         }
     }
@@ -160,6 +206,13 @@ pub struct Verdict {
     pub stop: Option<Stop>,
     /// Rule evaluations that failed on this run, by rule: how many, and the first message.
     pub rule_errors: BTreeMap<String, (u64, String)>,
+    /// Why the policy did not select the run (`None` when it did), as the replay summary says it.
+    pub not_selected: Option<String>,
+    /// `rule r watches m` for each metric a rule watches that no record of the run's file reported.
+    pub unreported: Vec<String>,
+    /// For a stop read from a stops file that does not fit the run (before its first record, after its
+    /// end): why, with the file and line. Such a stop is not judged.
+    pub stop_error: Option<String>,
 }
 
 /// A would-be stop and its verdict.
@@ -180,14 +233,16 @@ pub struct Stop {
 /// Everything one corpus file gave: its runs and, per candidate and policy, a verdict per run.
 #[derive(Clone, Debug)]
 pub struct FileResult {
-    /// The runs of the file.
+    /// The runs of the file that the plan's `--runs` selects.
     pub runs: Vec<Run>,
-    /// `verdicts[candidate][policy][run]`.
+    /// Jobs of the file that `--runs` left out.
+    pub excluded: Vec<JobKey>,
+    /// `verdicts[candidate][policy][run]`: the candidate's policies, then one per external rule.
     pub verdicts: Vec<Vec<Vec<Verdict>>>,
 }
 
 /// The candidates to evaluate and how.
-#[derive(Debug)]
+#[derive(Debug, Default)]
 pub struct Plan {
     /// From [`sweep::candidates`]; each compiles.
     pub candidates: Vec<Candidate>,
@@ -195,22 +250,126 @@ pub struct Plan {
     pub config: EngineConfig,
     /// How stops are judged.
     pub options: Options,
+    /// Stops read from stops files, one entry per rule: scored after the policies, in every candidate.
+    pub external: Vec<ExternalRule>,
+    /// `--runs`: only runs whose labels match are judged.
+    pub runs: Option<RunSelector>,
 }
 
 impl Plan {
     /// Replays every policy of every candidate alone over the records of one file (in time order) and
     /// judges each run's first stop.
     pub fn backtest(&self, records: &[StreamRecord], name: &str) -> Result<FileResult, String> {
-        let runs = runs_of(records, name);
+        let (runs, excluded): (Vec<Run>, Vec<Run>) = runs_of(records, name)
+            .into_iter()
+            .partition(|r| self.runs.as_ref().is_none_or(|s| s.matches(&r.labels)));
+        let excluded = excluded.into_iter().map(|r| r.job).collect();
+        let external: Vec<Vec<Verdict>> =
+            self.external.iter().map(|rule| self.external_rule(rule, &runs)).collect();
         let mut verdicts = Vec::with_capacity(self.candidates.len());
         for candidate in &self.candidates {
-            let mut per_policy = Vec::with_capacity(candidate.documents.len());
+            let mut per_policy = Vec::with_capacity(candidate.documents.len() + external.len());
             for doc in &candidate.documents {
                 per_policy.push(self.one_policy(doc, records, &runs)?);
             }
+            per_policy.extend(external.iter().cloned());
             verdicts.push(per_policy);
         }
-        Ok(FileResult { runs, verdicts })
+        Ok(FileResult { runs, excluded, verdicts })
+    }
+
+    /// The verdicts of one external rule's stops on the runs of a file: a stop is judged as a policy's
+    /// suspension is, on the metric it names. A stop outside its run's records is an error, not a verdict.
+    fn external_rule(&self, rule: &ExternalRule, runs: &[Run]) -> Vec<Verdict> {
+        runs.iter()
+            .map(|run| {
+                let mut verdict = Verdict {
+                    skipped: !run.complete,
+                    selected: run.complete,
+                    stop: None,
+                    rule_errors: BTreeMap::new(),
+                    stop_error: None,
+                    not_selected: None,
+                    unreported: Vec::new(),
+                };
+                let Some(stop) = rule.stops.get(&run.job) else { return verdict };
+                if !run.complete {
+                    return verdict;
+                }
+                if stop.at < run.start || stop.at > run.end {
+                    verdict.stop_error = Some(format!(
+                        "{}: the stop of {} at {} is outside the run ({} to {})",
+                        stop.origin, run.job, stop.at, run.start, run.end
+                    ));
+                    return verdict;
+                }
+                let (target, direction) = match &self.options.target {
+                    Some(_) => self.target(None),
+                    None => (stop.metric.clone(), stop.direction),
+                };
+                let outcome = self.judge(run, &target, direction, None, stop.at);
+                let reason = stop
+                    .reason
+                    .clone()
+                    .unwrap_or_else(|| format!("stopped by {} ({})", rule.rule, stop.origin));
+                verdict.stop = Some(Stop { rule: rule.rule.clone(), target, reason, outcome });
+                verdict
+            })
+            .collect()
+    }
+
+    /// Judges a stop of `run` at `at` on `target`.
+    fn judge(
+        &self,
+        run: &Run,
+        target: &str,
+        direction: Direction,
+        gpu_hour_cost: Option<f64>,
+        at: Timestamp,
+    ) -> StopOutcome {
+        self.judge_with(run, target, direction, run.gpus.unwrap_or(0.0), gpu_hour_cost, at)
+    }
+
+    fn judge_with(
+        &self,
+        run: &Run,
+        target: &str,
+        direction: Direction,
+        gpus: f64,
+        gpu_hour_cost: Option<f64>,
+        at: Timestamp,
+    ) -> StopOutcome {
+        let empty = Curve::default();
+        let curve = run.curves.get(target).unwrap_or(&empty);
+        let facts = RunFacts { end: run.end, gpus, gpu_hour_cost, reports: &run.reports };
+        outcome::judge_stop(curve, direction, self.options.judge, &facts, at)
+    }
+
+    /// Judges a stop on the metrics its rule watched (`--target` overrides them): a stop is false when any
+    /// of them improved afterwards, and is then reported on the one that improved most; else on the first
+    /// the run logged.
+    fn judge_watched(
+        &self,
+        run: &Run,
+        watched: &[(String, Direction)],
+        gpus: f64,
+        gpu_hour_cost: Option<f64>,
+        at: Timestamp,
+    ) -> (String, StopOutcome) {
+        if self.options.target.is_some() || watched.is_empty() {
+            let (target, direction) = self.target(None);
+            let outcome = self.judge_with(run, &target, direction, gpus, gpu_hour_cost, at);
+            return (target, outcome);
+        }
+        let judged: Vec<(String, StopOutcome)> = watched
+            .iter()
+            .map(|(m, d)| (m.clone(), self.judge_with(run, m, *d, gpus, gpu_hour_cost, at)))
+            .collect();
+        let rank = |o: &StopOutcome| o.relative_improvement.unwrap_or(f64::INFINITY);
+        let worst_false =
+            judged.iter().filter(|(_, o)| o.false_stop).max_by(|a, b| rank(&a.1).total_cmp(&rank(&b.1)));
+        let pick = worst_false.or_else(|| judged.iter().find(|(_, o)| o.measured)).unwrap_or(&judged[0]);
+        pick.clone()
     }
 
     fn one_policy(
@@ -222,18 +381,25 @@ impl Plan {
         let engine = Evaluator::new(self.config.clone());
         let mut policy = compile::compile(doc, engine.scripts()).map_err(|e| e.to_string())?;
         as_enforced(&mut policy);
-        let watched: FxHashMap<String, (String, Direction)> = policy
-            .rules
-            .iter()
-            .filter_map(|r| {
-                let (metric, direction) = r.detector.as_ref()?.watched_metric()?;
-                Some((r.name.clone(), (metric.to_string(), direction)))
-            })
-            .collect();
+        // Which metric each rule's stop is judged on: the one its detector watched when it fired (a second
+        // compilation of the policy answers it; the first goes into the replay).
+        let judging = compile::compile(doc, engine.scripts()).map_err(|e| e.to_string())?;
+        let judged = |rule: &str, values: &BTreeMap<String, f64>| -> Vec<(String, Direction)> {
+            judging
+                .rules
+                .iter()
+                .find(|r| r.name == rule)
+                .and_then(|r| r.detector.as_ref())
+                .map(|d| d.judged_metrics(values))
+                .unwrap_or_default()
+        };
         let reference = policy.reference.clone();
         let gpu_hour_cost = policy.env.gpu_hour_cost;
         let assume_gpus = policy.env.assume_gpus;
         let mut replay = Replay::new(vec![policy], self.config.clone());
+        for (namespace, labels) in &self.options.namespace_labels {
+            replay.set_namespace_labels(namespace, labels.clone());
+        }
         let mut verdicts: Vec<Verdict> = runs
             .iter()
             .map(|r| Verdict {
@@ -241,6 +407,9 @@ impl Plan {
                 selected: false,
                 stop: None,
                 rule_errors: BTreeMap::new(),
+                not_selected: None,
+                unreported: Vec::new(),
+                stop_error: None,
             })
             .collect();
         // Only complete runs are replayed.
@@ -255,7 +424,7 @@ impl Plan {
             for event in events.drain(..) {
                 let (job, stop) = match event {
                     Event::Intent(i) if matches!(i.action, ActionSpec::Suspend(_)) => {
-                        (i.job, Some((i.rule, i.at, i.reason.summary)))
+                        (i.job, Some((i.rule, i.at, i.reason.summary, i.reason.values)))
                     }
                     Event::RuleError { job, rule, message, .. } => {
                         if let Some(&r) = index.get(&job) {
@@ -267,20 +436,13 @@ impl Plan {
                     _ => continue,
                 };
                 let Some(&r) = index.get(&job) else { continue };
-                if let Some((rule, at, reason)) = stop
+                if let Some((rule, at, reason, values)) = stop
                     && verdicts[r].stop.is_none()
                 {
                     let run = &runs[r];
-                    let (target, direction) = self.target(watched.get(&rule));
-                    let empty = Curve::default();
-                    let curve = run.curves.get(&target).unwrap_or(&empty);
-                    let facts = RunFacts {
-                        end: run.end,
-                        gpus: run.gpus.or(assume_gpus).unwrap_or(0.0),
-                        gpu_hour_cost,
-                        reports: &run.reports,
-                    };
-                    let outcome = outcome::judge_stop(curve, direction, self.options.tolerance, &facts, at);
+                    let gpus = run.gpus.or(assume_gpus).unwrap_or(0.0);
+                    let (target, outcome) =
+                        self.judge_watched(run, &judged(&rule, &values), gpus, gpu_hour_cost, at);
                     verdicts[r].stop = Some(Stop { rule, target, reason, outcome });
                 }
             }
@@ -297,11 +459,24 @@ impl Plan {
         }
         replay.finish(None);
         note(&mut replay, &mut verdicts);
+        // What the replay summary says of selection and unreported metrics, per run.
+        let unreported: Vec<String> = replay
+            .summary
+            .unreported_metrics
+            .iter()
+            .map(|u| format!("rule {} watches {}", u.rule, u.metric))
+            .collect();
+        for (r, run) in runs.iter().enumerate().filter(|(_, r)| r.complete) {
+            verdicts[r].unreported.clone_from(&unreported);
+            if !verdicts[r].selected {
+                verdicts[r].not_selected = replay.why_not_selected(0, &run.job);
+            }
+        }
         Ok(verdicts)
     }
 
     /// The metric stops are judged on and which way it improves: `--target` (higher is better for
-    /// `progress` and accuracy-like names), else the metric the stopping rule's detector watches, else
+    /// `progress` and accuracy-like names), else the metric the stopping rule's detector watched, else
     /// `loss` (stall, time, cost and Rhai rules: was the run still learning?).
     fn target(&self, watched: Option<&(String, Direction)>) -> (String, Direction) {
         if let Some(t) = &self.options.target {

@@ -1,15 +1,19 @@
 //! The backtest's totals: per candidate (one combination of `--set` values), per policy and per rule — runs
 //! seen, stopped, GPU time saved, false stops and the good work they would have cost, the worst regret, the
-//! lead time of rightful stops — and, over candidates, which settings are on the Pareto front (no other
-//! saves more GPU-hours with no more false stops).
+//! lead time of rightful stops; where runs carry an outcome label, healthy runs stopped, bad runs caught,
+//! precision and recall — and, over candidates, which settings are on the Pareto front (no other saves more
+//! GPU-hours with no more false stops). With several policies, they are also added up *together*: each run's
+//! first stop by any of them, which is what running them side by side would do. The scoreboard puts every
+//! policy and every external rule (a peer's stops) on one table.
 
 use std::collections::BTreeMap;
-use std::fmt::Write as _;
 
-use super::outcome::{Trouble, median};
-use super::{CURVE_POINTS, FileResult, Plan, Stop, thinned};
+mod text;
+
+use super::outcome::median;
+use super::{CURVE_POINTS, FileResult, Plan, Stop, Verdict, thinned};
 use crate::input::sample::JobPhase;
-use crate::time::{Timestamp, fmt_num, fmt_secs, plural};
+use crate::time::Timestamp;
 
 /// The whole answer.
 #[derive(Clone, Debug, serde::Serialize)]
@@ -19,13 +23,24 @@ pub struct Report {
     pub tolerance: f64,
     /// And the least absolute improvement (0: any).
     pub min_improvement: f64,
+    /// Logged values per rolling median the judgement compares (1: raw values).
+    pub smoothing: usize,
     /// `--target`, when given.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub target: Option<String>,
+    /// `--runs`, when given.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub runs_selector: Option<String>,
     /// Corpus files read.
     pub files: usize,
-    /// Every run, in corpus order.
+    /// Every judged run, in corpus order.
     pub runs: Vec<RunSummary>,
+    /// Jobs of the corpus that `--runs` left out.
+    pub excluded: Vec<String>,
+    /// Judged runs by outcome label (complete runs only).
+    pub outcomes: BTreeMap<String, u64>,
+    /// Stops from stops files that did not fit their run: `file:line: why`. Not judged.
+    pub stop_errors: Vec<String>,
     /// Runs not judged because they did not run to their end (still running, or suspended).
     pub incomplete: Vec<String>,
     /// Judged runs without a recorded GPU count: their GPU-hours are 0 unless the policy sets assumeGpus.
@@ -51,6 +66,9 @@ pub struct RunSummary {
     pub end: Timestamp,
     /// How it ended: `Complete`, `Failed`, … (`Running`: the stream just stops).
     pub phase: String,
+    /// Its outcome label, when it has one.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub outcome: Option<String>,
     /// Thinned curves of the metrics some stop was judged on (for pictures; not in JSON).
     #[serde(skip)]
     pub curves: BTreeMap<String, Vec<(Timestamp, f64)>>,
@@ -62,8 +80,11 @@ pub struct RunSummary {
 pub struct CandidateReport {
     /// `path=value` per `--set`.
     pub settings: Vec<Setting>,
-    /// One per policy, in file order.
+    /// One per policy, in file order, then one per external rule (stops files).
     pub policies: Vec<PolicyReport>,
+    /// With two policies or more: each run's first stop by any of them.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub together: Option<PolicyReport>,
 }
 
 /// One `--set` value of a candidate.
@@ -81,8 +102,11 @@ pub struct Setting {
 pub struct PolicyReport {
     /// `namespace/name` (or the name of a cluster policy).
     pub policy: String,
-    /// `spec.mode` as written (the backtest enforces every rule).
+    /// `spec.mode` as written (the backtest enforces every rule); `external` for a stops file's rule.
     pub mode_as_written: String,
+    /// For an external rule: the stops files it came from.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub sources: Vec<String>,
     /// The totals over its rules.
     #[serde(flatten)]
     pub totals: Tally,
@@ -90,8 +114,17 @@ pub struct PolicyReport {
     pub rules: Vec<RuleReport>,
     /// Every stop, in corpus order.
     pub stops: Vec<StopEntry>,
+    /// Runs labelled as gone bad that it saw and did not stop rightly, in corpus order.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub missed: Vec<String>,
     /// On the Pareto front among this policy's candidates (always true without sweeps).
     pub pareto: bool,
+    /// Judged runs it did not select, by reason.
+    #[serde(skip_serializing_if = "BTreeMap::is_empty")]
+    pub not_selected: BTreeMap<String, u64>,
+    /// `rule r watches m` for the watched metrics no judged run reported: those rules could not fire.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub unreported: Option<Vec<String>>,
 }
 
 /// One rule's totals.
@@ -116,6 +149,9 @@ pub struct StopEntry {
     pub run: usize,
     /// The run's name.
     pub run_name: String,
+    /// The run's outcome label, when it has one.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub run_outcome: Option<String>,
     /// The stop and its verdict.
     #[serde(flatten)]
     pub stop: Stop,
@@ -152,8 +188,39 @@ pub struct Tally {
     pub median_lead_seconds: Option<f64>,
     /// Rule evaluations that failed (those rules never fired there).
     pub rule_errors: u64,
+    /// Stops of runs that carry an outcome label.
+    pub labelled_stops: u64,
+    /// Stops of runs labelled `healthy`.
+    pub healthy_stopped: u64,
+    /// Rightful stops of runs labelled as gone bad (any label but `healthy`): bad runs caught.
+    pub caught: u64,
+    /// Runs seen that are labelled as gone bad.
+    pub bad_runs_seen: u64,
+    /// `caught` / `labelled_stops`, when there are labelled stops.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub precision: Option<f64>,
+    /// `caught` / `bad_runs_seen`, when bad runs were seen.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub recall: Option<f64>,
+    /// Per outcome label: runs seen, stopped, caught (rightful stops) and false stops.
+    #[serde(skip_serializing_if = "BTreeMap::is_empty")]
+    pub by_outcome: BTreeMap<String, OutcomeTally>,
     #[serde(skip)]
     leads: Vec<f64>,
+}
+
+/// One outcome label's share of a [`Tally`].
+#[derive(Clone, Debug, Default, PartialEq, serde::Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct OutcomeTally {
+    /// Runs with this label the policy selected.
+    pub runs: u64,
+    /// Of them, stopped.
+    pub stopped: u64,
+    /// Stopped rightly.
+    pub caught: u64,
+    /// Stopped falsely.
+    pub false_stops: u64,
 }
 
 /// The worst false stop.
@@ -176,8 +243,32 @@ pub struct Regret {
 }
 
 impl Tally {
-    fn add(&mut self, run_name: &str, stop: &Stop) {
+    /// A run the policy selected, with its outcome label.
+    fn see(&mut self, outcome: Option<&str>) {
+        self.runs_seen += 1;
+        if let Some(label) = outcome {
+            self.by_outcome.entry(label.to_string()).or_default().runs += 1;
+            if label != "healthy" {
+                self.bad_runs_seen += 1;
+            }
+        }
+    }
+
+    fn add(&mut self, run_name: &str, stop: &Stop, outcome: Option<&str>) {
         let o = &stop.outcome;
+        if let Some(label) = outcome {
+            self.labelled_stops += 1;
+            let rightful = o.measured && !o.false_stop;
+            let entry = self.by_outcome.entry(label.to_string()).or_default();
+            entry.stopped += 1;
+            entry.false_stops += u64::from(o.false_stop);
+            if label == "healthy" {
+                self.healthy_stopped += 1;
+            } else if rightful {
+                self.caught += 1;
+                entry.caught += 1;
+            }
+        }
         self.stopped += 1;
         self.hours_saved += o.hours_saved;
         self.gpu_hours_saved += o.gpu_hours_saved;
@@ -212,12 +303,21 @@ impl Tally {
 
     fn close(&mut self) {
         self.median_lead_seconds = median(&mut self.leads);
+        self.precision = (self.labelled_stops > 0).then(|| self.caught as f64 / self.labelled_stops as f64);
+        self.recall = (self.bad_runs_seen > 0).then(|| self.caught as f64 / self.bad_runs_seen as f64);
+    }
+
+    /// Good work lost per GPU-hour saved (`None` when nothing was saved).
+    pub fn lost_share(&self) -> Option<f64> {
+        (self.gpu_hours_saved > 0.0).then(|| self.lost_gpu_hours / self.gpu_hours_saved)
     }
 }
 
 /// Adds files' results up, in corpus order (so the report does not depend on which thread finished first).
 pub struct ReportBuilder {
     report: Report,
+    /// Policies (not external rules) per candidate: what `together` adds up.
+    documents: usize,
 }
 
 impl ReportBuilder {
@@ -238,78 +338,135 @@ impl ReportBuilder {
                     .map(|d| PolicyReport {
                         policy: d.reference.to_string(),
                         mode_as_written: d.spec.mode.as_str().to_string(),
+                        sources: Vec::new(),
                         totals: Tally::default(),
-                        rules: d
-                            .spec
-                            .rules
-                            .iter()
-                            .map(|r| RuleReport {
-                                rule: r.name.clone(),
-                                first_error: None,
-                                totals: Tally::default(),
-                            })
-                            .collect(),
+                        rules: d.spec.rules.iter().map(|r| RuleReport::new(&r.name)).collect(),
                         stops: Vec::new(),
+                        missed: Vec::new(),
                         pareto: true,
+                        not_selected: BTreeMap::new(),
+                        unreported: None,
                     })
+                    .chain(plan.external.iter().map(|e| PolicyReport {
+                        policy: e.rule.clone(),
+                        mode_as_written: "external".into(),
+                        sources: e.sources.clone(),
+                        totals: Tally::default(),
+                        rules: vec![RuleReport::new(&e.rule)],
+                        stops: Vec::new(),
+                        missed: Vec::new(),
+                        pareto: true,
+                        not_selected: BTreeMap::new(),
+                        unreported: None,
+                    }))
                     .collect(),
+                together: (c.documents.len() > 1).then(|| PolicyReport {
+                    policy: format!("all {} policies together", c.documents.len()),
+                    mode_as_written: "Enforce".into(),
+                    sources: Vec::new(),
+                    totals: Tally::default(),
+                    rules: c
+                        .documents
+                        .iter()
+                        .flat_map(|d| {
+                            d.spec.rules.iter().map(move |r| {
+                                RuleReport::new(&together_rule(&d.reference.to_string(), &r.name))
+                            })
+                        })
+                        .collect(),
+                    stops: Vec::new(),
+                    missed: Vec::new(),
+                    pareto: true,
+                    not_selected: BTreeMap::new(),
+                    unreported: None,
+                }),
             })
             .collect();
         ReportBuilder {
             report: Report {
-                tolerance: plan.options.tolerance.relative,
-                min_improvement: plan.options.tolerance.absolute,
+                tolerance: plan.options.judge.tolerance.relative,
+                min_improvement: plan.options.judge.tolerance.absolute,
+                smoothing: plan.options.judge.smoothing,
                 target: plan.options.target.clone(),
+                runs_selector: plan.runs.as_ref().map(ToString::to_string),
                 files: 0,
                 runs: Vec::new(),
+                excluded: Vec::new(),
+                outcomes: BTreeMap::new(),
+                stop_errors: Vec::new(),
                 incomplete: Vec::new(),
                 runs_without_gpus: 0,
                 candidates,
             },
+            documents: plan.candidates.first().map_or(0, |c| c.documents.len()),
         }
     }
 
     /// Adds the next file's result.
     pub fn add(&mut self, file: FileResult) {
         self.report.files += 1;
+        self.report.excluded.extend(file.excluded.iter().map(ToString::to_string));
         let first = self.report.runs.len();
+        let outcomes: Vec<Option<&'static str>> = file.runs.iter().map(super::Run::outcome).collect();
         let mut targets: Vec<std::collections::BTreeSet<String>> = vec![Default::default(); file.runs.len()];
+        let documents = self.documents;
         for (candidate, per_policy) in self.report.candidates.iter_mut().zip(&file.verdicts) {
             for (policy, verdicts) in candidate.policies.iter_mut().zip(per_policy) {
                 for (r, verdict) in verdicts.iter().enumerate() {
                     let name = &file.runs[r].name;
-                    if verdict.selected {
-                        policy.totals.runs_seen += 1;
-                        for rule in &mut policy.rules {
-                            rule.totals.runs_seen += 1;
-                        }
+                    if let Some(why) = &verdict.not_selected {
+                        *policy.not_selected.entry(why.clone()).or_default() += 1;
                     }
-                    for (rule, (count, message)) in &verdict.rule_errors {
-                        policy.totals.rule_errors += count;
-                        if let Some(r) = policy.rules.iter_mut().find(|x| &x.rule == rule) {
-                            r.totals.rule_errors += count;
-                            r.first_error.get_or_insert_with(|| format!("{name}: {message}"));
-                        }
+                    if !verdict.skipped {
+                        let seen = policy.unreported.get_or_insert_with(|| verdict.unreported.clone());
+                        seen.retain(|u| verdict.unreported.contains(u));
                     }
-                    let Some(stop) = &verdict.stop else { continue };
-                    policy.totals.add(name, stop);
-                    if let Some(rule) = policy.rules.iter_mut().find(|x| x.rule == stop.rule) {
-                        rule.totals.add(name, stop);
+                    if let Some(e) = &verdict.stop_error
+                        && !self.report.stop_errors.contains(e)
+                    {
+                        self.report.stop_errors.push(e.clone());
                     }
-                    targets[r].insert(stop.target.clone());
-                    policy.stops.push(StopEntry {
-                        run: first + r,
-                        run_name: name.clone(),
-                        stop: stop.clone(),
-                    });
+                    add_verdict(policy, verdict, name, first + r, outcomes[r], None);
+                    if let Some(stop) = &verdict.stop {
+                        targets[r].insert(stop.target.clone());
+                    }
+                }
+            }
+            // Together: per run, the earliest stop of any policy (external rules are not part of it).
+            if let Some(together) = &mut candidate.together {
+                for r in 0..file.runs.len() {
+                    let policies = &per_policy[..documents.min(per_policy.len())];
+                    let selected = policies.iter().any(|v| v[r].selected);
+                    let first_stop = policies
+                        .iter()
+                        .zip(&candidate.policies)
+                        .filter_map(|(v, p)| v[r].stop.as_ref().map(|s| (s, p.policy.as_str())))
+                        .min_by_key(|(s, _)| s.outcome.at);
+                    let verdict = Verdict {
+                        skipped: policies.iter().all(|v| v[r].skipped),
+                        selected,
+                        stop: None,
+                        rule_errors: BTreeMap::new(),
+                        stop_error: None,
+                        not_selected: None,
+                        unreported: Vec::new(),
+                    };
+                    let stop = first_stop
+                        .map(|(s, policy)| Stop { rule: together_rule(policy, &s.rule), ..s.clone() });
+                    add_verdict(together, &verdict, &file.runs[r].name, first + r, outcomes[r], stop);
                 }
             }
         }
-        for (run, wanted) in file.runs.into_iter().zip(targets) {
+        for ((run, wanted), outcome) in file.runs.into_iter().zip(targets).zip(outcomes) {
             if !run.complete {
                 self.report.incomplete.push(run.name.clone());
-            } else if run.gpus.is_none() {
-                self.report.runs_without_gpus += 1;
+            } else {
+                if run.gpus.is_none() {
+                    self.report.runs_without_gpus += 1;
+                }
+                if let Some(o) = outcome {
+                    *self.report.outcomes.entry(o.to_string()).or_default() += 1;
+                }
             }
             let curves = wanted
                 .into_iter()
@@ -322,15 +479,16 @@ impl ReportBuilder {
                 start: run.start,
                 end: run.end,
                 phase: phase_name(run.phase).to_string(),
+                outcome: outcome.map(str::to_string),
                 curves,
             });
         }
     }
 
-    /// The finished report: medians and the Pareto front.
+    /// The finished report: medians, precision and recall, and the Pareto front.
     pub fn finish(mut self) -> Report {
         for c in &mut self.report.candidates {
-            for p in &mut c.policies {
+            for p in c.policies.iter_mut().chain(c.together.as_mut()) {
                 p.totals.close();
                 for r in &mut p.rules {
                     r.totals.close();
@@ -356,264 +514,62 @@ impl ReportBuilder {
     }
 }
 
+impl RuleReport {
+    fn new(rule: &str) -> Self {
+        RuleReport { rule: rule.to_string(), first_error: None, totals: Tally::default() }
+    }
+}
+
+/// A rule's name in the `together` totals: `policy/rule`.
+fn together_rule(policy: &str, rule: &str) -> String {
+    format!("{}/{rule}", policy.rsplit('/').next().unwrap_or(policy))
+}
+
+/// Adds one run's verdict to a policy's totals; `stop` overrides the verdict's own (for `together`).
+fn add_verdict(
+    policy: &mut PolicyReport,
+    verdict: &Verdict,
+    name: &str,
+    run: usize,
+    outcome: Option<&str>,
+    stop: Option<Stop>,
+) {
+    if verdict.selected {
+        policy.totals.see(outcome);
+        for rule in &mut policy.rules {
+            rule.totals.see(outcome);
+        }
+    }
+    for (rule, (count, message)) in &verdict.rule_errors {
+        policy.totals.rule_errors += count;
+        if let Some(r) = policy.rules.iter_mut().find(|x| &x.rule == rule) {
+            r.totals.rule_errors += count;
+            r.first_error.get_or_insert_with(|| format!("{name}: {message}"));
+        }
+    }
+    let stop = stop.or_else(|| verdict.stop.clone());
+    let caught = stop.as_ref().is_some_and(|s| s.outcome.measured && !s.outcome.false_stop);
+    if verdict.selected && outcome.is_some_and(|o| o != "healthy") && !caught {
+        policy.missed.push(format!("{name} ({})", outcome.unwrap_or_default()));
+    }
+    let Some(stop) = stop else { return };
+    policy.totals.add(name, &stop, outcome);
+    if let Some(rule) = policy.rules.iter_mut().find(|x| x.rule == stop.rule) {
+        rule.totals.add(name, &stop, outcome);
+    }
+    policy.stops.push(StopEntry {
+        run,
+        run_name: name.to_string(),
+        run_outcome: outcome.map(str::to_string),
+        stop,
+    });
+}
+
 fn phase_name(p: JobPhase) -> &'static str {
     match p {
         JobPhase::Running => "Running",
         JobPhase::Suspended => "Suspended",
         JobPhase::Complete => "Complete",
         JobPhase::Failed => "Failed",
-    }
-}
-
-/// A fraction as a percentage, to a tenth (finer when smaller: a 0.05 % tolerance does not print as 0 %).
-fn percent(v: Option<f64>) -> String {
-    match v {
-        Some(r) if r.is_finite() => {
-            let p = r * 100.0;
-            let scale = if p.abs() >= 1.0 || p == 0.0 { 10.0 } else { 1000.0 };
-            format!("{} %", fmt_num((p * scale).round() / scale))
-        }
-        Some(_) | None => "-".into(),
-    }
-}
-
-fn hours(v: f64) -> String {
-    fmt_num((v * 10.0).round() / 10.0)
-}
-
-fn lead(v: Option<f64>) -> String {
-    v.map_or_else(|| "-".into(), |s| fmt_secs(s.round()))
-}
-
-impl Report {
-    /// Whether any rule failed to evaluate somewhere (such a backtest understates what the policy does).
-    pub fn rule_errors(&self) -> u64 {
-        self.candidates.iter().flat_map(|c| &c.policies).map(|p| p.totals.rule_errors).sum()
-    }
-
-    /// The report for people: per policy its totals, its rules and its stops; with sweeps, per policy the
-    /// trade-off table with the Pareto front marked.
-    pub fn render_text(&self) -> String {
-        let mut out = String::new();
-        let _ = writeln!(
-            out,
-            "backtest: {} from {}; every rule enforced; a stop is false when {} improved by more than {}{} afterwards",
-            plural(self.runs.len() as u64, "run", "runs"),
-            plural(self.files as u64, "file", "files"),
-            self.target.as_deref().map_or("the rule's metric".to_string(), |t| format!("`{t}`")),
-            percent(Some(self.tolerance)),
-            if self.min_improvement > 0.0 {
-                format!(" and {}", fmt_num(self.min_improvement))
-            } else {
-                String::new()
-            },
-        );
-        if !self.incomplete.is_empty() {
-            let shown: Vec<&str> = self.incomplete.iter().take(10).map(String::as_str).collect();
-            let more = self.incomplete.len() - shown.len();
-            let _ = writeln!(
-                out,
-                "not judged: {} that did not run to the end (still running, or suspended): {}{}",
-                plural(self.incomplete.len() as u64, "run", "runs"),
-                shown.join(", "),
-                if more > 0 { format!(" and {more} more") } else { String::new() }
-            );
-        }
-        if self.runs_without_gpus > 0 {
-            let _ = writeln!(
-                out,
-                "note: {} no recorded GPU count: their GPU-hours are 0 unless the policy sets assumeGpus (hours saved still count)",
-                plural(self.runs_without_gpus as u64, "run has", "runs have")
-            );
-        }
-        let Some(base) = self.candidates.first() else { return out };
-        if self.candidates.len() > 1 {
-            let set = base.settings.iter().map(|s| format!("{}={}", s.path, s.value)).collect::<Vec<_>>();
-            let _ = writeln!(out, "(details below are for the first setting: {})", set.join(" "));
-        }
-        for p in &base.policies {
-            self.render_policy(&mut out, p);
-        }
-        if self.candidates.len() > 1 {
-            for (i, p) in base.policies.iter().enumerate() {
-                self.render_tradeoff(&mut out, i, &p.policy);
-            }
-        }
-        out
-    }
-
-    fn render_policy(&self, out: &mut String, p: &PolicyReport) {
-        let t = &p.totals;
-        let _ = writeln!(out, "\npolicy {} (mode {} as written)", p.policy, p.mode_as_written);
-        let dollars = t.dollars_saved.map(|d| format!(" (${})", fmt_num(d.round()))).unwrap_or_default();
-        let _ = writeln!(
-            out,
-            "  runs seen {}, stopped {}, saved {} GPU-h{dollars} ({} h of wall clock)",
-            t.runs_seen,
-            t.stopped,
-            hours(t.gpu_hours_saved),
-            hours(t.hours_saved),
-        );
-        let _ = write!(
-            out,
-            "  false stops {} ({} GPU-h of good work lost)",
-            t.false_stops,
-            hours(t.lost_gpu_hours)
-        );
-        match &t.worst_regret {
-            Some(w) if w.relative.is_some() => {
-                let _ = write!(
-                    out,
-                    "; worst regret {} ({} improved by {}) in {} by {}",
-                    percent(w.relative),
-                    w.target,
-                    fmt_num(w.improvement),
-                    w.run_name,
-                    w.rule
-                );
-            }
-            Some(w) => {
-                let _ = write!(
-                    out,
-                    "; worst: {} stopped by {} {}",
-                    w.run_name,
-                    w.rule,
-                    if w.from_zero {
-                        format!("at a best {} of 0", w.target)
-                    } else {
-                        format!("before any {} was reported", w.target)
-                    }
-                );
-            }
-            None => {}
-        }
-        let _ = writeln!(out);
-        let troubles: Vec<String> = t.troubles.iter().map(|(k, n)| format!("{k} {n}")).collect();
-        let _ = writeln!(
-            out,
-            "  rightful stops {} ({}), median lead time {}",
-            t.stopped - t.false_stops - t.unmeasured,
-            if troubles.is_empty() { "none".into() } else { troubles.join(", ") },
-            lead(t.median_lead_seconds)
-        );
-        if t.unmeasured > 0 {
-            let _ = writeln!(
-                out,
-                "  not judged: {} that never reported the target metric",
-                plural(t.unmeasured, "stop of a run", "stops of runs")
-            );
-        }
-        if t.rule_errors > 0 {
-            let _ = writeln!(
-                out,
-                "  {} (those rules never fired there):",
-                plural(t.rule_errors, "rule error", "rule errors")
-            );
-            for r in p.rules.iter().filter(|r| r.totals.rule_errors > 0) {
-                let first = r.first_error.as_deref().unwrap_or("");
-                let n = plural(r.totals.rule_errors, "error", "errors");
-                let _ = writeln!(out, "    {}: {n}, the first in {first}", r.rule);
-            }
-        }
-        let _ = writeln!(
-            out,
-            "  {:<24} {:>7} {:>11} {:>11} {:>10} {:>11}",
-            "rule", "stopped", "GPU-h saved", "false stops", "GPU-h lost", "median lead"
-        );
-        for r in &p.rules {
-            let x = &r.totals;
-            let _ = writeln!(
-                out,
-                "  {:<24} {:>7} {:>11} {:>11} {:>10} {:>11}",
-                r.rule,
-                x.stopped,
-                hours(x.gpu_hours_saved),
-                x.false_stops,
-                hours(x.lost_gpu_hours),
-                lead(x.median_lead_seconds)
-            );
-        }
-        if !p.stops.is_empty() {
-            let _ = writeln!(out, "  stops:");
-        }
-        for s in &p.stops {
-            let o = &s.stop.outcome;
-            let verdict = if !o.measured {
-                format!("not judged: the run never reported {}", s.stop.target)
-            } else if o.false_stop && o.best_before.is_none() {
-                format!("FALSE STOP: before any {} was reported; the run went on to report it", s.stop.target)
-            } else if o.false_stop && o.relative_improvement.is_none() {
-                format!(
-                    "FALSE STOP: {} improved from 0 to {} afterwards",
-                    s.stop.target,
-                    o.best_after.map_or_else(String::new, fmt_num)
-                )
-            } else if o.false_stop {
-                format!(
-                    "FALSE STOP: {} improved {} afterwards",
-                    s.stop.target,
-                    percent(o.relative_improvement)
-                )
-            } else {
-                match (o.trouble, o.lead_seconds) {
-                    (Some(Trouble::Diverged), Some(l)) => {
-                        format!("right: diverged, its best {} before the stop", fmt_secs(l.round()))
-                    }
-                    (Some(k), Some(l)) => {
-                        format!("right: {} for {} before the stop", k.as_str(), fmt_secs(l.round()))
-                    }
-                    _ => format!("right: {} did not improve", s.stop.target),
-                }
-            };
-            let _ = writeln!(
-                out,
-                "    {} {} by {}: {} GPU-h saved; {verdict}",
-                o.at,
-                s.run_name,
-                s.stop.rule,
-                hours(o.gpu_hours_saved)
-            );
-        }
-    }
-
-    fn render_tradeoff(&self, out: &mut String, policy: usize, name: &str) {
-        let _ = writeln!(
-            out,
-            "\ntrade-off for {name} (* = Pareto front: no other setting saves as many GPU-hours with as few false stops and is better at one)"
-        );
-        let paths: Vec<&str> = self.candidates[0].settings.iter().map(|s| s.path.as_str()).collect();
-        let widths: Vec<usize> = paths
-            .iter()
-            .enumerate()
-            .map(|(i, p)| {
-                self.candidates.iter().map(|c| c.settings[i].value.len()).max().unwrap_or(0).max(p.len())
-            })
-            .collect();
-        let mut head = String::from("   ");
-        for (p, w) in paths.iter().zip(&widths) {
-            let _ = write!(head, " {p:<w$}");
-        }
-        let _ = writeln!(
-            out,
-            "{head} {:>7} {:>11} {:>11} {:>10} {:>11}",
-            "stopped", "GPU-h saved", "false stops", "GPU-h lost", "median lead"
-        );
-        for c in &self.candidates {
-            let p = &c.policies[policy];
-            let mut line = format!("  {}", if p.pareto { '*' } else { ' ' });
-            for (s, w) in c.settings.iter().zip(&widths) {
-                let _ = write!(line, " {:<w$}", s.value);
-            }
-            let t = &p.totals;
-            let _ = writeln!(
-                out,
-                "{line} {:>7} {:>11} {:>11} {:>10} {:>11}",
-                t.stopped,
-                hours(t.gpu_hours_saved),
-                t.false_stops,
-                hours(t.lost_gpu_hours),
-                lead(t.median_lead_seconds)
-            );
-        }
     }
 }

@@ -225,6 +225,8 @@ impl ShardReplay {
             self.replay.run_timers_marked(until, true, &mut end);
         }
         self.replay.finish(None);
+        // Every policy's counts, also those that selected every job of this shard (not of every shard).
+        self.replay.summary.not_selected = self.replay.not_selected(true);
     }
 
     /// The events so far, with their places, in order; they are taken.
@@ -234,9 +236,8 @@ impl ShardReplay {
         self.places.drain(..).zip(self.replay.events.drain(..))
     }
 
-    /// The totals that add up over shards: records, jobs and records ignored after a suspension. (The
-    /// rest [`PlaceMerge`] counts from the merged events, in one replay's order, so sums of savings round
-    /// the same.)
+    /// The shard's summary, for [`PlaceMerge::summary`] (after [`ShardReplay::finish`], its `not_selected`
+    /// lists every policy, to be added up).
     pub fn summary(&self) -> &Summary {
         &self.replay.summary
     }
@@ -302,12 +303,43 @@ impl<A> PlaceMerge<A> {
     pub fn summary<'a>(&self, shards: impl IntoIterator<Item = &'a Summary>) -> Summary {
         debug_assert!(self.queues.iter().all(VecDeque::is_empty), "every event merged");
         let mut total = self.summary.clone();
-        for s in shards {
+        let shards: Vec<&Summary> = shards.into_iter().collect();
+        for s in &shards {
             total.records += s.records;
             total.jobs += s.jobs;
             total.ignored_after_suspend += s.ignored_after_suspend;
             total.first_record = total.first_record.or(s.first_record);
             total.last_time = total.last_time.max(s.last_time);
+            total.odd_reports.extend(s.odd_reports.iter().cloned());
+        }
+        total.odd_reports.sort_by(|a, b| a.job.cmp(&b.job));
+        if let Some(first) = shards.first() {
+            // The same policies in the same order on every shard: a metric no job reported is one no
+            // shard's jobs reported; the calendars are judged on the stream's first and last time, alike.
+            total.unreported_metrics = first
+                .unreported_metrics
+                .iter()
+                .filter(|m| shards.iter().all(|s| s.unreported_metrics.contains(m)))
+                .cloned()
+                .collect();
+            total.never_active.clone_from(&first.never_active);
+            total.not_selected = first
+                .not_selected
+                .iter()
+                .enumerate()
+                .map(|(i, policy)| {
+                    let mut sum = policy.clone();
+                    for s in &shards[1..] {
+                        let other = &s.not_selected[i];
+                        sum.selected += other.selected;
+                        for (reason, n) in &other.reasons {
+                            *sum.reasons.entry(reason.clone()).or_default() += n;
+                        }
+                    }
+                    sum
+                })
+                .filter(|p| !p.reasons.is_empty())
+                .collect();
         }
         total
     }

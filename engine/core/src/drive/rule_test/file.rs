@@ -192,5 +192,10 @@ pub trait FileSource {
 
 /// Parses a test file; errors carry the YAML position or field.
 pub fn parse_test_file(text: &str) -> Result<TestFile, String> {
-    serde_saphyr::from_str::<TestFile>(text).map_err(|e| e.to_string())
+    let file = serde_saphyr::from_str::<TestFile>(text).map_err(|e| e.to_string())?;
+    // A file without cases would pass having tested nothing.
+    if file.tests.is_empty() {
+        return Err("tests: no test case (a file with none would pass having checked nothing)".into());
+    }
+    Ok(file)
 }

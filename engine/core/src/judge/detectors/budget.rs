@@ -140,7 +140,7 @@ mod tests {
         assert!(job.check(d.as_ref(), 10 * 3600).is_none());
         assert_eq!(
             job.check(d.as_ref(), 10 * 3600 + 1).unwrap().summary,
-            "ran for 10h1s, over the limit of 10h"
+            "ran for 10h0m1s, over the limit of 10h"
         );
 
         let d = detector("over_budget", json!({"maxGpuHours": 80}));

@@ -23,6 +23,8 @@ mod diverging;
 mod eta;
 mod gpu_idle;
 mod hang;
+pub(crate) mod levels;
+mod no_gain;
 mod non_finite;
 mod params;
 mod plateau;
@@ -80,6 +82,25 @@ pub enum DetectorState {
     None,
     Plateau(PlateauState),
     Overtraining(OvertrainingState),
+    /// The level trackers of `diverging` with `worseByPct`.
+    Levels(Box<levels::Tracks>),
+    /// `no_expected_gain`: level trackers and the log-spaced history of each watched metric.
+    NoGain(Box<no_gain::NoGainState>),
+    /// `non_finite` with `logs`: consecutive logged values that were non-finite.
+    Streak(u64),
+}
+
+/// The metrics a finding of a levelled rule was about: its `level:<metric>` values, else `fallback`.
+pub(crate) fn judged_from_finding(
+    fallback: Option<(&str, crate::history::metric_series::Direction)>,
+    finding: &std::collections::BTreeMap<String, f64>,
+) -> Vec<(String, crate::history::metric_series::Direction)> {
+    let named: Vec<(String, crate::history::metric_series::Direction)> = finding
+        .keys()
+        .filter_map(|k| k.strip_prefix("level:"))
+        .map(|m| (m.to_string(), crate::history::metric_series::Direction::infer(m)))
+        .collect();
+    if named.is_empty() { fallback.map(|(m, d)| (m.to_string(), d)).into_iter().collect() } else { named }
 }
 
 /// A configured detector.
@@ -116,6 +137,16 @@ pub trait Detector: fmt::Debug + Send + Sync {
     /// a stop's regret on. `None` for detectors about time, cost or every metric at once.
     fn watched_metric(&self) -> Option<(&str, crate::history::metric_series::Direction)> {
         None
+    }
+
+    /// The metrics one of its findings is about, given the finding's values: a backtest judges the stop on
+    /// them (a stop is false when any of them improved afterwards). The watched metric, unless the detector
+    /// watches several (`overtraining`'s training half, `metric: auto`).
+    fn judged_metrics(
+        &self,
+        _finding: &std::collections::BTreeMap<String, f64>,
+    ) -> Vec<(String, crate::history::metric_series::Direction)> {
+        self.watched_metric().map(|(m, d)| (m.to_string(), d)).into_iter().collect()
     }
 
     /// Whether the detector judges the job's GPU readings.
@@ -159,6 +190,7 @@ pub struct DetectorInfo {
 pub const DETECTORS: &[DetectorInfo] = &[
     plateau::INFO,
     diverging::INFO,
+    no_gain::INFO,
     non_finite::INFO,
     stalled::INFO,
     eta::INFO_AFTER,
@@ -249,6 +281,25 @@ pub(crate) mod testkit {
             s.metrics = metrics.iter().map(|(n, v)| Metric { name: (*n).into(), value: *v }).collect();
             s.progress_percent = progress;
             s.eta_seconds = eta;
+            if self.series.record(&s) == crate::history::job_series::Recorded::New {
+                detector.observe(&mut self.state, &self.series, &s);
+            }
+        }
+
+        /// Records a sample at `secs` at `step` of a run of `total` steps, running `detector.observe`.
+        pub(crate) fn sample_at_step(
+            &mut self,
+            detector: &dyn Detector,
+            secs: i64,
+            metrics: &[(&'static str, f64)],
+            step: f64,
+            total: f64,
+        ) {
+            let mut s = ProgressSample::empty(t(secs), SampleSource::TrainerStatus);
+            s.metrics = metrics.iter().map(|(n, v)| Metric { name: (*n).into(), value: *v }).collect();
+            s.current_step = Some(step);
+            s.total_steps = Some(total);
+            s.progress_percent = Some((100.0 * step / total).floor().min(99.0));
             if self.series.record(&s) == crate::history::job_series::Recorded::New {
                 detector.observe(&mut self.state, &self.series, &s);
             }

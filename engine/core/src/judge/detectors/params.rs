@@ -210,6 +210,24 @@ impl<'a> Params<'a> {
         }
     }
 
+    /// A share of the planned run or of a value: `"25%"`, or a number of percent (`25`), returned as a
+    /// fraction (0.25), in 0 to 100 %.
+    pub(crate) fn percent(&mut self, name: &str) -> Option<f64> {
+        let (key, v) = self.raw(name)?;
+        let parsed = match v {
+            Value::Number(n) => n.as_f64(),
+            Value::String(s) => s.trim().strip_suffix('%').and_then(|p| p.trim().parse::<f64>().ok()),
+            _ => None,
+        };
+        match parsed {
+            Some(x) if x.is_finite() && (0.0..=100.0).contains(&x) => Some(x / 100.0),
+            _ => {
+                self.error(key, format!("expected a percentage from 0 to 100 such as \"25%\", got {v}"));
+                None
+            }
+        }
+    }
+
     /// `mode: min | max | auto` (default auto).
     pub(crate) fn direction(&mut self, name: &str) -> DirectionParam {
         let Some((key, v)) = self.raw(name) else { return DirectionParam::Auto };

@@ -238,6 +238,16 @@ impl Detector for Overtraining {
         Some((&self.validation_metric, crate::history::metric_series::Direction::Min))
     }
 
+    /// A finding of the training half (it carries `trainWait`) is about the training loss.
+    fn judged_metrics(
+        &self,
+        finding: &std::collections::BTreeMap<String, f64>,
+    ) -> Vec<(String, crate::history::metric_series::Direction)> {
+        let metric =
+            if finding.contains_key("trainWait") { &self.train_metric } else { &self.validation_metric };
+        vec![(metric.clone(), crate::history::metric_series::Direction::Min)]
+    }
+
     // Judges the samples only.
     fn reads_the_clock(&self) -> bool {
         false
@@ -248,12 +258,8 @@ impl Detector for Overtraining {
             *state = DetectorState::Overtraining(OvertrainingState::default());
         }
         let DetectorState::Overtraining(s) = state else { return };
-        // Only new values count: the validation loss is re-sent unchanged between evaluations.
-        let fresh = |name: &str| {
-            sample.metric(name).filter(|_| {
-                series.metric(name).is_none_or(crate::history::metric_series::MetricSeries::is_fresh)
-            })
-        };
+        // Only logged values count: the validation loss is re-sent unchanged between evaluations.
+        let fresh = |name: &str| sample.metric(name).filter(|_| series.logged(name));
         advance(&mut s.best_train, &mut s.train_wait, fresh(&self.train_metric), self.delta);
         advance(&mut s.best_validation, &mut s.validation_wait, fresh(&self.validation_metric), self.delta);
     }

@@ -225,11 +225,11 @@ pub(super) fn minute() -> HostResult<i64> {
 }
 
 pub(super) fn non_finite(metric: &str) -> HostResult<bool> {
-    detect(&NonFinite { metric: (metric != "*").then(|| metric.to_string()) })
+    detect(&NonFinite { metric: (metric != "*").then(|| metric.to_string()), logs: 1, degenerate: false })
 }
 
 pub(super) fn stalled(after: &str) -> HostResult<bool> {
-    detect(&Stalled { after: parse_duration(after)?, require_first_sample: true })
+    detect(&Stalled { after: parse_duration(after)?, require_first_sample: true, rhythm: None })
 }
 
 pub(super) fn eta_after(deadline: &str) -> HostResult<bool> {
@@ -248,6 +248,7 @@ pub(super) fn diverging(metric: &str, threshold: f64) -> HostResult<bool> {
         threshold: Some(threshold),
         factor: None,
         warmup: 0,
+        stays: None,
     })
 }
 
@@ -261,6 +262,7 @@ pub(super) fn diverging_factor(metric: &str, factor: f64) -> HostResult<bool> {
         threshold: None,
         factor: Some(factor),
         warmup: 0,
+        stays: None,
     })
 }
 

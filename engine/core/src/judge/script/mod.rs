@@ -20,6 +20,7 @@ mod native;
 
 pub use builtins::BUILTINS;
 pub use check::ScriptContext;
+pub(crate) use check::edit_distance;
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -225,6 +226,7 @@ impl ScriptEngine {
         // Fast operators bypass registered overloads; the IEEE comparisons below must win.
         engine.set_fast_operators(false);
         register_ieee_comparisons(&mut engine);
+        check::register_type_mismatch_errors(&mut engine);
         for builtin in BUILTINS {
             (builtin.register)(&mut engine);
         }
@@ -307,6 +309,18 @@ impl ScriptEngine {
                     message: p.message,
                     kind: ScriptErrorKind::Compile,
                 }
+            })
+            .collect()
+    }
+
+    /// The constant metric names the script's host calls watch, with the line and column of each and the
+    /// function it is given to (`metric`, `plateau`, …), in source order.
+    pub fn metric_arguments(&self, script: &CompiledScript) -> Vec<(String, usize, usize, &'static str)> {
+        check::metric_arguments(&script.ast)
+            .into_iter()
+            .map(|(name, pos, function)| {
+                let (line, column) = line_column(pos);
+                (name, line, column, function)
             })
             .collect()
     }

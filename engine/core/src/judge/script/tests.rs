@@ -612,3 +612,53 @@ fn each_condition_sees_its_own_policy_context_when_policies_alternate() {
         }
     }
 }
+
+/// Issue 43: `metric("loss") > "abc"`, `metric("loss") == "NaN"` and `labels.team == 1` were quietly false.
+/// Where the types are plain, `validate` refuses them; where only the data shows them, the evaluation fails
+/// (a counted, reported rule error), never a quiet false.
+#[test]
+fn comparisons_of_different_types_are_refused_or_fail() {
+    for src in [
+        r#"metric("loss") > "abc""#,
+        r#"metric("loss") == "NaN""#,
+        "labels.team == 1",
+        r#"labels["team"] != 1.5"#,
+        "progress() > 10.0 && phase() == 3",
+        r#""x" < true"#,
+    ] {
+        let found = problems(src, ScriptContext::default());
+        assert_eq!(found.len(), 1, "{src}: {found:?}");
+        assert!(found[0].contains("compares") && found[0].contains("always"), "{src}: {found:?}");
+    }
+    // Like with like, and `()`, pass.
+    for src in
+        [r#"labels.team == "1""#, r#"metric("loss") > 2"#, r#"phase() == "Running""#, "let x = (); x == ()"]
+    {
+        assert_eq!(problems(src, ScriptContext::default()), Vec::<String>::new(), "{src}");
+    }
+    // Types only the data shows: an error at evaluation, in Rhai and natively compiled alike.
+    let engine = ScriptEngine::default();
+    for src in [
+        r#"let t = if progress() > 0.0 { "abc" } else { 1 }; metric("loss") > t"#,
+        "let n = 1; labels.team == n",
+        r#"let b = true; let s = label("team"); s != b"#,
+    ] {
+        let e = eval(&engine, src).unwrap_err();
+        assert!(e.message.contains("compares") && e.message.contains("never true"), "{src}: {e}");
+    }
+}
+
+/// The metric names a script watches, for `validate` and the replay summary.
+#[test]
+fn metric_arguments_are_the_constant_names_of_metric_functions() {
+    let engine = ScriptEngine::default();
+    let script = engine
+        .compile(
+            "r",
+            r#"metric("loss") > 2.0 * best("eval_loss") && plateau("lsos", "2h") && label("team") == "x""#,
+        )
+        .unwrap();
+    let names: Vec<(String, &str)> =
+        engine.metric_arguments(&script).into_iter().map(|(n, _, _, f)| (n, f)).collect();
+    assert_eq!(names, [("loss".into(), "metric"), ("eval_loss".into(), "best"), ("lsos".into(), "plateau")]);
+}

@@ -10,6 +10,7 @@
 mod actions;
 pub use actions::RESERVED_ANNOTATIONS;
 mod calendar;
+mod metrics;
 mod rules;
 
 use std::sync::Arc;
@@ -65,6 +66,9 @@ pub struct CompiledRule {
     /// The rule's spec as JSON: a rule whose definition did not change keeps its state when its policy is
     /// replaced.
     pub fingerprint: String,
+    /// The metric names the rule reads (its detector's and its script's constant ones), for `replay` and
+    /// `backtest` to name those no run reported: such a rule could not fire there.
+    pub watched_metrics: Vec<String>,
 }
 
 /// A validated policy with compiled rules.
@@ -93,6 +97,11 @@ pub struct CompiledPolicy {
     pub max_snooze: Option<PolicyDuration>,
     /// `spec.snooze.maxPerJob`: how many snoozes a job may have for this policy (`None`: no limit).
     pub max_snoozes: Option<u32>,
+    /// What may make a rule a silent no-op without being certain to (a metric name no canonical list knows
+    /// and the policy does not declare): `validate` prints them, `validate --strict` refuses the policy.
+    pub warnings: Vec<FieldError>,
+    /// Where the document was read from (`file:line`), for messages that name two definitions.
+    pub origin: Option<String>,
 }
 
 impl CompiledPolicy {
@@ -190,7 +199,11 @@ pub fn compile(doc: &PolicyDocument, engine: &ScriptEngine) -> Result<CompiledPo
     let sampling_interval = check_settings(doc, &mut errors);
     let receivers =
         receiver::compile_receivers(&spec.receivers, &doc.scope, calendar.time_zone(), &mut errors);
-    let rules = rules::rules(spec, sampling_interval, engine, &mut errors);
+    let mut watched = Vec::new();
+    let rules = rules::rules(spec, sampling_interval, engine, &mut errors, &mut watched);
+    let mut warnings = Vec::new();
+    metrics::check_declared(&spec.metrics, &mut errors);
+    metrics::check(&watched, &spec.metrics, &mut errors, &mut warnings);
     // A field the compiler has something to say about needs no second, vaguer line from the schema.
     let own: std::collections::HashSet<String> = errors.iter().map(|e| e.path.clone()).collect();
     let reading_errors = doc.reading_errors.iter().filter(|e| !own.contains(&e.path)).cloned();
@@ -202,6 +215,11 @@ pub fn compile(doc: &PolicyDocument, engine: &ScriptEngine) -> Result<CompiledPo
         errors.sort_by_key(|e| e.position.map_or((usize::MAX, 0), |p| (p.line, p.column)));
         return Err(FieldErrors { document: doc.reference.to_string(), file, errors });
     }
+    locate(&mut warnings, doc.positions.as_deref());
+    let origin = doc.positions.as_ref().map(|p| match p.of("metadata.name", false) {
+        Some(at) => format!("{}:{}", p.file, at.line),
+        None => p.file.clone(),
+    });
     Ok(CompiledPolicy {
         reference: doc.reference.clone(),
         scope: doc.scope.clone(),
@@ -218,6 +236,8 @@ pub fn compile(doc: &PolicyDocument, engine: &ScriptEngine) -> Result<CompiledPo
         limits: spec.limits.unwrap_or_default(),
         max_snooze: spec.snooze.as_ref().and_then(|s| s.max_duration.as_ref()).and_then(|d| d.parse().ok()),
         max_snoozes: spec.snooze.as_ref().and_then(|s| s.max_per_job),
+        warnings,
+        origin,
     })
 }
 
@@ -327,10 +347,14 @@ pub fn parse_documents(text: &str, source: &str) -> Result<Vec<PolicyDocument>, 
         }
     }
     if docs.is_empty() && errors.is_empty() && exceptions == 0 {
-        errors.push(FieldError::new(
-            "(file)",
-            "no policy in this file: it is empty, or holds only comments and `---`",
-        ));
+        errors.push(FieldError {
+            // The file's start: there is nothing else to point at.
+            position: Some(crate::error::Position { line: 1, column: 1 }),
+            ..FieldError::new(
+                "(file)",
+                "no policy in this file: it is empty, or holds only comments and `---`",
+            )
+        });
     }
     if errors.is_empty() { Ok(docs) } else { Err(failed(errors)) }
 }
@@ -370,6 +394,12 @@ fn plain_yaml_message(what: &str) -> String {
     if let Some(rest) = what.strip_prefix("duplicate mapping key: ") {
         let key = rest.split(", set DuplicateKeyPolicy").next().unwrap_or(rest);
         return format!("duplicate key {key:?}: a key may appear only once in a mapping");
+    }
+    if let Some(rest) = what.strip_prefix("non-finite float `") {
+        let number = rest.split('`').next().unwrap_or(rest);
+        return format!(
+            "the number {number} is too large to represent (it would read as infinity); numbers in a policy are finite"
+        );
     }
     if let Some(rest) = what.strip_prefix("budget breached: ") {
         let limit = rest.split([' ', '{']).next().unwrap_or(rest).to_lowercase();

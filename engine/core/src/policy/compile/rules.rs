@@ -9,6 +9,7 @@ use crate::judge::script::{ScriptContext, ScriptEngine};
 use crate::policy::{PolicySpec, RuleSpec};
 use crate::units::duration::PolicyDuration;
 
+use super::metrics::Watched;
 use super::{CompiledRule, actions};
 
 /// Every rule of the spec, compiled; problems go to `errors` (a rule with errors is still returned, and the
@@ -18,6 +19,7 @@ pub(super) fn rules(
     sampling_interval: PolicyDuration,
     engine: &ScriptEngine,
     errors: &mut Vec<FieldError>,
+    watched: &mut Vec<Watched>,
 ) -> Vec<CompiledRule> {
     let mut names = HashSet::new();
     let mut rules = Vec::new();
@@ -31,7 +33,7 @@ pub(super) fn rules(
                 format!("duplicate rule name {:?}", rule.name),
             ));
         }
-        rules.push(compile_rule(spec, &path, rule, sampling_interval, engine, errors));
+        rules.push(compile_rule(spec, &path, rule, sampling_interval, engine, errors, watched));
     }
     rules
 }
@@ -44,7 +46,9 @@ fn compile_rule(
     sampling_interval: PolicyDuration,
     engine: &ScriptEngine,
     errors: &mut Vec<FieldError>,
+    watched: &mut Vec<Watched>,
 ) -> CompiledRule {
+    let first_watched = watched.len();
     let detector = match &rule.uses {
         Some(name) => match detectors::build(name, rule.with.as_ref(), &format!("{path}.with")) {
             Ok(d) => Some(d),
@@ -60,6 +64,35 @@ fn compile_rule(
             None
         }
     };
+    // The metric names of `with` (`metric`, `train_metric`, …) as written; `"*"` only for non_finite.
+    // `metric: auto` is a keyword of the detectors that judge levels (every evaluation metric, else the
+    // training loss), not a name a report carries.
+    let takes_auto = matches!(rule.uses.as_deref(), Some("plateau" | "diverging" | "no_expected_gain"));
+    for (param, value) in rule.with.iter().flatten() {
+        if (param == "metric" || param.ends_with("_metric"))
+            && let Some(name) = value.as_str()
+            && !(takes_auto && name == "auto")
+        {
+            watched.push(Watched {
+                name: name.to_string(),
+                path: format!("{path}.with.{param}"),
+                inside: None,
+                any_allowed: rule.uses.as_deref() == Some("non_finite"),
+            });
+        }
+    }
+    if let Some((name, _)) = detector.as_ref().and_then(|d| d.watched_metric())
+        && !watched[first_watched..].iter().any(|w| w.name == name)
+        && !(takes_auto && name == "auto")
+    {
+        // A default (`validation_metric: eval_loss`): canonical, so only for the summary's list.
+        watched.push(Watched {
+            name: name.to_string(),
+            path: format!("{path}.uses"),
+            inside: None,
+            any_allowed: false,
+        });
+    }
     if let Some(d) = &detector {
         for (param, window) in d.windows() {
             if window < sampling_interval {
@@ -89,6 +122,14 @@ fn compile_rule(
                     ScriptContext { sampling_interval, has_gpu_hour_cost: spec.gpu_hour_cost.is_some() };
                 let problems = engine.check(&s, &context);
                 let ok = problems.is_empty();
+                for (name, line, column, function) in engine.metric_arguments(&s) {
+                    watched.push(Watched {
+                        inside: Some(format!("line {line}:{column}: {function}({name:?})")),
+                        name,
+                        path: format!("{path}.when"),
+                        any_allowed: function == "non_finite",
+                    });
+                }
                 errors.extend(problems.into_iter().map(|e| {
                     FieldError::new(
                         format!("{path}.when"),
@@ -131,6 +172,15 @@ fn compile_rule(
         actions: rule.actions.clone(),
         fingerprint: serde_json::to_string(&(rule, spec.mode, spec.gpu_hour_cost, spec.assume_gpus))
             .unwrap_or_default(),
+        watched_metrics: {
+            let mut names: Vec<String> = Vec::new();
+            for w in &watched[first_watched..] {
+                if w.name != "*" && !names.contains(&w.name) {
+                    names.push(w.name.clone());
+                }
+            }
+            names
+        },
     }
 }
 

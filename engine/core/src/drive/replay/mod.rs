@@ -6,18 +6,22 @@
 //! the job counts as suspended and its later records are ignored (they describe a run that would not have
 //! happened). Savings are counted once per job, at its first (would-be) suspension.
 
-use std::collections::{BTreeMap, HashSet};
+use std::collections::BTreeMap;
 
 use rustc_hash::{FxHashMap, FxHashSet};
 
-use crate::describe::words;
 use crate::evaluate::{EngineConfig, Evaluator, Event};
 use crate::input::sample::{JobKey, JobPhase, JobSnapshot};
 use crate::input::stream::StreamRecord;
 use crate::policy::compile::CompiledPolicy;
 use crate::policy::{ActionSpec, Mode};
 use crate::time::Timestamp;
-use crate::time::{fmt_num, fmt_secs, plural};
+
+mod render;
+#[cfg(test)]
+mod tests;
+
+pub use render::{event_json, render_event, render_summary, render_text, summary_json};
 
 pub mod shard;
 
@@ -28,6 +32,41 @@ struct ReplayJob {
     snapshot: Option<JobSnapshot>,
     /// An enforced suspension stopped it: its later records are ignored.
     suspended: bool,
+    /// Its labels as last known (kept after its deletion), for why a policy did not select it.
+    labels: std::collections::BTreeMap<String, String>,
+}
+
+/// What the summary needs of a policy to say which jobs it did not select, and why.
+struct Selection {
+    reference: crate::policy::PolicyRef,
+    scope: crate::policy::PolicyScope,
+    selector: crate::policy::LabelSelector,
+    /// Its calendar, to say when it was never active.
+    env: std::sync::Arc<crate::history::job::PolicyEnv>,
+}
+
+/// A metric a rule watches that no record of the replay reported: the rule could not fire on it.
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct UnreportedMetric {
+    /// `ProgressPolicy ml/p`.
+    pub policy: String,
+    /// The rule.
+    pub rule: String,
+    /// The metric name it watches.
+    pub metric: String,
+}
+
+/// The jobs a policy did not select, by reason (`"in another namespace"`, …), judged on each job's last labels.
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct NotSelected {
+    /// `ClusterProgressPolicy reclaim-hung`.
+    pub policy: String,
+    /// How many jobs it selected.
+    pub selected: u64,
+    /// Jobs it did not select, by reason.
+    pub reasons: BTreeMap<String, u64>,
 }
 
 /// What [`Replay::run_timers_marked`] calls after each evaluation round: the replay, the round's time, and
@@ -45,6 +84,14 @@ pub struct Replay {
     saved_for: [FxHashSet<JobKey>; 2],
     clock: Option<Timestamp>,
     scratch: Vec<Event>,
+    /// Each policy's scope and selector, for the summary's `selection` lines.
+    selections: Vec<Selection>,
+    /// Namespaces' labels as given (`--namespace-labels`, the streams' `namespaceLabels`).
+    namespace_labels: FxHashMap<String, BTreeMap<String, String>>,
+    /// (policy, rule, metric) of every metric a rule watches.
+    watched: Vec<(String, String, String)>,
+    /// The watched metric names no record has reported yet: checked on each sample only while some remain.
+    unseen: Vec<String>,
     /// Everything that happened, in order.
     pub events: Vec<Event>,
     /// Totals so far; [`Replay::finish`] completes them.
@@ -75,6 +122,29 @@ pub struct Summary {
     pub first_record: Option<Timestamp>,
     /// Where the clock stopped: the last record or timer run, or `until` of [`Replay::finish`].
     pub last_time: Option<Timestamp>,
+    /// Metrics rules watch that no record reported (their rules could not fire on them), from
+    /// [`Replay::finish`].
+    pub unreported_metrics: Vec<UnreportedMetric>,
+    /// Policies that did not select every job, and why, from [`Replay::finish`].
+    pub not_selected: Vec<NotSelected>,
+    /// Jobs with reports out of order or stamped by a clock that jumped ahead, from [`Replay::finish`].
+    pub odd_reports: Vec<OddReports>,
+    /// Policies whose `activeWindows` never opened between the first record and the end: their rules judged
+    /// nothing (`ProgressPolicy ml/p`), from [`Replay::finish`].
+    pub never_active: Vec<String>,
+}
+
+/// A job's reports that were not judged at their own `lastUpdatedTime`.
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct OddReports {
+    /// `namespace/name`.
+    pub job: String,
+    /// Reports older than the one before them: dropped (as the controller drops them).
+    pub out_of_order: u64,
+    /// Reports stamped more than 5 minutes after their line's time: judged at that time, as the controller
+    /// judges a report at its arrival.
+    pub stamped_ahead: u64,
 }
 
 /// GPU time freed by suspensions in one mode, each job counted once.
@@ -85,18 +155,28 @@ pub struct SavingsTotal {
     pub jobs: u64,
     /// GPU-hours freed.
     pub gpu_hours: f64,
-    /// Dollars freed, for policies that set a GPU-hour price (0 otherwise).
-    pub dollars: f64,
+    /// Dollars freed by the suspensions whose policy sets a GPU-hour price; `None` when none does (the
+    /// cost is unknown, not zero).
+    pub dollars: Option<f64>,
+    /// Jobs counted whose policy sets no `gpuHourCost`: their dollars are unknown and not in `dollars`.
+    pub unpriced_jobs: u64,
 }
 
 impl Replay {
-    /// Policies with the same kind, namespace and name would replace each other silently; that is an error.
+    /// Policies with the same kind, namespace and name would replace each other silently; that is an error
+    /// that names where each is defined (`validate` says the same of the same files).
     pub fn check_unique(policies: &[CompiledPolicy]) -> Result<(), String> {
-        let mut seen = HashSet::new();
+        let mut seen: std::collections::HashMap<_, &CompiledPolicy> = std::collections::HashMap::new();
         for p in policies {
             let r = &p.reference;
-            if !seen.insert((r.kind, r.namespace.clone(), r.name.clone())) {
-                return Err(format!("{} {r} is defined twice", r.kind));
+            if let Some(first) = seen.insert((r.kind, r.namespace.clone(), r.name.clone()), p) {
+                let at = |p: &CompiledPolicy| p.origin.clone().unwrap_or_else(|| "a document".into());
+                return Err(format!(
+                    "{} {r} is defined twice: in {} and in {}; give each policy once",
+                    r.kind,
+                    at(first),
+                    at(p)
+                ));
             }
         }
         Ok(())
@@ -107,7 +187,25 @@ impl Replay {
         let mut evaluator = Evaluator::new(config);
         let mut events = Vec::new();
         let start = Timestamp::UNIX_EPOCH;
+        let mut selections = Vec::new();
+        let mut watched = Vec::new();
+        let mut unseen: Vec<String> = Vec::new();
         for p in policies {
+            let policy = format!("{} {}", p.reference.kind, p.reference);
+            for rule in &p.rules {
+                for metric in &rule.watched_metrics {
+                    watched.push((policy.clone(), rule.name.clone(), metric.clone()));
+                    if !unseen.contains(metric) {
+                        unseen.push(metric.clone());
+                    }
+                }
+            }
+            selections.push(Selection {
+                reference: p.reference.clone(),
+                scope: p.scope.clone(),
+                selector: p.selector.clone(),
+                env: p.env.clone(),
+            });
             evaluator.upsert_policy(p, start, &mut events);
         }
         Replay {
@@ -117,6 +215,10 @@ impl Replay {
             saved_for: [FxHashSet::default(), FxHashSet::default()],
             clock: None,
             scratch: Vec::new(),
+            selections,
+            namespace_labels: FxHashMap::default(),
+            watched,
+            unseen,
             events,
             summary: Summary::default(),
         }
@@ -141,7 +243,21 @@ impl Replay {
         namespace: &str,
         labels: std::collections::BTreeMap<String, String>,
     ) {
+        if self.namespace_labels.get(namespace) == Some(&labels) {
+            return;
+        }
+        self.namespace_labels.insert(namespace.to_string(), labels.clone());
         self.evaluator.set_namespace_labels(namespace, labels);
+    }
+
+    /// Notes the watched metrics `sample` reports (only while some have not been seen: a cheap no-op after).
+    fn saw(&mut self, sample: Option<&crate::input::sample::ProgressSample>) {
+        if self.unseen.is_empty() {
+            return;
+        }
+        if let Some(sample) = sample {
+            self.unseen.retain(|name| sample.metric(name).is_none());
+        }
     }
 
     /// Runs timers up to and including `until`.
@@ -214,11 +330,13 @@ impl Replay {
         let u = match record {
             StreamRecord::Object { snapshot, .. } => {
                 let snapshot = *snapshot;
+                self.saw(snapshot.sample.as_ref());
                 let job = self.job_entry(&snapshot.key);
                 if job.suspended {
                     self.summary.ignored_after_suspend += 1;
                     return 0;
                 }
+                job.labels.clone_from(&snapshot.labels);
                 job.snapshot = Some(snapshot.clone());
                 self.evaluator.observe(snapshot, time, &mut self.scratch);
                 self.summary.jobs = self.jobs.len();
@@ -226,6 +344,11 @@ impl Replay {
             }
             StreamRecord::Update(u) => u,
         };
+        self.saw(u.sample.as_ref());
+        if let Some(labels) = &u.namespace_labels {
+            let namespace = u.job.namespace.clone();
+            self.set_namespace_labels(&namespace, labels.clone());
+        }
         let job = self.job_entry(&u.job);
         if job.suspended {
             self.summary.ignored_after_suspend += 1;
@@ -258,6 +381,7 @@ impl Replay {
                 snapshot.phase = phase;
             }
             if let Some(labels) = u.labels {
+                job.labels.clone_from(&labels);
                 snapshot.labels = labels;
             }
             if let Some(g) = u.gpus {
@@ -286,7 +410,106 @@ impl Replay {
             self.advance_to(u);
         }
         self.summary.jobs = self.jobs.len();
+        self.summary.unreported_metrics = self
+            .watched
+            .iter()
+            .filter(|(_, _, metric)| self.unseen.contains(metric))
+            .map(|(policy, rule, metric)| UnreportedMetric {
+                policy: policy.clone(),
+                rule: rule.clone(),
+                metric: metric.clone(),
+            })
+            .collect();
+        self.summary.not_selected = self.not_selected(false);
+        if let (Some(first), Some(last)) = (self.summary.first_record, self.summary.last_time) {
+            self.summary.never_active = self
+                .selections
+                .iter()
+                .filter(|s| {
+                    let calendar = &s.env.calendar;
+                    !calendar.is_active(first) && calendar.next_change_after(first).is_none_or(|t| t > last)
+                })
+                .map(|s| format!("{} {}", s.reference.kind, s.reference))
+                .collect();
+        }
+        let mut odd: Vec<OddReports> = self
+            .job_ids
+            .keys()
+            .filter_map(|key| {
+                let series = &self.evaluator.job(key)?.series;
+                (series.out_of_order + series.stamped_ahead > 0).then(|| OddReports {
+                    job: key.to_string(),
+                    out_of_order: series.out_of_order,
+                    stamped_ahead: series.stamped_ahead,
+                })
+            })
+            .collect();
+        odd.sort_by(|a, b| a.job.cmp(&b.job));
+        self.summary.odd_reports = odd;
         &self.summary
+    }
+
+    /// Why the `policy`-th policy given does not select `job` (judged on the job's last labels and its
+    /// namespace's labels as given), `None` when it does or the job is unknown.
+    pub fn why_not_selected(&self, policy: usize, job: &JobKey) -> Option<String> {
+        let s = self.selections.get(policy)?;
+        let id = *self.job_ids.get(job)?;
+        self.reason_not_selected(s, job, &self.jobs[id].labels)
+    }
+
+    fn reason_not_selected(
+        &self,
+        s: &Selection,
+        key: &JobKey,
+        labels: &BTreeMap<String, String>,
+    ) -> Option<String> {
+        match &s.scope {
+            crate::policy::PolicyScope::Namespace(ns) if *ns != key.namespace => {
+                Some("in another namespace".to_string())
+            }
+            crate::policy::PolicyScope::Cluster { namespace_selector, .. } if !namespace_selector.is_empty() => {
+                match self.namespace_labels.get(&key.namespace) {
+                    None => Some(
+                        "in a namespace whose labels are unknown (give them with --namespace-labels FILE, or \
+                         record them)"
+                            .to_string(),
+                    ),
+                    Some(ns_labels) if !namespace_selector.matches(ns_labels) => {
+                        Some("in a namespace its namespaceSelector does not match".to_string())
+                    }
+                    Some(_) => None,
+                }
+            }
+            _ => None,
+        }
+        .or_else(|| (!s.selector.matches(labels)).then(|| "whose labels its selector does not match".into()))
+    }
+
+    /// Per policy that did not select every job: how many it did select, and why not the others (judged on
+    /// each job's last labels and its namespace's labels as given).
+    /// With `every_policy`, the policies that selected every job too (a shard's, for the sum over shards).
+    fn not_selected(&self, every_policy: bool) -> Vec<NotSelected> {
+        let mut out = Vec::new();
+        for s in &self.selections {
+            let mut selected = 0;
+            let mut reasons: BTreeMap<String, u64> = BTreeMap::new();
+            for (key, &id) in &self.job_ids {
+                let labels = &self.jobs[id].labels;
+                let reason = self.reason_not_selected(s, key, labels);
+                match reason {
+                    None => selected += 1,
+                    Some(r) => *reasons.entry(r).or_default() += 1,
+                }
+            }
+            if every_policy || !reasons.is_empty() {
+                out.push(NotSelected {
+                    policy: format!("{} {}", s.reference.kind, s.reference),
+                    selected,
+                    reasons,
+                });
+            }
+        }
+        out
     }
 
     /// The job's entry, made on its first record (the key is cloned only then).
@@ -359,226 +582,13 @@ fn count_event(summary: &mut Summary, saved_for: &mut [FxHashSet<JobKey>; 2], ev
                     };
                     total.jobs += 1;
                     total.gpu_hours += s.gpu_hours;
-                    total.dollars += s.dollars.unwrap_or(0.0);
+                    match s.dollars {
+                        Some(d) => *total.dollars.get_or_insert(0.0) += d,
+                        None => total.unpriced_jobs += 1,
+                    }
                 }
             }
         }
         _ => {}
-    }
-}
-
-/// One output line of `replay --output json`.
-pub fn event_json(event: &Event) -> serde_json::Value {
-    use serde_json::json;
-    match event {
-        Event::Transition { at, job, policy, rule, kind, reason, mode } => json!({
-            "time": at.to_string(), "job": job.to_string(), "policy": policy.to_string(), "rule": rule,
-            "state": kind.as_str(), "action": null, "mode": mode.as_str(), "reason": reason,
-        }),
-        Event::Intent(i) => {
-            let mut v = json!({
-                "time": i.at.to_string(), "job": i.job.to_string(), "policy": i.policy.to_string(), "rule": i.rule,
-                "state": "firing", "action": i.action.kind(), "actionSpec": i.action, "mode": i.mode.as_str(),
-                "reason": i.reason, "intentId": i.id,
-            });
-            if let Some(s) = &i.savings {
-                v["savings"] = json!(s);
-            }
-            v
-        }
-        Event::Suppressed { at, job, policy, rule, action, until } => json!({
-            "time": at.to_string(), "job": job.to_string(), "policy": policy.to_string(), "rule": rule,
-            "state": "suppressed", "action": action, "mode": null,
-            "reason": {"summary": format!("cooldown until {until}")},
-        }),
-        Event::RuleError { at, job, policy, rule, message } => json!({
-            "time": at.to_string(), "job": job.to_string(), "policy": policy.to_string(), "rule": rule,
-            "state": "error", "action": null, "mode": null, "reason": {"summary": message},
-        }),
-        Event::Held { at, job, policy, rule, actions, until, mode, exception: None } => json!({
-            "time": at.to_string(), "job": job.to_string(), "policy": policy.to_string(), "rule": rule,
-            "state": "held", "action": null, "actions": actions, "mode": mode.as_str(), "snoozedUntil": until.to_string(),
-            "reason": {"summary": words::held(actions, *until, None)},
-        }),
-        Event::Held { at, job, policy, rule, actions, until, mode, exception: Some(e) } => json!({
-            "time": at.to_string(), "job": job.to_string(), "policy": policy.to_string(), "rule": rule,
-            "state": "held", "action": null, "actions": actions, "mode": mode.as_str(), "exceptedUntil": until.to_string(),
-            "exception": e.to_string(),
-            "reason": {"summary": words::held(actions, *until, Some(e))},
-        }),
-        Event::ExceptionEnded { at, job, policy, rule, exception, why, released } => json!({
-            "time": at.to_string(), "job": job.to_string(), "policy": policy.to_string(), "rule": rule,
-            "state": "exceptionEnded", "action": null, "mode": null, "exception": exception.to_string(),
-            "why": why, "released": released,
-            "reason": {"summary": words::exception_ended(exception, *why, *released)},
-        }),
-        Event::Limited { at, job, policy, rule, actions, limit, retry, mode } => json!({
-            "time": at.to_string(), "job": job.to_string(), "policy": policy.to_string(), "rule": rule,
-            "state": "held", "action": null, "actions": actions, "mode": mode.as_str(), "limit": limit,
-            "retry": retry.map(|t| t.to_string()),
-            "reason": {"summary": words::limited(actions, limit, *retry)},
-        }),
-        Event::Deferred { at, job, policy, rule, action, until, mode } => json!({
-            "time": at.to_string(), "job": job.to_string(), "policy": policy.to_string(), "rule": rule,
-            "state": "deferred", "action": action, "mode": mode.as_str(), "until": until.to_string(),
-            "reason": {"summary": words::deferred(*action, *until)},
-        }),
-        Event::Snooze { at, job, change } => json!({
-            "time": at.to_string(), "job": job.to_string(), "policy": null, "rule": null,
-            "state": "snooze", "action": null, "mode": null, "snooze": change,
-            "reason": {"summary": words::snooze(change, &jiff::tz::TimeZone::UTC)},
-        }),
-    }
-}
-
-/// The `summary` object of `replay --output json`.
-pub fn summary_json(summary: &Summary) -> serde_json::Value {
-    serde_json::json!({ "summary": summary })
-}
-
-fn local(t: Timestamp, tz: &jiff::tz::TimeZone) -> String {
-    crate::time::fmt_local(t, tz)
-}
-
-/// One event as a timeline line (with its newline), as [`render_text`] prints it. Times are shown in `tz`.
-pub fn render_event(e: &Event, tz: &jiff::tz::TimeZone) -> String {
-    let mut out = String::new();
-    match e {
-        Event::Transition { at, job, rule, kind, reason, mode, .. } => {
-            out += &format!(
-                "{}  {job}  {rule:<16} {:<9} [{}] {}\n",
-                local(*at, tz),
-                kind.as_str().to_uppercase(),
-                mode.as_str(),
-                reason.summary
-            );
-        }
-        Event::Intent(i) => {
-            out += &format!(
-                "{}  {}  {:<16}           {}\n",
-                local(i.at, tz),
-                i.job,
-                i.rule,
-                words::intent_line(i)
-            );
-        }
-        Event::Suppressed { at, job, rule, action, until, .. } => {
-            out += &format!(
-                "{}  {job}  {rule:<16}           ✗ {action} suppressed by cooldown until {}\n",
-                local(*at, tz),
-                local(*until, tz)
-            );
-        }
-        Event::RuleError { at, job, rule, message, .. } => {
-            out += &format!("{}  {job}  {rule:<16} ERROR     {message}\n", local(*at, tz));
-        }
-        Event::Held { at, job, rule, actions, until, exception, .. } => {
-            out += &format!(
-                "{}  {job}  {rule:<16}           ✗ {}\n",
-                local(*at, tz),
-                words::held(actions, *until, exception.as_ref())
-                    .replace(&until.to_string(), &local(*until, tz))
-            );
-        }
-        Event::ExceptionEnded { at, job, rule, exception, why, released, .. } => {
-            out += &format!(
-                "{}  {job}  {rule:<16} EXCEPTION {}\n",
-                local(*at, tz),
-                words::exception_ended(exception, *why, *released)
-            );
-        }
-        Event::Limited { at, job, rule, actions, limit, retry, .. } => {
-            let mut text = words::limited(actions, limit, *retry);
-            if let Some(t) = retry {
-                text = text.replace(&t.to_string(), &local(*t, tz));
-            }
-            out += &format!("{}  {job}  {rule:<16}           ✗ {text}\n", local(*at, tz));
-        }
-        Event::Deferred { at, job, rule, action, until, .. } => {
-            let text = words::deferred(*action, *until).replace(&until.to_string(), &local(*until, tz));
-            out += &format!("{}  {job}  {rule:<16}           … {text}\n", local(*at, tz));
-        }
-        Event::Snooze { at, job, change } => {
-            out +=
-                &format!("{}  {job}  {:<16} SNOOZE    {}\n", local(*at, tz), "", words::snooze(change, tz));
-        }
-    }
-    out
-}
-
-/// Renders the human timeline and summary. Times are shown in `tz` (the policy's zone).
-pub fn render_text(events: &[Event], summary: &Summary, tz: &jiff::tz::TimeZone) -> String {
-    let mut out = String::new();
-    for e in events {
-        out += &render_event(e, tz);
-    }
-    out.push_str(&render_summary(summary, tz));
-    out
-}
-
-/// The summary that ends [`render_text`] (from its blank line on), for a timeline printed as it happens.
-pub fn render_summary(summary: &Summary, tz: &jiff::tz::TimeZone) -> String {
-    let mut out = String::from("\nSummary\n");
-    if let (Some(a), Some(b)) = (summary.first_record, summary.last_time) {
-        out += &format!(
-            "  stream       {} → {} ({})\n",
-            local(a, tz),
-            local(b, tz),
-            fmt_secs(crate::time::seconds(a, b))
-        );
-    }
-    out += &format!(
-        "  input        {}, {}, {} ignored after an enforced suspension\n",
-        plural(summary.records, "record", "records"),
-        plural(summary.jobs as u64, "job", "jobs"),
-        summary.ignored_after_suspend
-    );
-    out += &format!(
-        "  rules        {}, {}\n",
-        plural(summary.firings, "firing", "firings"),
-        plural(summary.rule_errors, "evaluation error", "evaluation errors")
-    );
-    let intents: Vec<String> = summary.intents.iter().map(|(k, v)| format!("{v} {k}")).collect();
-    out += &format!(
-        "  actions      {}\n",
-        if intents.is_empty() { "none".to_string() } else { intents.join(", ") }
-    );
-    for (label, total) in [("saved", &summary.saved), ("would save", &summary.would_save)] {
-        if total.jobs > 0 {
-            out += &format!(
-                "  {label:<12} {} GPU-hours, ${} across {}\n",
-                fmt_num((total.gpu_hours * 10.0).round() / 10.0),
-                words::money(total.dollars),
-                plural(total.jobs, "job", "jobs")
-            );
-        }
-    }
-    out
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn the_summary_counts_in_the_singular_and_the_plural() {
-        let one = SavingsTotal { jobs: 1, gpu_hours: 8.0, dollars: 0.0 };
-        let summary =
-            Summary { records: 1, jobs: 1, firings: 1, rule_errors: 0, saved: one, ..Summary::default() };
-        let text = render_text(&[], &summary, &jiff::tz::TimeZone::UTC);
-        assert!(
-            text.contains("  input        1 record, 1 job, 0 ignored after an enforced suspension\n"),
-            "{text}"
-        );
-        assert!(text.contains("  rules        1 firing, 0 evaluation errors\n"), "{text}");
-        assert!(text.contains("  saved        8 GPU-hours, $0.00 across 1 job\n"), "{text}");
-        let s = crate::evaluate::Savings {
-            until: Timestamp::UNIX_EPOCH,
-            basis: crate::evaluate::SavingsBasis::EstimatedEnd,
-            gpus: 1.0,
-            gpu_hours: 2.0,
-            dollars: None,
-        };
-        assert_eq!(words::savings(&s), "frees 1 GPU × 2h until its estimated end = 2 GPU-hours");
     }
 }

@@ -9,11 +9,16 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use rhai::{ASTNode, Dynamic, Engine, Expr, FnCallExpr, Position, Stmt};
+use rhai::{ASTNode, Engine, Expr, FnCallExpr, Position, Stmt};
 
 use crate::history::metric_series::WINDOW;
 use crate::judge::detectors;
 use crate::units::duration::PolicyDuration;
+
+mod types;
+
+pub(super) use types::register_type_mismatch_errors;
+use types::{check_comparison, check_result};
 
 /// What a script is checked against besides the engine: the policy settings that make an argument invalid.
 #[derive(Clone, Copy, Debug, Default)]
@@ -257,6 +262,15 @@ pub(super) fn check(ast: &rhai::AST, callables: &Callables, context: &ScriptCont
             path.last()
         {
             check_call(call, *pos, &script_fns, &variables, callables, context, &mut problems);
+        }
+        true
+    });
+    ast.walk(&mut |path: &[ASTNode]| {
+        if let Some(ASTNode::Expr(Expr::FnCall(call, pos)) | ASTNode::Stmt(Stmt::FnCall(call, pos))) =
+            path.last()
+            && let Some(problem) = check_comparison(call, *pos)
+        {
+            problems.push(problem);
         }
         true
     });
@@ -600,102 +614,36 @@ fn check_budget(
     Ok(())
 }
 
-/// The static type of an expression, where the parser's output makes it plain.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum Static {
-    Bool,
-    Number,
-    Text,
-    Nothing,
-    Collection,
-    Unknown,
-}
-
-fn static_type(expr: &Expr) -> Static {
-    match expr {
-        Expr::BoolConstant(..) | Expr::And(..) | Expr::Or(..) => Static::Bool,
-        Expr::IntegerConstant(..) | Expr::FloatConstant(..) => Static::Number,
-        Expr::StringConstant(..) | Expr::InterpolatedString(..) | Expr::CharConstant(..) => Static::Text,
-        Expr::Unit(..) => Static::Nothing,
-        Expr::Array(..) | Expr::Map(..) => Static::Collection,
-        Expr::DynamicConstant(d, _) => dynamic_type(d),
-        Expr::FnCall(call, _) if call.is_operator_call() => match call.name.as_str() {
-            "==" | "!=" | "<" | "<=" | ">" | ">=" | "!" | "in" => Static::Bool,
-            "+" | "-" | "*" | "/" | "%" | "**" => {
-                let types: Vec<Static> = call.args.iter().map(static_type).collect();
-                if types.iter().all(|t| *t == Static::Number) {
-                    Static::Number
-                } else if types.contains(&Static::Text) && call.name == "+" {
-                    Static::Text
-                } else {
-                    Static::Unknown
+/// The constant metric names a script's host calls watch (`metric("loss")`, `plateau("eval_loss", "2h")`),
+/// each with its position and the function: what `validate` checks against the names reports carry.
+pub(super) fn metric_arguments(ast: &rhai::AST) -> Vec<(String, Position, &'static str)> {
+    let mut found = Vec::new();
+    ast.walk(&mut |path: &[ASTNode]| {
+        if let Some(ASTNode::Expr(Expr::FnCall(call, pos)) | ASTNode::Stmt(Stmt::FnCall(call, pos))) =
+            path.last()
+            && !call.is_operator_call()
+            && !call.is_qualified()
+        {
+            for signature in HOST_SIGNATURES.iter().filter(|s| s.name == call.name.as_str()) {
+                if signature.params.len() != call.args.len() {
+                    continue;
                 }
-            }
-            _ => Static::Unknown,
-        },
-        Expr::FnCall(call, _) if !call.is_qualified() => {
-            let returns: BTreeSet<_> = HOST_SIGNATURES
-                .iter()
-                .filter(|s| s.name == call.name.as_str() && s.params.len() == call.args.len())
-                .map(|s| s.returns)
-                .collect();
-            match returns.into_iter().collect::<Vec<_>>().as_slice() {
-                [Returns::Bool] => Static::Bool,
-                [Returns::Float | Returns::Int] => Static::Number,
-                [Returns::Text] => Static::Text,
-                _ => Static::Unknown,
+                for (param, arg) in signature.params.iter().zip(call.args.iter()) {
+                    if let (Param::Metric, Some(Constant::Text(name))) = (param, constant(arg)) {
+                        let at = if arg.start_position().is_none() { *pos } else { arg.start_position() };
+                        found.push((name, at, signature.name));
+                    }
+                }
+                break;
             }
         }
-        _ => Static::Unknown,
-    }
-}
-
-fn dynamic_type(d: &Dynamic) -> Static {
-    if d.is_bool() {
-        Static::Bool
-    } else if d.is_int() || d.is_float() {
-        Static::Number
-    } else if d.is_string() || d.is_char() {
-        Static::Text
-    } else if d.is_unit() {
-        Static::Nothing
-    } else if d.is_array() || d.is_map() {
-        Static::Collection
-    } else {
-        Static::Unknown
-    }
-}
-
-/// The value of a script is its last statement's; a condition that plainly ends in a number, a string or
-/// nothing can never be true or false. (A script-defined function defined with a name shadowing a host
-/// function is rare enough that host return types are trusted.)
-fn check_result(ast: &rhai::AST) -> Option<Problem> {
-    let last = ast.statements().iter().rev().find(|s| !matches!(s, Stmt::Noop(..)));
-    let (ty, pos) = match last {
-        None => (Static::Nothing, Position::new(1, 1)),
-        Some(Stmt::Expr(e)) => (static_type(e), e.start_position()),
-        Some(Stmt::FnCall(call, pos)) => (static_type(&Expr::FnCall(call.clone(), *pos)), *pos),
-        Some(Stmt::Var(_, _, pos)) => (Static::Nothing, *pos),
-        Some(_) => (Static::Unknown, Position::NONE),
-    };
-    let what = match ty {
-        Static::Bool | Static::Unknown => return None,
-        Static::Number => "a number",
-        Static::Text => "a string",
-        Static::Nothing => "nothing (the last statement has no value)",
-        Static::Collection => "an array or map",
-    };
-    let pos = if pos.is_none() { Position::new(1, 1) } else { pos };
-    Some(Problem {
-        pos,
-        message: format!(
-            "the condition must be true or false, but it ends in {what}; compare it, for example `metric(\"loss\") > 2.0`"
-        ),
-    })
+        true
+    });
+    found
 }
 
 /// Levenshtein distance, for "did you mean".
-fn edit_distance(a: &str, b: &str) -> usize {
+pub(crate) fn edit_distance(a: &str, b: &str) -> usize {
     let b: Vec<char> = b.chars().collect();
     let mut row: Vec<usize> = (0..=b.len()).collect();
     for (i, ca) in a.chars().enumerate() {

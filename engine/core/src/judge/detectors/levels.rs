@@ -1,0 +1,440 @@
+//! What the detectors that judge a metric's *level* share (`plateau` with `smoothing` or `metric: auto`,
+//! `diverging` with `worseByPct`, `no_expected_gain`): which metrics they watch, the level itself, where
+//! the job is in its planned run, and what its learning-rate schedule says.
+//!
+//! * **Logged values only.** A value counts when the report carried a new log of it
+//!   ([`JobSeries::logged`]): the status server's heartbeat re-sending a cached loss between logging steps
+//!   is time passing, not an observation.
+//! * **The level** of a training metric is the median of its last `smoothing` logged finite values (a
+//!   rolling median), so one lucky or unlucky batch neither makes nor breaks a best. An evaluation metric
+//!   (`eval_*`) is its own level: it is already an average over the evaluation set, and evaluations are
+//!   sparse (a median of five evaluations would lag by two of them).
+//! * **`metric: auto`** watches the job's *quality* metrics: every `eval_*` metric it reports (evaluation
+//!   speed — `eval_runtime`, `eval_*_per_second` — is not quality), or its training `loss` while it reports
+//!   none. A job is judged on what its trainer evaluates, as its author would pick the best checkpoint; a
+//!   training loss that keeps falling while the evaluation stopped improving is overfitting, not progress.
+//! * **The planned run.** Progress is `current_step / total_steps` when the job reports both, else its
+//!   `progressPercentage`; windows written as a percentage (`"25%"`) are fractions of the planned run, so
+//!   one policy fits a 20-minute run and a 10-day one, a run that logs every 10 seconds and one that logs
+//!   every 50 minutes.
+//! * **The schedule** (`schedule: true`) is read from the reported `learning_rate` ([`LrWatch`]) and the
+//!   epochs ([`epoch_ahead`]): a step drop of the learning rate restarts a judgement, and a drop or (for a
+//!   training metric) a new epoch expected within the window ahead holds it.
+
+use std::borrow::Cow;
+
+use super::Params;
+use crate::history::job_series::JobSeries;
+use crate::history::metric_series::Direction;
+use crate::input::sample::ProgressSample;
+use crate::time::Timestamp;
+
+/// The most logged values a level is the median of.
+pub(crate) const MAX_SMOOTHING: usize = 15;
+/// The most metrics one rule watches (`metric: auto` on a job with many evaluation metrics).
+pub(crate) const MAX_TRACKS: usize = 8;
+
+/// Which metrics a rule watches.
+#[derive(Clone, Debug, PartialEq)]
+pub(crate) enum Watch {
+    /// One metric, by its canonical name.
+    Named { metric: Cow<'static, str>, direction: Direction },
+    /// The job's quality metrics (see the module docs).
+    Auto,
+}
+
+impl Watch {
+    /// `metric` (required; `auto` allowed when `allow_auto`) and `mode`.
+    pub(crate) fn parse(p: &mut Params<'_>, allow_auto: bool) -> Option<Watch> {
+        let metric = p.required_string("metric");
+        let mode = p.direction("mode");
+        let metric = metric?;
+        if metric == "auto" {
+            if !allow_auto {
+                p.error("metric", "auto is not supported by this detector; name the metric");
+                return None;
+            }
+            if mode != super::DirectionParam::Auto {
+                p.error("mode", "metric: auto infers each metric's direction from its name; leave mode out");
+            }
+            return Some(Watch::Auto);
+        }
+        Some(Watch::Named { metric: crate::input::interned(metric), direction: mode.resolve(metric) })
+    }
+
+    /// The metrics watched in this job now, with their directions.
+    pub(crate) fn metrics<'a>(&'a self, series: &'a JobSeries) -> Vec<(&'a str, Direction)> {
+        match self {
+            Watch::Named { metric, direction } => vec![(metric.as_ref(), *direction)],
+            Watch::Auto => {
+                let evals: Vec<(&str, Direction)> = series
+                    .metric_names()
+                    .filter(|n| is_quality_eval(n))
+                    .take(MAX_TRACKS)
+                    .map(|n| (n, Direction::infer(n)))
+                    .collect();
+                if evals.is_empty() && series.metric("loss").is_some() {
+                    vec![("loss", Direction::Min)]
+                } else {
+                    evals
+                }
+            }
+        }
+    }
+}
+
+/// Whether an `eval_*` metric measures the model, not the evaluation's speed or size.
+pub(crate) fn is_quality_eval(name: &str) -> bool {
+    name.starts_with("eval_")
+        && !name.ends_with("_runtime")
+        && !name.ends_with("per_second")
+        && !matches!(name, "eval_samples" | "eval_steps" | "eval_epoch" | "eval_total_flos")
+}
+
+/// A rolling median of the last `k` logged finite values.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Level {
+    values: [f64; MAX_SMOOTHING],
+    len: u8,
+    next: u8,
+}
+
+impl Default for Level {
+    fn default() -> Self {
+        Level { values: [0.0; MAX_SMOOTHING], len: 0, next: 0 }
+    }
+}
+
+impl Level {
+    /// Adds a value and returns the median of the last `k` (at most [`MAX_SMOOTHING`]).
+    pub(crate) fn push(&mut self, value: f64, k: usize) -> f64 {
+        let k = k.clamp(1, MAX_SMOOTHING);
+        self.values[self.next as usize] = value;
+        self.next = ((self.next as usize + 1) % MAX_SMOOTHING) as u8;
+        self.len = (self.len + 1).min(MAX_SMOOTHING as u8);
+        self.median(k)
+    }
+
+    /// The median of the last `k` values pushed (`None` before the first).
+    pub(crate) fn median(&self, k: usize) -> f64 {
+        let n = (self.len as usize).min(k.clamp(1, MAX_SMOOTHING));
+        let mut last = [0.0; MAX_SMOOTHING];
+        for (i, slot) in last.iter_mut().take(n).enumerate() {
+            *slot = self.values[(self.next as usize + MAX_SMOOTHING - 1 - i) % MAX_SMOOTHING];
+        }
+        let last = &mut last[..n];
+        last.sort_by(f64::total_cmp);
+        if n == 0 {
+            f64::NAN
+        } else if n % 2 == 1 {
+            last[n / 2]
+        } else {
+            (last[n / 2 - 1] + last[n / 2]) / 2.0
+        }
+    }
+}
+
+/// Where the job is in its planned run: `current_step / total_steps` when it reports both, else its
+/// progress percentage / 100. `None` when it reports neither (a run of unknown length).
+pub(crate) fn run_fraction(series: &JobSeries) -> Option<f64> {
+    let last = series.last?;
+    match (last.current_step, last.total_steps) {
+        (Some(step), Some(total)) if total > 0.0 => Some((step / total).clamp(0.0, 1.0)),
+        _ => last.progress_percent.map(|p| (p / 100.0).clamp(0.0, 1.0)),
+    }
+}
+
+/// The job's position on the x-axis the fits use: its step when it reports steps and a planned total,
+/// else its progress (0 to 1); with the planned end in the same unit.
+pub(crate) fn position(series: &JobSeries) -> Option<(f64, f64)> {
+    let last = series.last?;
+    match (last.current_step, last.total_steps) {
+        (Some(step), Some(total)) if total > 0.0 => Some((step, total)),
+        _ => last.progress_percent.map(|p| (p / 100.0, 1.0)),
+    }
+}
+
+/// Epochs shorter than this share of the planned run are too short for their boundaries to show as steps
+/// in a judgement over a share of the run (a tiny data set seen 100 times).
+pub(crate) const MIN_EPOCH_SHARE: f64 = 0.1;
+
+/// Whether a new epoch begins before the planned end and within `within` (a share of the planned run) from
+/// now, epochs being at least [`MIN_EPOCH_SHARE`] of the run. The planned epochs are the current epoch over
+/// the share of the planned run done (a run that reports no epoch, or no steps, has none ahead as far as we
+/// know). A training loss drops when the data repeat: a flat stretch before a new epoch says little.
+pub(crate) fn epoch_ahead(series: &JobSeries, within: f64) -> bool {
+    let Some(last) = series.last else { return false };
+    let (Some(epoch), Some(fraction)) = (last.current_epoch, run_fraction(series)) else { return false };
+    if fraction <= 0.0 || epoch <= 0.0 {
+        return false;
+    }
+    let planned = epoch / fraction;
+    // The next boundary, counting one the (rounded) epoch has just reached as still ahead: a reporter
+    // rounds the epoch to two decimals.
+    let next = (epoch - 0.01).floor() + 1.0;
+    next < planned - 0.05 && 1.0 / planned >= MIN_EPOCH_SHARE && next / planned - fraction <= within
+}
+
+/// One watched metric as the level detectors follow it.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Track {
+    /// The metric's canonical name.
+    pub name: Cow<'static, str>,
+    /// Which way is better.
+    pub direction: Direction,
+    /// Its rolling median.
+    pub level: Level,
+    /// Finite logged values so far.
+    pub count: u64,
+    /// The level at the latest logged value.
+    pub current: f64,
+    /// The reference best level: moved only by a significant improvement.
+    pub best: f64,
+    /// When the reference was set: the logged-value count, the time and the run fraction (if known).
+    pub best_count: u64,
+    pub best_at: Timestamp,
+    pub best_fraction: Option<f64>,
+    /// The best level ever (moved by any improvement), for divergence.
+    pub best_ever: f64,
+    /// Since when the level has been worse than `best_ever` by the divergence margin: count, time, fraction.
+    pub worse_since: Option<(u64, Timestamp, Option<f64>)>,
+}
+
+impl Track {
+    fn new(name: &str, direction: Direction) -> Self {
+        Track {
+            name: crate::input::interned(name),
+            direction,
+            level: Level::default(),
+            count: 0,
+            current: f64::NAN,
+            best: f64::NAN,
+            best_count: 0,
+            best_at: Timestamp::UNIX_EPOCH,
+            best_fraction: None,
+            best_ever: f64::NAN,
+            worse_since: None,
+        }
+    }
+
+    /// How much better `a` is than `b` (negative when worse).
+    pub(crate) fn gain(&self, a: f64, b: f64) -> f64 {
+        match self.direction {
+            Direction::Min => b - a,
+            Direction::Max => a - b,
+        }
+    }
+
+    /// Restarts the reference at the current level (after a learning-rate drop).
+    pub(crate) fn restart(&mut self, at: Timestamp, fraction: Option<f64>) {
+        if self.count > 0 {
+            self.best = self.current;
+            self.best_count = self.count;
+            self.best_at = at;
+            self.best_fraction = fraction;
+        }
+    }
+}
+
+/// How much improvement counts: more than `min_delta` (absolute) and more than `min_delta_pct` percent of
+/// the reference.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub(crate) struct Significance {
+    pub min_delta: f64,
+    pub min_delta_pct: f64,
+}
+
+impl Significance {
+    pub(crate) fn needed(self, reference: f64) -> f64 {
+        self.min_delta.max(reference.abs() * self.min_delta_pct / 100.0)
+    }
+}
+
+/// The level trackers of one (rule, job): one [`Track`] per watched metric, and the learning rate.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Tracks {
+    pub tracks: Vec<Track>,
+    pub lr: LrWatch,
+}
+
+impl Tracks {
+    /// Takes the metrics of a new sample that carried logged values; returns whether a watched metric
+    /// got a new logged value. A learning-rate drop restarts every reference at its current level.
+    pub(crate) fn observe(
+        &mut self,
+        watch: &Watch,
+        smoothing: usize,
+        significance: Significance,
+        worse_pct: f64,
+        series: &JobSeries,
+        sample: &ProgressSample,
+    ) -> bool {
+        let at = sample.updated_at;
+        let fraction = run_fraction(series);
+        if let Some(lr) = sample.metric("learning_rate").filter(|v| v.is_finite())
+            && series.logged("learning_rate")
+            && self.lr.observe(lr, position(series).map(|p| p.0))
+        {
+            for t in &mut self.tracks {
+                t.restart(at, fraction);
+            }
+        }
+        let mut any = false;
+        for (name, direction) in watch.metrics(series) {
+            let Some(value) = sample.metric(name) else { continue };
+            if !value.is_finite() || !series.logged(name) {
+                continue;
+            }
+            let i = match self.tracks.iter().position(|t| t.name == name) {
+                Some(i) => i,
+                None if self.tracks.len() < MAX_TRACKS => {
+                    self.tracks.push(Track::new(name, direction));
+                    self.tracks.len() - 1
+                }
+                None => continue,
+            };
+            let t = &mut self.tracks[i];
+            any = true;
+            t.count += 1;
+            let k = if is_quality_eval(name) { 1 } else { smoothing };
+            t.current = t.level.push(value, k);
+            let level = t.current;
+            if t.count == 1 || t.gain(level, t.best) > significance.needed(t.best) {
+                t.best = level;
+                t.best_count = t.count;
+                t.best_at = at;
+                t.best_fraction = fraction;
+            }
+            if t.count == 1 || t.gain(level, t.best_ever) > 0.0 {
+                t.best_ever = level;
+            }
+            let margin = significance.min_delta.max(t.best_ever.abs() * worse_pct / 100.0);
+            if worse_pct > 0.0 && -t.gain(level, t.best_ever) > margin {
+                t.worse_since.get_or_insert((t.count, at, fraction));
+            } else {
+                t.worse_since = None;
+            }
+        }
+        any
+    }
+
+    /// The tracks of the metrics watched in this job now.
+    pub(crate) fn watched<'a>(&'a self, watch: &Watch, series: &JobSeries) -> Vec<&'a Track> {
+        let names = watch.metrics(series);
+        self.tracks.iter().filter(|t| names.iter().any(|(n, _)| *n == t.name)).collect()
+    }
+}
+
+/// The learning-rate schedule as read from the reported `learning_rate`, at logged values.
+///
+/// * A **drop** is a logged learning rate at most [`DROP_RATIO`] of the one before it, after a stretch
+///   where it held steady (within [`STEADY`] of its previous value): a step schedule's decay, or
+///   ReduceLROnPlateau's cut. A smooth decay (linear, cosine) changes a little at every log and has no
+///   drops, and neither has its tail, where the values shrink fast but were not steady before.
+/// * The **next drop** is expected one period after the last, the period being the distance (in steps, or
+///   progress) between the last two drops, or from the start of the run to the first: step schedules
+///   repeat.
+/// * Detectors restart their references at a drop (what came before is a different regime: a flat
+///   stretch before a drop is not a plateau of the run after it) and hold off while the next expected
+///   drop is within their window.
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct LrWatch {
+    /// The latest logged learning rate.
+    pub last: Option<f64>,
+    /// Whether the value before the latest one was steady.
+    steady: bool,
+    /// Positions (step or progress) of the last two drops.
+    pub drops: [Option<f64>; 2],
+}
+
+/// A learning rate at most this fraction of the one before it is a drop (a cut by 40 % or more).
+pub(crate) const DROP_RATIO: f64 = 0.6;
+/// Two consecutive learning rates within this relative difference are steady.
+pub(crate) const STEADY: f64 = 0.02;
+
+impl LrWatch {
+    /// Takes a logged learning rate at `position`; returns whether it is a drop.
+    pub(crate) fn observe(&mut self, lr: f64, position: Option<f64>) -> bool {
+        let Some(last) = self.last else {
+            self.last = Some(lr);
+            return false;
+        };
+        if lr == last {
+            self.steady = true;
+            return false;
+        }
+        let drop = self.steady && last > 0.0 && lr <= DROP_RATIO * last;
+        self.steady = last > 0.0 && ((lr - last) / last).abs() <= STEADY;
+        self.last = Some(lr);
+        if drop && let Some(p) = position {
+            self.drops = [self.drops[1], Some(p)];
+        }
+        drop
+    }
+
+    /// Where the next drop is expected, if the schedule has shown drops (the run starts at 0).
+    pub(crate) fn next_drop(&self) -> Option<f64> {
+        let last = self.drops[1]?;
+        let previous = self.drops[0].unwrap_or(0.0);
+        let period = last - previous;
+        (period > 0.0).then_some(last + period)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_level_is_the_median_of_the_last_k_values() {
+        let mut l = Level::default();
+        assert_eq!(l.push(5.0, 3), 5.0);
+        assert_eq!(l.push(1.0, 3), 3.0);
+        assert_eq!(l.push(3.0, 3), 3.0);
+        assert_eq!(l.push(100.0, 3), 3.0, "one spike does not move it");
+        assert_eq!(l.push(2.0, 3), 3.0);
+        assert_eq!(l.median(1), 2.0);
+        for i in 0..40 {
+            l.push(f64::from(i), MAX_SMOOTHING);
+        }
+        assert_eq!(l.median(MAX_SMOOTHING), 32.0, "the last 15: 25 … 39");
+    }
+
+    #[test]
+    fn quality_evals_leave_out_speed() {
+        assert!(
+            is_quality_eval("eval_loss") && is_quality_eval("eval_wer") && is_quality_eval("eval_rouge1")
+        );
+        assert!(!is_quality_eval("eval_runtime") && !is_quality_eval("eval_samples_per_second"));
+        assert!(!is_quality_eval("loss") && !is_quality_eval("train_loss"));
+    }
+
+    #[test]
+    fn a_step_schedule_has_drops_and_a_smooth_decay_has_none() {
+        // Step decay every 1000 steps: 1e-3 → 1e-4 → 1e-5, logged every 100.
+        let mut w = LrWatch::default();
+        let mut drops = Vec::new();
+        for step in (0..3000).step_by(100) {
+            let lr = 1e-3 * 0.1f64.powi(step / 1000);
+            if w.observe(lr, Some(f64::from(step))) {
+                drops.push(step);
+            }
+        }
+        assert_eq!(drops, [1000, 2000]);
+        assert_eq!(w.next_drop(), Some(3000.0));
+        // Linear decay to 0 over 3000 steps, logged every 100: the tail halves at every log, no drop.
+        let mut w = LrWatch::default();
+        let drops = (0..3000)
+            .step_by(100)
+            .filter(|s| w.observe(1e-3 * (1.0 - f64::from(*s) / 3000.0), Some(f64::from(*s))))
+            .count();
+        assert_eq!(drops, 0);
+        assert_eq!(w.next_drop(), None);
+        // Warm-up then constant: no drop either.
+        let mut w = LrWatch::default();
+        let drops = (0..30)
+            .filter(|i| w.observe(1e-4 * f64::from((*i).min(5) + 1) / 6.0, Some(f64::from(*i))))
+            .count();
+        assert_eq!(drops, 0);
+    }
+}
