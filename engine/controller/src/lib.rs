@@ -42,11 +42,12 @@ pub use runtime::config::{self, Clock, ControllerConfig, GpuMetricsConfig};
 pub use runtime::secrets;
 
 use std::sync::Arc;
+use std::time::{Duration, Instant};
 
 use kube::Client;
 use tokio::sync::{mpsc, watch};
-use tokio::task::JoinSet;
-use tracing::{error, info};
+use tokio::task::{JoinHandle, JoinSet};
+use tracing::{error, info, warn};
 
 use runtime::{http, leader};
 
@@ -87,7 +88,9 @@ pub enum Error {
 }
 
 /// Runs the controller until `shutdown` turns true or a component fails, serving `/healthz`, `/readyz` and
-/// `/metrics` on `config.http_addr` when it is set.
+/// `/metrics` on `config.http_addr` when it is set. `Ok` after a graceful stop ([`runtime::shutdown`]),
+/// even one whose steps ran past their deadlines (logged); `Err` only when the controller could not start
+/// or a task ended while it was meant to run.
 pub async fn run(
     client: Client,
     config: ControllerConfig,
@@ -104,6 +107,24 @@ pub async fn run(
     run_with_listener(client, config, listener, shutdown).await
 }
 
+/// Resolves once `shutdown` is true (at once if it already is); never if its sender is gone without it.
+async fn stop_requested(shutdown: &mut watch::Receiver<bool>) {
+    if shutdown.wait_for(|stop| *stop).await.is_err() {
+        std::future::pending::<()>().await;
+    }
+}
+
+/// Waits for a task to end, at most `within`; aborts it then. `true`: it ended by itself in time.
+async fn end_within<T>(task: &mut JoinHandle<T>, within: Duration) -> bool {
+    match tokio::time::timeout(within, &mut *task).await {
+        Ok(_) => true,
+        Err(_) => {
+            task.abort();
+            false
+        }
+    }
+}
+
 /// [`run`] with the HTTP endpoints on a listener the caller bound (an embedder, or a test that binds port
 /// 0 and so never races another process for a port); `config.http_addr` is not used.
 pub async fn run_with_listener(
@@ -113,17 +134,29 @@ pub async fn run_with_listener(
     mut shutdown: watch::Receiver<bool>,
 ) -> Result<(), Error> {
     let metrics = Arc::new(metrics::Metrics::with_job_metrics(config.job_metrics));
-    sources::check_crds(&client, &config).await?;
+    // A signal while starting (the CRD check, the first Lease round trip) is a stop before anything ran.
+    let started = tokio::select! {
+        biased;
+        _ = stop_requested(&mut shutdown) => None,
+        started = async {
+            sources::check_crds(&client, &config).await?;
+            Ok::<_, Error>(leader::elect(&client, &config, metrics.clone()).await?)
+        } => Some(started?),
+    };
+    let Some(leader) = started else {
+        info!("stopped while starting: nothing ran, nothing to flush");
+        return Ok(());
+    };
     let (ready_tx, ready_rx) = watch::channel(false);
-    let leader = leader::elect(&client, &config, metrics.clone()).await?;
+    let (stopping_tx, stopping_rx) = watch::channel(false);
 
     let (input_tx, input_rx) = mpsc::channel(config.input_queue);
     let (work_tx, work_rx) = mpsc::channel(config.work_queue);
     let (status_tx, status_rx) = mpsc::channel(config.work_queue);
     let (policies_synced_tx, policies_synced_rx) = tokio::sync::oneshot::channel();
 
-    // The recorder is not one of the tasks: it is not needed to run, and it ends last, after writing what it
-    // holds.
+    // The recorder is not one of the tasks: it is not needed to run, and it ends late, after writing what
+    // it holds.
     let (record_tx, recorder) = match &config.record {
         Some(record) => {
             let (tx, rx) = mpsc::channel(record.queue.max(1));
@@ -133,27 +166,24 @@ pub async fn run_with_listener(
         }
         None => (None, None),
     };
-    let stop_recorder = || async move {
-        if let Some((stop, task)) = recorder {
-            let _ = stop.send(());
-            if tokio::time::timeout(std::time::Duration::from_secs(10), task).await.is_err() {
-                tracing::warn!("stopping: the recorder did not write what it held within 10 s");
-            }
+
+    // The HTTP server stops last, on its own signal (not on `shutdown`): it must not end by itself when the
+    // stop begins, or a probe would see the port closed before it saw the replica not ready.
+    let http = match listener {
+        Some(listener) => {
+            let addr = listener.local_addr().map_or_else(|e| e.to_string(), |a| a.to_string());
+            info!(%addr, "serving /healthz, /readyz and /metrics");
+            let (stop_tx, stop_rx) = tokio::sync::oneshot::channel();
+            let (m, r, s) = (metrics.clone(), ready_rx.clone(), stopping_rx.clone());
+            Some((stop_tx, tokio::spawn(http::serve(listener, m, r, s, stop_rx))))
         }
+        None => None,
     };
 
-    let mut tasks = JoinSet::new();
-    if let Some(listener) = listener {
-        let addr = listener.local_addr().map_or_else(|e| e.to_string(), |a| a.to_string());
-        info!(%addr, "serving /healthz, /readyz and /metrics");
-        let (m, r, s) = (metrics.clone(), ready_rx.clone(), shutdown.clone());
-        tasks.spawn(async move {
-            http::serve(listener, m, r, s).await;
-            "http server"
-        });
-    }
+    // The sources: they only feed the evaluation loop, and end at the stop's fourth step.
+    let mut sources = JoinSet::new();
     sources::spawn_watchers(
-        &mut tasks,
+        &mut sources,
         client.clone(),
         &config,
         input_tx.clone(),
@@ -164,12 +194,12 @@ pub async fn run_with_listener(
     if let Some(gpu) = config.gpu_metrics.clone() {
         let (client, ns, tx, m) =
             (client.clone(), config.namespace.clone(), input_tx.clone(), metrics.clone());
-        tasks.spawn(sources::gpu_metrics::run(client, gpu, ns, tx, ready_rx.clone(), m));
+        sources.spawn(sources::gpu_metrics::run(client, gpu, ns, tx, ready_rx.clone(), m));
     }
     if config.kueue_queues {
         let (client, ns, tx, m) =
             (client.clone(), config.namespace.clone(), input_tx.clone(), metrics.clone());
-        tasks.spawn(sources::kueue_queues::run(client, ns, tx, m));
+        sources.spawn(sources::kueue_queues::run(client, ns, tx, m));
     }
     let notifier = if config.notifications {
         let secrets = Arc::new(secrets::KubeSecrets::new(client.clone()));
@@ -184,28 +214,25 @@ pub async fn run_with_listener(
     } else {
         None
     };
-    let brain = brain::Brain::new(&config, metrics.clone(), notifier.clone());
-    {
+    // The pipeline: evaluation loop → executor, status writer. It ends from its head (the loop's `stop`).
+    let (brain_stop, brain_stop_rx) = tokio::sync::oneshot::channel();
+    let mut brain_task = {
+        let brain = brain::Brain::new(&config, metrics.clone(), notifier.clone());
         let (cfg, m, leading) = (config.clone(), metrics.clone(), leader.subscribe());
-        tasks.spawn(async move {
-            brain::run(
-                brain,
-                cfg,
-                brain::Channels {
-                    inputs: input_rx,
-                    work: work_tx,
-                    statuses: status_tx,
-                    policies_synced: policies_synced_tx,
-                    ready: ready_tx,
-                    leadership: leading,
-                },
-                m,
-            )
-            .await;
-            "evaluation loop"
-        });
-    }
-    {
+        let channels = brain::Channels {
+            inputs: input_rx,
+            work: work_tx,
+            statuses: status_tx,
+            policies_synced: policies_synced_tx,
+            ready: ready_tx,
+            leadership: leading,
+            stopping: stopping_rx.clone(),
+            stop: brain_stop_rx,
+        };
+        tokio::spawn(brain::run(brain, cfg, channels, m))
+    };
+    let awaiting_delivery;
+    let mut executor_task = {
         let exec = executor::Executor::new(
             client.clone(),
             &config,
@@ -213,59 +240,181 @@ pub async fn run_with_listener(
             leader.clone(),
             notifier.clone(),
         );
+        awaiting_delivery = exec.awaiting_delivery();
         let feedback = input_tx.clone();
-        tasks.spawn(async move {
-            exec.run(work_rx, feedback).await;
-            "executor"
-        });
-    }
-    {
+        tokio::spawn(exec.run(work_rx, feedback))
+    };
+    let mut status_task = {
         let writer = status::StatusWriter::new(client.clone(), &config, metrics.clone(), leader.clone());
-        tasks.spawn(async move {
-            writer.run(status_rx).await;
-            "status writer"
-        });
-    }
-    // Kept for the stop's history flush; the watchers hold their own.
+        tokio::spawn(writer.run(status_rx))
+    };
+    let (http_stop, mut http_task) = match http {
+        Some((stop, task)) => (Some(stop), Some(task)),
+        None => (None, None),
+    };
+    // Kept for the stop's history flush; the sources hold their own.
     let flush_tx = input_tx;
 
-    tokio::select! {
-        _ = async { while shutdown.changed().await.is_ok() { if *shutdown.borrow() { break; } } } => {
-            info!("shutting down");
-            // The history checkpoints not yet written go out first (bounded), while this replica still leads.
-            let flushed = tokio::time::timeout(std::time::Duration::from_secs(5), async {
-                let (done, written) = tokio::sync::oneshot::channel();
-                if flush_tx.send(messages::Input::FlushHistory(done)).await.is_ok() {
-                    let _ = written.await;
+    // Running. The signal is looked at first, so a task that ends because the stop began is never taken for
+    // a failure; any task ending before it is one.
+    let failed: Option<&'static str> = tokio::select! {
+        biased;
+        _ = stop_requested(&mut shutdown) => None,
+        _ = &mut brain_task => Some("evaluation loop"),
+        _ = &mut executor_task => Some("executor"),
+        _ = &mut status_task => Some("status writer"),
+        served = async { match http_task.as_mut() { Some(t) => t.await, None => std::future::pending().await } } => {
+            match served {
+                Ok(Err(e)) => error!(error = %e, "the http server failed"),
+                Err(e) => error!(error = %e, "the http server panicked"),
+                Ok(Ok(())) => {}
+            }
+            Some("http server")
+        }
+        ended = sources.join_next() => Some(match ended {
+            Some(Ok(name)) => name,
+            Some(Err(e)) => { error!(error = %e, "a watch task panicked"); "a watch task" }
+            None => "every watch task",
+        }),
+    };
+    if let Some(name) = failed {
+        // A real failure: say which task ended, stop what is left (no graceful steps: the pipeline is
+        // broken), exit non-zero.
+        error!(task = name, "controller task ended while the controller was meant to run");
+        let _ = stopping_tx.send(true);
+        leader.release(runtime::shutdown::LEASE_RELEASE).await;
+        sources.abort_all();
+        for task in [&brain_task, &executor_task, &status_task] {
+            task.abort();
+        }
+        if let Some((stop, task)) = recorder {
+            let _ = stop.send(());
+            let _ = tokio::time::timeout(runtime::shutdown::RECORDER_STOP, task).await;
+        }
+        if let Some(task) = http_task {
+            task.abort();
+        }
+        return Err(Error::TaskEnded(name));
+    }
+
+    use runtime::shutdown::{self, Step, log_step};
+    let stop_began = Instant::now();
+    info!("shutting down: a graceful stop began (SIGTERM or SIGINT)");
+
+    // 1. Not ready; no new action.
+    let t = Instant::now();
+    let _ = stopping_tx.send(true);
+    leader.stop_acting();
+    log_step(Step::StopActing, t, true, "/readyz answers 503; due actions stay owed to the next leader");
+
+    // 2. The history checkpoints not yet written go out, while this replica still leads.
+    let t = Instant::now();
+    let flushed = tokio::time::timeout(shutdown::HISTORY_FLUSH, async {
+        let (done, written) = tokio::sync::oneshot::channel();
+        flush_tx.send(messages::Input::FlushHistory(done)).await.is_ok() && written.await.is_ok()
+    })
+    .await;
+    let (ok, detail) = match flushed {
+        Ok(true) => (true, "every changed checkpoint stored"),
+        Ok(false) => (false, "the evaluation loop had ended: nothing flushed"),
+        Err(_) => (false, "deadline passed: jobs not reached keep their previous checkpoint"),
+    };
+    log_step(Step::FlushHistory, t, ok, detail);
+
+    // 3. Pending notifications go out, before leadership is given up.
+    let t = Instant::now();
+    match &notifier {
+        Some(n) => {
+            let bound = shutdown::NOTIFIER_DRAIN + shutdown::NOTIFIER_GRACE;
+            let drained = tokio::time::timeout(bound, async {
+                let report = n.shutdown(shutdown::NOTIFIER_DRAIN).await;
+                // Every notify intent's outcome (delivered, or owed to the next leader) reaches the
+                // evaluation loop before its last statuses are taken.
+                while awaiting_delivery.load(std::sync::atomic::Ordering::SeqCst) > 0 {
+                    tokio::time::sleep(Duration::from_millis(5)).await;
                 }
+                report
             })
             .await;
-            if flushed.is_err() {
-                tracing::warn!("stopping: not every history checkpoint was stored within 5 s");
-            }
-            if let Some(n) = &notifier {
-                // Pending notifications go out now (bounded), before leadership is given up.
-                let report = n.shutdown(std::time::Duration::from_secs(5)).await;
-                if report.dropped > 0 {
-                    tracing::warn!(dropped = report.dropped, "notifications undelivered at shutdown");
+            match drained {
+                Ok(report) if report.dropped == 0 && report.undelivered_intents == 0 => {
+                    log_step(Step::DrainNotifier, t, true, "every queued notification sent");
+                }
+                Ok(report) => {
+                    warn!(
+                        dropped = report.dropped,
+                        owed = report.undelivered_intents,
+                        "notifications not sent at shutdown: their intents stay owed, the next leader sends them"
+                    );
+                    log_step(
+                        Step::DrainNotifier,
+                        t,
+                        false,
+                        "deadline passed: the rest is owed to the next leader",
+                    );
+                }
+                Err(_) => {
+                    log_step(Step::DrainNotifier, t, false, "deadline passed during a delivery attempt");
                 }
             }
-            leader.release().await;
-            tasks.abort_all();
-            stop_recorder().await;
-            Ok(())
         }
-        ended = tasks.join_next() => {
-            let name = match ended {
-                Some(Ok(name)) => name,
-                Some(Err(e)) => { error!(error = %e, "a controller task panicked"); "a task" }
-                None => "every task",
-            };
-            error!(task = name, "controller task ended");
-            leader.release().await;
-            tasks.abort_all();
-            stop_recorder().await;
-            Err(Error::TaskEnded(name))
-        }
+        None => log_step(Step::DrainNotifier, t, true, "notifications are off"),
     }
+
+    // 4. The last statuses, then the pipeline and the watches end.
+    let t = Instant::now();
+    drop(flush_tx);
+    let _ = brain_stop.send(());
+    let deadline = tokio::time::Instant::now() + shutdown::PIPELINE_END;
+    let left = || deadline.saturating_duration_since(tokio::time::Instant::now());
+    let mut ok = end_within(&mut brain_task, left()).await;
+    ok &= end_within(&mut executor_task, left()).await;
+    ok &= end_within(&mut status_task, left()).await;
+    sources.abort_all();
+    while sources.join_next().await.is_some() {}
+    log_step(
+        Step::EndPipeline,
+        t,
+        ok,
+        if ok { "last statuses written" } else { "deadline passed: the rest was cut off" },
+    );
+
+    // 5. Another replica may lead now.
+    let t = Instant::now();
+    let ok = leader.release(shutdown::LEASE_RELEASE).await;
+    log_step(
+        Step::ReleaseLease,
+        t,
+        ok,
+        if ok { "released" } else { "deadline passed: it expires by itself" },
+    );
+
+    // 6. The recorder writes what it holds.
+    let t = Instant::now();
+    let ok = match recorder {
+        Some((stop, mut task)) => {
+            let _ = stop.send(());
+            end_within(&mut task, shutdown::RECORDER_STOP).await
+        }
+        None => true,
+    };
+    log_step(
+        Step::StopRecorder,
+        t,
+        ok,
+        if ok { "written" } else { "deadline passed: its buffers were lost" },
+    );
+
+    // 7. Last: the endpoints.
+    let t = Instant::now();
+    let ok = match (http_stop, http_task.as_mut()) {
+        (Some(stop), Some(task)) => {
+            let _ = stop.send(());
+            end_within(task, Duration::from_secs(2)).await
+        }
+        _ => true,
+    };
+    log_step(Step::StopServing, t, ok, "");
+    info!(took_ms = stop_began.elapsed().as_millis() as u64, "controller stopped cleanly");
+    Ok(())
 }

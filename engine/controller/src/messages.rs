@@ -253,6 +253,9 @@ pub struct ExceptionInput {
 pub struct PolicyInput {
     /// The policy's kind, namespace and name.
     pub key: PolicyId,
+    /// `metadata.uid`: a policy deleted and created again under the same name is another policy (its rule
+    /// memories and owed actions are not the new one's).
+    pub uid: Option<String>,
     /// `metadata.generation`, reported back as the status's observed generation.
     pub generation: i64,
     /// The parsed spec, or why the object is not a valid policy document.
@@ -261,11 +264,28 @@ pub struct PolicyInput {
     pub status: Option<ProgressPolicyStatus>,
 }
 
+impl PolicyInput {
+    /// A policy object read for the brain: by its watch, or by the executor at a stopping write (which
+    /// hands the policy as it now stands to the brain).
+    pub fn read<K>(obj: &K, kind: PolicyKind, status: Option<ProgressPolicyStatus>) -> PolicyInput
+    where
+        K: trainwarden_kube::crd::PolicyResource + kube::ResourceExt,
+    {
+        PolicyInput {
+            key: PolicyId { kind, namespace: obj.namespace(), name: obj.name_any() },
+            uid: obj.uid(),
+            generation: obj.meta().generation.unwrap_or(0),
+            document: obj.to_document(),
+            status,
+        }
+    }
+}
+
 /// What the evaluation loop asks the executor for.
 #[derive(Debug)]
 pub enum Work {
     /// Perform (Enforce) or report (Audit) an action intent.
-    Act(Box<ActionIntent>),
+    Act(Box<Act>),
     /// Record a Kubernetes Event on a TrainJob (a rule fired or resolved, a rule failed, a job is exempt).
     RecordEvent(Box<TrainJobEvent>),
     /// Hand an evaluator event to the notifier: every intent of a firing (so a message can say what was done)
@@ -280,6 +300,92 @@ pub enum Work {
     SaveVerdict(Box<VerdictSave>),
     /// Store these checkpoints one after the other (a stop's flush), then answer.
     FlushHistory(Vec<HistorySave>, tokio::sync::oneshot::Sender<()>),
+}
+
+/// An action intent on its way to the executor, with the view of the cluster the brain judged it under: a
+/// stopping action is written only if, at the moment of the write, the cluster still stands that way
+/// (`executor::guard`). Reads as the intent itself.
+#[derive(Debug)]
+pub struct Act {
+    /// What to do.
+    pub intent: ActionIntent,
+    /// What the brain judged with; filled in on the way out of the brain ([`None`] until then: the executor
+    /// then checks what it can without it).
+    pub judged: Option<Judged>,
+}
+
+impl Act {
+    /// An intent whose view is filled in on its way out of the brain.
+    pub fn new(intent: ActionIntent) -> Self {
+        Act { intent, judged: None }
+    }
+}
+
+impl std::ops::Deref for Act {
+    type Target = ActionIntent;
+
+    fn deref(&self) -> &ActionIntent {
+        &self.intent
+    }
+}
+
+/// The brain's view an intent was judged under, as far as the executor can check it against the cluster
+/// with O(1) reads at the moment of a stopping write.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Judged {
+    /// The policy's `metadata.uid` (`None`: not known, only its generation is checked).
+    pub policy_uid: Option<String>,
+    /// The policy generation the brain has loaded: the rule as it judged it. The intent's own
+    /// `policy.generation` is the one it was issued under; a firing that still stands under a later
+    /// generation (the rule unchanged) is sent again with that one.
+    pub generation: i64,
+    /// The TrainJob's `metadata.uid` as the brain last saw it.
+    pub job_uid: Option<String>,
+    /// The TrainJob's snooze annotation as the brain judged it (trimmed; `None`: absent or empty).
+    pub snooze: Option<String>,
+    /// Whether the policy honours ProgressPolicyExceptions of the job's namespace (a ClusterProgressPolicy
+    /// only those of the namespaces it lists).
+    pub honours_exceptions: bool,
+}
+
+/// Why an owed intent was dropped without being performed (`trainwarden_actions_abandoned{reason}`).
+#[derive(Clone, Copy, Debug, Hash, PartialEq, Eq)]
+pub enum AbandonReason {
+    /// `rule_resolved`: the rule no longer fires (or the job is snoozed) when a retry was due.
+    RuleResolved,
+    /// `job_deleted`: the TrainJob was deleted.
+    JobDeleted,
+    /// `job_exempt`: the TrainJob was made exempt.
+    JobExempt,
+    /// `job_replaced`: at the write, the TrainJob was another object (deleted and created again).
+    JobReplaced,
+    /// `policy_deleted`: the policy was deleted (seen by the watch, or found gone at the write).
+    PolicyDeleted,
+    /// `policy_replaced`: at the write, the policy was another object of the same name.
+    PolicyReplaced,
+    /// `policy_changed`: the policy changed and, judged again under it, the firing no longer stands.
+    PolicyChanged,
+    /// `excepted`: at the write, a ProgressPolicyException holds the rule for the job.
+    Excepted,
+    /// `snoozed`: at the write, the TrainJob is snoozed (a snooze its judgement did not know).
+    Snoozed,
+}
+
+impl AbandonReason {
+    /// The `reason` label.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            AbandonReason::RuleResolved => "rule_resolved",
+            AbandonReason::JobDeleted => "job_deleted",
+            AbandonReason::JobExempt => "job_exempt",
+            AbandonReason::JobReplaced => "job_replaced",
+            AbandonReason::PolicyDeleted => "policy_deleted",
+            AbandonReason::PolicyReplaced => "policy_replaced",
+            AbandonReason::PolicyChanged => "policy_changed",
+            AbandonReason::Excepted => "excepted",
+            AbandonReason::Snoozed => "snoozed",
+        }
+    }
 }
 
 /// The kinds of executor work, as they wait in its per-job queue (`trainwarden_executor_queue_seconds`).
@@ -328,7 +434,7 @@ impl Work {
     /// The TrainJob the work is about (work of one job runs in order); `None` for work about a policy.
     pub fn job(&self) -> Option<&JobKey> {
         Some(match self {
-            Work::Act(i) => &i.job,
+            Work::Act(a) => &a.intent.job,
             Work::RecordEvent(a) => &a.job,
             Work::SaveHistory(h) => &h.job,
             Work::SaveVerdict(v) => &v.job,
@@ -425,6 +531,13 @@ pub enum ActionResult {
     /// This replica is not the leader (or stopped leading before its next write): skipped, owed until a
     /// leader performs it.
     NotLeader,
+    /// Not performed: at the moment of the write the cluster no longer stood as the rule was judged (its
+    /// policy deleted or replaced, the job replaced, an exception or a snooze holding it). Settled.
+    Abandoned,
+    /// Not performed yet: the policy has a generation the brain has not judged the job under. The fresh
+    /// policy goes to the brain first; it sends the intent again if the same firing still stands under the
+    /// policy as it now is, or abandons it.
+    Stale,
 }
 
 impl ActionResult {
@@ -438,12 +551,14 @@ impl ActionResult {
             ActionResult::Refused => "refused",
             ActionResult::Failed => "failed",
             ActionResult::NotLeader => "skipped_not_leader",
+            ActionResult::Abandoned => "abandoned",
+            ActionResult::Stale => "stale",
         }
     }
 
     /// Whether the intent is settled for good (nothing more to try).
     pub fn settles(self) -> bool {
-        !matches!(self, ActionResult::Failed | ActionResult::NotLeader)
+        !matches!(self, ActionResult::Failed | ActionResult::NotLeader | ActionResult::Stale)
     }
 }
 
@@ -470,6 +585,8 @@ pub struct Outcome {
     pub at: Timestamp,
     /// What the job's suspension frees (GPU-hours, dollars), copied from the intent; `None` when not known.
     pub savings: Option<Savings>,
+    /// [`ActionResult::Stale`]: the policy's generation the executor found at the write.
+    pub policy_generation: Option<i64>,
 }
 
 impl Outcome {
@@ -486,6 +603,7 @@ impl Outcome {
             message: message.into(),
             at: intent.at,
             savings: intent.savings.clone(),
+            policy_generation: None,
         }
     }
 }

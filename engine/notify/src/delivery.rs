@@ -17,6 +17,7 @@ use tokio::sync::{mpsc, watch};
 
 use crate::grouping::Notification;
 use crate::send::{ChannelKind, SendError, Sender};
+use crate::tracking::{ChannelEnd, Tracking};
 
 /// Retry and queue settings.
 #[derive(Clone, Debug)]
@@ -163,6 +164,9 @@ pub async fn deliver(
                 tracing::info!(receiver = %n.receiver.name, policy = %n.policy, channel = kind.as_str(), attempt = attempt + 1, retry_in_ms = pause.as_millis() as u64, error = %e, "notification delivery failed; retrying");
                 // Shutdown cuts the pause short: one more attempt, then the deadline decides.
                 let mut shutdown = deadline.clone();
+                // Only a stop that begins during this pause cuts it: one that began before has had its
+                // extra attempt (else every retry after it went out at once, hammering the receiver).
+                shutdown.borrow_and_update();
                 tokio::select! {
                     _ = tokio::time::sleep(pause) => {}
                     changed = shutdown.changed() => {
@@ -180,30 +184,44 @@ pub async fn deliver(
 
 /// The worker loop of one receiver channel: until its queue is closed and drained, or the shutdown
 /// deadline passes (what is left then is counted as dropped).
-pub async fn run_worker(
+pub(crate) async fn run_worker(
     mut queue: mpsc::Receiver<Queued>,
     sender: Sender,
     kind: ChannelKind,
     retry: RetryPolicy,
     counters: Arc<Counters>,
     deadline: watch::Receiver<Option<Instant>>,
+    tracking: Arc<Tracking>,
 ) {
     let mut rate = RateLimit { tokens: f64::MAX, at: Instant::now() };
     while let Some(queued) = queue.recv().await {
+        let ids = || queued.notification.alerts.iter().map(|a| a.intent_id.as_str());
         let past_deadline = deadline.borrow().is_some_and(|d| Instant::now() >= d);
         if past_deadline {
             counters.dropped.fetch_add(1, Ordering::Relaxed);
             counters.queued.fetch_sub(1, Ordering::Relaxed);
+            tracking.ended(ids(), &ChannelEnd::Dropped(STOPPED_FIRST.into()));
             continue;
         }
         let wait = rate.take(queued.notification.receiver.max_per_minute, Instant::now());
         if !wait.is_zero() {
             tokio::time::sleep(wait).await;
         }
-        let _ = deliver(&sender, kind, &queued, &retry, &counters, &deadline).await;
+        let end = match deliver(&sender, kind, &queued, &retry, &counters, &deadline).await {
+            Ok(()) => ChannelEnd::Sent,
+            // A retryable failure cut short by the stop is not a receiver's refusal: still owed.
+            Err(SendError::GaveUp { .. }) if deadline.borrow().is_some() => {
+                ChannelEnd::Dropped(STOPPED_FIRST.into())
+            }
+            Err(e) => ChannelEnd::Failed(e.to_string()),
+        };
+        tracking.ended(ids(), &end);
         counters.queued.fetch_sub(1, Ordering::Relaxed);
     }
 }
+
+/// Why a message the stop cut off was not sent.
+pub(crate) const STOPPED_FIRST: &str = "the notifier stopped before it was sent";
 
 #[cfg(test)]
 mod tests {

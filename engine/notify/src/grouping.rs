@@ -227,6 +227,14 @@ impl Grouper {
         Ok(true)
     }
 
+    /// Whether the alert raised by intent `intent_id` waits in a group, not yet handed to delivery.
+    pub fn waiting(&self, intent_id: &str) -> bool {
+        self.receivers
+            .values()
+            .flat_map(|rg| rg.groups.values())
+            .any(|g| g.alerts.values().any(|e| !e.notified && e.alert.intent_id == intent_id))
+    }
+
     fn record_context(&mut self, intent: &ActionIntent) {
         if matches!(intent.action, ActionSpec::Notify(_)) {
             return;

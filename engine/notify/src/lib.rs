@@ -12,7 +12,8 @@
 //! argument), [`render`] (Slack Block Kit, email parts, webhook JSON), [`send`] (one attempt per channel,
 //! HMAC signatures), [`delivery`] (queues, retries, counters), [`secret`] (redacted values; the
 //! resolver trait, environment and file resolvers — the controller brings the Kubernetes one), [`notifier`]
-//! (the handle the controller holds), [`offline`] (the same grouping on a replay's clock).
+//! (the handle the controller holds), [`tracking`] (whether the message carrying an intent was delivered),
+//! [`offline`] (the same grouping on a replay's clock).
 //!
 //! Receivers are declared in the policy (`spec.receivers`, validated by `trainwarden-core`, where message
 //! templates are parsed so a template error is a validation error).
@@ -66,6 +67,7 @@ pub mod offline;
 pub mod render;
 pub mod secret;
 pub mod send;
+pub mod tracking;
 
 pub use alert::{ActionState, Alert, AlertAction, AlertStatus, JobProgress};
 pub use delivery::RetryPolicy;
@@ -78,3 +80,4 @@ pub use send::{
     ChannelKind, SIGNATURE_HEADER, SendConfig, SendError, Sender, install_crypto_provider, signature,
     verify_signature,
 };
+pub use tracking::Delivery;

@@ -23,6 +23,7 @@ use crate::delivery::{Counters, Queued, RetryPolicy, run_worker};
 use crate::grouping::{GroupLimits, Grouper, Notification, Refused};
 use crate::secret::SecretResolver;
 use crate::send::{ChannelKind, SendConfig, Sender};
+use crate::tracking::{ChannelEnd, Delivery, Tracking};
 use trainwarden_core::PolicyId;
 
 /// Everything configurable about delivery.
@@ -107,6 +108,9 @@ pub struct ShutdownReport {
     pub unfinished_workers: usize,
     /// Messages those workers still held, now counted as dropped.
     pub dropped: u64,
+    /// Tracked `notify` intents ([`Notifier::delivery`]) whose message was not sent: they are answered
+    /// [`Delivery::Undelivered`], so the controller leaves them owed to the next leader.
+    pub undelivered_intents: usize,
 }
 
 type WorkerKey = (PolicyId, String, ChannelKind);
@@ -158,6 +162,8 @@ struct Shared {
     router: Mutex<Option<JoinHandle<()>>>,
     /// Where the router and the workers run (configure may be called from outside the runtime).
     runtime: tokio::runtime::Handle,
+    /// Whether the message carrying each `notify` intent was delivered.
+    tracking: Arc<Tracking>,
 }
 
 /// A cheap-to-clone handle on the notification machinery.
@@ -198,6 +204,7 @@ impl Notifier {
             refused: AtomicU64::new(0),
             router: Mutex::new(None),
             runtime,
+            tracking: Arc::default(),
         });
         let router = shared.runtime.spawn(route(Arc::downgrade(&shared), shared.wake.clone()));
         *lock(&shared.router) = Some(router);
@@ -245,6 +252,7 @@ impl Notifier {
                 self.shared.config.retry.clone(),
                 counters.clone(),
                 self.shared.deadline.subscribe(),
+                self.shared.tracking.clone(),
             ));
             state.workers.insert(key, Worker { queue, counters, task });
         }
@@ -301,6 +309,33 @@ impl Notifier {
         }
     }
 
+    /// Whether the message carrying `intent`'s alert (a `notify` intent) was delivered: the answer comes when
+    /// its last receiver channel ended. An intent this notifier never had (a new leader's inherited intent,
+    /// or one whose earlier message was not sent) is raised first, like [`Notifier::submit`]; one it holds
+    /// is only watched, so a message is never queued twice for one intent.
+    pub fn delivery(
+        &self,
+        intent: &ActionIntent,
+        progress: Option<JobProgress>,
+    ) -> Result<tokio::sync::oneshot::Receiver<Delivery>, SubmitError> {
+        {
+            let state = self.state();
+            if state.shut_down {
+                return Err(SubmitError::ShutDown);
+            }
+            let waiting = state.grouper.waiting(&intent.id);
+            if let Some(rx) = self.shared.tracking.watch(&intent.id, waiting) {
+                return Ok(rx);
+            }
+        }
+        self.submit(intent, progress)?;
+        let state = self.state();
+        let waiting = state.grouper.waiting(&intent.id);
+        // Raised and at once flushed (a groupWait of 0 s) is tracked by dispatch; still waiting is watched
+        // here.
+        self.shared.tracking.watch(&intent.id, waiting).ok_or(SubmitError::ShutDown)
+    }
+
     /// The executor ended one of a firing's other actions (Enforce): messages of that firing not yet sent say
     /// what was done ("suspended the TrainJob", and how to resume it) instead of "suspending the TrainJob".
     pub fn performed(&self, intent: &ActionIntent, state: ActionState) {
@@ -345,13 +380,14 @@ impl Notifier {
     /// `timeout` for the queues to drain; retries stop at the deadline. Idempotent.
     pub async fn shutdown(&self, timeout: StdDuration) -> ShutdownReport {
         let deadline = Instant::now() + timeout;
+        let undelivered_before = self.shared.tracking.undelivered();
         let workers = {
             let mut state = self.state();
             if state.shut_down {
                 return ShutdownReport::default();
             }
             let pending = state.grouper.flush_pending(Timestamp::now());
-            dispatch(&state, pending);
+            dispatch(&state, &self.shared.tracking, pending);
             state.shut_down = true;
             let running = std::mem::take(&mut state.workers);
             state.final_counters = running.iter().map(|(k, w)| (k.clone(), w.counters.clone())).collect();
@@ -376,6 +412,8 @@ impl Notifier {
                 report.dropped += left;
             }
         }
+        self.shared.tracking.abandon(crate::delivery::STOPPED_FIRST);
+        report.undelivered_intents = self.shared.tracking.undelivered() - undelivered_before;
         report
     }
 }
@@ -387,15 +425,17 @@ fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
 }
 
 /// Hands notifications to their channels' queues; a full queue drops (and counts) the message.
-fn dispatch(state: &State, notifications: Vec<Notification>) {
+fn dispatch(state: &State, tracking: &Tracking, notifications: Vec<Notification>) {
     for n in notifications {
         let id = PolicyId::from(&n.policy);
         let n = Arc::new(n);
+        let ids = || n.alerts.iter().map(|a| a.intent_id.as_str());
         for channel in channels(&n.receiver) {
             let Some(w) = state.workers.get(&(id.clone(), n.receiver.name.clone(), channel)) else {
                 continue;
             };
             w.counters.queued.fetch_add(1, Ordering::Relaxed);
+            tracking.expect(ids());
             if let Err(e) = w.queue.try_send(Queued { notification: n.clone(), queued_at: Instant::now() }) {
                 w.counters.queued.fetch_sub(1, Ordering::Relaxed);
                 w.counters.dropped.fetch_add(1, Ordering::Relaxed);
@@ -403,6 +443,7 @@ fn dispatch(state: &State, notifications: Vec<Notification>) {
                     mpsc::error::TrySendError::Full(_) => "queue full",
                     mpsc::error::TrySendError::Closed(_) => "worker stopped",
                 };
+                tracking.ended(ids(), &ChannelEnd::Dropped(format!("notification dropped: {why}")));
                 w.counters.record_error(format!("notification for group {} dropped: {why}", n.group_key));
                 tracing::warn!(receiver = %n.receiver.name, policy = %n.policy, channel = channel.as_str(), "notification dropped: {why}");
             }
@@ -420,7 +461,7 @@ async fn route(shared: std::sync::Weak<Shared>, wake: Arc<Notify>) {
                 return;
             }
             let due = state.grouper.poll(Timestamp::now());
-            dispatch(&state, due);
+            dispatch(&state, &strong.tracking, due);
             state.grouper.next_due()
         };
         let pause = next.map(|t| {

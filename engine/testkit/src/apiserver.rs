@@ -242,6 +242,22 @@ impl Plane {
         std::fs::write(path, rewritten.join("\n") + "\n").expect("write kubeconfig");
         path.to_path_buf()
     }
+
+    /// A copy of the kubeconfig whose server is plain `http://addr`: a
+    /// [`crate::faultproxy::FaultProxy::start_bridge`] in front of the API server, which speaks TLS to it.
+    pub fn kubeconfig_via_bridge(&self, addr: std::net::SocketAddr, path: &Path) -> PathBuf {
+        let path = self.kubeconfig_via(addr, path);
+        let text = std::fs::read_to_string(&path).expect("kubeconfig");
+        let plain = text.replace(&format!("server: https://{addr}"), &format!("server: http://{addr}"));
+        std::fs::write(&path, plain).expect("write kubeconfig");
+        path
+    }
+
+    /// The API server's CA certificate (PEM) of a private plane (`None` for one this process did not
+    /// start), for a [`crate::faultproxy::FaultProxy::start_bridge`].
+    pub fn ca_pem(&self) -> Option<Vec<u8>> {
+        std::fs::read(self.dir.as_ref()?.join("pki/ca.crt")).ok()
+    }
 }
 
 static PLANE: OnceLock<Result<Plane, String>> = OnceLock::new();

@@ -86,6 +86,11 @@ impl HttpReceiver {
         script.extend(statuses.iter().map(|s| StatusCode::from_u16(*s).unwrap()));
     }
 
+    /// Forgets the scripted answers not yet given: 200 from now on.
+    pub fn heal(&self) {
+        self.state.script.lock().unwrap().clear();
+    }
+
     /// Answers every request after `d` from now on.
     pub fn delay(&self, d: Duration) {
         self.state.delay_ms.store(d.as_millis() as u32, Ordering::Relaxed);

@@ -14,6 +14,10 @@
 #   nan      loss NaN at once -> suspended
 #   audit    the same in Audit mode: the pod keeps running, Events and status say what would have happened
 #   rbac     the chart's ServiceAccount may not read another namespace's Secret nor write outside its rules
+#   rollout  `helm upgrade` of the running two-replica install (a new pod template) while two jobs report and a
+#            stall rule fires during the rollout: no controller pod exits non-zero (each logs its clean stop), the
+#            suspension performed once, its webhook notification delivered once to the sink, and no job's history
+#            checkpoint older than its last report before the rollout (issue 48)
 # Usage: tests/k8s/cluster/e2e.sh [TEST...]   (default: all, in that order; needs cluster.sh up + build-images.sh)
 set -euo pipefail
 
@@ -595,8 +599,125 @@ test_rbac() {
   kubectl delete namespace "$other" --wait=false >/dev/null
 }
 
+# pods_gone NS POD...: none of the pods exists any more.
+pods_gone() {
+  local ns="$1" p
+  shift
+  for p in "$@"; do kubectl get pod -n "$ns" "$p" >/dev/null 2>&1 && return 1; done
+  return 0
+}
+
+# Seconds since the epoch of an RFC 3339 time (fractions kept), for comparing report and checkpoint times.
+epoch() { python3 -c 'import datetime,sys; print(datetime.datetime.fromisoformat(sys.argv[1].replace("Z","+00:00")).timestamp())' "$1"; }
+
+test_rollout() {
+  install_sink
+  local ns=tw-rollout sys=trainwarden-system
+  fresh_ns "$ns"
+  kubectl apply -f - >/dev/null <<EOF
+apiVersion: trainwarden.dev/v1alpha1
+kind: ProgressPolicy
+metadata: {name: rollout, namespace: $ns}
+spec:
+  selector: {matchLabels: {trainwarden.dev/rollout: "true"}}
+  mode: Enforce
+  samplingInterval: 5s
+  assumeGpus: 1
+  receivers:
+  - name: sink
+    groupWait: 1s
+    webhook: {url: "http://slack-sink.$SINK_NS.svc.cluster.local/rollout"}
+  rules:
+  - name: stalled
+    when: 'stalled("15s")'
+    actions:
+    - notify: {to: sink}
+    - suspend: {message: "no progress report for 15 s"}
+EOF
+  policy_ready "$ns" rollout
+  runtime "$ns" steady-runtime "$TRAIN_ENV"
+  runtime "$ns" hang-runtime '[{name: MODE, value: hang}, {name: HANG_AT_STEP, value: "24"}, {name: STEP_SECONDS, value: "0.5"}, {name: TOTAL_STEPS, value: "4000"}]'
+  trainjob "$ns" steady steady-runtime '{trainwarden.dev/rollout: "true"}'
+  trainjob "$ns" hang hang-runtime '{trainwarden.dev/rollout: "true"}'
+  until_ 90 pod_running "$ns" steady || fail "no steady training pod Running"
+  until_ 90 pod_running "$ns" hang || fail "no hanging training pod Running"
+  follow_log "$ns" "$(pod_of "$ns" hang)" "$OUT/rollout-hang-pod.log"
+  until_ 60 grep -q 'hanging at step' "$OUT/rollout-hang-pod.log" || fail "the loop did not hang"
+  # The old controller pods: their logs to the end, and every container exit the API server shows.
+  local old p
+  old="$(jp pods -n "$sys" -l app.kubernetes.io/name=trainwarden -o jsonpath='{.items[*].metadata.name}')"
+  [[ "$(wc -w <<<"$old")" -eq 2 ]] || fail "expected two controller pods, found: $old"
+  for p in $old; do kubectl logs -n "$sys" -f "$p" >"$OUT/rollout-old-$p.log" 2>&1 & done
+  kubectl get pods -n "$sys" -l app.kubernetes.io/name=trainwarden -w --output-watch-events \
+    -o jsonpath='{.object.metadata.name} exit={.object.status.containerStatuses[0].state.terminated.exitCode} last={.object.status.containerStatuses[0].lastState.terminated.exitCode}{"\n"}' \
+    >"$OUT/rollout-pods.txt" 2>&1 &
+  local watcher=$!
+  local before_steady before_hang
+  before_steady="$(jp trainjob -n "$ns" steady -o jsonpath='{.status.trainerStatus.lastUpdatedTime}')"
+  before_hang="$(jp trainjob -n "$ns" hang -o jsonpath='{.status.trainerStatus.lastUpdatedTime}')"
+  [[ -n "$before_steady" && -n "$before_hang" ]] || fail "a job has not reported before the rollout"
+  # A rollout takes a few seconds (measured: 4.7 s): start it 3 s before the stall's deadline, so the rule fires
+  # while the old pods stop and the new ones start.
+  local r0 r1 wait_s
+  wait_s="$(python3 -c "import time; print(max(0.0, $(epoch "$before_hang") + 12 - time.time()))")"
+  log "the hang job's last report $before_hang (the stall fires 15 s after it); helm upgrade (a new pod template) in ${wait_s%.*} s"
+  sleep "$wait_s"
+  r0="$(date -u +%s.%N)"
+  helm upgrade trainwarden "$REPO/charts/trainwarden" -n "$sys" --reuse-values \
+    --set-string "podAnnotations.trainwarden-e2e/rollout=$r0" --wait --timeout 180s >"$OUT/rollout-helm.txt" 2>&1 ||
+    { cat "$OUT/rollout-helm.txt" >&2; fail "helm upgrade"; }
+  # shellcheck disable=SC2086  # one pod name per word
+  until_ 60 pods_gone "$sys" $old || fail "the old controller pods are still there"
+  r1="$(date -u +%s.%N)"
+  sleep 1
+  kill "$watcher" 2>/dev/null || true
+  log "rolled in $(python3 -c "print(round($r1 - $r0, 1))") s: $(jp pods -n "$sys" -l app.kubernetes.io/name=trainwarden -o jsonpath='{range .items[*]}{.metadata.name}={.status.phase} {end}')"
+  # 1. No controller pod exited non-zero; each old one logged its clean stop.
+  if grep -Eq 'exit=[1-9]|last=[1-9]' "$OUT/rollout-pods.txt"; then
+    fail "a controller container exited non-zero: $(grep -E 'exit=[1-9]|last=[1-9]' "$OUT/rollout-pods.txt" | head -n 3)"
+  fi
+  for p in $old; do
+    grep -Eq "$p exit=0" "$OUT/rollout-pods.txt" || fail "no exit code 0 seen for $p: $(grep "$p" "$OUT/rollout-pods.txt" | tail -n 2)"
+    grep -q 'controller stopped cleanly' "$OUT/rollout-old-$p.log" || fail "$p did not log a clean stop: $(tail -n 5 "$OUT/rollout-old-$p.log")"
+    if grep -q ' ERROR ' "$OUT/rollout-old-$p.log"; then fail "$p logged an error: $(grep ' ERROR ' "$OUT/rollout-old-$p.log" | head -n 2)"; fi
+    log "$p: exit 0, $(grep -c 'shutdown step' "$OUT/rollout-old-$p.log") shutdown steps logged, $(grep -o 'controller stopped cleanly.*' "$OUT/rollout-old-$p.log" | tr -s ' ')"
+  done
+  # 2. The stall fired during the rollout and was acted on once.
+  until_ 90 suspended "$ns" hang || fail "the hanging job was not suspended"
+  local at
+  at="$(jp trainjob -n "$ns" hang -o jsonpath='{.metadata.annotations.trainwarden\.dev/last-action}' | python3 -c 'import json,sys; print(json.load(sys.stdin)["at"])')"
+  log "suspended at $at; the rollout ran from $(date -u -d "@${r0%.*}" +%T) to $(date -u -d "@${r1%.*}" +%T)"
+  python3 -c "import sys; sys.exit(0 if $r0 - 1 <= $(epoch "$at") <= $r1 + 1 else 1)" ||
+    fail "the rule did not fire during the rollout (suspended at $at)"
+  # 3. The notification reached the sink once (and nothing more comes).
+  local sink_lines='^SLACK /rollout .*"name":"hang"'
+  until_ 60 bash -c "kubectl logs -n $SINK_NS slack-sink | grep -Eq '$sink_lines'" || fail "no notification at the sink"
+  sleep 10
+  local sent
+  sent="$(kubectl logs -n "$SINK_NS" slack-sink | grep -Ec "$sink_lines" || true)"
+  [[ "$sent" -eq 1 ]] || fail "the notification reached the sink $sent times"
+  kubectl get events -n "$ns" --field-selector "involvedObject.kind=TrainJob,involvedObject.name=hang" \
+    -o custom-columns=REASON:.reason,REPORTER:.reportingComponent,MESSAGE:.message >"$OUT/rollout-events.txt"
+  local suspends
+  suspends="$(grep -Ec '^Suspended +trainwarden ' "$OUT/rollout-events.txt" || true)"
+  [[ "$suspends" -eq 1 ]] || fail "$suspends Suspended Events for one suspension"
+  log "one suspension, one Suspended Event, one message at the sink ($(kubectl logs -n "$SINK_NS" slack-sink | grep -E "$sink_lines" | grep -o '"intentId":"[^"]*"' | head -n 1))"
+  # 4. No checkpoint older than the job's last report before the rollout.
+  local job before o
+  for job in steady hang; do
+    before="$before_steady"
+    [[ "$job" == hang ]] && before="$before_hang"
+    o="$(jp trainjob -n "$ns" "$job" -o jsonpath='{.metadata.annotations.trainwarden\.dev/history}' | python3 -c 'import json,sys; print(json.load(sys.stdin)["o"])' 2>/dev/null || true)"
+    [[ -n "$o" ]] || fail "no history checkpoint on $job"
+    python3 -c "import sys; sys.exit(0 if $(epoch "$o") >= $(epoch "$before") else 1)" ||
+      fail "$job's checkpoint (newest sample $o) is older than its last report before the rollout ($before)"
+    log "$job: the checkpoint's newest sample $o >= the last report before the rollout $before"
+  done
+  kubectl delete namespace "$ns" --wait=false >/dev/null
+}
+
 tests=("$@")
-((${#tests[@]})) || tests=(friday resume stall kueue reclaim nan audit rbac)
+((${#tests[@]})) || tests=(friday resume stall kueue reclaim nan audit rbac rollout)
 CURRENT=setup
 install_trainwarden
 for t in "${tests[@]}"; do

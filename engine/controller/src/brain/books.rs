@@ -21,6 +21,9 @@ use super::ledger::Settled;
 pub(super) struct PolicyBook {
     /// The loaded (valid) version, if any.
     pub(super) reference: Option<PolicyRef>,
+    /// `metadata.uid` of the object last seen (a policy deleted and created again under its name is
+    /// another one).
+    pub(super) uid: Option<String>,
     /// metadata.generation last seen.
     pub(super) generation: i64,
     /// Why the last seen generation is invalid.
@@ -149,11 +152,15 @@ impl Brain {
     }
 
     pub(super) fn record_outcome(&mut self, o: Outcome, now: Timestamp) {
+        if o.result == ActionResult::Stale {
+            self.judge_stale(&o, now);
+            return;
+        }
         let settled = self.ledger.settle(
             &o.intent,
             o.result.settles(),
             o.result == ActionResult::NotLeader,
-            self.leading,
+            self.leading && !self.stopping,
             now,
         );
         match settled {
@@ -171,7 +178,8 @@ impl Brain {
         if o.result == ActionResult::AlreadyDone {
             info!(job = %o.job, rule = %o.rule, action = o.action.as_str(), "action found already performed (by an earlier leader or before a restart)");
         }
-        if o.result == ActionResult::NotLeader {
+        if matches!(o.result, ActionResult::NotLeader | ActionResult::Abandoned) {
+            // Abandoned: counted and told on the job by the executor; nothing was done to tally.
             return;
         }
         let saved = o.savings.as_ref().map(|s| (s.gpu_hours, s.dollars));

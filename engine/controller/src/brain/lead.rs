@@ -10,9 +10,15 @@ use trainwarden_core::{ActionIntent, JobKey, Mode, RuleState};
 use super::Brain;
 use super::books::Tally;
 use super::ledger::Ledger;
-use crate::messages::{ActionResult, ExecutedAction, FoundSuspension, Work};
+use crate::messages::{AbandonReason, Act, ActionResult, ExecutedAction, FoundSuspension, Work};
 
 impl Brain {
+    /// A graceful stop began: this replica still holds the Lease (it stores checkpoints and statuses) but
+    /// starts no new action; what the executor answers "not leader" from now on waits for the next leader.
+    pub fn stop_acting(&mut self) {
+        self.stopping = true;
+    }
+
     /// This replica starts or stops leading. On becoming leader every owed intent it inherited (parked
     /// while it followed, or due later) is re-issued first, before anything else this step produces.
     pub fn lead(&mut self, leading: bool) {
@@ -39,7 +45,7 @@ impl Brain {
         self.dropped_owed(dropped);
         info!(inherited = inherited.len(), owed = self.ledger.len(), "leading: taking over the owed actions");
         self.metrics.actions_inherited.inc_by(inherited.len() as u64);
-        let mut first: Vec<Work> = inherited.into_iter().map(|i| Work::Act(Box::new(i))).collect();
+        let mut first: Vec<Work> = inherited.into_iter().map(|i| Work::Act(Box::new(Act::new(i)))).collect();
         first.append(&mut self.work);
         self.work = first;
     }
@@ -100,15 +106,19 @@ impl Brain {
         for i in &dropped {
             info!(job = %i.job, rule = %i.rule, id = %i.id, "owed action dropped: its rule no longer fires (or its job is snoozed)");
         }
-        self.metrics.actions_abandoned.inc_by(dropped.len() as u64);
+        self.metrics.abandoned(AbandonReason::RuleResolved, dropped.len() as u64);
     }
 
-    /// Forgets owed intents whose job or policy is gone (or exempt).
-    pub(super) fn abandon(&mut self, gone: impl Fn(&ActionIntent) -> bool) {
+    /// Forgets owed intents whose job or policy is gone (or exempt), counted for `reason`.
+    pub(super) fn abandon(&mut self, reason: AbandonReason, gone: impl Fn(&ActionIntent) -> bool) {
         let n = self.ledger.forget(gone);
         if n > 0 {
-            info!(forgotten = n, "owed actions forgotten: their job or policy is gone");
-            self.metrics.actions_abandoned.inc_by(n as u64);
+            info!(
+                forgotten = n,
+                reason = reason.as_str(),
+                "owed actions forgotten: their job or policy is gone"
+            );
+            self.metrics.abandoned(reason, n as u64);
         }
     }
 }

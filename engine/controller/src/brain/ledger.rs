@@ -118,6 +118,16 @@ impl Ledger {
         self.owed.is_empty()
     }
 
+    /// The owed intent `id`, if it is owed.
+    pub fn owed(&self, id: &str) -> Option<&ActionIntent> {
+        self.owed.get(id).map(|o| &o.intent)
+    }
+
+    /// Forgets owed intent `id`; whether it was owed.
+    pub fn drop_owed(&mut self, id: &str) -> bool {
+        self.remove(id)
+    }
+
     /// Whether an intent of this (policy, job, rule) is owed.
     pub fn owes(&self, policy: &PolicyId, job: &JobKey, rule: &str) -> bool {
         self.per_rule.contains_key(&(policy.clone(), job.clone(), rule.to_string()))

@@ -8,6 +8,7 @@
 //!                    on_exception  a ProgressPolicyException honoured, invalid, deleted
 //!                    on_signals    namespace labels, GPU readings, Kueue queue demand, their health
 //!                    books         an executor outcome: last actions, savings, counts
+//!                    stale         an intent the executor found judged under an older policy generation
 //!                    checkpoints   a history checkpoint stored; a stop's flush
 //!        ──tick────▶ the evaluator's timers, owed actions' retries
 //!  lead: hand-over (owed intents first, uncounted suspensions counted)
@@ -49,6 +50,7 @@ mod on_policy;
 mod on_signals;
 mod outgoing;
 mod run;
+mod stale;
 mod status;
 mod verdicts;
 
@@ -101,6 +103,9 @@ pub struct Brain {
     /// Whether this replica leads now (its executor performs; otherwise the leader's status is the
     /// authority for totals and settles this replica's owed intents).
     leading: bool,
+    /// A graceful stop has begun ([`Brain::stop_acting`]): the executor starts no new action, so an intent
+    /// it answers "not leader" is parked for the next leader, not due again at once.
+    stopping: bool,
     /// Read for its counters (status, metrics). Receiver changes go to it through the executor (every
     /// replica, so a new leader is ready); delivery happens on the leader only.
     notifier: Option<Notifier>,
@@ -162,6 +167,7 @@ impl Brain {
             removed: Vec::new(),
             ledger: Ledger::default(),
             leading: false,
+            stopping: false,
             notifier,
             history: HistoryBook::new(config.history_interval, config.history_writes_per_second),
             verdicts: VerdictBook::default(),
@@ -266,7 +272,7 @@ impl Brain {
         self.dropped_owed(dropped);
         for intent in due {
             debug!(job = %intent.job, rule = %intent.rule, id = %intent.id, "retrying an action");
-            self.work.push(Work::Act(Box::new(intent)));
+            self.work.push(Work::Act(Box::new(crate::messages::Act::new(intent))));
         }
         self.metrics.actions_owed.set(self.ledger.len() as i64);
         // History checkpoints that were not stored (failed, deferred, sent while not leading): a stalled job

@@ -10,7 +10,7 @@ use trainwarden_core::describe::Notice;
 use trainwarden_core::{JobKey, JobSnapshot, SampleSource, Timestamp};
 
 use super::Brain;
-use crate::messages::{JobInput, StoredCheckpoint, TrainJobEvent, Work};
+use crate::messages::{AbandonReason, JobInput, StoredCheckpoint, TrainJobEvent, Work};
 use crate::metrics::{HistoryResult, InvalidInput, ProgressSource, ProgressSourceLabels};
 
 impl Brain {
@@ -75,7 +75,7 @@ impl Brain {
         self.unknown_now.remove(&job.key);
         if self.exempt.insert(job.key.clone()) {
             self.evaluator.forget_job(&job.key, now, &mut self.events);
-            self.abandon(|i| i.job == job.key);
+            self.abandon(AbandonReason::JobExempt, |i| i.job == job.key);
             self.work.push(Work::RecordEvent(Box::new(TrainJobEvent {
                 job: job.key.clone(),
                 notice: Notice::exempt(crate::EXEMPT_ANNOTATION),
@@ -87,7 +87,7 @@ impl Brain {
 
     /// A TrainJob was deleted: everything kept for it goes.
     pub(super) fn on_job_gone(&mut self, key: JobKey, now: Timestamp) {
-        self.abandon(|i| i.job == key);
+        self.abandon(AbandonReason::JobDeleted, |i| i.job == key);
         self.found.remove(&key);
         if let Some(g) = &mut self.gauges {
             g.touch(&key);

@@ -8,14 +8,25 @@ use tracing::{info, warn};
 use trainwarden_core::{PolicyId, Timestamp, compile};
 
 use super::{Brain, counted};
-use crate::messages::{PolicyInput, ReceiverChange, Work};
+use crate::messages::{AbandonReason, PolicyInput, ReceiverChange, Work};
 use crate::metrics::InvalidInput;
 
 impl Brain {
     /// A policy appeared or changed.
     pub(super) fn on_policy(&mut self, p: PolicyInput, now: Timestamp) {
+        // Deleted and created again under its name (the watch saw no deletion: a re-list in between, or the
+        // executor read it at a write): the old one is gone, with its rules, memories and owed actions.
+        if let (Some(known), Some(uid)) = (self.books.get(&p.key).and_then(|b| b.uid.as_deref()), &p.uid)
+            && known != uid
+        {
+            info!(policy = ?p.key, "policy replaced by a new object of the same name");
+            self.on_policy_gone(p.key.clone(), now);
+        }
         let first_sight = !self.books.contains_key(&p.key);
         let book = self.books.entry(p.key.clone()).or_default();
+        if p.uid.is_some() {
+            book.uid = p.uid.clone();
+        }
         // Our own status writes come back as watch events; the spec (metadata.generation) did not change, so
         // there is nothing to compile again.
         let judged =
@@ -90,7 +101,7 @@ impl Brain {
 
     /// A policy was deleted: its owed actions, rules, receivers and status go.
     pub(super) fn on_policy_gone(&mut self, key: PolicyId, now: Timestamp) {
-        self.abandon(|i| i.policy.id() == key);
+        self.abandon(AbandonReason::PolicyDeleted, |i| i.policy.id() == key);
         if let Some(g) = &mut self.gauges {
             g.touch_all();
         }

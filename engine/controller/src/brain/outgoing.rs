@@ -11,22 +11,47 @@ use trainwarden_core::{ActionSpec, Event, JobKey, PolicyDuration, PolicyRef, Tra
 use trainwarden_notify::JobProgress;
 
 use super::Brain;
-use crate::messages::{ActionResult, Outcome, TrainJobEvent, Work};
+use crate::messages::{Act, ActionResult, Judged, Outcome, TrainJobEvent, Work};
 use crate::metrics::{LimitLabels, ModeLabel, ModeLabels};
 
 impl Brain {
     /// The work of the last step, on its way to the executor: Events without a uid get the one the TrainJob's
     /// latest report carried, so the executor need not read the object to name it.
+    ///
+    /// Intents get the view they were judged under ([`Judged`]): the policy's uid and loaded generation, the
+    /// job's uid and snooze, whether the policy honours the job's namespace's exceptions. Filled here, as
+    /// they leave, so an intent sent again (a retry, a hand-over, a firing that still stands under a new
+    /// generation) carries the view it is sent under, not the one it was first issued under.
     pub(super) fn outgoing(&mut self) -> Vec<Work> {
         let mut work = std::mem::take(&mut self.work);
         for item in &mut work {
-            if let Work::RecordEvent(event) = item
-                && event.uid.is_none()
-            {
-                event.uid = self.history.uid_of(&event.job);
+            match item {
+                Work::RecordEvent(event) if event.uid.is_none() => {
+                    event.uid = self.history.uid_of(&event.job);
+                }
+                Work::Act(act) if act.judged.is_none() => act.judged = self.judged(&act.intent),
+                _ => {}
             }
         }
         work
+    }
+
+    /// What the brain judges `intent` under now; `None` when its policy is not loaded (not for an intent
+    /// sent out: only a loaded policy issues intents, and the ledger drops those of an unloaded one).
+    fn judged(&self, intent: &trainwarden_core::ActionIntent) -> Option<Judged> {
+        let book = self.books.get(&intent.policy.id())?;
+        let reference = book.reference.as_ref()?;
+        let policy = self.evaluator.policies().find(|p| p.reference == *reference)?;
+        let snooze = self.evaluator.job(&intent.job).and_then(|j| {
+            j.snapshot.annotations.get(trainwarden_core::SNOOZE_ANNOTATION).map(|v| v.trim().to_string())
+        });
+        Some(Judged {
+            policy_uid: book.uid.clone(),
+            generation: reference.generation,
+            job_uid: self.history.uid_of(&intent.job),
+            snooze: snooze.filter(|v| !v.is_empty()),
+            honours_exceptions: policy.honours_exceptions_from(&intent.job.namespace),
+        })
     }
 
     pub(super) fn drain_events(&mut self) {
@@ -160,7 +185,7 @@ impl Brain {
                 self.record_event(event.job(), notice);
             }
             if let Event::Intent(intent) = event {
-                self.work.push(Work::Act(Box::new(intent)));
+                self.work.push(Work::Act(Box::new(Act::new(intent))));
             }
         }
     }

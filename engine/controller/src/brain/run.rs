@@ -27,11 +27,18 @@ pub struct Channels {
     pub ready: watch::Sender<bool>,
     /// Whether this replica leads.
     pub leadership: watch::Receiver<bool>,
+    /// True from a graceful stop's first step: no new action starts ([`Brain::stop_acting`]).
+    pub stopping: watch::Receiver<bool>,
+    /// A graceful stop's "end the pipeline" step: the loop sends the statuses that changed and the work it
+    /// holds, then ends (dropping its senders, so the executor and the status writer finish and end too).
+    pub stop: oneshot::Receiver<()>,
 }
 
 /// The loop: inputs, timers and the status beat, one at a time.
 pub async fn run(mut brain: Brain, config: ControllerConfig, channels: Channels, metrics: Arc<Metrics>) {
-    let Channels { mut inputs, work, statuses, policies_synced, ready, leadership } = channels;
+    let Channels { mut inputs, work, statuses, policies_synced, ready, leadership, mut stopping, mut stop } =
+        channels;
+    let mut acting = true;
     let mut policies_synced = Some(policies_synced);
     brain.lead(*leadership.borrow());
     // `None` once leadership can no longer change (leader election off).
@@ -77,6 +84,33 @@ pub async fn run(mut brain: Brain, config: ControllerConfig, channels: Channels,
                         return;
                     }
                 }
+            }
+            changed = stopping.changed(), if acting => {
+                if changed.is_err() || *stopping.borrow_and_update() {
+                    acting = false;
+                    brain.stop_acting();
+                }
+            }
+            _ = &mut stop => {
+                // What is already queued (the outcomes of the notifications the stop drained) counts
+                // first; then the last beat: what the statuses say now (intents owed included) is what the
+                // next leader reads.
+                while let Ok(input) = inputs.try_recv() {
+                    let now = clock.before(&mut brain, &input);
+                    brain.handle(input, now);
+                    clock.after(&mut brain);
+                }
+                for update in brain.changed_statuses(clock.now()) {
+                    if statuses.send(update).await.is_err() {
+                        break;
+                    }
+                }
+                for item in brain.outgoing() {
+                    if work.send(item).await.is_err() {
+                        break;
+                    }
+                }
+                return;
             }
         }
         for item in brain.outgoing() {

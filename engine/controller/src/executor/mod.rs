@@ -29,7 +29,7 @@ use trainwarden_kube::trainjob::trainjob_api;
 use trainwarden_notify::Notifier;
 use trainwarden_notify::alert::{ActionState, resume_hint};
 
-use crate::messages::{ActionResult, ExecutedAction, Input, Outcome, ReceiverChange, Work};
+use crate::messages::{Act, ActionResult, ExecutedAction, Input, Outcome, ReceiverChange, Work};
 use crate::metrics::{ActionLabel, ApiOperation, DroppedWork, Metrics, ModeLabel};
 use crate::runtime::config::ControllerConfig;
 use crate::runtime::leader::Leadership;
@@ -38,6 +38,7 @@ use crate::{INTENTS_ANNOTATION, LAST_ACTION_ANNOTATION};
 mod actions;
 mod call;
 mod events;
+mod guard;
 mod history;
 mod queue;
 mod ssa;
@@ -76,11 +77,13 @@ pub(crate) struct Ended {
     message: String,
     /// The Kueue Workload a suspension went through, so a message can say how to reactivate it.
     workload: Option<String>,
+    /// [`ActionResult::Stale`]: the policy's generation found at the write.
+    policy_generation: Option<i64>,
 }
 
 impl Ended {
     fn new(result: ActionResult, message: impl Into<String>) -> Self {
-        Ended { result, message: message.into(), workload: None }
+        Ended { result, message: message.into(), workload: None, policy_generation: None }
     }
 }
 
@@ -128,7 +131,8 @@ fn notified_state(intent: &ActionIntent, action: ExecutedAction, ended: &Ended) 
             ended.message
         )),
         ActionResult::Refused => ActionState::NotDone(format!("could not {description}: {}", ended.message)),
-        ActionResult::Reported | ActionResult::NotLeader => return None,
+        ActionResult::Abandoned => ActionState::NotDone(format!("did not {description}: {}", ended.message)),
+        ActionResult::Reported | ActionResult::NotLeader | ActionResult::Stale => return None,
     })
 }
 
@@ -205,6 +209,11 @@ pub struct Executor {
     notifier: Option<Notifier>,
     kueue: bool,
     timeout: Duration,
+    /// Where "now" comes from, for an exception's or snooze's end at the write (see `guard`).
+    clock: crate::runtime::config::Clock,
+    /// `notify` intents whose delivery is awaited and whose outcome the brain has not been sent yet (see
+    /// `actions/notify.rs`); a graceful stop waits for it to reach zero after draining the notifier.
+    awaiting_delivery: Arc<std::sync::atomic::AtomicUsize>,
 }
 
 impl Executor {
@@ -227,7 +236,14 @@ impl Executor {
             notifier,
             kueue: config.kueue,
             timeout: config.api_timeout,
+            clock: config.clock,
+            awaiting_delivery: Arc::default(),
         }
+    }
+
+    /// How many `notify` outcomes wait for their message's delivery (shared; read by the graceful stop).
+    pub fn awaiting_delivery(&self) -> Arc<std::sync::atomic::AtomicUsize> {
+        self.awaiting_delivery.clone()
     }
 
     /// Performs work items until the channel closes, reporting outcomes to `feedback`. Items of one job run
@@ -311,10 +327,16 @@ impl Executor {
                 }
                 let _ = done.send(());
             }
-            Work::Act(intent) => {
-                let outcome = match supervise(self.act(&intent)).await {
+            Work::Act(act) => {
+                // A notify with delivery on reports when its message ends, from a task of its own.
+                if self.await_delivery(&act.intent, feedback) {
+                    return;
+                }
+                let intent = &act.intent;
+                let mut after = Vec::new();
+                let outcome = match supervise(self.act(&act, feedback, &mut after)).await {
                     Ok(outcome) => outcome,
-                    Err(panic) => self.panicked(&intent, panic).await,
+                    Err(panic) => self.panicked(intent, panic).await,
                 };
                 self.metrics.action(
                     ActionLabel::Executed(outcome.action),
@@ -324,6 +346,11 @@ impl Executor {
                 // Also when not the leader: the brain counts every intent until its outcome (see
                 // `Brain::in_flight`).
                 let _ = feedback.send(Input::Outcome(Box::new(outcome))).await;
+                // What the guard learnt of the cluster, after the outcome (which settles the intent, so the
+                // brain does not count it again when it forgets the policy's owed actions).
+                for input in after {
+                    let _ = feedback.send(input).await;
+                }
             }
         }
     }
@@ -353,13 +380,18 @@ impl Executor {
         Outcome::of(intent, ActionResult::Failed, format!("the executor panicked: {panic}"))
     }
 
-    /// Performs or reports one intent.
-    pub async fn act(&self, intent: &ActionIntent) -> Outcome {
+    /// Performs or reports one intent. A stopping action is first checked against the cluster as it is now
+    /// (see `guard`): inputs for the brain that must precede the outcome go to `feedback`, those that must
+    /// follow it to `after`.
+    pub async fn act(&self, act: &Act, feedback: &mpsc::Sender<Input>, after: &mut Vec<Input>) -> Outcome {
+        let intent = &act.intent;
         let mut outcome = Outcome::of(intent, ActionResult::NotLeader, String::new());
-        if !self.leader.is_leader() {
+        // Not `is_leader`: a stopping leader starts no new action; the intent stays owed to the next one.
+        if !self.leader.may_act() {
             return outcome;
         }
-        let ended = match self.perform(intent, &mut outcome.action).await {
+        let judged = act.judged.as_ref();
+        let ended = match self.perform(intent, judged, &mut outcome.action, feedback, after).await {
             Ok(ended) => ended,
             Err(e) if e.lost_leadership() => Ended::new(ActionResult::NotLeader, e.to_string()),
             Err(e) => Ended::new(ActionResult::Failed, e.to_string()),
@@ -371,6 +403,7 @@ impl Executor {
         }
         outcome.result = ended.result;
         outcome.message = ended.message;
+        outcome.policy_generation = ended.policy_generation;
         match outcome.result {
             ActionResult::NotLeader => {
                 info!(job = %intent.job, rule = %intent.rule, action = outcome.action.as_str(), "leadership lost before the action's next write; owed to the next leader");
@@ -390,7 +423,10 @@ impl Executor {
     async fn perform(
         &self,
         intent: &ActionIntent,
+        judged: Option<&crate::messages::Judged>,
         action: &mut ExecutedAction,
+        feedback: &mpsc::Sender<Input>,
+        after: &mut Vec<Input>,
     ) -> Result<Ended, ActionError> {
         let api = trainjob_api(self.client.clone(), Some(&intent.job.namespace));
         let name = intent.job.name.as_str();
@@ -422,6 +458,17 @@ impl Executor {
                 == Some(&intent.id);
         if performed {
             return Ok(Ended::new(ActionResult::AlreadyDone, "this intent was already performed"));
+        }
+        // Checked after the record: an intent performed before (by a leader lost before its outcome) is
+        // done, whatever happened to its policy since; so is a scale this intent began (suspended and
+        // resized, its leader lost before resuming): finishing it resumes the job.
+        let finishing_scale = job.annotations().get(crate::SCALE_PENDING_ANNOTATION) == Some(&intent.id);
+        if guard::guarded(intent)
+            && !finishing_scale
+            && let guard::Checked::Stop(ended) =
+                self.check_view(intent, judged, &job, feedback, after).await?
+        {
+            return Ok(ended);
         }
         let record = Record { last_action: last_action(intent), intents: intents_with(&job, &intent.id) };
         match &intent.action {

@@ -1,7 +1,8 @@
 //! Server-side apply with trainwarden's field manager. An apply removes fields the manager applied before
 //! and omits now, so each apply re-states everything trainwarden owns on the object (read from
 //! `managedFields`): its annotations, and `spec.suspend` / `spec.trainer.numNodes` if it set them. Also the
-//! `trainwarden.dev/last-action` record that makes a repeated intent recognisable.
+//! `trainwarden.dev/last-action` record that makes a repeated intent recognisable. Every body names the
+//! object it was read as (`metadata.uid`), so a TrainJob replaced since is not written.
 
 use std::collections::BTreeMap;
 
@@ -134,6 +135,11 @@ impl Executor {
             "kind": TRAINJOB_KIND,
             "metadata": {"name": job.name_any(), "namespace": job.namespace(), "annotations": merged},
         });
+        // A precondition, not a change: the API server refuses the apply (409) if the object by that name is
+        // another one by now (deleted and created again since it was read), at no extra read.
+        if let Some(uid) = job.uid() {
+            body["metadata"]["uid"] = json!(uid);
+        }
         if owned.suspend
             && let Some(s) = spec_bool(job, "/spec/suspend")
         {

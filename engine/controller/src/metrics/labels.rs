@@ -6,7 +6,7 @@ use std::fmt::Write;
 use prometheus_client::encoding::{EncodeLabelSet, EncodeLabelValue, LabelValueEncoder};
 use trainwarden_core::Mode;
 
-use crate::messages::{ActionResult, ExecutedAction, WorkKind};
+use crate::messages::{AbandonReason, ActionResult, ExecutedAction, WorkKind};
 
 /// Labels of `trainwarden_actions`.
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -59,6 +59,12 @@ pub enum ApiOperation {
     WatchKueue,
     /// `watch_exceptions`: the ProgressPolicyException watch (only its errors are counted).
     WatchExceptions,
+    /// `get_policy`: reading a stopping action's policy at the moment of the write (is it still there, the
+    /// same object, the same generation?).
+    GetPolicy,
+    /// `list_exceptions`: reading the ProgressPolicyExceptions of a job's namespace at the moment of a
+    /// stopping write (does one hold the rule now?).
+    ListExceptions,
 }
 
 impl ApiOperation {
@@ -76,6 +82,8 @@ impl ApiOperation {
             ApiOperation::WatchTrainjobs => "watch_trainjobs",
             ApiOperation::WatchKueue => "watch_kueue",
             ApiOperation::WatchExceptions => "watch_exceptions",
+            ApiOperation::GetPolicy => "get_policy",
+            ApiOperation::ListExceptions => "list_exceptions",
         }
     }
 }
@@ -366,6 +374,7 @@ label_value! {
     };
     ModeLabel => |v| v.0.map_or("-", Mode::as_str);
     ActionResult => |v| v.as_str();
+    AbandonReason => |v| v.as_str();
     ApiOperation => |v| v.as_str();
     WorkKind => |v| match v {
         WorkKind::Act => "act",
@@ -461,6 +470,13 @@ pub struct GpuQueryLabels {
 pub struct ExecutedActionLabels {
     /// The action.
     pub action: ActionLabel,
+}
+
+/// Labels of `trainwarden_actions_abandoned`.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct AbandonReasonLabels {
+    /// Why the intent was dropped.
+    pub reason: AbandonReason,
 }
 
 /// The watched kinds, for `trainwarden_relist_deletions`.

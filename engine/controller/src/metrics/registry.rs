@@ -139,9 +139,11 @@ pub struct Metrics {
     pub action_retries: Family<ExecutedActionLabels, Counter>,
     /// `trainwarden_actions_owed`: intents issued and not yet settled (performed, found done, refused).
     pub actions_owed: Gauge,
-    /// `trainwarden_actions_abandoned`: owed intents dropped because their rule, job or policy no longer wants
-    /// them (the rule resolved, the job or policy was deleted).
-    pub actions_abandoned: Counter,
+    /// `trainwarden_actions_abandoned{reason}`: owed intents dropped without being performed because their
+    /// rule, job or policy no longer wants them, as the brain saw it (the rule resolved, the job or policy was
+    /// deleted) or as the executor found the cluster at the moment of the write (policy deleted, replaced or
+    /// changed, job replaced, an exception or a snooze holding it).
+    pub actions_abandoned: Family<AbandonReasonLabels, Counter>,
     /// `trainwarden_handovers`: times this replica became leader and took over the owed intents.
     pub handovers: Counter,
     /// `trainwarden_actions_inherited`: owed intents a new leader re-issued at its hand-over.
@@ -189,8 +191,9 @@ pub struct Metrics {
     pub gpu_metrics_up: Family<PrometheusLabels, Gauge>,
     /// `trainwarden_gpu_jobs`: TrainJobs the latest GPU query found GPU readings for.
     pub gpu_jobs: Gauge,
-    /// `trainwarden_gpu_series_unmatched`: GPU series of the latest query whose pod is no TrainJob's (other
-    /// workloads, free GPUs, or pods the controller cannot list: check its RBAC when every series is).
+    /// `trainwarden_gpu_series_unmatched`: GPU series of the latest query (one per GPU, told apart by its
+    /// UUID across nodes, and gauge: up to four per GPU) whose pod is no TrainJob's (other workloads, free
+    /// GPUs, or pods the controller cannot list: check its RBAC when every series is).
     pub gpu_series_unmatched: Gauge,
     /// The per-job gauges; `None` when `--job-metrics=false` (not registered at all).
     pub job: Option<JobFamilies>,
@@ -310,10 +313,11 @@ impl Metrics {
         );
         let actions_owed = Gauge::default();
         registry.register("actions_owed", "Action intents issued and not yet settled", actions_owed.clone());
-        let actions_abandoned = Counter::default();
+        let actions_abandoned = Family::<AbandonReasonLabels, Counter>::default();
         registry.register(
             "actions_abandoned",
-            "Owed action intents dropped because their rule resolved or their job or policy was deleted",
+            "Owed action intents dropped without being performed, by why (the rule resolved, the job or policy \
+             was deleted or changed, an exception or snooze holds the job)",
             actions_abandoned.clone(),
         );
         let handovers = Counter::default();
@@ -436,7 +440,7 @@ impl Metrics {
         let gpu_series_unmatched = Gauge::default();
         registry.register(
             "gpu_series_unmatched",
-            "GPU series of the latest query whose pod is no TrainJob's (other workloads, free GPUs, or pods the controller cannot list)",
+            "GPU series of the latest query (one per GPU, by UUID, and gauge) whose pod is no TrainJob's (other workloads, free GPUs, or pods the controller cannot list)",
             gpu_series_unmatched.clone(),
         );
         let job = job_metrics.then(JobFamilies::default);
@@ -490,6 +494,13 @@ impl Metrics {
             gpu_jobs,
             gpu_series_unmatched,
             job,
+        }
+    }
+
+    /// Counts `n` owed intents dropped for `reason` in `trainwarden_actions_abandoned`.
+    pub fn abandoned(&self, reason: crate::messages::AbandonReason, n: u64) {
+        if n > 0 {
+            self.actions_abandoned.get_or_create(&AbandonReasonLabels { reason }).inc_by(n);
         }
     }
 

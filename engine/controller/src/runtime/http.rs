@@ -1,5 +1,7 @@
-//! `/healthz` (the process runs), `/readyz` (policies and TrainJobs listed, evaluation running) and
-//! `/metrics` (OpenMetrics text) on one port.
+//! `/healthz` (the process runs), `/readyz` (policies and TrainJobs listed, evaluation running, not
+//! stopping) and `/metrics` (OpenMetrics text) on one port. The server is the last thing a graceful stop
+//! ends (see [`crate::runtime::shutdown`]): `/readyz` answers 503 from the stop's first step, so probes see
+//! the replica go not-ready, and `/metrics` stays readable until the end.
 
 use std::sync::Arc;
 
@@ -17,19 +19,27 @@ use crate::metrics::Metrics;
 struct AppState {
     metrics: Arc<Metrics>,
     ready: watch::Receiver<bool>,
+    stopping: watch::Receiver<bool>,
 }
 
-/// The router, separate from [`serve`] so tests can call it without a socket.
-pub fn router(metrics: Arc<Metrics>, ready: watch::Receiver<bool>) -> Router {
+/// The router, separate from [`serve`] so tests can call it without a socket. `ready`: the initial sync is
+/// done; `stopping`: a graceful stop has begun (not ready again, whatever `ready` says).
+pub fn router(
+    metrics: Arc<Metrics>,
+    ready: watch::Receiver<bool>,
+    stopping: watch::Receiver<bool>,
+) -> Router {
     Router::new()
         .route("/healthz", get(|| async { "ok" }))
         .route("/readyz", get(readyz))
         .route("/metrics", get(metrics_text))
-        .with_state(AppState { metrics, ready })
+        .with_state(AppState { metrics, ready, stopping })
 }
 
 async fn readyz(State(state): State<AppState>) -> impl IntoResponse {
-    if *state.ready.borrow() {
+    if *state.stopping.borrow() {
+        (StatusCode::SERVICE_UNAVAILABLE, "shutting down")
+    } else if *state.ready.borrow() {
         (StatusCode::OK, "ready")
     } else {
         (StatusCode::SERVICE_UNAVAILABLE, "initial sync of policies and TrainJobs not finished")
@@ -43,22 +53,19 @@ async fn metrics_text(State(state): State<AppState>) -> impl IntoResponse {
     )
 }
 
-/// Serves until `shutdown` turns true.
+/// Serves until `stop` fires (or its sender is dropped): the graceful stop's last step, not the signal
+/// itself. Connections under way are finished. `Err`: the server failed while it was meant to run.
 pub async fn serve(
     listener: TcpListener,
     metrics: Arc<Metrics>,
     ready: watch::Receiver<bool>,
-    mut shutdown: watch::Receiver<bool>,
-) {
-    let app = router(metrics, ready);
-    let stop = async move {
-        while shutdown.changed().await.is_ok() {
-            if *shutdown.borrow() {
-                break;
-            }
-        }
-    };
-    if let Err(e) = axum::serve(listener, app).with_graceful_shutdown(stop).await {
-        tracing::error!(error = %e, "http server failed");
-    }
+    stopping: watch::Receiver<bool>,
+    stop: tokio::sync::oneshot::Receiver<()>,
+) -> std::io::Result<()> {
+    let app = router(metrics, ready, stopping);
+    axum::serve(listener, app)
+        .with_graceful_shutdown(async move {
+            let _ = stop.await;
+        })
+        .await
 }

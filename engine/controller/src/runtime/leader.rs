@@ -2,6 +2,7 @@
 //! evaluates; only the holder of the Lease executes actions and writes status.
 
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 
 use kube::Client;
 use kube_lease_manager::LeaseManagerBuilder;
@@ -16,6 +17,9 @@ use crate::runtime::config::ControllerConfig;
 #[derive(Clone)]
 pub struct Leadership {
     is_leader: watch::Receiver<bool>,
+    /// Set when a graceful stop begins: no new action is started from then on (the Lease is still held, so
+    /// the stop can store checkpoints and statuses), and what is owed stays owed to the next leader.
+    stopping: Arc<AtomicBool>,
     /// Asks the election task to stop acting, give the Lease up and finish.
     stop: Arc<Mutex<Option<oneshot::Sender<()>>>>,
     done: Arc<Mutex<Option<JoinHandle<()>>>>,
@@ -26,12 +30,25 @@ impl Leadership {
     pub fn always() -> Self {
         // A closed channel still reports its last value, which is all `is_leader` reads.
         let (_tx, rx) = watch::channel(true);
-        Leadership { is_leader: rx, stop: Arc::default(), done: Arc::default() }
+        Leadership { is_leader: rx, stopping: Arc::default(), stop: Arc::default(), done: Arc::default() }
     }
 
     /// Whether this replica holds the Lease now.
     pub fn is_leader(&self) -> bool {
         *self.is_leader.borrow()
+    }
+
+    /// Whether a new action may start: this replica leads and is not stopping. Every other write (history
+    /// checkpoints, policy status) only needs [`Leadership::is_leader`].
+    pub fn may_act(&self) -> bool {
+        !self.stopping.load(Ordering::Relaxed) && self.is_leader()
+    }
+
+    /// The first step of a graceful stop: from now on [`Leadership::may_act`] is false, so an action that is
+    /// due is answered "not leader" and stays owed (the next leader performs it); actions already under way
+    /// finish. The Lease is kept until [`Leadership::release`].
+    pub fn stop_acting(&self) {
+        self.stopping.store(true, Ordering::Relaxed);
     }
 
     /// A receiver that sees every change of leadership (`true` while leading).
@@ -40,16 +57,20 @@ impl Leadership {
     }
 
     /// Stops acting and gives the Lease up (on shutdown), so another replica takes over at once instead of
-    /// after the lease duration.
-    pub async fn release(&self) {
+    /// after the lease duration. Waits at most `within` for the API server to take the release; `false`: it
+    /// did not (the Lease then expires after its duration, and the next leader takes over then).
+    pub async fn release(&self, within: std::time::Duration) -> bool {
+        self.stop_acting();
         if let Some(stop) = self.stop.lock().await.take() {
             let _ = stop.send(());
         }
         if let Some(done) = self.done.lock().await.take()
-            && tokio::time::timeout(std::time::Duration::from_secs(5), done).await.is_err()
+            && tokio::time::timeout(within, done).await.is_err()
         {
-            warn!("giving up the leader lease took longer than 5s");
+            warn!(within = ?within, "giving up the leader lease took too long; it expires by itself");
+            return false;
         }
+        true
     }
 }
 
@@ -108,6 +129,7 @@ pub async fn elect(
     });
     Ok(Leadership {
         is_leader: rx,
+        stopping: Arc::default(),
         stop: Arc::new(Mutex::new(Some(stop_tx))),
         done: Arc::new(Mutex::new(Some(done))),
     })

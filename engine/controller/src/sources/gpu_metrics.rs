@@ -71,9 +71,11 @@ const MAX_BACKOFF: Duration = Duration::from_secs(300);
 type Value<'a> = (&'a HashMap<String, String>, &'a str);
 
 /// The labels the answer keeps. Prometheus drops the others (`max by`), which makes the answer about a
-/// third of what the exporter's labels (UUID, PCI bus, model, host, driver, instance) would, and folds the
-/// copies an HA pair of Prometheus scrapers or two scrape jobs would return.
-const KEPT_LABELS: &str = "__name__, namespace, pod, exported_namespace, exported_pod, gpu, GPU_I_ID";
+/// third of what the exporter's labels (PCI bus, model, host, driver, instance) would, and folds the
+/// copies an HA pair of Prometheus scrapers or two scrape jobs would return. `UUID` keeps the GPU's
+/// identity across nodes: without it the free GPUs (no pod) with the same index on two nodes folded into
+/// one series, and `trainwarden_gpu_series_unmatched` undercounted them.
+const KEPT_LABELS: &str = "__name__, namespace, pod, exported_namespace, exported_pod, gpu, UUID, GPU_I_ID";
 
 /// The PromQL of the poll: every GPU's four gauges, in the controller's namespace only when it watches one.
 pub fn query(namespace: Option<&str>) -> String {
@@ -675,7 +677,7 @@ mod tests {
     fn the_query_asks_for_the_four_gauges_once() {
         assert_eq!(
             query(None),
-            r#"max by (__name__, namespace, pod, exported_namespace, exported_pod, gpu, GPU_I_ID) ({__name__=~"DCGM_FI_DEV_GPU_UTIL|DCGM_FI_PROF_GR_ENGINE_ACTIVE|DCGM_FI_DEV_POWER_USAGE|DCGM_FI_DEV_FB_USED"})"#
+            r#"max by (__name__, namespace, pod, exported_namespace, exported_pod, gpu, UUID, GPU_I_ID) ({__name__=~"DCGM_FI_DEV_GPU_UTIL|DCGM_FI_PROF_GR_ENGINE_ACTIVE|DCGM_FI_DEV_POWER_USAGE|DCGM_FI_DEV_FB_USED"})"#
         );
         assert!(query(Some("team-a")).contains(r#"exported_namespace="team-a""#));
     }

@@ -17,18 +17,6 @@ use super::relist::Relist;
 use crate::messages::{Input, PolicyInput};
 use crate::metrics::{Metrics, WatchedKind, WatchedKindLabels};
 
-fn policy_input<K>(obj: &K, kind: PolicyKind, status: Option<ProgressPolicyStatus>) -> PolicyInput
-where
-    K: PolicyResource + ResourceExt,
-{
-    PolicyInput {
-        key: PolicyId { kind, namespace: obj.namespace(), name: obj.name_any() },
-        generation: obj.meta().generation.unwrap_or(0),
-        document: obj.to_document(),
-        status,
-    }
-}
-
 /// Watches one policy kind until the loop's channel closes; returns the task's name.
 pub(super) async fn watch_policies<K>(
     api: Api<K>,
@@ -57,7 +45,7 @@ where
         let input = match event {
             Ok(watcher::Event::Apply(p) | watcher::Event::InitApply(p)) => {
                 relist.seen(&id(&p));
-                Input::Policy(Box::new(policy_input(&p, kind, status(&p))))
+                Input::Policy(Box::new(PolicyInput::read(&p, kind, status(&p))))
             }
             Ok(watcher::Event::Delete(p)) => {
                 relist.deleted(&id(&p));

@@ -214,4 +214,15 @@ impl Notice {
             ),
         )
     }
+
+    /// A stopping action was not performed because what its rule was judged under no longer stood at the
+    /// moment of the write: `not suspended: policy nan-and-stall was deleted`.
+    pub fn action_abandoned(intent: &ActionIntent, why: &str) -> Notice {
+        let not = match intent.action.kind() {
+            crate::policy::ActionKind::Suspend => "not suspended".to_string(),
+            crate::policy::ActionKind::Scale => "not scaled".to_string(),
+            other => format!("{other} not performed"),
+        };
+        Notice::new(Reason::ActionAbandoned, format!("{not}: {why} (rule {})", intent.rule))
+    }
 }

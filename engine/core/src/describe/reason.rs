@@ -57,13 +57,16 @@ pub enum Reason {
     WouldAct,
     /// An action panicked in the executor (it is tried again).
     ActionPanicked,
+    /// A stopping action was not performed: at the moment of the write its policy was gone or changed, or
+    /// an exception or a snooze held the job (what the rule was judged under no longer stood).
+    ActionAbandoned,
     /// The `event` action's reason when its policy names none.
     ProgressRuleFiring,
 }
 
 impl Reason {
     /// Every reason, for documentation and tests.
-    pub const ALL: [Reason; 27] = [
+    pub const ALL: [Reason; 28] = [
         Reason::RuleFiring,
         Reason::RuleResolved,
         Reason::RuleError,
@@ -90,6 +93,7 @@ impl Reason {
         Reason::WouldScale,
         Reason::WouldAct,
         Reason::ActionPanicked,
+        Reason::ActionAbandoned,
         Reason::ProgressRuleFiring,
     ];
 
@@ -122,6 +126,7 @@ impl Reason {
             Reason::WouldScale => "WouldScale",
             Reason::WouldAct => "WouldAct",
             Reason::ActionPanicked => "ActionPanicked",
+            Reason::ActionAbandoned => "ActionAbandoned",
             Reason::ProgressRuleFiring => "ProgressRuleFiring",
         }
     }
@@ -141,6 +146,7 @@ impl Reason {
             | Reason::ScaleRefused
             | Reason::ScaleResumeFailed
             | Reason::ActionPanicked
+            | Reason::ActionAbandoned
             | Reason::ProgressRuleFiring => true,
             Reason::RuleResolved
             | Reason::ActionsHeld
@@ -181,7 +187,7 @@ impl Reason {
             Reason::Annotated => "Annotate",
             Reason::Scaled | Reason::ScaleRefused | Reason::ScaleResumeFailed => "Scale",
             Reason::WouldSuspend | Reason::WouldAnnotate | Reason::WouldScale | Reason::WouldAct => "Audit",
-            Reason::ActionPanicked => "Execute",
+            Reason::ActionPanicked | Reason::ActionAbandoned => "Execute",
         }
     }
 }

@@ -35,6 +35,7 @@ use trainwarden_e2e::controller::*;
 mod leader;
 mod links;
 mod load;
+mod stale;
 
 // The plane, the lock, the table -------------------------------------------------------------------------
 

@@ -10,6 +10,7 @@ mod policies;
 mod reports;
 mod restarts;
 mod signals;
+mod stale;
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -78,6 +79,7 @@ pub(crate) fn suspend_outcome(intent: &str, mode: Mode, result: ActionResult, gp
             gpu_hours,
             dollars: Some(gpu_hours * 10.0),
         }),
+        policy_generation: None,
     }
 }
 
@@ -88,7 +90,7 @@ pub(crate) fn key() -> PolicyId {
 /// Policy `ml/p` (Enforce, a sample a second at most) with `rules` (YAML list items), as watched.
 pub(crate) fn policy_input(rules: &str, status: Option<ProgressPolicyStatus>) -> Input {
     let doc = policy("p").spec("samplingInterval: 1s").rules(rules).document();
-    Input::Policy(Box::new(PolicyInput { key: key(), generation: 1, document: Ok(doc), status }))
+    Input::Policy(Box::new(PolicyInput { key: key(), uid: None, generation: 1, document: Ok(doc), status }))
 }
 
 /// A TrainJob `namespace/name` whose `status.trainerStatus` is `status`, updated at `at`, as watched.
@@ -148,7 +150,7 @@ fn exception_input(name: &str, rules: &str, expires: Timestamp) -> Input {
 
 /// The intents of the last step, taken.
 fn acts(b: &mut Brain) -> Vec<ActionIntent> {
-    b.work.drain(..).filter_map(|w| if let Work::Act(i) = w { Some(*i) } else { None }).collect()
+    b.work.drain(..).filter_map(|w| if let Work::Act(i) = w { Some(i.intent) } else { None }).collect()
 }
 
 /// What the executor answers for `i` with `result`: a suspension frees 8 GPU-hours until at_sec(3600).
@@ -171,5 +173,6 @@ fn outcome(i: &ActionIntent, result: ActionResult) -> Input {
             gpu_hours: 8.0,
             dollars: None,
         }),
+        policy_generation: None,
     }))
 }

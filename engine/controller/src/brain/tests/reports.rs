@@ -136,7 +136,13 @@ fn a_plateau_fires_from_watched_trainjob_objects() {
     let key =
         PolicyId { kind: PolicyKind::Namespaced, namespace: Some("ns".to_string()), name: "p".to_string() };
     b.handle(
-        Input::Policy(Box::new(PolicyInput { key, generation: 1, document: Ok(doc), status: None })),
+        Input::Policy(Box::new(PolicyInput {
+            key,
+            uid: None,
+            generation: 1,
+            document: Ok(doc),
+            status: None,
+        })),
         at_sec(0),
     );
     let losses = ["2.0", "1.5", "1.0", "0.80", "0.801", "0.799", "0.802", "0.800", "0.803"];
@@ -158,7 +164,7 @@ fn a_plateau_fires_from_watched_trainjob_objects() {
                 namespace: Some("ns".to_string()),
                 name: "p".to_string(),
             };
-            let input = PolicyInput { key, generation: 1, document: Ok(doc), status: None };
+            let input = PolicyInput { key, uid: None, generation: 1, document: Ok(doc), status: None };
             b.handle(Input::Policy(Box::new(input)), at_sec(i as i64));
         }
         let input = crate::sources::trainjobs::job_input(&obj).expect("a namespaced TrainJob");

@@ -31,7 +31,7 @@ fn an_action_in_flight_is_persisted_as_due_and_redone_after_a_restart() {
     b.handle(job_reporting(9.0, at_sec(0)), at_sec(0));
     b.tick(at_sec(10));
     let issued: Vec<ActionIntent> =
-        b.work.drain(..).filter_map(|w| if let Work::Act(i) = w { Some(*i) } else { None }).collect();
+        b.work.drain(..).filter_map(|w| if let Work::Act(i) = w { Some(i.intent) } else { None }).collect();
     assert_eq!(issued.len(), 1);
     // No outcome yet: persisted as pending since at_sec(0), due now.
     let status = b.status_of(&key(), at_sec(10));
@@ -43,8 +43,11 @@ fn an_action_in_flight_is_persisted_as_due_and_redone_after_a_restart() {
     let mut after = brain();
     after.handle(policy_input(rules, Some(status)), at_sec(12));
     after.handle(job_reporting(9.0, at_sec(11)), at_sec(12));
-    let redone: Vec<String> =
-        after.work.drain(..).filter_map(|w| if let Work::Act(i) = w { Some(i.id) } else { None }).collect();
+    let redone: Vec<String> = after
+        .work
+        .drain(..)
+        .filter_map(|w| if let Work::Act(i) = w { Some(i.intent.id) } else { None })
+        .collect();
     assert_eq!(redone, vec![issued[0].id.clone()]);
 
     // Once the executor reports back, the memory is "firing".
@@ -59,6 +62,7 @@ fn an_action_in_flight_is_persisted_as_due_and_redone_after_a_restart() {
         message: String::new(),
         at: at_sec(10),
         savings: None,
+        policy_generation: None,
     };
     b.handle(Input::Outcome(Box::new(outcome)), at_sec(11));
     let m = &b.status_of(&key(), at_sec(11)).rule_states[0];
