@@ -110,16 +110,44 @@ impl Job {
     }
 }
 
-/// The stream of the peer comparison: `jobs` jobs × `samples` compact `trainerStatus` lines, 30 s apart,
-/// interleaved in time order, in the shape the HF callback reports (loss, learning rate, gradient norm, step
-/// counters). Metric values are written in shortest round-trip form, so every reader sees the same doubles.
-pub fn peer_stream(jobs: usize, samples: usize, mut line: impl FnMut(&str)) {
+/// The order of the lines within each 30 s round of the peer stream. Job `j` reports at second `j % 30` of
+/// each round either way, and each job's values come from its own generator, so both orders hold the same
+/// lines; a time-ordered merge of either (ties in line order) is the same sequence of records.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum LineOrder {
+    /// In time order, as a recorder that writes what it sees gives (jobs of one second in job order).
+    Sorted,
+    /// In job order within each round, times going back up to 29 s: as a fleet export, per-job logs
+    /// concatenated round by round, or several recorders merged by line give.
+    JobsInRound,
+}
+
+impl std::str::FromStr for LineOrder {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Self, String> {
+        match s {
+            "sorted" => Ok(LineOrder::Sorted),
+            "jobs-in-round" => Ok(LineOrder::JobsInRound),
+            _ => Err(format!("line order {s:?}: expected sorted or jobs-in-round")),
+        }
+    }
+}
+
+/// The stream of the peer comparison: `jobs` jobs × `samples` compact `trainerStatus` lines, 30 s apart, in
+/// the shape the HF callback reports (loss, learning rate, gradient norm, step counters), each round's lines
+/// in `order`. Metric values are written in shortest round-trip form, so every reader sees the same
+/// doubles. `line` gets the job's number with each line (to split the stream into files by job).
+pub fn peer_stream(jobs: usize, samples: usize, order: LineOrder, mut line: impl FnMut(usize, &str)) {
     let start = 1_795_798_800i64; // 2026-11-27T17:00:00Z
     let mut all: Vec<Job> = (0..jobs).map(Job::new).collect();
     let total_steps = samples * 10;
     let mut buf = String::with_capacity(512);
-    // A recorded stream is in time order: job j reports at second j % 30 of each 30 s round.
-    let order: Vec<usize> = (0..30).flat_map(|second| (second..jobs).step_by(30)).collect();
+    // Job j reports at second j % 30 of each 30 s round.
+    let order: Vec<usize> = match order {
+        LineOrder::Sorted => (0..30).flat_map(|second| (second..jobs).step_by(30)).collect(),
+        LineOrder::JobsInRound => (0..jobs).collect(),
+    };
     for i in 0..samples {
         for &j in &order {
             let job = &mut all[j];
@@ -139,7 +167,7 @@ pub fn peer_stream(jobs: usize, samples: usize, mut line: impl FnMut(&str)) {
                 (total_steps - step) * 3,
             )
             .expect("writing to a String");
-            line(&buf);
+            line(j, &buf);
         }
     }
 }
@@ -187,10 +215,20 @@ mod tests {
     #[test]
     fn the_peer_stream_is_deterministic_and_parses() {
         let mut first = Vec::new();
-        peer_stream(40, 30, |l| first.push(l.to_string()));
+        peer_stream(40, 30, LineOrder::Sorted, |_, l| first.push(l.to_string()));
         let mut second = Vec::new();
-        peer_stream(40, 30, |l| second.push(l.to_string()));
+        peer_stream(40, 30, LineOrder::Sorted, |_, l| second.push(l.to_string()));
         assert_eq!(first, second);
+        // In job order within each round: the same lines, each round's in another order.
+        let mut by_job = Vec::new();
+        peer_stream(40, 30, LineOrder::JobsInRound, |_, l| by_job.push(l.to_string()));
+        assert_ne!(by_job, first);
+        for (a, b) in first.chunks(40).zip(by_job.chunks(40)) {
+            let (mut a, mut b) = (a.to_vec(), b.to_vec());
+            a.sort();
+            b.sort();
+            assert_eq!(a, b);
+        }
         assert_eq!(first.len(), 1200);
         for (i, l) in first.iter().enumerate() {
             trainwarden_core::parse_line(l, "peers", i + 1, None).expect("a valid compact line");

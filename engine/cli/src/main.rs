@@ -64,6 +64,10 @@ enum Command {
         /// Secrets as files, <DIR>/<namespace>/<secret name>/<key> (a mounted Secret's layout).
         #[arg(long, value_name = "DIR", requires = "notify")]
         secrets_dir: Option<PathBuf>,
+        /// Evaluator threads, the jobs spread over them by name (default: one per core but one, 1 to 8). The
+        /// output is the same whatever the number; policies with spec.limits replay on one.
+        #[arg(long, value_name = "N")]
+        shards: Option<usize>,
     },
     /// What enforcing policies would have saved on a corpus of complete recorded runs, and which good runs
     /// they would have killed (false stops), with parameter sweeps and an HTML report.
@@ -134,6 +138,7 @@ fn main() -> ExitCode {
             namespace_labels,
             notify,
             secrets_dir,
+            shards,
         } => replay::replay(&replay::ReplayArgs {
             policy_files: &policies,
             json: matches!(output, Output::Json),
@@ -143,6 +148,7 @@ fn main() -> ExitCode {
             streams: &streams,
             namespace_labels: namespace_labels.as_deref(),
             notify: &replay::ReplayNotify { send: notify, secrets_dir },
+            shards,
         }),
         Command::Test { paths } => {
             let paths = if paths.is_empty() { vec![PathBuf::from("policies")] } else { paths };

@@ -7,6 +7,7 @@ use std::io::{self, BufWriter, Write};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
+use trainwarden_core::replay::shard::Sharding;
 use trainwarden_core::replay::{self, Replay};
 use trainwarden_core::{CompiledPolicy, Evaluator, Event, Merge, PolicyDuration, Timestamp};
 use trainwarden_notify::delivery::RetryPolicy;
@@ -15,6 +16,11 @@ use trainwarden_notify::{FileSecrets, JobProgress, LocalSecrets, SendConfig, Sen
 
 use crate::commands::{config, load_exceptions, load_policies};
 use crate::streams;
+
+mod sharded;
+
+/// The most evaluator threads `replay` starts by itself (one per core but one, up to this).
+const MAX_SHARDS: usize = 8;
 
 /// The most evaluation rounds (stream span ÷ `--eval-interval`) a replay runs: a year at 5 s.
 const MAX_ROUNDS: f64 = 6_400_000.0;
@@ -38,6 +44,8 @@ pub(crate) struct ReplayArgs<'a> {
     pub streams: &'a [PathBuf],
     pub namespace_labels: Option<&'a Path>,
     pub notify: &'a ReplayNotify,
+    /// `--shards`: evaluator threads, jobs spread over them by key (`None`: one per core but one).
+    pub shards: Option<usize>,
 }
 
 pub(crate) fn replay(args: &ReplayArgs<'_>) -> Result<bool, String> {
@@ -56,6 +64,20 @@ pub(crate) fn replay(args: &ReplayArgs<'_>) -> Result<bool, String> {
     let engine = Evaluator::new(config.clone());
     let policies = load_policies(args.policy_files, engine.scripts())?;
     Replay::check_unique(&policies)?;
+    let shards = match (args.shards, Sharding::refuses(&policies, &config)) {
+        (Some(0), _) => return Err("--shards: at least 1".into()),
+        (Some(n), Some(why)) if n > 1 => {
+            eprintln!("note: replaying on one shard, not {n}: {why}");
+            1
+        }
+        (_, Some(_)) => 1,
+        (Some(n), None) => n,
+        // One core is the decoding's (and the output's); the rest evaluate.
+        (None, None) => {
+            let cores = std::thread::available_parallelism().map_or(1, std::num::NonZero::get);
+            cores.saturating_sub(1).clamp(1, MAX_SHARDS)
+        }
+    };
     for note in policies.iter().flat_map(CompiledPolicy::notifies_nowhere) {
         eprintln!("note: {note}");
     }
@@ -63,7 +85,7 @@ pub(crate) fn replay(args: &ReplayArgs<'_>) -> Result<bool, String> {
     let decoded = inputs.into_iter().map(streams::DecodedAhead::start).collect::<Result<Vec<_>, _>>()?;
     let mut merge = Merge::new(decoded, max_lateness);
     // Notifications are grouped on the stream's clock, event by event, with each job's progress at the time.
-    let mut notifications = OfflineNotifications::new(&policies);
+    let notifications = OfflineNotifications::new(&policies);
     if args.notify.send && !notifications.has_receivers() {
         return Err("--notify: no policy declares spec.receivers".into());
     }
@@ -75,48 +97,36 @@ pub(crate) fn replay(args: &ReplayArgs<'_>) -> Result<bool, String> {
         }
         None => trainwarden_core::NamespaceLabels::new(),
     };
-    let mut replay = Replay::new(policies, config);
-    for (namespace, labels) in namespace_labels {
-        replay.set_namespace_labels(&namespace, labels);
-    }
-    replay.add_exceptions(exceptions);
-    let mut timeline = Timeline::new(args.json, tz.clone(), live);
-    // A closed pipe ends the replay quietly, any other write error with status 2 (see `output`).
-    let written = |e: io::Error| crate::output::failed(&e);
-    let heading = "invalid stream (replayed up to the first bad line)";
-    while let Some(record) = streams::next_record(&mut merge, heading)? {
-        // `--until` ends the replay where it says, before the stream's end too.
-        if let Some(u) = until
-            && record.time() > u
-        {
-            if replay.summary.first_record.is_none() {
-                return Err(format!(
-                    "--until {u} is before the first record ({}): there is nothing to replay",
-                    record.time()
-                ));
-            }
-            eprintln!("note: replayed up to --until {u}; the records after it were not read");
-            break;
+    // Each shard its own evaluator (its own Rhai engine and timers), with the same policies, exceptions and
+    // namespace labels.
+    let mut replays = Vec::with_capacity(shards);
+    let mut first = Some(policies);
+    for _ in 0..shards {
+        let policies = match first.take() {
+            Some(p) => p,
+            None => load_policies(args.policy_files, engine.scripts())?,
+        };
+        let mut replay = Replay::new(policies, config.clone());
+        for (namespace, labels) in namespace_labels.clone() {
+            replay.set_namespace_labels(&namespace, labels);
         }
-        rounds.check(record.time(), || merge.last_position().unwrap_or_default())?;
-        replay.feed(record);
-        timeline.observe(&mut replay, &mut notifications).unwrap_or_else(written);
+        replay.add_exceptions(exceptions.clone());
+        replays.push(replay);
     }
-    rounds.check_until()?;
-    replay.finish(until);
-    timeline.observe(&mut replay, &mut notifications).unwrap_or_else(written);
-    if let Some(end) = replay.summary.last_time {
-        notifications.finish(end);
-    }
-    timeline.finish(&replay.summary, &notifications).unwrap_or_else(written);
-    drop(timeline);
+    let heading = "invalid stream (replayed up to the first bad line)";
+    let run = sharded::Run { replays, until, json: args.json, tz, live, notifications, rounds: &mut rounds };
+    let done = sharded::replay(&mut merge, heading, run)?;
+    let notifications = done.notifications;
+    let Some(summary) = done.summary else {
+        return Err("the replay stopped before its end".into());
+    };
     let delivered = if args.notify.send {
         send_notifications(&notifications, args.notify.secrets_dir.as_deref())?
     } else {
         true
     };
     // A rule that cannot be evaluated never fires: a replay that looks quiet would be a lie.
-    let errors = replay.summary.rule_errors;
+    let errors = summary.rule_errors;
     if errors > 0 {
         eprintln!(
             "error: {} failed (the RuleError lines above say where); those rules never fired",
@@ -182,39 +192,38 @@ struct Timeline {
     out: BufWriter<io::StdoutLock<'static>>,
     json: bool,
     tz: jiff::tz::TimeZone,
-    /// The replay's new events, swapped out after each record (the allocation is kept).
-    batch: Vec<Event>,
     /// The input is live: each record's events are written out at once, not when the buffer fills.
     live: bool,
 }
 
 impl Timeline {
     fn new(json: bool, tz: jiff::tz::TimeZone, live: bool) -> Self {
-        Timeline { out: crate::output::stdout(), json, tz, batch: Vec::new(), live }
+        Timeline { out: crate::output::stdout(), json, tz, live }
     }
 
-    /// Prints the replay's new events and feeds them to the notification grouper, then forgets them.
-    fn observe(&mut self, replay: &mut Replay, notifications: &mut OfflineNotifications) -> io::Result<()> {
-        std::mem::swap(&mut self.batch, &mut replay.events);
-        for event in &self.batch {
-            let job = match event {
-                Event::Intent(i) => Some(&i.job),
-                Event::Transition { job, .. } => Some(job),
-                _ => None,
-            };
-            let progress = job.and_then(|k| replay.evaluator().job(k)).and_then(JobProgress::of);
-            notifications.observe(event, progress);
-            if self.json {
-                writeln!(self.out, "{}", replay::event_json(event))?;
-            } else {
-                self.out.write_all(replay::render_event(event, &self.tz).as_bytes())?;
-            }
+    /// Prints an event and feeds it to the notification grouper, with its job's progress at the time.
+    fn write(
+        &mut self,
+        event: &Event,
+        progress: Option<JobProgress>,
+        notifications: &mut OfflineNotifications,
+    ) -> io::Result<()> {
+        notifications.observe(event, progress);
+        if self.json {
+            writeln!(self.out, "{}", replay::event_json(event))
+        } else {
+            self.out.write_all(replay::render_event(event, &self.tz).as_bytes())
         }
-        if self.live && !self.batch.is_empty() {
-            self.out.flush()?;
-        }
-        self.batch.clear();
-        Ok(())
+    }
+
+    /// After a record's events: a live input's are written out at once, not when the buffer fills.
+    fn record_done(&mut self) -> io::Result<()> {
+        if self.live { self.out.flush() } else { Ok(()) }
+    }
+
+    /// Writes out what is buffered (a replay stopped by a bad line shows the events before it).
+    fn flush(&mut self) -> io::Result<()> {
+        self.out.flush()
     }
 
     fn finish(&mut self, summary: &replay::Summary, notifications: &OfflineNotifications) -> io::Result<()> {

@@ -26,6 +26,73 @@ const EXAMPLE_POLICY: &str = "examples/friday-night-stall/policy.yaml";
 const EXAMPLE_STREAM: &str = "examples/friday-night-stall/stream.jsonl";
 
 #[test]
+fn replay_on_several_shards_prints_what_one_prints() {
+    // The whole command (threads, output merge, notifications, summary), text and JSON, the corpus merged
+    // from several files; the core's tests prove the order stream by stream.
+    let corpus: Vec<String> = std::fs::read_dir(repo().join("examples/corpus"))
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.extension().is_some_and(|e| e == "jsonl"))
+        .map(|p| p.display().to_string())
+        .collect();
+    let cases: Vec<Vec<&str>> = vec![
+        vec!["--policy", EXAMPLE_POLICY, EXAMPLE_STREAM],
+        vec![
+            "--output",
+            "json",
+            "--policy",
+            EXAMPLE_POLICY,
+            "--until",
+            "2026-12-01T00:00:00Z",
+            EXAMPLE_STREAM,
+        ],
+        [
+            &["--output", "json", "--policy", "policies/stall.yaml", "--policy", "policies/plateau.yaml"][..],
+            &corpus.iter().map(String::as_str).collect::<Vec<_>>(),
+        ]
+        .concat(),
+    ];
+    for args in cases {
+        let run = |shards: &str| {
+            let mut all = vec!["replay", "--shards", shards];
+            all.extend(&args);
+            trainwarden(&all)
+        };
+        let one = run("1");
+        assert!(one.status.success(), "{}", String::from_utf8_lossy(&one.stderr));
+        for shards in ["2", "3"] {
+            let many = run(shards);
+            assert_eq!(stdout(&many), stdout(&one), "{shards} shards, {args:?}");
+            assert_eq!(many.status.code(), one.status.code());
+        }
+    }
+}
+
+#[test]
+fn a_replay_stopped_by_a_bad_line_prints_the_events_before_it_on_any_number_of_shards() {
+    let dir = temp_dir("bad-line-shards");
+    let mut text = std::fs::read_to_string(repo().join(EXAMPLE_STREAM)).unwrap();
+    text.push_str("{not json\n");
+    let stream = dir.join("stream.jsonl");
+    std::fs::write(&stream, text).unwrap();
+    let stream = stream.display().to_string();
+    let run = |shards: &str| {
+        trainwarden(&["replay", "--shards", shards, "--output", "json", "--policy", EXAMPLE_POLICY, &stream])
+    };
+    let one = run("1");
+    assert!(!one.status.success());
+    assert!(
+        String::from_utf8_lossy(&one.stderr).contains("invalid stream"),
+        "{}",
+        String::from_utf8_lossy(&one.stderr)
+    );
+    assert!(stdout(&one).lines().count() > 3, "the events before the bad line");
+    assert!(stdout(&one).lines().all(|l| !l.starts_with("{\"summary\"")), "no summary for a refused stream");
+    assert_eq!(stdout(&run("3")), stdout(&one));
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+#[test]
 fn replay_tells_the_friday_night_story() {
     let out = trainwarden(&["replay", "--policy", EXAMPLE_POLICY, EXAMPLE_STREAM]);
     let text = stdout(&out);

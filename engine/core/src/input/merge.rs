@@ -8,10 +8,11 @@
 //! most the window (`max_lateness`); a later one is a [`LateRecord`] error, never silently reordered or
 //! dropped. Where the bytes come from (files, stdin, decompression) is the caller's business.
 
-use std::cmp::{Ordering, Reverse};
-use std::collections::{BinaryHeap, VecDeque};
+use std::cmp::Ordering;
+use std::collections::VecDeque;
 use std::io::BufRead;
 
+use crate::input::reorder::{Buckets, Timed};
 use crate::input::stream::{RecordError, StreamRecord, parse_line};
 use crate::time::Timestamp;
 use crate::units::duration::PolicyDuration;
@@ -286,37 +287,49 @@ impl Ord for Pending {
     }
 }
 
-/// The records of one input waiting for their turn. Lines in order (nearly all of a recorded stream) queue
-/// at the back of `in_order` at no cost; only a line earlier than the one before it goes to the heap.
-#[derive(Default)]
+/// The records of one input waiting for their turn. Lines in order (nearly all of a sorted stream) queue
+/// at the back of `in_order` at no cost; a line earlier than the one before it goes to a ring of time
+/// buckets over the window ([`Buckets`]), which costs O(1) amortised too (a stream written in job order
+/// within each round sends most lines there).
 struct Window {
     in_order: VecDeque<Pending>,
-    stragglers: BinaryHeap<Reverse<Pending>>,
+    stragglers: Buckets<Pending>,
+}
+
+impl Timed for Pending {
+    fn time(&self) -> Timestamp {
+        self.time
+    }
 }
 
 impl Window {
+    fn new(max_lateness: PolicyDuration) -> Self {
+        let window_secs = max_lateness.to_signed_duration().as_secs();
+        Window { in_order: VecDeque::new(), stragglers: Buckets::new(window_secs) }
+    }
+
     fn push(&mut self, p: Pending) {
         if self.in_order.back().is_none_or(|last| *last <= p) {
             self.in_order.push_back(p);
         } else {
-            self.stragglers.push(Reverse(p));
+            self.stragglers.push(p);
         }
     }
 
-    fn first_time(&self) -> Option<Timestamp> {
+    fn first_time(&mut self) -> Option<Timestamp> {
         match (self.in_order.front(), self.stragglers.peek()) {
-            (Some(a), Some(Reverse(b))) => Some(a.time.min(b.time)),
-            (a, b) => a.map(|p| p.time).or(b.map(|Reverse(p)| p.time)),
+            (Some(a), Some(b)) => Some(a.time.min(b.time)),
+            (a, b) => a.map(|p| p.time).or(b.map(|p| p.time)),
         }
     }
 
     fn pop(&mut self) -> Option<Pending> {
         let straggler_first = match (self.in_order.front(), self.stragglers.peek()) {
-            (Some(a), Some(Reverse(b))) => b < a,
+            (Some(a), Some(b)) => b < a,
             (None, _) => true,
             (Some(_), None) => false,
         };
-        if straggler_first { self.stragglers.pop().map(|Reverse(p)| p) } else { self.in_order.pop_front() }
+        if straggler_first { self.stragglers.pop() } else { self.in_order.pop_front() }
     }
 
     #[cfg(test)]
@@ -343,7 +356,7 @@ enum Step {
 }
 
 impl<S> Input<S> {
-    fn step(&self, max_lateness: jiff::SignedDuration) -> Option<Step> {
+    fn step(&mut self, max_lateness: jiff::SignedDuration) -> Option<Step> {
         let head = self.window.first_time();
         if self.ended {
             return head.map(Step::Ready);
@@ -373,7 +386,7 @@ impl<S: RecordSource> Merge<S> {
     pub fn new(inputs: Vec<S>, max_lateness: PolicyDuration) -> Self {
         let inputs = inputs
             .into_iter()
-            .map(|lines| Input { lines, window: Window::default(), latest: None, ended: false })
+            .map(|lines| Input { lines, window: Window::new(max_lateness), latest: None, ended: false })
             .collect();
         Merge { inputs, max_lateness, failed: None, last: None }
     }
@@ -385,7 +398,7 @@ impl<S: RecordSource> Merge<S> {
             // The input with the earliest bound (ties: the first input) either has a final record or must
             // read: nothing in any other input can come before that bound.
             let mut best: Option<(usize, Step)> = None;
-            for (i, input) in self.inputs.iter().enumerate() {
+            for (i, input) in self.inputs.iter_mut().enumerate() {
                 let Some(step) = input.step(window) else { continue };
                 let bound = |s: &Step| match s {
                     Step::Ready(t) => Some(*t),

@@ -49,6 +49,7 @@ pub(crate) mod names;
 pub(crate) mod namespaces;
 mod object_line;
 pub(crate) mod queue;
+pub(crate) mod reorder;
 mod rhoai;
 pub(crate) mod sample;
 pub(crate) mod stream;

@@ -23,6 +23,8 @@ mod tests;
 
 pub use render::{event_json, render_event, render_summary, render_text, summary_json};
 
+pub mod shard;
+
 /// What the replay knows of one job.
 #[derive(Default)]
 struct ReplayJob {
@@ -66,6 +68,10 @@ pub struct NotSelected {
     /// Jobs it did not select, by reason.
     pub reasons: BTreeMap<String, u64>,
 }
+
+/// What [`Replay::run_timers_marked`] calls after each evaluation round: the replay, the round's time, and
+/// how many of the new events are the round's own.
+type Mark<'a> = dyn FnMut(&mut Replay, Timestamp, usize) + 'a;
 
 /// The replay state machine.
 pub struct Replay {
@@ -262,6 +268,12 @@ impl Replay {
     /// Timers due before (or, with `inclusive`, at) `until`. A record at time T is applied after the
     /// timers before T and before those at T, so a sample arriving exactly at a stall limit counts.
     fn run_timers(&mut self, until: Timestamp, inclusive: bool) {
+        self.run_timers_marked(until, inclusive, &mut |_, _, _| {});
+    }
+
+    /// [`Replay::run_timers`], calling `mark` after each timer round's events: with the round's time and how
+    /// many of the new events are the round's own (the rest follow up enforced suspensions).
+    fn run_timers_marked(&mut self, until: Timestamp, inclusive: bool, mark: &mut Mark<'_>) {
         if self.clock.is_none() {
             return; // Time starts with the first record.
         }
@@ -271,7 +283,8 @@ impl Replay {
             }
             self.evaluator.tick(t, &mut self.scratch);
             self.clock = Some(t);
-            self.drain(t);
+            let counted = self.drain(t);
+            mark(self, t, counted);
         }
         if self.clock.is_some_and(|c| c < until) {
             self.clock = Some(until);
@@ -280,16 +293,38 @@ impl Replay {
     }
 
     /// Feeds one record (records must come in time order; earlier ones are applied at the current time).
+    /// The timers due at its time run after it, whether it is applied or ignored (its job was suspended),
+    /// so where they run depends only on the records' times: the sharded replay ([`shard`]) relies on it.
     pub fn feed(&mut self, record: StreamRecord) {
-        let time = record.time().max(self.clock.unwrap_or(record.time()));
+        let time = self.begin_record(record.time());
+        self.apply_record(record, time);
+        self.run_timers(time, true);
+    }
+
+    /// Before a record at `time`: starts the clock at the first record, runs the timers due before it, and
+    /// returns the time the record is applied at.
+    fn begin_record(&mut self, time: Timestamp) -> Timestamp {
+        self.begin_record_marked(time, &mut |_, _, _| {})
+    }
+
+    /// [`Replay::begin_record`], calling `mark` as [`Replay::run_timers_marked`] does.
+    fn begin_record_marked(&mut self, time: Timestamp, mark: &mut Mark<'_>) -> Timestamp {
+        let time = time.max(self.clock.unwrap_or(time));
         if self.clock.is_none() {
             self.clock = Some(time);
             self.summary.first_record = Some(time);
             // The calendar and the timer cadence start with the stream.
             self.evaluator.tick(time, &mut self.scratch);
-            self.drain(time);
+            let counted = self.drain(time);
+            mark(self, time, counted);
         }
-        self.run_timers(time, false);
+        self.run_timers_marked(time, false, mark);
+        time
+    }
+
+    /// The record itself, at `time` (from [`Replay::begin_record`]); the timers at `time` are the caller's.
+    /// Returns how many of the new events are the record's own (the rest follow up a suspension).
+    fn apply_record(&mut self, record: StreamRecord, time: Timestamp) -> usize {
         self.summary.records += 1;
         // One map per record: the hot path (a progress line of a known job) does not clone the key.
         let u = match record {
@@ -299,15 +334,13 @@ impl Replay {
                 let job = self.job_entry(&snapshot.key);
                 if job.suspended {
                     self.summary.ignored_after_suspend += 1;
-                    return;
+                    return 0;
                 }
                 job.labels.clone_from(&snapshot.labels);
                 job.snapshot = Some(snapshot.clone());
                 self.evaluator.observe(snapshot, time, &mut self.scratch);
                 self.summary.jobs = self.jobs.len();
-                self.drain(time);
-                self.run_timers(time, true);
-                return;
+                return self.drain(time);
             }
             StreamRecord::Update(u) => u,
         };
@@ -319,7 +352,7 @@ impl Replay {
         let job = self.job_entry(&u.job);
         if job.suspended {
             self.summary.ignored_after_suspend += 1;
-            return;
+            return 0;
         }
         let key = &u.job;
         if u.deleted {
@@ -368,8 +401,7 @@ impl Replay {
             self.evaluator.observe(update, time, &mut self.scratch);
         }
         self.summary.jobs = self.jobs.len();
-        self.drain(time);
-        self.run_timers(time, true);
+        self.drain(time)
     }
 
     /// Runs timers to `until` (if given) and returns the summary.
@@ -388,7 +420,7 @@ impl Replay {
                 metric: metric.clone(),
             })
             .collect();
-        self.summary.not_selected = self.not_selected();
+        self.summary.not_selected = self.not_selected(false);
         if let (Some(first), Some(last)) = (self.summary.first_record, self.summary.last_time) {
             self.summary.never_active = self
                 .selections
@@ -455,7 +487,8 @@ impl Replay {
 
     /// Per policy that did not select every job: how many it did select, and why not the others (judged on
     /// each job's last labels and its namespace's labels as given).
-    fn not_selected(&self) -> Vec<NotSelected> {
+    /// With `every_policy`, the policies that selected every job too (a shard's, for the sum over shards).
+    fn not_selected(&self, every_policy: bool) -> Vec<NotSelected> {
         let mut out = Vec::new();
         for s in &self.selections {
             let mut selected = 0;
@@ -468,7 +501,7 @@ impl Replay {
                     Some(r) => *reasons.entry(r).or_default() += 1,
                 }
             }
-            if !reasons.is_empty() {
+            if every_policy || !reasons.is_empty() {
                 out.push(NotSelected {
                     policy: format!("{} {}", s.reference.kind, s.reference),
                     selected,
@@ -494,42 +527,18 @@ impl Replay {
         &mut self.jobs[id]
     }
 
-    fn drain(&mut self, now: Timestamp) {
+    /// Moves the evaluation's new events to `events`, counting them, then simulates its enforced
+    /// suspensions (their follow-up events go after). Returns how many events were the evaluation's.
+    fn drain(&mut self, now: Timestamp) -> usize {
+        let counted = self.scratch.len();
         let mut suspend_now = Vec::new();
         for event in self.scratch.drain(..) {
-            match &event {
-                Event::Transition { kind, .. } if *kind == crate::evaluate::TransitionKind::Firing => {
-                    self.summary.firings += 1;
-                }
-                Event::RuleError { .. } => self.summary.rule_errors += 1,
-                Event::Intent(intent) => {
-                    *self
-                        .summary
-                        .intents
-                        .entry(format!("{}/{}", intent.action.kind(), intent.mode.as_str()))
-                        .or_default() += 1;
-                    if let ActionSpec::Suspend(_) = intent.action {
-                        let bucket = usize::from(intent.mode == Mode::Enforce);
-                        if let Some(s) = &intent.savings
-                            && self.saved_for[bucket].insert(intent.job.clone())
-                        {
-                            let total = match intent.mode {
-                                Mode::Enforce => &mut self.summary.saved,
-                                Mode::Audit => &mut self.summary.would_save,
-                            };
-                            total.jobs += 1;
-                            total.gpu_hours += s.gpu_hours;
-                            match s.dollars {
-                                Some(d) => *total.dollars.get_or_insert(0.0) += d,
-                                None => total.unpriced_jobs += 1,
-                            }
-                        }
-                        if intent.mode == Mode::Enforce {
-                            suspend_now.push(intent.job.clone());
-                        }
-                    }
-                }
-                _ => {}
+            count_event(&mut self.summary, &mut self.saved_for, &event);
+            if let Event::Intent(intent) = &event
+                && let ActionSpec::Suspend(_) = intent.action
+                && intent.mode == Mode::Enforce
+            {
+                suspend_now.push(intent.job.clone());
             }
             self.events.push(event);
         }
@@ -545,5 +554,41 @@ impl Replay {
                 self.events.extend(more);
             }
         }
+        counted
+    }
+}
+
+/// Counts an event of an evaluation in the summary: firings, rule errors, intents, and each job's savings
+/// at its first suspension per mode (`saved_for`). The follow-ups of a suspension are not counted.
+fn count_event(summary: &mut Summary, saved_for: &mut [FxHashSet<JobKey>; 2], event: &Event) {
+    match event {
+        Event::Transition { kind, .. } if *kind == crate::evaluate::TransitionKind::Firing => {
+            summary.firings += 1;
+        }
+        Event::RuleError { .. } => summary.rule_errors += 1,
+        Event::Intent(intent) => {
+            *summary
+                .intents
+                .entry(format!("{}/{}", intent.action.kind(), intent.mode.as_str()))
+                .or_default() += 1;
+            if let ActionSpec::Suspend(_) = intent.action {
+                let bucket = usize::from(intent.mode == Mode::Enforce);
+                if let Some(s) = &intent.savings
+                    && saved_for[bucket].insert(intent.job.clone())
+                {
+                    let total = match intent.mode {
+                        Mode::Enforce => &mut summary.saved,
+                        Mode::Audit => &mut summary.would_save,
+                    };
+                    total.jobs += 1;
+                    total.gpu_hours += s.gpu_hours;
+                    match s.dollars {
+                        Some(d) => *total.dollars.get_or_insert(0.0) += d,
+                        None => total.unpriced_jobs += 1,
+                    }
+                }
+            }
+        }
+        _ => {}
     }
 }
