@@ -434,8 +434,8 @@ impl<'de> Visitor<'de> for AnyJsonVisitor {
     }
 }
 
-/// An object key, borrowed from the input when it has no escape (else copied).
-struct Key<'de>(std::borrow::Cow<'de, str>);
+/// An object key, borrowed from the input when it has no escapes (serde's own `Cow<str>` always copies).
+pub(super) struct Key<'a>(pub(super) std::borrow::Cow<'a, str>);
 
 impl<'de> Deserialize<'de> for Key<'de> {
     fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
@@ -443,13 +443,16 @@ impl<'de> Deserialize<'de> for Key<'de> {
         impl<'de> Visitor<'de> for KeyVisitor {
             type Value = Key<'de>;
             fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-                f.write_str("a key")
+                f.write_str("an object key")
             }
             fn visit_borrowed_str<E: de::Error>(self, v: &'de str) -> Result<Key<'de>, E> {
                 Ok(Key(std::borrow::Cow::Borrowed(v)))
             }
             fn visit_str<E: de::Error>(self, v: &str) -> Result<Key<'de>, E> {
-                Ok(Key(std::borrow::Cow::Owned(v.to_string())))
+                Ok(Key(std::borrow::Cow::Owned(v.to_owned())))
+            }
+            fn visit_string<E: de::Error>(self, v: String) -> Result<Key<'de>, E> {
+                Ok(Key(std::borrow::Cow::Owned(v)))
             }
         }
         d.deserialize_str(KeyVisitor)

@@ -17,7 +17,7 @@ use crate::time::Timestamp;
 
 use super::NormalizeError;
 use super::json::{
-    Unknown, check_eta, check_percent, join, missing, parse_metric_value, parse_time, type_error,
+    Key, Unknown, check_eta, check_percent, join, missing, parse_metric_value, parse_time, type_error,
 };
 use super::names::{Collector, Known, eval_name, plain_name};
 
@@ -280,31 +280,6 @@ impl<'de> Visitor<'de> for NodeVisitor {
             entries.push((k, v));
         }
         Ok(Node::Object(entries))
-    }
-}
-
-/// An object key, borrowed from the input when it has no escapes (serde's own `Cow<str>` always copies).
-pub(super) struct Key<'a>(Cow<'a, str>);
-
-impl<'de> Deserialize<'de> for Key<'de> {
-    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        struct KeyVisitor;
-        impl<'de> Visitor<'de> for KeyVisitor {
-            type Value = Key<'de>;
-            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-                f.write_str("an object key")
-            }
-            fn visit_borrowed_str<E: de::Error>(self, v: &'de str) -> Result<Key<'de>, E> {
-                Ok(Key(Cow::Borrowed(v)))
-            }
-            fn visit_str<E: de::Error>(self, v: &str) -> Result<Key<'de>, E> {
-                Ok(Key(Cow::Owned(v.to_owned())))
-            }
-            fn visit_string<E: de::Error>(self, v: String) -> Result<Key<'de>, E> {
-                Ok(Key(Cow::Owned(v)))
-            }
-        }
-        d.deserialize_str(KeyVisitor)
     }
 }
 
