@@ -363,42 +363,6 @@ fn the_corpus_streams_are_what_its_converter_writes() {
     );
 }
 
-/// The README's backtest blocks are what the binary prints: `$ trainwarden backtest ARGS` followed by its
-/// output (after a `…` line: the output's tail from that point).
-#[test]
-fn the_readme_shows_what_backtest_prints() {
-    let readme = std::fs::read_to_string(repo().join("README.md")).unwrap();
-    let mut checked = 0;
-    for block in readme.split("```").skip(1).step_by(2) {
-        let Some(command) = block.trim_start().strip_prefix("$ trainwarden backtest ") else { continue };
-        let (command, shown) = command.split_once('\n').unwrap();
-        let (command, shown) = match command.strip_suffix('\\') {
-            Some(first) => {
-                let (rest, shown) = shown.split_once('\n').unwrap();
-                (format!("{first} {}", rest.trim()), shown)
-            }
-            None => (command.to_string(), shown),
-        };
-        let mut args = vec!["backtest".to_string()];
-        args.extend(command.split_whitespace().map(|a| a.trim_matches('\'').to_string()));
-        if let Some(i) = args.iter().position(|a| a == "--html") {
-            args.drain(i..i + 2); // the picture is not part of the text
-        }
-        let args: Vec<&str> = args.iter().map(String::as_str).collect();
-        let out = trainwarden(&args);
-        assert!(out.status.success(), "{command}: {}", String::from_utf8_lossy(&out.stderr));
-        let printed = String::from_utf8_lossy(&out.stdout);
-        match shown.strip_prefix("…\n") {
-            Some(tail) => {
-                assert!(printed.ends_with(tail), "README block for `{command}` is stale:\n{printed}");
-            }
-            None => assert_eq!(printed, shown, "README block for `{command}` is stale"),
-        }
-        checked += 1;
-    }
-    assert!(checked >= 2, "the README's backtest blocks were found ({checked})");
-}
-
 #[test]
 fn a_run_that_cannot_be_read_is_listed_and_left_out() {
     let dir = temp_dir("unreadable");
