@@ -24,7 +24,8 @@ fn stdout(args: &[&str]) -> String {
 }
 
 fn page(path: &str) -> String {
-    std::fs::read_to_string(repo().join("docs/src").join(path)).unwrap_or_else(|e| panic!("docs/src/{path}: {e}"))
+    std::fs::read_to_string(repo().join("docs/src").join(path))
+        .unwrap_or_else(|e| panic!("docs/src/{path}: {e}"))
 }
 
 /// README.md and every page of the book, by path from the repository's root.
@@ -78,7 +79,9 @@ fn printed_now(command: &str, shown: &str) -> Option<String> {
         let masked: String = shown
             .lines()
             .map(|line| match (line.find("snoozed until "), line.rfind(" GPU-h ($")) {
-                (Some(at), _) => format!("{}snoozed until <now + 24h>      {}", &line[..at], &line[at + 31..]),
+                (Some(at), _) => {
+                    format!("{}snoozed until <now + 24h>      {}", &line[..at], &line[at + 31..])
+                }
                 (None, Some(at)) => {
                     let figure = line[..at].rfind(' ').unwrap() + 1;
                     format!("{}N GPU-h ($M)", &line[..figure])
@@ -123,8 +126,9 @@ fn every_transcript_is_what_the_binary_prints() {
                 joined = format!("{} {}", first.trim_end(), next.trim());
                 (command, shown) = (joined.as_str(), output);
             }
-            let printed = printed_now(command, shown)
-                .unwrap_or_else(|| panic!("{}: no way to check the transcript `$ {command}`", path.display()));
+            let printed = printed_now(command, shown).unwrap_or_else(|| {
+                panic!("{}: no way to check the transcript `$ {command}`", path.display())
+            });
             let fresh = match shown.strip_prefix("…\n") {
                 Some(tail) if printed.ends_with(tail) => None,
                 Some(tail) => {
@@ -146,7 +150,11 @@ fn every_transcript_is_what_the_binary_prints() {
         }
     }
     assert!(checked >= 8, "the transcripts were found ({checked})");
-    assert!(bless || stale.is_empty(), "stale transcripts (TRAINWARDEN_BLESS=1 rewrites them):\n{}", stale.join("\n"));
+    assert!(
+        bless || stale.is_empty(),
+        "stale transcripts (TRAINWARDEN_BLESS=1 rewrites them):\n{}",
+        stale.join("\n")
+    );
 }
 
 /// The passages the binary can generate, by name: what they must hold now.
@@ -203,7 +211,10 @@ fn the_policies_page_describes_every_detector_and_names_only_real_functions() {
     let end = start + readme[start..].find("\n* **Rhai conditions**").unwrap();
     let bullet = &readme[start..end];
     for d in listed_names(&stdout(&["detectors"])) {
-        assert!(bullet.contains(&format!("`{d}`")), "the policies page's Detectors bullet does not describe `{d}`");
+        assert!(
+            bullet.contains(&format!("`{d}`")),
+            "the policies page's Detectors bullet does not describe `{d}`"
+        );
     }
     // Every `name()` the Rhai bullet calls a function is one.
     let functions = listed_names(&stdout(&["functions"]));
@@ -216,7 +227,10 @@ fn the_policies_page_describes_every_detector_and_names_only_real_functions() {
         if name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_')
             && !name.starts_with(char::is_uppercase)
         {
-            assert!(functions.iter().any(|f| f == name), "the policies page calls `{name}()` a function; it is not");
+            assert!(
+                functions.iter().any(|f| f == name),
+                "the policies page calls `{name}()` a function; it is not"
+            );
         }
     }
 }

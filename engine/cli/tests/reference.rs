@@ -26,7 +26,11 @@ fn cell(text: &str) -> String {
     let line = text.split_whitespace().collect::<Vec<_>>().join(" ").replace('|', "\\|");
     line.split('`')
         .enumerate()
-        .map(|(i, part)| if i % 2 == 0 { part.replace('<', "&lt;").replace('>', "&gt;") } else { part.to_string() })
+        .map(
+            |(i, part)| {
+                if i % 2 == 0 { part.replace('<', "&lt;").replace('>', "&gt;") } else { part.to_string() }
+            },
+        )
         .collect::<Vec<_>>()
         .join("`")
 }
@@ -43,8 +47,14 @@ fn detectors() -> String {
         if !d.params.is_empty() {
             out.push_str("| parameter | takes | default | meaning |\n| --- | --- | --- | --- |\n");
             for p in d.params {
-                let _ =
-                    writeln!(out, "| `{}` | {} | `{}` | {} |", p.name, cell(p.ty), cell(p.default), cell(p.doc));
+                let _ = writeln!(
+                    out,
+                    "| `{}` | {} | `{}` | {} |",
+                    p.name,
+                    cell(p.ty),
+                    cell(p.default),
+                    cell(p.doc)
+                );
             }
             out.push('\n');
         }
@@ -113,7 +123,11 @@ fn cli() -> String {
     out.push_str(&top);
     out.push_str("```\n");
     for name in subcommands(&top) {
-        let _ = write!(out, "\n## trainwarden {name}\n\n```text\n$ trainwarden {name} --help\n{}```\n", help(&[&name, "--help"]));
+        let _ = write!(
+            out,
+            "\n## trainwarden {name}\n\n```text\n$ trainwarden {name} --help\n{}```\n",
+            help(&[&name, "--help"])
+        );
     }
     out
 }
@@ -123,7 +137,8 @@ fn struct_fields(source: &str, name: &str) -> Vec<(String, String)> {
     let Some(body) = source.split(&format!("pub struct {name} {{")).nth(1) else { return Vec::new() };
     let body = body.split("\n}").next().unwrap();
     // A field's type may run over several lines; fields start with `pub `.
-    let joined: String = body.lines().map(str::trim).filter(|l| !l.starts_with("//")).collect::<Vec<_>>().join(" ");
+    let joined: String =
+        body.lines().map(str::trim).filter(|l| !l.starts_with("//")).collect::<Vec<_>>().join(" ");
     joined
         .split("pub ")
         .skip(1)
@@ -165,9 +180,7 @@ fn literal(arg: &str) -> Option<String> {
         match c {
             '"' => return Some(out),
             '\\' => match chars.next()? {
-                '\n' => {
-                    while chars.next_if(|c| c.is_whitespace()).is_some() {}
-                }
+                '\n' => while chars.next_if(|c| c.is_whitespace()).is_some() {},
                 'n' => out.push('\n'),
                 other => out.push(other),
             },
@@ -205,7 +218,9 @@ fn metric_families() -> Vec<(String, String, String, Vec<String>)> {
         };
         let handle = args[2].trim().trim_start_matches("self.");
         let handle = handle.split(".clone()").next().unwrap().trim();
-        let ty = handles.get(handle).unwrap_or_else(|| panic!("{name}: no field `{handle}` in Metrics/JobFamilies"));
+        let ty = handles
+            .get(handle)
+            .unwrap_or_else(|| panic!("{name}: no field `{handle}` in Metrics/JobFamilies"));
         let (label_set, value) = match ty.strip_prefix("Family<") {
             Some(inner) => {
                 let mut parts = inner.split(',').map(str::trim);
@@ -263,7 +278,8 @@ fn schema_rows(schema: &Value, path: &str, required: bool, rows: &mut Vec<String
     if !path.is_empty() {
         let mut text = schema.get("description").and_then(Value::as_str).unwrap_or("").to_string();
         if let Some(values) = schema.get("enum").and_then(Value::as_array) {
-            let values: Vec<String> = values.iter().map(|v| format!("`{}`", v.as_str().unwrap_or(&v.to_string()))).collect();
+            let values: Vec<String> =
+                values.iter().map(|v| format!("`{}`", v.as_str().unwrap_or(&v.to_string()))).collect();
             let _ = write!(text, " One of {}.", values.join(", "));
         }
         if let Some(d) = schema.get("default") {
@@ -412,7 +428,8 @@ fn events() -> String {
             .get(&format!("{reason:?}"))
             .unwrap_or_else(|| panic!("Reason::{reason:?} has no doc comment in describe/reason.rs"));
         let ty = if reason.is_warning() { "Warning" } else { "Normal" };
-        let _ = writeln!(out, "| `{}` | {ty} | {} | {} |", reason.as_str(), reason.action(), cell(&plain(doc)));
+        let _ =
+            writeln!(out, "| `{}` | {ty} | {} | {} |", reason.as_str(), reason.action(), cell(&plain(doc)));
     }
     out
 }
@@ -467,7 +484,10 @@ fn the_reference_pages_are_what_the_code_generates() {
     let summary = std::fs::read_to_string(repo().join("docs/src/SUMMARY.md")).unwrap();
     let mut stale = Vec::new();
     for (name, text) in pages() {
-        assert!(summary.contains(&format!("(reference/{name})")), "SUMMARY.md does not list reference/{name}");
+        assert!(
+            summary.contains(&format!("(reference/{name})")),
+            "SUMMARY.md does not list reference/{name}"
+        );
         let path = dir.join(name);
         let committed = std::fs::read_to_string(&path).unwrap_or_default();
         if committed != text {
@@ -504,7 +524,9 @@ fn the_reference_covers_every_catalog_entry() {
         assert!(pages["annotations.md"].contains(&format!("| `{a}` |")), "{a}");
     }
     let monitoring = std::fs::read_to_string(repo().join("docs/src/admins/monitoring.md")).unwrap();
-    for family in ["trainwarden_job_progress_percent", "trainwarden_rule_state", "trainwarden_gpu_hours_saved"] {
+    for family in
+        ["trainwarden_job_progress_percent", "trainwarden_rule_state", "trainwarden_gpu_hours_saved"]
+    {
         assert!(monitoring.contains(family), "the monitoring page names {family}");
         assert!(pages["metrics.md"].contains(&format!("`{family}")), "{family} is in the registry");
     }
