@@ -299,3 +299,41 @@ fn the_catalogs_commands_run() {
     }
     assert_eq!(ran, 4);
 }
+
+/// Whether `text` holds a calendar date (`2026-12-06`) at `at`.
+fn date_at(text: &str, at: usize) -> bool {
+    let b = text.as_bytes();
+    at + 10 <= b.len()
+        && b[at..at + 10]
+            .iter()
+            .enumerate()
+            .all(|(i, c)| if i == 4 || i == 7 { *c == b'-' } else { c.is_ascii_digit() })
+}
+
+/// The README and the book say what the software does, not when a test last ran: no page dates a run
+/// ("on 2026-12-06", "2026-12-07 17:10 UTC"); figures with their dates live in BENCHMARKS.md and tests/README.md.
+/// Dates in examples (a stream's times, a deadline, an expiry) are data and are written otherwise.
+#[test]
+fn no_page_dates_a_test_run() {
+    let mut dated = Vec::new();
+    for (path, text) in documents() {
+        for (n, line) in text.lines().enumerate() {
+            for at in 0..line.len().saturating_sub(9) {
+                if !line.is_char_boundary(at) || !date_at(line, at) {
+                    continue;
+                }
+                let before = &line[..at];
+                let after = &line[at + 10..];
+                let time_utc = after.len() >= 10
+                    && after.as_bytes()[0] == b' '
+                    && after[1..6].contains(':')
+                    && after[6..].starts_with(" UTC");
+                let word = before.strip_suffix(' ').and_then(|b| b.rsplit([' ', '(']).next()).unwrap_or("");
+                if word == "on" || word == "of" || time_utc {
+                    dated.push(format!("{}:{}: {line}", path.display(), n + 1));
+                }
+            }
+        }
+    }
+    assert!(dated.is_empty(), "pages that date a test run:\n{}", dated.join("\n"));
+}
