@@ -337,3 +337,58 @@ fn no_page_dates_a_test_run() {
     }
     assert!(dated.is_empty(), "pages that date a test run:\n{}", dated.join("\n"));
 }
+
+/// The README's links lead somewhere: every relative link names a file or directory of the repository (the
+/// book's own links are checked on the rendered book, `tests/book.rs`).
+#[test]
+fn the_readme_links_resolve() {
+    let readme = std::fs::read_to_string(repo().join("README.md")).unwrap();
+    let mut checked = 0;
+    for link in readme.split("](").skip(1) {
+        let target = link.split(')').next().unwrap();
+        if target.starts_with("http://") || target.starts_with("https://") || target.starts_with('#') {
+            continue;
+        }
+        let path = target.split('#').next().unwrap();
+        assert!(repo().join(path).exists(), "README.md links to {target}, which does not exist");
+        checked += 1;
+    }
+    assert!(checked > 20, "the README's links were found ({checked})");
+}
+
+/// Examples come from the files the tests run: a YAML block is either included by path (`{{#include …}}`,
+/// which mdBook resolves and the book test builds) or an excerpt that names its file in a comment on its
+/// first line (`# policies/reclaim-gpus.yaml`), every line of which (its own comments and `…` aside) is in
+/// that file.
+#[test]
+fn every_yaml_excerpt_is_in_the_file_it_names() {
+    let mut excerpts = 0;
+    for (path, text) in documents() {
+        for block in text.split("```yaml\n").skip(1) {
+            let block = block.split("```").next().unwrap();
+            if block.starts_with("{{#include ") {
+                continue;
+            }
+            let first = block.lines().next().unwrap_or("");
+            let Some(source) = first.split("# ").nth(1).map(str::trim).filter(|s| repo().join(s).is_file())
+            else {
+                continue;
+            };
+            let file = std::fs::read_to_string(repo().join(source)).unwrap();
+            let lines: Vec<&str> = file.lines().map(str::trim).collect();
+            for line in block.lines() {
+                let code = line.split(" # ").next().unwrap().trim();
+                if code.is_empty() || code.contains('…') {
+                    continue;
+                }
+                assert!(
+                    lines.iter().any(|l| l.starts_with(code)),
+                    "{}: the excerpt of {source} has `{code}`, which that file does not",
+                    path.display()
+                );
+            }
+            excerpts += 1;
+        }
+    }
+    assert!(excerpts >= 1, "the excerpts were found ({excerpts})");
+}
