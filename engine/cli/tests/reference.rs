@@ -117,7 +117,7 @@ fn cli() -> String {
     out.push_str(
         "# CLI: `trainwarden`\n\nEvery command and flag as the binary's own `--help` prints it (clap's command \
          tree). [Commands, streams and replay](commands.md) says what they share: exit codes, output, the stream \
-         format. The kubectl plugin's commands are on [kubectl trainwarden](../ml-engineers/kubectl.md) \
+         format. The kubectl plugin's commands are on [CLI: kubectl trainwarden](kubectl.md) \
          (`kubectl trainwarden COMMAND --help`).\n\n```text\n$ trainwarden --help\n",
     );
     out.push_str(&top);
