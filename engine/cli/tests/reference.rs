@@ -84,7 +84,12 @@ fn functions() -> String {
 }
 
 fn help(args: &[&str]) -> String {
-    let out = Command::new(env!("CARGO_BIN_EXE_trainwarden")).args(args).output().expect("runs");
+    let out = Command::new(env!("CARGO_BIN_EXE_trainwarden"))
+        // No environment: clap shows an `env`-backed flag's current value (`[env: POD_NAME=web-0]`).
+        .env_clear()
+        .args(args)
+        .output()
+        .expect("runs");
     assert!(out.status.success(), "{args:?}: {}", String::from_utf8_lossy(&out.stderr));
     String::from_utf8(out.stdout).unwrap()
 }

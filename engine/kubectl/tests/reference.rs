@@ -11,7 +11,12 @@ fn repo() -> PathBuf {
 }
 
 fn help(args: &[&str]) -> String {
-    let out = Command::new(env!("CARGO_BIN_EXE_kubectl-trainwarden")).args(args).output().expect("runs");
+    let out = Command::new(env!("CARGO_BIN_EXE_kubectl-trainwarden"))
+        // No environment: clap shows an `env`-backed flag's current value (`[env: POD_NAME=web-0]`).
+        .env_clear()
+        .args(args)
+        .output()
+        .expect("runs");
     assert!(out.status.success(), "{args:?}: {}", String::from_utf8_lossy(&out.stderr));
     // As kubectl runs it: the binary names itself `kubectl trainwarden` in its help.
     String::from_utf8(out.stdout).unwrap()
