@@ -13,13 +13,17 @@ if [[ -x "$bin" ]]; then
   exit 0
 fi
 command -v cargo >/dev/null || { echo "install-mdbook: cargo not found (tests/install-prereqs.sh)" >&2; exit 1; }
-# Its own target dir, removed after: the compile's ~300 MB of objects are not worth keeping beside one binary.
+# Its own target dir, removed after: the compile's objects are not worth keeping beside one binary.
 scratch="$(mktemp -d "${TMPDIR:-/tmp}/trainwarden-mdbook.XXXXXX")"
-trap 'rm -rf "$scratch"' EXIT
+# Installed beside the cache dir, so that making it the cache dir is one rename on one file system.
+mkdir -p "$(dirname "$cache")"
+stage="$(mktemp -d "$(dirname "$cache")/.mdbook-$version.XXXXXX")"
+chmod 755 "$stage"
+trap 'rm -rf "$scratch" "$stage"' EXIT
 echo "install-mdbook: compiling mdbook $version from crates.io (once; cached in $cache)" >&2
 CARGO_TARGET_DIR="$scratch/target" cargo install --quiet --locked mdbook --version "=$version" \
-  --no-default-features --features search --root "$scratch/root" >&2
-# Complete or absent: the cache dir appears only once the binary is whole.
-mkdir -p "$(dirname "$cache")"
-rm -rf "$cache.tmp" && mv "$scratch/root" "$cache.tmp" && mv "$cache.tmp" "$cache"
+  --no-default-features --features search --root "$stage" >&2
+# Complete or absent: the cache dir appears only once the binary is whole (one rename). Another run that
+# finished first wins; this one's copy goes with its stage dir.
+mv -T "$stage" "$cache" 2>/dev/null || [[ -x "$bin" ]]
 echo "$bin"

@@ -1,9 +1,9 @@
 //! The book (`docs/`) builds, and what it renders holds: mdBook (the version `tests/install-mdbook.sh` pins
 //! and caches) builds it into `docs/book/` with no warning; every link and image of every rendered page
 //! resolves — a page of the book and the anchor it names, or a file of the repository (a checkout reads the
-//! book from `docs/book/`, three levels below the root, as the sources are); and the first page and the
-//! backtest page render in a real headless Chromium with no console message, their headings there, and the
-//! backtest report's charts in the screenshot. Without mdBook or Chromium the tests are skipped, except under
+//! book from `docs/book/`, three levels below the root, as the sources are); every page loads in a real
+//! headless Chromium with no console message (an unknown code-block language is one); and the first page and
+//! the backtest page have their headings there, and the backtest report's charts in the screenshot. Without mdBook or Chromium the tests are skipped, except under
 //! `CI=true`, where they fail.
 
 use std::collections::{BTreeMap, BTreeSet};
@@ -280,5 +280,28 @@ fn the_first_page_and_the_backtest_page_render_in_chromium() {
     let stop = pixels.iter().filter(|p| near(**p, (0xd6, 0x27, 0x28))).count();
     // The picture is scaled to the page's width, its stop markers with it (about 50 pixels of that red).
     assert!(stop > 30, "the report's charts are drawn on the backtest page: {stop} stop-red pixels");
+    let _ = std::fs::remove_dir_all(&scratch);
+}
+
+/// Every chapter loads without a console message: a script error, a missing asset, or highlight.js meeting a
+/// code-block language it does not know.
+#[test]
+fn every_page_loads_in_chromium_without_a_console_message() {
+    let book = book_or_skip!();
+    let Some(browser) = chromium() else {
+        assert!(
+            !ci(),
+            "chromium is not installed (tests/install-prereqs.sh installs it; CI=true, so this fails)"
+        );
+        eprintln!("SKIPPED: chromium is not installed (tests/install-prereqs.sh installs it)");
+        return;
+    };
+    let scratch = std::env::temp_dir().join(format!("trainwarden-book-pages-{}", std::process::id()));
+    std::fs::create_dir_all(&scratch).unwrap();
+    let pages = pages(book);
+    for page in pages.keys() {
+        let dom = render(&browser, page, &scratch);
+        assert!(dom.contains("<h1"), "{} has no title", page.display());
+    }
     let _ = std::fs::remove_dir_all(&scratch);
 }

@@ -73,7 +73,7 @@ fn functions() -> String {
     for b in trainwarden_core::BUILTINS {
         let _ = write!(
             out,
-            "\n## `{}`\n\n{}\n\n```rhai\n{}\n```\n\ngives `{}`\n",
+            "\n## `{}`\n\n{}\n\n```text\n{}\n```\n\ngives `{}`\n",
             b.signature,
             b.doc.trim(),
             b.example,
