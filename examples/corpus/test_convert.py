@@ -202,6 +202,34 @@ class ConvertTest(unittest.TestCase):
         with self.assertRaises(SystemExit):
             self.stream(row("j", "j.wlm.tsv", fmt="pytorch_wlm"))
 
+    def test_extract_keeps_the_named_csv_columns_and_drops_rows_left_empty(self):
+        text = ("epoch,lr-Adam,step,train_loss,train_mse,val_loss,val_mse\r\n"
+                ",0.001,0,,,,\r\n"
+                "0,,49,4.736484527587891,4.736484527587891,,\r\n"
+                "0,,99,1.0858,1.0858,,\r\n"
+                "0,,99,,,0.6964,0.6964\r\n"
+                "0,,120,,0.5,,\r\n")
+        got = extract.lightning_csv(text, {"step", "epoch", "lr-Adam", "train_loss", "val_loss"})
+        self.assertEqual(got, "epoch,lr-Adam,step,train_loss,val_loss\n"
+                              ",0.001,0,,\n"
+                              "0,,49,4.736484527587891,\n"
+                              "0,,99,1.0858,\n"
+                              "0,,99,,0.6964\n")  # the step-120 row had a value only in train_mse
+        with self.assertRaises(SystemExit):
+            extract.lightning_csv(text, {"epoch", "train_loss"})  # no step
+        with self.assertRaises(SystemExit):
+            extract.lightning_csv(text, {"step", "val_acc"})  # not a column
+        # And the converter reads the trimmed file: lr-Adam renamed, the train row and the evaluation at step
+        # 99 one report.
+        self.write("k.csv", got)
+        lines = self.stream(row("k", "k.csv", fmt="csv", sps="2",
+                                metric_map="lr-Adam->learning_rate,train_loss->loss,val_loss->eval_loss"))
+        reports = [l for l in lines if "trainerStatus" in l and metric(l, "current_step") is not None]
+        self.assertEqual([metric(l, "current_step") for l in reports], ["0", "49", "99", "99"])
+        self.assertEqual(metric(reports[2], "loss"), "1.0858")
+        self.assertEqual(metric(reports[2], "eval_loss"), "0.6964")
+        self.assertEqual(metric(reports[2], "learning_rate"), "0.001")
+
     def test_split_rule(self):
         rows = [{"name": f"run-{i}", "outcome": o, "repo": "r"} for i, o in
                 enumerate(["healthy"] * 10 + ["plateau"] * 5 + ["non-finite"])]
