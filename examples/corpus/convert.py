@@ -61,6 +61,9 @@ What is DERIVED (not in the raw log):
     (the first kind of column kind), trainwarden.dev/outcome and trainwarden.dev/outcome-metric (columns
     outcome and outcome_metric), trainwarden.dev/corpus-split (tune or heldout, by the rule in split_of),
     trainwarden.dev/weekend-safe=true; values are made valid Kubernetes label values and checked.
+  * the part (corpus-split): `tune` or `heldout` for the runs of batch 1 (column `batch` of SOURCES.tsv) by
+    the rule in split_of; every run of a later batch N is `heldoutN` (batch 2: `heldout2`, runs collected
+    after the catalog was tuned, to judge it once more on curves no one had looked at).
   * the first line (phase Running, labels, gpus, progress 0 with total_steps), a final report with
     progressPercentage 100 at the run's end, and a last line phase Complete: every corpus run ran to the
     end of its record (some were ended by their own EarlyStoppingCallback or by a max_steps smaller than
@@ -123,12 +126,26 @@ def read_sources():
     with open(path, newline="", encoding="utf-8") as f:
         rows = list(csv.DictReader(f, delimiter="\t"))
     for n, row in enumerate(rows, 2):
-        for col in ("name", "raw", "format", "repo", "path", "outcome", "outcome_metric", "seconds_per_step"):
+        for col in ("name", "raw", "format", "repo", "path", "outcome", "outcome_metric", "seconds_per_step", "batch"):
             if not row.get(col):
                 raise SystemExit(f"{path}:{n}: column {col!r} is empty")
         if row["outcome"] not in OUTCOMES:
             raise SystemExit(f"{path}:{n}: outcome {row['outcome']!r} is not one of {', '.join(OUTCOMES)}")
+        if not row["batch"].isdigit() or int(row["batch"]) < 1:
+            raise SystemExit(f"{path}:{n}: batch {row['batch']!r} is not a whole number from 1")
     return rows
+
+
+def batch_of(row):
+    """The collection batch of a run (column `batch`): 1 for the corpus the catalog was tuned on, 2, 3 ...
+    for runs collected later. A row without the column (a test's) is batch 1."""
+    return int(row.get("batch") or 1)
+
+
+def splits_of(split):
+    """The parts present, in the order the tables show them: tune, heldout, heldout2, heldout3 ..."""
+    later = sorted({s for s in split.values() if s not in ("tune", "heldout")}, key=lambda s: int(s[len("heldout"):]))
+    return ["tune", "heldout"] + later
 
 
 def split_of(rows):
@@ -138,10 +155,17 @@ def split_of(rows):
     the held-out runs of its outcome so far are fewer than 40 % of the runs of its outcome so far, this run
     included, and to `tune` otherwise. So every outcome is split about 40/60 (stratified; the first run of
     an outcome is held out, so an outcome with a single run is held out), a run's split depends only on its
-    name and the other runs of its outcome, and no choice was made by hand."""
+    name and the other runs of its outcome, and no choice was made by hand.
+
+    Only the runs of batch 1 take part in that rule. Every run of a later batch N is held out as a whole, in
+    its own part `heldoutN`: those runs were collected after the catalog had been tuned and checked on batch
+    1, and adding them moves none of batch 1's runs between tune and heldout."""
     split = {}
+    for r in rows:
+        if batch_of(r) > 1:
+            split[r["name"]] = f"heldout{batch_of(r)}"
     for outcome in OUTCOMES:
-        names = sorted((r["name"] for r in rows if r["outcome"] == outcome),
+        names = sorted((r["name"] for r in rows if r["outcome"] == outcome and batch_of(r) == 1),
                        key=lambda n: hashlib.sha256(n.encode("utf-8")).hexdigest())
         held = 0
         for seen, name in enumerate(names, 1):
@@ -490,7 +514,8 @@ def convert(row, index, namespace, split, heartbeat=None):
 def table(rows, split):
     """The README's generated part: counts by outcome and split, the corpus size, one row per run."""
     out_rows = []
-    counts = {o: {"tune": 0, "heldout": 0} for o in OUTCOMES}
+    parts = splits_of(split)
+    counts = {o: {p: 0 for p in parts} for o in OUTCOMES}
     sizes = []
     for i, row in enumerate(rows):
         text = convert(row, i, "default", split)
@@ -511,13 +536,12 @@ def table(rows, split):
             f"| {i} | `{row['name']}` | {row['outcome']} ({row['outcome_metric']}) | {split[row['name']]} "
             f"| {row['kind']} | {src} | {n_train} / {n_eval} | {h}h{rem // 60:02d}m | {how} |"
         )
-    out = ["| outcome | tune | heldout | all |", "|---|---|---|---|"]
+    out = ["| outcome | " + " | ".join(parts) + " | all |", "|---" * (len(parts) + 2) + "|"]
     for o in OUTCOMES:
         c = counts[o]
-        out.append(f"| {o} | {c['tune']} | {c['heldout']} | {c['tune'] + c['heldout']} |")
-    tune = sum(c["tune"] for c in counts.values())
-    held = sum(c["heldout"] for c in counts.values())
-    out.append(f"| all | {tune} | {held} | {tune + held} |")
+        out.append(f"| {o} | " + " | ".join(str(c[p]) for p in parts) + f" | {sum(c.values())} |")
+    totals = [sum(c[p] for c in counts.values()) for p in parts]
+    out.append("| all | " + " | ".join(map(str, totals)) + f" | {sum(totals)} |")
     total_kb = sum(s for s, _ in sizes) / 1000
     big = max(sizes)
     out += [

@@ -10,6 +10,7 @@ the same bytes:
     git -C <clone> show <commit>:<path> | python3 examples/corpus/extract.py llamafactory \
         --keys loss,eval_loss,learning_rate,epoch > examples/corpus/raw/<run>.trainer_log
     ... | python3 examples/corpus/extract.py pytorch_wlm > examples/corpus/raw/<run>.wlm.tsv
+    ... | python3 examples/corpus/extract.py csv --keys step,epoch,train_loss,val_loss > examples/corpus/raw/<run>.csv
     ... | python3 examples/corpus/extract.py copy > examples/corpus/raw/<run>.<ext>   # byte for byte
 
 Formats:
@@ -27,6 +28,10 @@ Formats:
                  line (the perplexity, exp(loss), is dropped) and `end E SECONDS VALID_LOSS` per "| end of
                  epoch E | time: SECONDSs | valid loss VALID_LOSS |" line; separators, the test summary and any
                  other text are dropped.
+  csv            a Lightning `metrics.csv` (CSVLogger): the columns named by --keys (which must include `step`),
+                 in the file's order, every cell copied as the file spells it; a row left with nothing but
+                 `step` and `epoch` (a value only in a dropped column) is dropped, so no report without a
+                 value is made from it.
   copy           the input unchanged (for logs small enough to keep whole: Lightning CSVs).
 
 Values are read by Python's json parser and written back with json.dumps, whose float repr round-trips:
@@ -35,6 +40,8 @@ writes them). Python 3 standard library only.
 """
 
 import argparse
+import csv
+import io
 import json
 import re
 import sys
@@ -102,9 +109,30 @@ def pytorch_wlm(text):
     return "".join(line + "\n" for line in out)
 
 
+def lightning_csv(text, keys):
+    rows = list(csv.reader(io.StringIO(text)))
+    if not rows:
+        raise SystemExit("stdin: an empty CSV")
+    header = rows[0]
+    missing = sorted(k for k in keys if k not in header)
+    if missing or "step" not in keys:
+        raise SystemExit(f"stdin: --keys must name `step` and columns of the header {header}; not found: {missing or ['step']}")
+    cols = [i for i, name in enumerate(header) if name in keys]
+    values = [i for i in cols if header[i] not in ("step", "epoch")]
+    out = io.StringIO()
+    writer = csv.writer(out, lineterminator="\n")
+    writer.writerow([header[i] for i in cols])
+    for n, row in enumerate(rows[1:], 2):
+        if len(row) != len(header):
+            raise SystemExit(f"stdin line {n}: {len(row)} cells, the header has {len(header)}")
+        if any(row[i].strip() for i in values):
+            writer.writerow([row[i] for i in cols])
+    return out.getvalue()
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("format", choices=["trainer_state", "llamafactory", "pytorch_wlm", "copy"])
+    ap.add_argument("format", choices=["trainer_state", "llamafactory", "pytorch_wlm", "csv", "copy"])
     ap.add_argument("--keys", default="", help="comma-separated metric keys to keep (besides step)")
     args = ap.parse_args()
     if args.format == "copy":
@@ -114,6 +142,8 @@ def main():
     keys = {k for k in args.keys.split(",") if k}
     if args.format == "pytorch_wlm":
         sys.stdout.write(pytorch_wlm(text))
+    elif args.format == "csv":
+        sys.stdout.write(lightning_csv(text, keys))
     elif args.format == "trainer_state":
         sys.stdout.write(trainer_state(text, keys))
     else:

@@ -202,6 +202,34 @@ class ConvertTest(unittest.TestCase):
         with self.assertRaises(SystemExit):
             self.stream(row("j", "j.wlm.tsv", fmt="pytorch_wlm"))
 
+    def test_extract_keeps_the_named_csv_columns_and_drops_rows_left_empty(self):
+        text = ("epoch,lr-Adam,step,train_loss,train_mse,val_loss,val_mse\r\n"
+                ",0.001,0,,,,\r\n"
+                "0,,49,4.736484527587891,4.736484527587891,,\r\n"
+                "0,,99,1.0858,1.0858,,\r\n"
+                "0,,99,,,0.6964,0.6964\r\n"
+                "0,,120,,0.5,,\r\n")
+        got = extract.lightning_csv(text, {"step", "epoch", "lr-Adam", "train_loss", "val_loss"})
+        self.assertEqual(got, "epoch,lr-Adam,step,train_loss,val_loss\n"
+                              ",0.001,0,,\n"
+                              "0,,49,4.736484527587891,\n"
+                              "0,,99,1.0858,\n"
+                              "0,,99,,0.6964\n")  # the step-120 row had a value only in train_mse
+        with self.assertRaises(SystemExit):
+            extract.lightning_csv(text, {"epoch", "train_loss"})  # no step
+        with self.assertRaises(SystemExit):
+            extract.lightning_csv(text, {"step", "val_acc"})  # not a column
+        # And the converter reads the trimmed file: lr-Adam renamed, the train row and the evaluation at step
+        # 99 one report.
+        self.write("k.csv", got)
+        lines = self.stream(row("k", "k.csv", fmt="csv", sps="2",
+                                metric_map="lr-Adam->learning_rate,train_loss->loss,val_loss->eval_loss"))
+        reports = [l for l in lines if "trainerStatus" in l and metric(l, "current_step") is not None]
+        self.assertEqual([metric(l, "current_step") for l in reports], ["0", "49", "99", "99"])
+        self.assertEqual(metric(reports[2], "loss"), "1.0858")
+        self.assertEqual(metric(reports[2], "eval_loss"), "0.6964")
+        self.assertEqual(metric(reports[2], "learning_rate"), "0.001")
+
     def test_split_rule(self):
         rows = [{"name": f"run-{i}", "outcome": o, "repo": "r"} for i, o in
                 enumerate(["healthy"] * 10 + ["plateau"] * 5 + ["non-finite"])]
@@ -214,6 +242,46 @@ class ConvertTest(unittest.TestCase):
         first = min((r["name"] for r in rows if r["outcome"] == "healthy"),
                     key=lambda n: __import__("hashlib").sha256(n.encode()).hexdigest())
         self.assertEqual(split[first], "heldout")
+
+    def test_a_later_batch_is_held_out_whole_and_moves_no_run_of_batch_1(self):
+        first = [{"name": f"run-{i}", "outcome": o, "repo": "r", "batch": "1"} for i, o in
+                 enumerate(["healthy"] * 10 + ["plateau"] * 5 + ["diverged"] * 3)]
+        later = [{"name": f"late-{i}", "outcome": o, "repo": "r", "batch": "2"} for i, o in
+                 enumerate(["healthy"] * 4 + ["plateau"] * 3 + ["diverged"])]
+        alone = convert.split_of(first)
+        split = convert.split_of(first + later)
+        self.assertEqual({n: s for n, s in split.items() if n.startswith("run-")}, alone,
+                         "batch 2 moves no batch-1 run between tune and heldout")
+        self.assertEqual({split[r["name"]] for r in later}, {"heldout2"})
+        self.assertEqual(convert.splits_of(split), ["tune", "heldout", "heldout2"])
+        # A row without the column (an older SOURCES.tsv, a test row) is batch 1.
+        self.assertEqual(convert.split_of([{"name": "x", "outcome": "healthy"}]), {"x": "heldout"})
+
+    def test_the_batch_column_must_be_a_whole_number_from_1(self):
+        header = "\t".join(row("a", "a.json")) + "\tbatch\n"
+        for bad in ("", "0", "two", "-1"):
+            values = "\t".join("x" if not v else v for v in row("a", "a.json").values())
+            self.write("SOURCES.tsv", header + values + "\t" + bad + "\n")
+            saved = convert.HERE
+            convert.HERE = self.tmp.name
+            try:
+                with self.assertRaises(SystemExit) as e:
+                    convert.read_sources()
+            finally:
+                convert.HERE = saved
+            self.assertIn("SOURCES.tsv:2", str(e.exception))
+            self.assertIn("batch", str(e.exception))
+
+    def test_the_table_counts_every_part(self):
+        self.write("a.json", json.dumps({"global_step": 2, "max_steps": 2, "log_history": [
+            {"step": 1, "loss": 1.0}, {"step": 2, "loss": 0.5}]}))
+        rows = [row("a", "a.json", sps="1"), row("b", "a.json", sps="1", outcome="plateau", batch="2")]
+        table = convert.table(rows, convert.split_of(rows))
+        self.assertIn("| outcome | tune | heldout | heldout2 | all |\n|---|---|---|---|---|", table)
+        self.assertIn("| healthy | 0 | 1 | 0 | 1 |", table)
+        self.assertIn("| plateau | 0 | 0 | 1 | 1 |", table)
+        self.assertIn("| all | 0 | 1 | 1 | 2 |", table)
+        self.assertIn("| 1 | `b` | plateau (loss) | heldout2 |", table)
 
 
 if __name__ == "__main__":

@@ -499,7 +499,7 @@ fn backtest_says_which_runs_a_policy_did_not_select_and_which_metrics_no_run_rep
     let out = run_in(&repo, &["backtest", "policies/reclaim-hung.yaml", "examples/corpus/"]);
     let t = text(&out);
     assert!(
-        t.contains("  not selected 109 runs: 109 in a namespace whose labels are unknown (give them with --namespace-labels FILE, or record them)"),
+        t.contains("  not selected 150 runs: 150 in a namespace whose labels are unknown (give them with --namespace-labels FILE, or record them)"),
         "{t}"
     );
     let dir = temp_dir("backtest");
@@ -515,7 +515,7 @@ fn backtest_says_which_runs_a_policy_did_not_select_and_which_metrics_no_run_rep
             labels.to_str().unwrap(),
         ],
     ));
-    assert!(t.contains("  runs seen 109,"), "{t}");
+    assert!(t.contains("  runs seen 150,"), "{t}");
     assert!(!t.contains("not selected"), "{t}");
     std::fs::write(
         dir.join("bleu.yaml"),

@@ -3,7 +3,9 @@
 //! error with status 2, never a panic.
 
 use std::path::Path;
-use std::process::{Command, Output, Stdio};
+use std::process::Command;
+
+use trainwarden_testkit::output::{with_stdout_closed, with_stdout_on_full_disk};
 
 fn repo() -> &'static Path {
     Path::new(concat!(env!("CARGO_MANIFEST_DIR"), "/../.."))
@@ -24,21 +26,16 @@ const PRINTING: [&[&str]; 6] = [
     ],
 ];
 
-fn run_into(args: &[&str], stdout: Stdio) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_trainwarden"))
-        .args(args)
-        .current_dir(repo())
-        .stdout(stdout)
-        .stderr(Stdio::piped())
-        .output()
-        .expect("runs")
+fn trainwarden(args: &[&str]) -> Command {
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_trainwarden"));
+    cmd.args(args).current_dir(repo());
+    cmd
 }
 
 #[test]
 fn a_full_disk_is_an_error_with_status_2_and_no_panic() {
     for args in PRINTING {
-        let full = std::fs::File::options().write(true).open("/dev/full").expect("/dev/full");
-        let out = run_into(args, Stdio::from(full));
+        let out = with_stdout_on_full_disk(&mut trainwarden(args));
         let stderr = String::from_utf8_lossy(&out.stderr);
         assert_eq!(out.status.code(), Some(2), "{args:?}: {stderr}");
         assert!(!stderr.contains("panicked"), "{args:?}: {stderr}");
@@ -52,16 +49,8 @@ fn a_full_disk_is_an_error_with_status_2_and_no_panic() {
 #[test]
 fn a_closed_pipe_ends_every_command_quietly_with_status_0() {
     for args in PRINTING {
-        let mut child = Command::new(env!("CARGO_BIN_EXE_trainwarden"))
-            .args(args)
-            .current_dir(repo())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .expect("runs");
         // `| head -0`: the pipe closes before the first line (what `| head -1` does after the first).
-        drop(child.stdout.take());
-        let out = child.wait_with_output().unwrap();
+        let out = with_stdout_closed(&mut trainwarden(args));
         let stderr = String::from_utf8_lossy(&out.stderr);
         assert_eq!(out.status.code(), Some(0), "{args:?}: {stderr}");
         assert!(!stderr.contains("panicked") && !stderr.contains("error"), "{args:?}: {stderr}");

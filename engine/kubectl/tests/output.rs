@@ -1,29 +1,24 @@
 //! The plugin's one write path (issue 43): `completion` into a closed pipe exits 0 quietly, into a full disk
 //! with an error and status 1; neither panics.
 
-use std::process::{Command, Stdio};
+use std::process::Command;
+
+use trainwarden_testkit::output::{with_stdout_closed, with_stdout_on_full_disk};
+
+fn completion() -> Command {
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_kubectl-trainwarden"));
+    cmd.args(["completion", "bash"]);
+    cmd
+}
 
 #[test]
 fn completion_survives_a_closed_pipe_and_a_full_disk() {
-    let mut child = Command::new(env!("CARGO_BIN_EXE_kubectl-trainwarden"))
-        .args(["completion", "bash"])
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("runs");
-    drop(child.stdout.take());
-    let out = child.wait_with_output().unwrap();
+    let out = with_stdout_closed(&mut completion());
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(0), "{stderr}");
     assert_eq!(stderr, "", "no panic message");
 
-    let full = std::fs::File::options().write(true).open("/dev/full").expect("/dev/full");
-    let out = Command::new(env!("CARGO_BIN_EXE_kubectl-trainwarden"))
-        .args(["completion", "bash"])
-        .stdout(Stdio::from(full))
-        .stderr(Stdio::piped())
-        .output()
-        .unwrap();
+    let out = with_stdout_on_full_disk(&mut completion());
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(1), "{stderr}");
     assert!(!stderr.contains("panicked"), "{stderr}");

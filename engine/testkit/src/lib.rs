@@ -11,6 +11,7 @@
 //! - [`fixtures`]: the sans-IO fixtures every crate's tests share, from trainwarden-core's `testing` module:
 //!   clocks ([`at_sec`](fixtures::at_sec), [`at_min`](fixtures::at_min)), a policy builder, job snapshots, rule
 //!   memories, the evaluator harness, deterministic random numbers ([`fixtures::rng`]);
+//! - [`output`]: a command run with its standard output closed early or on a full disk.
 //! - [`objects`]: Kubernetes objects as the API server holds them: a TrainJob and its progress report, a Kueue
 //!   Workload.
 #![forbid(unsafe_code)]
@@ -20,6 +21,7 @@ pub mod apiserver;
 pub mod faultproxy;
 pub mod http;
 pub mod objects;
+pub mod output;
 pub mod receivers;
 
 pub use trainwarden_core::testing as fixtures;
