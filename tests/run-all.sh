@@ -8,12 +8,13 @@
 #
 #   prereqs        Debian tools, the Python venv, the cluster tier's Debian packages (root)
 #   go-modules     the Go modules of the builds below that are not cached yet          (background, network)
-#   bare-tools     kube-apiserver, kubectl, etcd, helm (Go); promtool, prometheus (Debian) (background)
+#   bare-tools     kube-apiserver, kubectl, etcd, helm (Go); promtool, prometheus (Debian); mdBook (crates.io) (background)
 #   cargo-build    the workspace, every target
 #   base-images    the images that need no compile: Debian base, Rust builder, training image (background, root)
 #   image          trainwarden:dev, the project's Dockerfile (a release compile)         (background, root)
 #   cluster-tools  kubelet, controller-manager, scheduler, kube-proxy, CoreDNS, Trainer, JobSet, Kueue (background, root)
-#   bare-tier      cargo test --workspace and `trainwarden test` against a real kube-apiserver + etcd
+#   bare-tier      cargo test --workspace (the book's build and link check too) and `trainwarden test` against a
+#                  real kube-apiserver + etcd
 #   cluster-tier   tests/k8s/cluster-tests.sh: a real node and the Kubeflow stack, smoke + end-to-end tests (root)
 #
 # Two cores do all of it, so a stage runs as soon as what it needs is there, and the builds nobody waits for
@@ -91,8 +92,10 @@ go_modules='tests/k8s/build-binaries.sh --prefetch & tests/k8s/build-helm.sh --p
 go_modules+=' wait'
 bg_stage go-modules 0 - bash -c "$go_modules"
 # What the bare tier needs besides the workspace, at normal priority beside cargo (both are on the critical path).
+# mdBook (the book's build and link check, engine/cli/tests/book.rs) last: ~3 CPU-minutes once, then cached.
 bg_stage bare-tools 0 prereqs bash -c \
-  'tests/k8s/build-prometheus.sh >/dev/null && tests/k8s/build-binaries.sh >/dev/null && tests/k8s/build-helm.sh >/dev/null'
+  'tests/k8s/build-prometheus.sh >/dev/null && tests/k8s/build-binaries.sh >/dev/null && tests/k8s/build-helm.sh >/dev/null &&
+   tests/install-mdbook.sh >/dev/null'
 if ((root)); then
   # Not needed before the cluster tier: lowest priority, in the CPU the cargo build and the tests leave idle.
   bg_stage base-images 19 prereqs tests/k8s/build-images.sh --only base --only rust --only training --no-import

@@ -1,7 +1,7 @@
 //! Standard output and written files, for every command: one write path.
 //!
 //! * A closed pipe (`trainwarden validate policies/ | head -1`) is the normal end of a pipeline: the command
-//!   stops at once, quietly, with status 0 (what the README promises), as if it had finished.
+//!   stops at once, quietly, with status 0 (what the book's command reference promises), as if it had finished.
 //! * Any other failure to write (a full disk, `/dev/full`, a revoked terminal) is an error, never a panic:
 //!   `error: writing standard output: …` on stderr and status 2, so output cut short never passes for a
 //!   verdict.

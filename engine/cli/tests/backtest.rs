@@ -3,12 +3,13 @@
 //! report renders in a real headless Chromium — its script runs without errors and a screenshot shows the
 //! curves. Without Chromium the browser test is skipped, except under `CI=true`, where it fails.
 
-use std::io::Read;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output, Stdio};
-use std::time::{Duration, Instant};
+use std::process::{Command, Output};
 
 use serde_json::Value;
+
+mod browser;
+use browser::{chromium, headless, png_rgb};
 
 fn repo() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")
@@ -171,56 +172,6 @@ fn a_set_value_the_policy_refuses_is_an_error_naming_it() {
     assert!(err.contains("with --set rules[no-improvement].with.window=sometime"), "{err}");
 }
 
-/// The first program of these on PATH.
-fn chromium() -> Option<PathBuf> {
-    let path = std::env::var_os("PATH")?;
-    for name in ["chromium", "chromium-browser", "google-chrome"] {
-        for dir in std::env::split_paths(&path) {
-            let p = dir.join(name);
-            if p.is_file() {
-                return Some(p);
-            }
-        }
-    }
-    None
-}
-
-/// Runs Chromium headless with `args` (the page last), killing it after a minute.
-fn headless(browser: &Path, args: &[&str], profile: &Path) -> Output {
-    let mut child = Command::new(browser)
-        .args(["--headless", "--no-sandbox", "--disable-gpu", "--no-first-run", "--hide-scrollbars"])
-        .arg(format!("--user-data-dir={}", profile.display()))
-        .args(["--enable-logging=stderr", "--v=0"])
-        .args(args)
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("chromium starts");
-    let (mut out, mut err) = (child.stdout.take().unwrap(), child.stderr.take().unwrap());
-    let reader = std::thread::spawn(move || {
-        let mut o = Vec::new();
-        out.read_to_end(&mut o).unwrap();
-        o
-    });
-    let err_reader = std::thread::spawn(move || {
-        let mut e = Vec::new();
-        err.read_to_end(&mut e).unwrap();
-        e
-    });
-    let deadline = Instant::now() + Duration::from_secs(60);
-    let status = loop {
-        if let Some(s) = child.try_wait().unwrap() {
-            break s;
-        }
-        if Instant::now() > deadline {
-            let _ = child.kill();
-            panic!("chromium did not finish within 60 s");
-        }
-        std::thread::sleep(Duration::from_millis(100));
-    };
-    Output { status, stdout: reader.join().unwrap(), stderr: err_reader.join().unwrap() }
-}
-
 #[test]
 fn the_html_report_renders_in_chromium_with_its_charts() {
     let Some(browser) = chromium() else {
@@ -283,71 +234,6 @@ fn the_html_report_renders_in_chromium_with_its_charts() {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
-/// The pixels of an 8-bit RGB or RGBA, non-interlaced PNG (what Chromium's screenshots are), as RGB.
-fn png_rgb(data: &[u8]) -> (usize, usize, Vec<[u8; 3]>) {
-    assert_eq!(&data[..8], b"\x89PNG\r\n\x1a\n", "a PNG");
-    let (mut at, mut idat) = (8, Vec::new());
-    let (mut width, mut height, mut channels) = (0, 0, 0);
-    while at + 8 <= data.len() {
-        let len = u32::from_be_bytes(data[at..at + 4].try_into().unwrap()) as usize;
-        let kind = &data[at + 4..at + 8];
-        let body = &data[at + 8..at + 8 + len];
-        match kind {
-            b"IHDR" => {
-                width = u32::from_be_bytes(body[0..4].try_into().unwrap()) as usize;
-                height = u32::from_be_bytes(body[4..8].try_into().unwrap()) as usize;
-                assert_eq!(body[8], 8, "8-bit");
-                channels = match body[9] {
-                    2 => 3,
-                    6 => 4,
-                    other => panic!("colour type {other}"),
-                };
-                assert_eq!(body[12], 0, "not interlaced");
-            }
-            b"IDAT" => idat.extend_from_slice(body),
-            _ => {}
-        }
-        at += 12 + len;
-    }
-    let mut raw = Vec::new();
-    flate2::read::ZlibDecoder::new(&idat[..]).read_to_end(&mut raw).unwrap();
-    let stride = width * channels;
-    let mut previous = vec![0u8; stride];
-    let mut pixels = Vec::with_capacity(width * height);
-    for row in raw.chunks(stride + 1).take(height) {
-        let (filter, line) = (row[0], &row[1..]);
-        let mut current = vec![0u8; stride];
-        for i in 0..stride {
-            let a = if i >= channels { current[i - channels] } else { 0 };
-            let b = previous[i];
-            let c = if i >= channels { previous[i - channels] } else { 0 };
-            let predicted = match filter {
-                0 => 0,
-                1 => a,
-                2 => b,
-                3 => ((u16::from(a) + u16::from(b)) / 2) as u8,
-                4 => {
-                    let p = i16::from(a) + i16::from(b) - i16::from(c);
-                    let (pa, pb, pc) =
-                        ((p - i16::from(a)).abs(), (p - i16::from(b)).abs(), (p - i16::from(c)).abs());
-                    if pa <= pb && pa <= pc {
-                        a
-                    } else if pb <= pc {
-                        b
-                    } else {
-                        c
-                    }
-                }
-                f => panic!("PNG filter {f}"),
-            };
-            current[i] = line[i].wrapping_add(predicted);
-        }
-        pixels.extend(current.chunks(channels).map(|p| [p[0], p[1], p[2]]));
-        previous = current;
-    }
-    (width, height, pixels)
-}
-
 #[test]
 fn the_corpus_streams_are_what_its_converter_writes() {
     let out = Command::new("python3")
@@ -361,42 +247,6 @@ fn the_corpus_streams_are_what_its_converter_writes() {
         String::from_utf8_lossy(&out.stdout),
         String::from_utf8_lossy(&out.stderr)
     );
-}
-
-/// The README's backtest blocks are what the binary prints: `$ trainwarden backtest ARGS` followed by its
-/// output (after a `…` line: the output's tail from that point).
-#[test]
-fn the_readme_shows_what_backtest_prints() {
-    let readme = std::fs::read_to_string(repo().join("README.md")).unwrap();
-    let mut checked = 0;
-    for block in readme.split("```").skip(1).step_by(2) {
-        let Some(command) = block.trim_start().strip_prefix("$ trainwarden backtest ") else { continue };
-        let (command, shown) = command.split_once('\n').unwrap();
-        let (command, shown) = match command.strip_suffix('\\') {
-            Some(first) => {
-                let (rest, shown) = shown.split_once('\n').unwrap();
-                (format!("{first} {}", rest.trim()), shown)
-            }
-            None => (command.to_string(), shown),
-        };
-        let mut args = vec!["backtest".to_string()];
-        args.extend(command.split_whitespace().map(|a| a.trim_matches('\'').to_string()));
-        if let Some(i) = args.iter().position(|a| a == "--html") {
-            args.drain(i..i + 2); // the picture is not part of the text
-        }
-        let args: Vec<&str> = args.iter().map(String::as_str).collect();
-        let out = trainwarden(&args);
-        assert!(out.status.success(), "{command}: {}", String::from_utf8_lossy(&out.stderr));
-        let printed = String::from_utf8_lossy(&out.stdout);
-        match shown.strip_prefix("…\n") {
-            Some(tail) => {
-                assert!(printed.ends_with(tail), "README block for `{command}` is stale:\n{printed}");
-            }
-            None => assert_eq!(printed, shown, "README block for `{command}` is stale"),
-        }
-        checked += 1;
-    }
-    assert!(checked >= 2, "the README's backtest blocks were found ({checked})");
 }
 
 #[test]

@@ -1,5 +1,5 @@
 //! One write path for every command (issue 43): a closed pipe ends a command quietly with status 0 (as the
-//! README promises, `validate … | head -1` included); any other failure to write standard output is an
+//! book promises, `validate … | head -1` included); any other failure to write standard output is an
 //! error with status 2, never a panic.
 
 use std::path::Path;

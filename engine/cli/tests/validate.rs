@@ -248,7 +248,7 @@ fn a_closed_pipe_ends_output_quietly_and_piped_logs_have_no_colour() {
     let out = with_stdout_closed(&["crd"]);
     assert_eq!(out.status.code(), Some(0), "a listing cut short is fine");
     assert_eq!(String::from_utf8_lossy(&out.stderr), "", "no panic message");
-    // A closed pipe is the normal end of a pipeline for every command (the README promises 0).
+    // A closed pipe is the normal end of a pipeline for every command (the book promises 0).
     let out = with_stdout_closed(&["validate", "policies"]);
     assert_eq!(out.status.code(), Some(0));
     assert_eq!(String::from_utf8_lossy(&out.stderr), "", "no panic message");

@@ -483,7 +483,7 @@ fn ctrl_c_is_forwarded_to_the_command_which_stops_cleanly() {
 
 /// transformers' `Trainer` with its built-in `KubeflowCallback`, on CPU. torch and transformers are not
 /// installed by the test setup (about 5.7 GB and 2 minutes from PyPI: torch brings the CUDA wheels), so this
-/// runs only where they are importable — see README.md, "Local mode".
+/// runs only where they are importable — see the book's Local mode page.
 #[test]
 fn a_transformers_trainer_reporting_through_kubeflow_callback_is_checkpointed_and_stopped() {
     let candidate = python_candidate();
@@ -628,7 +628,7 @@ fn a_command_that_never_reports_gets_one_warning_naming_the_endpoint() {
     assert!(!stderr.contains("FIRING"), "{stderr}");
 }
 
-/// What the README advises for such a command: a `stalled` rule with `requireFirstSample: false` stops it
+/// What the book's Local mode page advises for such a command: a `stalled` rule with `requireFirstSample: false` stops it
 /// after `after` of silence from its start, and the recording replays to the same decision.
 #[test]
 fn a_stalled_rule_without_a_first_sample_stops_a_command_that_never_reports() {

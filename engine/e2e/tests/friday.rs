@@ -1,9 +1,9 @@
-//! The README's Friday story on a real kube-apiserver + etcd: the recorded stream of
+//! The Friday story of the README and the book on a real kube-apiserver + etcd: the recorded stream of
 //! `examples/friday-night-stall/` is written to the API server as the Trainer's status server would write
 //! it, the whole controller (in-process, on the stream's own clock: `Clock::Reports`) judges it with the
 //! weekend-safe policy and acts, and `kubectl trainwarden get` shows the outcome. The controller must come to
 //! what `trainwarden replay` says of the same stream (the same rule, the same GPU-hours and dollars saved),
-//! and the table is the golden file the README's first screen quotes.
+//! and the table is the golden file the README and the book quote (engine/cli/tests/docs.rs checks they do).
 //!
 //! Run with `tests/k8s/with-control-plane.sh cargo test -p trainwarden-e2e --test friday`. Set
 //! `TRAINWARDEN_BLESS=1` to rewrite the golden file after an intended change of the output.

@@ -96,7 +96,7 @@ pub struct SecretKeySelector {
 pub struct SlackReceiverSpec {
     /// The Secret key holding the incoming-webhook URL (`https://hooks.slack.com/services/…`).
     pub url_secret: SecretKeySelector,
-    /// Header template, once per message (group fields only; see the Notifications section of the README).
+    /// Header template, once per message (group fields only; see the book's Notifications page).
     /// Default `[{{status}}] {{rules}} on {{job}}`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(length(min = 1, max = 1024))]
@@ -152,7 +152,7 @@ pub struct EmailReceiverSpec {
     pub text: Option<String>,
 }
 
-/// A generic webhook: JSON POST (schema in the README's Notifications section).
+/// A generic webhook: JSON POST (schema in the book's Notifications page).
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct WebhookReceiverSpec {
