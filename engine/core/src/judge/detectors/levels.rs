@@ -19,7 +19,11 @@
 //!   every 50 minutes.
 //! * **The schedule** (`schedule: true`) is read from the reported `learning_rate` ([`LrWatch`]) and the
 //!   epochs ([`epoch_ahead`]): a step drop of the learning rate restarts a judgement, and a drop or (for a
-//!   training metric) a new epoch expected within the window ahead holds it.
+//!   training metric) a new epoch expected within the window ahead holds it. The job's own curve says
+//!   whether that wait is worth it: a training loss whose level did not fall significantly once the last
+//!   boundary's data repeated ([`Track::may_drop_at_epoch`]) is not held for the next one, and a loss so
+//!   close to zero that reaching zero would not be a significant gain ([`Track::at_floor`]) is held by
+//!   nothing ahead.
 
 use std::borrow::Cow;
 
@@ -198,6 +202,20 @@ pub struct Track {
     pub best_ever: f64,
     /// Since when the level has been worse than `best_ever` by the divergence margin: count, time, fraction.
     pub worse_since: Option<(u64, Timestamp, Option<f64>)>,
+    /// When the level last beat `best_ever` significantly: the logged-value count and the run fraction.
+    /// Unlike the reference, a learning-rate drop does not move it (ReduceLROnPlateau cutting the rate of a
+    /// run that went bad is no sign that it got better).
+    pub record_count: u64,
+    pub record_fraction: Option<f64>,
+    /// Whether a level was ever below zero (a loss that is not, cannot fall below 0).
+    pub ever_negative: bool,
+    /// The epoch (its whole number) of the latest logged value, when the job reports epochs.
+    pub epoch: Option<f64>,
+    /// The last epoch boundary crossed and not judged yet: the logged-value count and the level there.
+    pub epoch_mark: Option<(u64, f64)>,
+    /// Whether the level fell significantly once the last judged boundary's data repeated (`None`: no
+    /// boundary judged yet).
+    pub epoch_dropped: Option<bool>,
 }
 
 impl Track {
@@ -214,7 +232,31 @@ impl Track {
             best_fraction: None,
             best_ever: f64::NAN,
             worse_since: None,
+            record_count: 0,
+            record_fraction: None,
+            ever_negative: false,
+            epoch: None,
+            epoch_mark: None,
+            epoch_dropped: None,
         }
+    }
+
+    /// Whether a training metric's level may still fall at the next epoch boundary: it is a loss-like
+    /// metric (not an evaluation), it is not at its floor, and the last boundary it crossed, if any, did
+    /// show a significant drop once the data repeated. A job that has shown a boundary pass without a
+    /// drop does not get its next boundary as a reason to wait.
+    pub(crate) fn may_drop_at_epoch(&self, significance: Significance) -> bool {
+        !is_quality_eval(&self.name) && !self.at_floor(significance) && self.epoch_dropped != Some(false)
+    }
+
+    /// Whether the level is so close to zero that even reaching zero would not be a significant
+    /// improvement, for a lower-is-better metric that was never negative (a loss at its floor): no
+    /// schedule ahead can make it better.
+    pub(crate) fn at_floor(&self, significance: Significance) -> bool {
+        self.direction == Direction::Min
+            && !self.ever_negative
+            && self.current >= 0.0
+            && self.current <= significance.needed(self.best)
     }
 
     /// How much better `a` is than `b` (negative when worse).
@@ -222,6 +264,30 @@ impl Track {
         match self.direction {
             Direction::Min => b - a,
             Direction::Max => a - b,
+        }
+    }
+
+    /// Follows the epoch boundaries of a training metric: at a boundary it marks the level before it, and
+    /// once `k` logged values of the new epoch make the level (so the median holds none from before),
+    /// judges whether the level fell significantly when the data repeated.
+    fn judge_epoch(&mut self, series: &JobSeries, k: usize, significance: Significance, previous: f64) {
+        if is_quality_eval(&self.name) {
+            return;
+        }
+        let Some(epoch) = series.last.and_then(|l| l.current_epoch).filter(|e| e.is_finite()) else {
+            return;
+        };
+        // A reporter rounds the epoch to two decimals: 0.999 reads as 1.0 one log early at worst.
+        let whole = (epoch + 1e-9).floor();
+        if self.epoch.is_some_and(|e| whole > e) && previous.is_finite() {
+            self.epoch_mark = Some((self.count, previous));
+        }
+        self.epoch = Some(whole);
+        if let Some((count, before)) = self.epoch_mark
+            && self.count >= count + k as u64
+        {
+            self.epoch_dropped = Some(self.gain(self.current, before) > significance.needed(before));
+            self.epoch_mark = None;
         }
     }
 
@@ -297,17 +363,24 @@ impl Tracks {
             any = true;
             t.count += 1;
             let k = if is_quality_eval(name) { 1 } else { smoothing };
+            let previous = t.current;
             t.current = t.level.push(value, k);
             let level = t.current;
+            t.ever_negative |= level < 0.0;
             if t.count == 1 || t.gain(level, t.best) > significance.needed(t.best) {
                 t.best = level;
                 t.best_count = t.count;
                 t.best_at = at;
                 t.best_fraction = fraction;
             }
+            if t.count == 1 || t.gain(level, t.best_ever) > significance.needed(t.best_ever) {
+                t.record_count = t.count;
+                t.record_fraction = fraction;
+            }
             if t.count == 1 || t.gain(level, t.best_ever) > 0.0 {
                 t.best_ever = level;
             }
+            t.judge_epoch(series, k, significance, previous);
             let margin = significance.min_delta.max(t.best_ever.abs() * worse_pct / 100.0);
             if worse_pct > 0.0 && -t.gain(level, t.best_ever) > margin {
                 t.worse_since.get_or_insert((t.count, at, fraction));

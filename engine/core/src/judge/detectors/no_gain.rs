@@ -416,8 +416,9 @@ impl Detector for NoGain {
         }
         // A training metric on a data set the run goes over again: the next epoch begins before the planned
         // end, and a training loss drops when the data repeat, which no fit of the epoch so far can see.
+        let needed = Significance { min_delta: self.min_delta, min_delta_pct: self.min_gain * 100.0 };
         if self.schedule
-            && watched.iter().any(|t| !levels::is_quality_eval(&t.name))
+            && watched.iter().any(|t| t.may_drop_at_epoch(needed))
             && levels::epoch_ahead(view.series, 1.0)
         {
             return None;
