@@ -30,7 +30,7 @@ use std::borrow::Cow;
 use super::Params;
 use crate::history::job_series::JobSeries;
 use crate::history::metric_series::Direction;
-use crate::input::sample::ProgressSample;
+use crate::input::sample::{ProgressSample, same_name};
 use crate::time::Timestamp;
 
 /// The most logged values a level is the median of.
@@ -96,16 +96,24 @@ pub(crate) fn is_quality_eval(name: &str) -> bool {
 }
 
 /// A rolling median of the last `k` logged finite values.
+///
+/// The last [`MAX_SMOOTHING`] values in arrival order (a ring) and, beside them, the last `k` (the `k` of
+/// the latest [`Level::push`]) kept sorted: a push removes the value that leaves the window and inserts
+/// the new one, each found by binary search (O(log k) comparisons and a shift of at most `k` values), and
+/// the median is read off the middle. A median of another `k` than the pushes' sorts a copy.
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct Level {
     values: [f64; MAX_SMOOTHING],
     len: u8,
     next: u8,
+    /// The last `window` values, ascending (by `total_cmp`).
+    sorted: [f64; MAX_SMOOTHING],
+    window: u8,
 }
 
 impl Default for Level {
     fn default() -> Self {
-        Level { values: [0.0; MAX_SMOOTHING], len: 0, next: 0 }
+        Level { values: [0.0; MAX_SMOOTHING], len: 0, next: 0, sorted: [0.0; MAX_SMOOTHING], window: 0 }
     }
 }
 
@@ -113,28 +121,60 @@ impl Level {
     /// Adds a value and returns the median of the last `k` (at most [`MAX_SMOOTHING`]).
     pub(crate) fn push(&mut self, value: f64, k: usize) -> f64 {
         let k = k.clamp(1, MAX_SMOOTHING);
-        self.values[self.next as usize] = value;
-        self.next = ((self.next as usize + 1) % MAX_SMOOTHING) as u8;
+        if usize::from(self.window) != k {
+            // First push, or another window than before: sort the window once.
+            let n = usize::from(self.len).min(k);
+            for i in 0..n {
+                self.sorted[i] =
+                    self.values[(usize::from(self.next) + MAX_SMOOTHING - 1 - i) % MAX_SMOOTHING];
+            }
+            self.sorted[..n].sort_by(f64::total_cmp);
+            self.window = k as u8;
+        }
+        let held = usize::from(self.len).min(k);
+        let mut n = held;
+        if held == k {
+            // The value `k` pushes ago leaves the window.
+            let leaving = self.values[(usize::from(self.next) + MAX_SMOOTHING - k) % MAX_SMOOTHING];
+            let i = self.sorted[..n].partition_point(|v| v.total_cmp(&leaving).is_lt());
+            self.sorted.copy_within(i + 1..n, i);
+            n -= 1;
+        }
+        let i = self.sorted[..n].partition_point(|v| v.total_cmp(&value).is_lt());
+        self.sorted.copy_within(i..n, i + 1);
+        self.sorted[i] = value;
+        self.values[usize::from(self.next)] = value;
+        self.next = ((usize::from(self.next) + 1) % MAX_SMOOTHING) as u8;
         self.len = (self.len + 1).min(MAX_SMOOTHING as u8);
-        self.median(k)
+        middle(&self.sorted[..n + 1])
     }
 
-    /// The median of the last `k` values pushed (`None` before the first).
+    /// The median of the last `k` values pushed (NaN before the first).
     pub(crate) fn median(&self, k: usize) -> f64 {
-        let n = (self.len as usize).min(k.clamp(1, MAX_SMOOTHING));
+        let k = k.clamp(1, MAX_SMOOTHING);
+        let n = usize::from(self.len).min(k);
+        if k == usize::from(self.window) {
+            return middle(&self.sorted[..n]);
+        }
         let mut last = [0.0; MAX_SMOOTHING];
         for (i, slot) in last.iter_mut().take(n).enumerate() {
-            *slot = self.values[(self.next as usize + MAX_SMOOTHING - 1 - i) % MAX_SMOOTHING];
+            *slot = self.values[(usize::from(self.next) + MAX_SMOOTHING - 1 - i) % MAX_SMOOTHING];
         }
         let last = &mut last[..n];
         last.sort_by(f64::total_cmp);
-        if n == 0 {
-            f64::NAN
-        } else if n % 2 == 1 {
-            last[n / 2]
-        } else {
-            (last[n / 2 - 1] + last[n / 2]) / 2.0
-        }
+        middle(last)
+    }
+}
+
+/// The median of sorted values (NaN for none).
+fn middle(sorted: &[f64]) -> f64 {
+    let n = sorted.len();
+    if n == 0 {
+        f64::NAN
+    } else if n % 2 == 1 {
+        sorted[n / 2]
+    } else {
+        (sorted[n / 2 - 1] + sorted[n / 2]) / 2.0
     }
 }
 
@@ -186,6 +226,8 @@ pub struct Track {
     pub name: Cow<'static, str>,
     /// Which way is better.
     pub direction: Direction,
+    /// Whether it is an evaluation metric ([`is_quality_eval`]): its own level, no epochs.
+    pub eval: bool,
     /// Its rolling median.
     pub level: Level,
     /// Finite logged values so far.
@@ -223,6 +265,7 @@ impl Track {
         Track {
             name: crate::input::interned(name),
             direction,
+            eval: is_quality_eval(name),
             level: Level::default(),
             count: 0,
             current: f64::NAN,
@@ -246,7 +289,7 @@ impl Track {
     /// show a significant drop once the data repeated. A job that has shown a boundary pass without a
     /// drop does not get its next boundary as a reason to wait.
     pub(crate) fn may_drop_at_epoch(&self, significance: Significance) -> bool {
-        !is_quality_eval(&self.name) && !self.at_floor(significance) && self.epoch_dropped != Some(false)
+        !self.eval && !self.at_floor(significance) && self.epoch_dropped != Some(false)
     }
 
     /// Whether the level is so close to zero that even reaching zero would not be a significant
@@ -271,7 +314,7 @@ impl Track {
     /// once `k` logged values of the new epoch make the level (so the median holds none from before),
     /// judges whether the level fell significantly when the data repeated.
     fn judge_epoch(&mut self, series: &JobSeries, k: usize, significance: Significance, previous: f64) {
-        if is_quality_eval(&self.name) {
+        if self.eval {
             return;
         }
         let Some(epoch) = series.last.and_then(|l| l.current_epoch).filter(|e| e.is_finite()) else {
@@ -321,9 +364,48 @@ impl Significance {
 pub struct Tracks {
     pub tracks: Vec<Track>,
     pub lr: LrWatch,
+    /// The metrics watched, with their directions, as [`Watch::metrics`] found them when the job had
+    /// `watching_of` metrics and the last of them was `watching_last`: a job's metrics are only ever
+    /// added to, so the list is derived again (names parsed, directions inferred) only when it reports a
+    /// metric it had not before, not at every sample.
+    watching: Vec<(Cow<'static, str>, Direction)>,
+    watching_of: usize,
+    watching_last: Option<Cow<'static, str>>,
 }
 
 impl Tracks {
+    /// Whether `watching` was derived from the job's metrics as they are now.
+    fn watching_is_current(&self, series: &JobSeries) -> bool {
+        let mut count = 0;
+        let mut last = None;
+        for name in series.metric_names() {
+            count += 1;
+            last = Some(name);
+        }
+        count == self.watching_of
+            && match (last, self.watching_last.as_deref()) {
+                (Some(a), Some(b)) => same_name(a, b),
+                (None, None) => true,
+                _ => false,
+            }
+    }
+
+    /// Derives the watched metrics again if the job reported a new metric.
+    fn refresh_watching(&mut self, watch: &Watch, series: &JobSeries) {
+        if self.watching_is_current(series) && !(self.watching_of == 0 && self.watching.is_empty()) {
+            return;
+        }
+        self.watching =
+            watch.metrics(series).into_iter().map(|(n, d)| (crate::input::interned(n), d)).collect();
+        self.watching_of = series.metric_names().count();
+        self.watching_last = series.metric_names().last().map(crate::input::interned);
+    }
+
+    /// The metrics watched in this job now (see `watching`).
+    pub(crate) fn watching(&self) -> &[(Cow<'static, str>, Direction)] {
+        &self.watching
+    }
+
     /// Takes the metrics of a new sample that carried logged values; returns whether a watched metric
     /// got a new logged value. A learning-rate drop restarts every reference at its current level.
     pub(crate) fn observe(
@@ -345,13 +427,15 @@ impl Tracks {
                 t.restart(at, fraction);
             }
         }
+        self.refresh_watching(watch, series);
         let mut any = false;
-        for (name, direction) in watch.metrics(series) {
+        for w in 0..self.watching.len() {
+            let (name, direction) = (self.watching[w].0.as_ref(), self.watching[w].1);
             let Some(value) = sample.metric(name) else { continue };
             if !value.is_finite() || !series.logged(name) {
                 continue;
             }
-            let i = match self.tracks.iter().position(|t| t.name == name) {
+            let i = match self.tracks.iter().position(|t| same_name(&t.name, name)) {
                 Some(i) => i,
                 None if self.tracks.len() < MAX_TRACKS => {
                     self.tracks.push(Track::new(name, direction));
@@ -362,7 +446,7 @@ impl Tracks {
             let t = &mut self.tracks[i];
             any = true;
             t.count += 1;
-            let k = if is_quality_eval(name) { 1 } else { smoothing };
+            let k = if t.eval { 1 } else { smoothing };
             let previous = t.current;
             t.current = t.level.push(value, k);
             let level = t.current;
@@ -393,6 +477,13 @@ impl Tracks {
 
     /// The tracks of the metrics watched in this job now.
     pub(crate) fn watched<'a>(&'a self, watch: &Watch, series: &JobSeries) -> Vec<&'a Track> {
+        if self.watching_is_current(series) {
+            return self
+                .tracks
+                .iter()
+                .filter(|t| self.watching.iter().any(|(n, _)| same_name(n, &t.name)))
+                .collect();
+        }
         let names = watch.metrics(series);
         self.tracks.iter().filter(|t| names.iter().any(|(n, _)| *n == t.name)).collect()
     }
@@ -471,6 +562,34 @@ mod tests {
             l.push(f64::from(i), MAX_SMOOTHING);
         }
         assert_eq!(l.median(MAX_SMOOTHING), 32.0, "the last 15: 25 … 39");
+    }
+
+    #[test]
+    fn the_sorted_window_gives_the_median_a_sort_would() {
+        // Against sorting the last k values, for every k, with repeats, negatives and a change of k.
+        let mut state = 0x9E37_79B9_7F4A_7C15u64;
+        let mut next = move || {
+            state ^= state << 13;
+            state ^= state >> 7;
+            state ^= state << 17;
+            ((state % 41) as f64 - 20.0) / 4.0
+        };
+        for k in 1..=MAX_SMOOTHING {
+            let mut level = Level::default();
+            let mut all: Vec<f64> = Vec::new();
+            for i in 0..200 {
+                let kk = if i == 120 { (k % MAX_SMOOTHING) + 1 } else { k }; // one push with another k
+                let v = next();
+                all.push(v);
+                let got = level.push(v, kk);
+                let mut last: Vec<f64> = all.iter().rev().take(kk).copied().collect();
+                last.sort_by(f64::total_cmp);
+                let n = last.len();
+                let want = if n % 2 == 1 { last[n / 2] } else { (last[n / 2 - 1] + last[n / 2]) / 2.0 };
+                assert_eq!(got, want, "k {kk}, push {i}");
+                assert_eq!(level.median(1), v);
+            }
+        }
     }
 
     #[test]
