@@ -100,7 +100,7 @@ pub(crate) fn is_quality_eval(name: &str) -> bool {
 /// The last [`MAX_SMOOTHING`] values in arrival order (a ring) and, beside them, the last `k` (the `k` of
 /// the latest [`Level::push`]) kept sorted: a push removes the value that leaves the window and inserts
 /// the new one, each found by binary search (O(log k) comparisons and a shift of at most `k` values), and
-/// the median is read off the middle. A median of another `k` than the pushes' sorts a copy.
+/// the median is read off the middle.
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct Level {
     values: [f64; MAX_SMOOTHING],
@@ -149,7 +149,9 @@ impl Level {
         middle(&self.sorted[..n + 1])
     }
 
-    /// The median of the last `k` values pushed (NaN before the first).
+    /// The median of the last `k` values pushed (NaN before the first); the detectors take the one
+    /// [`Level::push`] returns.
+    #[cfg(test)]
     pub(crate) fn median(&self, k: usize) -> f64 {
         let k = k.clamp(1, MAX_SMOOTHING);
         let n = usize::from(self.len).min(k);
