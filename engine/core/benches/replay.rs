@@ -155,6 +155,25 @@ fn main() {
     let bytes: usize = lines.iter().map(std::string::String::len).sum();
     println!("stream: {} samples from {jobs} jobs, {:.0} bytes/line", lines.len(), bytes as f64 / n);
 
+    // `REPLAY_BENCH_ONLY=catalog`: replay the catalog's rules alone, over and over, for a profiler
+    // (`perf record`, `valgrind --tool=callgrind`) to see them without the rest of the bench.
+    if std::env::var("REPLAY_BENCH_ONLY").is_ok_and(|v| v == "catalog") {
+        let catalog_docs = parse_documents(CATALOG_POLICY, "bench-catalog").expect("catalog policy");
+        let rounds: usize =
+            std::env::var("REPLAY_BENCH_ROUNDS").ok().and_then(|r| r.parse().ok()).unwrap_or(3);
+        let time = best_of(rounds, || {
+            let policy = compile(&catalog_docs[0], Evaluator::new(EngineConfig::default()).scripts())
+                .expect("compiles");
+            replay_all(&lines, policy, EngineConfig::default()).summary.firings as usize
+        });
+        println!(
+            "full replay, the catalog's 5 rules (issue 41){:>9.0} samples/s  ({:.2} µs/sample)",
+            n / time,
+            time / n * 1e6
+        );
+        return;
+    }
+
     let decode = best_of(5, || {
         lines
             .iter()

@@ -294,6 +294,11 @@ impl Detector for Diverging {
     }
 }
 
+/// Whether a metric is a loss (what the run optimises) rather than a task metric.
+fn is_loss(name: &str) -> bool {
+    name.contains("loss") || name.contains("perplexity")
+}
+
 impl Stays {
     fn check(&self, tracks: &Tracks, view: &JobView<'_>) -> Option<Finding> {
         let fraction = levels::run_fraction(view.series);
@@ -308,14 +313,21 @@ impl Stays {
             Sustain::Run(share) => fraction.zip(since).is_some_and(|(f, s)| f - s >= share),
             Sustain::Values(n) => count >= n,
         };
-        // No watched metric reached a new best within the sustain span.
-        if watched.iter().any(|t| !held(t.count - t.best_count, t.best_fraction)) {
+        // No watched metric reached a new best within the sustain span. A learning-rate drop does not
+        // count as one (a run that went bad gets its rate cut by ReduceLROnPlateau).
+        if watched.iter().any(|t| !held(t.count - t.record_count, t.record_fraction)) {
             return None;
         }
+        // A task metric (accuracy, F1, WER, BLEU ...) evaluated every few hundred steps dips and comes back
+        // with the evaluation set's luck; a loss is what the run optimises. When the job reports an
+        // evaluation loss, only a loss diverging fires and the task metrics hold it back while they
+        // improve; a job judged on task metrics alone fires on them.
+        let any_loss = watched.iter().any(|t| is_loss(&t.name));
         let diverged = watched.iter().find(|t| {
-            t.worse_since.is_some_and(|(count, _, since)| {
-                t.count - count + 1 >= self.min_points && held(t.count - count + 1, since)
-            })
+            (!any_loss || is_loss(&t.name))
+                && t.worse_since.is_some_and(|(count, _, since)| {
+                    t.count - count + 1 >= self.min_points && held(t.count - count + 1, since)
+                })
         })?;
         let (count, at, since) = diverged.worse_since?;
         let worse = -diverged.gain(diverged.current, diverged.best_ever);
@@ -432,6 +444,79 @@ mod tests {
         // An eval loss that keeps improving is left alone even when the training loss wobbles up.
         let fine = |x: f64| (1.0 + 0.2 * noise(x), (x as u32).is_multiple_of(100).then(|| 1.0 - x / 2000.0));
         assert_eq!(first_fire(d.as_ref(), fine), None);
+    }
+
+    /// Feeds `metrics(step)` every 10 steps of 1000; the first fire.
+    fn first_fire_of(
+        d: &dyn super::Detector,
+        metrics: impl Fn(f64) -> Vec<(&'static str, f64)>,
+    ) -> Option<(u32, String)> {
+        let mut job = Job::new();
+        for step in (10..1000).step_by(10) {
+            let x = f64::from(step);
+            job.sample_at_step(d, i64::from(step) * 6, &metrics(x), x, 1000.0);
+            if let Some(f) = job.check(d, i64::from(step) * 6) {
+                return Some((step, f.summary));
+            }
+        }
+        None
+    }
+
+    fn catalog() -> Box<dyn super::Detector> {
+        detector(
+            "diverging",
+            json!({"metric": "auto", "worseByPct": 10, "sustain": "20%", "minPoints": 3, "smoothing": 5,
+                   "minDelta": 0.001, "warmup": "10%", "minRemaining": "10%"}),
+        )
+    }
+
+    #[test]
+    fn a_learning_rate_cut_does_not_hide_a_divergence() {
+        // ReduceLROnPlateau on a run that blew up: the evaluation loss (every 100 steps) jumps 18 % above
+        // its best at step 400 and stays there, and the rate is quartered at every evaluation from then on.
+        // The cuts are the trainer reacting to the damage, not the run getting better: it fires once the
+        // level has stayed worse for 20 % of the run.
+        let blown = |x: f64| {
+            let evals = (x / 100.0).floor();
+            let mut m = vec![("loss", 5.0 + 0.01 * noise(x))];
+            m.push(("learning_rate", 20.0 * 0.25f64.powf((evals - 3.0).max(0.0))));
+            if (x as u32).is_multiple_of(100) {
+                m.push(("eval_loss", if x < 400.0 { 5.6 - 0.1 * evals } else { 6.3 - 0.02 * (evals - 4.0) }));
+            }
+            m
+        };
+        let (step, summary) = first_fire_of(catalog().as_ref(), blown).expect("stays worse despite the cuts");
+        assert!((600..=700).contains(&step), "{step}: {summary}");
+        assert!(summary.starts_with("eval_loss is "), "{summary}");
+    }
+
+    #[test]
+    fn a_task_metric_that_dips_and_recovers_is_no_divergence_while_the_loss_is_fine() {
+        // An evaluation every 50 steps: eval_loss holds its level (within 1 %); eval_accuracy dips 20 %
+        // below its best from step 300 to 650 (the evaluation set's luck, a noisy metric) and comes back.
+        // The loss is what the run optimises, and it did not diverge: no divergence.
+        let dip = |x: f64| {
+            let mut m = vec![("loss", 1.0 - x / 2000.0)];
+            if (x as u32).is_multiple_of(50) {
+                m.push(("eval_loss", 0.9 + 0.005 * noise(x)));
+                let acc = 0.5 + x / 5000.0;
+                m.push(("eval_accuracy", if (300.0..650.0).contains(&x) { 0.8 * acc } else { acc }));
+            }
+            m
+        };
+        assert_eq!(first_fire_of(catalog().as_ref(), dip), None);
+        // A job that reports its accuracy alone, and whose accuracy falls for good, is judged on it.
+        let fallen = |x: f64| {
+            let mut m = vec![("loss", 1.0 - x / 2000.0)];
+            if (x as u32).is_multiple_of(50) {
+                m.push(("eval_accuracy", if x < 300.0 { 0.5 + x / 1000.0 } else { 0.6 }));
+                m.push(("eval_runtime", 30.0 + noise(x))); // a new evaluation, though its accuracy repeats
+            }
+            m
+        };
+        let (step, summary) = first_fire_of(catalog().as_ref(), fallen).expect("accuracy fell for good");
+        assert!((500..=600).contains(&step), "{step}: {summary}");
+        assert!(summary.starts_with("eval_accuracy is "), "{summary}");
     }
 
     #[test]

@@ -19,14 +19,18 @@
 //!   every 50 minutes.
 //! * **The schedule** (`schedule: true`) is read from the reported `learning_rate` ([`LrWatch`]) and the
 //!   epochs ([`epoch_ahead`]): a step drop of the learning rate restarts a judgement, and a drop or (for a
-//!   training metric) a new epoch expected within the window ahead holds it.
+//!   training metric) a new epoch expected within the window ahead holds it. The job's own curve says
+//!   whether that wait is worth it: a training loss whose level did not fall significantly once the last
+//!   boundary's data repeated ([`Track::may_drop_at_epoch`]) is not held for the next one, and a loss so
+//!   close to zero that reaching zero would not be a significant gain ([`Track::at_floor`]) is held by
+//!   nothing ahead.
 
 use std::borrow::Cow;
 
 use super::Params;
 use crate::history::job_series::JobSeries;
 use crate::history::metric_series::Direction;
-use crate::input::sample::ProgressSample;
+use crate::input::sample::{ProgressSample, same_name};
 use crate::time::Timestamp;
 
 /// The most logged values a level is the median of.
@@ -92,16 +96,24 @@ pub(crate) fn is_quality_eval(name: &str) -> bool {
 }
 
 /// A rolling median of the last `k` logged finite values.
+///
+/// The last [`MAX_SMOOTHING`] values in arrival order (a ring) and, beside them, the last `k` (the `k` of
+/// the latest [`Level::push`]) kept sorted: a push removes the value that leaves the window and inserts
+/// the new one, each found by binary search (O(log k) comparisons and a shift of at most `k` values), and
+/// the median is read off the middle.
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct Level {
     values: [f64; MAX_SMOOTHING],
     len: u8,
     next: u8,
+    /// The last `window` values, ascending (by `total_cmp`).
+    sorted: [f64; MAX_SMOOTHING],
+    window: u8,
 }
 
 impl Default for Level {
     fn default() -> Self {
-        Level { values: [0.0; MAX_SMOOTHING], len: 0, next: 0 }
+        Level { values: [0.0; MAX_SMOOTHING], len: 0, next: 0, sorted: [0.0; MAX_SMOOTHING], window: 0 }
     }
 }
 
@@ -109,28 +121,62 @@ impl Level {
     /// Adds a value and returns the median of the last `k` (at most [`MAX_SMOOTHING`]).
     pub(crate) fn push(&mut self, value: f64, k: usize) -> f64 {
         let k = k.clamp(1, MAX_SMOOTHING);
-        self.values[self.next as usize] = value;
-        self.next = ((self.next as usize + 1) % MAX_SMOOTHING) as u8;
+        if usize::from(self.window) != k {
+            // First push, or another window than before: sort the window once.
+            let n = usize::from(self.len).min(k);
+            for i in 0..n {
+                self.sorted[i] =
+                    self.values[(usize::from(self.next) + MAX_SMOOTHING - 1 - i) % MAX_SMOOTHING];
+            }
+            self.sorted[..n].sort_by(f64::total_cmp);
+            self.window = k as u8;
+        }
+        let held = usize::from(self.len).min(k);
+        let mut n = held;
+        if held == k {
+            // The value `k` pushes ago leaves the window.
+            let leaving = self.values[(usize::from(self.next) + MAX_SMOOTHING - k) % MAX_SMOOTHING];
+            let i = self.sorted[..n].partition_point(|v| v.total_cmp(&leaving).is_lt());
+            self.sorted.copy_within(i + 1..n, i);
+            n -= 1;
+        }
+        let i = self.sorted[..n].partition_point(|v| v.total_cmp(&value).is_lt());
+        self.sorted.copy_within(i..n, i + 1);
+        self.sorted[i] = value;
+        self.values[usize::from(self.next)] = value;
+        self.next = ((usize::from(self.next) + 1) % MAX_SMOOTHING) as u8;
         self.len = (self.len + 1).min(MAX_SMOOTHING as u8);
-        self.median(k)
+        middle(&self.sorted[..n + 1])
     }
 
-    /// The median of the last `k` values pushed (`None` before the first).
+    /// The median of the last `k` values pushed (NaN before the first); the detectors take the one
+    /// [`Level::push`] returns.
+    #[cfg(test)]
     pub(crate) fn median(&self, k: usize) -> f64 {
-        let n = (self.len as usize).min(k.clamp(1, MAX_SMOOTHING));
+        let k = k.clamp(1, MAX_SMOOTHING);
+        let n = usize::from(self.len).min(k);
+        if k == usize::from(self.window) {
+            return middle(&self.sorted[..n]);
+        }
         let mut last = [0.0; MAX_SMOOTHING];
         for (i, slot) in last.iter_mut().take(n).enumerate() {
-            *slot = self.values[(self.next as usize + MAX_SMOOTHING - 1 - i) % MAX_SMOOTHING];
+            *slot = self.values[(usize::from(self.next) + MAX_SMOOTHING - 1 - i) % MAX_SMOOTHING];
         }
         let last = &mut last[..n];
         last.sort_by(f64::total_cmp);
-        if n == 0 {
-            f64::NAN
-        } else if n % 2 == 1 {
-            last[n / 2]
-        } else {
-            (last[n / 2 - 1] + last[n / 2]) / 2.0
-        }
+        middle(last)
+    }
+}
+
+/// The median of sorted values (NaN for none).
+fn middle(sorted: &[f64]) -> f64 {
+    let n = sorted.len();
+    if n == 0 {
+        f64::NAN
+    } else if n % 2 == 1 {
+        sorted[n / 2]
+    } else {
+        (sorted[n / 2 - 1] + sorted[n / 2]) / 2.0
     }
 }
 
@@ -182,6 +228,8 @@ pub struct Track {
     pub name: Cow<'static, str>,
     /// Which way is better.
     pub direction: Direction,
+    /// Whether it is an evaluation metric ([`is_quality_eval`]): its own level, no epochs.
+    pub eval: bool,
     /// Its rolling median.
     pub level: Level,
     /// Finite logged values so far.
@@ -198,6 +246,20 @@ pub struct Track {
     pub best_ever: f64,
     /// Since when the level has been worse than `best_ever` by the divergence margin: count, time, fraction.
     pub worse_since: Option<(u64, Timestamp, Option<f64>)>,
+    /// When the level last beat `best_ever` significantly: the logged-value count and the run fraction.
+    /// Unlike the reference, a learning-rate drop does not move it (ReduceLROnPlateau cutting the rate of a
+    /// run that went bad is no sign that it got better).
+    pub record_count: u64,
+    pub record_fraction: Option<f64>,
+    /// Whether a level was ever below zero (a loss that is not, cannot fall below 0).
+    pub ever_negative: bool,
+    /// The epoch (its whole number) of the latest logged value, when the job reports epochs.
+    pub epoch: Option<f64>,
+    /// The last epoch boundary crossed and not judged yet: the logged-value count and the level there.
+    pub epoch_mark: Option<(u64, f64)>,
+    /// Whether the level fell significantly once the last judged boundary's data repeated (`None`: no
+    /// boundary judged yet).
+    pub epoch_dropped: Option<bool>,
 }
 
 impl Track {
@@ -205,6 +267,7 @@ impl Track {
         Track {
             name: crate::input::interned(name),
             direction,
+            eval: is_quality_eval(name),
             level: Level::default(),
             count: 0,
             current: f64::NAN,
@@ -214,7 +277,31 @@ impl Track {
             best_fraction: None,
             best_ever: f64::NAN,
             worse_since: None,
+            record_count: 0,
+            record_fraction: None,
+            ever_negative: false,
+            epoch: None,
+            epoch_mark: None,
+            epoch_dropped: None,
         }
+    }
+
+    /// Whether a training metric's level may still fall at the next epoch boundary: it is a loss-like
+    /// metric (not an evaluation), it is not at its floor, and the last boundary it crossed, if any, did
+    /// show a significant drop once the data repeated. A job that has shown a boundary pass without a
+    /// drop does not get its next boundary as a reason to wait.
+    pub(crate) fn may_drop_at_epoch(&self, significance: Significance) -> bool {
+        !self.eval && !self.at_floor(significance) && self.epoch_dropped != Some(false)
+    }
+
+    /// Whether the level is so close to zero that even reaching zero would not be a significant
+    /// improvement, for a lower-is-better metric that was never negative (a loss at its floor): no
+    /// schedule ahead can make it better.
+    pub(crate) fn at_floor(&self, significance: Significance) -> bool {
+        self.direction == Direction::Min
+            && !self.ever_negative
+            && self.current >= 0.0
+            && self.current <= significance.needed(self.best)
     }
 
     /// How much better `a` is than `b` (negative when worse).
@@ -222,6 +309,30 @@ impl Track {
         match self.direction {
             Direction::Min => b - a,
             Direction::Max => a - b,
+        }
+    }
+
+    /// Follows the epoch boundaries of a training metric: at a boundary it marks the level before it, and
+    /// once `k` logged values of the new epoch make the level (so the median holds none from before),
+    /// judges whether the level fell significantly when the data repeated.
+    fn judge_epoch(&mut self, series: &JobSeries, k: usize, significance: Significance, previous: f64) {
+        if self.eval {
+            return;
+        }
+        let Some(epoch) = series.last.and_then(|l| l.current_epoch).filter(|e| e.is_finite()) else {
+            return;
+        };
+        // A reporter rounds the epoch to two decimals: 0.999 reads as 1.0 one log early at worst.
+        let whole = (epoch + 1e-9).floor();
+        if self.epoch.is_some_and(|e| whole > e) && previous.is_finite() {
+            self.epoch_mark = Some((self.count, previous));
+        }
+        self.epoch = Some(whole);
+        if let Some((count, before)) = self.epoch_mark
+            && self.count >= count + k as u64
+        {
+            self.epoch_dropped = Some(self.gain(self.current, before) > significance.needed(before));
+            self.epoch_mark = None;
         }
     }
 
@@ -255,9 +366,48 @@ impl Significance {
 pub struct Tracks {
     pub tracks: Vec<Track>,
     pub lr: LrWatch,
+    /// The metrics watched, with their directions, as [`Watch::metrics`] found them when the job had
+    /// `watching_of` metrics and the last of them was `watching_last`: a job's metrics are only ever
+    /// added to, so the list is derived again (names parsed, directions inferred) only when it reports a
+    /// metric it had not before, not at every sample.
+    watching: Vec<(Cow<'static, str>, Direction)>,
+    watching_of: usize,
+    watching_last: Option<Cow<'static, str>>,
 }
 
 impl Tracks {
+    /// Whether `watching` was derived from the job's metrics as they are now.
+    fn watching_is_current(&self, series: &JobSeries) -> bool {
+        let mut count = 0;
+        let mut last = None;
+        for name in series.metric_names() {
+            count += 1;
+            last = Some(name);
+        }
+        count == self.watching_of
+            && match (last, self.watching_last.as_deref()) {
+                (Some(a), Some(b)) => same_name(a, b),
+                (None, None) => true,
+                _ => false,
+            }
+    }
+
+    /// Derives the watched metrics again if the job reported a new metric.
+    fn refresh_watching(&mut self, watch: &Watch, series: &JobSeries) {
+        if self.watching_is_current(series) && !(self.watching_of == 0 && self.watching.is_empty()) {
+            return;
+        }
+        self.watching =
+            watch.metrics(series).into_iter().map(|(n, d)| (crate::input::interned(n), d)).collect();
+        self.watching_of = series.metric_names().count();
+        self.watching_last = series.metric_names().last().map(crate::input::interned);
+    }
+
+    /// The metrics watched in this job now (see `watching`).
+    pub(crate) fn watching(&self) -> &[(Cow<'static, str>, Direction)] {
+        &self.watching
+    }
+
     /// Takes the metrics of a new sample that carried logged values; returns whether a watched metric
     /// got a new logged value. A learning-rate drop restarts every reference at its current level.
     pub(crate) fn observe(
@@ -279,13 +429,15 @@ impl Tracks {
                 t.restart(at, fraction);
             }
         }
+        self.refresh_watching(watch, series);
         let mut any = false;
-        for (name, direction) in watch.metrics(series) {
+        for w in 0..self.watching.len() {
+            let (name, direction) = (self.watching[w].0.as_ref(), self.watching[w].1);
             let Some(value) = sample.metric(name) else { continue };
             if !value.is_finite() || !series.logged(name) {
                 continue;
             }
-            let i = match self.tracks.iter().position(|t| t.name == name) {
+            let i = match self.tracks.iter().position(|t| same_name(&t.name, name)) {
                 Some(i) => i,
                 None if self.tracks.len() < MAX_TRACKS => {
                     self.tracks.push(Track::new(name, direction));
@@ -296,18 +448,25 @@ impl Tracks {
             let t = &mut self.tracks[i];
             any = true;
             t.count += 1;
-            let k = if is_quality_eval(name) { 1 } else { smoothing };
+            let k = if t.eval { 1 } else { smoothing };
+            let previous = t.current;
             t.current = t.level.push(value, k);
             let level = t.current;
+            t.ever_negative |= level < 0.0;
             if t.count == 1 || t.gain(level, t.best) > significance.needed(t.best) {
                 t.best = level;
                 t.best_count = t.count;
                 t.best_at = at;
                 t.best_fraction = fraction;
             }
+            if t.count == 1 || t.gain(level, t.best_ever) > significance.needed(t.best_ever) {
+                t.record_count = t.count;
+                t.record_fraction = fraction;
+            }
             if t.count == 1 || t.gain(level, t.best_ever) > 0.0 {
                 t.best_ever = level;
             }
+            t.judge_epoch(series, k, significance, previous);
             let margin = significance.min_delta.max(t.best_ever.abs() * worse_pct / 100.0);
             if worse_pct > 0.0 && -t.gain(level, t.best_ever) > margin {
                 t.worse_since.get_or_insert((t.count, at, fraction));
@@ -320,6 +479,13 @@ impl Tracks {
 
     /// The tracks of the metrics watched in this job now.
     pub(crate) fn watched<'a>(&'a self, watch: &Watch, series: &JobSeries) -> Vec<&'a Track> {
+        if self.watching_is_current(series) {
+            return self
+                .tracks
+                .iter()
+                .filter(|t| self.watching.iter().any(|(n, _)| same_name(n, &t.name)))
+                .collect();
+        }
         let names = watch.metrics(series);
         self.tracks.iter().filter(|t| names.iter().any(|(n, _)| *n == t.name)).collect()
     }
@@ -398,6 +564,34 @@ mod tests {
             l.push(f64::from(i), MAX_SMOOTHING);
         }
         assert_eq!(l.median(MAX_SMOOTHING), 32.0, "the last 15: 25 … 39");
+    }
+
+    #[test]
+    fn the_sorted_window_gives_the_median_a_sort_would() {
+        // Against sorting the last k values, for every k, with repeats, negatives and a change of k.
+        let mut state = 0x9E37_79B9_7F4A_7C15u64;
+        let mut next = move || {
+            state ^= state << 13;
+            state ^= state >> 7;
+            state ^= state << 17;
+            ((state % 41) as f64 - 20.0) / 4.0
+        };
+        for k in 1..=MAX_SMOOTHING {
+            let mut level = Level::default();
+            let mut all: Vec<f64> = Vec::new();
+            for i in 0..200 {
+                let kk = if i == 120 { (k % MAX_SMOOTHING) + 1 } else { k }; // one push with another k
+                let v = next();
+                all.push(v);
+                let got = level.push(v, kk);
+                let mut last: Vec<f64> = all.iter().rev().take(kk).copied().collect();
+                last.sort_by(f64::total_cmp);
+                let n = last.len();
+                let want = if n % 2 == 1 { last[n / 2] } else { (last[n / 2 - 1] + last[n / 2]) / 2.0 };
+                assert_eq!(got, want, "k {kk}, push {i}");
+                assert_eq!(level.median(1), v);
+            }
+        }
     }
 
     #[test]

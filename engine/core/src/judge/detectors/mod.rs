@@ -305,6 +305,26 @@ pub(crate) mod testkit {
             }
         }
 
+        /// Records a sample at `secs` at `step` of `total` steps and in `epoch`, running `detector.observe`.
+        pub(crate) fn sample_at_epoch(
+            &mut self,
+            detector: &dyn Detector,
+            secs: i64,
+            metrics: &[(&'static str, f64)],
+            (step, total): (f64, f64),
+            epoch: f64,
+        ) {
+            let mut s = ProgressSample::empty(t(secs), SampleSource::TrainerStatus);
+            s.metrics = metrics.iter().map(|(n, v)| Metric { name: (*n).into(), value: *v }).collect();
+            s.current_step = Some(step);
+            s.total_steps = Some(total);
+            s.current_epoch = Some(epoch);
+            s.progress_percent = Some((100.0 * step / total).floor().min(99.0));
+            if self.series.record(&s) == crate::history::job_series::Recorded::New {
+                detector.observe(&mut self.state, &self.series, &s);
+            }
+        }
+
         /// Records GPU readings (one utilization per GPU) at `secs`.
         pub(crate) fn gpu(&mut self, secs: i64, utils: &[f64]) {
             let gpus = utils

@@ -43,7 +43,7 @@ use super::{Detector, DetectorInfo, DetectorState, Finding, ParamDoc, Params};
 use crate::history::job::JobView;
 use crate::history::job_series::JobSeries;
 use crate::history::metric_series::Direction;
-use crate::input::sample::ProgressSample;
+use crate::input::sample::{ProgressSample, same_name};
 use crate::time::fmt_num;
 
 pub(super) const INFO: DetectorInfo = DetectorInfo {
@@ -196,6 +196,9 @@ pub struct NoGainState {
 pub struct Bin {
     pub lo: f64,
     pub hi: f64,
+    /// `ln lo` and `ln hi` (positions below 1e-9 taken as 1e-9), computed once: merging compares them.
+    pub ln_lo: f64,
+    pub ln_hi: f64,
     pub x: f64,
     pub y: f64,
     pub n: f64,
@@ -204,7 +207,7 @@ pub struct Bin {
 /// One metric's logged values: the newest at full resolution, the older ones log-spaced.
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct History {
-    pub name: String,
+    pub name: std::borrow::Cow<'static, str>,
     pub recent: VecDeque<(f64, f64)>,
     pub bins: Vec<Bin>,
 }
@@ -214,7 +217,8 @@ impl History {
         if self.recent.len() == RECENT
             && let Some((ox, oy)) = self.recent.pop_front()
         {
-            self.bins.push(Bin { lo: ox, hi: ox, x: ox, y: oy, n: 1.0 });
+            let ln = ox.max(1e-9).ln();
+            self.bins.push(Bin { lo: ox, hi: ox, ln_lo: ln, ln_hi: ln, x: ox, y: oy, n: 1.0 });
             if self.bins.len() > HISTORY_BINS {
                 self.merge_closest();
             }
@@ -224,7 +228,7 @@ impl History {
 
     /// Merges the two neighbouring bins that are closest in log-position, so the history stays log-spaced.
     fn merge_closest(&mut self) {
-        let span = |a: &Bin, b: &Bin| b.hi.max(1e-9).ln() - a.lo.max(1e-9).ln();
+        let span = |a: &Bin, b: &Bin| b.ln_hi - a.ln_lo;
         let Some(i) = (0..self.bins.len() - 1).min_by(|&i, &j| {
             span(&self.bins[i], &self.bins[i + 1]).total_cmp(&span(&self.bins[j], &self.bins[j + 1]))
         }) else {
@@ -232,8 +236,15 @@ impl History {
         };
         let (a, b) = (self.bins[i], self.bins[i + 1]);
         let n = a.n + b.n;
-        self.bins[i] =
-            Bin { lo: a.lo, hi: b.hi, x: (a.x * a.n + b.x * b.n) / n, y: (a.y * a.n + b.y * b.n) / n, n };
+        self.bins[i] = Bin {
+            lo: a.lo,
+            hi: b.hi,
+            ln_lo: a.ln_lo,
+            ln_hi: b.ln_hi,
+            x: (a.x * a.n + b.x * b.n) / n,
+            y: (a.y * a.n + b.y * b.n) / n,
+            n,
+        };
         self.bins.remove(i + 1);
     }
 
@@ -242,14 +253,13 @@ impl History {
         self.bins.clear();
     }
 
-    /// The points from `from` on: `(position, value, weight)`.
-    fn points_since(&self, from: f64) -> Vec<(f64, f64, f64)> {
+    /// The points from `from` on: `(position, value, weight)`, oldest first.
+    fn points_since(&self, from: f64) -> impl Iterator<Item = (f64, f64, f64)> + Clone + '_ {
         self.bins
             .iter()
-            .filter(|b| b.x >= from)
+            .filter(move |b| b.x >= from)
             .map(|b| (b.x, b.y, b.n))
-            .chain(self.recent.iter().filter(|(x, _)| *x >= from).map(|&(x, y)| (x, y, 1.0)))
-            .collect()
+            .chain(self.recent.iter().filter(move |(x, _)| *x >= from).map(|&(x, y)| (x, y, 1.0)))
     }
 }
 
@@ -262,9 +272,9 @@ pub(crate) struct Projection {
 
 /// Weighted least squares of `y = a + b·φ` over `(φ, y, w)`: `(a, b, rss, var_b)`, `var_b` per unit of
 /// residual variance.
-fn least_squares(points: &[(f64, f64, f64)]) -> Option<(f64, f64, f64, f64)> {
+fn least_squares(points: impl Iterator<Item = (f64, f64, f64)> + Clone) -> Option<(f64, f64, f64, f64)> {
     let (mut sw, mut sx, mut sxx, mut sy, mut sxy) = (0.0, 0.0, 0.0, 0.0, 0.0);
-    for &(x, y, w) in points {
+    for (x, y, w) in points.clone() {
         sw += w;
         sx += w * x;
         sxx += w * x * x;
@@ -277,18 +287,25 @@ fn least_squares(points: &[(f64, f64, f64)]) -> Option<(f64, f64, f64, f64)> {
     }
     let b = (sw * sxy - sx * sy) / det;
     let a = (sy - b * sx) / sw;
-    let rss: f64 = points.iter().map(|&(x, y, w)| w * (y - a - b * x).powi(2)).sum();
+    let rss: f64 = points.map(|(x, y, w)| w * (y - a - b * x).powi(2)).sum();
     Some((a, b, rss, sw / det))
 }
 
 /// How much the autocorrelation of residuals widens a standard error: `sqrt((1 + ρ) / (1 − ρ))`, ρ the
 /// lag-1 autocorrelation, clamped to [0, 0.9].
-fn autocorrelation_factor(residuals: &[f64]) -> f64 {
-    let den: f64 = residuals.iter().map(|r| r * r).sum();
-    if residuals.len() < 3 || den <= 0.0 {
+fn autocorrelation_factor(residuals: impl Iterator<Item = f64> + Clone) -> f64 {
+    let (mut den, mut num, mut n, mut previous) = (0.0, 0.0, 0usize, None);
+    for r in residuals {
+        den += r * r;
+        if let Some(p) = previous {
+            num += p * r;
+        }
+        previous = Some(r);
+        n += 1;
+    }
+    if n < 3 || den <= 0.0 {
         return 1.0;
     }
-    let num: f64 = residuals.windows(2).map(|w| w[0] * w[1]).sum();
     let rho = (num / den).clamp(0.0, 0.9);
     ((1.0 + rho) / (1.0 - rho)).sqrt()
 }
@@ -302,51 +319,76 @@ pub(crate) fn project(points: &[(f64, f64, f64)], now: f64, end: f64, z: f64) ->
     let k = points.len() as f64;
     // Positions as multiples of now: the grid of exponents then means the same on any step scale.
     let u: Vec<(f64, f64, f64)> = points.iter().map(|&(x, y, w)| ((x / now).max(1e-6), y, w)).collect();
+    let ln_u: Vec<f64> = u.iter().map(|p| p.0.ln()).collect();
     let e = end / now;
     let mut fits: Vec<(f64, Projection)> = Vec::with_capacity(EXPONENTS.len() + 1);
-    let mut add = |basis: &dyn Fn(f64) -> f64, convex_only: bool| {
-        let phi: Vec<(f64, f64, f64)> = u.iter().map(|&(x, y, w)| (basis(x), y, w)).collect();
-        let Some((a, b, rss, var_b)) = least_squares(&phi) else { return };
+    let mut phi: Vec<(f64, f64, f64)> = Vec::with_capacity(u.len());
+    let mut residuals: Vec<f64> = Vec::with_capacity(u.len());
+    // `basis` at every point (by its index, with its position) and at now (1) and the end (e).
+    let mut add = |basis: &dyn Fn(usize, f64) -> f64, at_now: f64, at_end: f64, convex_only: bool| {
+        phi.clear();
+        phi.extend(u.iter().enumerate().map(|(i, &(x, y, w))| (basis(i, x), y, w)));
+        let Some((a, b, rss, var_b)) = least_squares(phi.iter().copied()) else { return };
         if convex_only && b < 0.0 {
             return; // a power law that gets worse: not a saturating improvement
         }
-        let residuals: Vec<f64> = phi.iter().map(|&(x, y, _)| y - a - b * x).collect();
+        residuals.clear();
+        residuals.extend(phi.iter().map(|&(x, y, _)| y - a - b * x));
         let sigma2 = rss / (k - 2.0).max(1.0);
-        let dphi = basis(1.0) - basis(e);
+        let dphi = at_now - at_end;
         let gain = b * dphi;
-        let se = (sigma2 * var_b).max(0.0).sqrt() * dphi.abs() * autocorrelation_factor(&residuals);
+        let se =
+            (sigma2 * var_b).max(0.0).sqrt() * dphi.abs() * autocorrelation_factor(residuals.iter().copied());
         fits.push((rss, Projection { gain, optimistic: gain + z * se }));
     };
-    add(&|x: f64| -x, false);
+    add(&|_, x: f64| -x, -1.0, -e, false);
     for c in EXPONENTS {
-        add(&move |x: f64| x.powf(-c), true);
+        // x^-c as exp(-c ln x), the logarithms taken once for all exponents.
+        add(&|i, _| (-c * ln_u[i]).exp(), 1.0, e.powf(-c), true);
     }
     let best_rss = fits.iter().map(|f| f.0).fold(f64::INFINITY, f64::min);
     let plausible = fits.iter().filter(|f| f.0 <= best_rss * (1.0 + PLAUSIBLE) + f64::MIN_POSITIVE);
     let point = fits.iter().min_by(|a, b| a.0.total_cmp(&b.0))?.1.gain;
     let mut optimistic = plausible.map(|f| f.1.optimistic).fold(f64::NEG_INFINITY, f64::max);
-    // The tangent: a straight line through the newest third of the points. For a curve that keeps bending
-    // flatter it bounds the gains from above, however well a saturating law explains the older points
-    // (a fast fall early on makes a power law look saturated while the curve still creeps down).
-    let newest = newest_third(&u);
-    if newest.len() >= 3
-        && let Some((a, b, rss, var_b)) =
-            least_squares(&newest.iter().map(|&(x, y, w)| (-x, y, w)).collect::<Vec<_>>())
-    {
-        let residuals: Vec<f64> = newest.iter().map(|&(x, y, _)| y - a + b * x).collect();
-        let sigma2 = rss / (newest.len() as f64 - 2.0).max(1.0);
-        let se = (sigma2 * var_b).max(0.0).sqrt() * (e - 1.0) * autocorrelation_factor(&residuals);
-        optimistic = optimistic.max(b * (e - 1.0) + z * se);
+    if let Some(tangent) = tangent_bound(u.iter().copied(), e, z) {
+        optimistic = optimistic.max(tangent);
     }
     optimistic.is_finite().then(|| Projection { gain: point.max(0.0), optimistic: optimistic.max(0.0) })
 }
 
-/// The points in the newest third of the positions `points` span.
-fn newest_third(points: &[(f64, f64, f64)]) -> Vec<(f64, f64, f64)> {
+/// The tangent's optimistic gain: a straight line through the newest third of the points, projected from
+/// now to the planned end. For a curve that keeps bending flatter it bounds the gains from above, however
+/// well a saturating law explains the older points (a fast fall early on makes a power law look saturated
+/// while the curve still creeps down). The ensemble's optimistic gain is at least this, so a tangent that
+/// already promises enough decides without the fits ([`NoGain`]'s check asks it first, on the points as
+/// they lie in the history: no copy, two passes).
+pub(crate) fn optimistic_tangent(
+    points: impl Iterator<Item = (f64, f64, f64)> + Clone,
+    now: f64,
+    end: f64,
+    z: f64,
+) -> Option<f64> {
+    if now <= 0.0 || end <= now {
+        return None;
+    }
+    tangent_bound(points.map(move |(x, y, w)| ((x / now).max(1e-6), y, w)), end / now, z)
+}
+
+/// [`optimistic_tangent`] on positions already in multiples of now, `e` the end in the same unit.
+fn tangent_bound(u: impl Iterator<Item = (f64, f64, f64)> + Clone, e: f64, z: f64) -> Option<f64> {
     let (lo, hi) =
-        points.iter().fold((f64::INFINITY, f64::NEG_INFINITY), |(lo, hi), p| (lo.min(p.0), hi.max(p.0)));
+        u.clone().fold((f64::INFINITY, f64::NEG_INFINITY), |(lo, hi), p| (lo.min(p.0), hi.max(p.0)));
     let from = hi - (hi - lo) / 3.0;
-    points.iter().copied().filter(|p| p.0 >= from).collect()
+    let newest = u.filter(move |p| p.0 >= from);
+    let count = newest.clone().count();
+    if count < 3 {
+        return None;
+    }
+    let (a, b, rss, var_b) = least_squares(newest.clone().map(|(x, y, w)| (-x, y, w)))?;
+    let residuals = newest.map(move |(x, y, _)| y - a + b * x);
+    let sigma2 = rss / (count as f64 - 2.0).max(1.0);
+    let se = (sigma2 * var_b).max(0.0).sqrt() * (e - 1.0) * autocorrelation_factor(residuals);
+    Some(b * (e - 1.0) + z * se)
 }
 
 impl NoGain {
@@ -383,20 +425,22 @@ impl Detector for NoGain {
             s.histories.iter_mut().for_each(History::clear);
         }
         let Some((x, _)) = levels::position(series) else { return };
-        for (name, _) in self.watch.metrics(series) {
+        let NoGainState { tracks, histories } = &mut **s;
+        for (name, _) in tracks.watching() {
+            let name = name.as_ref();
             let Some(value) = sample.metric(name).filter(|v| v.is_finite()) else { continue };
             if !series.logged(name) {
                 continue;
             }
-            let i = match s.histories.iter().position(|h| h.name == name) {
+            let i = match histories.iter().position(|h| same_name(&h.name, name)) {
                 Some(i) => i,
-                None if s.histories.len() < levels::MAX_TRACKS => {
-                    s.histories.push(History { name: name.to_string(), ..History::default() });
-                    s.histories.len() - 1
+                None if histories.len() < levels::MAX_TRACKS => {
+                    histories.push(History { name: crate::input::interned(name), ..History::default() });
+                    histories.len() - 1
                 }
                 None => continue,
             };
-            s.histories[i].push(x, value);
+            histories[i].push(x, value);
         }
     }
 
@@ -416,8 +460,9 @@ impl Detector for NoGain {
         }
         // A training metric on a data set the run goes over again: the next epoch begins before the planned
         // end, and a training loss drops when the data repeat, which no fit of the epoch so far can see.
+        let needed = Significance { min_delta: self.min_delta, min_delta_pct: self.min_gain * 100.0 };
         if self.schedule
-            && watched.iter().any(|t| !levels::is_quality_eval(&t.name))
+            && watched.iter().any(|t| t.may_drop_at_epoch(needed))
             && levels::epoch_ahead(view.series, 1.0)
         {
             return None;
@@ -431,18 +476,31 @@ impl Detector for NoGain {
         let mut parts = Vec::with_capacity(watched.len());
         let mut finding = Finding::new("");
         for t in watched {
-            let history = s.histories.iter().find(|h| h.name == t.name)?;
+            let history = s.histories.iter().find(|h| same_name(&h.name, &t.name))?;
             let sign = if t.direction == Direction::Min { 1.0 } else { -1.0 };
-            let points: Vec<(f64, f64, f64)> =
-                history.points_since(from).into_iter().map(|(x, y, w)| (x, sign * y, w)).collect();
-            let held: f64 = points.iter().map(|p| p.2).sum();
+            // The window's points, on the stack (a history holds at most RECENT + HISTORY_BINS).
+            let mut buffer = [(0.0, 0.0, 0.0); RECENT + HISTORY_BINS];
+            let mut len = 0;
+            let mut held = 0.0;
+            for (slot, (x, y, w)) in buffer.iter_mut().zip(history.points_since(from)) {
+                *slot = (x, sign * y, w);
+                held += w;
+                len += 1;
+            }
+            let points = &buffer[..len];
             if held < self.min_points as f64 {
                 return None;
             }
-            let projection = project(&points, now, end, self.confidence)?;
             let level = t.current;
             let needed = (self.min_gain * level.abs()).max(self.min_delta);
-            if projection.optimistic >= needed || !level.is_finite() {
+            if !level.is_finite()
+                || optimistic_tangent(points.iter().copied(), now, end, self.confidence)
+                    .is_some_and(|g| g >= needed)
+            {
+                return None; // the tangent alone promises enough: the fits cannot say less
+            }
+            let projection = project(points, now, end, self.confidence)?;
+            if projection.optimistic >= needed {
                 return None;
             }
             let at_best = level - sign * projection.optimistic;

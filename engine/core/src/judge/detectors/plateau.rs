@@ -102,7 +102,7 @@ pub(super) const INFO: DetectorInfo = DetectorInfo {
             name: "schedule",
             ty: "bool",
             default: "false",
-            doc: "Read the schedule: restart at a learning-rate step drop; hold while the next expected drop, or (training metrics) a new epoch, is within the window.",
+            doc: "Read the schedule: restart at a learning-rate step drop; hold while the next expected drop, or (training metrics) a new epoch, is within the window, unless the last epoch boundary brought no drop or the loss is at its floor.",
         },
     ],
     example: r#"{"metric": "loss", "window": "2h", "minDelta": 0.001, "warmup": "10%"}"#,
@@ -459,14 +459,18 @@ impl Plateau {
                 Patience::Run(share) => share,
                 Patience::Window(_) => fraction.map_or(1.0, |f| 1.0 - f),
             };
-            if let (Some(next), Some((now, end))) = (tracks.lr.next_drop(), levels::position(view.series))
+            // A loss at its floor gains nothing from a drop or an epoch ahead.
+            let significance = self.significance();
+            let may_gain = watched.iter().any(|t| !t.at_floor(significance));
+            if may_gain
+                && let (Some(next), Some((now, end))) = (tracks.lr.next_drop(), levels::position(view.series))
                 && next > now
                 && next <= end
                 && next - now <= within * end
             {
                 return None;
             }
-            if watched.iter().any(|t| !levels::is_quality_eval(&t.name))
+            if watched.iter().any(|t| t.may_drop_at_epoch(significance))
                 && levels::epoch_ahead(view.series, within)
             {
                 return None;

@@ -26,6 +26,24 @@ fn first_fire(
     None
 }
 
+/// Like [`first_fire`], for a run of `epochs` equal epochs that reports its epoch.
+fn first_fire_in_epochs(
+    d: &dyn super::Detector,
+    epochs: f64,
+    metrics: impl Fn(f64) -> Vec<(&'static str, f64)>,
+) -> Option<(u32, String)> {
+    let mut job = Job::new();
+    for step in (10..=10_000).step_by(10) {
+        let x = f64::from(step);
+        let epoch = (x / 10_000.0 * epochs * 100.0).round() / 100.0; // reporters round to two decimals
+        job.sample_at_epoch(d, i64::from(step) * 6, &metrics(x), (x, 10_000.0), epoch);
+        if let Some(f) = job.check(d, i64::from(step) * 6) {
+            return Some((step, f.summary));
+        }
+    }
+    None
+}
+
 fn levelled() -> Box<dyn super::Detector> {
     detector(
         "plateau",
@@ -74,6 +92,40 @@ fn a_flat_stretch_before_a_scheduled_drop_is_not_a_plateau() {
     // …reading it, the first drop (one period after the start) says the next comes at 7000: it holds,
     // and the drop restarts its patience (30 % after 7000 is past the last 10 % it leaves alone).
     assert_eq!(first_fire(levelled().as_ref(), staircase), None);
+}
+
+#[test]
+fn an_epoch_ahead_holds_a_training_loss_only_while_boundaries_bring_drops() {
+    // Three epochs of 3333 steps. A memorising fine-tune: it learns in its first epoch, then its loss
+    // falls by a step at each boundary and is flat within an epoch. The boundary ahead is a reason to
+    // wait: left alone.
+    let memorising = |x: f64| {
+        let epoch = (x / 3333.4).floor();
+        vec![("loss", 0.8 + 0.5 * (-x / 800.0).exp() - 0.2 * epoch + 0.002 * noise(x))]
+    };
+    assert_eq!(first_fire_in_epochs(levelled().as_ref(), 3.0, memorising), None);
+    // Eight epochs, and a loss that went flat in its second and did not drop when the data repeated: a
+    // boundary passed without a drop, so the next is no reason to wait; it fires 30 % of the run after
+    // its last improvement. (Held for every boundary ahead, it would wait for the last epoch, at 87.5 %.)
+    let flat = |x: f64| vec![("loss", 0.8 + 1.5 * (-x / 500.0).exp() + 0.004 * noise(x))];
+    let (step, summary) =
+        first_fire_in_epochs(levelled().as_ref(), 8.0, flat).expect("no drop at a boundary");
+    assert!((5600..=8000).contains(&step), "{step}: {summary}");
+}
+
+#[test]
+fn a_loss_at_its_floor_is_not_held_for_an_epoch_ahead() {
+    // Two epochs; the loss collapses to (almost) zero in the first tenth and stays there: nothing the
+    // second epoch could bring is a significant improvement, so the boundary ahead holds nothing.
+    let collapsed = |x: f64| vec![("loss", 0.8 * (-x / 100.0).exp())];
+    let (step, summary) =
+        first_fire_in_epochs(levelled().as_ref(), 2.0, collapsed).expect("a loss at 0 is done");
+    assert!(step < 5000, "fires in the first epoch, before any boundary: {step}: {summary}");
+    // The same level far from zero (a loss stuck at 0.8) is held while the first boundary is ahead
+    // and within the window: the data repeating may still bring it down.
+    let stuck = |x: f64| vec![("loss", 0.8 + 0.8 * (-x / 100.0).exp())];
+    let (step, _) = first_fire_in_epochs(levelled().as_ref(), 2.0, stuck).expect("fires after the boundary");
+    assert!(step > 5000, "{step}");
 }
 
 #[test]
