@@ -15,6 +15,7 @@ use kube::{Client, ResourceExt};
 use serde_json::{Value, json};
 use trainwarden_core::{CHECKPOINT_ANNOTATION, CHECKPOINT_REQUEST_ANNOTATION, RequestOutcome, RequestRecord};
 use trainwarden_e2e::controller::*;
+use trainwarden_e2e::plugin::plugin;
 use trainwarden_kube::trainjob::{TRAINER_STATUS_FIELD_MANAGER, trainjob_api};
 use trainwarden_testkit::apiserver::install_jobset_crd;
 use trainwarden_testkit::setup;
@@ -279,5 +280,53 @@ async fn checkpoint_first_suspends_after_the_answer_or_after_the_timeout_and_say
     let settled = record(&job(c, ns, "silent").await).unwrap();
     assert!(matches!(settled.outcome, Some(RequestOutcome::TimedOut { .. })), "{settled:?}");
     assert_eq!(pod_request(c, ns, "silent-node-0").await, None);
+    controller.stop().await;
+}
+
+/// `kubectl trainwarden checkpoint JOB` records a request the controller carries to the pods like a policy's;
+/// the answer is recorded, and `explain` and `get -o wide` show the job's last checkpoint and the request's
+/// outcome.
+#[tokio::test]
+async fn a_request_by_hand_goes_through_the_same_channel_and_explain_shows_the_outcome() {
+    let ctx = setup!("checkpoint_by_hand");
+    let (c, ns) = (&ctx.client, ctx.ns.as_str());
+    install_jobset_crd(c).await;
+    // A policy that selects the job and never fires: the controller follows the job.
+    apply_policy(c, ns, &policy("watch", "Enforce", "    - {name: never, when: 'progress() > 200.0', actions: [{checkpoint: {}}]}\n")).await;
+    let ft = create_trainjob(c, ns, "ft", &[]).await;
+    let jobset = create_jobset(c, ns, &ft).await;
+    create_pod(c, ns, "ft-node-0", "ft", &jobset, Some("Running")).await;
+    let controller = start(c, config_for(ns));
+    wait_until_watching(c, ns, "watch", 1).await;
+    report_checkpoint(c, ns, "ft", 10, None).await;
+
+    let (ok, out, err) = plugin(&ctx, &["checkpoint", "ft", "--timeout", "5m"]);
+    assert!(ok, "{err}");
+    assert!(out.contains("checkpoint request ") && out.contains(" recorded"), "{out}");
+    let id = eventually("the manual request on the pod", Duration::from_secs(20), || async {
+        pod_request(c, ns, "ft-node-0").await
+    })
+    .await["id"]
+        .as_u64()
+        .unwrap();
+    let (ok, again, err) = plugin(&ctx, &["checkpoint", "ft"]);
+    assert!(ok, "{err}");
+    assert!(again.contains(&format!("checkpoint request {id} (made")) && again.contains("still pending"), "{again}");
+
+    report_checkpoint(c, ns, "ft", 11, Some((900, id))).await;
+    eventually("the manual request acknowledged", Duration::from_secs(20), || async {
+        record(&job(c, ns, "ft").await).filter(|r| r.outcome.is_some())
+    })
+    .await;
+    assert_eq!(pod_request(c, ns, "ft-node-0").await, None);
+    events_once_there(c, ns, "ft", "CheckpointSaved", 1).await;
+    let (ok, explained, err) = plugin(&ctx, &["explain", "ft"]);
+    assert!(ok, "{err}");
+    assert!(explained.contains(&format!("last checkpoint: step 900 (answering request {id})")), "{explained}");
+    assert!(explained.contains(&format!("checkpoint request {id} at")), "{explained}");
+    assert!(explained.contains("acknowledged at step 900") && explained.contains("kubectl trainwarden checkpoint"), "{explained}");
+    let (ok, wide, err) = plugin(&ctx, &["get", "-o", "wide"]);
+    assert!(ok, "{err}");
+    assert!(wide.contains("CHECKPOINT") && wide.contains("900 ("), "{wide}");
     controller.stop().await;
 }

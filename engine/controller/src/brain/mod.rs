@@ -236,7 +236,18 @@ impl Brain {
         self.drain_events();
         self.sync_gauges();
         self.sync_verdicts(now);
+        self.sync_requests(now);
         self.metrics.actions_owed.set(self.ledger.len() as i64);
+    }
+
+    /// On the leader, the checkpoint-request work due now (see `requests`).
+    fn sync_requests(&mut self, now: Timestamp) {
+        if self.leading {
+            let ledger = &self.ledger;
+            let waited_on = |_: &JobKey, intents: &[String]| intents.iter().any(|i| ledger.owed(i).is_some());
+            let work = self.requests.due(now, waited_on);
+            self.work.extend(work);
+        }
     }
 
     /// Brings the verdicts of the jobs this step touched in line with the evaluator; on the leader, sends the
@@ -281,12 +292,7 @@ impl Brain {
             self.work.push(Work::Act(Box::new(crate::messages::Act::new(intent))));
         }
         self.metrics.actions_owed.set(self.ledger.len() as i64);
-        if self.leading {
-            let ledger = &self.ledger;
-            let waited_on = |_: &JobKey, intents: &[String]| intents.iter().any(|i| ledger.owed(i).is_some());
-            let work = self.requests.due(now, waited_on);
-            self.work.extend(work);
-        }
+        self.sync_requests(now);
         // History checkpoints that were not stored (failed, deferred, sent while not leading): a stalled job
         // sends no sample that would try again.
         if self.leading {

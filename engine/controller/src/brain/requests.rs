@@ -12,7 +12,7 @@
 //! Only the leader sends work; every replica follows the records, so a new leader goes on from them (the
 //! records say which request is in flight: it is never written again).
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 
 use trainwarden_core::{JobKey, JobPhase, ReportedCheckpoint, RequestRecord, Timestamp};
 
@@ -39,6 +39,9 @@ struct Followed {
 #[derive(Debug, Default)]
 pub(super) struct RequestBook {
     jobs: HashMap<JobKey, Followed>,
+    /// The jobs whose record has a request pending: the only ones [`RequestBook::due`] looks at (a settled
+    /// record stays on its TrainJob for good).
+    pending: HashSet<JobKey>,
 }
 
 /// What [`RequestBook::read`] found changed for a job.
@@ -72,19 +75,27 @@ impl RequestBook {
         f.record = record;
         f.reported = reported;
         f.running = running;
+        if pending.is_some() {
+            self.pending.insert(job.clone());
+        } else {
+            self.pending.remove(job);
+        }
         Seen { wake }
     }
 
     /// The job is gone.
     pub(super) fn forget(&mut self, job: &JobKey) {
         self.jobs.remove(job);
+        self.pending.remove(job);
     }
 
-    /// The work due at `now` for pending requests (leader only): pods to sync, and requests without a live
-    /// waiter to settle (`waited_on(job, intent ids)`: whether an owed intent waits on it).
+    /// The work due at `now` for pending requests (leader only; after every input and at ticks): pods to
+    /// sync (at once for a request not synced yet, then every [`SYNC_INTERVAL`]), and requests without a
+    /// live waiter to settle (`waited_on(job, intent ids)`: whether an owed intent waits on it).
     pub(super) fn due(&mut self, now: Timestamp, waited_on: impl Fn(&JobKey, &[String]) -> bool) -> Vec<Work> {
         let mut work = Vec::new();
-        for (job, f) in &mut self.jobs {
+        for job in &self.pending {
+            let Some(f) = self.jobs.get_mut(job) else { continue };
             let Some(request) = f.record.as_ref().and_then(RequestRecord::pending) else { continue };
             let id = request.id;
             let settles = !f.running
@@ -116,9 +127,10 @@ impl RequestBook {
     /// When [`RequestBook::due`] next has something to do (a pending request's next sync, settle retry or
     /// deadline); `None`: nothing pending.
     pub(super) fn next_due(&self) -> Option<Timestamp> {
-        self.jobs
-            .values()
-            .filter_map(|f| {
+        self.pending
+            .iter()
+            .filter_map(|job| {
+                let f = self.jobs.get(job)?;
                 let request = f.record.as_ref().and_then(RequestRecord::pending)?;
                 let after = |last: Option<(u64, Timestamp)>, every: jiff::SignedDuration| match last {
                     Some((i, at)) if i == request.id => at.checked_add(every).ok(),
