@@ -405,7 +405,7 @@ mod tests {
                 "spec.foo: unknown field; expected one of activeWindows, assumeGpus, gpuHourCost, limits, metrics, mode, receivers, rules, samplingInterval, selector, snooze, timezone",
                 "spec.gpuHourCost: must be a number, got the string \"cheap\"",
                 "spec.mode: Unsupported value: \"enforce\": supported values: \"Audit\", \"Enforce\"",
-                "spec.rules[0].actions[0].explode: unknown field; expected one of annotate, event, notify, scale, suspend",
+                "spec.rules[0].actions[0].explode: unknown field; expected one of annotate, checkpoint, event, notify, scale, suspend",
                 "spec.rules[0].actions[0]: exactly one of suspend, notify, annotate, event, scale, checkpoint must be set, found none",
                 "spec.rules[0].actions[1]: exactly one of suspend, notify, annotate, event, scale, checkpoint must be set, found none",
                 "spec.rules[0].actions[2]: exactly one of suspend, notify, annotate, event, scale, checkpoint must be set, found suspend and notify",
