@@ -707,7 +707,10 @@ fn a_checkpoint_request_reaches_the_command_through_its_file_and_it_keeps_traini
         .and_then(|s| s.parse().ok())
         .expect("the step");
     assert!(step >= 40, "{acknowledged}");
-    assert!(run.dir.join(format!("out/ckpt-{step}.json")).exists(), "the checkpoint the acknowledgement names");
+    assert!(
+        run.dir.join(format!("out/ckpt-{step}.json")).exists(),
+        "the checkpoint the acknowledgement names"
+    );
     assert!(stdout.contains("ran to its end (exit status 0)"), "{stdout}");
     assert!(!run.dir.join("out/stopped.json").exists(), "never stopped");
 }
@@ -731,13 +734,19 @@ fn checkpoint_first_stops_the_command_only_after_its_checkpoint_is_complete() {
     assert_eq!(run.output.status.code(), Some(75), "stopped by the policy\n{stdout}");
     let saved: Vec<u64> = std::fs::read_dir(run.dir.join("out"))
         .unwrap()
-        .filter_map(|e| e.ok()?.file_name().to_str()?.strip_prefix("ckpt-")?.strip_suffix(".json")?.parse().ok())
+        .filter_map(|e| {
+            e.ok()?.file_name().to_str()?.strip_prefix("ckpt-")?.strip_suffix(".json")?.parse().ok()
+        })
         .collect();
     assert_eq!(saved.len(), 1, "one complete checkpoint: {saved:?}");
     let stopped: Value =
         serde_json::from_str(&std::fs::read_to_string(run.dir.join("out/stopped.json")).unwrap()).unwrap();
     let stopped = stopped["step"].as_u64().unwrap();
-    assert!(stopped >= saved[0] && stopped <= saved[0] + 5, "stopped right after step {}: {stopped}", saved[0]);
+    assert!(
+        stopped >= saved[0] && stopped <= saved[0] + 5,
+        "stopped right after step {}: {stopped}",
+        saved[0]
+    );
     let ack = stdout.find(&format!("acknowledged: saved at step {}", saved[0])).expect("acknowledged");
     let signalled = stdout.find("SIGTERM to process group").expect("signalled");
     assert!(ack < signalled, "SIGTERM only after the acknowledgement\n{stdout}");

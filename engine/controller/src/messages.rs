@@ -13,8 +13,9 @@ use std::sync::Arc;
 
 use trainwarden_core::describe::Notice;
 use trainwarden_core::{
-    ActionIntent, ActionKind, CompiledReceiver, RequestRecord, Event, GpuSample, JobKey, JobPhase, JobSnapshot, Mode,
-    NormalizeError, PolicyDocument, PolicyId, PolicyKind, PolicyRef, QueueDemand, Savings, Timestamp,
+    ActionIntent, ActionKind, CompiledReceiver, Event, GpuSample, JobKey, JobPhase, JobSnapshot, Mode,
+    NormalizeError, PolicyDocument, PolicyId, PolicyKind, PolicyRef, QueueDemand, RequestRecord, Savings,
+    Timestamp,
 };
 use trainwarden_kube::ProgressPolicyStatus;
 use trainwarden_kube::crd::DocumentError;

@@ -50,13 +50,21 @@ async fn create_jobset(client: &Client, ns: &str, trainjob: &DynamicObject) -> S
         "spec": {"replicatedJobs": []},
     }))
     .unwrap();
-    let created = jobset_api(client, ns).create(&PostParams::default(), &jobset).await.expect("create JobSet");
+    let created =
+        jobset_api(client, ns).create(&PostParams::default(), &jobset).await.expect("create JobSet");
     created.uid().unwrap()
 }
 
 /// A pod as JobSet creates it (labelled with the JobSet's name and uid), mounting its annotations through a
 /// downward-API volume as examples/checkpoint/ does; `phase`, when given, is written to its status.
-async fn create_pod(client: &Client, ns: &str, name: &str, jobset: &str, jobset_uid: &str, phase: Option<&str>) {
+async fn create_pod(
+    client: &Client,
+    ns: &str,
+    name: &str,
+    jobset: &str,
+    jobset_uid: &str,
+    phase: Option<&str>,
+) {
     let pod: Pod = serde_json::from_value(json!({
         "apiVersion": "v1",
         "kind": "Pod",
@@ -91,7 +99,13 @@ fn record(job: &DynamicObject) -> Option<RequestRecord> {
 
 /// A report as the training process sends it through Kubeflow's status server: progress, the loss and, once
 /// it has saved, its last checkpoint (`checkpoint_step`, `checkpoint_request_id`).
-async fn report_checkpoint(client: &Client, ns: &str, name: &str, progress: i64, checkpoint: Option<(u64, u64)>) {
+async fn report_checkpoint(
+    client: &Client,
+    ns: &str,
+    name: &str,
+    progress: i64,
+    checkpoint: Option<(u64, u64)>,
+) {
     let mut metrics = vec![json!({"name": "loss", "value": "1.5"})];
     if let Some((step, id)) = checkpoint {
         metrics.push(json!({"name": "checkpoint_step", "value": step.to_string()}));
@@ -115,17 +129,22 @@ async fn report_checkpoint(client: &Client, ns: &str, name: &str, progress: i64,
 
 /// The request the pod carries, once it carries one: its id.
 async fn requested_on(client: &Client, ns: &str, pod: &str) -> u64 {
-    let value = eventually(&format!("a checkpoint request on pod {pod}"), Duration::from_secs(20), || async {
-        pod_request(client, ns, pod).await
-    })
-    .await;
+    let value =
+        eventually(&format!("a checkpoint request on pod {pod}"), Duration::from_secs(20), || async {
+            pod_request(client, ns, pod).await
+        })
+        .await;
     assert!(value["reason"].as_str().unwrap().contains("(rule save)"), "{value}");
     assert!(value["requestedAt"].as_str().unwrap().ends_with('Z'), "{value}");
     value["id"].as_u64().expect("an integer id")
 }
 
 fn checkpoint_policy(actions: &str) -> String {
-    policy("ckpt", "Enforce", &format!("    - {{name: save, when: 'progress() >= 10.0', actions: [{actions}]}}\n"))
+    policy(
+        "ckpt",
+        "Enforce",
+        &format!("    - {{name: save, when: 'progress() >= 10.0', actions: [{actions}]}}\n"),
+    )
 }
 
 #[tokio::test]
@@ -149,7 +168,11 @@ async fn the_request_reaches_only_the_jobs_own_running_pods_and_its_answer_is_re
 
     report_checkpoint(c, ns, "ft", 10, None).await;
     let id = requested_on(c, ns, "ft-node-0").await;
-    assert_eq!(requested_on(c, ns, "ft-node-1").await, id, "every unfinished pod of the job gets the same request");
+    assert_eq!(
+        requested_on(c, ns, "ft-node-1").await,
+        id,
+        "every unfinished pod of the job gets the same request"
+    );
     tokio::time::sleep(SETTLE).await;
     for untouched in ["ft-initializer", "ft-old-node-0", "other-node-0"] {
         assert_eq!(pod_request(c, ns, untouched).await, None, "{untouched} must not be touched");
@@ -180,7 +203,11 @@ async fn the_request_reaches_only_the_jobs_own_running_pods_and_its_answer_is_re
     assert_eq!(pod_request(c, ns, "ft-node-1").await, None);
     let events = events_once_there(c, ns, "ft", "CheckpointSaved", 1).await;
     let saved = events.iter().find(|e| e.0 == "CheckpointSaved").unwrap();
-    assert!(saved.1.contains(&format!("checkpoint request {id} acknowledged: saved at step 420")), "{}", saved.1);
+    assert!(
+        saved.1.contains(&format!("checkpoint request {id} acknowledged: saved at step 420")),
+        "{}",
+        saved.1
+    );
     let status = eventually("the action counted", Duration::from_secs(10), || async {
         let s = policy_status(c, ns, "ckpt").await;
         s.action_counts.contains_key("checkpoint/done").then_some(s)
@@ -218,10 +245,11 @@ async fn a_new_leader_does_not_repeat_a_request_in_flight_and_recognises_its_ans
     assert_eq!(pod_request(c, ns, "ft-node-0").await.unwrap()["id"].as_u64(), Some(id));
 
     report_checkpoint(c, ns, "ft", 12, Some((77, id))).await;
-    let settled = eventually("the acknowledgement recognised by the new leader", Duration::from_secs(20), || async {
-        record(&job(c, ns, "ft").await).filter(|r| r.outcome.is_some())
-    })
-    .await;
+    let settled =
+        eventually("the acknowledgement recognised by the new leader", Duration::from_secs(20), || async {
+            record(&job(c, ns, "ft").await).filter(|r| r.outcome.is_some())
+        })
+        .await;
     assert!(matches!(settled.outcome, Some(RequestOutcome::Acknowledged { step: 77, .. })), "{settled:?}");
     assert_eq!(pod_request(c, ns, "ft-node-0").await, None);
     let events = events_once_there(c, ns, "ft", "CheckpointSaved", 1).await;
@@ -292,7 +320,16 @@ async fn a_request_by_hand_goes_through_the_same_channel_and_explain_shows_the_o
     let (c, ns) = (&ctx.client, ctx.ns.as_str());
     install_jobset_crd(c).await;
     // A policy that selects the job and never fires: the controller follows the job.
-    apply_policy(c, ns, &policy("watch", "Enforce", "    - {name: never, when: 'progress() > 200.0', actions: [{checkpoint: {}}]}\n")).await;
+    apply_policy(
+        c,
+        ns,
+        &policy(
+            "watch",
+            "Enforce",
+            "    - {name: never, when: 'progress() > 200.0', actions: [{checkpoint: {}}]}\n",
+        ),
+    )
+    .await;
     let ft = create_trainjob(c, ns, "ft", &[]).await;
     let jobset = create_jobset(c, ns, &ft).await;
     create_pod(c, ns, "ft-node-0", "ft", &jobset, Some("Running")).await;
@@ -311,7 +348,10 @@ async fn a_request_by_hand_goes_through_the_same_channel_and_explain_shows_the_o
         .unwrap();
     let (ok, again, err) = plugin(&ctx, &["checkpoint", "ft"]);
     assert!(ok, "{err}");
-    assert!(again.contains(&format!("checkpoint request {id} (made")) && again.contains("still pending"), "{again}");
+    assert!(
+        again.contains(&format!("checkpoint request {id} (made")) && again.contains("still pending"),
+        "{again}"
+    );
 
     report_checkpoint(c, ns, "ft", 11, Some((900, id))).await;
     eventually("the manual request acknowledged", Duration::from_secs(20), || async {
@@ -322,9 +362,16 @@ async fn a_request_by_hand_goes_through_the_same_channel_and_explain_shows_the_o
     events_once_there(c, ns, "ft", "CheckpointSaved", 1).await;
     let (ok, explained, err) = plugin(&ctx, &["explain", "ft"]);
     assert!(ok, "{err}");
-    assert!(explained.contains(&format!("last checkpoint: step 900 (answering request {id})")), "{explained}");
+    assert!(
+        explained.contains(&format!("last checkpoint: step 900 (answering request {id})")),
+        "{explained}"
+    );
     assert!(explained.contains(&format!("checkpoint request {id} at")), "{explained}");
-    assert!(explained.contains("acknowledged at step 900") && explained.contains("kubectl trainwarden checkpoint"), "{explained}");
+    assert!(
+        explained.contains("acknowledged at step 900")
+            && explained.contains("kubectl trainwarden checkpoint"),
+        "{explained}"
+    );
     let (ok, wide, err) = plugin(&ctx, &["get", "-o", "wide"]);
     assert!(ok, "{err}");
     assert!(wide.contains("CHECKPOINT") && wide.contains("900 ("), "{wide}");

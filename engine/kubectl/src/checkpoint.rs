@@ -32,8 +32,9 @@ pub(crate) async fn request(
     }
     let mut record = match job.annotations().get(CHECKPOINT_ANNOTATION) {
         None => RequestRecord::default(),
-        Some(text) => RequestRecord::parse(text)
-            .map_err(|e| format!("TrainJob {ns}/{name}: {CHECKPOINT_ANNOTATION} does not read ({e}); not touched"))?,
+        Some(text) => RequestRecord::parse(text).map_err(|e| {
+            format!("TrainJob {ns}/{name}: {CHECKPOINT_ANNOTATION} does not read ({e}); not touched")
+        })?,
     };
     if let Some(pending) = record.pending() {
         crate::output::write(

@@ -174,8 +174,9 @@ pub(crate) async fn explain(cluster: &Cluster, name: &str, now: Timestamp) -> Re
             let _ = writeln!(o, "  a snooze ended {} ({})", short_time(until), relative(until, now));
         }
     }
-    for problem in
-        [&row.verdict_problem, &row.history_problem, &row.snooze_problem, &row.checkpoint_problem].into_iter().flatten()
+    for problem in [&row.verdict_problem, &row.history_problem, &row.snooze_problem, &row.checkpoint_problem]
+        .into_iter()
+        .flatten()
     {
         let _ = writeln!(o, "  warning: {problem}");
     }

@@ -261,11 +261,16 @@ fn table(rows: &[JobRow], all_namespaces: bool, wide: bool, now: Timestamp) -> S
 /// The machine-readable row (`-o json|yaml`): every field the table shows, unformatted.
 fn json_row(row: &JobRow, now: Timestamp) -> serde_json::Value {
     let sample = row.sample();
-    let problems: Vec<&String> =
-        [&row.unreadable, &row.verdict_problem, &row.history_problem, &row.snooze_problem, &row.checkpoint_problem]
-            .into_iter()
-            .flatten()
-            .collect();
+    let problems: Vec<&String> = [
+        &row.unreadable,
+        &row.verdict_problem,
+        &row.history_problem,
+        &row.snooze_problem,
+        &row.checkpoint_problem,
+    ]
+    .into_iter()
+    .flatten()
+    .collect();
     let recent: Vec<serde_json::Value> = row
         .loss
         .iter()

@@ -147,6 +147,9 @@ mod tests {
     #[test]
     fn the_annotation_line_quotes_as_go_does_for_json() {
         let line = super::annotation_line(r#"{"id":7,"reason":"say \"hi\" \\ bye"}"#);
-        assert_eq!(line, r#"trainwarden.dev/checkpoint-request="{\"id\":7,\"reason\":\"say \\\"hi\\\" \\\\ bye\"}""#);
+        assert_eq!(
+            line,
+            r#"trainwarden.dev/checkpoint-request="{\"id\":7,\"reason\":\"say \\\"hi\\\" \\\\ bye\"}""#
+        );
     }
 }

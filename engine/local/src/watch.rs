@@ -308,8 +308,12 @@ impl Driver<'_> {
     /// one joined.
     fn ask_checkpoint(&mut self, intent: &trainwarden_core::ActionIntent) -> String {
         let now = self.now();
-        let timeout = intent.action.checkpoint_timeout().unwrap_or(trainwarden_core::DEFAULT_CHECKPOINT_TIMEOUT);
-        let reason = format!("{} {} (rule {}): {}", intent.policy.kind, intent.policy, intent.rule, intent.reason.summary);
+        let timeout =
+            intent.action.checkpoint_timeout().unwrap_or(trainwarden_core::DEFAULT_CHECKPOINT_TIMEOUT);
+        let reason = format!(
+            "{} {} (rule {}): {}",
+            intent.policy.kind, intent.policy, intent.rule, intent.reason.summary
+        );
         let new = self.requests.ask(&intent.id, reason, timeout, now);
         let Some(request) = self.requests.pending().cloned() else { return String::new() };
         if !new {
@@ -338,7 +342,8 @@ impl Driver<'_> {
         if let Some(Err(e)) = self.run_dir.map(|d| d.write_annotations(None)) {
             self.say(&format!("warning: {e}"));
         }
-        let seconds = |at: Timestamp| (at.as_millisecond() - request.requested_at.as_millisecond()) as f64 / 1000.0;
+        let seconds =
+            |at: Timestamp| (at.as_millisecond() - request.requested_at.as_millisecond()) as f64 / 1000.0;
         let (said, note) = match &outcome {
             RequestOutcome::Acknowledged { step, at } => (
                 format!(
@@ -393,7 +398,12 @@ impl Driver<'_> {
                     (ActionSpec::Checkpoint(_), Mode::Enforce, _) => self.ask_checkpoint(intent),
                     (ActionSpec::Suspend(s), Mode::Enforce, _) if s.checkpoint_first.is_some() => {
                         let asked = self.ask_checkpoint(intent);
-                        self.waiting.push((intent.id.clone(), intent.policy.to_string(), intent.rule.clone(), intent.at));
+                        self.waiting.push((
+                            intent.id.clone(),
+                            intent.policy.to_string(),
+                            intent.rule.clone(),
+                            intent.at,
+                        ));
                         format!("{asked}; the command is stopped once it is acknowledged or timed out")
                     }
                     (ActionSpec::Suspend(_), Mode::Enforce, _) => {
@@ -531,9 +541,9 @@ pub async fn watch(
             .flatten()
             .min()
             .map(|t| {
-            let wait = t.duration_since(wall_now()).as_secs_f64().max(0.0);
-            Instant::now() + StdDuration::from_secs_f64(wait.min(86_400.0))
-        });
+                let wait = t.duration_since(wall_now()).as_secs_f64().max(0.0);
+                Instant::now() + StdDuration::from_secs_f64(wait.min(86_400.0))
+            });
         let kill_at = match stop {
             Stop::Stopping { deadline, killed: false } => Some(deadline),
             _ => None,

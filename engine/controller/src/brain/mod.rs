@@ -312,7 +312,10 @@ impl Brain {
         } else {
             (None, None, None)
         };
-        [self.evaluator.next_tick(), self.ledger.next_due(), history, verdicts, requests].into_iter().flatten().min()
+        [self.evaluator.next_tick(), self.ledger.next_due(), history, verdicts, requests]
+            .into_iter()
+            .flatten()
+            .min()
     }
 
     /// Whether this replica leads (as the brain last heard).

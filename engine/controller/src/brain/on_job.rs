@@ -50,7 +50,13 @@ impl Brain {
         }
         let reported =
             snapshot.sample.as_ref().and_then(|s| trainwarden_core::ReportedCheckpoint::of(&s.metrics));
-        let seen = self.requests.read(&job.key, job.uid.as_deref(), job.checkpoint.as_ref(), reported, snapshot.phase);
+        let seen = self.requests.read(
+            &job.key,
+            job.uid.as_deref(),
+            job.checkpoint.as_ref(),
+            reported,
+            snapshot.phase,
+        );
         if seen.wake {
             self.ledger.wake_job(&job.key, now);
         }

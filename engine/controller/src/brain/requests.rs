@@ -70,8 +70,11 @@ impl RequestBook {
         f.uid = uid.map(str::to_string);
         let running = phase == JobPhase::Running;
         let pending = record.as_ref().and_then(RequestRecord::pending).map(|r| r.id);
-        let answered = |rep: Option<ReportedCheckpoint>| pending.is_some_and(|id| rep.is_some_and(|r| r.request_id == id));
-        let wake = pending.is_some() && ((answered(reported) && !answered(f.reported)) || (f.running && !running));
+        let answered = |rep: Option<ReportedCheckpoint>| {
+            pending.is_some_and(|id| rep.is_some_and(|r| r.request_id == id))
+        };
+        let wake =
+            pending.is_some() && ((answered(reported) && !answered(f.reported)) || (f.running && !running));
         f.record = record;
         f.reported = reported;
         f.running = running;
@@ -92,15 +95,18 @@ impl RequestBook {
     /// The work due at `now` for pending requests (leader only; after every input and at ticks): pods to
     /// sync (at once for a request not synced yet, then every [`SYNC_INTERVAL`]), and requests without a
     /// live waiter to settle (`waited_on(job, intent ids)`: whether an owed intent waits on it).
-    pub(super) fn due(&mut self, now: Timestamp, waited_on: impl Fn(&JobKey, &[String]) -> bool) -> Vec<Work> {
+    pub(super) fn due(
+        &mut self,
+        now: Timestamp,
+        waited_on: impl Fn(&JobKey, &[String]) -> bool,
+    ) -> Vec<Work> {
         let mut work = Vec::new();
         for job in &self.pending {
             let Some(f) = self.jobs.get_mut(job) else { continue };
             let Some(request) = f.record.as_ref().and_then(RequestRecord::pending) else { continue };
             let id = request.id;
-            let settles = !f.running
-                || f.reported.is_some_and(|r| r.request_id == id)
-                || now >= request.deadline();
+            let settles =
+                !f.running || f.reported.is_some_and(|r| r.request_id == id) || now >= request.deadline();
             let resent = |last: Option<(u64, Timestamp)>, every| {
                 last.is_none_or(|(i, at)| i != id || at.checked_add(every).is_ok_and(|due| due <= now))
             };
@@ -118,7 +124,12 @@ impl RequestBook {
                 None
             };
             if let Some(kind) = kind {
-                work.push(Work::Checkpoint(Box::new(CheckpointWork { job: job.clone(), uid: f.uid.clone(), id, kind })));
+                work.push(Work::Checkpoint(Box::new(CheckpointWork {
+                    job: job.clone(),
+                    uid: f.uid.clone(),
+                    id,
+                    kind,
+                })));
             }
         }
         work
@@ -179,8 +190,14 @@ mod tests {
         let own = ReportedCheckpoint { step: 10, request_id: 0 };
         let answer = ReportedCheckpoint { step: 42, request_id: id };
         assert_eq!(book.read(&job, None, Some(&record), Some(own), JobPhase::Running), Seen { wake: false });
-        assert_eq!(book.read(&job, None, Some(&record), Some(answer), JobPhase::Running), Seen { wake: true });
-        assert_eq!(book.read(&job, None, Some(&record), Some(answer), JobPhase::Running), Seen { wake: false });
+        assert_eq!(
+            book.read(&job, None, Some(&record), Some(answer), JobPhase::Running),
+            Seen { wake: true }
+        );
+        assert_eq!(
+            book.read(&job, None, Some(&record), Some(answer), JobPhase::Running),
+            Seen { wake: false }
+        );
         let other = JobKey::new("ml", "other");
         book.read(&other, None, Some(&record), None, JobPhase::Running);
         assert_eq!(book.read(&other, None, Some(&record), None, JobPhase::Suspended), Seen { wake: true });

@@ -92,7 +92,9 @@ impl Ended {
     fn waiting(id: u64, until: trainwarden_core::Timestamp) -> Self {
         let mut ended = Ended::new(
             ActionResult::Waiting,
-            format!("checkpoint request {id} is on the job's pods; waiting for its acknowledgement until {until}"),
+            format!(
+                "checkpoint request {id} is on the job's pods; waiting for its acknowledgement until {until}"
+            ),
         );
         ended.wait_until = Some(until);
         ended
@@ -110,7 +112,9 @@ fn notified_state(intent: &ActionIntent, action: ExecutedAction, ended: &Ended) 
         // Its message says how the request ended (saved at a step, or not acknowledged in time).
         return match ended.result {
             ActionResult::Done => Some(ActionState::Done { what: ended.message.clone(), undo: None }),
-            ActionResult::Refused | ActionResult::Abandoned => Some(ActionState::NotDone(ended.message.clone())),
+            ActionResult::Refused | ActionResult::Abandoned => {
+                Some(ActionState::NotDone(ended.message.clone()))
+            }
             _ => None,
         };
     }
@@ -578,10 +582,9 @@ fn checkpoint_ended(
                 trainwarden_core::fmt_span(request.timeout_seconds as f64)
             ),
         ),
-        RequestOutcome::Withdrawn { why, .. } => Ended::new(
-            ActionResult::Abandoned,
-            format!("checkpoint request {} withdrawn: {why}", request.id),
-        ),
+        RequestOutcome::Withdrawn { why, .. } => {
+            Ended::new(ActionResult::Abandoned, format!("checkpoint request {} withdrawn: {why}", request.id))
+        }
     }
 }
 

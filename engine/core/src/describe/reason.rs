@@ -201,7 +201,9 @@ impl Reason {
             Reason::Suspended | Reason::WorkloadDeactivated => "Suspend",
             Reason::Annotated => "Annotate",
             Reason::Scaled | Reason::ScaleRefused | Reason::ScaleResumeFailed => "Scale",
-            Reason::CheckpointRequested | Reason::CheckpointSaved | Reason::CheckpointTimedOut => "Checkpoint",
+            Reason::CheckpointRequested | Reason::CheckpointSaved | Reason::CheckpointTimedOut => {
+                "Checkpoint"
+            }
             Reason::WouldSuspend | Reason::WouldAnnotate | Reason::WouldScale | Reason::WouldAct => "Audit",
             Reason::ActionPanicked | Reason::ActionAbandoned => "Execute",
         }

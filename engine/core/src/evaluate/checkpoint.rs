@@ -370,9 +370,10 @@ impl Evaluator {
         let unreadable = |what: &str| HistoryRefused::Unreadable(format!("{what} is out of range"));
         let mut series = wire.series.to_series(origin).ok_or_else(|| unreadable("a time"))?;
         if let Some(c) = &wire.training_checkpoint {
-            let step = crate::exact_integer(c.s as f64).ok_or_else(|| unreadable("the training checkpoint's step"))?;
-            let request_id =
-                crate::exact_integer(c.i as f64).ok_or_else(|| unreadable("the training checkpoint's request id"))?;
+            let step = crate::exact_integer(c.s as f64)
+                .ok_or_else(|| unreadable("the training checkpoint's step"))?;
+            let request_id = crate::exact_integer(c.i as f64)
+                .ok_or_else(|| unreadable("the training checkpoint's request id"))?;
             series.last_checkpoint = Some(crate::SavedCheckpoint {
                 reported: crate::ReportedCheckpoint { step, request_id },
                 at: c.t,

@@ -109,7 +109,8 @@ impl CheckpointRequest {
             self.reason.clone()
         };
         let requested_at = Timestamp::from_second(self.requested_at.as_second()).unwrap_or(self.requested_at);
-        serde_json::json!({"id": self.id, "reason": reason, "requestedAt": requested_at.to_string()}).to_string()
+        serde_json::json!({"id": self.id, "reason": reason, "requestedAt": requested_at.to_string()})
+            .to_string()
     }
 
     /// This request's outcome given the checkpoint the job's latest report names (`None`: it names none)
@@ -243,7 +244,11 @@ mod tests {
         let second = asked(&mut record, "i-2", t(0));
         assert_eq!(second.id, 1_767_225_600_001);
         let after_restart = RequestRecord::parse(&record.text()).unwrap();
-        assert_eq!(after_restart.next_id(t(-3600)), 1_767_225_600_002, "a restarted leader continues the sequence");
+        assert_eq!(
+            after_restart.next_id(t(-3600)),
+            1_767_225_600_002,
+            "a restarted leader continues the sequence"
+        );
         assert_eq!(after_restart.next_id(t(10)), 1_767_225_610_000);
     }
 
@@ -273,7 +278,10 @@ mod tests {
         assert_eq!(r.judge(ack(0, 50), t(30)), None, "the job's own checkpoint answers nothing");
         assert_eq!(r.judge(ack(r.id - 1, 50), t(30)), None, "an older request's answer");
         assert_eq!(r.judge(ack(r.id + 1, 50), t(30)), None, "an id never written");
-        assert_eq!(r.judge(ack(r.id, 420), t(42)), Some(RequestOutcome::Acknowledged { step: 420, at: t(42) }));
+        assert_eq!(
+            r.judge(ack(r.id, 420), t(42)),
+            Some(RequestOutcome::Acknowledged { step: 420, at: t(42) })
+        );
         assert_eq!(r.judge(None, t(600)), Some(RequestOutcome::TimedOut { at: t(600) }));
         assert_eq!(
             r.judge(ack(r.id, 7), t(900)),

@@ -58,7 +58,11 @@ mod tests {
 
     #[test]
     fn both_metrics_make_the_pair() {
-        let m = metrics(&[("loss", 1.2), ("checkpoint_step", 4200.0), ("checkpoint_request_id", 1_767_225_600_123.0)]);
+        let m = metrics(&[
+            ("loss", 1.2),
+            ("checkpoint_step", 4200.0),
+            ("checkpoint_request_id", 1_767_225_600_123.0),
+        ]);
         assert_eq!(
             ReportedCheckpoint::of(&m),
             Some(ReportedCheckpoint { step: 4200, request_id: 1_767_225_600_123 })

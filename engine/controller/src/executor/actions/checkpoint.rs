@@ -87,9 +87,10 @@ fn judge(request: &CheckpointRequest, job: &DynamicObject, now: Timestamp) -> Op
 /// downward-API volume.
 fn mounts_annotations(pod: &Pod) -> bool {
     pod.spec.iter().flat_map(|s| s.volumes.iter().flatten()).any(|v| {
-        v.downward_api.iter().flat_map(|d| d.items.iter().flatten()).any(|item| {
-            item.field_ref.as_ref().is_some_and(|f| f.field_path == "metadata.annotations")
-        })
+        v.downward_api
+            .iter()
+            .flat_map(|d| d.items.iter().flatten())
+            .any(|item| item.field_ref.as_ref().is_some_and(|f| f.field_path == "metadata.annotations"))
     })
 }
 
@@ -132,9 +133,7 @@ impl Executor {
         }
         let reason = format!("{}: {}", target.by, target.summary);
         let new = record.ask(&intent.id, reason, timeout, now);
-        let Some(request) = record.pending().cloned() else {
-            unreachable!("ask leaves a request pending")
-        };
+        let Some(request) = record.pending().cloned() else { unreachable!("ask leaves a request pending") };
         let text = record.text();
         self.apply_to_job(target.api, job, &[(CHECKPOINT_ANNOTATION, &text)], None).await?;
         let synced = self.sync_pods(job, Some(&request)).await?;
@@ -185,7 +184,8 @@ impl Executor {
                 let hint = self.timeout_hint(job, &synced);
                 warn!(job = %job.name_any(), id = request.id, hint, "checkpoint request timed out");
                 let timeout = request.timeout_seconds as f64;
-                self.publish(&reference, &Notice::checkpoint_timed_out(&by, request.id, timeout, &hint)).await;
+                self.publish(&reference, &Notice::checkpoint_timed_out(&by, request.id, timeout, &hint))
+                    .await;
             }
             RequestOutcome::Withdrawn { why, .. } => {
                 info!(job = %job.name_any(), id = request.id, why, "checkpoint request withdrawn");
@@ -209,7 +209,8 @@ impl Executor {
         }
         if !reported {
             hints.push(
-                "the job has never reported status.trainerStatus, so no acknowledgement could come back".into(),
+                "the job has never reported status.trainerStatus, so no acknowledgement could come back"
+                    .into(),
             );
         }
         if hints.is_empty() { String::new() } else { format!(" ({})", hints.join("; ")) }
@@ -232,13 +233,12 @@ impl Executor {
             Err(e) if e.is_not_found() => None,
             Err(e) => return Err(ActionError::call(format!("reading JobSet {ns}/{name}"), e)),
         };
-        let controlled = jobset.filter(|js| {
-            js.owner_references().iter().any(|o| o.controller == Some(true) && o.uid == uid)
-        });
+        let controlled = jobset
+            .filter(|js| js.owner_references().iter().any(|o| o.controller == Some(true) && o.uid == uid));
         let Some(jobset_uid) = controlled.and_then(|js| js.uid()) else { return Ok(synced) };
         let pods: Api<Pod> = Api::namespaced(self.client.clone(), &ns);
-        let params =
-            ListParams::default().labels(&format!("{JOBSET_NAME_LABEL}={name},{JOBSET_UID_LABEL}={jobset_uid}"));
+        let params = ListParams::default()
+            .labels(&format!("{JOBSET_NAME_LABEL}={name},{JOBSET_UID_LABEL}={jobset_uid}"));
         let list = self
             .call(ApiOperation::ListPods, || pods.list(&params))
             .await

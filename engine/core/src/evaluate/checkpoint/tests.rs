@@ -312,5 +312,8 @@ fn the_last_training_checkpoint_survives_a_restart_and_is_not_new_again() {
     assert_eq!(last(&after), Some(expected));
     let own = [("loss", 1.8), ("checkpoint_step", 500.0), ("checkpoint_request_id", 0.0)];
     after.observe(report(6, &own), at_sec(180), &mut events);
-    assert_eq!(last(&after).map(|c| (c.reported.step, c.reported.request_id, c.at)), Some((500, 0, at_sec(180))));
+    assert_eq!(
+        last(&after).map(|c| (c.reported.step, c.reported.request_id, c.at)),
+        Some((500, 0, at_sec(180)))
+    );
 }

@@ -217,9 +217,7 @@ impl Host {
             | Host::SinceImprovement(_)
             | Host::SinceCheckpoint
             | Host::GpuHours
-            | Host::Cost => {
-                Drift::Linear
-            }
+            | Host::Cost => Drift::Linear,
             // Whole seconds, read at an instant that need not be one: a slope would announce a crossing up
             // to a second late, and a step at every second would wake the job every second. Rounds, then.
             Host::Now => Drift::Any,
@@ -299,7 +297,11 @@ impl Host {
             // Zero until a start in the future, then one second per second.
             Host::SinceCheckpoint => {
                 let origin = host::since_checkpoint_origin()?;
-                Ok(if origin > now { Motion { step: Some(origin), ..Motion::FIXED } } else { Motion::slope(1.0) })
+                Ok(if origin > now {
+                    Motion { step: Some(origin), ..Motion::FIXED }
+                } else {
+                    Motion::slope(1.0)
+                })
             }
             Host::Silence | Host::SinceImprovement(_) => {
                 Ok(if value.as_f64().is_finite() { Motion::slope(1.0) } else { Motion::FIXED })

@@ -58,9 +58,11 @@ pub(super) fn check(
         };
         let timeout = match action {
             ActionSpec::Checkpoint(c) => c.timeout.as_ref().map(|t| ("checkpoint.timeout", t)),
-            ActionSpec::Suspend(s) => {
-                s.checkpoint_first.as_ref().and_then(|c| c.timeout.as_ref()).map(|t| ("suspend.checkpointFirst.timeout", t))
-            }
+            ActionSpec::Suspend(s) => s
+                .checkpoint_first
+                .as_ref()
+                .and_then(|c| c.timeout.as_ref())
+                .map(|t| ("suspend.checkpointFirst.timeout", t)),
             _ => None,
         };
         if let Some((field, text)) = timeout {

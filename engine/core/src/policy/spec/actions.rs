@@ -94,7 +94,10 @@ impl ActionSpec {
     pub fn mutates_job(&self) -> bool {
         matches!(
             self,
-            ActionSpec::Suspend(_) | ActionSpec::Annotate(_) | ActionSpec::Scale(_) | ActionSpec::Checkpoint(_)
+            ActionSpec::Suspend(_)
+                | ActionSpec::Annotate(_)
+                | ActionSpec::Scale(_)
+                | ActionSpec::Checkpoint(_)
         )
     }
 
