@@ -293,7 +293,7 @@ async fn checkpoint_first_suspends_after_the_answer_or_after_the_timeout_and_say
     report_checkpoint(c, ns, "answering", 11, Some((1234, id))).await;
     let events = events_once_there(c, ns, "answering", "Suspended", 1).await;
     let note = &events.iter().find(|e| e.0 == "Suspended").unwrap().1;
-    assert!(note.contains(&format!("after its checkpoint at step 1234, acknowledged")), "{note}");
+    assert!(note.contains("after its checkpoint at step 1234, acknowledged"), "{note}");
     assert!(suspended(&job(c, ns, "answering").await));
     assert_eq!(count(&events, "CheckpointSaved"), 1, "{events:?}");
     assert_eq!(pod_request(c, ns, "answering-node-0").await, None);

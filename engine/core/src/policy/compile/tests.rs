@@ -315,7 +315,7 @@ fn namespaced_policies_only_see_their_namespace() {
 
 #[test]
 fn checkpoint_timeouts_are_checked_where_they_are_written() {
-    let yaml = r#"
+    let yaml = r"
 apiVersion: trainwarden.dev/v1alpha1
 kind: ProgressPolicy
 metadata: {name: ckpt, namespace: ns}
@@ -330,7 +330,7 @@ spec:
         - checkpoint: {timeout: soon}
         - suspend: {checkpointFirst: {timeout: 0m}}
         - suspend: {grace: 5m, checkpointFirst: {timeout: 2d}}
-"#;
+";
     let errors = compile_yaml(yaml).unwrap_err();
     assert_eq!(
         errors,
