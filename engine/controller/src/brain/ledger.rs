@@ -321,6 +321,33 @@ mod tests {
         }
     }
 
+    /// An intent waiting for its checkpoint is parked until the request's deadline, not retried with a
+    /// backoff; the job's answer makes it (and only its job's waiting intents) due at once.
+    #[test]
+    fn a_waiting_intent_is_parked_until_its_deadline_or_its_jobs_answer() {
+        let mut ledger = Ledger::default();
+        for (id, job) in [("a", "ft"), ("b", "ft"), ("c", "other")] {
+            ledger.issue(&intent(id, job, at_sec(0)));
+        }
+        ledger.wait("a", at_sec(600));
+        ledger.wait("c", at_sec(600));
+        assert_eq!(ledger.next_due(), Some(at_sec(600)));
+        assert!(ledger.take_due(at_sec(599), |_| true).0.is_empty());
+        ledger.wake_job(&JobKey::new("ml", "ft"), at_sec(42));
+        assert_eq!(ledger.next_due(), Some(at_sec(42)));
+        let (due, _) = ledger.take_due(at_sec(42), |_| true);
+        assert_eq!(
+            due.iter().map(|i| i.id.as_str()).collect::<Vec<_>>(),
+            ["a"],
+            "b was not waiting, c is another job's"
+        );
+        // Sent again and waiting again: still no failures counted, its deadline stands.
+        ledger.wait("a", at_sec(600));
+        let (due, _) = ledger.take_due(at_sec(600), |_| true);
+        assert_eq!(due.iter().map(|i| i.id.as_str()).collect::<Vec<_>>(), ["a", "c"]);
+        assert_eq!(ledger.settle("a", true, false, true, at_sec(601)), Settled::Confirmed { was_owed: true });
+    }
+
     #[test]
     fn backoff_doubles_from_two_seconds_and_stops_at_five_minutes() {
         let waits: Vec<u64> = (1..=10).map(|f| backoff(f).as_secs()).collect();
