@@ -4,7 +4,7 @@
 #                                            locally added CAs from /usr/local/share/ca-certificates)
 #   trainwarden-test/rust:<ver>-bookworm    LOCAL stand-in for docker.io/library/rust: that base + gcc + the host's
 #                                            Rust toolchain (rustup cannot download here)
-#   trainwarden-test/training:dev           Python + the real Kubeflow SDK from PyPI + train.py (images/training)
+#   trainwarden-test/training:dev           Python + the real Kubeflow SDK from PyPI + sdk/python + train.py (images/training)
 #   trainwarden:dev                         the project's own Dockerfile, with BUILDER_IMAGE/RUNTIME_IMAGE pointed
 #                                            at the two local bases above (their defaults stay the public images)
 # with dockerd from Debian's docker.io (legacy builder), started here with its own data-root, exec-root and socket
@@ -178,11 +178,18 @@ build_rust() {
 }
 
 build_training() {
-  local t0=$SECONDS
-  log "building $TRAINING_IMAGE (tests/k8s/images/training)"
+  local t0=$SECONDS ctx="$IMAGES/training-ctx"
+  log "building $TRAINING_IMAGE (tests/k8s/images/training + sdk/python)"
+  # The context: the image's directory and the companion package (sources only, no caches or test leftovers).
+  rm -rf "$ctx"
+  mkdir -p "$ctx/sdk-python"
+  cp -a "$SCRIPT_DIR/images/training/." "$ctx/"
+  cp -a "$REPO/sdk/python/pyproject.toml" "$REPO/sdk/python/README.md" "$REPO/sdk/python/src" "$ctx/sdk-python/"
+  find "$ctx/sdk-python" \( -name __pycache__ -o -name '*.egg-info' \) -prune -exec rm -rf {} +
   "$DOCKER" build --network host --build-arg "BASE_IMAGE=$BASE_IMAGE" -t "$TRAINING_IMAGE" \
-    "$SCRIPT_DIR/images/training" >"$IMAGES/training-build.log" 2>&1 ||
+    "$ctx" >"$IMAGES/training-build.log" 2>&1 ||
     { tail -n 30 "$IMAGES/training-build.log" >&2; die "building $TRAINING_IMAGE failed"; }
+  rm -rf "$ctx"
   log "$TRAINING_IMAGE built in $((SECONDS - t0)) s"
 }
 

@@ -670,3 +670,85 @@ fn a_stalled_rule_without_a_first_sample_stops_a_command_that_never_reports() {
     assert_replays_identically(SILENT_POLICY, &run, "local/silent");
     let _ = std::fs::remove_dir_all(&run.dir);
 }
+
+const CHECKPOINT_POLICY: &str = "engine/local/tests/fixtures/watch-policy-checkpoint.yaml";
+const CHECKPOINT_SCRIPT: &str = "engine/local/tests/python/checkpoint_loop.py";
+
+/// The companion package (sdk/python, standard library only) from this checkout, as a pod's image would
+/// have it installed.
+const SDK_PATH: (&str, &str) = ("PYTHONPATH", "sdk/python/src");
+
+/// A `checkpoint` action under `watch`: the request reaches the command through the file watch names in
+/// `TRAINWARDEN_ANNOTATIONS_FILE`, the companion package saves and acknowledges it in its next report, and the
+/// command keeps training to its end.
+#[test]
+fn a_checkpoint_request_reaches_the_command_through_its_file_and_it_keeps_training() {
+    let Some(python) = python() else { return };
+    let run = watch_script(
+        &python,
+        CHECKPOINT_SCRIPT,
+        "checkpoint",
+        CHECKPOINT_POLICY,
+        &["1"],
+        &["--label", "stop=no"],
+        &[SDK_PATH],
+    );
+    // trainwarden's own lines go to stderr, the command's output to stdout.
+    let stdout = &run.stderr;
+    assert_eq!(run.output.status.code(), Some(0), "ran to its end\n{stdout}");
+    let acknowledged = stdout
+        .lines()
+        .find(|l| l.contains("acknowledged: saved at step"))
+        .unwrap_or_else(|| panic!("no acknowledgement\n{stdout}"));
+    let step: u64 = acknowledged
+        .split("saved at step ")
+        .nth(1)
+        .and_then(|r| r.split(',').next())
+        .and_then(|s| s.parse().ok())
+        .expect("the step");
+    assert!(step >= 40, "{acknowledged}");
+    assert!(
+        run.dir.join(format!("out/ckpt-{step}.json")).exists(),
+        "the checkpoint the acknowledgement names"
+    );
+    assert!(stdout.contains("ran to its end (exit status 0)"), "{stdout}");
+    assert!(!run.dir.join("out/stopped.json").exists(), "never stopped");
+}
+
+/// `suspend: {checkpointFirst}` under `watch`: the command's save (3 s) takes longer than its SIGTERM grace
+/// (1 s); it is signalled only once the checkpoint is acknowledged, so the checkpoint is complete and the
+/// command stopped right after the step it holds.
+#[test]
+fn checkpoint_first_stops_the_command_only_after_its_checkpoint_is_complete() {
+    let Some(python) = python() else { return };
+    let run = watch_script(
+        &python,
+        CHECKPOINT_SCRIPT,
+        "checkpoint-first",
+        CHECKPOINT_POLICY,
+        &["3"],
+        &["--label", "stop=yes", "--grace-period", "1s"],
+        &[SDK_PATH],
+    );
+    let stdout = &run.stderr;
+    assert_eq!(run.output.status.code(), Some(75), "stopped by the policy\n{stdout}");
+    let saved: Vec<u64> = std::fs::read_dir(run.dir.join("out"))
+        .unwrap()
+        .filter_map(|e| {
+            e.ok()?.file_name().to_str()?.strip_prefix("ckpt-")?.strip_suffix(".json")?.parse().ok()
+        })
+        .collect();
+    assert_eq!(saved.len(), 1, "one complete checkpoint: {saved:?}");
+    let stopped: Value =
+        serde_json::from_str(&std::fs::read_to_string(run.dir.join("out/stopped.json")).unwrap()).unwrap();
+    let stopped = stopped["step"].as_u64().unwrap();
+    assert!(
+        stopped >= saved[0] && stopped <= saved[0] + 5,
+        "stopped right after step {}: {stopped}",
+        saved[0]
+    );
+    let ack = stdout.find(&format!("acknowledged: saved at step {}", saved[0])).expect("acknowledged");
+    let signalled = stdout.find("SIGTERM to process group").expect("signalled");
+    assert!(ack < signalled, "SIGTERM only after the acknowledgement\n{stdout}");
+    assert!(stdout.contains(&format!("goes ahead after its checkpoint at step {}", saved[0])), "{stdout}");
+}

@@ -14,7 +14,8 @@ use std::sync::Arc;
 use trainwarden_core::describe::Notice;
 use trainwarden_core::{
     ActionIntent, ActionKind, CompiledReceiver, Event, GpuSample, JobKey, JobPhase, JobSnapshot, Mode,
-    NormalizeError, PolicyDocument, PolicyId, PolicyKind, PolicyRef, QueueDemand, Savings, Timestamp,
+    NormalizeError, PolicyDocument, PolicyId, PolicyKind, PolicyRef, QueueDemand, RequestRecord, Savings,
+    Timestamp,
 };
 use trainwarden_kube::ProgressPolicyStatus;
 use trainwarden_kube::crd::DocumentError;
@@ -152,6 +153,9 @@ pub struct JobInput {
     pub history: Option<StoredCheckpoint>,
     /// Its verdict annotation ([`trainwarden_kube::VERDICT_ANNOTATION`]), as it shows now.
     pub verdict: ShownVerdict,
+    /// Its checkpoint-request record ([`trainwarden_core::CHECKPOINT_ANNOTATION`]): `None` when absent,
+    /// the error when it does not read.
+    pub checkpoint: Option<Result<RequestRecord, String>>,
 }
 
 /// A suspension found recorded on a TrainJob (`trainwarden.dev/last-action`), for the hand-over count.
@@ -300,6 +304,32 @@ pub enum Work {
     SaveVerdict(Box<VerdictSave>),
     /// Store these checkpoints one after the other (a stop's flush), then answer.
     FlushHistory(Vec<HistorySave>, tokio::sync::oneshot::Sender<()>),
+    /// Bring a TrainJob's pods in line with its pending checkpoint request, or settle a request no action
+    /// intent waits on (a manual one, or one whose rule resolved meanwhile). Leader only.
+    Checkpoint(Box<CheckpointWork>),
+}
+
+/// Work on a TrainJob's checkpoint request that no action intent carries (see [`Work::Checkpoint`]).
+#[derive(Debug)]
+pub struct CheckpointWork {
+    /// The TrainJob.
+    pub job: JobKey,
+    /// Its uid as the brain saw it: another object of the same name is not touched.
+    pub uid: Option<String>,
+    /// The pending request's id as the brain saw it.
+    pub id: u64,
+    /// What to do.
+    pub kind: CheckpointWorkKind,
+}
+
+/// What [`CheckpointWork`] does.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum CheckpointWorkKind {
+    /// Annotate the pods that lack the request (pods created since it was written).
+    SyncPods,
+    /// Judge the request against the TrainJob as it is now and settle it if it is answered, timed out or
+    /// withdrawn: the record on the TrainJob, the pods' annotation removed, an Event.
+    Settle,
 }
 
 /// An action intent on its way to the executor, with the view of the cluster the brain judged it under: a
@@ -401,6 +431,8 @@ pub enum WorkKind {
     History,
     /// `verdict`: a verdict annotation stored.
     Verdict,
+    /// `checkpoint`: a checkpoint request's pods synced or the request settled.
+    Checkpoint,
 }
 
 /// A change of one policy's notification receivers.
@@ -427,6 +459,7 @@ impl Work {
             Work::Notify(..) => WorkKind::Notify,
             Work::SaveHistory(_) => WorkKind::History,
             Work::SaveVerdict(_) => WorkKind::Verdict,
+            Work::Checkpoint(_) => WorkKind::Checkpoint,
             Work::Receivers(_) | Work::FlushHistory(..) => return None,
         })
     }
@@ -438,6 +471,7 @@ impl Work {
             Work::RecordEvent(a) => &a.job,
             Work::SaveHistory(h) => &h.job,
             Work::SaveVerdict(v) => &v.job,
+            Work::Checkpoint(c) => &c.job,
             Work::Notify(e, _) => e.job(),
             Work::Receivers(_) | Work::FlushHistory(..) => return None,
         })
@@ -473,6 +507,8 @@ pub enum ExecutedAction {
     Event,
     /// Change `spec.trainer.numNodes` (refused where the CRD makes `spec.trainer` immutable).
     Scale,
+    /// Ask the running job for a checkpoint (its pods' request annotation) and record the outcome.
+    Checkpoint,
 }
 
 impl ExecutedAction {
@@ -485,6 +521,7 @@ impl ExecutedAction {
             ExecutedAction::Annotate => "annotate",
             ExecutedAction::Event => "event",
             ExecutedAction::Scale => "scale",
+            ExecutedAction::Checkpoint => "checkpoint",
         }
     }
 
@@ -502,6 +539,7 @@ impl From<ActionKind> for ExecutedAction {
             ActionKind::Annotate => ExecutedAction::Annotate,
             ActionKind::Event => ExecutedAction::Event,
             ActionKind::Scale => ExecutedAction::Scale,
+            ActionKind::Checkpoint => ExecutedAction::Checkpoint,
         }
     }
 }
@@ -534,6 +572,10 @@ pub enum ActionResult {
     /// Not performed: at the moment of the write the cluster no longer stood as the rule was judged (its
     /// policy deleted or replaced, the job replaced, an exception or a snooze holding it). Settled.
     Abandoned,
+    /// Waiting for a checkpoint (a `checkpoint`, or a `suspend` with `checkpointFirst`): the request is on
+    /// the job's pods and not yet answered. Not settled: the brain sends the intent again when the job's
+    /// report answers it, or at the request's deadline ([`Outcome::wait_until`]).
+    Waiting,
     /// Not performed yet: the policy has a generation the brain has not judged the job under. The fresh
     /// policy goes to the brain first; it sends the intent again if the same firing still stands under the
     /// policy as it now is, or abandons it.
@@ -553,12 +595,16 @@ impl ActionResult {
             ActionResult::NotLeader => "skipped_not_leader",
             ActionResult::Abandoned => "abandoned",
             ActionResult::Stale => "stale",
+            ActionResult::Waiting => "waiting",
         }
     }
 
     /// Whether the intent is settled for good (nothing more to try).
     pub fn settles(self) -> bool {
-        !matches!(self, ActionResult::Failed | ActionResult::NotLeader | ActionResult::Stale)
+        !matches!(
+            self,
+            ActionResult::Failed | ActionResult::NotLeader | ActionResult::Stale | ActionResult::Waiting
+        )
     }
 }
 
@@ -587,6 +633,8 @@ pub struct Outcome {
     pub savings: Option<Savings>,
     /// [`ActionResult::Stale`]: the policy's generation the executor found at the write.
     pub policy_generation: Option<i64>,
+    /// [`ActionResult::Waiting`]: the request's deadline, when the intent is sent again at the latest.
+    pub wait_until: Option<Timestamp>,
 }
 
 impl Outcome {
@@ -604,6 +652,7 @@ impl Outcome {
             at: intent.at,
             savings: intent.savings.clone(),
             policy_generation: None,
+            wait_until: None,
         }
     }
 }

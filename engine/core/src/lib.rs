@@ -49,10 +49,18 @@ pub use evaluate::{
     RuleMemory, RuleState, SNOOZE_ANNOTATION, Savings, SavingsBasis, Snooze, SnoozeCap, SnoozeChange,
     SnoozeEnd, TransitionKind,
 };
+pub use evaluate::{
+    CHECKPOINT_ANNOTATION, CHECKPOINT_REQUEST_ANNOTATION, CheckpointRequest, MAX_REASON_CHARS, MAX_WAITERS,
+    RequestOutcome, RequestRecord,
+};
 pub use history::gpu_series::{GPU_STALE_SECONDS, GpuSeries};
 pub use history::job::JobData;
 pub use history::job_series::JobSeries;
 pub use history::metric_series::{Direction, MetricSeries};
+pub use input::checkpoint_report::{
+    CHECKPOINT_REQUEST_ID_METRIC, CHECKPOINT_STEP_METRIC, MAX_EXACT_INTEGER, ReportedCheckpoint,
+    SavedCheckpoint, exact_integer,
+};
 pub use input::gpu::{GpuReading, GpuSample, GpuSummary, MAX_GPUS_PER_JOB};
 pub use input::merge::{LateRecord, MAX_LINE_BYTES, Merge, MergeError, RecordSource, StreamLines};
 pub use input::namespaces::{NamespaceLabels, parse_namespace_labels};
@@ -79,9 +87,10 @@ pub use policy::template::{
     DEFAULT_TEXT, DEFAULT_TITLE, Field, FieldValues, Scope as TemplateScope, Template,
 };
 pub use policy::{
-    ActionKind, ActionSpec, AnnotateAction, ClusterPolicySpec, EventAction, EventType, ExceptionsSpec,
-    GroupLabel, LabelSelector, Mode, NAME_PATTERN, NotifyAction, PolicyId, PolicyKind, PolicyRef,
-    PolicyScope, PolicySpec, REASON_PATTERN, SmtpTls, SuspendAction,
+    ActionKind, ActionSpec, AnnotateAction, CheckpointAction, CheckpointFirst, ClusterPolicySpec,
+    DEFAULT_CHECKPOINT_TIMEOUT, EventAction, EventType, ExceptionsSpec, GroupLabel, LabelSelector,
+    MAX_CHECKPOINT_TIMEOUT, Mode, NAME_PATTERN, NotifyAction, PolicyId, PolicyKind, PolicyRef, PolicyScope,
+    PolicySpec, REASON_PATTERN, SmtpTls, SuspendAction,
 };
 pub use time::{Timestamp, fmt_local, fmt_num, plural, plural_num};
 pub use units::duration::{DURATION_PATTERN, PolicyDuration};

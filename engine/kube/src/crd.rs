@@ -416,7 +416,13 @@ mod tests {
                 "Overrides the policy's mode for this rule."
             );
             let action = at(rule, "actions.[]");
-            assert_eq!(action["oneOf"].as_array().unwrap().len(), 5);
+            assert_eq!(action["oneOf"].as_array().unwrap().len(), 6);
+            for timeout in [
+                &action["properties"]["checkpoint"]["properties"]["timeout"],
+                &action["properties"]["suspend"]["properties"]["checkpointFirst"]["properties"]["timeout"],
+            ] {
+                assert_eq!(timeout["pattern"], trainwarden_core::DURATION_PATTERN);
+            }
             assert_eq!(
                 action["properties"]["event"]["properties"]["type"]["enum"],
                 serde_json::json!(["Normal", "Warning"])

@@ -115,6 +115,50 @@ pub(crate) async fn explain(cluster: &Cluster, name: &str, now: Timestamp) -> Re
         let _ =
             writeln!(o, "  last action: {} by {} ({}){at}: {}{frees}", a.action, a.policy, a.rule, a.reason);
     }
+    match &row.checkpoint {
+        Some(c) => {
+            let answered = match c.reported.request_id {
+                0 => "its own".to_string(),
+                id => format!("answering request {id}"),
+            };
+            let _ = writeln!(
+                o,
+                "  last checkpoint: step {} ({answered}), reported {} ({})",
+                c.reported.step,
+                short_time(c.at),
+                relative(c.at, now)
+            );
+        }
+        None => {
+            let _ = writeln!(o, "  last checkpoint: none reported (checkpoint_step, checkpoint_request_id)");
+        }
+    }
+    if let Some(r) = &row.checkpoint_request
+        && let Some(request) = &r.request
+    {
+        let asked = format!(
+            "checkpoint request {} at {} ({})",
+            request.id,
+            short_time(request.requested_at),
+            relative(request.requested_at, now)
+        );
+        let state = match &r.outcome {
+            None => format!(
+                "pending, on the pods until acknowledged or {} ({})",
+                short_time(request.deadline()),
+                relative(request.deadline(), now)
+            ),
+            Some(trainwarden_core::RequestOutcome::Acknowledged { step, at }) => format!(
+                "acknowledged at step {step}, {} after the request",
+                span((at.as_millisecond() - request.requested_at.as_millisecond()) as f64 / 1000.0)
+            ),
+            Some(trainwarden_core::RequestOutcome::TimedOut { .. }) => {
+                format!("not acknowledged within {}", span(request.timeout_seconds as f64))
+            }
+            Some(trainwarden_core::RequestOutcome::Withdrawn { why, .. }) => format!("withdrawn: {why}"),
+        };
+        let _ = writeln!(o, "  {asked}: {state} — {}", request.reason);
+    }
     if row.exempt {
         let _ = writeln!(o, "  exempt: annotated trainwarden.dev/exempt=true, no policy judges it");
     }
@@ -130,7 +174,10 @@ pub(crate) async fn explain(cluster: &Cluster, name: &str, now: Timestamp) -> Re
             let _ = writeln!(o, "  a snooze ended {} ({})", short_time(until), relative(until, now));
         }
     }
-    for problem in [&row.verdict_problem, &row.history_problem, &row.snooze_problem].into_iter().flatten() {
+    for problem in [&row.verdict_problem, &row.history_problem, &row.snooze_problem, &row.checkpoint_problem]
+        .into_iter()
+        .flatten()
+    {
         let _ = writeln!(o, "  warning: {problem}");
     }
 

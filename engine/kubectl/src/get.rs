@@ -195,7 +195,7 @@ fn table(rows: &[JobRow], all_namespaces: bool, wide: bool, now: Timestamp) -> S
     }
     header.extend(["NAME", "PROGRESS", "ETA", "STEP", "LOSS"]);
     if wide {
-        header.extend(["TREND", "EVAL LOSS", "EPOCH", "GPUS", "REPORTED"]);
+        header.extend(["TREND", "EVAL LOSS", "EPOCH", "GPUS", "REPORTED", "CHECKPOINT"]);
     }
     header.extend(["RULES", "VERDICT", "SAVED"]);
     if wide {
@@ -220,7 +220,17 @@ fn table(rows: &[JobRow], all_namespaces: bool, wide: bool, now: Timestamp) -> S
             });
             let gpus = row.snapshot.as_ref().and_then(|s| s.gpus).map_or("-".into(), num);
             let spark = if row.loss.is_empty() { "-".into() } else { sparkline(&row.loss) };
-            cells.extend([spark, row.metric("eval_loss").map_or("-".into(), num), epoch, gpus, reported]);
+            let checkpoint = row.checkpoint.map_or("-".into(), |c| {
+                format!("{} ({} ago)", c.reported.step, span(now.duration_since(c.at).as_secs_f64()))
+            });
+            cells.extend([
+                spark,
+                row.metric("eval_loss").map_or("-".into(), num),
+                epoch,
+                gpus,
+                reported,
+                checkpoint,
+            ]);
         }
         cells.extend([rules(row), row.state.to_string(), saved(row)]);
         if wide {
@@ -251,11 +261,16 @@ fn table(rows: &[JobRow], all_namespaces: bool, wide: bool, now: Timestamp) -> S
 /// The machine-readable row (`-o json|yaml`): every field the table shows, unformatted.
 fn json_row(row: &JobRow, now: Timestamp) -> serde_json::Value {
     let sample = row.sample();
-    let problems: Vec<&String> =
-        [&row.unreadable, &row.verdict_problem, &row.history_problem, &row.snooze_problem]
-            .into_iter()
-            .flatten()
-            .collect();
+    let problems: Vec<&String> = [
+        &row.unreadable,
+        &row.verdict_problem,
+        &row.history_problem,
+        &row.snooze_problem,
+        &row.checkpoint_problem,
+    ]
+    .into_iter()
+    .flatten()
+    .collect();
     let recent: Vec<serde_json::Value> = row
         .loss
         .iter()
@@ -280,6 +295,13 @@ fn json_row(row: &JobRow, now: Timestamp) -> serde_json::Value {
         "lastAction": row.last_action,
         "suspended": row.suspended,
         "snoozeUntil": row.snooze_until.map(|t| t.to_string()),
+        "lastCheckpoint": row.checkpoint.map(|c| serde_json::json!({
+            "step": c.reported.step,
+            "requestId": c.reported.request_id,
+            "reportedAt": c.at.to_string(),
+            "secondsAgo": now.duration_since(c.at).as_secs_f64().round(),
+        })),
+        "checkpointRequest": row.checkpoint_request,
         "problems": problems,
     })
 }

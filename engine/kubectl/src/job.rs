@@ -8,8 +8,8 @@ use std::collections::BTreeMap;
 use kube::ResourceExt;
 use kube::api::DynamicObject;
 use trainwarden_core::{
-    CompiledPolicy, EngineConfig, Evaluator, JobKey, JobPhase, JobSnapshot, PolicyDocument, PolicyRef,
-    RuleState, Timestamp, compile,
+    CHECKPOINT_ANNOTATION, CompiledPolicy, EngineConfig, Evaluator, JobKey, JobPhase, JobSnapshot,
+    PolicyDocument, PolicyRef, RequestRecord, RuleState, SavedCheckpoint, Timestamp, compile,
 };
 use trainwarden_kube::annotations::{
     EXEMPT_ANNOTATION, HISTORY_ANNOTATION, LAST_ACTION_ANNOTATION, SUSPENDED_BY_ANNOTATION,
@@ -186,6 +186,13 @@ pub(crate) struct JobRow {
     pub(crate) loss: Vec<f64>,
     pub(crate) selected_by: Vec<String>,
     pub(crate) state: Verdicts,
+    /// The job's last checkpoint (its `checkpoint_step` / `checkpoint_request_id` report, kept across
+    /// restarts by the history checkpoint), when it reported one.
+    pub(crate) checkpoint: Option<SavedCheckpoint>,
+    /// Its checkpoint requests as the controller records them (the last one and its outcome).
+    pub(crate) checkpoint_request: Option<RequestRecord>,
+    /// Why that record could not be read.
+    pub(crate) checkpoint_problem: Option<String>,
 }
 
 impl JobRow {
@@ -246,6 +253,14 @@ impl JobRow {
         let suspended = job.data.pointer("/spec/suspend").and_then(serde_json::Value::as_bool) == Some(true)
             || snapshot.as_ref().is_some_and(|s| s.phase == JobPhase::Suspended);
         let selected_by = judge.selecting(&key).iter().map(|p| p.reference.to_string()).collect();
+        let checkpoint = judge.evaluator.job(&key).and_then(|d| d.series.last_checkpoint);
+        let (checkpoint_request, checkpoint_problem) = match annotations.get(CHECKPOINT_ANNOTATION) {
+            None => (None, None),
+            Some(t) => match RequestRecord::parse(t) {
+                Ok(r) => (Some(r), None),
+                Err(e) => (None, Some(format!("{CHECKPOINT_ANNOTATION} does not read: {e}"))),
+            },
+        };
         let mut row = JobRow {
             loss: judge.recent(&key, "loss", TREND_POINTS),
             key,
@@ -264,6 +279,9 @@ impl JobRow {
             snooze_problem,
             selected_by,
             state: Verdicts::NotJudged,
+            checkpoint,
+            checkpoint_request,
+            checkpoint_problem,
         };
         row.state = row.judge(now);
         row

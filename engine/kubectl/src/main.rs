@@ -16,6 +16,7 @@
 //! ```
 #![forbid(unsafe_code)]
 
+mod checkpoint;
 mod cluster;
 mod explain;
 mod get;
@@ -34,7 +35,7 @@ use trainwarden_core::Timestamp;
     name = "kubectl-trainwarden",
     bin_name = "kubectl trainwarden",
     version,
-    after_help = "Examples:\n  kubectl trainwarden get -A\n  kubectl trainwarden get -n fraud -o wide --watch\n  kubectl trainwarden explain bert-ft -n fraud\n  kubectl trainwarden resume bert-ft -n fraud --snooze 4h\n  kubectl trainwarden snooze bert-ft 8h -n fraud\n\nInstall: put kubectl-trainwarden on PATH (cargo install --path engine/kubectl); kubectl finds plugins there."
+    after_help = "Examples:\n  kubectl trainwarden get -A\n  kubectl trainwarden get -n fraud -o wide --watch\n  kubectl trainwarden explain bert-ft -n fraud\n  kubectl trainwarden resume bert-ft -n fraud --snooze 4h\n  kubectl trainwarden snooze bert-ft 8h -n fraud\n  kubectl trainwarden checkpoint bert-ft -n fraud\n\nInstall: put kubectl-trainwarden on PATH (cargo install --path engine/kubectl); kubectl finds plugins there."
 )]
 struct Cli {
     #[command(flatten)]
@@ -100,6 +101,19 @@ enum Command {
         /// End a snooze now.
         #[arg(long, conflicts_with = "duration")]
         clear: bool,
+    },
+    /// Asks a running TrainJob for a checkpoint, through the channel the `checkpoint` action uses: the
+    /// controller puts the request on the job's pods (read there through a downward-API volume) and records
+    /// the job's acknowledgement, or the timeout, in an Event and in `explain`.
+    #[command(
+        after_help = "Examples:\n  kubectl trainwarden checkpoint bert-ft -n fraud\n  kubectl trainwarden checkpoint bert-ft -n fraud --timeout 30m"
+    )]
+    Checkpoint {
+        /// The TrainJob.
+        job: String,
+        /// How long the acknowledgement is waited for (at most 24h).
+        #[arg(long, value_name = "DURATION", default_value = "10m")]
+        timeout: String,
     },
     /// Prints a shell completion script (bash, zsh, fish, elvish, powershell).
     #[command(
@@ -173,6 +187,14 @@ async fn run(cli: Cli) -> Result<(), String> {
             let duration =
                 if clear { None } else { duration.map(|d| resume::parse_duration(&d)).transpose()? };
             resume::snooze(&cluster, &job, duration, now).await
+        }
+        Command::Checkpoint { job, timeout } => {
+            let timeout: trainwarden_core::PolicyDuration =
+                timeout.parse().map_err(|e| format!("--timeout {timeout:?} is not a duration: {e}"))?;
+            if timeout.is_zero() || timeout > trainwarden_core::MAX_CHECKPOINT_TIMEOUT {
+                return Err("--timeout must be longer than 0s and at most 24h".into());
+            }
+            checkpoint::request(&cluster, &job, timeout, now).await
         }
         Command::Completion { .. } => unreachable!("handled before connecting"),
     }

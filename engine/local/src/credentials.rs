@@ -77,6 +77,10 @@ pub struct RunDir {
     pub ca_file: PathBuf,
     /// `token` in it: the bearer token; the command gets its path in `KUBEFLOW_TRAINER_SERVER_TOKEN`.
     pub token_file: PathBuf,
+    /// `annotations` in it: what a pod's downward-API volume of its annotations would hold, empty until a
+    /// checkpoint is requested; the command gets its path in `TRAINWARDEN_ANNOTATIONS_FILE`
+    /// (sdk/python/PROTOCOL.md §2).
+    pub annotations_file: PathBuf,
 }
 
 impl RunDir {
@@ -90,11 +94,36 @@ impl RunDir {
             .mode(0o700)
             .create(&path)
             .map_err(|e| format!("creating {}: {e}", path.display()))?;
-        let dir = RunDir { ca_file: path.join("ca.crt"), token_file: path.join("token"), path };
+        let dir = RunDir {
+            ca_file: path.join("ca.crt"),
+            token_file: path.join("token"),
+            annotations_file: path.join("annotations"),
+            path,
+        };
         write_private(&dir.ca_file, credentials.ca_pem.as_bytes())?;
         write_private(&dir.token_file, credentials.token.as_bytes())?;
+        write_private(&dir.annotations_file, b"")?;
         Ok(dir)
     }
+
+    /// Replaces the annotations file at once (a write to `annotations.tmp`, renamed over it: a reader sees
+    /// the old file or the new one, as with the kubelet's atomic writer): `request`, the value of the
+    /// checkpoint-request annotation, or nothing.
+    pub fn write_annotations(&self, request: Option<&str>) -> Result<(), String> {
+        let tmp = self.path.join("annotations.tmp");
+        let _ = fs::remove_file(&tmp);
+        let text = request.map(annotation_line).unwrap_or_default();
+        write_private(&tmp, text.as_bytes())?;
+        fs::rename(&tmp, &self.annotations_file)
+            .map_err(|e| format!("replacing {}: {e}", self.annotations_file.display()))
+    }
+}
+
+/// The annotations file's line for the checkpoint request `value` (the kubelet's format, Go's `%q` of the
+/// value; for JSON without raw control characters escaping `\` and `"` is enough for `strconv.Unquote`).
+fn annotation_line(value: &str) -> String {
+    let quoted = value.replace('\\', "\\\\").replace('"', "\\\"");
+    format!("{}=\"{quoted}\"", trainwarden_core::CHECKPOINT_REQUEST_ANNOTATION)
 }
 
 fn write_private(path: &Path, contents: &[u8]) -> Result<(), String> {
@@ -110,5 +139,17 @@ fn write_private(path: &Path, contents: &[u8]) -> Result<(), String> {
 impl Drop for RunDir {
     fn drop(&mut self) {
         let _ = fs::remove_dir_all(&self.path);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn the_annotation_line_quotes_as_go_does_for_json() {
+        let line = super::annotation_line(r#"{"id":7,"reason":"say \"hi\" \\ bye"}"#);
+        assert_eq!(
+            line,
+            r#"trainwarden.dev/checkpoint-request="{\"id\":7,\"reason\":\"say \\\"hi\\\" \\\\ bye\"}""#
+        );
     }
 }

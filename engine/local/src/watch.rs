@@ -7,7 +7,11 @@
 //! writes, so a recording replays to the same decisions by construction.
 //!
 //! Acting locally: an enforced `suspend` sends SIGTERM to the command's process group (code that
-//! checkpoints on SIGTERM gets its chance) and SIGKILL after the grace period; Audit mode only reports;
+//! checkpoints on SIGTERM gets its chance) and SIGKILL after the grace period; an enforced `checkpoint` (and
+//! the first phase of `suspend: {checkpointFirst}`) writes the request to the file the command reads as a
+//! pod reads its annotations (`TRAINWARDEN_ANNOTATIONS_FILE`, sdk/python/PROTOCOL.md §2) and waits for the
+//! acknowledgement in the reports the command sends to this endpoint, judged by the core's request record
+//! as the controller judges it; Audit mode only reports;
 //! every event goes to a [`Notifier`], which delivers `notify` actions (or only reports them); `annotate`,
 //! `event` and `scale` need a TrainJob object and are reported as not applicable.
 
@@ -33,6 +37,8 @@ use trainwarden_core::{ActionSpec, Mode};
 use trainwarden_core::{EngineConfig, Event};
 use trainwarden_core::{JobKey, JobPhase, Timestamp};
 
+use trainwarden_core::{CheckpointRequest, ReportedCheckpoint, RequestOutcome, RequestRecord};
+
 use crate::credentials::{Credentials, RunDir};
 use crate::recorder::{self, Recorder};
 use crate::server::{AcceptedUpdate, StatusServer};
@@ -47,6 +53,9 @@ pub const ENV_SERVER_URL: &str = "KUBEFLOW_TRAINER_SERVER_URL";
 pub const ENV_CA_CERT: &str = "KUBEFLOW_TRAINER_SERVER_CA_CERT";
 /// A file path: the bearer token (a projected service-account token in a cluster).
 pub const ENV_TOKEN: &str = "KUBEFLOW_TRAINER_SERVER_TOKEN";
+/// A file path: the pod's annotations as its downward-API volume would hold them (where checkpoint
+/// requests arrive; sdk/python/PROTOCOL.md §2).
+pub const ENV_ANNOTATIONS_FILE: &str = "TRAINWARDEN_ANNOTATIONS_FILE";
 
 /// Prefix of every line trainwarden itself prints (the command's output passes through untouched).
 pub const PREFIX: &str = "[trainwarden]";
@@ -238,6 +247,12 @@ struct Driver<'a> {
     out: &'a mut (dyn Write + Send),
     /// The first enforced suspension: (policy, rule, time).
     suspension: Option<(String, String, Timestamp)>,
+    /// Checkpoint requests, as the controller keeps them on a TrainJob.
+    requests: RequestRecord,
+    /// The suspensions waiting for their checkpoint (`checkpointFirst`): intent id, policy, rule, time.
+    waiting: Vec<(String, String, String, Timestamp)>,
+    /// Where requests are written (`None` in tests that do not run a command).
+    run_dir: Option<&'a RunDir>,
 }
 
 impl Driver<'_> {
@@ -269,13 +284,99 @@ impl Driver<'_> {
             return Ok(());
         }
         let now = self.now();
-        self.feed(&recorder::update_line(now, job, &update.trainer_status))
+        self.feed(&recorder::update_line(now, job, &update.trainer_status))?;
+        let reported = trainwarden_core::from_trainer_status(&update.trainer_status, "trainerStatus")
+            .ok()
+            .and_then(|s| ReportedCheckpoint::of(&s.metrics));
+        self.judge_request(reported, now);
+        Ok(())
     }
 
     fn run_timers(&mut self) {
         let now = self.now();
         self.replay.advance_to(now);
         self.report();
+        self.judge_request(None, now);
+    }
+
+    /// When the pending checkpoint request times out, if one is pending.
+    fn request_deadline(&self) -> Option<Timestamp> {
+        self.requests.pending().map(CheckpointRequest::deadline)
+    }
+
+    /// Intent `intent` asks for a checkpoint: a new request written to the annotations file, or the pending
+    /// one joined.
+    fn ask_checkpoint(&mut self, intent: &trainwarden_core::ActionIntent) -> String {
+        let now = self.now();
+        let timeout =
+            intent.action.checkpoint_timeout().unwrap_or(trainwarden_core::DEFAULT_CHECKPOINT_TIMEOUT);
+        let reason = format!(
+            "{} {} (rule {}): {}",
+            intent.policy.kind, intent.policy, intent.rule, intent.reason.summary
+        );
+        let new = self.requests.ask(&intent.id, reason, timeout, now);
+        let Some(request) = self.requests.pending().cloned() else { return String::new() };
+        if !new {
+            return format!("joined checkpoint request {} (pending)", request.id);
+        }
+        match self.run_dir.map(|d| d.write_annotations(Some(&request.pod_annotation()))) {
+            Some(Err(e)) => format!("checkpoint request {} could not be written: {e}", request.id),
+            _ => format!(
+                "checkpoint request {} written to ${ENV_ANNOTATIONS_FILE}; waiting up to {} for the acknowledgement",
+                request.id,
+                trainwarden_core::fmt_span(request.timeout_seconds as f64)
+            ),
+        }
+    }
+
+    /// Settles the pending request once the command's report answers it or its time is up; a suspension
+    /// waiting on it goes ahead.
+    fn judge_request(&mut self, reported: Option<ReportedCheckpoint>, now: Timestamp) {
+        let Some(request) = self.requests.pending().cloned() else { return };
+        let Some(outcome) = request.judge(reported, now) else { return };
+        self.settle_request(&request, outcome);
+    }
+
+    fn settle_request(&mut self, request: &CheckpointRequest, outcome: RequestOutcome) {
+        self.requests.settle(request.id, outcome.clone());
+        if let Some(Err(e)) = self.run_dir.map(|d| d.write_annotations(None)) {
+            self.say(&format!("warning: {e}"));
+        }
+        let seconds =
+            |at: Timestamp| (at.as_millisecond() - request.requested_at.as_millisecond()) as f64 / 1000.0;
+        let (said, note) = match &outcome {
+            RequestOutcome::Acknowledged { step, at } => (
+                format!(
+                    "checkpoint request {} acknowledged: saved at step {step}, {} after the request",
+                    request.id,
+                    trainwarden_core::fmt_span(seconds(*at))
+                ),
+                format!("after its checkpoint at step {step}"),
+            ),
+            RequestOutcome::TimedOut { .. } => (
+                format!(
+                    "checkpoint request {} not acknowledged within {} (does the command read ${ENV_ANNOTATIONS_FILE} and report checkpoint_step and checkpoint_request_id?)",
+                    request.id,
+                    trainwarden_core::fmt_span(request.timeout_seconds as f64)
+                ),
+                "WITHOUT a new checkpoint".to_string(),
+            ),
+            RequestOutcome::Withdrawn { why, .. } => {
+                (format!("checkpoint request {} withdrawn: {why}", request.id), String::new())
+            }
+        };
+        self.say(&said);
+        let waiting = std::mem::take(&mut self.waiting);
+        for (id, policy, rule, at) in waiting {
+            if !request.intents.contains(&id) {
+                self.waiting.push((id, policy, rule, at));
+                continue;
+            }
+            if self.suspension.is_none() && !matches!(outcome, RequestOutcome::Withdrawn { .. }) {
+                self.say(&format!("suspend by {policy} rule {rule} goes ahead {note}"));
+                self.suspension = Some((policy, rule, at));
+            }
+        }
     }
 
     /// Prints new events and acts on new intents.
@@ -294,6 +395,17 @@ impl Driver<'_> {
                 let what = match (&intent.action, intent.mode, note) {
                     (ActionSpec::Notify(_), _, Some(note)) => note,
                     (_, Mode::Audit, _) => "Audit mode: reported only".to_string(),
+                    (ActionSpec::Checkpoint(_), Mode::Enforce, _) => self.ask_checkpoint(intent),
+                    (ActionSpec::Suspend(s), Mode::Enforce, _) if s.checkpoint_first.is_some() => {
+                        let asked = self.ask_checkpoint(intent);
+                        self.waiting.push((
+                            intent.id.clone(),
+                            intent.policy.to_string(),
+                            intent.rule.clone(),
+                            intent.at,
+                        ));
+                        format!("{asked}; the command is stopped once it is acknowledged or timed out")
+                    }
                     (ActionSpec::Suspend(_), Mode::Enforce, _) => {
                         if self.suspension.is_none() {
                             self.suspension =
@@ -390,6 +502,9 @@ pub async fn watch(
         notifier,
         out,
         suspension: None,
+        requests: RequestRecord::default(),
+        waiting: Vec::new(),
+        run_dir: Some(&run_dir),
     };
     driver.say(&format!("job {job} under {}; progress endpoint {url}", policy_names.join(", ")));
     let mut sigint =
@@ -402,6 +517,7 @@ pub async fn watch(
         (ENV_SERVER_URL.to_string(), OsString::from(&url)),
         (ENV_CA_CERT.to_string(), run_dir.ca_file.clone().into_os_string()),
         (ENV_TOKEN.to_string(), run_dir.token_file.clone().into_os_string()),
+        (ENV_ANNOTATIONS_FILE.to_string(), run_dir.annotations_file.clone().into_os_string()),
     ];
     let mut child = Supervised::spawn(&command, &env)?;
     let group: ProcessGroup = child.group();
@@ -420,10 +536,14 @@ pub async fn watch(
             stop = Stop::Stopping { deadline: Instant::now() + grace_period, killed: false };
             suspend_signalled = true;
         }
-        let next_tick = driver.replay.evaluator().next_tick().map(|t| {
-            let wait = t.duration_since(wall_now()).as_secs_f64().max(0.0);
-            Instant::now() + StdDuration::from_secs_f64(wait.min(86_400.0))
-        });
+        let next_tick = [driver.replay.evaluator().next_tick(), driver.request_deadline()]
+            .into_iter()
+            .flatten()
+            .min()
+            .map(|t| {
+                let wait = t.duration_since(wall_now()).as_secs_f64().max(0.0);
+                Instant::now() + StdDuration::from_secs_f64(wait.min(86_400.0))
+            });
         let kill_at = match stop {
             Stop::Stopping { deadline, killed: false } => Some(deadline),
             _ => None,
@@ -463,6 +583,11 @@ pub async fn watch(
     while let Ok(update) = updates.try_recv() {
         driver.observe(&job, &update)?;
     }
+    if let Some(request) = driver.requests.pending().cloned() {
+        let at = driver.now();
+        let why = "the command exited".to_string();
+        driver.settle_request(&request, RequestOutcome::Withdrawn { at, why });
+    }
     drop(server);
     let ending = match (&driver.suspension, interrupted) {
         (Some((policy, rule, at)), _) if suspend_signalled => {
@@ -498,8 +623,10 @@ pub async fn watch(
         text += &format!("  recorded     {}\n", path.display());
     }
     driver.say(&text);
+    let events = driver.replay.events.clone();
+    drop(driver);
     drop(run_dir);
-    Ok(Outcome { ending, events: driver.replay.events.clone(), summary })
+    Ok(Outcome { ending, events, summary })
 }
 
 fn forward(

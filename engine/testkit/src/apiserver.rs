@@ -353,6 +353,35 @@ pub async fn install_workload_crd(client: &Client) {
     wait_established(&api, "workloads.kueue.x-k8s.io").await;
 }
 
+/// A minimal JobSet CRD (`jobset.x-k8s.io/v1alpha2`; the API server needs one to store JobSets; no JobSet
+/// controller runs here): a test writes the JobSet a TrainJob controls and its pods as Trainer and JobSet
+/// would.
+pub async fn install_jobset_crd(client: &Client) {
+    let crd: CustomResourceDefinition = serde_json::from_value(json!({
+        "apiVersion": "apiextensions.k8s.io/v1",
+        "kind": "CustomResourceDefinition",
+        "metadata": {"name": "jobsets.jobset.x-k8s.io"},
+        "spec": {
+            "group": "jobset.x-k8s.io",
+            "names": {"kind": "JobSet", "plural": "jobsets", "singular": "jobset", "listKind": "JobSetList"},
+            "scope": "Namespaced",
+            "versions": [{
+                "name": "v1alpha2", "served": true, "storage": true, "subresources": {"status": {}},
+                "schema": {"openAPIV3Schema": {"type": "object", "properties": {
+                    "spec": {"type": "object", "x-kubernetes-preserve-unknown-fields": true},
+                    "status": {"type": "object", "x-kubernetes-preserve-unknown-fields": true}
+                }}}
+            }]
+        }
+    }))
+    .unwrap();
+    let api: Api<CustomResourceDefinition> = Api::all(client.clone());
+    api.patch(&crd.name_any(), &PatchParams::apply("trainwarden-tests").force(), &Patch::Apply(&crd))
+        .await
+        .expect("install the JobSet CRD");
+    wait_established(&api, "jobsets.jobset.x-k8s.io").await;
+}
+
 /// Minimal Kueue LocalQueue and ClusterQueue CRDs beside the Workload's ([`install_workload_crd`]), serving
 /// `v1beta2` (stored) and `v1beta1` as Kueue 0.17 does, with the spec fields trainwarden reads
 /// (`spec.clusterQueue`; `spec.cohortName`, `v1beta1`'s `spec.cohort`). No Kueue runs here: a test writes

@@ -14,6 +14,11 @@
 #   nan      loss NaN at once -> suspended
 #   audit    the same in Audit mode: the pod keeps running, Events and status say what would have happened
 #   rbac     the chart's ServiceAccount may not read another namespace's Secret nor write outside its rules
+#   checkpoint  (issue 42) training pods that mount their annotations (downward API) and run the companion package
+#            (sdk/python): a `checkpoint` action makes the running pod save and keep training (step still rising,
+#            no restart); `suspend: {checkpointFirst}` on a job whose save (12 s) outlasts its grace (5 s)
+#            suspends only once the save is acknowledged, and the resumed job continues from that step. Prints
+#            the request -> acknowledgement latency and request -> the pod seeing it (kubelet refresh included).
 #   rollout  `helm upgrade` of the running two-replica install (a new pod template) while two jobs report and a
 #            stall rule fires during the rollout: no controller pod exits non-zero (each logs its clean stop), the
 #            suspension performed once, its webhook notification delivered once to the sink, and no job's history
@@ -108,6 +113,54 @@ spec:
                   hostPath: {path: $vol, type: Directory}
 EOF
 }
+
+# ckpt_runtime NS NAME ENV_JSON GRACE: runtime's pods plus the downward-API volume of their annotations at
+# /etc/trainwarden (examples/checkpoint/trainingruntime.yaml), and the termination grace period GRACE.
+ckpt_runtime() {
+  local ns="$1" name="$2" env="$3" grace="$4"
+  local vol="$TRAINWARDEN_CLUSTER_RUN/volumes/$ns/$name"
+  mkdir -p "$vol"
+  chmod 0777 "$vol"
+  kubectl apply -f - >/dev/null <<EOF
+apiVersion: trainer.kubeflow.org/v1alpha1
+kind: TrainingRuntime
+metadata: {name: $name, namespace: $ns}
+spec:
+  mlPolicy: {numNodes: 1}
+  template:
+    spec:
+      replicatedJobs:
+      - name: node
+        template:
+          metadata:
+            labels: {trainer.kubeflow.org/trainjob-ancestor-step: trainer}
+          spec:
+            template:
+              spec:
+                terminationGracePeriodSeconds: $grace
+                containers:
+                - name: node
+                  image: trainwarden-test/training:dev
+                  imagePullPolicy: Never
+                  env: $env
+                  resources: {requests: {cpu: 100m}}
+                  volumeMounts:
+                  - {name: checkpoint, mountPath: /checkpoint}
+                  - {name: trainwarden-podinfo, mountPath: /etc/trainwarden, readOnly: true}
+                volumes:
+                - name: checkpoint
+                  hostPath: {path: $vol, type: Directory}
+                - name: trainwarden-podinfo
+                  downwardAPI:
+                    items:
+                    - {path: annotations, fieldRef: {fieldPath: metadata.annotations}}
+EOF
+}
+
+# checkpoint_record NS JOB: the TrainJob's checkpoint-request record (JSON), or nothing.
+checkpoint_record() { jp trainjob -n "$1" "$2" -o jsonpath='{.metadata.annotations.trainwarden\.dev/checkpoint}'; }
+# status_step NS JOB: the step the job last reported.
+status_step() { jp trainjob -n "$1" "$2" -o jsonpath='{.status.trainerStatus.metrics[?(@.name=="step")].value}'; }
 
 # trainjob NS NAME RUNTIME LABELS_JSON
 trainjob() {
@@ -716,8 +769,117 @@ EOF
   kubectl delete namespace "$ns" --wait=false >/dev/null
 }
 
+test_checkpoint() {
+  local ns=tw-checkpoint
+  fresh_ns "$ns"
+  kubectl apply -f - >/dev/null <<EOF
+apiVersion: trainwarden.dev/v1alpha1
+kind: ProgressPolicy
+metadata: {name: save, namespace: $ns}
+spec:
+  selector: {matchLabels: {trainwarden.dev/e2e: checkpoint}}
+  mode: Enforce
+  samplingInterval: 5s
+  rules:
+  - name: save-at-30
+    when: 'step() >= 30.0'
+    actions: [{checkpoint: {timeout: 3m}}]
+---
+apiVersion: trainwarden.dev/v1alpha1
+kind: ProgressPolicy
+metadata: {name: stop-safely, namespace: $ns}
+spec:
+  selector: {matchLabels: {trainwarden.dev/e2e: checkpoint-first}}
+  mode: Enforce
+  samplingInterval: 5s
+  rules:
+  - name: stop-at-30
+    when: 'step() >= 30.0'
+    actions: [{suspend: {checkpointFirst: {timeout: 3m}, message: "stopped once its checkpoint was safe"}}]
+EOF
+  policy_ready "$ns" save
+  policy_ready "$ns" stop-safely
+  local env='[{name: ON_REQUEST, value: "1"}, {name: SAVE_SECONDS, value: "12"}, {name: STEP_SECONDS, value: "0.5"}, {name: TOTAL_STEPS, value: "4000"}]'
+  ckpt_runtime "$ns" keep-runtime "$env" 5
+  ckpt_runtime "$ns" stop-runtime "$env" 5
+
+  # 1. `checkpoint`: the pod saves on request and keeps training.
+  trainjob "$ns" keep keep-runtime '{trainwarden.dev/e2e: checkpoint}'
+  until_ 90 pod_running "$ns" keep || fail "no training pod Running"
+  local pod
+  pod="$(pod_of "$ns" keep)"
+  follow_log "$ns" "$pod" "$OUT/checkpoint-keep-pod.log"
+  until_ 120 bash -c "kubectl get trainjob -n $ns keep -o jsonpath='{.metadata.annotations.trainwarden\\.dev/checkpoint}' | grep -q acknowledged" ||
+    fail "no acknowledged checkpoint request: record $(checkpoint_record "$ns" keep); pod log: $(tail -n 5 "$OUT/checkpoint-keep-pod.log")"
+  local record
+  record="$(checkpoint_record "$ns" keep)"
+  printf '%s\n' "$record" >"$OUT/checkpoint-keep-record.json"
+  local id step latency
+  read -r id step latency < <(python3 -c '
+import json, sys
+from datetime import datetime
+r = json.loads(sys.argv[1]); q = r["request"]; o = r["outcome"]
+t = lambda s: datetime.fromisoformat(s.replace("Z", "+00:00")).timestamp()
+print(q["id"], o["step"], round(t(o["at"]) - t(q["requestedAt"]), 3))' "$record")
+  until_ 10 grep -q "checkpoint written: step $step to /checkpoint/checkpoint.json (request $id)" "$OUT/checkpoint-keep-pod.log" ||
+    fail "the pod log does not show the save of step $step for request $id"
+  local seen
+  seen="$(python3 -c '
+import json, re, sys
+from datetime import datetime
+r = json.loads(sys.argv[1]); q = r["request"]
+m = re.search(r"checkpoint request %d seen at step \d+ at ([0-9.]+)" % q["id"], open(sys.argv[2]).read())
+req = datetime.fromisoformat(q["requestedAt"].replace("Z", "+00:00")).timestamp()
+print(round(float(m.group(1)) - req, 3) if m else "?")' "$record" "$OUT/checkpoint-keep-pod.log")"
+  log "MEASURED request -> acknowledgement observed by trainwarden: ${latency} s (request $id, step $step; includes the 12 s save)"
+  log "MEASURED request -> the pod seeing it (patch, kubelet refresh of the downward-API file, the next step's check): ${seen} s"
+  # Still training: no restart, the step keeps rising past the checkpoint, the annotation gone from the pod.
+  until_ 60 bash -c "[[ \$(kubectl get trainjob -n $ns keep -o jsonpath='{.status.trainerStatus.metrics[?(@.name==\"step\")].value}') -gt $((step + 10)) ]]" ||
+    fail "the step did not rise past $step after the checkpoint ($(status_step "$ns" keep))"
+  [[ "$(jp pod -n "$ns" "$pod" -o jsonpath='{.status.containerStatuses[0].restartCount}')" == 0 ]] || fail "the training container restarted"
+  [[ "$(pod_of "$ns" keep)" == "$pod" ]] || fail "the pod was replaced"
+  [[ -z "$(jp pod -n "$ns" "$pod" -o jsonpath='{.metadata.annotations.trainwarden\.dev/checkpoint-request}')" ]] ||
+    fail "the answered request is still on the pod"
+  if suspended "$ns" keep; then fail "a checkpoint suspended the job"; fi
+  log "still training at step $(status_step "$ns" keep) (> $step), same pod, no restart; Events: $(kubectl get events -n "$ns" --field-selector involvedObject.name=keep -o jsonpath='{range .items[*]}{.reason} {end}')"
+  kubectl delete trainjob -n "$ns" keep --wait=false >/dev/null
+
+  # 2. `suspend: {checkpointFirst}`: a 12 s save and 5 s of grace; suspended only after the save is acknowledged.
+  trainjob "$ns" stop stop-runtime '{trainwarden.dev/e2e: checkpoint-first}'
+  until_ 90 pod_running "$ns" stop || fail "no training pod Running"
+  pod="$(pod_of "$ns" stop)"
+  follow_log "$ns" "$pod" "$OUT/checkpoint-stop-pod.log"
+  until_ 90 grep -q 'checkpoint request [0-9]* seen at step' "$OUT/checkpoint-stop-pod.log" ||
+    fail "the pod never saw the request: record $(checkpoint_record "$ns" stop)"
+  local ts=$SECONDS
+  # The save takes 12 s: the job must not be suspended meanwhile.
+  sleep 6
+  if suspended "$ns" stop; then fail "suspended during the save, before the acknowledgement"; fi
+  until_ 60 suspended "$ns" stop || fail "not suspended after the acknowledgement: record $(checkpoint_record "$ns" stop)"
+  log "suspended $((SECONDS - ts)) s after the pod saw the request (the save takes 12 s)"
+  until_ 60 no_pods "$ns" stop || fail "the pod was not deleted"
+  local saved
+  saved="$(python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["step"])' "$TRAINWARDEN_CLUSTER_RUN/volumes/$ns/stop-runtime/checkpoint.json")" ||
+    fail "no complete checkpoint on the volume"
+  grep -q "checkpoint written: step $saved to /checkpoint/checkpoint.json" "$OUT/checkpoint-stop-pod.log" || fail "the pod log does not show the save of step $saved"
+  grep -q 'exiting without saving' "$OUT/checkpoint-stop-pod.log" || log "note: no SIGTERM line in the pod log"
+  kubectl get events -n "$ns" --field-selector "involvedObject.kind=TrainJob,involvedObject.name=stop" \
+    -o custom-columns=REASON:.reason,MESSAGE:.message >"$OUT/checkpoint-stop-events.txt"
+  grep -Eq "^Suspended .*after its checkpoint at step $saved, acknowledged" "$OUT/checkpoint-stop-events.txt" ||
+    fail "the Suspended Event does not name the checkpoint: $(cat "$OUT/checkpoint-stop-events.txt")"
+  log "Suspended Event: $(grep -E '^Suspended' "$OUT/checkpoint-stop-events.txt" | cut -c1-220)"
+  # Resumed: the new pod starts from the step the checkpoint holds.
+  kubectl patch trainjob -n "$ns" stop --type=merge -p '{"spec":{"suspend":false}}' >/dev/null
+  until_ 60 pod_running "$ns" stop || fail "no pod Running after the resume"
+  follow_log "$ns" "$(pod_of "$ns" stop)" "$OUT/checkpoint-resume-pod.log"
+  until_ 30 grep -q "train: resumed from checkpoint at step $saved" "$OUT/checkpoint-resume-pod.log" ||
+    { head -n 5 "$OUT/checkpoint-resume-pod.log" >&2; fail "the resumed pod did not continue from step $saved"; }
+  log "resumed from the checkpoint at step $saved"
+  kubectl delete namespace "$ns" --wait=false >/dev/null
+}
+
 tests=("$@")
-((${#tests[@]})) || tests=(friday resume stall kueue reclaim nan audit rbac rollout)
+((${#tests[@]})) || tests=(friday resume stall kueue reclaim nan audit rbac checkpoint rollout)
 CURRENT=setup
 install_trainwarden
 for t in "${tests[@]}"; do

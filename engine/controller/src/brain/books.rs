@@ -156,6 +156,13 @@ impl Brain {
             self.judge_stale(&o, now);
             return;
         }
+        if o.result == ActionResult::Waiting {
+            // Not settled, not failed: parked until the job answers or the request's deadline.
+            let until = o.wait_until.unwrap_or(now);
+            self.ledger.wait(&o.intent, until);
+            info!(job = %o.job, rule = %o.rule, action = o.action.as_str(), until = %until, message = %o.message, "waiting for the job's checkpoint");
+            return;
+        }
         let settled = self.ledger.settle(
             &o.intent,
             o.result.settles(),

@@ -31,6 +31,8 @@ struct Owed {
     /// When to re-issue it (after a failure); `None` while sent or while waiting for leadership. Changed only
     /// through [`Ledger::set_due`], which keeps the due index in step.
     due: Option<Timestamp>,
+    /// Parked until its checkpoint request is answered or times out ([`Ledger::wait`]).
+    waiting: bool,
 }
 
 /// The firing number an intent id carries (`…:{firing}:{action}`, see the core's `intent_id`): the same on
@@ -82,7 +84,7 @@ pub fn backoff(failures: u32) -> Duration {
 impl Ledger {
     /// Records a newly issued intent as owed and sent.
     pub fn issue(&mut self, intent: &ActionIntent) {
-        let owed = Owed { intent: intent.clone(), failures: 0, sent: true, due: None };
+        let owed = Owed { intent: intent.clone(), failures: 0, sent: true, due: None, waiting: false };
         match self.owed.insert(intent.id.clone(), owed) {
             None => *self.per_rule.entry(rule_key(intent)).or_default() += 1,
             Some(replaced) => {
@@ -150,6 +152,7 @@ impl Ledger {
         }
         let Some(owed) = self.owed.get_mut(id) else { return Settled::Confirmed { was_owed: false } };
         owed.sent = false;
+        owed.waiting = false;
         if not_leader {
             self.set_due(id, leading.then_some(now));
             return Settled::AwaitingLeadership;
@@ -160,6 +163,28 @@ impl Ledger {
         let due = now.checked_add(wait).unwrap_or(Timestamp::MAX);
         self.set_due(id, Some(due));
         Settled::RetryAt { due, failures }
+    }
+
+    /// Intent `id` waits for its checkpoint request: parked until `until` (its deadline), or until
+    /// [`Ledger::wake_job`] finds the job answered. Not a failure: no backoff grows.
+    pub fn wait(&mut self, id: &str, until: Timestamp) {
+        let Some(owed) = self.owed.get_mut(id) else { return };
+        owed.sent = false;
+        owed.waiting = true;
+        self.set_due(id, Some(until));
+    }
+
+    /// The intents of `job` waiting for a checkpoint are due at `now` (the job answered, or stopped).
+    pub fn wake_job(&mut self, job: &JobKey, now: Timestamp) {
+        let ids: Vec<String> = self
+            .owed
+            .iter()
+            .filter(|(_, o)| o.waiting && !o.sent && o.intent.job == *job)
+            .map(|(id, _)| id.clone())
+            .collect();
+        for id in ids {
+            self.set_due(&id, Some(now));
+        }
     }
 
     /// The earliest time a failed intent is due again.
@@ -294,6 +319,33 @@ mod tests {
             firings,
             ..fixtures::memory(&format!("ml/{job}"), "stall", state)
         }
+    }
+
+    /// An intent waiting for its checkpoint is parked until the request's deadline, not retried with a
+    /// backoff; the job's answer makes it (and only its job's waiting intents) due at once.
+    #[test]
+    fn a_waiting_intent_is_parked_until_its_deadline_or_its_jobs_answer() {
+        let mut ledger = Ledger::default();
+        for (id, job) in [("a", "ft"), ("b", "ft"), ("c", "other")] {
+            ledger.issue(&intent(id, job, at_sec(0)));
+        }
+        ledger.wait("a", at_sec(600));
+        ledger.wait("c", at_sec(600));
+        assert_eq!(ledger.next_due(), Some(at_sec(600)));
+        assert!(ledger.take_due(at_sec(599), |_| true).0.is_empty());
+        ledger.wake_job(&JobKey::new("ml", "ft"), at_sec(42));
+        assert_eq!(ledger.next_due(), Some(at_sec(42)));
+        let (due, _) = ledger.take_due(at_sec(42), |_| true);
+        assert_eq!(
+            due.iter().map(|i| i.id.as_str()).collect::<Vec<_>>(),
+            ["a"],
+            "b was not waiting, c is another job's"
+        );
+        // Sent again and waiting again: still no failures counted, its deadline stands.
+        ledger.wait("a", at_sec(600));
+        let (due, _) = ledger.take_due(at_sec(600), |_| true);
+        assert_eq!(due.iter().map(|i| i.id.as_str()).collect::<Vec<_>>(), ["a", "c"]);
+        assert_eq!(ledger.settle("a", true, false, true, at_sec(601)), Settled::Confirmed { was_owed: true });
     }
 
     #[test]

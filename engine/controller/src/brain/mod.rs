@@ -10,6 +10,8 @@
 //!                    books         an executor outcome: last actions, savings, counts
 //!                    stale         an intent the executor found judged under an older policy generation
 //!                    checkpoints   a history checkpoint stored; a stop's flush
+//!                    requests      a TrainJob's checkpoint request followed: waiting intents woken,
+//!                                  its pods synced, a request nobody waits on settled
 //!        ──tick────▶ the evaluator's timers, owed actions' retries
 //!  lead: hand-over (owed intents first, uncounted suspensions counted)
 //!  each step ──▶ outgoing (events → intents, Events, notifications; stops last), gauges, verdicts
@@ -49,6 +51,7 @@ mod on_job;
 mod on_policy;
 mod on_signals;
 mod outgoing;
+mod requests;
 mod run;
 mod stale;
 mod status;
@@ -136,6 +139,8 @@ pub struct Brain {
     /// The suspensions found on TrainJobs are to be counted once the TrainJobs are listed (this replica
     /// became leader before that).
     count_found_when_listed: bool,
+    /// Each TrainJob's checkpoint request and the checkpoint its report names (see `requests`).
+    requests: requests::RequestBook,
 }
 
 impl Brain {
@@ -181,6 +186,7 @@ impl Brain {
             found: HashMap::new(),
             kueue_suspends: config.kueue,
             count_found_when_listed: false,
+            requests: requests::RequestBook::default(),
         }
     }
 
@@ -230,7 +236,18 @@ impl Brain {
         self.drain_events();
         self.sync_gauges();
         self.sync_verdicts(now);
+        self.sync_requests(now);
         self.metrics.actions_owed.set(self.ledger.len() as i64);
+    }
+
+    /// On the leader, the checkpoint-request work due now (see `requests`).
+    fn sync_requests(&mut self, now: Timestamp) {
+        if self.leading {
+            let ledger = &self.ledger;
+            let waited_on = |_: &JobKey, intents: &[String]| intents.iter().any(|i| ledger.owed(i).is_some());
+            let work = self.requests.due(now, waited_on);
+            self.work.extend(work);
+        }
     }
 
     /// Brings the verdicts of the jobs this step touched in line with the evaluator; on the leader, sends the
@@ -275,6 +292,7 @@ impl Brain {
             self.work.push(Work::Act(Box::new(crate::messages::Act::new(intent))));
         }
         self.metrics.actions_owed.set(self.ledger.len() as i64);
+        self.sync_requests(now);
         // History checkpoints that were not stored (failed, deferred, sent while not leading): a stalled job
         // sends no sample that would try again.
         if self.leading {
@@ -289,9 +307,15 @@ impl Brain {
     /// When the next timer is due (a `for` ending, a stall deadline, a window edge, a failed action's or
     /// history checkpoint's retry); `None`: no timer is set.
     pub fn next_tick(&self) -> Option<Timestamp> {
-        let (history, verdicts) =
-            if self.leading { (self.history.next_retry(), self.verdicts.next_retry()) } else { (None, None) };
-        [self.evaluator.next_tick(), self.ledger.next_due(), history, verdicts].into_iter().flatten().min()
+        let (history, verdicts, requests) = if self.leading {
+            (self.history.next_retry(), self.verdicts.next_retry(), self.requests.next_due())
+        } else {
+            (None, None, None)
+        };
+        [self.evaluator.next_tick(), self.ledger.next_due(), history, verdicts, requests]
+            .into_iter()
+            .flatten()
+            .min()
     }
 
     /// Whether this replica leads (as the brain last heard).

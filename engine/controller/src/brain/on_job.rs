@@ -48,6 +48,18 @@ impl Brain {
                 self.found.remove(&job.key);
             }
         }
+        let reported =
+            snapshot.sample.as_ref().and_then(|s| trainwarden_core::ReportedCheckpoint::of(&s.metrics));
+        let seen = self.requests.read(
+            &job.key,
+            job.uid.as_deref(),
+            job.checkpoint.as_ref(),
+            reported,
+            snapshot.phase,
+        );
+        if seen.wake {
+            self.ledger.wake_job(&job.key, now);
+        }
         self.surface_unknown_fields(&snapshot);
         self.verdicts.read(&job.key, &job.verdict, job.uid.as_deref(), self.leading);
         self.restore_history(&job.key, job.history.as_ref(), job.uid.as_deref(), now);
@@ -94,6 +106,7 @@ impl Brain {
         }
         self.history.forget(&key);
         self.verdicts.forget(&key);
+        self.requests.forget(&key);
         self.exempt.remove(&key);
         self.unreadable.remove(&key);
         self.unknown_fields.remove(&key);

@@ -124,9 +124,10 @@ impl Executor {
         Ok(Checked::Stands)
     }
 
-    /// "Now" for an exception's or a snooze's end: the wall clock, or the recorded stream's time when the
-    /// controller replays one (the intent's time, the stream's "now" when it was issued).
-    fn now(&self, intent: &ActionIntent) -> Timestamp {
+    /// "Now" for an exception's or a snooze's end and a checkpoint request: the wall clock, or the recorded
+    /// stream's time when the controller replays one (the intent's time, the stream's "now" when it was
+    /// issued).
+    pub(super) fn now(&self, intent: &ActionIntent) -> Timestamp {
         match self.clock {
             Clock::Wall => Timestamp::now(),
             Clock::Reports { .. } => intent.at,

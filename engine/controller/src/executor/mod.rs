@@ -79,11 +79,25 @@ pub(crate) struct Ended {
     workload: Option<String>,
     /// [`ActionResult::Stale`]: the policy's generation found at the write.
     policy_generation: Option<i64>,
+    /// [`ActionResult::Waiting`]: the checkpoint request's deadline.
+    wait_until: Option<trainwarden_core::Timestamp>,
 }
 
 impl Ended {
     fn new(result: ActionResult, message: impl Into<String>) -> Self {
-        Ended { result, message: message.into(), workload: None, policy_generation: None }
+        Ended { result, message: message.into(), workload: None, policy_generation: None, wait_until: None }
+    }
+
+    /// Waiting for checkpoint request `id`, answered or timed out by `until`.
+    fn waiting(id: u64, until: trainwarden_core::Timestamp) -> Self {
+        let mut ended = Ended::new(
+            ActionResult::Waiting,
+            format!(
+                "checkpoint request {id} is on the job's pods; waiting for its acknowledgement until {until}"
+            ),
+        );
+        ended.wait_until = Some(until);
+        ended
     }
 }
 
@@ -93,6 +107,16 @@ impl Ended {
 fn notified_state(intent: &ActionIntent, action: ExecutedAction, ended: &Ended) -> Option<ActionState> {
     if intent.mode != Mode::Enforce || matches!(intent.action, ActionSpec::Notify(_)) {
         return None;
+    }
+    if action == ExecutedAction::Checkpoint {
+        // Its message says how the request ended (saved at a step, or not acknowledged in time).
+        return match ended.result {
+            ActionResult::Done => Some(ActionState::Done { what: ended.message.clone(), undo: None }),
+            ActionResult::Refused | ActionResult::Abandoned => {
+                Some(ActionState::NotDone(ended.message.clone()))
+            }
+            _ => None,
+        };
     }
     let description = describe_action(&intent.action);
     let workload = ended.workload.as_deref();
@@ -132,7 +156,9 @@ fn notified_state(intent: &ActionIntent, action: ExecutedAction, ended: &Ended) 
         )),
         ActionResult::Refused => ActionState::NotDone(format!("could not {description}: {}", ended.message)),
         ActionResult::Abandoned => ActionState::NotDone(format!("did not {description}: {}", ended.message)),
-        ActionResult::Reported | ActionResult::NotLeader | ActionResult::Stale => return None,
+        ActionResult::Reported | ActionResult::NotLeader | ActionResult::Stale | ActionResult::Waiting => {
+            return None;
+        }
     })
 }
 
@@ -319,6 +345,11 @@ impl Executor {
                     self.save_verdict(&save).await;
                 }
             }
+            Work::Checkpoint(work) => {
+                if self.leader.is_leader() {
+                    self.checkpoint_work(&work).await;
+                }
+            }
             Work::FlushHistory(saves, done) => {
                 for save in &saves {
                     if self.leader.is_leader() {
@@ -404,6 +435,7 @@ impl Executor {
         outcome.result = ended.result;
         outcome.message = ended.message;
         outcome.policy_generation = ended.policy_generation;
+        outcome.wait_until = ended.wait_until;
         match outcome.result {
             ActionResult::NotLeader => {
                 info!(job = %intent.job, rule = %intent.rule, action = outcome.action.as_str(), "leadership lost before the action's next write; owed to the next leader");
@@ -470,10 +502,47 @@ impl Executor {
         {
             return Ok(ended);
         }
-        let record = Record { last_action: last_action(intent), intents: intents_with(&job, &intent.id) };
+        // A checkpoint first: asked for (or joined), waited for, settled; then the TrainJob is read again,
+        // since the settling wrote to it and every apply re-states what trainwarden owns.
+        let checkpoint_timeout = intent.action.checkpoint_timeout();
+        let mut note = None;
+        let reread;
+        let (job, target) = match checkpoint_timeout {
+            Some(timeout) => {
+                *action = ExecutedAction::from(intent.action.kind());
+                let now = self.now(intent);
+                let (request, outcome) = match self.ask_checkpoint(&target, intent, timeout, now).await? {
+                    actions::checkpoint::Asked::Waiting(id, until) => return Ok(Ended::waiting(id, until)),
+                    actions::checkpoint::Asked::Settled(request, outcome) => (request, outcome),
+                };
+                if let ActionSpec::Checkpoint(_) = &intent.action {
+                    return Ok(checkpoint_ended(&request, &outcome));
+                }
+                note = Some(suspend_note(&request, &outcome));
+                reread = match self.call(ApiOperation::GetTrainjob, || api.get(name)).await {
+                    Ok(job) => job,
+                    Err(e) if e.is_not_found() => return Err(ActionError::JobGone),
+                    Err(e) => return Err(ActionError::Reread(e)),
+                };
+                let target = Target { job: &reread, reference: object_reference(&reread), ..target };
+                (&reread, target)
+            }
+            None => (&job, target),
+        };
+        let record = Record { last_action: last_action(intent), intents: intents_with(job, &intent.id) };
         match &intent.action {
             ActionSpec::Event(e) => self.event_action(&target, e, &record).await,
-            ActionSpec::Suspend(s) => self.suspend(&target, s, &intent.id, &record, action).await,
+            ActionSpec::Suspend(s) => {
+                let mut s = s.clone();
+                if let Some(note) = note {
+                    s.message = Some(match s.message.take() {
+                        Some(m) => format!("{m} ({note})"),
+                        None => note,
+                    });
+                }
+                self.suspend(&target, &s, &intent.id, &record, action).await
+            }
+            ActionSpec::Checkpoint(_) => unreachable!("settled above"),
             ActionSpec::Annotate(a) => self.annotate(&target, a, &record).await,
             ActionSpec::Scale(s) => self.scale(&target, s.num_nodes, &intent.id, &record).await,
             ActionSpec::Notify(_) => unreachable!("handled above"),
@@ -485,6 +554,60 @@ impl Executor {
         let (notice, what) = Notice::audit(&target.by, action, target.summary);
         self.publish(&target.reference, &notice).await;
         Ended::new(ActionResult::Reported, format!("Audit mode: would {what}"))
+    }
+}
+
+/// How a `checkpoint` intent ends once its request is settled: done (acknowledged, with the step and the
+/// time it took), refused (timed out: not tried again, a notification says so) or abandoned (the job
+/// stopped running meanwhile).
+fn checkpoint_ended(
+    request: &trainwarden_core::CheckpointRequest,
+    outcome: &trainwarden_core::RequestOutcome,
+) -> Ended {
+    use trainwarden_core::RequestOutcome;
+    match outcome {
+        RequestOutcome::Acknowledged { step, at } => Ended::new(
+            ActionResult::Done,
+            format!(
+                "saved a checkpoint at step {step} ({} after request {})",
+                trainwarden_core::fmt_span(actions::checkpoint::ack_seconds(request, *at)),
+                request.id
+            ),
+        ),
+        RequestOutcome::TimedOut { .. } => Ended::new(
+            ActionResult::Refused,
+            format!(
+                "checkpoint request {} was not acknowledged within {}",
+                request.id,
+                trainwarden_core::fmt_span(request.timeout_seconds as f64)
+            ),
+        ),
+        RequestOutcome::Withdrawn { why, .. } => {
+            Ended::new(ActionResult::Abandoned, format!("checkpoint request {} withdrawn: {why}", request.id))
+        }
+    }
+}
+
+/// What a suspension after `checkpointFirst` says about the checkpoint.
+fn suspend_note(
+    request: &trainwarden_core::CheckpointRequest,
+    outcome: &trainwarden_core::RequestOutcome,
+) -> String {
+    use trainwarden_core::RequestOutcome;
+    match outcome {
+        RequestOutcome::Acknowledged { step, at } => format!(
+            "after its checkpoint at step {step}, acknowledged {} after request {}",
+            trainwarden_core::fmt_span(actions::checkpoint::ack_seconds(request, *at)),
+            request.id
+        ),
+        RequestOutcome::TimedOut { .. } => format!(
+            "WITHOUT a new checkpoint: request {} was not acknowledged within {}; it resumes from its last checkpoint",
+            request.id,
+            trainwarden_core::fmt_span(request.timeout_seconds as f64)
+        ),
+        RequestOutcome::Withdrawn { why, .. } => {
+            format!("checkpoint request {} withdrawn before an answer: {why}", request.id)
+        }
     }
 }
 

@@ -65,6 +65,12 @@ pub enum ApiOperation {
     /// `list_exceptions`: reading the ProgressPolicyExceptions of a job's namespace at the moment of a
     /// stopping write (does one hold the rule now?).
     ListExceptions,
+    /// `get_jobset`: reading a TrainJob's JobSet to find its pods (a checkpoint request).
+    GetJobset,
+    /// `list_pods`: listing a TrainJob's pods (a checkpoint request).
+    ListPods,
+    /// `patch_pod`: a pod's checkpoint-request annotation written or removed.
+    PatchPod,
 }
 
 impl ApiOperation {
@@ -84,6 +90,9 @@ impl ApiOperation {
             ApiOperation::WatchExceptions => "watch_exceptions",
             ApiOperation::GetPolicy => "get_policy",
             ApiOperation::ListExceptions => "list_exceptions",
+            ApiOperation::GetJobset => "get_jobset",
+            ApiOperation::ListPods => "list_pods",
+            ApiOperation::PatchPod => "patch_pod",
         }
     }
 }
@@ -382,6 +391,7 @@ label_value! {
         WorkKind::Notify => "notify",
         WorkKind::History => "history",
         WorkKind::Verdict => "verdict",
+            WorkKind::Checkpoint => "checkpoint",
     };
     InvalidInput => |v| match v {
         InvalidInput::TrainjobProgress => "trainjob_progress",
@@ -526,4 +536,12 @@ pub struct LimitLabels {
 pub struct WatchedKindLabels {
     /// Which kind of object.
     pub kind: WatchedKind,
+}
+
+/// Labels of `trainwarden_checkpoint_requests`.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct CheckpointLabels {
+    /// `requested` (a new request written), `acknowledged`, `timed_out` or `withdrawn` (the job stopped
+    /// running while it was pending).
+    pub outcome: &'static str,
 }

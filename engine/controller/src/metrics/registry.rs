@@ -195,6 +195,12 @@ pub struct Metrics {
     /// UUID across nodes, and gauge: up to four per GPU) whose pod is no TrainJob's (other workloads, free
     /// GPUs, or pods the controller cannot list: check its RBAC when every series is).
     pub gpu_series_unmatched: Gauge,
+    /// `trainwarden_checkpoint_requests{outcome}`: checkpoint requests written (`requested`) and settled
+    /// (`acknowledged`, `timed_out`, `withdrawn`).
+    pub checkpoint_requests: Family<CheckpointLabels, Counter>,
+    /// `trainwarden_checkpoint_ack_seconds`: from a checkpoint request's write to trainwarden observing its
+    /// acknowledgement (kubelet refresh, the job's wait for its step, the save and its report included).
+    pub checkpoint_ack_seconds: Histogram,
     /// The per-job gauges; `None` when `--job-metrics=false` (not registered at all).
     pub job: Option<JobFamilies>,
 }
@@ -443,6 +449,19 @@ impl Metrics {
             "GPU series of the latest query (one per GPU, by UUID, and gauge) whose pod is no TrainJob's (other workloads, free GPUs, or pods the controller cannot list)",
             gpu_series_unmatched.clone(),
         );
+        let checkpoint_requests = Family::<CheckpointLabels, Counter>::default();
+        registry.register(
+            "checkpoint_requests",
+            "Checkpoint requests written (requested) and settled (acknowledged, timed_out, withdrawn)",
+            checkpoint_requests.clone(),
+        );
+        // 1 s … ~4.5 h.
+        let checkpoint_ack_seconds = Histogram::new(exponential_buckets(1.0, 2.0, 15));
+        registry.register(
+            "checkpoint_ack_seconds",
+            "Time from a checkpoint request's write to trainwarden observing the job's acknowledgement",
+            checkpoint_ack_seconds.clone(),
+        );
         let job = job_metrics.then(JobFamilies::default);
         if let Some(families) = &job {
             families.register(&mut registry);
@@ -493,6 +512,8 @@ impl Metrics {
             gpu_metrics_up,
             gpu_jobs,
             gpu_series_unmatched,
+            checkpoint_requests,
+            checkpoint_ack_seconds,
             job,
         }
     }

@@ -14,7 +14,9 @@ use kube::{Client, ResourceExt};
 use serde_json::Value;
 use tokio::sync::{mpsc, oneshot};
 use tracing::{debug, info, warn};
-use trainwarden_core::{HistoryCheckpoint, JobKey, JobSnapshot, NormalizeError};
+use trainwarden_core::{
+    CHECKPOINT_ANNOTATION, HistoryCheckpoint, JobKey, JobSnapshot, NormalizeError, RequestRecord,
+};
 use trainwarden_kube::trainjob::{to_snapshot, trainjob_api};
 use trainwarden_kube::{VERDICT_ANNOTATION, Verdict};
 
@@ -46,8 +48,13 @@ pub fn read_job(
 ) -> JobInput {
     let exempt = annotations.get(EXEMPT_ANNOTATION).is_some_and(|v| v.eq_ignore_ascii_case("true"));
     let suspension = annotations.get(LAST_ACTION_ANNOTATION).and_then(|r| read_suspension(r));
+    let checkpoint = annotations.get(CHECKPOINT_ANNOTATION).map(|text| RequestRecord::parse(text));
     let (history, verdict) = match &mut snapshot {
-        Ok(s) => (s.annotations.remove(HISTORY_ANNOTATION), s.annotations.remove(VERDICT_ANNOTATION)),
+        Ok(s) => {
+            // The request record is trainwarden's own bookkeeping, not something a rule reads.
+            s.annotations.remove(CHECKPOINT_ANNOTATION);
+            (s.annotations.remove(HISTORY_ANNOTATION), s.annotations.remove(VERDICT_ANNOTATION))
+        }
         Err(_) => {
             (annotations.get(HISTORY_ANNOTATION).cloned(), annotations.get(VERDICT_ANNOTATION).cloned())
         }
@@ -61,6 +68,7 @@ pub fn read_job(
         suspension,
         history: history.map(read_checkpoint),
         verdict: read_verdict(verdict.as_deref()),
+        checkpoint,
     }
 }
 

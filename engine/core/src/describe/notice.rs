@@ -184,6 +184,34 @@ impl Notice {
         Notice::new(Reason::ScaleResumeFailed, format!("{by}: {error}"))
     }
 
+    /// A checkpoint was requested of the running job: `what` names the request (id, timeout) and what waits.
+    pub fn checkpoint_requested(by: &str, what: &str, summary: &str) -> Notice {
+        Notice::new(Reason::CheckpointRequested, format!("{by}: {what}: {summary}"))
+    }
+
+    /// The job acknowledged checkpoint request `id`: saved at `step`, `after` seconds after the request.
+    pub fn checkpoint_saved(by: &str, id: u64, step: u64, after: f64) -> Notice {
+        Notice::new(
+            Reason::CheckpointSaved,
+            format!(
+                "{by}: checkpoint request {id} acknowledged: saved at step {step}, {} after the request",
+                crate::units::span::fmt_span(after)
+            ),
+        )
+    }
+
+    /// Checkpoint request `id` was not acknowledged within `timeout` seconds; `hint` says why it may not
+    /// have reached the job or come back.
+    pub fn checkpoint_timed_out(by: &str, id: u64, timeout: f64, hint: &str) -> Notice {
+        Notice::new(
+            Reason::CheckpointTimedOut,
+            format!(
+                "{by}: checkpoint request {id} not acknowledged within {}{hint}",
+                crate::units::span::fmt_span(timeout)
+            ),
+        )
+    }
+
     /// Audit mode: what `action` would have done. The second value is the phrase (`suspend the TrainJob`),
     /// for the outcome's message.
     pub fn audit(by: &str, action: &crate::policy::ActionSpec, summary: &str) -> (Notice, String) {
@@ -198,6 +226,9 @@ impl Notice {
                     crate::time::plural(u64::try_from(s.num_nodes).unwrap_or(0), "node", "nodes")
                 ),
             ),
+            ActionSpec::Checkpoint(_) => {
+                (Reason::WouldAct, "request a checkpoint of the running job".to_string())
+            }
             _ => (Reason::WouldAct, action.kind().to_string()),
         };
         (Notice::new(reason, format!("[Audit] {by} would {what}: {summary}")), what)

@@ -47,6 +47,12 @@ pub enum Reason {
     ScaleRefused,
     /// The TrainJob was resized but could not be resumed.
     ScaleResumeFailed,
+    /// A checkpoint was requested of the running job (its pods carry the request).
+    CheckpointRequested,
+    /// The job acknowledged a requested checkpoint.
+    CheckpointSaved,
+    /// A requested checkpoint was not acknowledged within its timeout.
+    CheckpointTimedOut,
     /// Audit mode: the TrainJob would have been suspended.
     WouldSuspend,
     /// Audit mode: an annotation would have been set.
@@ -66,7 +72,7 @@ pub enum Reason {
 
 impl Reason {
     /// Every reason, for documentation and tests.
-    pub const ALL: [Reason; 28] = [
+    pub const ALL: [Reason; 31] = [
         Reason::RuleFiring,
         Reason::RuleResolved,
         Reason::RuleError,
@@ -88,6 +94,9 @@ impl Reason {
         Reason::Scaled,
         Reason::ScaleRefused,
         Reason::ScaleResumeFailed,
+        Reason::CheckpointRequested,
+        Reason::CheckpointSaved,
+        Reason::CheckpointTimedOut,
         Reason::WouldSuspend,
         Reason::WouldAnnotate,
         Reason::WouldScale,
@@ -121,6 +130,9 @@ impl Reason {
             Reason::Scaled => "Scaled",
             Reason::ScaleRefused => "ScaleRefused",
             Reason::ScaleResumeFailed => "ScaleResumeFailed",
+            Reason::CheckpointRequested => "CheckpointRequested",
+            Reason::CheckpointSaved => "CheckpointSaved",
+            Reason::CheckpointTimedOut => "CheckpointTimedOut",
             Reason::WouldSuspend => "WouldSuspend",
             Reason::WouldAnnotate => "WouldAnnotate",
             Reason::WouldScale => "WouldScale",
@@ -145,6 +157,7 @@ impl Reason {
             | Reason::WorkloadDeactivated
             | Reason::ScaleRefused
             | Reason::ScaleResumeFailed
+            | Reason::CheckpointTimedOut
             | Reason::ActionPanicked
             | Reason::ActionAbandoned
             | Reason::ProgressRuleFiring => true,
@@ -158,6 +171,8 @@ impl Reason {
             | Reason::NotificationRecorded
             | Reason::Annotated
             | Reason::Scaled
+            | Reason::CheckpointRequested
+            | Reason::CheckpointSaved
             | Reason::WouldSuspend
             | Reason::WouldAnnotate
             | Reason::WouldScale
@@ -186,6 +201,9 @@ impl Reason {
             Reason::Suspended | Reason::WorkloadDeactivated => "Suspend",
             Reason::Annotated => "Annotate",
             Reason::Scaled | Reason::ScaleRefused | Reason::ScaleResumeFailed => "Scale",
+            Reason::CheckpointRequested | Reason::CheckpointSaved | Reason::CheckpointTimedOut => {
+                "Checkpoint"
+            }
             Reason::WouldSuspend | Reason::WouldAnnotate | Reason::WouldScale | Reason::WouldAct => "Audit",
             Reason::ActionPanicked | Reason::ActionAbandoned => "Execute",
         }

@@ -13,7 +13,11 @@ use crate::units::money::{Cents, fmt_money};
 /// What an action does, in words, as a message says it: `suspend the TrainJob`, `notify team`.
 pub fn action(action: &ActionSpec) -> String {
     match action {
+        ActionSpec::Suspend(s) if s.checkpoint_first.is_some() => {
+            "suspend the TrainJob once it has saved a checkpoint".into()
+        }
         ActionSpec::Suspend(_) => "suspend the TrainJob".into(),
+        ActionSpec::Checkpoint(_) => "request a checkpoint".into(),
         ActionSpec::Notify(n) => format!("notify {}", n.to),
         ActionSpec::Annotate(a) => format!("annotate the TrainJob with {}", a.key),
         ActionSpec::Event(_) => "emit a Kubernetes Event".into(),
@@ -52,7 +56,17 @@ pub fn past(description: &str) -> String {
 /// frees …` (`would` in Audit mode).
 pub fn intent_line(i: &ActionIntent) -> String {
     let what = match &i.action {
-        ActionSpec::Suspend(_) => "suspend the TrainJob (SIGTERM → just-in-time checkpoint)".to_string(),
+        ActionSpec::Suspend(s) => match s.checkpoint_first.as_ref() {
+            Some(c) => format!(
+                "request a checkpoint, then suspend the TrainJob once it is saved (or after {})",
+                c.timeout.as_ref().map_or("10m", |t| t.0.as_str())
+            ),
+            None => "suspend the TrainJob (SIGTERM → just-in-time checkpoint)".to_string(),
+        },
+        ActionSpec::Checkpoint(c) => format!(
+            "request a checkpoint (the job keeps training; timeout {})",
+            c.timeout.as_ref().map_or("10m", |t| t.0.as_str())
+        ),
         ActionSpec::Notify(n) => format!("notify {}", n.to),
         ActionSpec::Annotate(a) => format!("annotate {}", a.key),
         ActionSpec::Event(_) => "emit a Kubernetes Event".to_string(),

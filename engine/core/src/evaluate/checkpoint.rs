@@ -104,9 +104,23 @@ struct Wire {
     /// How many snoozes the job has had (for `spec.snooze.maxPerJob`); optional like `z`.
     #[serde(rename = "zn", default, skip_serializing_if = "is_zero")]
     snoozes: u32,
+    /// The job's last training checkpoint (step, request id, when first reported); optional like `z`.
+    #[serde(rename = "ck", default, skip_serializing_if = "Option::is_none")]
+    training_checkpoint: Option<TrainingCheckpointWire>,
     /// When the checkpoint was taken. Last, and not part of [`HistoryCheckpoint::content`].
     #[serde(default, skip_serializing_if = "Option::is_none")]
     at: Option<Timestamp>,
+}
+
+/// [`crate::SavedCheckpoint`] in a history checkpoint.
+#[derive(Clone, Debug, PartialEq, serde::Serialize, serde::Deserialize)]
+struct TrainingCheckpointWire {
+    /// The step.
+    s: u64,
+    /// The request id it answered (0: none).
+    i: u64,
+    /// When it was first reported.
+    t: Timestamp,
 }
 
 fn is_zero(n: &u32) -> bool {
@@ -295,6 +309,11 @@ impl Evaluator {
             detectors,
             snooze: entry.snooze.holding().map(|s| SnoozeWire { v: s.value.clone(), f: s.since }),
             snoozes: entry.snooze.count,
+            training_checkpoint: series.last_checkpoint.map(|c| TrainingCheckpointWire {
+                s: c.reported.step,
+                i: c.reported.request_id,
+                t: c.at,
+            }),
             at: Some(now),
         };
         let (points, metrics) = (wire.series.points(), wire.series.metric_count());
@@ -349,7 +368,17 @@ impl Evaluator {
         }
         let origin = wire.o;
         let unreadable = |what: &str| HistoryRefused::Unreadable(format!("{what} is out of range"));
-        let series = wire.series.to_series(origin).ok_or_else(|| unreadable("a time"))?;
+        let mut series = wire.series.to_series(origin).ok_or_else(|| unreadable("a time"))?;
+        if let Some(c) = &wire.training_checkpoint {
+            let step = crate::exact_integer(c.s as f64)
+                .ok_or_else(|| unreadable("the training checkpoint's step"))?;
+            let request_id = crate::exact_integer(c.i as f64)
+                .ok_or_else(|| unreadable("the training checkpoint's request id"))?;
+            series.last_checkpoint = Some(crate::SavedCheckpoint {
+                reported: crate::ReportedCheckpoint { step, request_id },
+                at: c.t,
+            });
+        }
         let first_seen = add_seconds(origin, wire.first_seen.get()).ok_or_else(|| unreadable("firstSeen"))?;
         let mut states = Vec::new();
         for d in &wire.detectors {

@@ -29,9 +29,11 @@
 //! The parts: `event` (what evaluation reports), `job_eval` (one job: its snooze and exceptions, then every
 //! rule of every policy selecting it), `lifecycle` (one rule's step, a method of its track taking a
 //! `context::RuleContext`), `timers` (the wake queue), `memory` (rule memories across restarts), `limits`,
-//! `snooze`, `exceptions` (what holds an action back), `savings`, `checkpoint` (a job's history, stored).
+//! `snooze`, `exceptions` (what holds an action back), `savings`, `checkpoint` (a job's history, stored), `checkpoint_request` (a training checkpoint
+//! asked of a running job: its id, outcome and record).
 
 mod checkpoint;
+mod checkpoint_request;
 mod context;
 mod event;
 mod exceptions;
@@ -46,6 +48,10 @@ mod timers;
 
 pub use checkpoint::{
     CHECKPOINT_VERSION, HistoryCheckpoint, HistoryRefused, HistoryRestored, MAX_CHECKPOINT_BYTES,
+};
+pub use checkpoint_request::{
+    CHECKPOINT_ANNOTATION, CHECKPOINT_REQUEST_ANNOTATION, CheckpointRequest, MAX_REASON_CHARS, MAX_WAITERS,
+    RequestOutcome, RequestRecord,
 };
 use context::RuleContext;
 pub use event::{

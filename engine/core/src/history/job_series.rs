@@ -8,6 +8,7 @@
 use std::borrow::Cow;
 
 use crate::history::metric_series::{MetricParts, MetricSeries};
+use crate::input::checkpoint_report::{ReportedCheckpoint, SavedCheckpoint};
 use crate::input::sample::{ProgressSample, same_name};
 use crate::time::Timestamp;
 
@@ -68,6 +69,10 @@ pub struct JobSeries {
     /// began and how many seconds it lasted, longest first. A job's evaluation pauses and checkpoint saves
     /// are its rhythm, which `stalled` can learn.
     long_gaps: [Option<(Timestamp, f64)>; GAPS_KEPT],
+    /// The job's last checkpoint (`since_checkpoint()`, `checkpoint_step()`): a report naming a pair other
+    /// than the last one is a new checkpoint at that report's time; a report naming none changes nothing
+    /// (a restarted process has not saved yet).
+    pub last_checkpoint: Option<SavedCheckpoint>,
 }
 
 /// How many of a job's longest silences are kept.
@@ -145,6 +150,7 @@ impl JobSeries {
             train_logged: false,
             train_stuck: false,
             long_gaps: [None; GAPS_KEPT],
+            last_checkpoint: None,
         }
     }
 
@@ -229,6 +235,11 @@ impl JobSeries {
             }
         }
         self.groups_changed = groups_changed;
+        if let Some(reported) = ReportedCheckpoint::of(&sample.metrics)
+            && self.last_checkpoint.is_none_or(|c| c.reported != reported)
+        {
+            self.last_checkpoint = Some(SavedCheckpoint { reported, at: sample.updated_at });
+        }
         self.tick_train_log(sample, moved);
         if !(same_counters && same_metrics) || self.last_progress_at.is_none() {
             if let Some(previous) = self.last_progress_at {

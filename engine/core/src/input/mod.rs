@@ -41,6 +41,7 @@
 //! A name reported twice in one sample keeps the position of its first occurrence and the value of its
 //! last.
 
+pub(crate) mod checkpoint_report;
 mod compact_line;
 pub(crate) mod gpu;
 mod json;

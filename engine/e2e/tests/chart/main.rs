@@ -329,6 +329,9 @@ fn expected_cluster_grants(kueue: bool) -> BTreeSet<Grant> {
     ));
     expected.extend(grants("", &["namespaces"], &["get", "list", "watch"]));
     expected.extend(grants("events.k8s.io", &["events"], &["create", "patch"]));
+    // Checkpoint requests: the annotation on the pods of a TrainJob's JobSet.
+    expected.extend(grants("", &["pods"], &["list", "patch"]));
+    expected.extend(grants("jobset.x-k8s.io", &["jobsets"], &["get"]));
     if kueue {
         expected.extend(grants("kueue.x-k8s.io", &["workloads"], &["get", "list", "watch", "patch"]));
         expected.extend(grants("kueue.x-k8s.io", &["localqueues", "clusterqueues"], &["list", "watch"]));

@@ -14,6 +14,11 @@ Environment (all optional):
   NOISE            amplitude of a deterministic wobble on the loss (default 0.001): a plateau of distinct values
   NAN_AT_STEP      default 3;  HANG_AT_STEP  default 10
   CHECKPOINT_DIR   default /checkpoint
+  ON_REQUEST       1: take part in trainwarden's checkpoint requests through the companion package (sdk/python,
+                   installed in the image): report through its update_trainjob_status (the Kubeflow SDK's, with
+                   the last checkpoint's metrics), check checkpoint_requested() every step, save (taking
+                   SAVE_SECONDS, default 0) and acknowledge(step). With ON_REQUEST=1 a SIGTERM saves nothing: only
+                   a checkpoint taken on request survives a stop.
 Every line it prints starts with "train:" so tests can grep the pod log.
 """
 import json
@@ -23,7 +28,12 @@ import signal
 import sys
 import time
 
-from kubeflow.trainer import update_trainjob_status
+ON_REQUEST = os.environ.get("ON_REQUEST", "0") == "1"
+SAVE_SECONDS = float(os.environ.get("SAVE_SECONDS", "0"))
+if ON_REQUEST:
+    from trainwarden import acknowledge, checkpoint_requested, pending_request, update_trainjob_status
+else:
+    from kubeflow.trainer import update_trainjob_status
 
 TOTAL = int(os.environ.get("TOTAL_STEPS", "100000"))
 STEP_SECONDS = float(os.environ.get("STEP_SECONDS", "0.5"))
@@ -43,8 +53,24 @@ def log(msg):
     print(f"train: {msg}", flush=True)
 
 
+def save(reason):
+    os.makedirs(CKPT_DIR, exist_ok=True)
+    tmp = CKPT + ".tmp"
+    with open(tmp, "w") as f:
+        json.dump(state, f)
+        f.flush()
+        if SAVE_SECONDS:
+            time.sleep(SAVE_SECONDS)  # a slow save: longer than the termination grace period
+        os.fsync(f.fileno())
+    os.replace(tmp, CKPT)
+    log(f"checkpoint written: step {state['step']} to {CKPT} ({reason})")
+
+
 def on_sigterm(signum, frame):
     log(f"SIGTERM at step {state['step']}")
+    if ON_REQUEST:
+        log("exiting without saving: only checkpoints taken on request count")
+        sys.exit(0)
     try:
         os.makedirs(CKPT_DIR, exist_ok=True)
         tmp = CKPT + ".tmp"
@@ -88,6 +114,13 @@ def main():
                 log(f"hanging at step {step} (no more reports)")
             time.sleep(STEP_SECONDS)
             continue
+        if ON_REQUEST and checkpoint_requested():
+            request = pending_request()
+            rid = request.id if request else 0
+            log(f"checkpoint request {rid} seen at step {step} at {time.time():.3f} (requested {request.requested_at if request else '-'})")
+            save(f"request {rid}")
+            acknowledge(step)
+            log(f"acknowledged step {step} for request {rid} at {time.time():.3f}")
         sent = update_trainjob_status(
             progress_percent=min(100, int(100 * step / TOTAL)),
             estimated_remaining_seconds=int((TOTAL - step) * STEP_SECONDS),

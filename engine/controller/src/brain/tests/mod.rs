@@ -80,6 +80,7 @@ pub(crate) fn suspend_outcome(intent: &str, mode: Mode, result: ActionResult, gp
             dollars: Some(gpu_hours * 10.0),
         }),
         policy_generation: None,
+        wait_until: None,
     }
 }
 
@@ -129,6 +130,7 @@ fn actions(brain: &mut Brain) -> Vec<String> {
             | Work::Receivers(_)
             | Work::SaveHistory(_)
             | Work::SaveVerdict(_)
+            | Work::Checkpoint(_)
             | Work::FlushHistory(..) => None,
         })
         .collect()
@@ -174,5 +176,6 @@ fn outcome(i: &ActionIntent, result: ActionResult) -> Input {
             dollars: None,
         }),
         policy_generation: None,
+        wait_until: None,
     }))
 }

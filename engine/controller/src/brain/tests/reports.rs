@@ -118,6 +118,7 @@ fn an_exempt_job_is_announced_once_and_never_judged() {
             Work::Receivers(_) => "receivers".into(),
             Work::SaveHistory(_) | Work::FlushHistory(..) => "history".into(),
             Work::SaveVerdict(_) => "verdict".into(),
+            Work::Checkpoint(_) => "checkpoint".into(),
         })
         .collect();
     assert_eq!(reasons, vec!["Exempt"]);

@@ -63,6 +63,7 @@ fn an_action_in_flight_is_persisted_as_due_and_redone_after_a_restart() {
         at: at_sec(10),
         savings: None,
         policy_generation: None,
+        wait_until: None,
     };
     b.handle(Input::Outcome(Box::new(outcome)), at_sec(11));
     let m = &b.status_of(&key(), at_sec(11)).rule_states[0];

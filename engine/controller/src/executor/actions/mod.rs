@@ -2,6 +2,7 @@
 //! ends with an [`Ended`](super::Ended) or an [`ActionError`](super::ActionError).
 
 mod annotate;
+pub(super) mod checkpoint;
 mod event;
 mod notify;
 mod scale;

@@ -282,3 +282,38 @@ fn figures_for_the_readme() {
     println!("typical checkpoint: loss {} bytes, loss + learning_rate {} bytes", sizes[0], sizes[1]);
     assert!(sizes[0] < 2048 && sizes[1] < 4096, "{sizes:?}");
 }
+
+/// The job's last training checkpoint travels with its history: a restarted evaluator does not take the pair
+/// the job still reports (its metrics are sticky) for a new checkpoint, so `since_checkpoint()` goes on
+/// counting from the first report that named it.
+#[test]
+fn the_last_training_checkpoint_survives_a_restart_and_is_not_new_again() {
+    let yaml = plateau_policy("2h");
+    let mut ev = evaluator(&yaml);
+    let pair = [("loss", 2.0), ("checkpoint_step", 400.0), ("checkpoint_request_id", 1_767_225_600_123.0)];
+    let mut events = Vec::new();
+    ev.observe(report(1, &[("loss", 2.0)]), at_sec(30), &mut events);
+    ev.observe(report(2, &pair), at_sec(60), &mut events);
+    ev.observe(report(3, &pair), at_sec(90), &mut events);
+    let last = |ev: &Evaluator| ev.job(&key()).and_then(|d| d.series.last_checkpoint);
+    let expected = crate::SavedCheckpoint {
+        reported: crate::ReportedCheckpoint { step: 400, request_id: 1_767_225_600_123 },
+        at: at_sec(60),
+    };
+    assert_eq!(last(&ev), Some(expected), "the first report that named it");
+    let saved = ev.checkpoint(&key(), UID, at_sec(90)).unwrap();
+    let mut after = evaluator(&yaml);
+    after.restore_history(&key(), &saved.text, UID, at_sec(600)).unwrap();
+    assert_eq!(last(&after), Some(expected));
+    after.observe(report(4, &pair), at_sec(120), &mut events);
+    assert_eq!(last(&after), Some(expected), "the same pair again is not a new checkpoint");
+    // A restarted process reports no pair until it saves: nothing changes.
+    after.observe(report(5, &[("loss", 1.9)]), at_sec(150), &mut events);
+    assert_eq!(last(&after), Some(expected));
+    let own = [("loss", 1.8), ("checkpoint_step", 500.0), ("checkpoint_request_id", 0.0)];
+    after.observe(report(6, &own), at_sec(180), &mut events);
+    assert_eq!(
+        last(&after).map(|c| (c.reported.step, c.reported.request_id, c.at)),
+        Some((500, 0, at_sec(180)))
+    );
+}

@@ -135,6 +135,24 @@ pub const BUILTINS: &[Builtin] = &[
         },
     },
     Builtin {
+        signature: "since_checkpoint() -> float",
+        doc: "Seconds since the job's last checkpoint (the `checkpoint_step` and `checkpoint_request_id` metrics it reports, sdk/python/PROTOCOL.md), or since it last started running if it has not reported one since: the work a stop now would lose.",
+        example: "since_checkpoint() / 60",
+        expected: "2.0",
+        register: |e| {
+            e.register_fn("since_checkpoint", host::since_checkpoint);
+        },
+    },
+    Builtin {
+        signature: "checkpoint_step() -> float",
+        doc: "The training step the job's last reported checkpoint holds; NaN if it never reported one.",
+        example: "checkpoint_step()",
+        expected: "400.0",
+        register: |e| {
+            e.register_fn("checkpoint_step", host::checkpoint_step);
+        },
+    },
+    Builtin {
         signature: "silence() -> float",
         doc: "Seconds since the latest progress sample (or the job's start, if later).",
         example: "silence()",
@@ -304,7 +322,7 @@ pub const BUILTINS: &[Builtin] = &[
 ];
 
 /// The job every builtin example runs against: loss 1.5, 1.3, 1.1, 1.2, 1.25 one per minute from
-/// 2026-01-01T01:55Z, grad_norm ended in Inf, progress 42 %, step 420 of 1000, ETA 10 h, 10 GPUs at $5.5,
+/// 2026-01-01T01:55Z, grad_norm ended in Inf, a checkpoint at step 400 reported from 01:58Z, progress 42 %, step 420 of 1000, ETA 10 h, 10 GPUs at $5.5,
 /// running since 00:00Z, evaluated at 02:00Z (a Thursday), label team=fraud; four GPU readings a minute
 /// apart to 01:59Z, each with GPUs at 0, 60, 90 and 90 % drawing 70, 250, 300 and 300 W.
 #[cfg(test)]
@@ -332,6 +350,11 @@ pub(super) fn doc_fixture()
         s.current_step = Some(420.0);
         s.total_steps = Some(1000.0);
         s.eta_seconds = Some(36_000.0);
+        if i >= 3 {
+            // The job saved at step 400, answering nobody's request, and reports it from 01:58 on.
+            s.metrics.push(Metric { name: "checkpoint_step".into(), value: 400.0 });
+            s.metrics.push(Metric { name: "checkpoint_request_id".into(), value: 0.0 });
+        }
         series.record(&s);
     }
     let mut gpu = crate::history::gpu_series::GpuSeries::default();

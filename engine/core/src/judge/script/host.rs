@@ -95,6 +95,26 @@ pub(super) fn epoch() -> HostResult<f64> {
     with_frame(|f| f.job.series.last.and_then(|l| l.current_epoch).unwrap_or(f64::NAN))
 }
 
+pub(super) fn since_checkpoint() -> HostResult<f64> {
+    with_frame(|f| {
+        let start = f.job.snapshot.running_since.unwrap_or(f.job.first_seen);
+        let from = f.job.series.last_checkpoint.map_or(start, |c| c.at.max(start));
+        crate::time::seconds(from, f.now).max(0.0)
+    })
+}
+
+/// The time [`since_checkpoint`] counts from: the job's last checkpoint, or its last start if later.
+pub(super) fn since_checkpoint_origin() -> HostResult<Timestamp> {
+    with_frame(|f| {
+        let start = f.job.snapshot.running_since.unwrap_or(f.job.first_seen);
+        f.job.series.last_checkpoint.map_or(start, |c| c.at.max(start))
+    })
+}
+
+pub(super) fn checkpoint_step() -> HostResult<f64> {
+    with_frame(|f| f.job.series.last_checkpoint.map_or(f64::NAN, |c| c.reported.step as f64))
+}
+
 pub(super) fn runtime() -> HostResult<f64> {
     with_frame(|f| view_of(f).runtime_seconds())
 }

@@ -108,6 +108,8 @@ enum Host {
     Epoch,
     Runtime,
     Silence,
+    SinceCheckpoint,
+    CheckpointStep,
     Now,
     Duration(Str),
     Gpus,
@@ -161,6 +163,8 @@ impl Host {
             ("epoch", []) => Host::Epoch,
             ("runtime", []) => Host::Runtime,
             ("silence", []) => Host::Silence,
+            ("since_checkpoint", []) => Host::SinceCheckpoint,
+            ("checkpoint_step", []) => Host::CheckpointStep,
             ("now", []) => Host::Now,
             ("duration", [T(d)]) => Host::Duration(t(d)),
             ("gpus", []) => Host::Gpus,
@@ -208,9 +212,12 @@ impl Host {
     /// `eta_exceeds`) record their own wake, so they are `Fixed` here.
     fn drift(&self) -> Drift {
         match self {
-            Host::Runtime | Host::Silence | Host::SinceImprovement(_) | Host::GpuHours | Host::Cost => {
-                Drift::Linear
-            }
+            Host::Runtime
+            | Host::Silence
+            | Host::SinceImprovement(_)
+            | Host::SinceCheckpoint
+            | Host::GpuHours
+            | Host::Cost => Drift::Linear,
             // Whole seconds, read at an instant that need not be one: a slope would announce a crossing up
             // to a second late, and a step at every second would wake the job every second. Rounds, then.
             Host::Now => Drift::Any,
@@ -240,6 +247,8 @@ impl Host {
             Host::Epoch => F(host::epoch()?),
             Host::Runtime => F(host::runtime()?),
             Host::Silence => F(host::silence()?),
+            Host::SinceCheckpoint => F(host::since_checkpoint()?),
+            Host::CheckpointStep => F(host::checkpoint_step()?),
             Host::Now => I(host::now()?),
             Host::Duration(d) => F(host::duration(d)?),
             Host::Gpus => F(host::gpus()?),
@@ -284,6 +293,15 @@ impl Host {
                 let gpus = host::gpus()?;
                 let price = with_frame(|f| f.env.gpu_hour_cost.unwrap_or(f64::NAN))?;
                 per_hour_of_runtime(gpus * price / 3600.0)
+            }
+            // Zero until a start in the future, then one second per second.
+            Host::SinceCheckpoint => {
+                let origin = host::since_checkpoint_origin()?;
+                Ok(if origin > now {
+                    Motion { step: Some(origin), ..Motion::FIXED }
+                } else {
+                    Motion::slope(1.0)
+                })
             }
             Host::Silence | Host::SinceImprovement(_) => {
                 Ok(if value.as_f64().is_finite() { Motion::slope(1.0) } else { Motion::FIXED })

@@ -2,7 +2,7 @@
 //! receiver the policy declares.
 
 use crate::error::FieldError;
-use crate::policy::{ActionSpec, ReceiverSpec};
+use crate::policy::{ActionSpec, MAX_CHECKPOINT_TIMEOUT, ReceiverSpec};
 use crate::units::duration::PolicyDuration;
 
 /// Checks the actions of the rule at `path`.
@@ -56,6 +56,29 @@ pub(super) fn check(
             ActionSpec::Scale(s) => s.grace.as_ref().map(|g| ("scale", g)),
             _ => None,
         };
+        let timeout = match action {
+            ActionSpec::Checkpoint(c) => c.timeout.as_ref().map(|t| ("checkpoint.timeout", t)),
+            ActionSpec::Suspend(s) => s
+                .checkpoint_first
+                .as_ref()
+                .and_then(|c| c.timeout.as_ref())
+                .map(|t| ("suspend.checkpointFirst.timeout", t)),
+            _ => None,
+        };
+        if let Some((field, text)) = timeout {
+            let field = format!("{apath}.{field}");
+            match text.parse() {
+                Err(e) => errors.push(FieldError::new(field, e)),
+                Ok(d) if d.is_zero() => errors.push(FieldError::new(
+                    field,
+                    "must be longer than 0s (leave it out for the default, 10m)",
+                )),
+                Ok(d) if d > MAX_CHECKPOINT_TIMEOUT => {
+                    errors.push(FieldError::new(field, format!("must be at most 24h, got {}", text.0)));
+                }
+                Ok(_) => {}
+            }
+        }
         if let Some((kind, text)) = grace {
             let field = format!("{apath}.{kind}.grace");
             match text.parse() {
@@ -83,6 +106,8 @@ pub const RESERVED_ANNOTATIONS: &[&str] = &[
     "trainwarden.dev/scale-pending",
     "trainwarden.dev/snooze-until",
     "trainwarden.dev/exempt",
+    "trainwarden.dev/checkpoint-request",
+    "trainwarden.dev/checkpoint",
 ];
 
 pub(super) fn valid_annotation_key(key: &str) -> bool {

@@ -312,3 +312,47 @@ fn namespaced_policies_only_see_their_namespace() {
     assert!(p.selects("fraud", &labels, None));
     assert!(!p.selects("other", &labels, None));
 }
+
+#[test]
+fn checkpoint_timeouts_are_checked_where_they_are_written() {
+    let yaml = r"
+apiVersion: trainwarden.dev/v1alpha1
+kind: ProgressPolicy
+metadata: {name: ckpt, namespace: ns}
+spec:
+  rules:
+    - name: a
+      uses: stalled
+      with: {after: 30m}
+      actions:
+        - checkpoint: {timeout: 0s}
+        - checkpoint: {timeout: 25h}
+        - checkpoint: {timeout: soon}
+        - suspend: {checkpointFirst: {timeout: 0m}}
+        - suspend: {grace: 5m, checkpointFirst: {timeout: 2d}}
+";
+    let errors = compile_yaml(yaml).unwrap_err();
+    assert_eq!(
+        errors,
+        vec![
+            "spec.rules[0].actions[0].checkpoint.timeout: must be longer than 0s (leave it out for the default, 10m)",
+            "spec.rules[0].actions[1].checkpoint.timeout: must be at most 24h, got 25h",
+            "spec.rules[0].actions[2].checkpoint.timeout: invalid duration \"soon\": expected a number before \"soon\"",
+            "spec.rules[0].actions[3].suspend.checkpointFirst.timeout: must be longer than 0s (leave it out for the default, 10m)",
+            "spec.rules[0].actions[4].suspend.checkpointFirst.timeout: must be at most 24h, got 2d",
+        ]
+    );
+    let ok = yaml
+        .replace("{timeout: 0s}", "{}")
+        .replace("{timeout: 25h}", "{timeout: 24h}")
+        .replace("{timeout: soon}", "{timeout: 90s}")
+        .replace("{timeout: 0m}", "{}")
+        .replace("{timeout: 2d}", "{timeout: 1h}");
+    let policy = compile_yaml(&ok).expect("valid");
+    let timeouts: Vec<Option<u64>> = policy.rules[0]
+        .actions
+        .iter()
+        .map(|a| a.checkpoint_timeout().map(|d| d.as_millis() / 1000))
+        .collect();
+    assert_eq!(timeouts, vec![Some(600), Some(86_400), Some(90), Some(600), Some(3600)]);
+}

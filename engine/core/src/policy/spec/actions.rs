@@ -22,6 +22,11 @@ pub enum ActionSpec {
     /// Change the number of training nodes (suspend, patch `spec.trainer.numNodes`, resume) where the
     /// TrainJob API allows it (RHOAI 3.4; upstream Trainer makes `spec.trainer` immutable).
     Scale(ScaleAction),
+    /// Ask the running job to save a checkpoint and keep training: a request annotation on its pods, read
+    /// through a downward-API volume; the job answers with the `checkpoint_step` and
+    /// `checkpoint_request_id` metrics of its progress report (sdk/python/PROTOCOL.md). The outcome
+    /// (acknowledged at a step, or timed out) is recorded, with an Event and a notification.
+    Checkpoint(CheckpointAction),
 }
 
 /// What kind of action an [`ActionSpec`] is, without its parameters.
@@ -38,6 +43,8 @@ pub enum ActionKind {
     Event,
     /// [`ActionSpec::Scale`].
     Scale,
+    /// [`ActionSpec::Checkpoint`].
+    Checkpoint,
 }
 
 impl ActionKind {
@@ -49,6 +56,7 @@ impl ActionKind {
             ActionKind::Annotate => "annotate",
             ActionKind::Event => "event",
             ActionKind::Scale => "scale",
+            ActionKind::Checkpoint => "checkpoint",
         }
     }
 }
@@ -68,6 +76,7 @@ impl ActionSpec {
             ActionSpec::Annotate(_) => ActionKind::Annotate,
             ActionSpec::Event(_) => ActionKind::Event,
             ActionSpec::Scale(_) => ActionKind::Scale,
+            ActionSpec::Checkpoint(_) => ActionKind::Checkpoint,
         }
     }
 
@@ -81,9 +90,30 @@ impl ActionSpec {
         text.parse().ok().filter(|d| !d.is_zero())
     }
 
-    /// Whether the action changes the TrainJob (Audit mode never performs these).
+    /// Whether the action changes the TrainJob or its pods (Audit mode never performs these).
     pub fn mutates_job(&self) -> bool {
-        matches!(self, ActionSpec::Suspend(_) | ActionSpec::Annotate(_) | ActionSpec::Scale(_))
+        matches!(
+            self,
+            ActionSpec::Suspend(_)
+                | ActionSpec::Annotate(_)
+                | ActionSpec::Scale(_)
+                | ActionSpec::Checkpoint(_)
+        )
+    }
+
+    /// How long a checkpoint this action requests may take before it counts as timed out: a `checkpoint`'s
+    /// `timeout`, a `suspend`'s `checkpointFirst.timeout` (default [`DEFAULT_CHECKPOINT_TIMEOUT`]); `None`
+    /// for an action that requests none (or a timeout `validate` refuses).
+    pub fn checkpoint_timeout(&self) -> Option<PolicyDuration> {
+        let text = match self {
+            ActionSpec::Checkpoint(c) => c.timeout.as_ref(),
+            ActionSpec::Suspend(SuspendAction { checkpoint_first: Some(c), .. }) => c.timeout.as_ref(),
+            _ => return None,
+        };
+        match text {
+            None => Some(DEFAULT_CHECKPOINT_TIMEOUT),
+            Some(t) => t.parse().ok().filter(|d: &PolicyDuration| !d.is_zero()),
+        }
     }
 }
 
@@ -100,6 +130,36 @@ pub struct SuspendAction {
     /// was not snoozed meanwhile (a rule that recovers cancels it). At most 7d.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub grace: Option<DurationText>,
+    /// Ask the job for a checkpoint first (as the `checkpoint` action does) and suspend once it is
+    /// acknowledged, or when `timeout` passes without one (the Event and the notification say so). For
+    /// jobs whose checkpoint takes longer than their `terminationGracePeriodSeconds`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub checkpoint_first: Option<CheckpointFirst>,
+}
+
+/// How long an unanswered checkpoint request is waited for, unless the action says: 10 minutes.
+pub const DEFAULT_CHECKPOINT_TIMEOUT: PolicyDuration = PolicyDuration::from_secs(600);
+
+/// The longest `timeout` a checkpoint request may have: 24 hours.
+pub const MAX_CHECKPOINT_TIMEOUT: PolicyDuration = PolicyDuration::from_secs(24 * 3600);
+
+/// `suspend.checkpointFirst`: the checkpoint requested before the suspension.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct CheckpointFirst {
+    /// How long to wait for the job's acknowledgement before suspending anyway. Default 10m, at most 24h.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub timeout: Option<DurationText>,
+}
+
+/// Parameters of the checkpoint action.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct CheckpointAction {
+    /// How long to wait for the job's acknowledgement before the request counts as timed out (an Event and
+    /// a notification say so). Default 10m, at most 24h.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub timeout: Option<DurationText>,
 }
 
 /// Parameters of the notify action.

@@ -117,6 +117,8 @@ pub(super) const HOST_SIGNATURES: &[Signature] = &[
     sig("epoch", &[], F),
     sig("runtime", &[], F),
     sig("silence", &[], F),
+    sig("since_checkpoint", &[], F),
+    sig("checkpoint_step", &[], F),
     sig("now", &[], Int),
     sig("duration", &[Duration], F),
     sig("gpus", &[], F),
@@ -153,8 +155,18 @@ pub(super) const HOST_SIGNATURES: &[Signature] = &[
 /// one must be re-evaluated every `eval_interval`. The others judge samples, or (`stalled`, `eta_exceeds`,
 /// `over_budget`) record the moment their answer will change (`Frame::wake`). A test evaluates every host
 /// function at later times to keep this list complete.
-pub(super) const CLOCK_READERS: &[&str] =
-    &["since_improvement", "runtime", "silence", "now", "gpu_hours", "cost", "weekday", "hour", "minute"];
+pub(super) const CLOCK_READERS: &[&str] = &[
+    "since_improvement",
+    "since_checkpoint",
+    "runtime",
+    "silence",
+    "now",
+    "gpu_hours",
+    "cost",
+    "weekday",
+    "hour",
+    "minute",
+];
 
 /// Calls whose callee is only known at run time (a function pointer, a string to evaluate): they may reach
 /// a clock reader.
