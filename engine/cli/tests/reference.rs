@@ -441,9 +441,12 @@ fn events() -> String {
 
 fn annotations() -> String {
     let mut docs = BTreeMap::new();
-    for file in
-        ["engine/kube/src/annotations.rs", "engine/kube/src/verdict.rs", "engine/core/src/evaluate/snooze.rs"]
-    {
+    for file in [
+        "engine/kube/src/annotations.rs",
+        "engine/kube/src/verdict.rs",
+        "engine/core/src/evaluate/snooze.rs",
+        "engine/core/src/evaluate/checkpoint_request.rs",
+    ] {
         let source = std::fs::read_to_string(repo().join(file)).unwrap();
         let found = doc_comments(&source, |line| {
             let rest = line.strip_prefix("pub const ")?;
