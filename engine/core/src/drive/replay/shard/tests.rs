@@ -55,7 +55,7 @@ fn sharded(
     shards: usize,
     batch: usize,
 ) -> String {
-    let sharding = Sharding::new(shards);
+    let sharding = Sharding::for_policies(shards, &policies(policy_files));
     let mut replays: Vec<ShardReplay> = (0..shards)
         .map(|i| ShardReplay::new(Replay::new(policies(policy_files), EngineConfig::default()), i))
         .collect();
