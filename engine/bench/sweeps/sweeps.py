@@ -128,12 +128,19 @@ def job_name(sweep, trial):
     return f"{sweep}-t{trial:02d}"
 
 
-def write_stream(events, path):
-    """The reports as a trainwarden stream, one line per report (a second apart), labels on each job's first."""
+def stamp(i):
+    """The time of the `i`-th line of the comparison stream: a second apart."""
+    return f"2026-12-01T{i // 3600:02d}:{i // 60 % 60:02d}:{i % 60:02d}Z"
+
+
+def write_stream(events, path, times=None, gpus=None):
+    """The reports as a trainwarden stream, one line per report, labels (and `gpus`) on each job's first.
+    `times(i)` is the time of the i-th line (default: a second apart)."""
+    times = times or stamp
     seen = set()
     with open(path, "w") as f:
         for i, e in enumerate(events):
-            time = f"2026-12-01T{i // 3600:02d}:{i // 60 % 60:02d}:{i % 60:02d}Z"
+            time = times(i)
             if e[0] == "end":
                 _, sweep, t, state = e
                 line = {"time": time, "job": f"sweeps/{job_name(sweep, t)}", "phase": state}
@@ -156,6 +163,8 @@ def write_stream(events, path):
                     seen.add((sweep, t))
                     line["labels"] = {LABEL: sweep}
                     line["phase"] = "Running"
+                    if gpus:
+                        line["gpus"] = gpus
             f.write(json.dumps(line) + "\n")
 
 
@@ -195,7 +204,7 @@ def times_to_steps(events, stops):
     """trainwarden's stop times → the step of the report at that time (one report a second)."""
     by_time = {}
     for i, e in enumerate(events):
-        time = f"2026-12-01T{i // 3600:02d}:{i // 60 % 60:02d}:{i % 60:02d}Z"
+        time = stamp(i)
         if e[0] == "report":
             by_time[time] = e[3]
     return {job: by_time[time] for job, time in stops.items()}
@@ -313,16 +322,32 @@ def deliberate(pair, job, tw_step, peer_step, events):
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--trainwarden", required=True, help="the trainwarden binary")
-    ap.add_argument("--write-stream", help="also write the generated stream here")
+    ap.add_argument("--example", metavar="FILE", help="write the sweeps as examples/sweep's stream and exit: "
+                    "8 GPUs per trial, a step every 10 minutes (every running trial reports in one minute)")
     args = ap.parse_args()
+    if args.example:
+        events = schedule()
+        ticks, line_at = {}, []
+        tick, offset = 0, 0
+        for e in events:  # a new tick begins where a trial reports again
+            if e[0] == "report" and (e[1], e[2]) in ticks:
+                tick, offset, ticks = tick + 1, 0, {}
+            if e[0] == "report":
+                ticks[(e[1], e[2])] = True
+            line_at.append(tick * 600 + offset)
+            offset += 1
+
+        def example_time(i):
+            seconds = line_at[i]
+            return f"2026-12-0{1 + seconds // 86400}T{seconds // 3600 % 24:02d}:{seconds // 60 % 60:02d}:{seconds % 60:02d}Z"
+        write_stream(events, args.example, times=example_time, gpus=8)
+        return 0
     warnings.filterwarnings("ignore")
     events = schedule()
     reports = sum(1 for e in events if e[0] == "report")
     with tempfile.TemporaryDirectory() as tmp:
         stream = os.path.join(tmp, "sweeps.jsonl")
         write_stream(events, stream)
-        if args.write_stream:
-            write_stream(events, args.write_stream)
         tw = {pair: times_to_steps(events, trainwarden_stops(args.trainwarden, stream, pair, tmp)) for pair in PAIRS}
     peer = peers(events)
     trials = sum(t for _, t, _, _ in SWEEPS.values())

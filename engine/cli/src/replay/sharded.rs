@@ -68,7 +68,10 @@ pub(super) fn replay<S: RecordSource>(
 ) -> Result<Done, String> {
     let shards = run.replays.len();
     // A cohort's jobs share a shard (see the core's shard module).
-    let sharding = Sharding::for_policies(shards, run.replays.first().into_iter().flat_map(|r| r.evaluator().policies()));
+    let sharding = Sharding::for_policies(
+        shards,
+        run.replays.first().into_iter().flat_map(|r| r.evaluator().policies()),
+    );
     let Run { replays, until, json, tz, live, notifications, rounds } = run;
     let batch = if live { 1 } else { BATCH };
     std::thread::scope(|scope| {

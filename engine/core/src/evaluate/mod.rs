@@ -382,7 +382,8 @@ impl Evaluator {
         let moves: Vec<(usize, usize)> = if old.cohort == new.cohort {
             (old.rules.iter().enumerate())
                 .filter_map(|(r, o)| {
-                    let n = new.rules.iter().position(|n| n.name == o.name && n.fingerprint == o.fingerprint)?;
+                    let n =
+                        new.rules.iter().position(|n| n.name == o.name && n.fingerprint == o.fingerprint)?;
                     Some((r, n))
                 })
                 .collect()

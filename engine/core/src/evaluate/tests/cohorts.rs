@@ -8,10 +8,15 @@ use crate::testing::{at_sec, job};
 
 /// A job of experiment `exp` reporting `loss` at `step` (of 100) at second `secs`.
 fn report(h: &mut Harness, name: &str, exp: Option<&str>, secs: i64, step: f64, loss: f64, phase: JobPhase) {
-    let mut b = job("ml", name).gpus(1.0).phase(phase).running_since(at_sec(0)).reporting(at_sec(secs), &[("loss", loss)]).sample(|s| {
-        s.current_step = Some(step);
-        s.total_steps = Some(100.0);
-    });
+    let mut b = job("ml", name)
+        .gpus(1.0)
+        .phase(phase)
+        .running_since(at_sec(0))
+        .reporting(at_sec(secs), &[("loss", loss)])
+        .sample(|s| {
+            s.current_step = Some(step);
+            s.total_steps = Some(100.0);
+        });
     if let Some(exp) = exp {
         b = b.label("katib.kubeflow.org/experiment", exp);
     }
@@ -27,8 +32,9 @@ fn suspended(h: &Harness) -> Vec<(String, i64)> {
 }
 
 fn harness(with: &str, detector: &str) -> Harness {
-    let yaml =
-        policy("sweep").rule(&format!("{{name: cohort, uses: {detector}, with: {with}, actions: [{{suspend: {{}}}}]}}")).yaml();
+    let yaml = policy("sweep")
+        .rule(&format!("{{name: cohort, uses: {detector}, with: {with}, actions: [{{suspend: {{}}}}]}}"))
+        .yaml();
     Harness::new(&[yaml])
 }
 
@@ -97,8 +103,9 @@ fn successive_halving_keeps_its_cohorts_across_an_unchanged_policy() {
     let mut h = harness(with, "successive_halving");
     report(&mut h, "a", Some("lr"), 1, 1.0, 0.5, JobPhase::Running);
     // The same policy applied again (a resync): the cohort is kept.
-    let yaml = policy("sweep")
-        .rule(&format!("{{name: cohort, uses: successive_halving, with: {with}, actions: [{{suspend: {{}}}}]}}"));
+    let yaml = policy("sweep").rule(&format!(
+        "{{name: cohort, uses: successive_halving, with: {with}, actions: [{{suspend: {{}}}}]}}"
+    ));
     let p = yaml.compile(h.ev.scripts());
     h.ev.upsert_policy(p, at_sec(2), &mut h.events);
     report(&mut h, "b", Some("lr"), 3, 1.0, 0.6, JobPhase::Running);

@@ -108,7 +108,8 @@ impl OrderStats {
 
     /// Removes one occurrence of `v` (bit-equal), if present.
     pub(crate) fn remove(&mut self, v: f64) {
-        let mut all: Vec<f64> = self.low.drain().map(|t| t.0).chain(self.high.drain().map(|r| r.0.0)).collect();
+        let mut all: Vec<f64> =
+            self.low.drain().map(|t| t.0).chain(self.high.drain().map(|r| r.0.0)).collect();
         if let Some(i) = all.iter().position(|x| x.to_bits() == v.to_bits()) {
             all.swap_remove(i);
         }

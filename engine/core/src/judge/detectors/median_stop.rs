@@ -237,7 +237,8 @@ mod tests {
     #[test]
     fn the_worst_job_stops_at_the_first_step_it_is_judged() {
         let mut m = memory(serde_json::json!({"metric": "loss", "startStep": 2, "minJobs": 3}));
-        let curves = [[1.0, 0.8, 0.6, 0.5], [1.0, 0.7, 0.5, 0.4], [1.1, 0.9, 0.7, 0.6], [1.2, 1.1, 1.05, 1.0]];
+        let curves =
+            [[1.0, 0.8, 0.6, 0.5], [1.0, 0.7, 0.5, 0.4], [1.1, 0.9, 0.7, 0.6], [1.2, 1.1, 1.05, 1.0]];
         let mut stops = Vec::new();
         for step in 0..4 {
             for (job, curve) in curves.iter().enumerate() {
@@ -317,7 +318,8 @@ mod tests {
 
     #[test]
     fn parameters_are_checked() {
-        let e = super::super::testkit::errors("median_stop", serde_json::json!({"metric": "loss", "minJobs": 0}));
+        let e =
+            super::super::testkit::errors("median_stop", serde_json::json!({"metric": "loss", "minJobs": 0}));
         assert!(e.iter().any(|e| e.contains("with.minJobs") && e.contains("at least 1")), "{e:?}");
         let e = super::super::testkit::errors("median_stop", serde_json::json!({"startStep": 3}));
         assert!(e.iter().any(|e| e.contains("with.metric")), "{e:?}");

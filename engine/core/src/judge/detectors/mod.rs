@@ -229,6 +229,11 @@ pub const DETECTORS: &[DetectorInfo] = &[
     successive_halving::INFO,
 ];
 
+/// Whether the detector `name` judges a job against its cohort (`spec.cohort`).
+pub fn is_cohort_detector(name: &str) -> bool {
+    matches!(name, "median_stop" | "percentile" | "successive_halving")
+}
+
 /// Looks up a detector by name.
 pub(crate) fn info(name: &str) -> Option<&'static DetectorInfo> {
     DETECTORS.iter().find(|d| d.name == name)
@@ -423,6 +428,15 @@ mod tests {
             if let Err(e) = build(d.name, Some(&map), "with") {
                 panic!("example of {} does not build: {e:?}", d.name);
             }
+        }
+    }
+
+    #[test]
+    fn the_cohort_detectors_are_the_ones_with_a_cohort_judge() {
+        for d in DETECTORS {
+            let with: serde_json::Value = serde_json::from_str(d.example).unwrap();
+            let built = build(d.name, with.as_object(), "with").unwrap();
+            assert_eq!(built.cohort().is_some(), is_cohort_detector(d.name), "{}", d.name);
         }
     }
 

@@ -351,7 +351,8 @@ mod tests {
     /// judges nothing.
     #[test]
     fn maximized_metric_and_min_peers() {
-        let mut m = memory(serde_json::json!({"metric": "accuracy", "percentile": 25, "minJobs": 1, "minPeers": 2}));
+        let mut m =
+            memory(serde_json::json!({"metric": "accuracy", "percentile": 25, "minJobs": 1, "minPeers": 2}));
         complete(&mut *m, 0, &[0.5, 0.6]);
         assert!(m.report(5, 0.0, 0.1).is_none(), "one peer at step 0 of two needed");
         complete(&mut *m, 1, &[0.7, 0.8]);

@@ -371,7 +371,8 @@ mod tests {
     fn rank_keeps_the_top_of_each_rung_as_jobs_arrive() {
         let mut m = memory(serde_json::json!({"metric": "loss", "minResource": 1, "reductionFactor": 2}));
         let arrivals = [0.5, 0.4, 0.6, 0.3, 0.7];
-        let stopped: Vec<bool> = arrivals.iter().enumerate().map(|(j, v)| m.report(j, 1.0, *v).is_some()).collect();
+        let stopped: Vec<bool> =
+            arrivals.iter().enumerate().map(|(j, v)| m.report(j, 1.0, *v).is_some()).collect();
         // n=1: best of itself. n=2: 0.4 <= 1st best (0.4). n=3 (0.4 0.5 0.6): 0.6 > 1st best. n=4: 0.3 best.
         // n=5 (0.3 0.4 0.5 0.6 0.7): 0.7 > 2nd best 0.4.
         assert_eq!(stopped, [false, false, true, false, true]);
@@ -409,7 +410,9 @@ mod tests {
     #[test]
     fn max_resource_bounds_the_rungs() {
         // Ray: int(log(10/1)/log(3) + 1) = 3 rungs: 1, 3, 9.
-        let mut m = memory(serde_json::json!({"metric": "loss", "minResource": 1, "reductionFactor": 3, "maxResource": 10}));
+        let mut m = memory(
+            serde_json::json!({"metric": "loss", "minResource": 1, "reductionFactor": 3, "maxResource": 10}),
+        );
         for (j, v) in [0.1, 0.2, 0.3].iter().enumerate() {
             m.report(j, 1.0, *v);
             m.report(j, 3.0, *v);
