@@ -143,8 +143,8 @@ pub struct SweepReport {
     pub trials: u64,
     /// Trials stopped.
     pub stopped: u64,
-    /// The trial with the best final value of the metric (its last finite report), had nothing been
-    /// stopped: the one the sweep would have picked.
+    /// The completed trial with the best final value of the metric (its last finite report), had nothing
+    /// been stopped: the one the sweep would have picked.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub best_trial: Option<String>,
     /// Its final value.
@@ -578,13 +578,17 @@ fn sweeps(runs: &[super::Run], verdicts: &[Verdict]) -> Vec<SweepReport> {
             let final_value = |r: usize| {
                 runs[r].curves.get(&metric)?.points.iter().rev().map(|p| p.1).find(|v| v.is_finite())
             };
-            let best = trials.iter().filter_map(|&r| final_value(r).map(|v| (r, v))).reduce(|a, b| {
-                let better = match direction {
-                    crate::history::metric_series::Direction::Min => b.1 < a.1,
-                    crate::history::metric_series::Direction::Max => b.1 > a.1,
-                };
-                if better { b } else { a }
-            });
+            // A trial that failed is no winner (Optuna leaves FAIL trials out of its best trial).
+            let finished = |r: &&usize| runs[**r].phase == JobPhase::Complete;
+            let best = trials.iter().filter(finished).filter_map(|&r| final_value(r).map(|v| (r, v))).reduce(
+                |a, b| {
+                    let better = match direction {
+                        crate::history::metric_series::Direction::Min => b.1 < a.1,
+                        crate::history::metric_series::Direction::Max => b.1 > a.1,
+                    };
+                    if better { b } else { a }
+                },
+            );
             let hours = |r: usize| {
                 let run = &runs[r];
                 run.gpus.unwrap_or(0.0) * crate::time::seconds(run.start, run.end).max(0.0) / 3600.0
