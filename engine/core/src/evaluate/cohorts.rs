@@ -80,9 +80,7 @@ impl CohortBook {
             // Its label changed: it leaves its old cohort.
             rc.leave(member);
         }
-        if !rc.member_of.contains_key(&member) {
-            rc.member_of.insert(member, cohort.to_string());
-        }
+        rc.member_of.entry(member).or_insert_with(|| cohort.to_string());
         if !rc.cohorts.contains_key(cohort) {
             rc.cohorts.insert(cohort.to_string(), judge.new_memory());
         }

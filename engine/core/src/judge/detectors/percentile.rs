@@ -90,7 +90,7 @@ fn build(p: &mut Params<'_>) -> Option<Box<dyn Detector>> {
     match percentile {
         None if !had => p.error("percentile", "required: the share of jobs to keep, 0 to 100"),
         Some(x) if !(0.0..=100.0).contains(&x) => {
-            p.error("percentile", format!("must be between 0 and 100, got {x}"))
+            p.error("percentile", format!("must be between 0 and 100, got {x}"));
         }
         _ => {}
     }
