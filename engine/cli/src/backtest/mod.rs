@@ -459,6 +459,39 @@ fn records(parts: &[PathBuf], max_lateness: PolicyDuration) -> Result<Vec<Stream
 mod tests {
     use super::*;
 
+    /// A sweep recorded one file per trial is one entry (its trials replayed together); a trial of another
+    /// sweep and an unlabelled run stay apart; without cohort labels nothing is grouped.
+    #[test]
+    fn a_sweeps_recordings_are_one_entry() {
+        let dir = std::env::temp_dir().join(format!("trainwarden-group-sweeps-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let file = |name: &str, labels: &str| {
+            let path = dir.join(format!("{name}.jsonl"));
+            let line = format!(
+                r#"{{"time":"2026-12-01T00:00:00Z","job":"ns/{name}","phase":"Running","labels":{{{labels}}}}}"#
+            );
+            std::fs::write(&path, line + "\n").unwrap();
+            Entry { name: format!("{name}.jsonl"), parts: vec![path] }
+        };
+        let label = "katib.kubeflow.org/experiment";
+        let corpus = || {
+            vec![
+                file("a1", &format!(r#""{label}":"a""#)),
+                file("b1", &format!(r#""{label}":"b""#)),
+                file("alone", ""),
+                file("a2", &format!(r#""{label}":"a""#)),
+            ]
+        };
+        let lateness = PolicyDuration::from_secs(300);
+        let (grouped, sweeps) = group_sweeps(corpus(), &[label.to_string()], lateness);
+        let names: Vec<&str> = grouped.iter().map(|e| e.name.as_str()).collect();
+        assert_eq!(names, [&format!("sweep {label}=a"), "b1.jsonl", "alone.jsonl"]);
+        assert_eq!((sweeps, grouped[0].parts.len()), (1, 2));
+        let (same, none) = group_sweeps(corpus(), &[], lateness);
+        assert_eq!((same.len(), none), (4, 0));
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
     #[test]
     fn a_jobs_recordings_in_every_directory_are_one_run() {
         let dir = std::env::temp_dir().join(format!("trainwarden-runs-of-files-{}", std::process::id()));
