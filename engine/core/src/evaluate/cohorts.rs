@@ -141,3 +141,138 @@ impl CohortBook {
             .sum()
     }
 }
+
+/// The cohorts of the policies whose conditions call the `cohort_*` script functions: per policy and
+/// cohort, every metric's values at each position (a sorted vector per metric and position: the median and
+/// the best are read in O(1), a rank in O(log n); an insertion moves up to n values, a memmove), and each
+/// member's latest position with what it reported there.
+#[derive(Default)]
+pub(super) struct ScriptCohorts {
+    cohorts: FxHashMap<(usize, String), ScriptCohort>,
+    member_of: FxHashMap<(usize, MemberId), String>,
+}
+
+#[derive(Default)]
+struct ScriptCohort {
+    members: FxHashMap<MemberId, ScriptMember>,
+    values: FxHashMap<(String, u64), Vec<f64>>,
+}
+
+#[derive(Default)]
+struct ScriptMember {
+    last: Option<f64>,
+    /// What it reported at its latest position.
+    latest: Vec<(String, f64)>,
+    /// Every value it added (metric, position, value), to take them out when it leaves (bounded).
+    added: Vec<(String, u64, f64)>,
+}
+
+impl ScriptCohorts {
+    /// A new report of `member` for `policy`: its metrics' values at its position join its cohort's.
+    pub(super) fn report(
+        &mut self,
+        policy: usize,
+        cohort: &str,
+        member: MemberId,
+        x: f64,
+        sample: &ProgressSample,
+    ) {
+        if self.member_of.get(&(policy, member)).is_some_and(|c| c != cohort) {
+            self.leave(policy, member);
+        }
+        self.member_of.entry((policy, member)).or_insert_with(|| cohort.to_string());
+        let c = self.cohorts.entry((policy, cohort.to_string())).or_default();
+        let m = c.members.entry(member).or_default();
+        if m.last.is_some_and(|last| x <= last) {
+            return;
+        }
+        m.last = Some(x);
+        m.latest.clear();
+        let key = crate::judge::detectors::cohort::position_key(x);
+        for metric in &sample.metrics {
+            m.latest.push((metric.name.to_string(), metric.value));
+            if metric.value.is_nan() || m.added.len() >= crate::judge::detectors::cohort::MAX_REPORTS * 4 {
+                continue;
+            }
+            let values = c.values.entry((metric.name.to_string(), key)).or_default();
+            let at = values.partition_point(|v| v.total_cmp(&metric.value).is_lt());
+            values.insert(at, metric.value);
+            m.added.push((metric.name.to_string(), key, metric.value));
+        }
+    }
+
+    fn leave(&mut self, policy: usize, member: MemberId) {
+        let Some(cohort) = self.member_of.remove(&(policy, member)) else { return };
+        let key = (policy, cohort);
+        let Some(c) = self.cohorts.get_mut(&key) else { return };
+        if let Some(m) = c.members.remove(&member) {
+            for (name, pos, value) in m.added {
+                let k = (name, pos);
+                if let Some(values) = c.values.get_mut(&k) {
+                    if let Some(i) = values.iter().position(|v| v.to_bits() == value.to_bits()) {
+                        values.remove(i);
+                    }
+                    if values.is_empty() {
+                        c.values.remove(&k);
+                    }
+                }
+            }
+        }
+        if c.members.is_empty() {
+            self.cohorts.remove(&key);
+        }
+    }
+
+    /// The member's job was deleted.
+    pub(super) fn forget(&mut self, member: MemberId) {
+        let policies: Vec<usize> =
+            self.member_of.keys().filter(|(_, m)| *m == member).map(|(p, _)| *p).collect();
+        for p in policies {
+            self.leave(p, member);
+        }
+    }
+
+    /// The policy was removed or replaced.
+    pub(super) fn forget_policy(&mut self, policy: usize) {
+        self.cohorts.retain(|(p, _), _| *p != policy);
+        self.member_of.retain(|(p, _), _| *p != policy);
+    }
+
+    /// What the member's cohort says of it now, if it is in one.
+    pub(super) fn facts(&self, policy: usize, member: MemberId) -> Option<crate::history::job::CohortFacts> {
+        use crate::history::metric_series::Direction;
+        let cohort = self.member_of.get(&(policy, member))?;
+        let c = self.cohorts.get(&(policy, cohort.clone()))?;
+        let m = c.members.get(&member)?;
+        let key = crate::judge::detectors::cohort::position_key(m.last?);
+        let metrics = m
+            .latest
+            .iter()
+            .map(|(name, own)| {
+                let values = c.values.get(&(name.clone(), key)).map_or(&[][..], Vec::as_slice);
+                let n = values.len();
+                let median = match n {
+                    0 => f64::NAN,
+                    _ if n % 2 == 1 => values[n / 2],
+                    _ => (values[n / 2 - 1] + values[n / 2]) / 2.0,
+                };
+                let direction = Direction::infer(name);
+                let best = match (direction, values.first(), values.last()) {
+                    (Direction::Min, Some(v), _) | (Direction::Max, _, Some(v)) => *v,
+                    _ => f64::NAN,
+                };
+                let rank = if own.is_nan() {
+                    f64::NAN
+                } else {
+                    let better = match direction {
+                        Direction::Min => values.partition_point(|v| v < own),
+                        Direction::Max => n - values.partition_point(|v| v <= own),
+                    };
+                    better as f64 + 1.0
+                };
+                crate::history::job::CohortMetric { name: name.clone(), median, best, rank }
+            })
+            .collect();
+        Some(crate::history::job::CohortFacts { size: c.members.len(), metrics })
+    }
+}

@@ -198,6 +198,7 @@ impl JobEntry {
                 queue: None,
                 snapshot: JobSnapshot::new(key.clone()),
                 first_seen: now,
+                cohort: None,
             })),
             last_evaluated: None,
             wake: None,
@@ -267,6 +268,8 @@ pub struct Evaluator {
     exceptions: exceptions::ExceptionBook,
     /// The cohort detectors' memories of every cohort (see the `cohorts` module).
     cohorts: cohorts::CohortBook,
+    /// The cohorts' values the `cohort_*` script functions read.
+    script_cohorts: cohorts::ScriptCohorts,
 }
 
 /// Counters for status and metrics.
@@ -300,6 +303,7 @@ impl Evaluator {
             limits: limits::LimitBook::default(),
             exceptions: exceptions::ExceptionBook::new(),
             cohorts: cohorts::CohortBook::default(),
+            script_cohorts: cohorts::ScriptCohorts::default(),
         }
     }
 
@@ -391,6 +395,9 @@ impl Evaluator {
             Vec::new()
         };
         self.cohorts.carry_over(index, &moves);
+        if old.cohort != new.cohort || !new.cohort_functions {
+            self.script_cohorts.forget_policy(index);
+        }
     }
 
     /// Removes a policy, resolving its firing rules.
@@ -400,6 +407,7 @@ impl Evaluator {
             self.policies[index] = None;
             self.limits.forget_policy(index);
             self.cohorts.forget_policy(index);
+            self.script_cohorts.forget_policy(index);
             self.restored.retain(|(p, _), _| *p != index);
             self.mark_selection_stale();
             self.update_next_round();
@@ -579,6 +587,12 @@ impl Evaluator {
                 let Some(data) = entry.data.as_ref() else { continue };
                 let series = &data.series;
                 let tracks = &mut entry.tracks[p_index];
+                if slot.policy.cohort_functions
+                    && let Some(cohort) = data.snapshot.labels.get(slot.policy.cohort.label())
+                    && let Some(x) = cohorts::position(slot.policy.cohort.align_by, sample)
+                {
+                    self.script_cohorts.report(p_index, cohort, id, x, sample);
+                }
                 for (r_index, rule) in rules.iter().enumerate() {
                     if let Some(d) = &rule.detector {
                         d.observe(&mut tracks[r_index].detector_state, series, sample);
@@ -667,6 +681,7 @@ impl Evaluator {
         self.limits.job_left(key, None);
         if let Some(id) = self.jobs.id(key) {
             self.cohorts.forget(id);
+            self.script_cohorts.forget(id);
         }
         if let Some((_, job)) = self.jobs.remove(key) {
             self.wakes.settle(&self.jobs);

@@ -111,3 +111,21 @@ fn successive_halving_keeps_its_cohorts_across_an_unchanged_policy() {
     report(&mut h, "b", Some("lr"), 3, 1.0, 0.6, JobPhase::Running);
     assert_eq!(suspended(&h), [("b".to_string(), 3)]);
 }
+
+/// The `cohort_*` functions in a condition: a trial fires when it is ranked below the second of a cohort of
+/// at least four at its step, and the reason's values come from its cohort as of its report.
+#[test]
+fn cohort_functions_rank_a_trial_among_its_siblings_at_its_step() {
+    let yaml = policy("sweep")
+        .rule(r#"{name: bottom, when: 'cohort_size() >= 4 && cohort_rank() > 2 && metric("loss") > cohort_median("loss")', actions: [{suspend: {}}]}"#)
+        .yaml();
+    let mut h = Harness::new(&[yaml]);
+    for (i, (name, loss)) in [("a", 1.0), ("b", 2.0), ("c", 0.5), ("d", 3.0), ("e", 0.1)].iter().enumerate() {
+        report(&mut h, name, Some("lr"), i as i64 + 1, 1.0, *loss, JobPhase::Running);
+    }
+    // c is 1st of 3 (too few); d is 4th of 4 (0.5 1 2 3; median 1.5): fires; e is 1st of 5.
+    assert_eq!(suspended(&h), [("d".to_string(), 4)]);
+    // A job of another experiment is alone in its cohort: its rank is 1, its cohort size 1.
+    report(&mut h, "z", Some("other"), 10, 1.0, 9.0, JobPhase::Running);
+    assert_eq!(suspended(&h).len(), 1);
+}

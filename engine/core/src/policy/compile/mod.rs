@@ -104,6 +104,8 @@ pub struct CompiledPolicy {
     pub origin: Option<String>,
     /// `spec.cohort`: how its jobs group for the cohort detectors.
     pub cohort: crate::policy::spec::CohortSpec,
+    /// A condition calls a `cohort_*` script function: the evaluator keeps its cohorts' values.
+    pub cohort_functions: bool,
 }
 
 impl CompiledPolicy {
@@ -241,6 +243,7 @@ pub fn compile(doc: &PolicyDocument, engine: &ScriptEngine) -> Result<CompiledPo
         warnings,
         origin,
         cohort: spec.cohort.clone().unwrap_or_default(),
+        cohort_functions: spec.rules.iter().any(|r| r.when.as_deref().is_some_and(|w| w.contains("cohort_"))),
     })
 }
 
