@@ -113,11 +113,13 @@ fi
 # The Python companion package (sdk/python: ruff, mypy --strict, pytest, and its acknowledgement against
 # `trainwarden watch`'s status endpoint), beside the bare tier: it needs the workspace's debug binary and network
 # for its venv the first time, and seconds of CPU after that. Then the corpus converter's unit tests and its
-# check that the committed streams are what it writes (standard library only, ~2 s).
+# check that the committed streams are what it writes (standard library only, ~2 s); then the cohort detectors'
+# decisions against the pinned Optuna and Ray Tune on generated sweeps (engine/bench/sweeps, ~7 s with the venv).
 # shellcheck disable=SC2016
 bg_stage python-tests 0 prereqs,cargo-build bash -c \
   'TRAINWARDEN_BIN="$(cd "${CARGO_TARGET_DIR:-target}" && pwd)/debug/trainwarden" sdk/python/run-tests.sh &&
-   python3 -m unittest -q examples/corpus/test_convert.py && python3 examples/corpus/convert.py --check'
+   python3 -m unittest -q examples/corpus/test_convert.py && python3 examples/corpus/convert.py --check &&
+   engine/bench/sweeps/check.sh "$(cd "${CARGO_TARGET_DIR:-target}" && pwd)/debug/trainwarden"'
 
 # The fault-injection suite (engine/e2e/tests/faults.rs) appends one row per scenario here.
 fault_table="${CARGO_TARGET_DIR:-target}/tmp/fault-table.tsv"

@@ -91,7 +91,7 @@ fn bad_policies_get_every_error_with_its_place_and_exit_1() {
             ),
             vec![
                 "  - structure.yaml:7:16: spec.gpuHourCost: must be a number, got the string \"cheap\"".into(),
-                "  - structure.yaml:8:3: spec.foo: unknown field; expected one of activeWindows, assumeGpus, gpuHourCost, limits, metrics, mode, receivers, rules, samplingInterval, selector, snooze, timezone".into(),
+                "  - structure.yaml:8:3: spec.foo: unknown field; expected one of activeWindows, assumeGpus, cohort, gpuHourCost, limits, metrics, mode, receivers, rules, samplingInterval, selector, snooze, timezone".into(),
                 "  - structure.yaml:12:12: spec.rules[0].for: must be a string, got the integer 5".into(),
                 "  - structure.yaml:13:17: spec.rules[0].actions[0]: exactly one of suspend, notify, annotate, event, scale, checkpoint must be set, found none".into(),
                 "  - structure.yaml:13:18: spec.rules[0].actions[0].explode: unknown field; expected one of annotate, checkpoint, event, notify, scale, suspend".into(),
@@ -117,7 +117,7 @@ fn bad_policies_get_every_error_with_its_place_and_exit_1() {
             vec![format!(
                 "  - long-token.yaml:9:13: spec.rules[0].uses: unknown detector \"{}…(100003 bytes){}",
                 "x".repeat(79),
-                " known detectors: plateau, diverging, no_expected_gain, non_finite, stalled, eta_after, eta_exceeds, over_budget, loss_not_decreasing, overtraining, stalled_training, gpu_idle, hang"
+                " known detectors: plateau, diverging, no_expected_gain, non_finite, stalled, eta_after, eta_exceeds, over_budget, loss_not_decreasing, overtraining, stalled_training, gpu_idle, hang, median_stop, percentile, successive_halving"
             )],
         ),
         (

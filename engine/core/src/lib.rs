@@ -71,7 +71,7 @@ pub use input::{
     NormalizeError, TRAINER_STATUS_ANNOTATION, from_annotation, from_metrics_response, from_trainer_status,
     from_trainjob,
 };
-pub use judge::detectors::{DETECTORS, DetectorInfo, ParamDoc};
+pub use judge::detectors::{DETECTORS, DetectorInfo, ParamDoc, is_cohort_detector};
 pub use judge::script::{BUILTINS, Limits, ScriptContext, ScriptEngine};
 pub use policy::compile::{CompiledPolicy, PolicyDocument, RESERVED_ANNOTATIONS, compile, parse_documents};
 pub use policy::exception::{

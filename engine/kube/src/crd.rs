@@ -400,7 +400,7 @@ mod tests {
             assert_eq!(at(spec, "gpuHourCost")["minimum"], 0.0);
             let rule = at(spec, "rules.[]");
             assert_eq!(at(spec, "rules")["minItems"], 1);
-            assert_eq!(rule["properties"]["uses"]["enum"].as_array().unwrap().len(), 13); // the 13 detectors (no_expected_gain is the 13th)
+            assert_eq!(rule["properties"]["uses"]["enum"].as_array().unwrap().len(), 16); // the 16 detectors (the cohort ones are 14-16)
             assert_eq!(rule["properties"]["with"]["x-kubernetes-preserve-unknown-fields"], true);
             assert_eq!(rule["properties"]["with"]["type"], "object");
             for duration in ["for", "keepFiringFor", "cooldown"] {

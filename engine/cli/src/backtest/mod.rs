@@ -163,6 +163,14 @@ pub(crate) fn backtest(args: &BacktestArgs) -> Result<bool, String> {
     let engine = Evaluator::new(config.clone());
     let candidates = sweep::candidates(&files, &sweeps, engine.scripts())?;
     let plan = Plan { candidates, config, options, external, runs };
+    // A sweep's trials are judged together: their runs are one entry, replayed as one.
+    let (corpus, sweeps) = group_sweeps(corpus, &cohort_labels(&plan), max_lateness);
+    if sweeps > 0 {
+        eprintln!(
+            "note: {} put together from their trials' recordings (spec.cohort)",
+            trainwarden_core::plural(sweeps as u64, "sweep was", "sweeps were")
+        );
+    }
     let workers =
         args.jobs.unwrap_or_else(|| std::thread::available_parallelism().map_or(1, std::num::NonZero::get));
     // An unwritable --html path fails now, not after the whole corpus has run.
@@ -308,6 +316,61 @@ fn runs_of_files(files: Vec<PathBuf>) -> (Vec<Entry>, usize) {
     (entries, merged)
 }
 
+/// The labels that group runs into sweeps: `spec.cohort.by` of the plan's policies with cohort rules.
+fn cohort_labels(plan: &Plan) -> Vec<String> {
+    let mut labels: Vec<String> = (plan.candidates.iter().flat_map(|c| &c.documents))
+        .filter(|d| {
+            d.spec.rules.iter().any(|r| r.uses.as_deref().is_some_and(trainwarden_core::is_cohort_detector))
+        })
+        .map(|d| d.spec.cohort.clone().unwrap_or_default().label().to_string())
+        .collect();
+    labels.sort();
+    labels.dedup();
+    labels
+}
+
+/// Puts the runs of one sweep (the same value of a cohort label on their first labelled record) into one
+/// entry, named `sweep <label>=<value>` when it took several, in the place of its first run; returns the entries and how many
+/// sweeps were put together. A run whose files cannot be read stays alone (its error is reported later).
+fn group_sweeps(corpus: Vec<Entry>, labels: &[String], max_lateness: PolicyDuration) -> (Vec<Entry>, usize) {
+    if labels.is_empty() {
+        return (corpus, 0);
+    }
+    let cohort = |entry: &Entry| -> Option<(String, String)> {
+        let mut merge = Merge::new(streams::open_all(&entry.parts).ok()?, max_lateness);
+        while let Ok(Some(record)) = streams::next_record(&mut merge, "invalid stream") {
+            let found = match &record {
+                StreamRecord::Object { snapshot, .. } => Some(&snapshot.labels),
+                StreamRecord::Update(u) => u.labels.as_ref(),
+            };
+            if let Some(found) = found {
+                return labels.iter().find_map(|l| found.get(l).map(|v| (l.clone(), v.clone())));
+            }
+        }
+        None
+    };
+    let mut out: Vec<Entry> = Vec::new();
+    let mut at: BTreeMap<(String, String), usize> = BTreeMap::new();
+    let mut grouped = std::collections::BTreeSet::new();
+    for entry in corpus {
+        match cohort(&entry) {
+            Some(key) => match at.get(&key) {
+                Some(&i) => {
+                    out[i].parts.extend(entry.parts);
+                    out[i].name = format!("sweep {}={}", key.0, key.1);
+                    grouped.insert(i);
+                }
+                None => {
+                    at.insert(key, out.len());
+                    out.push(entry);
+                }
+            },
+            None => out.push(entry),
+        }
+    }
+    (out, grouped.len())
+}
+
 /// `1%` or `0.01`.
 fn tolerance(text: &str) -> Result<f64, String> {
     let t = text.trim();
@@ -395,6 +458,39 @@ fn records(parts: &[PathBuf], max_lateness: PolicyDuration) -> Result<Vec<Stream
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A sweep recorded one file per trial is one entry (its trials replayed together); a trial of another
+    /// sweep and an unlabelled run stay apart; without cohort labels nothing is grouped.
+    #[test]
+    fn a_sweeps_recordings_are_one_entry() {
+        let dir = std::env::temp_dir().join(format!("trainwarden-group-sweeps-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let file = |name: &str, labels: &str| {
+            let path = dir.join(format!("{name}.jsonl"));
+            let line = format!(
+                r#"{{"time":"2026-12-01T00:00:00Z","job":"ns/{name}","phase":"Running","labels":{{{labels}}}}}"#
+            );
+            std::fs::write(&path, line + "\n").unwrap();
+            Entry { name: format!("{name}.jsonl"), parts: vec![path] }
+        };
+        let label = "katib.kubeflow.org/experiment";
+        let corpus = || {
+            vec![
+                file("a1", &format!(r#""{label}":"a""#)),
+                file("b1", &format!(r#""{label}":"b""#)),
+                file("alone", ""),
+                file("a2", &format!(r#""{label}":"a""#)),
+            ]
+        };
+        let lateness = PolicyDuration::from_secs(300);
+        let (grouped, sweeps) = group_sweeps(corpus(), &[label.to_string()], lateness);
+        let names: Vec<&str> = grouped.iter().map(|e| e.name.as_str()).collect();
+        assert_eq!(names, [&format!("sweep {label}=a"), "b1.jsonl", "alone.jsonl"]);
+        assert_eq!((sweeps, grouped[0].parts.len()), (1, 2));
+        let (same, none) = group_sweeps(corpus(), &[], lateness);
+        assert_eq!((same.len(), none), (4, 0));
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
 
     #[test]
     fn a_jobs_recordings_in_every_directory_are_one_run() {

@@ -67,7 +67,11 @@ pub(super) fn replay<S: RecordSource>(
     run: Run<'_>,
 ) -> Result<Done, String> {
     let shards = run.replays.len();
-    let sharding = Sharding::new(shards);
+    // A cohort's jobs share a shard (see the core's shard module).
+    let sharding = Sharding::for_policies(
+        shards,
+        run.replays.first().into_iter().flat_map(|r| r.evaluator().policies()),
+    );
     let Run { replays, until, json, tz, live, notifications, rounds } = run;
     let batch = if live { 1 } else { BATCH };
     std::thread::scope(|scope| {
@@ -156,6 +160,13 @@ fn route<S: RecordSource>(
         send(&mut batches, dispatch.steps() - 1)?;
     }
     outcome?;
+    if let Some(job) = dispatch.misplaced().first() {
+        return Err(format!(
+            "TrainJob {job} got its cohort label only after its first line, and its cohort was replayed on another \
+             evaluator thread: its cohort rules judged it apart from its siblings; replay with --shards 1 (or record \
+             the job's labels on its first line)"
+        ));
+    }
     rounds.check_until()?;
     for tx in work {
         tx.send(Work::Finish(dispatch.steps(), until)).map_err(|_| gone())?;

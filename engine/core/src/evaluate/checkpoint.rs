@@ -197,6 +197,8 @@ impl StateWire {
             | DetectorState::Levels(_)
             | DetectorState::NoGain(_)
             | DetectorState::Streak(_)
+            // A cohort stop is a fact about the cohort, kept with the cohort's memory, not the job's.
+            | DetectorState::CohortStop(_)
             | DetectorState::Plateau(PlateauState { levels: Some(_), .. }) => None,
             DetectorState::Plateau(s) => Some(StateWire::Plateau {
                 n: s.samples,

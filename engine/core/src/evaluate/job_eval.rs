@@ -91,6 +91,14 @@ impl Evaluator {
             // Only policies with limits (or an engine-wide cap) pay for counting.
             let limits_apply = policy.limits != crate::policy::spec::LimitsSpec::default()
                 || self.config.max_actions_per_hour.is_some();
+            // The `cohort_*` functions read the job's cohort as of now, for this policy's conditions.
+            if let Some(data) = entry.data.as_mut() {
+                data.cohort = if policy.cohort_functions {
+                    self.script_cohorts.facts(p_index, id).map(Box::new)
+                } else {
+                    None
+                };
+            }
             for (r_index, rule) in policy.rules.iter().enumerate() {
                 let track = &mut entry.tracks[p_index][r_index];
                 let verdict = if active {

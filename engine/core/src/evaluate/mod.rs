@@ -29,11 +29,13 @@
 //! The parts: `event` (what evaluation reports), `job_eval` (one job: its snooze and exceptions, then every
 //! rule of every policy selecting it), `lifecycle` (one rule's step, a method of its track taking a
 //! `context::RuleContext`), `timers` (the wake queue), `memory` (rule memories across restarts), `limits`,
-//! `snooze`, `exceptions` (what holds an action back), `savings`, `checkpoint` (a job's history, stored), `checkpoint_request` (a training checkpoint
-//! asked of a running job: its id, outcome and record).
+//! `snooze`, `exceptions` (what holds an action back), `savings`, `checkpoint` (a job's history, stored),
+//! `checkpoint_request` (a training checkpoint asked of a running job: its id, outcome and record), `cohorts`
+//! (the sweeps' shared memory).
 
 mod checkpoint;
 mod checkpoint_request;
+mod cohorts;
 mod context;
 mod event;
 mod exceptions;
@@ -203,6 +205,7 @@ impl JobEntry {
                 queue: None,
                 snapshot: JobSnapshot::new(key.clone()),
                 first_seen: now,
+                cohort: None,
             })),
             last_evaluated: None,
             wake: None,
@@ -270,6 +273,10 @@ pub struct Evaluator {
     limits: limits::LimitBook,
     /// ProgressPolicyExceptions (see the `exceptions` module).
     exceptions: exceptions::ExceptionBook,
+    /// The cohort detectors' memories of every cohort (see the `cohorts` module).
+    cohorts: cohorts::CohortBook,
+    /// The cohorts' values the `cohort_*` script functions read.
+    script_cohorts: cohorts::ScriptCohorts,
 }
 
 /// Counters for status and metrics.
@@ -302,6 +309,8 @@ impl Evaluator {
             restored: HashMap::new(),
             limits: limits::LimitBook::default(),
             exceptions: exceptions::ExceptionBook::new(),
+            cohorts: cohorts::CohortBook::default(),
+            script_cohorts: cohorts::ScriptCohorts::default(),
         }
     }
 
@@ -328,6 +337,7 @@ impl Evaluator {
         match self.find_policy(&slot.policy.reference) {
             Some(index) => {
                 self.carry_over(index, &slot.policy, now, out);
+                self.carry_cohorts_over(index, &slot.policy);
                 self.policies[index] = Some(slot);
             }
             None => match self.policies.iter().position(Option::is_none) {
@@ -376,12 +386,35 @@ impl Evaluator {
         }
     }
 
+    /// Maps a replaced policy's cohort memories onto the new rules: an unchanged rule (same name and
+    /// definition, same `spec.cohort`) keeps its cohorts, a changed one starts them over.
+    fn carry_cohorts_over(&mut self, index: usize, new: &CompiledPolicy) {
+        let Some(old) = self.policies[index].as_ref().map(|s| &s.policy) else { return };
+        let moves: Vec<(usize, usize)> = if old.cohort == new.cohort {
+            (old.rules.iter().enumerate())
+                .filter_map(|(r, o)| {
+                    let n =
+                        new.rules.iter().position(|n| n.name == o.name && n.fingerprint == o.fingerprint)?;
+                    Some((r, n))
+                })
+                .collect()
+        } else {
+            Vec::new()
+        };
+        self.cohorts.carry_over(index, &moves);
+        if old.cohort != new.cohort || !new.cohort_functions {
+            self.script_cohorts.forget_policy(index);
+        }
+    }
+
     /// Removes a policy, resolving its firing rules.
     pub fn remove_policy(&mut self, reference: &PolicyRef, now: Timestamp, out: &mut Vec<Event>) {
         if let Some(index) = self.find_policy(reference) {
             self.retire_policy(index, now, out);
             self.policies[index] = None;
             self.limits.forget_policy(index);
+            self.cohorts.forget_policy(index);
+            self.script_cohorts.forget_policy(index);
             self.restored.retain(|(p, _), _| *p != index);
             self.mark_selection_stale();
             self.update_next_round();
@@ -463,7 +496,13 @@ impl Evaluator {
         if resumed {
             self.restart_after_resume(id, now, out);
         }
+        let completed = self.jobs.by_id(id).and_then(|e| e.data.as_ref()).map(|d| d.snapshot.phase)
+            == Some(JobPhase::Complete);
         self.record_and_evaluate(id, sample, now, out);
+        // After its last report: a completed job's values are what `percentile` compares with.
+        if completed {
+            self.cohorts.finished(id);
+        }
     }
 
     /// A new progress sample of a job whose metadata did not change (the hot path of a watch or a stream).
@@ -555,9 +594,26 @@ impl Evaluator {
                 let Some(data) = entry.data.as_ref() else { continue };
                 let series = &data.series;
                 let tracks = &mut entry.tracks[p_index];
+                if slot.policy.cohort_functions
+                    && let Some(cohort) = data.snapshot.labels.get(slot.policy.cohort.label())
+                    && let Some(x) = cohorts::position(slot.policy.cohort.align_by, sample)
+                {
+                    self.script_cohorts.report(p_index, cohort, id, x, sample);
+                }
                 for (r_index, rule) in rules.iter().enumerate() {
                     if let Some(d) = &rule.detector {
                         d.observe(&mut tracks[r_index].detector_state, series, sample);
+                        // A cohort detector judges the report against the job's siblings now, as the
+                        // peers do at each report; its stop stays.
+                        if let Some(judge) = d.cohort()
+                            && let Some((cohort, x, value)) =
+                                cohorts::report_of(&slot.policy.cohort, judge, &data.snapshot.labels, sample)
+                            && let Some(finding) =
+                                self.cohorts.report(p_index, r_index, judge, cohort, id, x, value)
+                            && !matches!(tracks[r_index].detector_state, DetectorState::CohortStop(_))
+                        {
+                            tracks[r_index].detector_state = DetectorState::CohortStop(Box::new(finding));
+                        }
                     }
                 }
             }
@@ -630,6 +686,10 @@ impl Evaluator {
     /// A job was deleted: its firing rules resolve and its history is dropped.
     pub fn forget_job(&mut self, key: &JobKey, now: Timestamp, out: &mut Vec<Event>) {
         self.limits.job_left(key, None);
+        if let Some(id) = self.jobs.id(key) {
+            self.cohorts.forget(id);
+            self.script_cohorts.forget(id);
+        }
         if let Some((_, job)) = self.jobs.remove(key) {
             self.wakes.settle(&self.jobs);
             for (p, tracks) in job.tracks.into_iter().enumerate() {
@@ -682,6 +742,19 @@ impl Evaluator {
         let slot = self.policies[p].as_ref()?;
         let r = slot.policy.rules.iter().position(|x| x.name == rule)?;
         self.jobs.get(job)?.tracks.get(p)?.get(r)?.alert.since()
+    }
+
+    /// Jobs in the job's cohort for a cohort rule (`median_stop`, `percentile`, `successive_halving`), the
+    /// job included, as of its last report; `None` when the rule judges no cohort or the job is in none.
+    pub fn cohort_size(&self, job: &JobKey, policy: &PolicyRef, rule: &str) -> Option<usize> {
+        let p = self.find_policy(policy)?;
+        let r = self.policies[p].as_ref()?.policy.rules.iter().position(|x| x.name == rule)?;
+        self.cohorts.cohort_size(p, r, self.jobs.id(job)?)
+    }
+
+    /// Approximate bytes the cohort detectors' memories hold, over every cohort.
+    pub fn cohort_bytes(&self) -> usize {
+        self.cohorts.approx_bytes()
     }
 
     /// Job evaluations so far: what time and samples cost.

@@ -29,6 +29,31 @@ pub struct JobData {
     pub queue: Option<QueueDemand>,
     /// When the evaluator first saw the job; stands in for `running_since` when the job does not say.
     pub first_seen: Timestamp,
+    /// What the job's cohort says of it, for the `cohort_*` script functions: set by the evaluator around
+    /// the evaluation of a policy whose conditions call them, `None` otherwise.
+    pub cohort: Option<Box<CohortFacts>>,
+}
+
+/// The job among its cohort (`spec.cohort`) at its latest position, for the `cohort_*` script functions.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct CohortFacts {
+    /// Jobs in the cohort, the job included.
+    pub size: usize,
+    /// Per metric the job reported at its latest position: the cohort's values there.
+    pub metrics: Vec<CohortMetric>,
+}
+
+/// One metric at the job's latest position, over the cohort's jobs that reported it there (the job included).
+#[derive(Clone, Debug, PartialEq)]
+pub struct CohortMetric {
+    /// Canonical name.
+    pub name: String,
+    /// numpy's median of the values (NaN left out; NaN when none).
+    pub median: f64,
+    /// The best of them (the direction inferred from the name).
+    pub best: f64,
+    /// The job's rank among them, 1 the best (ties share the better rank); NaN when its value is NaN.
+    pub rank: f64,
 }
 
 impl JobData {

@@ -402,7 +402,7 @@ mod tests {
         assert_eq!(
             got,
             vec![
-                "spec.foo: unknown field; expected one of activeWindows, assumeGpus, gpuHourCost, limits, metrics, mode, receivers, rules, samplingInterval, selector, snooze, timezone",
+                "spec.foo: unknown field; expected one of activeWindows, assumeGpus, cohort, gpuHourCost, limits, metrics, mode, receivers, rules, samplingInterval, selector, snooze, timezone",
                 "spec.gpuHourCost: must be a number, got the string \"cheap\"",
                 "spec.mode: Unsupported value: \"enforce\": supported values: \"Audit\", \"Enforce\"",
                 "spec.rules[0].actions[0].explode: unknown field; expected one of annotate, checkpoint, event, notify, scale, suspend",

@@ -104,6 +104,12 @@ pub struct PolicySpec {
     #[schemars(extend("x-kubernetes-list-type" = "set"))]
     pub metrics: Vec<String>,
 
+    /// How the selected jobs group into cohorts — a sweep's trials — for the detectors that judge a job
+    /// against its siblings (median_stop, percentile, successive_halving). Default: by Katib's experiment
+    /// label, aligned by training step.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cohort: Option<CohortSpec>,
+
     /// The rules, evaluated independently for every selected TrainJob. Rule names are unique (the API server
     /// merges rules by name).
     #[schemars(length(min = 1, max = 64))]
@@ -116,6 +122,44 @@ pub struct PolicySpec {
     #[schemars(length(max = 16))]
     #[schemars(extend("x-kubernetes-list-type" = "map", "x-kubernetes-list-map-keys" = ["name"]))]
     pub receivers: Vec<ReceiverSpec>,
+}
+
+/// `spec.cohort`: which jobs are siblings, and where they are compared.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct CohortSpec {
+    /// The label whose value names a job's cohort: jobs with the same value are siblings; a job without the
+    /// label is in no cohort and no cohort detector judges it. Default katib.kubeflow.org/experiment (the
+    /// label Katib puts on every trial's job).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(min = 1, max = 317))]
+    pub by: Option<String>,
+
+    /// What positions jobs are compared at: step (the reported current step, the default), epoch (the
+    /// reported current epoch) or progress (the progress percentage: jobs of different lengths meet at
+    /// whole percents). A report without it does not count for the cohort.
+    #[serde(default)]
+    pub align_by: AlignBy,
+}
+
+/// The default `spec.cohort.by`.
+pub(crate) const KATIB_EXPERIMENT_LABEL: &str = "katib.kubeflow.org/experiment";
+
+/// `spec.cohort.alignBy`.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub enum AlignBy {
+    #[default]
+    Step,
+    Epoch,
+    Progress,
+}
+
+impl CohortSpec {
+    /// The cohort label.
+    pub fn label(&self) -> &str {
+        self.by.as_deref().unwrap_or(KATIB_EXPERIMENT_LABEL)
+    }
 }
 
 /// `spec.snooze`: the administrator's cap on owners' snoozes of this policy.
@@ -259,7 +303,7 @@ pub enum SelectorOperator {
 }
 
 /// The detectors a rule can use. Kept in sync with [`crate::judge::detectors::DETECTORS`] by a test.
-pub(crate) const DETECTOR_NAMES: [&str; 13] = [
+pub(crate) const DETECTOR_NAMES: [&str; 16] = [
     "plateau",
     "diverging",
     "no_expected_gain",
@@ -273,6 +317,9 @@ pub(crate) const DETECTOR_NAMES: [&str; 13] = [
     "stalled_training",
     "gpu_idle",
     "hang",
+    "median_stop",
+    "percentile",
+    "successive_halving",
 ];
 
 fn detector_name_schema(generator: &mut schemars::SchemaGenerator) -> schemars::Schema {
@@ -302,7 +349,8 @@ pub struct RuleSpec {
 
     /// A built-in detector: plateau, diverging, non_finite, stalled, eta_after, eta_exceeds, over_budget, the
     /// SageMaker Debugger ports loss_not_decreasing, overtraining, stalled_training, or the GPU detectors
-    /// gpu_idle and hang (the GPUs' DCGM metrics, read with --prometheus-url).
+    /// gpu_idle and hang (the GPUs' DCGM metrics, read with --prometheus-url), or the cohort detectors
+    /// median_stop, percentile and successive_halving (a job against its sweep siblings, see spec.cohort).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(schema_with = "detector_name_schema_opt")]
     pub uses: Option<String>,

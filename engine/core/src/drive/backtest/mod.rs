@@ -213,6 +213,9 @@ pub struct Verdict {
     /// For a stop read from a stops file that does not fit the run (before its first record, after its
     /// end): why, with the file and line. Such a stop is not judged.
     pub stop_error: Option<String>,
+    /// For a policy with cohort rules: the run's sweep (its cohort label's value), and the metric its
+    /// trials are ranked on (the first cohort rule's) with which way is better.
+    pub sweep: Option<(String, String, Direction)>,
 }
 
 /// A would-be stop and its verdict.
@@ -291,6 +294,7 @@ impl Plan {
                     stop_error: None,
                     not_selected: None,
                     unreported: Vec::new(),
+                    sweep: None,
                 };
                 let Some(stop) = rule.stops.get(&run.job) else { return verdict };
                 if !run.complete {
@@ -394,6 +398,11 @@ impl Plan {
                 .unwrap_or_default()
         };
         let reference = policy.reference.clone();
+        // A sweep is the runs with one value of the cohort label, ranked on the first cohort rule's metric.
+        let sweep_of =
+            policy.rules.iter().find_map(|r| r.detector.as_ref()?.cohort()).map(|judge| {
+                (policy.cohort.label().to_string(), judge.metric().to_string(), judge.direction())
+            });
         let gpu_hour_cost = policy.env.gpu_hour_cost;
         let assume_gpus = policy.env.assume_gpus;
         let mut replay = Replay::new(vec![policy], self.config.clone());
@@ -410,6 +419,9 @@ impl Plan {
                 not_selected: None,
                 unreported: Vec::new(),
                 stop_error: None,
+                sweep: sweep_of.as_ref().and_then(|(label, metric, direction)| {
+                    Some((r.labels.get(label)?.clone(), metric.clone(), *direction))
+                }),
             })
             .collect();
         // Only complete runs are replayed.

@@ -125,6 +125,37 @@ pub struct PolicyReport {
     /// `rule r watches m` for the watched metrics no judged run reported: those rules could not fire.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub unreported: Option<Vec<String>>,
+    /// For a policy with cohort rules: per sweep (a value of its cohort label), what the rules did to it.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub sweeps: Vec<SweepReport>,
+}
+
+/// What a policy's cohort rules did to one sweep: the regret that matters for a sweep is stopping the trial
+/// that would have won it.
+#[derive(Clone, Debug, serde::Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct SweepReport {
+    /// The cohort label's value.
+    pub sweep: String,
+    /// The metric trials are ranked on.
+    pub metric: String,
+    /// Its judged (complete) trials.
+    pub trials: u64,
+    /// Trials stopped.
+    pub stopped: u64,
+    /// The completed trial with the best final value of the metric (its last finite report), had nothing
+    /// been stopped: the one the sweep would have picked.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub best_trial: Option<String>,
+    /// Its final value.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub best_value: Option<f64>,
+    /// The policy would have stopped it (and so picked another winner).
+    pub best_stopped: bool,
+    /// GPU-hours from the stops to the trials' real ends.
+    pub gpu_hours_saved: f64,
+    /// GPU-hours the sweep's trials used, start to end, unstopped.
+    pub gpu_hours: f64,
 }
 
 /// One rule's totals.
@@ -346,6 +377,7 @@ impl ReportBuilder {
                         pareto: true,
                         not_selected: BTreeMap::new(),
                         unreported: None,
+                        sweeps: Vec::new(),
                     })
                     .chain(plan.external.iter().map(|e| PolicyReport {
                         policy: e.rule.clone(),
@@ -358,6 +390,7 @@ impl ReportBuilder {
                         pareto: true,
                         not_selected: BTreeMap::new(),
                         unreported: None,
+                        sweeps: Vec::new(),
                     }))
                     .collect(),
                 together: (c.documents.len() > 1).then(|| PolicyReport {
@@ -379,6 +412,7 @@ impl ReportBuilder {
                     pareto: true,
                     not_selected: BTreeMap::new(),
                     unreported: None,
+                    sweeps: Vec::new(),
                 }),
             })
             .collect();
@@ -431,6 +465,7 @@ impl ReportBuilder {
                         targets[r].insert(stop.target.clone());
                     }
                 }
+                policy.sweeps.extend(sweeps(&file.runs, verdicts));
             }
             // Together: per run, the earliest stop of any policy (external rules are not part of it).
             if let Some(together) = &mut candidate.together {
@@ -450,6 +485,7 @@ impl ReportBuilder {
                         stop_error: None,
                         not_selected: None,
                         unreported: Vec::new(),
+                        sweep: None,
                     };
                     let stop = first_stop
                         .map(|(s, policy)| Stop { rule: together_rule(policy, &s.rule), ..s.clone() });
@@ -518,6 +554,62 @@ impl RuleReport {
     fn new(rule: &str) -> Self {
         RuleReport { rule: rule.to_string(), first_error: None, totals: Tally::default() }
     }
+}
+
+/// Per sweep among a file's runs (a policy's verdicts on them), in order of first appearance.
+fn sweeps(runs: &[super::Run], verdicts: &[Verdict]) -> Vec<SweepReport> {
+    let mut order: Vec<&str> = Vec::new();
+    let mut members: BTreeMap<&str, Vec<usize>> = BTreeMap::new();
+    for (r, v) in verdicts.iter().enumerate() {
+        let Some((sweep, _, _)) = &v.sweep else { continue };
+        if v.skipped {
+            continue;
+        }
+        if !members.contains_key(sweep.as_str()) {
+            order.push(sweep);
+        }
+        members.entry(sweep).or_default().push(r);
+    }
+    order
+        .into_iter()
+        .filter_map(|sweep| {
+            let trials = &members[sweep];
+            let (_, metric, direction) = verdicts[trials[0]].sweep.clone()?;
+            let final_value = |r: usize| {
+                runs[r].curves.get(&metric)?.points.iter().rev().map(|p| p.1).find(|v| v.is_finite())
+            };
+            // A trial that failed is no winner (Optuna leaves FAIL trials out of its best trial).
+            let finished = |r: &&usize| runs[**r].phase == JobPhase::Complete;
+            let best = trials.iter().filter(finished).filter_map(|&r| final_value(r).map(|v| (r, v))).reduce(
+                |a, b| {
+                    let better = match direction {
+                        crate::history::metric_series::Direction::Min => b.1 < a.1,
+                        crate::history::metric_series::Direction::Max => b.1 > a.1,
+                    };
+                    if better { b } else { a }
+                },
+            );
+            let hours = |r: usize| {
+                let run = &runs[r];
+                run.gpus.unwrap_or(0.0) * crate::time::seconds(run.start, run.end).max(0.0) / 3600.0
+            };
+            Some(SweepReport {
+                sweep: sweep.to_string(),
+                metric: metric.clone(),
+                trials: trials.len() as u64,
+                stopped: trials.iter().filter(|&&r| verdicts[r].stop.is_some()).count() as u64,
+                best_trial: best.map(|(r, _)| runs[r].name.clone()),
+                best_value: best.map(|(_, v)| v),
+                best_stopped: best.is_some_and(|(r, _)| verdicts[r].stop.is_some()),
+                gpu_hours_saved: trials
+                    .iter()
+                    .filter_map(|&r| verdicts[r].stop.as_ref())
+                    .map(|s| s.outcome.gpu_hours_saved)
+                    .sum(),
+                gpu_hours: trials.iter().map(|&r| hours(r)).sum(),
+            })
+        })
+        .collect()
 }
 
 /// A rule's name in the `together` totals: `policy/rule`.

@@ -502,3 +502,44 @@ fn an_overtraining_stop_by_its_training_half_is_judged_on_the_training_loss() {
     assert!(stop.outcome.measured);
     assert!(stop.outcome.false_stop);
 }
+
+/// A sweep in one file (four trials of one Katib experiment, in lockstep): `median_stop` stops the worst, and
+/// the sweep's line says the best trial ran to its end, with the GPU-hours saved of the sweep's.
+#[test]
+fn a_sweep_reports_whether_its_best_trial_was_stopped() {
+    const SWEEP: &str = "apiVersion: trainwarden.dev/v1alpha1
+kind: ProgressPolicy
+metadata: {name: sweep, namespace: default}
+spec:
+  cohort: {alignBy: progress}
+  rules:
+    - name: worse-than-siblings
+      uses: median_stop
+      with: {metric: loss, minJobs: 2, startStep: 20}
+      actions: [{suspend: {}}]
+";
+    let files = [PolicyFile { source: "sweep.yaml".into(), text: SWEEP.into() }];
+    let candidates = candidates(&files, &[], &ScriptEngine::new(Default::default())).unwrap();
+    let plan = Plan { candidates, ..Default::default() };
+    let curve = |floor: f64| (0..10).map(|i| floor + 1.0 / (1.0 + i as f64)).collect::<Vec<f64>>();
+    let mut lines: Vec<String> = [("a", 0.5), ("b", 0.4), ("c", 1.5), ("d", 0.2)]
+        .iter()
+        .flat_map(|(job, floor)| {
+            labelled(job, &curve(*floor), r#""katib.kubeflow.org/experiment":"lr""#)
+                .lines()
+                .map(str::to_string)
+                .collect::<Vec<_>>()
+        })
+        .collect();
+    lines.sort_by(|x, y| x[..30].cmp(&y[..30])); // by time: the trials report in lockstep
+    let report = backtest_texts(&plan, &[("lr.jsonl", lines.join("\n"))]);
+    let sweeps = &report.candidates[0].policies[0].sweeps;
+    assert_eq!(sweeps.len(), 1, "{sweeps:?}");
+    let s = &sweeps[0];
+    assert_eq!((s.sweep.as_str(), s.trials), ("lr", 4));
+    assert_eq!(s.best_trial.as_deref(), Some("lr.jsonl: default/d"));
+    assert!(!s.best_stopped);
+    assert_eq!(s.stopped, 1, "the worst trial (c) only");
+    assert!(s.gpu_hours_saved > 0.0 && s.gpu_hours_saved < s.gpu_hours, "{s:?}");
+    assert!(report.render_text().contains("sweep lr: 1 of 4 trials stopped"), "{}", report.render_text());
+}

@@ -16,15 +16,19 @@
 //! This module runs nothing in parallel and does no I/O: the caller (the CLI) gives each shard its own
 //! thread and moves the inputs and events between them.
 //!
-//! Cohorts (issue 45: a policy judging a group of jobs against each other) will couple the jobs of a
-//! cohort: [`Sharding::shard_of`] is the one place that picks a job's shard, and a cohort key (the label
-//! that groups the jobs) must then take the place of the job's key there, so that a cohort's jobs share a
-//! shard; a job's cohort must be known at its first record (or the job moved before it has state).
+//! Cohorts (a policy's `median_stop`, `percentile` or `successive_halving` judges a job against its
+//! siblings) couple the jobs of a cohort: [`Sharding::shard_of`] is the one place that picks a job's shard,
+//! and when a policy groups jobs the cohort key (the grouping label and its value) takes the place of the
+//! job's key there, so a cohort's jobs share a shard. [`Dispatch`] pins a job to its shard at its first
+//! record: its cohort must be known then (its labels on its first line, as the recorder writes them); a job
+//! whose cohort label appears only later, on another shard than its own, is named by
+//! [`Dispatch::misplaced`] and the caller replays on one shard instead.
 
-use std::collections::VecDeque;
+use std::collections::{BTreeMap, VecDeque};
 use std::hash::{Hash, Hasher};
+use std::sync::Arc;
 
-use rustc_hash::{FxHashSet, FxHasher};
+use rustc_hash::{FxHashMap, FxHashSet, FxHasher};
 
 use super::{Replay, Summary, count_event};
 use crate::evaluate::{EngineConfig, Event};
@@ -34,15 +38,49 @@ use crate::policy::compile::CompiledPolicy;
 use crate::time::Timestamp;
 
 /// How jobs are spread over shards.
-#[derive(Clone, Copy, Debug)]
+#[derive(Clone, Debug)]
 pub struct Sharding {
     shards: usize,
+    /// The labels that group jobs into cohorts, of the policies with cohort rules (empty: none).
+    cohort_labels: Arc<[String]>,
 }
 
 impl Sharding {
-    /// `shards` shards (at least one).
+    /// `shards` shards (at least one), jobs spread by their own key.
     pub fn new(shards: usize) -> Self {
-        Sharding { shards: shards.max(1) }
+        Sharding { shards: shards.max(1), cohort_labels: Arc::from(Vec::new()) }
+    }
+
+    /// `shards` shards for these policies: when some group jobs into cohorts, a cohort's jobs share a shard.
+    pub fn for_policies<'a>(shards: usize, policies: impl IntoIterator<Item = &'a CompiledPolicy>) -> Self {
+        let mut labels: Vec<String> = policies
+            .into_iter()
+            .filter(|p| p.rules.iter().any(|r| r.detector.as_ref().is_some_and(|d| d.cohort().is_some())))
+            .map(|p| p.cohort.label().to_string())
+            .collect();
+        labels.sort();
+        labels.dedup();
+        Sharding { shards: shards.max(1), cohort_labels: Arc::from(labels) }
+    }
+
+    /// The cohort key of a job with these labels: the first grouping label it carries, with its value.
+    fn cohort_of<'a>(&'a self, labels: &'a BTreeMap<String, String>) -> Option<(&'a str, &'a str)> {
+        self.cohort_labels.iter().find_map(|l| labels.get(l).map(|v| (l.as_str(), v.as_str())))
+    }
+
+    /// The shard of a job with these labels: its cohort's when it is in one, else its own.
+    pub fn shard_of_labelled(&self, job: &JobKey, labels: Option<&BTreeMap<String, String>>) -> usize {
+        if self.shards == 1 {
+            return 0;
+        }
+        match labels.and_then(|l| self.cohort_of(l)) {
+            Some(cohort) => {
+                let mut hasher = FxHasher::default();
+                cohort.hash(&mut hasher);
+                ((hasher.finish() >> 32) % self.shards as u64) as usize
+            }
+            None => self.shard_of(job),
+        }
     }
 
     /// How many shards.
@@ -98,12 +136,48 @@ pub struct Dispatch {
     sharding: Sharding,
     step: u64,
     last_time: Option<Timestamp>,
+    /// With cohorts: each job's shard, pinned at its first record.
+    pinned: FxHashMap<JobKey, usize>,
+    /// Jobs whose cohort, known only after their first record, is on another shard.
+    misplaced: Vec<JobKey>,
 }
 
 impl Dispatch {
     /// A dispatch over `sharding`'s shards.
     pub fn new(sharding: Sharding) -> Self {
-        Dispatch { sharding, step: 0, last_time: None }
+        Dispatch { sharding, step: 0, last_time: None, pinned: FxHashMap::default(), misplaced: Vec::new() }
+    }
+
+    /// Jobs whose cohort label came after their first record and names a cohort on another shard: their
+    /// cohort was judged apart (the caller says so and replays on one shard).
+    pub fn misplaced(&self) -> &[JobKey] {
+        &self.misplaced
+    }
+
+    fn shard_for(&mut self, record: &StreamRecord) -> usize {
+        if self.sharding.shards == 1 || self.sharding.cohort_labels.is_empty() {
+            return self.sharding.shard_of(record.job());
+        }
+        let labels = match record {
+            StreamRecord::Object { snapshot, .. } => Some(&snapshot.labels),
+            StreamRecord::Update(u) => u.labels.as_ref(),
+        };
+        let wanted = labels
+            .filter(|l| self.sharding.cohort_of(l).is_some())
+            .map(|l| self.sharding.shard_of_labelled(record.job(), Some(l)));
+        match self.pinned.get(record.job()) {
+            Some(&shard) => {
+                if wanted.is_some_and(|w| w != shard) && !self.misplaced.contains(record.job()) {
+                    self.misplaced.push(record.job().clone());
+                }
+                shard
+            }
+            None => {
+                let shard = wanted.unwrap_or_else(|| self.sharding.shard_of(record.job()));
+                self.pinned.insert(record.job().clone(), shard);
+                shard
+            }
+        }
     }
 
     /// Puts `record` into its shard's batch, and its time alone into the others' when its time is
@@ -112,7 +186,7 @@ impl Dispatch {
         let step = self.step;
         self.step += 1;
         let time = record.time();
-        let shard = self.sharding.shard_of(record.job());
+        let shard = self.shard_for(&record);
         if self.last_time != Some(time) {
             self.last_time = Some(time);
             for (i, batch) in batches.iter_mut().enumerate() {

@@ -8,6 +8,7 @@ use crate::input::sample::{Metric, ProgressSample, SampleSource};
 use crate::policy::compile::{compile, parse_documents};
 use crate::testing::{Harness, at_min};
 
+mod cohorts;
 mod restarts;
 mod timers;
 

@@ -19,17 +19,21 @@ use crate::input::sample::ProgressSample;
 use crate::time::Timestamp;
 
 mod budget;
+pub(crate) mod cohort;
 mod diverging;
 mod eta;
 mod gpu_idle;
 mod hang;
 pub(crate) mod levels;
+mod median_stop;
 mod no_gain;
 mod non_finite;
 mod params;
+mod percentile;
 mod plateau;
 mod sagemaker;
 mod stalled;
+mod successive_halving;
 
 pub(crate) use diverging::Diverging;
 pub(crate) use eta::{EtaAfter, EtaExceeds, parse_deadline};
@@ -88,6 +92,18 @@ pub enum DetectorState {
     NoGain(Box<no_gain::NoGainState>),
     /// `non_finite` with `logs`: consecutive logged values that were non-finite.
     Streak(u64),
+    /// A cohort detector stopped the job at a report (see [`cohort`]); it stays stopped.
+    CohortStop(Box<Finding>),
+}
+
+impl DetectorState {
+    /// The finding of a cohort detector's stop, if it stopped the job.
+    pub(crate) fn cohort_stop(&self) -> Option<Finding> {
+        match self {
+            DetectorState::CohortStop(f) => Some((**f).clone()),
+            _ => None,
+        }
+    }
 }
 
 /// The metrics a finding of a levelled rule was about: its `level:<metric>` values, else `fallback`.
@@ -149,6 +165,13 @@ pub trait Detector: fmt::Debug + Send + Sync {
         self.watched_metric().map(|(m, d)| (m.to_string(), d)).into_iter().collect()
     }
 
+    /// For a detector that judges a job against its cohort (`median_stop`, `percentile`,
+    /// `successive_halving`): how. The evaluator feeds it every report of every job of the cohort and keeps
+    /// its stop as the job's [`DetectorState::CohortStop`], which [`Detector::check`] returns.
+    fn cohort(&self) -> Option<&dyn cohort::CohortJudge> {
+        None
+    }
+
     /// Whether the detector judges the job's GPU readings.
     fn reads_gpus(&self) -> bool {
         false
@@ -201,7 +224,15 @@ pub const DETECTORS: &[DetectorInfo] = &[
     stalled::INFO_STALLED_TRAINING,
     gpu_idle::INFO,
     hang::INFO,
+    median_stop::INFO,
+    percentile::INFO,
+    successive_halving::INFO,
 ];
+
+/// Whether the detector `name` judges a job against its cohort (`spec.cohort`).
+pub fn is_cohort_detector(name: &str) -> bool {
+    matches!(name, "median_stop" | "percentile" | "successive_halving")
+}
 
 /// Looks up a detector by name.
 pub(crate) fn info(name: &str) -> Option<&'static DetectorInfo> {
@@ -417,6 +448,15 @@ mod tests {
             if let Err(e) = build(d.name, Some(&map), "with") {
                 panic!("example of {} does not build: {e:?}", d.name);
             }
+        }
+    }
+
+    #[test]
+    fn the_cohort_detectors_are_the_ones_with_a_cohort_judge() {
+        for d in DETECTORS {
+            let with: serde_json::Value = serde_json::from_str(d.example).unwrap();
+            let built = build(d.name, with.as_object(), "with").unwrap();
+            assert_eq!(built.cohort().is_some(), is_cohort_detector(d.name), "{}", d.name);
         }
     }
 

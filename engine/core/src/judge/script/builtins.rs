@@ -319,6 +319,35 @@ pub const BUILTINS: &[Builtin] = &[
             e.register_fn("over_budget", host::over_budget);
         },
     },
+    Builtin {
+        signature: "cohort_size() -> int",
+        doc: "Jobs in the job's cohort (spec.cohort: its sweep), the job included; 0 when it is in none.",
+        example: "cohort_size()",
+        expected: "8",
+        register: |e| {
+            e.register_fn("cohort_size", host::cohort_size);
+        },
+    },
+    Builtin {
+        signature: "cohort_median(name) -> float, cohort_best(name) -> float",
+        doc: "Median and best value of a metric over the cohort's jobs that reported it at the job's latest step (alignBy), the job included; NaN when the job reported no value of it there, or is in no cohort.",
+        example: r#"metric("loss") <= cohort_median("loss") && cohort_best("loss") < 1.0"#,
+        expected: "true",
+        register: |e| {
+            e.register_fn("cohort_median", host::cohort_median);
+            e.register_fn("cohort_best", host::cohort_best);
+        },
+    },
+    Builtin {
+        signature: "cohort_rank() -> float, cohort_rank(name) -> float",
+        doc: "The job's rank on loss (or on `name`) among the cohort's jobs at its latest step: 1 is the best (ties share the better rank); NaN as cohort_median.",
+        example: r#"cohort_rank("loss") / cohort_size()"#,
+        expected: "0.375",
+        register: |e| {
+            e.register_fn("cohort_rank", host::cohort_rank_loss);
+            e.register_fn("cohort_rank", host::cohort_rank);
+        },
+    },
 ];
 
 /// The job every builtin example runs against: loss 1.5, 1.3, 1.1, 1.2, 1.25 one per minute from
@@ -378,5 +407,15 @@ pub(super) fn doc_fixture()
         assume_gpus: None,
     };
     let queue = Some(crate::input::queue::QueueDemand { pending: 3, pending_gpus: 16.0 });
-    (Box::new(JobData { snapshot, series, gpu, queue, first_seen: t0 }), Arc::new(env), at(120))
+    // Its cohort: 8 trials; at its step, 5 of them reported loss (its 1.25 is the 3rd best).
+    let cohort = Some(Box::new(crate::history::job::CohortFacts {
+        size: 8,
+        metrics: vec![crate::history::job::CohortMetric {
+            name: "loss".into(),
+            median: 1.25,
+            best: 0.9,
+            rank: 3.0,
+        }],
+    }));
+    (Box::new(JobData { snapshot, series, gpu, queue, first_seen: t0, cohort }), Arc::new(env), at(120))
 }

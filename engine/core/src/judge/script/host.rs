@@ -443,3 +443,31 @@ pub(super) fn map_to_json(map: &Map) -> HostResult<serde_json::Map<String, serde
         _ => Err("expected an object map".into()),
     }
 }
+
+/// The job's cohort figure `pick` for `metric` at its latest position; NaN when it has none.
+fn cohort_metric(metric: &str, pick: fn(&crate::history::job::CohortMetric) -> f64) -> HostResult<f64> {
+    let name = crate::input::names::canonical_metric_name(metric);
+    with_frame(|f| {
+        f.job.cohort.as_ref().and_then(|c| c.metrics.iter().find(|m| m.name == name)).map_or(f64::NAN, pick)
+    })
+}
+
+pub(super) fn cohort_size() -> HostResult<i64> {
+    with_frame(|f| f.job.cohort.as_ref().map_or(0, |c| i64::try_from(c.size).unwrap_or(i64::MAX)))
+}
+
+pub(super) fn cohort_median(metric: &str) -> HostResult<f64> {
+    cohort_metric(metric, |m| m.median)
+}
+
+pub(super) fn cohort_best(metric: &str) -> HostResult<f64> {
+    cohort_metric(metric, |m| m.best)
+}
+
+pub(super) fn cohort_rank(metric: &str) -> HostResult<f64> {
+    cohort_metric(metric, |m| m.rank)
+}
+
+pub(super) fn cohort_rank_loss() -> HostResult<f64> {
+    cohort_metric("loss", |m| m.rank)
+}

@@ -102,6 +102,10 @@ pub struct CompiledPolicy {
     pub warnings: Vec<FieldError>,
     /// Where the document was read from (`file:line`), for messages that name two definitions.
     pub origin: Option<String>,
+    /// `spec.cohort`: how its jobs group for the cohort detectors.
+    pub cohort: crate::policy::spec::CohortSpec,
+    /// A condition calls a `cohort_*` script function: the evaluator keeps its cohorts' values.
+    pub cohort_functions: bool,
 }
 
 impl CompiledPolicy {
@@ -238,6 +242,8 @@ pub fn compile(doc: &PolicyDocument, engine: &ScriptEngine) -> Result<CompiledPo
         max_snoozes: spec.snooze.as_ref().and_then(|s| s.max_per_job),
         warnings,
         origin,
+        cohort: spec.cohort.clone().unwrap_or_default(),
+        cohort_functions: spec.rules.iter().any(|r| r.when.as_deref().is_some_and(|w| w.contains("cohort_"))),
     })
 }
 

@@ -188,6 +188,26 @@ scoreboard"
             hours(t.gpu_hours_saved),
             hours(t.hours_saved),
         );
+        for sw in &p.sweeps {
+            let best = match (&sw.best_trial, sw.best_value) {
+                (Some(trial), Some(v)) => format!(
+                    "; its best trial {trial} ({} {}) {}",
+                    sw.metric,
+                    fmt_num(v),
+                    if sw.best_stopped { "WOULD HAVE BEEN STOPPED" } else { "ran to its end" }
+                ),
+                _ => String::new(),
+            };
+            let _ = writeln!(
+                out,
+                "  sweep {}: {} of {} trials stopped, saved {} of its {} GPU-h{best}",
+                sw.sweep,
+                sw.stopped,
+                sw.trials,
+                hours(sw.gpu_hours_saved),
+                hours(sw.gpu_hours)
+            );
+        }
         if !p.not_selected.is_empty() {
             let why: Vec<String> = p.not_selected.iter().map(|(r, n)| format!("{n} {r}")).collect();
             let n: u64 = p.not_selected.values().sum();

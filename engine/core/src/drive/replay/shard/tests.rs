@@ -55,7 +55,7 @@ fn sharded(
     shards: usize,
     batch: usize,
 ) -> String {
-    let sharding = Sharding::new(shards);
+    let sharding = Sharding::for_policies(shards, &policies(policy_files));
     let mut replays: Vec<ShardReplay> = (0..shards)
         .map(|i| ShardReplay::new(Replay::new(policies(policy_files), EngineConfig::default()), i))
         .collect();
@@ -230,4 +230,38 @@ fn jobs_spread_over_every_shard() {
         counts[sharding.shard_of(&JobKey::new("peers", format!("plateau-{j:04}")))] += 1;
     }
     assert!(counts.iter().all(|c| (800..1200).contains(c)), "{counts:?}");
+}
+
+/// A sweep judged by a cohort rule: each cohort's jobs share a shard, so any number of shards decides as one
+/// replay does (with the jobs spread by their own key, a trial would be judged against part of its siblings).
+#[test]
+fn a_sweep_judged_by_its_cohorts_sharded_is_byte_identical() {
+    let text =
+        std::fs::read_to_string(root().join("examples/sweep/stream.jsonl")).expect("the sweep example");
+    let records = records(&text, "stream.jsonl");
+    let one = one_replay(&["examples/sweep/policy.yaml"], &records, None);
+    assert!(one.matches("\"suspend\"").count() >= 10, "the example suspends trials");
+    assert_same("examples/sweep", &["examples/sweep/policy.yaml"], &records, None);
+    // Spread by job key instead, the decisions change: the test can tell.
+    let by_job = {
+        let policies = policies(&["examples/sweep/policy.yaml"]);
+        let cohort = Sharding::for_policies(4, &policies);
+        let jobs: Vec<&JobKey> = records.iter().map(StreamRecord::job).collect();
+        let labels = std::collections::BTreeMap::from([(
+            "katib.kubeflow.org/experiment".to_string(),
+            "spread".to_string(),
+        )]);
+        let shards: std::collections::BTreeSet<usize> = jobs
+            .iter()
+            .filter(|j| j.name.starts_with("spread-"))
+            .map(|j| cohort.shard_of_labelled(j, Some(&labels)))
+            .collect();
+        assert_eq!(shards.len(), 1, "a cohort on one shard");
+        jobs.iter()
+            .filter(|j| j.name.starts_with("spread-"))
+            .map(|j| Sharding::new(4).shard_of(j))
+            .collect::<std::collections::BTreeSet<_>>()
+            .len()
+    };
+    assert!(by_job > 1, "by job key, the spread sweep's trials would be on several shards");
 }
