@@ -141,7 +141,10 @@ fn every_transcript_is_what_the_binary_prints() {
             };
             if let Some(fresh) = fresh {
                 stale.push(format!("{}: `$ {command}` prints:\n{printed}", path.display()));
-                rewritten = rewritten.replacen(shown, &fresh, 1);
+                // The whole fenced block is replaced, not the output alone: an empty output, or one shown
+                // in another block too, would otherwise be matched in the wrong place.
+                let renewed = format!("```{}{fresh}```", &block[..block.len() - shown.len()]);
+                rewritten = rewritten.replacen(&format!("```{block}```"), &renewed, 1);
             }
             checked += 1;
         }
