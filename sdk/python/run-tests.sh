@@ -37,6 +37,12 @@ if ! [[ -x "$venv/bin/python" && "$(cat "$venv/.trainwarden-stamp" 2>/dev/null)"
   "$venv/bin/python" -m pip install --quiet --disable-pip-version-check --no-deps --no-build-isolation -e . >&2
   echo "$stamp" >"$venv/.trainwarden-stamp"
 fi
+# The venv is shared by every checkout on the machine (a cache), but an editable install points at one
+# checkout's src/: when that is not this one (another clone, a removed worktree), point it here again.
+if [[ "$("$venv/bin/python" -c 'import trainwarden, os; print(os.path.dirname(os.path.dirname(trainwarden.__file__)))' 2>/dev/null)" != "$PWD/src" ]]; then
+  echo "run-tests: pointing the editable install in $venv at $PWD" >&2
+  "$venv/bin/python" -m pip install --quiet --disable-pip-version-check --no-deps --no-build-isolation -e . >&2
+fi
 
 "$venv/bin/ruff" check --quiet --no-cache src tests
 "$venv/bin/python" -m mypy --cache-dir "$venv/.mypy_cache" --no-error-summary
