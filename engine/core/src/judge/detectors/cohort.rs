@@ -50,6 +50,36 @@ pub trait CohortMemory: fmt::Debug + Send + Sync {
     fn approx_bytes(&self) -> usize;
 }
 
+/// The [`Detector`](super::Detector) side every cohort detector shares: the decision is the cohort's (made
+/// when a report reaches the cohort memory, kept in the job's state), so `check` only reads it back, and the
+/// watched metric is the cohort's. One place, so the three detectors cannot drift apart.
+macro_rules! cohort_detector {
+    ($detector:ty) => {
+        impl super::Detector for $detector {
+            fn check(
+                &self,
+                state: &super::DetectorState,
+                _view: &crate::history::job::JobView<'_>,
+            ) -> Option<super::Finding> {
+                state.cohort_stop()
+            }
+
+            fn reads_the_clock(&self) -> bool {
+                false
+            }
+
+            fn watched_metric(&self) -> Option<(&str, crate::history::metric_series::Direction)> {
+                Some((super::cohort::CohortJudge::metric(self), super::cohort::CohortJudge::direction(self)))
+            }
+
+            fn cohort(&self) -> Option<&dyn super::cohort::CohortJudge> {
+                Some(self)
+            }
+        }
+    };
+}
+pub(super) use cohort_detector;
+
 /// A detector that judges a job against its cohort.
 pub trait CohortJudge: fmt::Debug + Send + Sync {
     /// The metric it compares.

@@ -25,8 +25,7 @@ use rustc_hash::FxHashMap;
 use super::cohort::{
     CohortJudge, CohortMemory, MAX_REPORTS, MemberId, OrderStats, best_of, better, fmt_position, position_key,
 };
-use super::{Detector, DetectorInfo, DetectorState, DirectionParam, Finding, ParamDoc, Params};
-use crate::history::job::JobView;
+use super::{Detector, DetectorInfo, DirectionParam, Finding, ParamDoc, Params};
 use crate::history::metric_series::Direction;
 use crate::time::fmt_num;
 
@@ -112,23 +111,7 @@ fn build(p: &mut Params<'_>) -> Option<Box<dyn Detector>> {
     }))
 }
 
-impl Detector for Percentile {
-    fn check(&self, state: &DetectorState, _view: &JobView<'_>) -> Option<Finding> {
-        state.cohort_stop()
-    }
-
-    fn reads_the_clock(&self) -> bool {
-        false
-    }
-
-    fn watched_metric(&self) -> Option<(&str, Direction)> {
-        Some((&self.metric, self.direction()))
-    }
-
-    fn cohort(&self) -> Option<&dyn CohortJudge> {
-        Some(self)
-    }
-}
+super::cohort::cohort_detector!(Percentile);
 
 impl CohortJudge for Percentile {
     fn metric(&self) -> &str {

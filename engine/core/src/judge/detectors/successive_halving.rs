@@ -29,8 +29,7 @@
 use rustc_hash::FxHashMap;
 
 use super::cohort::{CohortJudge, CohortMemory, MemberId, OrderStats, fmt_position};
-use super::{Detector, DetectorInfo, DetectorState, DirectionParam, Finding, ParamDoc, Params};
-use crate::history::job::JobView;
+use super::{Detector, DetectorInfo, DirectionParam, Finding, ParamDoc, Params};
 use crate::history::metric_series::Direction;
 use crate::time::fmt_num;
 
@@ -132,23 +131,7 @@ impl SuccessiveHalving {
     }
 }
 
-impl Detector for SuccessiveHalving {
-    fn check(&self, state: &DetectorState, _view: &JobView<'_>) -> Option<Finding> {
-        state.cohort_stop()
-    }
-
-    fn reads_the_clock(&self) -> bool {
-        false
-    }
-
-    fn watched_metric(&self) -> Option<(&str, Direction)> {
-        Some((&self.metric, self.direction()))
-    }
-
-    fn cohort(&self) -> Option<&dyn CohortJudge> {
-        Some(self)
-    }
-}
+super::cohort::cohort_detector!(SuccessiveHalving);
 
 impl CohortJudge for SuccessiveHalving {
     fn metric(&self) -> &str {
